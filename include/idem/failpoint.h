@@ -1,0 +1,36 @@
+// Failpoints: named places where a crash can land, for the crash tests.
+//
+// IDEM_FAILPOINT("guard.after_claim") does nothing unless the failpoint is armed,
+// either by the environment variable IDEM_FAILPOINTS="name=action[,name=action]"
+// read once at first use, or by ArmFailpoint(). Actions: `kill` (SIGKILL the
+// process at that point), `abort` (std::abort). The disarmed cost is one relaxed
+// atomic load.
+//
+// Thread safety: safe for concurrent use.
+#pragma once
+
+#include <atomic>
+#include <string_view>
+
+namespace idem {
+
+// Arms failpoint `name` with `action` ("kill" or "abort"); an empty action disarms it.
+void ArmFailpoint(std::string_view name, std::string_view action);
+
+// Disarms every failpoint.
+void DisarmAllFailpoints();
+
+namespace internal {
+extern std::atomic<bool> g_failpoints_armed;
+void HitFailpoint(const char* name);
+void LoadFailpointsFromEnvOnce();
+}  // namespace internal
+
+}  // namespace idem
+
+#define IDEM_FAILPOINT(name)                                                   \
+  do {                                                                         \
+    ::idem::internal::LoadFailpointsFromEnvOnce();                             \
+    if (::idem::internal::g_failpoints_armed.load(std::memory_order_relaxed)) \
+      ::idem::internal::HitFailpoint(name);                                    \
+  } while (0)

@@ -1,0 +1,137 @@
+// Guard: one effect, once (SPEC §3).
+//
+//   auto store = idem::OpenStore("sqlite://./idem.db");
+//   idem::Guard guard(**store);
+//   auto r = guard.Run({.biz_type = "refund", .key = "R-1", .fingerprint = digest},
+//                      [&](idem::Transaction& tx) -> absl::StatusOr<std::string> {
+//                        IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO ledger ...", {...}));
+//                        return std::string(R"({"refund_id":"F-1"})");
+//                      });
+//
+// Two modes with the same outcomes:
+//  - transactional, Run(): the claim, the handler's writes and the result commit in
+//    one local transaction (or roll back together);
+//  - lease, Claim()/Complete()/Fail(): for effects outside the database; a claim
+//    commits a PROCESSING record with a lease and a fencing token.
+//
+// Checks run in this order: biz_type (kKeyReused), fingerprint (only when both the
+// record and the request carry one; also on a takeover), then state.
+//
+// Thread safety: a Guard is safe for concurrent use. `store` and `options.clock`
+// must outlive the Guard.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "idem/clock.h"
+#include "idem/key.h"
+#include "idem/record.h"
+#include "idem/store.h"
+
+namespace idem {
+
+enum class Outcome {
+  kExecuted,             // first arrival: the handler ran, its result is stored
+  kAcquired,             // lease mode: the caller holds the claim and must Complete/Fail
+  kReplayed,             // done before: `value` is the byte-identical first result
+  kInProgress,           // another holder has a live lease (see lease_until)
+  kKeyReused,            // the key belongs to another biz_type
+  kFingerprintMismatch,  // same key and biz_type, different payload
+  kCachedFailure,        // the first run failed non-retryably: `value` is that failure
+};
+
+// Returns "executed", "acquired", "replayed", "in_progress", "key_reused",
+// "fingerprint_mismatch" or "cached_failure".
+std::string_view OutcomeName(Outcome outcome);
+
+struct Request {
+  std::string tenant = "default";
+  std::string biz_type;
+  std::string key;          // opaque bytes
+  std::string fingerprint;  // optional; see idem::Fingerprint
+};
+
+struct Result {
+  Outcome outcome = Outcome::kExecuted;
+  // kExecuted/kReplayed: the stored result; kCachedFailure: the stored error.
+  std::string value;
+  // kAcquired/kExecuted: the fencing token of this claim. kInProgress: the holder's.
+  int64_t token = 0;
+  // kAcquired/kInProgress: when the lease ends.
+  absl::Time lease_until = absl::InfinitePast();
+  // kAcquired: an earlier holder's lease expired and was taken over; its effect
+  // may already have happened, so probe before re-sending (SPEC §3, §4).
+  bool takeover = false;
+  int64_t previous_token = 0;
+};
+
+struct GuardOptions {
+  const Clock* clock = Clock::Real();       // not owned
+  KeyLimits limits;
+  absl::Duration lease = absl::Seconds(30);  // Run()'s lease, and Claim()'s default
+};
+
+// The handler of Run(). Its SQL goes through `tx`, which is the same transaction
+// as the dedupe record. Return the result bytes to store (replayed verbatim), or
+// an error: kUnavailable, kAborted, kDeadlineExceeded and kResourceExhausted are
+// retryable (everything rolls back and no record is left); any other code is a
+// final failure, cached and answered as kCachedFailure from then on.
+using Handler = std::function<absl::StatusOr<std::string>(Transaction& tx)>;
+
+// Returns true for the status codes a caller may retry with the same key.
+bool IsRetryable(const absl::Status& status);
+
+class Guard {
+ public:
+  explicit Guard(Store& store, GuardOptions options = {});
+
+  // Transactional mode. Claims (tenant, key) with INSERT ... ON CONFLICT DO NOTHING,
+  // runs `handler` in the same transaction and commits its writes with the result.
+  // Returns kExecuted, kReplayed, kInProgress, kKeyReused, kFingerprintMismatch or
+  // kCachedFailure as values. Errors: kInvalidArgument for a bad key/biz_type/tenant
+  // (the handler does not run); kUnavailable when the store cannot be reached or
+  // stays locked (fail closed: the handler does not run); the handler's own error
+  // on its first failure (retryable ones leave no record). Blocks.
+  absl::StatusOr<Result> Run(const Request& request, const Handler& handler);
+
+  // Lease mode. Commits a PROCESSING record with a lease of `lease` (0 = the
+  // default) and a new fencing token, or reports why not. An expired lease is taken
+  // over (token + 1, takeover = true). Returns kAcquired, kReplayed, kInProgress,
+  // kKeyReused, kFingerprintMismatch or kCachedFailure. Errors as Run().
+  absl::StatusOr<Result> Claim(const Request& request, absl::Duration lease = absl::ZeroDuration());
+
+  // Stores `result` for the claim holding `token` and marks the key SUCCEEDED.
+  // Repeating the same call is OK. Errors: kNotFound (no record), kFailedPrecondition
+  // (the key belongs to another biz_type), kAborted (lease lost: the token is stale
+  // or the key was released; nothing changed), kAlreadyExists (already finished
+  // with this token but with another result or as a failure), kUnavailable.
+  absl::Status Complete(const Request& request, int64_t token, std::string_view result);
+
+  // Ends the claim holding `token` with a failure. Retryable: the key is released
+  // (the next claim acquires it, with a larger token). Otherwise `error` is cached
+  // and answered as kCachedFailure. Errors as Complete().
+  absl::Status Fail(const Request& request, int64_t token, bool retryable, std::string_view error);
+
+  // Returns the record of (tenant, key); kNotFound when there is none (or it was
+  // released), kFailedPrecondition when it belongs to another biz_type than a
+  // non-empty `request.biz_type`.
+  absl::StatusOr<Record> Get(const Request& request);
+
+  const GuardOptions& options() const { return options_; }
+
+ private:
+  absl::Status Validate(const Request& request) const;
+  absl::Status Finish(const Request& request, int64_t token, RecordState final_state,
+                      std::string_view bytes);
+
+  Store& store_;
+  GuardOptions options_;
+};
+
+}  // namespace idem

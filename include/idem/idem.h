@@ -1,0 +1,35 @@
+// idem: exactly-once effects on at-least-once delivery. The one header to include.
+//
+// Thread safety: see each header; every Store and Guard is safe for concurrent use.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "idem/clock.h"
+#include "idem/fingerprint.h"
+#include "idem/guard.h"
+#include "idem/key.h"
+#include "idem/record.h"
+#include "idem/status.h"
+#include "idem/store.h"
+#include "idem/value.h"
+
+namespace idem {
+
+struct StoreOptions {
+  const Clock* clock = Clock::Real();  // not owned; must outlive the Store
+};
+
+// Opens the Store named by `url`: memory://, sqlite://PATH (sqlite://./idem.db,
+// sqlite:///var/lib/idem/idem.db, sqlite://:memory:), with optional query
+// parameters (sqlite: synchronous=full|normal|off, busy_timeout_ms=N, pool=N).
+// Creates the schema when missing. Returns kInvalidArgument for a malformed URL or
+// an unknown parameter, kNotFound for a backend that was not compiled in,
+// kUnavailable when the database cannot be opened or created, kFailedPrecondition
+// when the file is not an idem database (corrupt, or a newer schema).
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
+                                                 const StoreOptions& options = {});
+
+}  // namespace idem

@@ -1,0 +1,112 @@
+// Store: where dedupe records live, and the local database transaction that a
+// guarded handler shares with them (SPEC §3, §13).
+//
+// Get one with idem::OpenStore(url) (include/idem/idem.h). Backends: memory://
+// (reference, no SQL), sqlite://PATH; later postgres:// and mysql://.
+//
+// A handler sees only `Transaction` (its SQL runs in the same transaction as the
+// dedupe record). `StoreTransaction` and `Store` are the backend interface the
+// Guard drives; applications rarely call them directly.
+//
+// Thread safety: every Store is safe for concurrent use. A Transaction belongs to
+// one thread at a time and must not outlive its Store.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "idem/record.h"
+#include "idem/value.h"
+
+namespace idem {
+
+// The caller's handle on the local transaction a guarded handler runs in.
+class Transaction {
+ public:
+  virtual ~Transaction() = default;
+
+  // Runs one SQL statement with `?` placeholders bound to `params`, in this
+  // transaction. Returns the number of rows changed. Errors: kInvalidArgument for
+  // bad SQL or a constraint violation, kUnavailable for a lost or locked database
+  // (retryable), kAborted for a deadlock or serialization failure (retryable),
+  // kUnimplemented on a store without SQL (memory://). Blocks on the database.
+  virtual absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params = {}) = 0;
+
+  // Runs a query, as Exec, and returns its rows.
+  virtual absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params = {}) = 0;
+
+  // State-machine transition (SPEC §3, seed 1 §3.3):
+  //   UPDATE <table> SET <status_column> = to WHERE <id_column> = id AND <status_column> = from
+  // Returns true when the row moved, false when it did not (already moved: a
+  // duplicate). Identifiers must be plain SQL names ([A-Za-z_][A-Za-z0-9_]*), else
+  // kInvalidArgument.
+  absl::StatusOr<bool> Transition(std::string_view table, std::string_view id_column,
+                                  const Value& id, std::string_view status_column,
+                                  const Value& from, const Value& to);
+
+  // Optimistic-version update:
+  //   UPDATE <table> SET <assignments>, <version_column> = <version_column> + 1
+  //   WHERE <id_column> = id AND <version_column> = expected_version
+  // `assignments` is a list of (column, value). Returns true when the row was
+  // updated, false when its version moved on (a concurrent writer won).
+  absl::StatusOr<bool> UpdateVersioned(
+      std::string_view table, std::string_view id_column, const Value& id,
+      std::string_view version_column, int64_t expected_version,
+      absl::Span<const std::pair<std::string, Value>> assignments);
+};
+
+// The backend side of a transaction: record operations for the Guard.
+class StoreTransaction : public Transaction {
+ public:
+  // Inserts `record` unless a record for (record.tenant, record.key) exists; never
+  // SELECT-then-INSERT. Returns std::nullopt when it inserted, else the existing
+  // record (read in this transaction).
+  virtual absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& record) = 0;
+
+  // Overwrites the stored record of (record.tenant, record.key) with `record` if
+  // the stored one still has `expected_token` and `expected_state`. Returns whether
+  // it did (a conditional update; 0 rows means another holder moved it).
+  virtual absl::StatusOr<bool> Replace(const Record& record, int64_t expected_token,
+                                       RecordState expected_state) = 0;
+
+  // Reads the record of (tenant, key) in this transaction, or std::nullopt.
+  virtual absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,
+                                                     std::string_view key) = 0;
+
+  // Commits. On error nothing was committed (kUnavailable / kAborted: retry).
+  virtual absl::Status Commit() = 0;
+
+  // Rolls back; also done by the destructor of an uncommitted transaction.
+  virtual void Rollback() = 0;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Begins a read-write transaction that serializes with every other claim of the
+  // same key. Blocks up to the store's lock timeout; kUnavailable when the store
+  // cannot be reached or stays locked past it.
+  virtual absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() = 0;
+
+  // Reads the record of (tenant, key) outside any transaction, or std::nullopt.
+  virtual absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
+                                                    std::string_view key) = 0;
+
+  // Returns OK when the store answers (readiness), kUnavailable otherwise.
+  virtual absl::Status Ping() = 0;
+
+  // True when Transaction::Exec/Query run SQL on this store.
+  virtual bool SupportsSql() const = 0;
+
+  // The URL this store was opened with, with any password removed.
+  virtual std::string_view url() const = 0;
+};
+
+}  // namespace idem
