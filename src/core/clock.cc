@@ -1,0 +1,20 @@
+#include "idem/clock.h"
+
+#include "absl/time/clock.h"
+
+namespace idem {
+namespace {
+
+class RealClock final : public Clock {
+ public:
+  absl::Time Now() const override { return absl::Now(); }
+};
+
+}  // namespace
+
+const Clock* Clock::Real() {
+  static const RealClock* clock = new RealClock();
+  return clock;
+}
+
+}  // namespace idem

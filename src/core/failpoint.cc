@@ -1,0 +1,80 @@
+#include "idem/failpoint.h"
+
+#include <csignal>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "core/absl_compat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+
+namespace idem {
+namespace internal {
+std::atomic<bool> g_failpoints_armed{false};
+}  // namespace internal
+
+namespace {
+
+absl::Mutex g_mu;
+std::map<std::string, std::string, std::less<>>& Armed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
+  static auto* armed = new std::map<std::string, std::string, std::less<>>();
+  return *armed;
+}
+
+void ArmLocked(std::string_view name, std::string_view action) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
+  if (action.empty()) {
+    Armed().erase(std::string(name));
+  } else {
+    Armed()[std::string(name)] = std::string(action);
+  }
+  internal::g_failpoints_armed.store(!Armed().empty(), std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void ArmFailpoint(std::string_view name, std::string_view action) {
+  internal::LoadFailpointsFromEnvOnce();
+  absl::MutexLock lock(&g_mu);
+  ArmLocked(name, action);
+}
+
+void DisarmAllFailpoints() {
+  internal::LoadFailpointsFromEnvOnce();
+  absl::MutexLock lock(&g_mu);
+  Armed().clear();
+  internal::g_failpoints_armed.store(false, std::memory_order_relaxed);
+}
+
+namespace internal {
+
+void LoadFailpointsFromEnvOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("IDEM_FAILPOINTS");
+    if (env == nullptr || *env == '\0') return;
+    absl::MutexLock lock(&g_mu);
+    for (absl::string_view item : absl::StrSplit(env, ',', absl::SkipEmpty())) {
+      std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, '=');
+      ArmLocked(SV(kv.first), kv.second.empty() ? std::string_view("kill") : SV(kv.second));
+    }
+  });
+}
+
+void HitFailpoint(const char* name) {
+  std::string action;
+  {
+    absl::MutexLock lock(&g_mu);
+    auto it = Armed().find(std::string_view(name));
+    if (it == Armed().end()) return;
+    action = it->second;
+  }
+  if (action == "kill") {
+    std::raise(SIGKILL);
+  }
+  std::abort();
+}
+
+}  // namespace internal
+}  // namespace idem

@@ -1,0 +1,317 @@
+#include "idem/guard.h"
+
+#include <optional>
+#include <utility>
+
+#include "core/absl_compat.h"
+#include "absl/strings/str_cat.h"
+#include "idem/failpoint.h"
+#include "idem/status.h"
+
+namespace idem {
+namespace {
+
+// What a claim meeting an existing record must do.
+struct Decision {
+  std::optional<Result> final;  // set: answer this, nothing to write
+  Record next;                  // else: write this over the existing record
+  bool takeover = false;
+};
+
+Decision Decide(const Record& existing, const Request& request, absl::Time now,
+                absl::Duration lease) {
+  Decision d;
+  // A released key (retryable failure) behaves as absent: whoever claims next
+  // acquires it, with the next token.
+  if (existing.state != RecordState::kReleased) {
+    if (existing.biz_type != request.biz_type) {
+      d.final = Result{.outcome = Outcome::kKeyReused};
+      return d;
+    }
+    if (!existing.fingerprint.empty() && !request.fingerprint.empty() &&
+        existing.fingerprint != request.fingerprint) {
+      d.final = Result{.outcome = Outcome::kFingerprintMismatch};
+      return d;
+    }
+    switch (existing.state) {
+      case RecordState::kSucceeded:
+        d.final = Result{.outcome = Outcome::kReplayed, .value = existing.result,
+                         .token = existing.token};
+        return d;
+      case RecordState::kFailed:
+        d.final = Result{.outcome = Outcome::kCachedFailure, .value = existing.error,
+                         .token = existing.token};
+        return d;
+      case RecordState::kProcessing:
+        if (existing.lease_until > now) {
+          d.final = Result{.outcome = Outcome::kInProgress, .token = existing.token,
+                           .lease_until = existing.lease_until};
+          return d;
+        }
+        d.takeover = true;
+        break;
+      case RecordState::kReleased:
+        break;
+    }
+  }
+  d.next = existing;
+  d.next.biz_type = request.biz_type;
+  if (!request.fingerprint.empty()) d.next.fingerprint = request.fingerprint;
+  d.next.state = RecordState::kProcessing;
+  d.next.token = existing.token + 1;
+  d.next.lease_until = now + lease;
+  d.next.result.clear();
+  d.next.error.clear();
+  d.next.updated_at = now;
+  return d;
+}
+
+// The failure bytes cached for a handler's final error: a JSON object, so the
+// HTTP API can hand it out as any other stored error.
+std::string FailureBytes(const absl::Status& status) {
+  std::string message;
+  for (char c : status.message()) {
+    switch (c) {
+      case '"':
+        message += "\\\"";
+        break;
+      case '\\':
+        message += "\\\\";
+        break;
+      case '\n':
+        message += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppend(&message, " ");
+        } else {
+          message += c;
+        }
+    }
+  }
+  return absl::StrCat(R"({"code":")", absl::StatusCodeToString(status.code()),
+                      R"(","message":")", message, "\"}");
+}
+
+}  // namespace
+
+std::string_view OutcomeName(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kExecuted:
+      return "executed";
+    case Outcome::kAcquired:
+      return "acquired";
+    case Outcome::kReplayed:
+      return "replayed";
+    case Outcome::kInProgress:
+      return "in_progress";
+    case Outcome::kKeyReused:
+      return "key_reused";
+    case Outcome::kFingerprintMismatch:
+      return "fingerprint_mismatch";
+    case Outcome::kCachedFailure:
+      return "cached_failure";
+  }
+  return "unknown";
+}
+
+bool IsRetryable(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kResourceExhausted:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Guard::Guard(Store& store, GuardOptions options) : store_(store), options_(std::move(options)) {
+  if (options_.clock == nullptr) options_.clock = Clock::Real();
+}
+
+absl::Status Guard::Validate(const Request& request) const {
+  IDEM_RETURN_IF_ERROR(ValidateTenant(request.tenant, options_.limits));
+  IDEM_RETURN_IF_ERROR(ValidateBizType(request.biz_type, options_.limits));
+  return ValidateKey(request.key, options_.limits);
+}
+
+absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease) {
+  IDEM_RETURN_IF_ERROR(Validate(request));
+  if (lease <= absl::ZeroDuration()) lease = options_.lease;
+  const absl::Time now = options_.clock->Now();
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
+  Record fresh{.tenant = request.tenant,
+               .biz_type = request.biz_type,
+               .key = request.key,
+               .fingerprint = request.fingerprint,
+               .state = RecordState::kProcessing,
+               .token = 1,
+               .lease_until = now + lease,
+               .created_at = now,
+               .updated_at = now};
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, tx->InsertOrLoad(fresh));
+  Result result{.outcome = Outcome::kAcquired, .token = 1, .lease_until = fresh.lease_until};
+  if (existing.has_value()) {
+    Decision d = Decide(*existing, request, now, lease);
+    if (d.final.has_value()) {
+      tx->Rollback();
+      return *d.final;
+    }
+    IDEM_ASSIGN_OR_RETURN(bool moved, tx->Replace(d.next, existing->token, existing->state));
+    if (!moved) {
+      // Only possible if the store let another writer in between our read and
+      // write; report it as contention rather than guess.
+      return absl::AbortedError("claim lost a race on the record; retry");
+    }
+    result.token = d.next.token;
+    result.lease_until = d.next.lease_until;
+    result.takeover = d.takeover;
+    if (d.takeover) result.previous_token = existing->token;
+  }
+  IDEM_RETURN_IF_ERROR(tx->Commit());
+  IDEM_FAILPOINT("guard.after_claim_commit");
+  return result;
+}
+
+absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler) {
+  IDEM_RETURN_IF_ERROR(Validate(request));
+  const absl::Time now = options_.clock->Now();
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
+  Record claim{.tenant = request.tenant,
+               .biz_type = request.biz_type,
+               .key = request.key,
+               .fingerprint = request.fingerprint,
+               .state = RecordState::kProcessing,
+               .token = 1,
+               .lease_until = now + options_.lease,
+               .created_at = now,
+               .updated_at = now};
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, tx->InsertOrLoad(claim));
+  int64_t expected_token = claim.token;
+  if (existing.has_value()) {
+    Decision d = Decide(*existing, request, now, options_.lease);
+    if (d.final.has_value()) {
+      tx->Rollback();
+      return *d.final;
+    }
+    IDEM_ASSIGN_OR_RETURN(bool moved, tx->Replace(d.next, existing->token, existing->state));
+    if (!moved) return absl::AbortedError("claim lost a race on the record; retry");
+    claim = d.next;
+    expected_token = claim.token;
+  }
+  IDEM_FAILPOINT("guard.after_claim");
+
+  absl::StatusOr<std::string> value = handler(*tx);
+  if (!value.ok()) {
+    tx->Rollback();
+    if (IsRetryable(value.status())) return value.status();
+    // A final failure: the handler's writes are gone with the rollback; cache the
+    // failure in a transaction of its own. If someone claimed the key in between,
+    // their record stands and ours is not written.
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> ftx, store_.Begin());
+    Record failed = claim;
+    failed.state = RecordState::kFailed;
+    failed.error = FailureBytes(value.status());
+    failed.lease_until = absl::InfinitePast();
+    failed.updated_at = options_.clock->Now();
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> now_existing, ftx->InsertOrLoad(failed));
+    if (now_existing.has_value()) {
+      if (now_existing->state == RecordState::kReleased) {
+        failed.token = now_existing->token + 1;
+        IDEM_RETURN_IF_ERROR(ftx->Replace(failed, now_existing->token, now_existing->state));
+      } else {
+        ftx->Rollback();
+        return value.status();
+      }
+    }
+    IDEM_RETURN_IF_ERROR(ftx->Commit());
+    return value.status();
+  }
+  IDEM_FAILPOINT("guard.after_handler");
+
+  Record done = claim;
+  done.state = RecordState::kSucceeded;
+  done.result = *std::move(value);
+  done.lease_until = absl::InfinitePast();
+  done.updated_at = options_.clock->Now();
+  IDEM_ASSIGN_OR_RETURN(bool moved, tx->Replace(done, expected_token, RecordState::kProcessing));
+  if (!moved) return absl::AbortedError("record moved during the handler; rolled back");
+  IDEM_FAILPOINT("guard.before_commit");
+  IDEM_RETURN_IF_ERROR(tx->Commit());
+  IDEM_FAILPOINT("guard.after_commit");
+  return Result{.outcome = Outcome::kExecuted, .value = std::move(done.result),
+                .token = done.token};
+}
+
+absl::Status Guard::Finish(const Request& request, int64_t token, RecordState final_state,
+                           std::string_view bytes) {
+  IDEM_RETURN_IF_ERROR(Validate(request));
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, tx->Load(request.tenant, request.key));
+  if (!existing.has_value()) {
+    return absl::NotFoundError(absl::StrCat("no record for key '", request.key, "'"));
+  }
+  if (existing->state != RecordState::kReleased && existing->biz_type != request.biz_type) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key_reused: the key belongs to biz_type '", existing->biz_type, "'"));
+  }
+  if (existing->state == RecordState::kReleased && existing->token == token &&
+      final_state == RecordState::kReleased) {
+    return absl::OkStatus();  // the same retryable failure reported again
+  }
+  if (existing->token != token || existing->state == RecordState::kReleased) {
+    return absl::AbortedError(absl::StrCat("lease_lost: token ", token,
+                                           " is not the current holder's (current token ",
+                                           existing->token, ")"));
+  }
+  if (existing->state != RecordState::kProcessing) {
+    // Already finished with this token: the same call again is fine, another is not.
+    const bool same = existing->state == final_state &&
+                      (final_state == RecordState::kSucceeded ? existing->result == bytes
+                                                              : existing->error == bytes);
+    if (same) return absl::OkStatus();
+    return absl::AlreadyExistsError(absl::StrCat("the claim with token ", token,
+                                                 " already ended as ",
+                                                 AV(RecordStateName(existing->state)),
+                                                 " with other content"));
+  }
+  Record next = *existing;
+  next.state = final_state;
+  next.updated_at = options_.clock->Now();
+  next.lease_until = absl::InfinitePast();
+  if (final_state == RecordState::kSucceeded) {
+    next.result = std::string(bytes);
+  } else if (final_state == RecordState::kFailed) {
+    next.error = std::string(bytes);
+  }
+  IDEM_ASSIGN_OR_RETURN(bool moved, tx->Replace(next, token, RecordState::kProcessing));
+  if (!moved) return absl::AbortedError("lease_lost: the record moved");
+  return tx->Commit();
+}
+
+absl::Status Guard::Complete(const Request& request, int64_t token, std::string_view result) {
+  return Finish(request, token, RecordState::kSucceeded, result);
+}
+
+absl::Status Guard::Fail(const Request& request, int64_t token, bool retryable,
+                         std::string_view error) {
+  return Finish(request, token, retryable ? RecordState::kReleased : RecordState::kFailed, error);
+}
+
+absl::StatusOr<Record> Guard::Get(const Request& request) {
+  IDEM_RETURN_IF_ERROR(ValidateTenant(request.tenant, options_.limits));
+  IDEM_RETURN_IF_ERROR(ValidateKey(request.key, options_.limits));
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> record, store_.Get(request.tenant, request.key));
+  if (!record.has_value() || record->state == RecordState::kReleased) {
+    return absl::NotFoundError(absl::StrCat("no record for key '", request.key, "'"));
+  }
+  if (!request.biz_type.empty() && record->biz_type != request.biz_type) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("key_reused: the key belongs to biz_type '", record->biz_type, "'"));
+  }
+  return *std::move(record);
+}
+
+}  // namespace idem

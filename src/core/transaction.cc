@@ -1,0 +1,67 @@
+// Transaction's SQL helpers: the state-machine and optimistic-version updates of
+// SPEC §3, built on Exec() so every backend gets them.
+#include <cctype>
+
+#include "core/absl_compat.h"
+#include "absl/strings/str_cat.h"
+#include "idem/status.h"
+#include "idem/store.h"
+
+namespace idem {
+namespace {
+
+absl::Status CheckIdentifier(std::string_view what, std::string_view name) {
+  bool ok = !name.empty() && name.size() <= 63 &&
+            (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') ok = false;
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        AV(what), " '", AV(name), "' is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, ≤ 63 chars)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<bool> Transaction::Transition(std::string_view table, std::string_view id_column,
+                                             const Value& id, std::string_view status_column,
+                                             const Value& from, const Value& to) {
+  IDEM_RETURN_IF_ERROR(CheckIdentifier("table", table));
+  IDEM_RETURN_IF_ERROR(CheckIdentifier("id column", id_column));
+  IDEM_RETURN_IF_ERROR(CheckIdentifier("status column", status_column));
+  std::string sql = absl::StrCat("UPDATE ", AV(table), " SET ", AV(status_column), " = ? WHERE ",
+                                 AV(id_column), " = ? AND ", AV(status_column), " = ?");
+  const Value params[] = {to, id, from};
+  IDEM_ASSIGN_OR_RETURN(int64_t changed, Exec(sql, params));
+  return changed > 0;
+}
+
+absl::StatusOr<bool> Transaction::UpdateVersioned(
+    std::string_view table, std::string_view id_column, const Value& id,
+    std::string_view version_column, int64_t expected_version,
+    absl::Span<const std::pair<std::string, Value>> assignments) {
+  IDEM_RETURN_IF_ERROR(CheckIdentifier("table", table));
+  IDEM_RETURN_IF_ERROR(CheckIdentifier("id column", id_column));
+  IDEM_RETURN_IF_ERROR(CheckIdentifier("version column", version_column));
+  std::string sql = absl::StrCat("UPDATE ", AV(table), " SET ");
+  std::vector<Value> params;
+  for (const auto& [column, value] : assignments) {
+    IDEM_RETURN_IF_ERROR(CheckIdentifier("column", column));
+    if (column == version_column) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("column '", column, "' is the version column; it is bumped by idem"));
+    }
+    absl::StrAppend(&sql, column, " = ?, ");
+    params.push_back(value);
+  }
+  absl::StrAppend(&sql, AV(version_column), " = ", AV(version_column), " + 1 WHERE ", AV(id_column),
+                  " = ? AND ", AV(version_column), " = ?");
+  params.push_back(id);
+  params.push_back(Value(static_cast<long long>(expected_version)));
+  IDEM_ASSIGN_OR_RETURN(int64_t changed, Exec(sql, params));
+  return changed > 0;
+}
+
+}  // namespace idem

@@ -1,0 +1,56 @@
+// A SQLite connection with a prepared-statement cache and status mapping; the
+// building block of the sqlite:// store. Not part of the public API.
+//
+// Thread safety: a Connection is used by one thread at a time.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "idem/value.h"
+
+namespace idem::sqlite {
+
+// Maps a SQLite result code to the absl code a caller should act on (STYLE.md).
+absl::Status ToStatus(int rc, sqlite3* db, std::string_view context);
+
+class Connection {
+ public:
+  // Opens `path` with the given pragmas. Errors as OpenSqliteStore.
+  static absl::StatusOr<std::unique_ptr<Connection>> Open(const std::string& path,
+                                                          std::string_view synchronous,
+                                                          int busy_timeout_ms);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Prepares (or reuses) the statement for `sql`, resets it and binds `params`.
+  // REQUIRES: the returned statement is used before the next Prepare of the same SQL.
+  absl::StatusOr<sqlite3_stmt*> Prepare(std::string_view sql, absl::Span<const Value> params);
+
+  // Runs `sql` to completion; returns sqlite3_changes().
+  absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params = {});
+
+  // Runs `sql` and collects its rows.
+  absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params = {});
+
+  // Runs one or more statements without parameters (schema, BEGIN, COMMIT).
+  absl::Status ExecScript(const char* sql);
+
+  sqlite3* db() const { return db_; }
+
+ private:
+  explicit Connection(sqlite3* db) : db_(db) {}
+
+  sqlite3* db_;
+  std::unordered_map<std::string, sqlite3_stmt*> cache_;
+};
+
+}  // namespace idem::sqlite

@@ -1,0 +1,30 @@
+// The sqlite:// store: dedupe records in a SQLite file, in the same transaction
+// as the caller's business rows (SPEC §1, §3).
+//
+// URL: sqlite://PATH (sqlite://./idem.db, sqlite:///var/lib/idem/idem.db,
+// sqlite://:memory:) with optional parameters:
+//   synchronous=full|normal|off  (default full: a committed claim survives power loss)
+//   busy_timeout_ms=N            (default 5000: how long a claim waits for the write lock
+//                                 before kUnavailable)
+//   readers=N                    (default 4: connections for reads outside transactions)
+// The file is opened in WAL mode. Writers are serialized by one write connection.
+//
+// Thread safety: safe for concurrent use.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "idem/clock.h"
+#include "idem/store.h"
+
+namespace idem {
+
+// Opens (creating if needed) the database named by `url` ("sqlite://…") and its
+// schema. Errors: kInvalidArgument for a malformed URL or parameter, kUnavailable
+// when the file cannot be opened or created, kFailedPrecondition when the file is
+// not a SQLite database or has a newer idem schema.
+absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(std::string_view url);
+
+}  // namespace idem

@@ -1,0 +1,421 @@
+// The Guard/Store contract of SPEC §2–§3, run against every backend.
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "conformance/store_factory.h"
+#include "idem/idem.h"
+#include "testing/fake_clock.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
+
+namespace idem {
+namespace {
+
+using ::idem::testing::FakeClock;
+using ::idem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// A store decorator that is down: every call answers kUnavailable.
+class DownStore final : public Store {
+ public:
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
+    return absl::UnavailableError("store is down");
+  }
+  absl::StatusOr<std::optional<Record>> Get(std::string_view, std::string_view) override {
+    return absl::UnavailableError("store is down");
+  }
+  absl::Status Ping() override { return absl::UnavailableError("store is down"); }
+  bool SupportsSql() const override { return true; }
+  std::string_view url() const override { return "down://"; }
+};
+
+class GuardConformanceTest : public ::testing::TestWithParam<testing::Backend> {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(GetParam().url(dir_.path()));
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    guard_ = std::make_unique<Guard>(*store_, GuardOptions{.clock = &clock_});
+    if (store_->SupportsSql()) {
+      std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+      ASSERT_OK(tx->Exec(
+          "CREATE TABLE ledger (order_no TEXT PRIMARY KEY, amount INTEGER NOT NULL, "
+          "status TEXT NOT NULL DEFAULT 'PENDING', version INTEGER NOT NULL DEFAULT 0)"));
+      ASSERT_OK(tx->Commit());
+    }
+  }
+
+  // A handler that counts its runs and returns `result`.
+  Handler Counting(std::string result, absl::Status error = absl::OkStatus()) {
+    return [this, result, error](Transaction&) -> absl::StatusOr<std::string> {
+      ++runs_;
+      if (!error.ok()) return error;
+      return result;
+    };
+  }
+
+  int64_t LedgerRows() {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    absl::StatusOr<Rows> rows = tx->Query("SELECT COUNT(*) FROM ledger");
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    return rows.ok() ? rows->rows[0][0].as_int() : -1;
+  }
+
+  static Request Req(std::string key, std::string biz_type = "refund", std::string fp = "") {
+    return Request{.biz_type = std::move(biz_type), .key = std::move(key),
+                   .fingerprint = std::move(fp)};
+  }
+
+  testing::TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Guard> guard_;
+  std::atomic<int> runs_{0};
+};
+
+TEST_P(GuardConformanceTest, FirstRunExecutesThenReplaysByteIdenticalResult) {
+  const std::string result = "{\"refund_id\" : \"F-1\",\n \"amount\":1.50}\x01";
+  absl::StatusOr<Result> first = guard_->Run(Req("R-1"), Counting(result));
+  ASSERT_OK(first);
+  EXPECT_EQ(first->outcome, Outcome::kExecuted);
+  EXPECT_EQ(first->value, result);
+  absl::StatusOr<Result> again = guard_->Run(Req("R-1"), Counting("other"));
+  ASSERT_OK(again);
+  EXPECT_EQ(again->outcome, Outcome::kReplayed);
+  EXPECT_EQ(again->value, result);
+  EXPECT_EQ(runs_.load(), 1);
+  absl::StatusOr<Record> record = guard_->Get(Req("R-1"));
+  ASSERT_OK(record);
+  EXPECT_EQ(record->state, RecordState::kSucceeded);
+  EXPECT_EQ(record->result, result);
+  EXPECT_EQ(record->biz_type, "refund");
+}
+
+TEST_P(GuardConformanceTest, SameKeyOtherBizTypeIsKeyReused) {
+  ASSERT_OK(guard_->Run(Req("K"), Counting("a")));
+  absl::StatusOr<Result> r = guard_->Run(Req("K", "payment"), Counting("b"));
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kKeyReused);
+  EXPECT_EQ(r->value, "");  // never another's result
+  EXPECT_EQ(runs_.load(), 1);
+}
+
+TEST_P(GuardConformanceTest, BizTypeIsCheckedBeforeFingerprint) {
+  ASSERT_OK(guard_->Run(Req("K", "refund", "fp1"), Counting("a")));
+  absl::StatusOr<Result> r = guard_->Run(Req("K", "payment", "fp2"), Counting("b"));
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kKeyReused);
+}
+
+TEST_P(GuardConformanceTest, DifferentFingerprintIsMismatch) {
+  ASSERT_OK(guard_->Run(Req("K", "refund", "fp1"), Counting("a")));
+  absl::StatusOr<Result> r = guard_->Run(Req("K", "refund", "fp2"), Counting("b"));
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kFingerprintMismatch);
+  EXPECT_EQ(r->value, "");
+  EXPECT_EQ(runs_.load(), 1);
+}
+
+TEST_P(GuardConformanceTest, FingerprintComparedOnlyWhenBothCarryOne) {
+  ASSERT_OK(guard_->Run(Req("K1", "refund", ""), Counting("a")));
+  absl::StatusOr<Result> r1 = guard_->Run(Req("K1", "refund", "fp"), Counting("b"));
+  ASSERT_OK(r1);
+  EXPECT_EQ(r1->outcome, Outcome::kReplayed);
+  ASSERT_OK(guard_->Run(Req("K2", "refund", "fp"), Counting("c")));
+  absl::StatusOr<Result> r2 = guard_->Run(Req("K2", "refund", ""), Counting("d"));
+  ASSERT_OK(r2);
+  EXPECT_EQ(r2->outcome, Outcome::kReplayed);
+  EXPECT_EQ(r2->value, "c");
+}
+
+TEST_P(GuardConformanceTest, RetryableErrorLeavesNoRecord) {
+  absl::StatusOr<Result> r = guard_->Run(Req("K"), Counting("", absl::UnavailableError("db slow")));
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(guard_->Get(Req("K")), StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<Result> again = guard_->Run(Req("K"), Counting("ok"));
+  ASSERT_OK(again);
+  EXPECT_EQ(again->outcome, Outcome::kExecuted);
+  EXPECT_EQ(again->value, "ok");
+  EXPECT_EQ(runs_.load(), 2);
+}
+
+TEST_P(GuardConformanceTest, FinalErrorIsCachedAndReplayedAsCachedFailure) {
+  absl::StatusOr<Result> r =
+      guard_->Run(Req("K"), Counting("", absl::InvalidArgumentError("card \"expired\"")));
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::StatusOr<Result> again = guard_->Run(Req("K"), Counting("ok"));
+  ASSERT_OK(again);
+  EXPECT_EQ(again->outcome, Outcome::kCachedFailure);
+  EXPECT_EQ(again->value, R"({"code":"INVALID_ARGUMENT","message":"card \"expired\""})");
+  EXPECT_EQ(runs_.load(), 1);
+  absl::StatusOr<Record> record = guard_->Get(Req("K"));
+  ASSERT_OK(record);
+  EXPECT_EQ(record->state, RecordState::kFailed);
+}
+
+TEST_P(GuardConformanceTest, InvalidKeysAreRejectedBeforeTheHandler) {
+  EXPECT_THAT(guard_->Run(Req(""), Counting("x")), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(guard_->Run(Req(std::string(256, 'k')), Counting("x")),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(guard_->Run(Req("K", ""), Counting("x")),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(guard_->Run(Req("K", std::string(256, 'b')), Counting("x")),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(guard_->Claim(Req("")), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(runs_.load(), 0);
+  absl::StatusOr<Result> max = guard_->Run(Req(std::string(255, 'k')), Counting("x"));
+  ASSERT_OK(max);
+  EXPECT_EQ(max->outcome, Outcome::kExecuted);
+  absl::Status s = guard_->Run(Req(std::string(256, 'k')), Counting("x")).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("256 bytes"));
+}
+
+TEST_P(GuardConformanceTest, KeysAreOpaqueBytes) {
+  const std::string with_nul("a\0b\xff", 4);
+  ASSERT_OK(guard_->Run(Req(with_nul), Counting("1")));
+  absl::StatusOr<Result> prefix = guard_->Run(Req(std::string("a")), Counting("2"));
+  ASSERT_OK(prefix);
+  EXPECT_EQ(prefix->outcome, Outcome::kExecuted);
+  absl::StatusOr<Result> again = guard_->Run(Req(with_nul), Counting("3"));
+  ASSERT_OK(again);
+  EXPECT_EQ(again->outcome, Outcome::kReplayed);
+  EXPECT_EQ(again->value, "1");
+}
+
+TEST_P(GuardConformanceTest, TenantsHaveSeparateKeySpaces) {
+  Request a = Req("K");
+  a.tenant = "acme";
+  Request b = Req("K", "payment");
+  b.tenant = "beta";
+  ASSERT_OK(guard_->Run(a, Counting("A")));
+  absl::StatusOr<Result> rb = guard_->Run(b, Counting("B"));
+  ASSERT_OK(rb);
+  EXPECT_EQ(rb->outcome, Outcome::kExecuted);
+  EXPECT_EQ(rb->value, "B");
+  Request c = Req("K");
+  c.tenant = "gamma";
+  EXPECT_THAT(guard_->Get(c), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_P(GuardConformanceTest, StoreDownFailsClosed) {
+  DownStore down;
+  Guard guard(down, GuardOptions{.clock = &clock_});
+  EXPECT_THAT(guard.Run(Req("K"), Counting("x")), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(guard.Claim(Req("K")), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(runs_.load(), 0);
+}
+
+// ---- lease mode ----
+
+TEST_P(GuardConformanceTest, LeaseClaimCompleteReplay) {
+  absl::StatusOr<Result> c = guard_->Claim(Req("L", "refund", "fp"), absl::Seconds(10));
+  ASSERT_OK(c);
+  EXPECT_EQ(c->outcome, Outcome::kAcquired);
+  EXPECT_EQ(c->token, 1);
+  EXPECT_FALSE(c->takeover);
+  EXPECT_EQ(c->lease_until, clock_.Now() + absl::Seconds(10));
+  absl::StatusOr<Record> held = guard_->Get(Req("L"));
+  ASSERT_OK(held);
+  EXPECT_EQ(held->state, RecordState::kProcessing);
+  EXPECT_EQ(held->fingerprint, "fp");
+
+  absl::StatusOr<Result> busy = guard_->Claim(Req("L", "refund", "fp"));
+  ASSERT_OK(busy);
+  EXPECT_EQ(busy->outcome, Outcome::kInProgress);
+  EXPECT_EQ(busy->lease_until, c->lease_until);
+
+  ASSERT_OK(guard_->Complete(Req("L"), c->token, "[1, 2]"));
+  absl::StatusOr<Result> replay = guard_->Claim(Req("L", "refund", "fp"));
+  ASSERT_OK(replay);
+  EXPECT_EQ(replay->outcome, Outcome::kReplayed);
+  EXPECT_EQ(replay->value, "[1, 2]");
+}
+
+TEST_P(GuardConformanceTest, RunMeetingALiveLeaseIsInProgress) {
+  ASSERT_OK(guard_->Claim(Req("L")));
+  absl::StatusOr<Result> r = guard_->Run(Req("L"), Counting("x"));
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kInProgress);
+  EXPECT_EQ(runs_.load(), 0);
+}
+
+TEST_P(GuardConformanceTest, ExpiredLeaseIsTakenOverAndStaleTokenLoses) {
+  absl::StatusOr<Result> first = guard_->Claim(Req("L"), absl::Seconds(5));
+  ASSERT_OK(first);
+  clock_.Advance(absl::Seconds(6));
+  absl::StatusOr<Result> second = guard_->Claim(Req("L"), absl::Seconds(5));
+  ASSERT_OK(second);
+  EXPECT_EQ(second->outcome, Outcome::kAcquired);
+  EXPECT_EQ(second->token, 2);
+  EXPECT_TRUE(second->takeover);
+  EXPECT_EQ(second->previous_token, 1);
+
+  EXPECT_THAT(guard_->Complete(Req("L"), first->token, "old"),
+              StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(guard_->Fail(Req("L"), first->token, false, "old"),
+              StatusIs(absl::StatusCode::kAborted));
+  absl::StatusOr<Record> still = guard_->Get(Req("L"));
+  ASSERT_OK(still);
+  EXPECT_EQ(still->state, RecordState::kProcessing);
+  EXPECT_EQ(still->token, 2);
+
+  ASSERT_OK(guard_->Complete(Req("L"), second->token, "new"));
+  absl::StatusOr<Record> done = guard_->Get(Req("L"));
+  ASSERT_OK(done);
+  EXPECT_EQ(done->result, "new");
+}
+
+TEST_P(GuardConformanceTest, ExpiredButNotTakenOverHolderStillCompletes) {
+  absl::StatusOr<Result> c = guard_->Claim(Req("L"), absl::Seconds(1));
+  ASSERT_OK(c);
+  clock_.Advance(absl::Minutes(5));
+  ASSERT_OK(guard_->Complete(Req("L"), c->token, "late but fine"));
+  absl::StatusOr<Result> replay = guard_->Claim(Req("L"));
+  ASSERT_OK(replay);
+  EXPECT_EQ(replay->outcome, Outcome::kReplayed);
+  EXPECT_EQ(replay->value, "late but fine");
+}
+
+TEST_P(GuardConformanceTest, FingerprintIsComparedOnTakeover) {
+  ASSERT_OK(guard_->Claim(Req("L", "refund", "fp1"), absl::Seconds(1)));
+  clock_.Advance(absl::Seconds(2));
+  absl::StatusOr<Result> r = guard_->Claim(Req("L", "refund", "fp2"));
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kFingerprintMismatch);
+}
+
+TEST_P(GuardConformanceTest, RetryableFailReleasesAndTokensKeepGrowing) {
+  absl::StatusOr<Result> c1 = guard_->Claim(Req("L"));
+  ASSERT_OK(c1);
+  ASSERT_OK(guard_->Fail(Req("L"), c1->token, /*retryable=*/true, R"({"why":"timeout"})"));
+  ASSERT_OK(guard_->Fail(Req("L"), c1->token, /*retryable=*/true, R"({"why":"timeout"})"));
+  EXPECT_THAT(guard_->Get(Req("L")), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(guard_->Complete(Req("L"), c1->token, "x"), StatusIs(absl::StatusCode::kAborted));
+  absl::StatusOr<Result> c2 = guard_->Claim(Req("L"));
+  ASSERT_OK(c2);
+  EXPECT_EQ(c2->outcome, Outcome::kAcquired);
+  EXPECT_GT(c2->token, c1->token);
+  EXPECT_FALSE(c2->takeover);
+  EXPECT_THAT(guard_->Complete(Req("L"), c1->token, "x"), StatusIs(absl::StatusCode::kAborted));
+  ASSERT_OK(guard_->Complete(Req("L"), c2->token, "y"));
+}
+
+TEST_P(GuardConformanceTest, FinalFailIsCached) {
+  absl::StatusOr<Result> c = guard_->Claim(Req("L"));
+  ASSERT_OK(c);
+  ASSERT_OK(guard_->Fail(Req("L"), c->token, /*retryable=*/false, R"({"code":"card_declined"})"));
+  absl::StatusOr<Result> r = guard_->Claim(Req("L"));
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kCachedFailure);
+  EXPECT_EQ(r->value, R"({"code":"card_declined"})");
+}
+
+TEST_P(GuardConformanceTest, CompleteIsIdempotentForTheSameResultOnly) {
+  absl::StatusOr<Result> c = guard_->Claim(Req("L"));
+  ASSERT_OK(c);
+  ASSERT_OK(guard_->Complete(Req("L"), c->token, "r1"));
+  ASSERT_OK(guard_->Complete(Req("L"), c->token, "r1"));
+  EXPECT_THAT(guard_->Complete(Req("L"), c->token, "r2"),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(guard_->Fail(Req("L"), c->token, false, "e"),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  absl::StatusOr<Record> rec = guard_->Get(Req("L"));
+  ASSERT_OK(rec);
+  EXPECT_EQ(rec->result, "r1");
+}
+
+TEST_P(GuardConformanceTest, CompleteOfUnknownKeyOrOtherBizType) {
+  EXPECT_THAT(guard_->Complete(Req("nope"), 1, "x"), StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<Result> c = guard_->Claim(Req("L"));
+  ASSERT_OK(c);
+  EXPECT_THAT(guard_->Complete(Req("L", "payment"), c->token, "x"),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(guard_->Get(Req("L", "payment")), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+// ---- transactional mode with business rows: SQL stores only ----
+
+class SqlGuardConformanceTest : public GuardConformanceTest {};
+
+TEST_P(SqlGuardConformanceTest, BusinessRowsCommitWithTheRecord) {
+  auto handler = [&](Transaction& tx) -> absl::StatusOr<std::string> {
+    ++runs_;
+    IDEM_RETURN_IF_ERROR(
+        tx.Exec("INSERT INTO ledger (order_no, amount) VALUES (?, ?)", {Value("O-1"), Value(42)}));
+    return std::string(R"({"ok":true})");
+  };
+  ASSERT_OK(guard_->Run(Req("O-1"), handler));
+  absl::StatusOr<Result> again = guard_->Run(Req("O-1"), handler);
+  ASSERT_OK(again);
+  EXPECT_EQ(again->outcome, Outcome::kReplayed);
+  EXPECT_EQ(runs_.load(), 1);
+  EXPECT_EQ(LedgerRows(), 1);
+}
+
+TEST_P(SqlGuardConformanceTest, RetryableErrorRollsBackBusinessRows) {
+  auto handler = [&](Transaction& tx) -> absl::StatusOr<std::string> {
+    IDEM_RETURN_IF_ERROR(
+        tx.Exec("INSERT INTO ledger (order_no, amount) VALUES (?, ?)", {Value("O-1"), Value(1)}));
+    return absl::DeadlineExceededError("downstream timeout");
+  };
+  EXPECT_THAT(guard_->Run(Req("O-1"), handler), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_EQ(LedgerRows(), 0);
+  EXPECT_THAT(guard_->Get(Req("O-1")), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_P(SqlGuardConformanceTest, FinalErrorRollsBackBusinessRowsButCachesFailure) {
+  auto handler = [&](Transaction& tx) -> absl::StatusOr<std::string> {
+    IDEM_RETURN_IF_ERROR(
+        tx.Exec("INSERT INTO ledger (order_no, amount) VALUES (?, ?)", {Value("O-1"), Value(1)}));
+    // A unique-key conflict is final (SPEC §5).
+    IDEM_RETURN_IF_ERROR(
+        tx.Exec("INSERT INTO ledger (order_no, amount) VALUES (?, ?)", {Value("O-1"), Value(1)}));
+    return std::string("unreachable");
+  };
+  EXPECT_THAT(guard_->Run(Req("O-1"), handler), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(LedgerRows(), 0);
+  absl::StatusOr<Result> again = guard_->Run(Req("O-1"), handler);
+  ASSERT_OK(again);
+  EXPECT_EQ(again->outcome, Outcome::kCachedFailure);
+}
+
+TEST_P(SqlGuardConformanceTest, StateMachineAndVersionHelpers) {
+  std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+  ASSERT_OK(tx->Exec("INSERT INTO ledger (order_no, amount) VALUES ('O-9', 5)"));
+  absl::StatusOr<bool> moved = tx->Transition("ledger", "order_no", "O-9", "status", "PENDING", "PAID");
+  ASSERT_OK(moved);
+  EXPECT_TRUE(*moved);
+  moved = tx->Transition("ledger", "order_no", "O-9", "status", "PENDING", "PAID");
+  ASSERT_OK(moved);
+  EXPECT_FALSE(*moved);  // already paid: a duplicate, no second charge
+  const std::pair<std::string, Value> set[] = {{"amount", Value(7)}};
+  absl::StatusOr<bool> updated = tx->UpdateVersioned("ledger", "order_no", "O-9", "version", 0, set);
+  ASSERT_OK(updated);
+  EXPECT_TRUE(*updated);
+  updated = tx->UpdateVersioned("ledger", "order_no", "O-9", "version", 0, set);
+  ASSERT_OK(updated);
+  EXPECT_FALSE(*updated);
+  EXPECT_THAT(tx->Transition("ledger; DROP TABLE ledger", "order_no", "O-9", "status", "A", "B"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::StatusOr<Rows> rows = tx->Query("SELECT status, amount, version FROM ledger");
+  ASSERT_OK(rows);
+  ASSERT_EQ(rows->rows.size(), 1u);
+  EXPECT_EQ(rows->rows[0][0].as_text(), "PAID");
+  EXPECT_EQ(rows->rows[0][1].as_int(), 7);
+  EXPECT_EQ(rows->rows[0][2].as_int(), 1);
+  ASSERT_OK(tx->Commit());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, GuardConformanceTest,
+                         ::testing::ValuesIn(testing::AllBackends()),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(SqlBackends, SqlGuardConformanceTest,
+                         ::testing::ValuesIn(testing::SqlBackends()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace idem
