@@ -3,7 +3,8 @@
 // IDEM_FAILPOINT("guard.after_claim") does nothing unless the failpoint is armed,
 // either by the environment variable IDEM_FAILPOINTS="name=action[,name=action]"
 // read once at first use, or by ArmFailpoint(). Actions: `kill` (SIGKILL the
-// process at that point), `abort` (std::abort). The disarmed cost is one relaxed
+// process at that point), `abort` (std::abort); `kill@N` / `abort@N` fire on the
+// Nth hit and let the earlier ones pass. The disarmed cost is one relaxed
 // atomic load.
 //
 // Thread safety: safe for concurrent use.
@@ -14,7 +15,8 @@
 
 namespace idem {
 
-// Arms failpoint `name` with `action` ("kill" or "abort"); an empty action disarms it.
+// Arms failpoint `name` with `action` ("kill", "abort", "kill@N", "abort@N"); an
+// empty action disarms it.
 void ArmFailpoint(std::string_view name, std::string_view action);
 
 // Disarms every failpoint.

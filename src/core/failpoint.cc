@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/absl_compat.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 
@@ -68,6 +69,15 @@ void HitFailpoint(const char* name) {
     absl::MutexLock lock(&g_mu);
     auto it = Armed().find(std::string_view(name));
     if (it == Armed().end()) return;
+    // "kill@N": pass N-1 times, fire on the Nth hit.
+    if (size_t at = it->second.find('@'); at != std::string::npos) {
+      int remaining = std::atoi(it->second.c_str() + at + 1);
+      if (remaining > 1) {
+        it->second = absl::StrCat(it->second.substr(0, at), "@", remaining - 1);
+        return;
+      }
+      it->second.resize(at);
+    }
     action = it->second;
   }
   if (action == "kill") {

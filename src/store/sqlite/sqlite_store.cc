@@ -318,7 +318,25 @@ class SqliteStore final : public Store {
   std::vector<std::unique_ptr<sqlite::Connection>> readers_ ABSL_GUARDED_BY(readers_mu_);
 };
 
+absl::Status CheckVersion(const Rows& rows, const std::string& path) {
+  if (!rows.rows[0][0].is_int() || rows.rows[0][0].as_int() > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sqlite database '", path, "' has an idem schema newer than this build (",
+        kSchemaVersion, "); upgrade idem"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CreateSchema(sqlite::Connection& conn, const std::string& path) {
+  // An existing schema needs no write lock: a store opens while another process
+  // holds a long write transaction.
+  const bool exists = sqlite3_table_column_metadata(conn.db(), nullptr, "idem_schema_version",
+                                                    "version", nullptr, nullptr, nullptr,
+                                                    nullptr, nullptr) == SQLITE_OK;
+  if (exists) {
+    absl::StatusOr<Rows> rows = conn.Query("SELECT version FROM idem_schema_version");
+    if (rows.ok() && !rows->rows.empty()) return CheckVersion(*rows, path);
+  }
   IDEM_RETURN_IF_ERROR(conn.ExecScript("BEGIN IMMEDIATE"));
   absl::Status s = conn.ExecScript(kSchema);
   if (s.ok()) {
@@ -328,10 +346,8 @@ absl::Status CreateSchema(sqlite::Connection& conn, const std::string& path) {
     } else if (rows->rows.empty()) {
       const Value v[] = {Value(kSchemaVersion)};
       s = conn.Exec("INSERT INTO idem_schema_version (version) VALUES (?)", v).status();
-    } else if (!rows->rows[0][0].is_int() || rows->rows[0][0].as_int() > kSchemaVersion) {
-      s = absl::FailedPreconditionError(absl::StrCat(
-          "sqlite database '", path, "' has an idem schema newer than this build (",
-          kSchemaVersion, "); upgrade idem"));
+    } else {
+      s = CheckVersion(*rows, path);
     }
   }
   if (s.ok()) s = conn.ExecScript("COMMIT");

@@ -1,0 +1,93 @@
+// Unit tests of the small core pieces: keys, fingerprints, failpoints, outcomes.
+#include <csignal>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "idem/failpoint.h"
+#include "idem/fingerprint.h"
+#include "idem/guard.h"
+#include "idem/key.h"
+#include "testing/status_matchers.h"
+
+namespace idem {
+namespace {
+
+using ::idem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TEST(KeyTest, LimitsAndMessages) {
+  EXPECT_OK(ValidateKey("R-20240618-000713"));
+  EXPECT_OK(ValidateKey(std::string(255, 'x')));
+  absl::Status empty = ValidateKey("");
+  EXPECT_THAT(empty, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(empty.message()), HasSubstr("key is empty"));
+  absl::Status longer = ValidateKey(std::string(256, 'x'));
+  EXPECT_THAT(longer, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(longer.message()), HasSubstr("256 bytes, over the limit of 255"));
+  EXPECT_OK(ValidateKey(std::string(300, 'x'), KeyLimits{.max_key_bytes = 300}));
+  EXPECT_THAT(ValidateBizType(""), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ValidateTenant(std::string(256, 't')), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(FingerprintTest, IsHexSha256) {
+  EXPECT_EQ(Fingerprint(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Fingerprint("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_NE(Fingerprint(std::string("a\0b", 3)), Fingerprint("a"));
+}
+
+TEST(OutcomeTest, NamesMatchTheHttpApi) {
+  EXPECT_EQ(OutcomeName(Outcome::kAcquired), "acquired");
+  EXPECT_EQ(OutcomeName(Outcome::kReplayed), "replayed");
+  EXPECT_EQ(OutcomeName(Outcome::kInProgress), "in_progress");
+  EXPECT_EQ(OutcomeName(Outcome::kKeyReused), "key_reused");
+  EXPECT_EQ(OutcomeName(Outcome::kFingerprintMismatch), "fingerprint_mismatch");
+  EXPECT_EQ(OutcomeName(Outcome::kCachedFailure), "cached_failure");
+  EXPECT_EQ(RecordStateName(RecordState::kProcessing), "PROCESSING");
+}
+
+TEST(RetryableTest, ClassifiesStatusCodes) {
+  EXPECT_TRUE(IsRetryable(absl::UnavailableError("")));
+  EXPECT_TRUE(IsRetryable(absl::AbortedError("")));
+  EXPECT_TRUE(IsRetryable(absl::DeadlineExceededError("")));
+  EXPECT_FALSE(IsRetryable(absl::InvalidArgumentError("")));
+  EXPECT_FALSE(IsRetryable(absl::AlreadyExistsError("")));
+  EXPECT_FALSE(IsRetryable(absl::FailedPreconditionError("")));
+}
+
+void HitTwice() {
+  IDEM_FAILPOINT("test.point");
+  IDEM_FAILPOINT("test.point");
+}
+
+TEST(FailpointTest, DisarmedDoesNothing) {
+  DisarmAllFailpoints();
+  HitTwice();
+  SUCCEED();
+}
+
+TEST(FailpointDeathTest, KillFiresOnTheNthHit) {
+  EXPECT_EXIT(
+      {
+        ArmFailpoint("test.point", "kill@3");
+        HitTwice();  // hits 1 and 2 pass
+        std::fprintf(stderr, "survived two hits\n");
+        HitTwice();  // hit 3 kills
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGKILL), "survived two hits");
+}
+
+TEST(FailpointDeathTest, ArmedThenDisarmedDoesNotFire) {
+  EXPECT_EXIT(
+      {
+        ArmFailpoint("test.point", "abort");
+        ArmFailpoint("test.point", "");
+        HitTwice();
+        std::exit(7);
+      },
+      ::testing::ExitedWithCode(7), "");
+}
+
+}  // namespace
+}  // namespace idem

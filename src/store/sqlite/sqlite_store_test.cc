@@ -1,0 +1,148 @@
+// SQLite-specific behaviour: URLs, start-up failures, lock timeouts (fail closed).
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "idem/idem.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
+
+namespace idem {
+namespace {
+
+using ::idem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(SqliteStoreTest, UrlErrorsNameWhatIsWrong) {
+  absl::Status no_path = OpenStore("sqlite://").status();
+  EXPECT_THAT(no_path, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Message(no_path), HasSubstr("no path"));
+  absl::Status param = OpenStore("sqlite://:memory:?fsync=1").status();
+  EXPECT_THAT(param, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Message(param), HasSubstr("unknown sqlite URL parameter 'fsync'"));
+  absl::Status sync = OpenStore("sqlite://:memory:?synchronous=sometimes").status();
+  EXPECT_THAT(sync, StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::Status timeout = OpenStore("sqlite://:memory:?busy_timeout_ms=-4").status();
+  EXPECT_THAT(timeout, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(OpenStore("nosuch://x"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(OpenStore("idem.db"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(OpenStore("postgres://u@h/db"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_OK(OpenStore("sqlite://:memory:?synchronous=normal&busy_timeout_ms=100&readers=2"));
+}
+
+TEST(SqliteStoreTest, UnwritablePathIsUnavailable) {
+  absl::Status s = OpenStore("sqlite:///proc/no/such/dir/idem.db").status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Message(s), HasSubstr("/proc/no/such/dir/idem.db"));
+}
+
+TEST(SqliteStoreTest, CorruptFileIsRefusedWithAClearError) {
+  testing::TempDir dir;
+  {
+    std::ofstream f(dir.file("junk.db"), std::ios::binary);
+    for (int i = 0; i < 4096; ++i) f.put(static_cast<char>((i * 131) & 0xff));
+  }
+  absl::Status s = OpenStore("sqlite://" + dir.file("junk.db")).status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(Message(s), HasSubstr("not a database"));
+}
+
+TEST(SqliteStoreTest, NewerSchemaIsRefused) {
+  testing::TempDir dir;
+  const std::string url = "sqlite://" + dir.file("idem.db");
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+    ASSERT_OK(store);
+    std::unique_ptr<StoreTransaction> tx = *(*store)->Begin();
+    ASSERT_OK(tx->Exec("UPDATE idem_schema_version SET version = 99"));
+    ASSERT_OK(tx->Commit());
+  }
+  absl::Status s = OpenStore(url).status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(Message(s), HasSubstr("newer"));
+}
+
+TEST(SqliteStoreTest, ReopenKeepsRecords) {
+  testing::TempDir dir;
+  const std::string url = "sqlite://" + dir.file("idem.db");
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+    ASSERT_OK(store);
+    Guard guard(**store);
+    ASSERT_OK(guard.Run({.biz_type = "b", .key = "k"},
+                        [](Transaction&) -> absl::StatusOr<std::string> { return "v"; }));
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+  ASSERT_OK(store);
+  Guard guard(**store);
+  absl::StatusOr<Result> r = guard.Run(
+      {.biz_type = "b", .key = "k"}, [](Transaction&) -> absl::StatusOr<std::string> { return "w"; });
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kReplayed);
+  EXPECT_EQ(r->value, "v");
+}
+
+// Another process (here: another connection) holds the write lock past the busy
+// timeout: the claim fails closed with kUnavailable and the handler never runs.
+TEST(SqliteStoreTest, LockedPastTimeoutFailsClosed) {
+  testing::TempDir dir;
+  const std::string url = "sqlite://" + dir.file("idem.db") + "?busy_timeout_ms=100";
+  absl::StatusOr<std::unique_ptr<Store>> holder = OpenStore(url);
+  ASSERT_OK(holder);
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> held = (*holder)->Begin();
+  ASSERT_OK(held);
+
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+  ASSERT_OK(store);
+  Guard guard(**store);
+  int runs = 0;
+  absl::StatusOr<Result> r = guard.Run({.biz_type = "b", .key = "k"},
+                                       [&](Transaction&) -> absl::StatusOr<std::string> {
+                                         ++runs;
+                                         return "v";
+                                       });
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(runs, 0);
+  // The same store's own lock also times out while a transaction of its own is open.
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> second = (*holder)->Begin();
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kUnavailable));
+  (*held)->Rollback();
+  EXPECT_OK(guard.Run({.biz_type = "b", .key = "k"},
+                      [&](Transaction&) -> absl::StatusOr<std::string> { return "v"; }));
+}
+
+TEST(SqliteStoreTest, OneStatementPerCallAndParameterCount) {
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore("sqlite://:memory:");
+  ASSERT_OK(store);
+  std::unique_ptr<StoreTransaction> tx = *(*store)->Begin();
+  absl::Status two = tx->Exec("CREATE TABLE a (x INT); DROP TABLE idem_records").status();
+  EXPECT_THAT(two, StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK(tx->Exec("CREATE TABLE a (x INT)"));
+  EXPECT_THAT(tx->Exec("INSERT INTO a VALUES (?)", {}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(tx->Exec("INSERT INTO nope VALUES (1)"), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK(tx->Exec("INSERT INTO a VALUES (?)", {Value(Blob{std::string("\0\1", 2)})}));
+  absl::StatusOr<Rows> rows = tx->Query("SELECT x FROM a");
+  ASSERT_OK(rows);
+  ASSERT_EQ(rows->rows.size(), 1u);
+  EXPECT_EQ(rows->rows[0][0].as_blob(), std::string("\0\1", 2));
+  ASSERT_OK(tx->Commit());
+  EXPECT_THAT(tx->Exec("SELECT 1"), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(SqliteStoreTest, PingAndGet) {
+  testing::TempDir dir;
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore("sqlite://" + dir.file("x.db"));
+  ASSERT_OK(store);
+  EXPECT_OK((*store)->Ping());
+  absl::StatusOr<std::optional<Record>> none = (*store)->Get("default", "k");
+  ASSERT_OK(none);
+  EXPECT_FALSE(none->has_value());
+  EXPECT_TRUE((*store)->SupportsSql());
+  EXPECT_EQ((*store)->url(), "sqlite://" + dir.file("x.db"));
+}
+
+}  // namespace
+}  // namespace idem

@@ -1,0 +1,163 @@
+// Crash tests (SPEC §3): a child process runs the guard over a batch of keys and
+// is SIGKILLed at a failpoint; the parent reopens the database, retries every key,
+// and checks that each business row exists exactly once and each record agrees
+// with it.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "idem/failpoint.h"
+#include "idem/idem.h"
+#include "testing/fake_clock.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
+
+namespace idem {
+namespace {
+
+constexpr int kKeys = 12;
+
+std::string KeyOf(int i) { return "R-" + std::to_string(i); }
+
+absl::StatusOr<Result> RunOne(Guard& guard, const std::string& key) {
+  return guard.Run({.biz_type = "refund", .key = key},
+                   [&](Transaction& tx) -> absl::StatusOr<std::string> {
+                     IDEM_RETURN_IF_ERROR(
+                         tx.Exec("INSERT INTO ledger (order_no, amount) VALUES (?, ?)",
+                                 {Value(key), Value(100)}));
+                     return "{\"refund\":\"" + key + "\"}";
+                   });
+}
+
+// Forks a child that arms `failpoint` with `action` and runs every key; returns
+// the child's wait status.
+int RunChild(const std::string& url, const std::string& failpoint, const std::string& action) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    ArmFailpoint(failpoint, action);
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+    if (!store.ok()) _exit(3);
+    Guard guard(**store);
+    for (int i = 0; i < kKeys; ++i) {
+      if (!RunOne(guard, KeyOf(i)).ok()) _exit(4);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+struct CrashCase {
+  std::string failpoint;
+  int hit;  // the child dies at this hit of the failpoint
+};
+
+class CrashTest : public ::testing::TestWithParam<CrashCase> {};
+
+TEST_P(CrashTest, KilledChildThenRetryLeavesEachRowExactlyOnce) {
+  testing::TempDir dir;
+  const std::string url = "sqlite://" + dir.file("crash.db");
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+    ASSERT_OK(store);
+    std::unique_ptr<StoreTransaction> tx = *(*store)->Begin();
+    // No unique key on purpose: a duplicate effect would show as a second row.
+    ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no TEXT NOT NULL, amount INTEGER NOT NULL)"));
+    ASSERT_OK(tx->Commit());
+  }
+
+  const int status = RunChild(url, GetParam().failpoint, "kill@" + std::to_string(GetParam().hit));
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child was not killed; exit status " << status;
+  ASSERT_EQ(WTERMSIG(status), SIGKILL);
+
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+  ASSERT_OK(store);
+  Guard guard(**store);
+  int executed_now = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    absl::StatusOr<Result> r = RunOne(guard, KeyOf(i));
+    ASSERT_OK(r);
+    ASSERT_TRUE(r->outcome == Outcome::kExecuted || r->outcome == Outcome::kReplayed)
+        << OutcomeName(r->outcome);
+    EXPECT_EQ(r->value, "{\"refund\":\"" + KeyOf(i) + "\"}");
+    if (r->outcome == Outcome::kExecuted) ++executed_now;
+  }
+  // The child finished hit-1 keys before it died (hit-1 or hit, for after_commit).
+  const int done_by_child = kKeys - executed_now;
+  const bool killed_after_commit = GetParam().failpoint == "guard.after_commit";
+  EXPECT_EQ(done_by_child, killed_after_commit ? GetParam().hit : GetParam().hit - 1);
+
+  std::unique_ptr<StoreTransaction> tx = *(*store)->Begin();
+  absl::StatusOr<Rows> rows = tx->Query(
+      "SELECT order_no, COUNT(*) FROM ledger GROUP BY order_no ORDER BY order_no");
+  ASSERT_OK(rows);
+  ASSERT_EQ(rows->rows.size(), static_cast<size_t>(kKeys));
+  for (const auto& row : rows->rows) {
+    EXPECT_EQ(row[1].as_int(), 1) << "order " << row[0].as_text() << " has duplicate rows";
+    absl::StatusOr<std::optional<Record>> rec = tx->Load("default", row[0].as_text());
+    ASSERT_OK(rec);
+    ASSERT_TRUE(rec->has_value());
+    EXPECT_EQ((*rec)->state, RecordState::kSucceeded);
+    EXPECT_EQ((*rec)->result, "{\"refund\":\"" + row[0].as_text() + "\"}");
+  }
+  absl::StatusOr<Rows> records = tx->Query("SELECT COUNT(*) FROM idem_records WHERE state = 1");
+  ASSERT_OK(records);
+  EXPECT_EQ(records->rows[0][0].as_int(), kKeys);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryFailpoint, CrashTest,
+    ::testing::Values(CrashCase{"guard.after_claim", 1}, CrashCase{"guard.after_claim", 5},
+                      CrashCase{"guard.after_handler", 1}, CrashCase{"guard.after_handler", 7},
+                      CrashCase{"guard.before_commit", 1}, CrashCase{"guard.before_commit", 4},
+                      CrashCase{"guard.after_commit", 1}, CrashCase{"guard.after_commit", 6}),
+    [](const auto& info) {
+      std::string name = info.param.failpoint.substr(6) + "_hit" + std::to_string(info.param.hit);
+      return name;
+    });
+
+// Lease mode: the holder dies after its claim committed. The record stays
+// PROCESSING until its lease ends; then a retry takes it over, is told so
+// (takeover, previous_token), and finishes.
+TEST(LeaseCrashTest, HolderKilledAfterClaimIsTakenOverAfterItsLease) {
+  testing::TempDir dir;
+  const std::string url = "sqlite://" + dir.file("lease.db");
+  pid_t pid = fork();
+  if (pid == 0) {
+    ArmFailpoint("guard.after_claim_commit", "kill");
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+    if (!store.ok()) _exit(3);
+    Guard guard(**store);
+    (void)guard.Claim({.biz_type = "reversal", .key = "R-1"}, absl::Seconds(30));
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+  ASSERT_OK(store);
+  testing::FakeClock clock(absl::Now());
+  Guard guard(**store, GuardOptions{.clock = &clock});
+  absl::StatusOr<Result> busy = guard.Claim({.biz_type = "reversal", .key = "R-1"});
+  ASSERT_OK(busy);
+  EXPECT_EQ(busy->outcome, Outcome::kInProgress);
+  clock.Advance(absl::Seconds(31));
+  absl::StatusOr<Result> taken = guard.Claim({.biz_type = "reversal", .key = "R-1"});
+  ASSERT_OK(taken);
+  EXPECT_EQ(taken->outcome, Outcome::kAcquired);
+  EXPECT_TRUE(taken->takeover);
+  EXPECT_EQ(taken->previous_token, 1);
+  EXPECT_EQ(taken->token, 2);
+  ASSERT_OK(guard.Complete({.biz_type = "reversal", .key = "R-1"}, taken->token, "ok"));
+}
+
+}  // namespace
+}  // namespace idem
