@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs, with apt-get, the Debian 12 packages idem needs to build and test that
+# are not installed yet. Idempotent and quiet when nothing is missing.
+#   scripts/deps.sh          build + test dependencies (compiler, libraries, servers)
+#   scripts/deps.sh --build  only what building and running `idem` needs
+set -euo pipefail
+
+build_pkgs=(
+  g++ cmake ninja-build pkg-config curl
+  libabsl-dev libsqlite3-dev libssl-dev libboost-dev
+  libsimdjson-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libtomlplusplus-dev
+)
+test_pkgs=(
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+pkgs=("${build_pkgs[@]}")
+if [[ "${1:-}" != "--build" ]]; then
+  pkgs+=("${test_pkgs[@]}")
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=sudo
+  else
+    echo "deps.sh: missing packages: ${missing[*]}; run this script as root" >&2
+    exit 1
+  fi
+else
+  SUDO=
+fi
+
+echo "deps.sh: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+# A fresh machine has empty package lists; a failed install is retried once after
+# refreshing them.
+if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

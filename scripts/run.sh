@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Quick start, one command: installs what is missing, builds, and runs
+# `idem serve` on the embedded store (sqlite://./idem.db) at 127.0.0.1:7070.
+# Extra arguments go to `idem serve` (e.g. --listen 127.0.0.1:8080).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh --build
+scripts/build.sh idem
+exec build/src/cli/idem serve --store "sqlite://./idem.db" --listen 127.0.0.1:7070 "$@"
