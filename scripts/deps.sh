@@ -7,11 +7,12 @@ set -euo pipefail
 
 build_pkgs=(
   g++ cmake ninja-build pkg-config curl
-  libabsl-dev libsqlite3-dev libssl-dev libboost-dev
+  libabsl-dev libsqlite3-dev libssl-dev libboost-dev libpq-dev libmariadb-dev
   libsimdjson-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libtomlplusplus-dev
 )
 test_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
+  postgresql-15 mariadb-server redis-server
 )
 
 pkgs=("${build_pkgs[@]}")

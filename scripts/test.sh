@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite, one command: installs what is missing, builds everything,
-# starts the services the tests need and runs every test with CTest.
+# starts the servers the tests need (PostgreSQL, MariaDB, Redis on loopback, data
+# under build/services, stopped by pid at the end) and runs every test with CTest.
 # Extra arguments go to ctest (e.g. -L unit, -R Guard).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
+services_dir="$PWD/build/services"
+scripts/services.sh start "$services_dir"
+trap 'scripts/services.sh stop "$services_dir"' EXIT
+# shellcheck source=/dev/null
+source "$services_dir/env.sh"
 cd build
 ctest --output-on-failure -j "$(nproc)" --timeout 600 "$@"

@@ -24,7 +24,7 @@ struct StoreOptions {
 
 // Opens the Store named by `url`: memory://, sqlite://PATH (sqlite://./idem.db,
 // sqlite:///var/lib/idem/idem.db, sqlite://:memory:), with optional query
-// parameters (sqlite: synchronous=full|normal|off, busy_timeout_ms=N, pool=N).
+// parameters (sqlite: synchronous=full|normal|off|extra, busy_timeout_ms=N, readers=N).
 // Creates the schema when missing. Returns kInvalidArgument for a malformed URL or
 // an unknown parameter, kNotFound for a backend that was not compiled in,
 // kUnavailable when the database cannot be opened or created, kFailedPrecondition

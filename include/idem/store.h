@@ -61,12 +61,25 @@ class Transaction {
       absl::Span<const std::pair<std::string, Value>> assignments);
 };
 
+// The status payload a backend attaches to the kUnavailable of InsertOrLoad/Load
+// when the key's row stayed locked by another open transaction past the lock
+// timeout: another claim of the same key is in progress (not yet committed). The
+// Guard answers Outcome::kInProgress for it instead of an error.
+inline constexpr std::string_view kClaimContendedPayload = "type.idem.dev/claim-contended";
+
+// Returns a kUnavailable status with `message` and kClaimContendedPayload.
+absl::Status ClaimContendedError(std::string_view message);
+
+// True for a status made by ClaimContendedError (or carrying its payload).
+bool IsClaimContended(const absl::Status& status);
+
 // The backend side of a transaction: record operations for the Guard.
 class StoreTransaction : public Transaction {
  public:
   // Inserts `record` unless a record for (record.tenant, record.key) exists; never
   // SELECT-then-INSERT. Returns std::nullopt when it inserted, else the existing
-  // record (read in this transaction).
+  // record (read and locked in this transaction). When the key is held by another
+  // open transaction past the lock timeout, returns a ClaimContendedError.
   virtual absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& record) = 0;
 
   // Overwrites the stored record of (record.tenant, record.key) with `record` if

@@ -151,7 +151,10 @@ absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease
                .lease_until = now + lease,
                .created_at = now,
                .updated_at = now};
-  IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, tx->InsertOrLoad(fresh));
+  absl::StatusOr<std::optional<Record>> loaded = tx->InsertOrLoad(fresh);
+  // Another claim of this key holds its row in an open transaction: in progress.
+  if (IsClaimContended(loaded.status())) return Result{.outcome = Outcome::kInProgress};
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, std::move(loaded));
   Result result{.outcome = Outcome::kAcquired, .token = 1, .lease_until = fresh.lease_until};
   if (existing.has_value()) {
     Decision d = Decide(*existing, request, now, lease);
@@ -188,7 +191,9 @@ absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler
                .lease_until = now + options_.lease,
                .created_at = now,
                .updated_at = now};
-  IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, tx->InsertOrLoad(claim));
+  absl::StatusOr<std::optional<Record>> loaded = tx->InsertOrLoad(claim);
+  if (IsClaimContended(loaded.status())) return Result{.outcome = Outcome::kInProgress};
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, std::move(loaded));
   int64_t expected_token = claim.token;
   if (existing.has_value()) {
     Decision d = Decide(*existing, request, now, options_.lease);

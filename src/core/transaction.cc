@@ -3,11 +3,24 @@
 #include <cctype>
 
 #include "core/absl_compat.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "idem/status.h"
 #include "idem/store.h"
 
 namespace idem {
+
+absl::Status ClaimContendedError(std::string_view message) {
+  absl::Status s = absl::UnavailableError(AV(message));
+  s.SetPayload(AV(kClaimContendedPayload), absl::Cord("1"));
+  return s;
+}
+
+bool IsClaimContended(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable &&
+         status.GetPayload(AV(kClaimContendedPayload)).has_value();
+}
+
 namespace {
 
 absl::Status CheckIdentifier(std::string_view what, std::string_view name) {

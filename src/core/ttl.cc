@@ -33,7 +33,7 @@ struct Unit {
 // Largest first; a duration names each unit at most once and in this order, so
 // "1d12h" is read one way only and a slip such as "12h1d" or "5m5m" is caught.
 constexpr Unit kUnits[] = {
-    {"d", kNanosPerDay}, {"h", kNanosPerHour}, {"m", kNanosPerMinute},
+    {"d", kNanosPerDay},    {"h", kNanosPerHour}, {"m", kNanosPerMinute},
     {"s", kNanosPerSecond}, {"ms", kNanosPerMs},
 };
 
@@ -111,22 +111,23 @@ absl::StatusOr<TtlDerivation> DeriveTtl(const TtlInputs& inputs) {
   // Both terms are at most kMaxTtlDuration, so the sum cannot saturate absl::Duration.
   out.total = out.dominant_window + out.safety_margin;
   if (out.total > kMaxTtlDuration) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TTL overflow: ", AV(TtlWindowName(out.dominant)), " ", FormatTtlDuration(out.dominant_window),
-        " + safety margin ", FormatTtlDuration(out.safety_margin), " exceeds the maximum ",
-        FormatTtlDuration(kMaxTtlDuration)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TTL overflow: ", AV(TtlWindowName(out.dominant)), " ",
+                     FormatTtlDuration(out.dominant_window), " + safety margin ",
+                     FormatTtlDuration(out.safety_margin), " exceeds the maximum ",
+                     FormatTtlDuration(kMaxTtlDuration)));
   }
   return out;
 }
 
 absl::Status CheckConfiguredTtl(absl::Duration configured, const TtlDerivation& derived) {
   if (configured >= derived.total) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "configured TTL ", FormatTtlDuration(configured), " is below the derived TTL ",
-      FormatTtlDuration(derived.total), " (", AV(TtlWindowName(derived.dominant)), " ",
-      FormatTtlDuration(derived.dominant_window), " + safety margin ",
-      FormatTtlDuration(derived.safety_margin),
-      "); a record purged that early lets a late duplicate through"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("configured TTL ", FormatTtlDuration(configured), " is below the derived TTL ",
+                   FormatTtlDuration(derived.total), " (", AV(TtlWindowName(derived.dominant)), " ",
+                   FormatTtlDuration(derived.dominant_window), " + safety margin ",
+                   FormatTtlDuration(derived.safety_margin),
+                   "); a record purged that early lets a late duplicate through"));
 }
 
 absl::StatusOr<absl::Duration> ParseTtlDuration(std::string_view text, std::string_view flag) {
@@ -144,7 +145,8 @@ absl::StatusOr<absl::Duration> ParseTtlDuration(std::string_view text, std::stri
         return BadDuration(flag, text, "spaces are not allowed (write 1d12h)");
       }
       return BadDuration(flag, text,
-                         absl::StrCat("expected a number at \"", absl::CEscape(AV(text.substr(i))), "\"; ", AV(kExpect)));
+                         absl::StrCat("expected a number at \"", absl::CEscape(AV(text.substr(i))),
+                                      "\"; ", AV(kExpect)));
     }
     int64_t n = 0;
     bool too_big = false;
@@ -165,8 +167,8 @@ absl::StatusOr<absl::Duration> ParseTtlDuration(std::string_view text, std::stri
       if (i < text.size() && absl::ascii_isspace(static_cast<unsigned char>(text[i]))) {
         return BadDuration(flag, text, "spaces are not allowed (write 1d12h)");
       }
-      return BadDuration(flag, text,
-                         absl::StrCat("missing unit after ", AV(number), " (use d, h, m, s or ms)"));
+      return BadDuration(
+          flag, text, absl::StrCat("missing unit after ", AV(number), " (use d, h, m, s or ms)"));
     }
     size_t u = 0;
     while (u < std::size(kUnits) && kUnits[u].name != unit_text) ++u;
@@ -183,9 +185,9 @@ absl::StatusOr<absl::Duration> ParseTtlDuration(std::string_view text, std::stri
     next_unit = u + 1;
     const int64_t max = std::numeric_limits<int64_t>::max();
     if (too_big || n > max / kUnits[u].nanos || total > max - n * kUnits[u].nanos) {
-      return BadDuration(flag, text,
-                         absl::StrCat("too large (the maximum is ",
-                                      FormatTtlDuration(kMaxTtlDuration), ")"));
+      return BadDuration(
+          flag, text,
+          absl::StrCat("too large (the maximum is ", FormatTtlDuration(kMaxTtlDuration), ")"));
     }
     total += n * kUnits[u].nanos;
   }
@@ -202,7 +204,7 @@ std::string FormatTtlDuration(absl::Duration d) {
     absl::Duration unit;
   };
   const Part parts[] = {
-      {"d", absl::Hours(24)},       {"h", absl::Hours(1)},        {"m", absl::Minutes(1)},
+      {"d", absl::Hours(24)},       {"h", absl::Hours(1)},         {"m", absl::Minutes(1)},
       {"s", absl::Seconds(1)},      {"ms", absl::Milliseconds(1)}, {"us", absl::Microseconds(1)},
       {"ns", absl::Nanoseconds(1)},
   };

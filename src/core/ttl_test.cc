@@ -78,7 +78,8 @@ TEST(DeriveTtlTest, TieNamesTheEarliestWindow) {
 TEST(DeriveTtlTest, RejectsNegativeAndInfiniteTerms) {
   absl::StatusOr<TtlDerivation> d = DeriveTtl({.recon_cycle = -absl::Seconds(1)});
   EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(d.status().message()), HasSubstr("reconciliation cycle must not be negative"));
+  EXPECT_THAT(std::string(d.status().message()),
+              HasSubstr("reconciliation cycle must not be negative"));
 
   d = DeriveTtl({.safety_margin = -Days(1)});
   EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
@@ -86,7 +87,8 @@ TEST(DeriveTtlTest, RejectsNegativeAndInfiniteTerms) {
 
   d = DeriveTtl({.confirm_window = absl::InfiniteDuration()});
   EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(d.status().message()), HasSubstr("downstream confirmation window must be finite"));
+  EXPECT_THAT(std::string(d.status().message()),
+              HasSubstr("downstream confirmation window must be finite"));
 
   d = DeriveTtl({.redelivery_window = kMaxTtlDuration + absl::Seconds(1)});
   EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
@@ -125,8 +127,7 @@ TEST(CheckConfiguredTtlTest, RefusesBelowDerivedNamingBothValues) {
 }
 
 TEST(CheckConfiguredTtlTest, AcceptsEqualOrLonger) {
-  absl::StatusOr<TtlDerivation> d =
-      DeriveTtl({.recon_cycle = Days(30), .safety_margin = Days(60)});
+  absl::StatusOr<TtlDerivation> d = DeriveTtl({.recon_cycle = Days(30), .safety_margin = Days(60)});
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(CheckConfiguredTtl(Days(90), *d).ok());
   EXPECT_TRUE(CheckConfiguredTtl(Days(120), *d).ok());
@@ -151,8 +152,7 @@ TEST(ParseTtlDurationTest, ReadsCombinations) {
   EXPECT_EQ(*ParseTtlDuration("1d12h", "--x"), absl::Hours(36));
   EXPECT_EQ(*ParseTtlDuration("1h30m", "--x"), absl::Minutes(90));
   EXPECT_EQ(*ParseTtlDuration("1d2h3m4s5ms", "--x"),
-            Days(1) + absl::Hours(2) + absl::Minutes(3) + absl::Seconds(4) +
-                absl::Milliseconds(5));
+            Days(1) + absl::Hours(2) + absl::Minutes(3) + absl::Seconds(4) + absl::Milliseconds(5));
   EXPECT_EQ(*ParseTtlDuration("90m", "--x"), absl::Minutes(90));  // no carrying required
   EXPECT_EQ(*ParseTtlDuration("1m1ms", "--x"), absl::Minutes(1) + absl::Milliseconds(1));
 }
@@ -229,10 +229,10 @@ TEST(FormatTtlDurationTest, LargestUnitsFirstSkippingZeros) {
 }
 
 TEST(FormatTtlDurationTest, RoundTripsThroughParse) {
-  for (absl::Duration d : {absl::ZeroDuration(), absl::Milliseconds(1), absl::Milliseconds(999),
-                           absl::Seconds(59), absl::Minutes(61), absl::Hours(25), Days(90),
-                           Days(1) + absl::Hours(2) + absl::Minutes(3) + absl::Seconds(4) +
-                               absl::Milliseconds(5)}) {
+  for (absl::Duration d :
+       {absl::ZeroDuration(), absl::Milliseconds(1), absl::Milliseconds(999), absl::Seconds(59),
+        absl::Minutes(61), absl::Hours(25), Days(90),
+        Days(1) + absl::Hours(2) + absl::Minutes(3) + absl::Seconds(4) + absl::Milliseconds(5)}) {
     absl::StatusOr<absl::Duration> back = ParseTtlDuration(FormatTtlDuration(d), "--x");
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(*back, d) << FormatTtlDuration(d);

@@ -4,6 +4,8 @@
 #include "absl/strings/str_cat.h"
 #include "idem/idem.h"
 #include "store/memory/memory_store.h"
+#include "store/mysql/mysql_store.h"
+#include "store/postgres/postgres_store.h"
 #include "store/sqlite/sqlite_store.h"
 
 namespace idem {
@@ -13,7 +15,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
   const size_t sep = url.find("://");
   if (sep == std::string_view::npos || sep == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "store URL '", AV(url), "' has no scheme; use memory://, sqlite://PATH"));
+        "store URL '", AV(url), "' has no scheme; use memory://, sqlite://PATH, postgres://… or mysql://…"));
   }
   const std::string_view scheme = url.substr(0, sep);
   if (scheme == "memory") {
@@ -23,12 +25,10 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
     return NewMemoryStore();
   }
   if (scheme == "sqlite") return OpenSqliteStore(url);
-  if (scheme == "postgres" || scheme == "postgresql" || scheme == "mysql") {
-    return absl::NotFoundError(
-        absl::StrCat("store backend '", AV(scheme), "' is not compiled into this build"));
-  }
+  if (scheme == "postgres" || scheme == "postgresql") return OpenPostgresStore(url);
+  if (scheme == "mysql" || scheme == "mariadb") return OpenMysqlStore(url);
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown store scheme '", AV(scheme), "' in '", AV(url), "'; use memory:// or sqlite://PATH"));
+      "unknown store scheme '", AV(scheme), "' in '", AV(url), "'; use memory://, sqlite://PATH, postgres://… or mysql://…"));
 }
 
 }  // namespace idem

@@ -86,7 +86,7 @@ TEST_P(SqlConcurrencyTest, SeparateConnectionsOneKeyOneRun) {
     absl::StatusOr<std::unique_ptr<Store>> init = OpenStore(Url());
     ASSERT_OK(init);
     std::unique_ptr<StoreTransaction> tx = *(*init)->Begin();
-    ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no TEXT PRIMARY KEY, amount INTEGER)"));
+    ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount INTEGER)"));
     ASSERT_OK(tx->Commit());
   }
   std::atomic<int> runs{0}, executed{0}, replayed{0}, other{0};
@@ -123,11 +123,12 @@ TEST_P(SqlConcurrencyTest, SeparateConnectionsOneKeyOneRun) {
 }
 
 TEST_P(SqlConcurrencyTest, TenThousandKeysEightThreads) {
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(Url() + "?synchronous=normal");
+  absl::StatusOr<std::unique_ptr<Store>> store =
+      OpenStore(testing::WithParams(Url(), GetParam().fast_params));
   ASSERT_OK(store);
   {
     std::unique_ptr<StoreTransaction> tx = *(*store)->Begin();
-    ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no TEXT PRIMARY KEY, amount INTEGER)"));
+    ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount INTEGER)"));
     ASSERT_OK(tx->Commit());
   }
   Guard guard(**store);

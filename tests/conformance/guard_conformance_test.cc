@@ -43,8 +43,8 @@ class GuardConformanceTest : public ::testing::TestWithParam<testing::Backend> {
     if (store_->SupportsSql()) {
       std::unique_ptr<StoreTransaction> tx = *store_->Begin();
       ASSERT_OK(tx->Exec(
-          "CREATE TABLE ledger (order_no TEXT PRIMARY KEY, amount INTEGER NOT NULL, "
-          "status TEXT NOT NULL DEFAULT 'PENDING', version INTEGER NOT NULL DEFAULT 0)"));
+          "CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount INTEGER NOT NULL, "
+          "status VARCHAR(16) NOT NULL DEFAULT 'PENDING', version INTEGER NOT NULL DEFAULT 0)"));
       ASSERT_OK(tx->Commit());
     }
   }

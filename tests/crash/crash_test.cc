@@ -8,10 +8,12 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "conformance/store_factory.h"
 #include "idem/failpoint.h"
 #include "idem/idem.h"
 #include "testing/fake_clock.h"
@@ -59,11 +61,14 @@ struct CrashCase {
   int hit;  // the child dies at this hit of the failpoint
 };
 
-class CrashTest : public ::testing::TestWithParam<CrashCase> {};
+class CrashTest : public ::testing::TestWithParam<std::tuple<testing::Backend, CrashCase>> {
+ protected:
+  const CrashCase& Case() const { return std::get<1>(GetParam()); }
+};
 
 TEST_P(CrashTest, KilledChildThenRetryLeavesEachRowExactlyOnce) {
   testing::TempDir dir;
-  const std::string url = "sqlite://" + dir.file("crash.db");
+  const std::string url = std::get<0>(GetParam()).url(dir.path());
   {
     absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
     ASSERT_OK(store);
@@ -73,7 +78,7 @@ TEST_P(CrashTest, KilledChildThenRetryLeavesEachRowExactlyOnce) {
     ASSERT_OK(tx->Commit());
   }
 
-  const int status = RunChild(url, GetParam().failpoint, "kill@" + std::to_string(GetParam().hit));
+  const int status = RunChild(url, Case().failpoint, "kill@" + std::to_string(Case().hit));
   ASSERT_TRUE(WIFSIGNALED(status)) << "child was not killed; exit status " << status;
   ASSERT_EQ(WTERMSIG(status), SIGKILL);
 
@@ -91,8 +96,8 @@ TEST_P(CrashTest, KilledChildThenRetryLeavesEachRowExactlyOnce) {
   }
   // The child finished hit-1 keys before it died (hit-1 or hit, for after_commit).
   const int done_by_child = kKeys - executed_now;
-  const bool killed_after_commit = GetParam().failpoint == "guard.after_commit";
-  EXPECT_EQ(done_by_child, killed_after_commit ? GetParam().hit : GetParam().hit - 1);
+  const bool killed_after_commit = Case().failpoint == "guard.after_commit";
+  EXPECT_EQ(done_by_child, killed_after_commit ? Case().hit : Case().hit - 1);
 
   std::unique_ptr<StoreTransaction> tx = *(*store)->Begin();
   absl::StatusOr<Rows> rows = tx->Query(
@@ -114,21 +119,26 @@ TEST_P(CrashTest, KilledChildThenRetryLeavesEachRowExactlyOnce) {
 
 INSTANTIATE_TEST_SUITE_P(
     EveryFailpoint, CrashTest,
-    ::testing::Values(CrashCase{"guard.after_claim", 1}, CrashCase{"guard.after_claim", 5},
-                      CrashCase{"guard.after_handler", 1}, CrashCase{"guard.after_handler", 7},
-                      CrashCase{"guard.before_commit", 1}, CrashCase{"guard.before_commit", 4},
-                      CrashCase{"guard.after_commit", 1}, CrashCase{"guard.after_commit", 6}),
+    ::testing::Combine(
+        ::testing::ValuesIn(testing::SqlBackends()),
+        ::testing::Values(CrashCase{"guard.after_claim", 1}, CrashCase{"guard.after_claim", 5},
+                          CrashCase{"guard.after_handler", 1}, CrashCase{"guard.after_handler", 7},
+                          CrashCase{"guard.before_commit", 1}, CrashCase{"guard.before_commit", 4},
+                          CrashCase{"guard.after_commit", 1}, CrashCase{"guard.after_commit", 6})),
     [](const auto& info) {
-      std::string name = info.param.failpoint.substr(6) + "_hit" + std::to_string(info.param.hit);
-      return name;
+      const CrashCase& c = std::get<1>(info.param);
+      return std::get<0>(info.param).name + "_" + c.failpoint.substr(6) + "_hit" +
+             std::to_string(c.hit);
     });
 
 // Lease mode: the holder dies after its claim committed. The record stays
 // PROCESSING until its lease ends; then a retry takes it over, is told so
 // (takeover, previous_token), and finishes.
-TEST(LeaseCrashTest, HolderKilledAfterClaimIsTakenOverAfterItsLease) {
+class LeaseCrashTest : public ::testing::TestWithParam<testing::Backend> {};
+
+TEST_P(LeaseCrashTest, HolderKilledAfterClaimIsTakenOverAfterItsLease) {
   testing::TempDir dir;
-  const std::string url = "sqlite://" + dir.file("lease.db");
+  const std::string url = GetParam().url(dir.path());
   pid_t pid = fork();
   if (pid == 0) {
     ArmFailpoint("guard.after_claim_commit", "kill");
@@ -158,6 +168,9 @@ TEST(LeaseCrashTest, HolderKilledAfterClaimIsTakenOverAfterItsLease) {
   EXPECT_EQ(taken->token, 2);
   ASSERT_OK(guard.Complete({.biz_type = "reversal", .key = "R-1"}, taken->token, "ok"));
 }
+
+INSTANTIATE_TEST_SUITE_P(SqlBackends, LeaseCrashTest, ::testing::ValuesIn(testing::SqlBackends()),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace idem

@@ -1,0 +1,220 @@
+// `idem serve`: the HTTP API of SPEC §11 over a store.
+//
+//   idem serve --listen 127.0.0.1:7070 --store sqlite://./idem.db --tenant acme:SECRET
+//
+// The first line on stdout is exactly "listening on HOST:PORT" (the bound port, also
+// when --listen asked for port 0), flushed at once, so scripts and tests can wait
+// for it. Logs go to stderr. Without --tenant a development tenant "dev" with a
+// fresh random token is created and its token printed on stderr.
+//
+// SIGTERM/SIGINT shut down gracefully (exit 0). Exit status: 1 when the store cannot
+// be opened or the address cannot be bound; 2 for malformed options.
+#include <sys/random.h>
+
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/signal_set.hpp"
+#include "cli/commands.h"
+#include "http/api.h"
+#include "http/metrics.h"
+#include "http/server.h"
+#include "idem/idem.h"
+#include "spdlog/spdlog.h"
+
+namespace idem::cli {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+struct ServeFlags {
+  std::string listen = "127.0.0.1:7070";
+  std::string store = "sqlite://./idem.db";
+  std::vector<std::string> tenants;
+  uint64_t max_body = 1 << 20;
+  int threads = 16;
+  int io_threads = 2;
+  bool metrics_token = false;
+};
+
+void PrintReason(std::string_view message) {
+  std::string line = "idem: ";
+  for (char c : message) line += (c == '\n' || c == '\r') ? ' ' : c;
+  line += '\n';
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+}
+
+std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
+
+// "HOST:PORT", "[v6]:PORT".
+bool ParseListen(const std::string& listen, std::string* host, uint16_t* port) {
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  std::string h = listen.substr(0, colon);
+  std::string p = listen.substr(colon + 1);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  uint32_t n = 0;
+  if (h.empty() || p.empty() || !absl::SimpleAtoi(absl::string_view(p.data(), p.size()), &n) ||
+      n > 65535 || p.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  *host = h;
+  *port = static_cast<uint16_t>(n);
+  return true;
+}
+
+// 128 bits from the kernel's CSPRNG, as hex.
+bool RandomToken(std::string* out) {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->clear();
+  for (unsigned char b : bytes) {
+    *out += kHex[b >> 4];
+    *out += kHex[b & 0xF];
+  }
+  return true;
+}
+
+absl::Status ParseTenants(const std::vector<std::string>& specs,
+                          std::vector<http::Tenant>* tenants) {
+  std::set<std::string> names, tokens;
+  for (const std::string& spec : specs) {
+    size_t colon = spec.find(':');
+    if (colon == std::string::npos) {
+      return absl::InvalidArgumentError("--tenant '" + spec + "' must be NAME:TOKEN");
+    }
+    http::Tenant t{spec.substr(0, colon), spec.substr(colon + 1)};
+    if (absl::Status s = ValidateTenant(t.name); !s.ok()) {
+      return absl::InvalidArgumentError("--tenant '" + spec + "': " + Str(s.message()));
+    }
+    if (t.token.empty() || t.token.find_first_of(" \t\r\n") != std::string::npos) {
+      return absl::InvalidArgumentError("--tenant '" + t.name +
+                                        ":...': the token must be non-empty, without spaces");
+    }
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError("--tenant: tenant '" + t.name + "' is given twice");
+    }
+    if (!tokens.insert(t.token).second) {
+      return absl::InvalidArgumentError("--tenant: two tenants share a token");
+    }
+    tenants->push_back(std::move(t));
+  }
+  return absl::OkStatus();
+}
+
+int RunServe(const ServeFlags& flags) {
+  http::ServerOptions server_options;
+  if (!ParseListen(flags.listen, &server_options.host, &server_options.port)) {
+    PrintReason("serve: --listen '" + flags.listen + "' must be HOST:PORT (port 0-65535)");
+    return kExitUsage;
+  }
+  if (flags.threads < 1 || flags.threads > 1024 || flags.io_threads < 1 || flags.io_threads > 256) {
+    PrintReason("serve: --threads must be 1-1024 and --io-threads 1-256");
+    return kExitUsage;
+  }
+  if (flags.max_body < 1 || flags.max_body > (uint64_t{1} << 30)) {
+    PrintReason("serve: --max-body must be between 1 and 1073741824 bytes");
+    return kExitUsage;
+  }
+  http::ApiOptions api_options;
+  if (absl::Status s = ParseTenants(flags.tenants, &api_options.tenants); !s.ok()) {
+    PrintReason("serve: " + Str(s.message()));
+    return kExitUsage;
+  }
+  api_options.max_body_bytes = flags.max_body;
+  api_options.metrics_require_token = flags.metrics_token;
+  server_options.max_body_bytes = flags.max_body;
+  server_options.worker_threads = flags.threads;
+  server_options.io_threads = flags.io_threads;
+
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(flags.store);
+  if (!store.ok()) {
+    PrintReason("serve: cannot open store " + flags.store + ": " + Str(store.status().message()));
+    return kExitFailure;
+  }
+
+  if (api_options.tenants.empty()) {
+    http::Tenant dev{"dev", ""};
+    if (!RandomToken(&dev.token)) {
+      PrintReason("serve: cannot read the system random source for a development token");
+      return kExitFailure;
+    }
+    std::fprintf(stderr, "development tenant \"dev\", token: %s\n", dev.token.c_str());
+    std::fflush(stderr);
+    api_options.tenants.push_back(std::move(dev));
+  }
+
+  Guard guard(**store);
+  http::Metrics metrics;
+  http::Api api(guard, **store, metrics, api_options);
+  http::Server server(api, server_options);
+
+  // Installed before the listening line, so a signal sent right after it is handled.
+  boost::asio::io_context signal_ioc;
+  boost::asio::signal_set signals(signal_ioc, SIGINT, SIGTERM);
+
+  if (absl::Status s = server.Start(); !s.ok()) {
+    PrintReason("serve: " + Str(s.message()));
+    return kExitFailure;
+  }
+  std::string address = server.address();
+  if (address.find(':') != std::string::npos) address = "[" + address + "]";
+  std::printf("listening on %s:%u\n", address.c_str(), static_cast<unsigned>(server.port()));
+  std::fflush(stdout);
+  spdlog::info("serving store {} for {} tenant(s) on {}:{}", (*store)->url(),
+               api_options.tenants.size(), address, server.port());
+
+  signals.async_wait([&](const boost::system::error_code& ec, int signo) {
+    if (!ec) spdlog::info("signal {}: shutting down", signo);
+    server.Shutdown();
+  });
+  signal_ioc.run();
+  server.Wait();
+  spdlog::info("stopped");
+  return kExitOk;
+}
+
+}  // namespace
+
+CommandFn AddServeCommand(CLI::App& root) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* sub = root.add_subcommand("serve", "Run the HTTP API (SPEC §11)");
+  sub->add_option("--listen", flags->listen, "Address to listen on, HOST:PORT (port 0: any)")
+      ->capture_default_str();
+  sub->add_option("--store", flags->store, "Store URL: sqlite://PATH or memory://")
+      ->capture_default_str();
+  sub->add_option("--tenant", flags->tenants,
+                  "A tenant and its bearer token, NAME:TOKEN (repeatable); without any, a "
+                  "development tenant \"dev\" with a random token is created")
+      ->type_name("NAME:TOKEN")
+      ->allow_extra_args(false);
+  sub->add_option("--max-body", flags->max_body, "Largest request body in bytes (else 413)")
+      ->capture_default_str();
+  sub->add_option("--threads", flags->threads, "Worker threads running store calls")
+      ->capture_default_str();
+  sub->add_option("--io-threads", flags->io_threads, "Threads running network I/O")
+      ->capture_default_str();
+  sub->add_flag("--metrics-token", flags->metrics_token,
+                "Require a tenant's bearer token on /metrics");
+  return [flags] { return RunServe(*flags); };
+}
+
+}  // namespace idem::cli

@@ -1,0 +1,247 @@
+#include "http/api.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+#include "http/problem.h"
+#include "idem/key.h"
+#include "simdjson.h"
+
+namespace idem::http {
+namespace {
+
+constexpr std::string_view kRecordsPrefix = "/v1/records/";
+
+Reply Final(std::string route, HttpResponse response, std::string outcome = {}) {
+  Reply r;
+  r.response = std::move(response);
+  r.route = std::move(route);
+  r.outcome = std::move(outcome);
+  return r;
+}
+
+HttpResponse MethodNotAllowed(std::string_view method, std::string_view allow) {
+  HttpResponse r = MakeProblem(
+      405, "", "", absl::StrCat("method ", AV(method), " is not allowed here; use ", AV(allow)));
+  r.headers.emplace_back("Allow", std::string(allow));
+  return r;
+}
+
+HttpResponse Unauthorized(std::string_view detail, bool invalid_token) {
+  HttpResponse r = MakeProblem(401, "", "", detail);
+  r.headers.emplace_back("WWW-Authenticate", invalid_token
+                                                 ? R"(Bearer realm="idem", error="invalid_token")"
+                                                 : R"(Bearer realm="idem")");
+  return r;
+}
+
+// Compares without an early exit so the time taken does not reveal how much of a
+// token matched (only its length).
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
+  }
+  return diff == 0;
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> PercentDecode(std::string_view segment) {
+  std::string out;
+  out.reserve(segment.size());
+  for (size_t i = 0; i < segment.size(); ++i) {
+    if (segment[i] != '%') {
+      out += segment[i];
+      continue;
+    }
+    if (i + 2 >= segment.size()) {
+      return absl::InvalidArgumentError("incomplete percent-escape in path");
+    }
+    int hi = HexValue(segment[i + 1]), lo = HexValue(segment[i + 2]);
+    if (hi < 0 || lo < 0) return absl::InvalidArgumentError("bad percent-escape in path");
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+Api::Api(Guard& guard, Store& store, Metrics& metrics, ApiOptions options)
+    : guard_(guard), store_(store), metrics_(metrics), options_(std::move(options)) {}
+
+const Tenant* Api::Authenticate(std::string_view authorization) const {
+  // RFC 6750 §2.1: "Bearer" (case-insensitive), one or more spaces, the token.
+  constexpr std::string_view kScheme = "bearer";
+  if (authorization.size() <= kScheme.size() ||
+      !absl::EqualsIgnoreCase(AV(authorization.substr(0, kScheme.size())), AV(kScheme)) ||
+      authorization[kScheme.size()] != ' ') {
+    return nullptr;
+  }
+  std::string_view token = SV(absl::StripAsciiWhitespace(AV(authorization.substr(kScheme.size()))));
+  if (token.empty()) return nullptr;
+  const Tenant* found = nullptr;
+  for (const Tenant& t : options_.tenants) {
+    if (ConstantTimeEquals(token, t.token) && found == nullptr) found = &t;
+  }
+  return found;
+}
+
+Reply Api::Handle(const HttpRequest& request) {
+  try {
+    std::string_view path = request.target;
+    if (size_t q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
+    const std::string_view method = request.method;
+
+    if (path == "/healthz") {
+      if (method != "GET") return Final("/healthz", MethodNotAllowed(method, "GET"));
+      HttpResponse r;
+      r.body = R"({"status":"ok"})";
+      return Final("/healthz", std::move(r));
+    }
+    if (path == "/readyz") {
+      if (method != "GET") return Final("/readyz", MethodNotAllowed(method, "GET"));
+      return Ready();
+    }
+    if (path == "/metrics") {
+      if (method != "GET") return Final("/metrics", MethodNotAllowed(method, "GET"));
+      if (options_.metrics_require_token && Authenticate(request.authorization) == nullptr) {
+        return Final("/metrics", Unauthorized("/metrics needs a bearer token", false));
+      }
+      HttpResponse r;
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = metrics_.Render();
+      return Final("/metrics", std::move(r));
+    }
+
+    std::string route;
+    std::string_view allow;
+    if (path == "/v1/claims" || path == "/v1/claims/complete" || path == "/v1/claims/fail") {
+      route = std::string(path);
+      allow = "POST";
+    } else if (absl::StartsWith(AV(path), AV(kRecordsPrefix))) {
+      route = "/v1/records/{biz_type}/{key}";
+      allow = "GET";
+    } else {
+      return Final("other", MakeProblem(404, "", "", absl::StrCat("no route for ", AV(path))));
+    }
+
+    std::string_view biz_enc, key_enc;
+    if (allow == "GET") {
+      std::string_view rest = path.substr(kRecordsPrefix.size());
+      size_t slash = rest.find('/');
+      if (slash == std::string_view::npos || slash == 0 || slash + 1 == rest.size() ||
+          rest.find('/', slash + 1) != std::string_view::npos) {
+        return Final("other", MakeProblem(404, "", "",
+                                          "use /v1/records/{biz_type}/{key} with both segments "
+                                          "percent-encoded"));
+      }
+      biz_enc = rest.substr(0, slash);
+      key_enc = rest.substr(slash + 1);
+    }
+    if (method != allow) return Final(route, MethodNotAllowed(method, allow));
+
+    const Tenant* tenant = Authenticate(request.authorization);
+    if (tenant == nullptr) {
+      if (request.authorization.empty()) {
+        return Final(route, Unauthorized("missing Authorization: Bearer <token>", false));
+      }
+      return Final(route, Unauthorized("the bearer token is malformed or unknown", true));
+    }
+    if (request.body.size() > options_.max_body_bytes) {
+      return Final(route, BodyTooLarge(options_.max_body_bytes));
+    }
+
+    if (path == "/v1/claims") return Claims(request, tenant->name);
+    if (path == "/v1/claims/complete") return Complete(request, tenant->name);
+    if (path == "/v1/claims/fail") return Fail(request, tenant->name);
+    return GetRecord(biz_enc, key_enc, tenant->name);
+  } catch (const std::exception& e) {
+    // Handlers catch their dependencies' exceptions; this is the last net.
+    return Final("other", MakeProblem(500, "internal", "Internal error", e.what()));
+  }
+}
+
+Reply Api::Ready() {
+  absl::Status s = store_.Ping();
+  if (s.ok()) {
+    HttpResponse r;
+    r.body = R"({"status":"ready"})";
+    return Final("/readyz", std::move(r));
+  }
+  metrics_.CountStoreError();
+  HttpResponse r = MakeProblem(503, "store_unavailable", "Store unavailable",
+                               absl::StrCat("the store does not answer: ", s.message()));
+  r.headers.emplace_back("Retry-After", "1");
+  return Final("/readyz", std::move(r));
+}
+
+Reply Api::StatusReply(const absl::Status& status, std::string_view action) {
+  std::string detail = absl::StrCat(AV(action), ": ", status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return Final("",
+                   MakeProblem(400, "invalid_request", "Invalid request", SV(status.message())));
+    case absl::StatusCode::kNotFound:
+      return Final("", MakeProblem(404, "not_found", "No such record", detail, "not_found"),
+                   "not_found");
+    case absl::StatusCode::kFailedPrecondition:
+      return Final("", MakeProblem(409, "key_reused", "Key reused", detail, "key_reused"),
+                   "key_reused");
+    case absl::StatusCode::kAborted:
+      return Final("", MakeProblem(409, "lease_lost", "Lease lost", detail, "lease_lost"),
+                   "lease_lost");
+    case absl::StatusCode::kAlreadyExists:
+      return Final("",
+                   MakeProblem(409, "conflict", "Already finished differently", detail, "conflict"),
+                   "conflict");
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kResourceExhausted: {
+      metrics_.CountStoreError();
+      HttpResponse r =
+          MakeProblem(503, "store_unavailable", "Store unavailable", detail, "unavailable");
+      r.headers.emplace_back("Retry-After", "1");
+      return Final("", std::move(r), "unavailable");
+    }
+    default:
+      metrics_.CountStoreError();
+      return Final("", MakeProblem(500, "internal", "Internal error", detail));
+  }
+}
+
+absl::Status Api::ValidateIds(std::string_view biz_type, std::string_view key) const {
+  if (absl::Status s = ValidateBizType(biz_type, guard_.options().limits); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("field \"biz_type\": ", s.message()));
+  }
+  if (absl::Status s = ValidateKey(key, guard_.options().limits); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("field \"key\": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+HttpResponse Api::BodyTooLarge(size_t limit) {
+  return MakeProblem(413, "", "",
+                     absl::StrCat("the request body is larger than ", limit, " bytes"));
+}
+
+HttpResponse Api::BadHttp(std::string_view what) {
+  return MakeProblem(400, "bad_http", "Malformed HTTP request", what);
+}
+
+HttpResponse Api::HeaderTooLarge() {
+  return MakeProblem(431, "", "", "the request header fields are too large");
+}
+
+}  // namespace idem::http

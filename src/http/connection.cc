@@ -1,0 +1,226 @@
+#include "http/connection.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/post.hpp"
+#include "spdlog/spdlog.h"
+
+namespace idem::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+
+std::chrono::steady_clock::duration Chrono(absl::Duration d) {
+  return absl::ToChronoNanoseconds(d);
+}
+
+}  // namespace
+
+Connection::Connection(asio::ip::tcp::socket&& socket, ServerShared shared)
+    : shared_(shared), stream_(std::move(socket)), timer_(stream_.get_executor()) {}
+
+void Connection::Start() {
+  asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadHeader(); });
+}
+
+void Connection::BeginShutdown() {
+  asio::post(stream_.get_executor(), [self = shared_from_this()] {
+    if (self->state_ == State::kIdle) {
+      self->Close();
+    } else if (self->state_ == State::kWaiting) {
+      self->timer_.cancel();  // OnTimer sees `stopping` and answers now
+    }
+    // kBusy: the answer goes out with Connection: close (see Send).
+  });
+}
+
+void Connection::ReadHeader() {
+  if (shared_.stopping.load() || state_ == State::kClosed) {
+    Close();
+    return;
+  }
+  state_ = State::kIdle;
+  parser_.emplace();
+  parser_->body_limit(shared_.options.max_body_bytes);
+  parser_->header_limit(static_cast<std::uint32_t>(shared_.options.max_header_bytes));
+  stream_.expires_after(Chrono(shared_.options.idle_timeout));
+  bhttp::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnHeader(ec); });
+}
+
+void Connection::OnHeader(beast::error_code ec) {
+  if (ec) {
+    OnReadError(ec);
+    return;
+  }
+  state_ = State::kBusy;
+  const auto& req = parser_->get();
+  version_ = req.version();
+  auto expect = req[bhttp::field::expect];
+  if (absl::EqualsIgnoreCase(absl::string_view(expect.data(), expect.size()), "100-continue") &&
+      !parser_->is_done()) {
+    continue_ =
+        std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_, version_);
+    stream_.expires_after(Chrono(shared_.options.io_timeout));
+    bhttp::async_write(stream_, *continue_,
+                       [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                         if (ec) {
+                           self->Close();
+                         } else {
+                           self->ReadBody();
+                         }
+                       });
+    return;
+  }
+  ReadBody();
+}
+
+void Connection::ReadBody() {
+  stream_.expires_after(Chrono(shared_.options.io_timeout));
+  bhttp::async_read(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnBody(ec); });
+}
+
+void Connection::OnReadError(beast::error_code ec) {
+  Reply reply;
+  reply.route = "other";
+  if (ec == bhttp::error::body_limit) {
+    reply.response = Api::BodyTooLarge(shared_.options.max_body_bytes);
+  } else if (ec == bhttp::error::header_limit) {
+    reply.response = Api::HeaderTooLarge();
+  } else if (ec.category() == beast::error_code(bhttp::error::bad_target).category() &&
+             ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message &&
+             ec != bhttp::error::need_more && ec != bhttp::error::need_buffer) {
+    reply.response = Api::BadHttp(ec.message());
+  } else {
+    // EOF, reset, timeout, cancelled by shutdown: nothing to answer.
+    Close();
+    return;
+  }
+  state_ = State::kBusy;
+  Send(reply, /*force_close=*/true);
+}
+
+void Connection::OnBody(beast::error_code ec) {
+  if (ec) {
+    OnReadError(ec);
+    return;
+  }
+  Request req = parser_->release();
+  keep_alive_ = req.keep_alive();
+  HttpRequest request;
+  request.method = std::string(req.method_string());
+  request.target = std::string(req.target());
+  auto auth = req[bhttp::field::authorization];
+  request.authorization = std::string(auth.data(), auth.size());
+  request.body = std::move(req.body());
+  Dispatch(std::move(request));
+}
+
+void Connection::Dispatch(HttpRequest request) { RunOnPool(nullptr, std::move(request)); }
+
+void Connection::RunOnPool(std::shared_ptr<const WaitingClaim> waiting, HttpRequest request) {
+  // The work guard keeps the I/O threads running while the reply is computed, even
+  // when nothing else is pending on the io_context (e.g. during shutdown).
+  asio::post(shared_.pool, [self = shared_from_this(), waiting = std::move(waiting),
+                            request = std::move(request),
+                            work = asio::make_work_guard(shared_.ioc)]() mutable {
+    Reply reply = waiting ? self->shared_.api.Poll(*waiting) : self->shared_.api.Handle(request);
+    asio::post(self->stream_.get_executor(),
+               [self, reply = std::move(reply)]() mutable { self->OnReply(std::move(reply)); });
+  });
+}
+
+void Connection::OnReply(Reply reply) {
+  if (state_ == State::kClosed) return;
+  if (reply.waiting != nullptr && !shared_.stopping.load()) {
+    state_ = State::kWaiting;
+    waiting_reply_ = std::move(reply);
+    timer_.expires_after(Chrono(shared_.options.wait_poll));
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) { self->OnTimer(ec); });
+    return;
+  }
+  Send(reply, /*force_close=*/false);
+}
+
+void Connection::OnTimer(beast::error_code) {
+  if (state_ != State::kWaiting || !waiting_reply_) return;
+  Reply reply = std::move(*waiting_reply_);
+  waiting_reply_.reset();
+  state_ = State::kBusy;
+  if (shared_.stopping.load()) {
+    reply.waiting = nullptr;  // answer with the latest 409 in_progress
+    Send(reply, /*force_close=*/true);
+    return;
+  }
+  RunOnPool(reply.waiting, HttpRequest{});
+}
+
+void Connection::Send(const Reply& reply, bool force_close) {
+  shared_.api.metrics().CountRequest(reply.route, reply.response.status, reply.outcome);
+  const bool close = force_close || !keep_alive_ || shared_.stopping.load();
+  response_ =
+      std::make_shared<Response>(static_cast<bhttp::status>(reply.response.status), version_);
+  response_->set(bhttp::field::server, "idem");
+  response_->set(bhttp::field::content_type, reply.response.content_type);
+  for (const auto& [name, value] : reply.response.headers) response_->set(name, value);
+  response_->body() = reply.response.body;
+  response_->keep_alive(!close);
+  response_->prepare_payload();
+  spdlog::debug("http {} {}", reply.route, reply.response.status);
+  stream_.expires_after(Chrono(shared_.options.io_timeout));
+  bhttp::async_write(stream_, *response_,
+                     [self = shared_from_this(), close](beast::error_code ec, std::size_t) {
+                       self->OnWrite(close, ec);
+                     });
+}
+
+void Connection::OnWrite(bool close, beast::error_code ec) {
+  response_.reset();
+  if (ec) {
+    Close();
+  } else if (close) {
+    DrainAndClose();
+  } else {
+    ReadHeader();
+  }
+}
+
+// Closing a socket with unread request bytes makes the kernel send RST, which can
+// destroy the answer before the client reads it (e.g. a 413 for a body never read).
+// So: half-close, read and discard until the client closes, with a time limit.
+void Connection::DrainAndClose() {
+  if (state_ != State::kClosed) {
+    state_ = State::kClosed;
+    beast::error_code ec;
+    stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(2));
+  }
+  buffer_.clear();
+  stream_.async_read_some(buffer_.prepare(64 << 10),
+                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                            if (ec) {
+                              self->Close();
+                            } else {
+                              self->DrainAndClose();
+                            }
+                          });
+}
+
+void Connection::Close() {
+  state_ = State::kClosed;
+  timer_.cancel();
+  beast::error_code ec;
+  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  stream_.close();
+}
+
+}  // namespace idem::http

@@ -1,0 +1,77 @@
+// Connection: one accepted HTTP/1.1 connection of the Server (internal).
+//
+// All of a Connection's handlers run on its strand; Api calls run on the worker
+// pool and post their Reply back to the strand.
+//
+// Thread safety: Start() and BeginShutdown() may be called from any thread; they
+// post to the strand.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/strand.hpp"
+#include "boost/asio/thread_pool.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
+#include "http/api.h"
+#include "http/server.h"
+
+namespace idem::http {
+
+// What connections share with the Server that owns them.
+struct ServerShared {
+  Api& api;
+  const ServerOptions& options;
+  boost::asio::io_context& ioc;
+  boost::asio::thread_pool& pool;
+  std::atomic<bool>& stopping;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(boost::asio::ip::tcp::socket&& socket, ServerShared shared);
+
+  void Start();
+  // Graceful shutdown: closes the connection if it is idle between requests, ends a
+  // waiting claim at once; a request being handled is answered with Connection: close.
+  void BeginShutdown();
+
+ private:
+  enum class State { kIdle, kBusy, kWaiting, kClosed };
+  using Request = boost::beast::http::request<boost::beast::http::string_body>;
+  using Response = boost::beast::http::response<boost::beast::http::string_body>;
+
+  void ReadHeader();
+  void OnHeader(boost::beast::error_code ec);
+  void ReadBody();
+  void OnBody(boost::beast::error_code ec);
+  // Answers a read error; returns after closing or sending an error response.
+  void OnReadError(boost::beast::error_code ec);
+  void Dispatch(HttpRequest request);
+  void RunOnPool(std::shared_ptr<const WaitingClaim> waiting, HttpRequest request);
+  void OnReply(Reply reply);
+  void OnTimer(boost::beast::error_code ec);
+  void Send(const Reply& reply, bool force_close);
+  void OnWrite(bool close, boost::beast::error_code ec);
+  void DrainAndClose();
+  void Close();
+
+  ServerShared shared_;
+  boost::beast::tcp_stream stream_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> continue_;
+  std::shared_ptr<Response> response_;
+  boost::asio::steady_timer timer_;
+  State state_ = State::kIdle;
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+  std::optional<Reply> waiting_reply_;
+};
+
+}  // namespace idem::http

@@ -1,0 +1,254 @@
+// The /v1/ handlers of Api: claims, complete, fail and record reads (SPEC §11).
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+#include "http/api.h"
+#include "http/json.h"
+#include "http/problem.h"
+#include "nlohmann/json.hpp"
+#include "simdjson.h"
+
+namespace idem::http {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+constexpr std::string_view kClaimsRoute = "/v1/claims";
+constexpr std::string_view kCompleteRoute = "/v1/claims/complete";
+constexpr std::string_view kFailRoute = "/v1/claims/fail";
+constexpr std::string_view kRecordRoute = "/v1/records/{biz_type}/{key}";
+
+std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+// Appends `"name":<raw>` to the JSON object text `object` (which ends in '}').
+std::string Splice(std::string object, std::string_view name, std::string_view raw) {
+  object.pop_back();
+  if (object.size() > 1) object += ',';
+  absl::StrAppend(&object, JsonString(name), ":", AV(raw), "}");
+  return object;
+}
+
+Reply Make(std::string_view route, HttpResponse response, std::string_view outcome = {}) {
+  Reply r;
+  r.response = std::move(response);
+  r.route = std::string(route);
+  r.outcome = std::string(outcome);
+  return r;
+}
+
+HttpResponse Json(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+Reply BadRequest(std::string_view route, const absl::Status& status) {
+  return Make(route, MakeProblem(400, "invalid_request", "Invalid request", SV(status.message())));
+}
+
+ojson TimeOrNull(absl::Time t) {
+  std::string s = FormatRfc3339(t);
+  return s.empty() ? ojson(nullptr) : ojson(s);
+}
+
+// Whole seconds until `until`, rounded up, at least 1 (SPEC §11 Retry-After).
+int64_t RetryAfterSeconds(absl::Time now, absl::Time until) {
+  double s = std::ceil(absl::ToDoubleSeconds(until - now));
+  return s < 1 ? 1 : static_cast<int64_t>(s);
+}
+
+}  // namespace
+
+Reply Api::Claims(const HttpRequest& request, const std::string& tenant) {
+  absl::StatusOr<ClaimBody> body = ParseClaimBody(request.body);
+  if (!body.ok()) return BadRequest(kClaimsRoute, body.status());
+  if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
+    return BadRequest(kClaimsRoute, s);
+  }
+  Request req;
+  req.tenant = tenant;
+  req.biz_type = std::move(body->biz_type);
+  req.key = std::move(body->key);
+  req.fingerprint = std::move(body->fingerprint);
+  absl::Time deadline = body->wait_ms > 0
+                            ? options_.clock->Now() + absl::Milliseconds(body->wait_ms)
+                            : absl::InfinitePast();
+  Reply reply = ClaimAnswer(req, absl::Milliseconds(body->lease_ms), deadline);
+  if (reply.waiting != nullptr) metrics_.CountWait();
+  return reply;
+}
+
+Reply Api::Poll(const WaitingClaim& waiting) {
+  try {
+    return ClaimAnswer(waiting.request, waiting.lease, waiting.deadline);
+  } catch (const std::exception& e) {
+    return Make(kClaimsRoute, MakeProblem(500, "internal", "Internal error", e.what()));
+  }
+}
+
+Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time deadline) {
+  absl::StatusOr<Result> result = guard_.Claim(req, lease);
+  // kAborted from a claim is contention on the record (another writer slipped in
+  // between read and write): the claim itself is safe to repeat at once.
+  for (int attempt = 0;
+       attempt < 3 && !result.ok() && result.status().code() == absl::StatusCode::kAborted;
+       ++attempt) {
+    result = guard_.Claim(req, lease);
+  }
+  if (!result.ok() && result.status().code() == absl::StatusCode::kAborted) {
+    result = absl::UnavailableError(result.status().message());
+  }
+  if (!result.ok()) {
+    Reply r = StatusReply(result.status(), "claim");
+    r.route = std::string(kClaimsRoute);
+    return r;
+  }
+  switch (result->outcome) {
+    case Outcome::kAcquired: {
+      ojson j = ojson::object();
+      j["outcome"] = "acquired";
+      j["token"] = result->token;
+      j["lease_until"] = FormatRfc3339(result->lease_until);
+      j["takeover"] = result->takeover;
+      if (result->takeover) j["previous_token"] = result->previous_token;
+      return Make(kClaimsRoute, Json(201, Dump(j)), "acquired");
+    }
+    case Outcome::kReplayed:
+    case Outcome::kCachedFailure: {
+      const bool replayed = result->outcome == Outcome::kReplayed;
+      std::string_view name = replayed ? "replayed" : "cached_failure";
+      HttpResponse r =
+          Json(200, Splice(absl::StrCat(R"({"outcome":")", AV(name), R"("})"),
+                           replayed ? "result" : "error", RawJsonOrString(result->value)));
+      r.headers.emplace_back("Idempotent-Replayed", "true");
+      return Make(kClaimsRoute, std::move(r), name);
+    }
+    case Outcome::kInProgress: {
+      const absl::Time now = options_.clock->Now();
+      Problem p;
+      p.status = 409;
+      p.slug = "in_progress";
+      p.title = "Claim in progress";
+      p.detail = absl::StrCat("another holder's lease on this key runs until ",
+                              FormatRfc3339(result->lease_until));
+      p.outcome = "in_progress";
+      p.extra["lease_until"] = FormatRfc3339(result->lease_until);
+      HttpResponse r = ProblemResponse(p);
+      r.headers.emplace_back("Retry-After",
+                             absl::StrCat(RetryAfterSeconds(now, result->lease_until)));
+      Reply reply = Make(kClaimsRoute, std::move(r), "in_progress");
+      if (now < deadline) {
+        reply.waiting = std::make_shared<WaitingClaim>(WaitingClaim{req, lease, deadline});
+      }
+      return reply;
+    }
+    case Outcome::kKeyReused:
+      return Make(kClaimsRoute,
+                  MakeProblem(409, "key_reused", "Key reused",
+                              "the key is already used by another biz_type", "key_reused"),
+                  "key_reused");
+    case Outcome::kFingerprintMismatch:
+      return Make(kClaimsRoute,
+                  MakeProblem(422, "fingerprint_mismatch", "Fingerprint mismatch",
+                              "the key was first claimed with a different request fingerprint; "
+                              "a retry must carry the same payload",
+                              "fingerprint_mismatch"),
+                  "fingerprint_mismatch");
+    case Outcome::kExecuted:
+      break;
+  }
+  return Make(kClaimsRoute, MakeProblem(500, "internal", "Internal error",
+                                        "unexpected guard outcome for a lease claim"));
+}
+
+Reply Api::Complete(const HttpRequest& request, const std::string& tenant) {
+  absl::StatusOr<CompleteBody> body = ParseCompleteBody(request.body);
+  if (!body.ok()) return BadRequest(kCompleteRoute, body.status());
+  if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
+    return BadRequest(kCompleteRoute, s);
+  }
+  Request req;
+  req.tenant = tenant;
+  req.biz_type = std::move(body->biz_type);
+  req.key = std::move(body->key);
+  absl::Status s = guard_.Complete(req, body->token, body->result);
+  if (!s.ok()) {
+    Reply r = StatusReply(s, "complete");
+    r.route = std::string(kCompleteRoute);
+    return r;
+  }
+  return Make(kCompleteRoute, Json(200, R"({"outcome":"completed"})"), "completed");
+}
+
+Reply Api::Fail(const HttpRequest& request, const std::string& tenant) {
+  absl::StatusOr<FailBody> body = ParseFailBody(request.body);
+  if (!body.ok()) return BadRequest(kFailRoute, body.status());
+  if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
+    return BadRequest(kFailRoute, s);
+  }
+  Request req;
+  req.tenant = tenant;
+  req.biz_type = std::move(body->biz_type);
+  req.key = std::move(body->key);
+  absl::Status s = guard_.Fail(req, body->token, body->retryable, body->error);
+  if (!s.ok()) {
+    Reply r = StatusReply(s, "fail");
+    r.route = std::string(kFailRoute);
+    return r;
+  }
+  std::string_view outcome = body->retryable ? "released" : "failed";
+  return Make(kFailRoute, Json(200, absl::StrCat(R"({"outcome":")", AV(outcome), R"("})")),
+              outcome);
+}
+
+Reply Api::GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
+                     const std::string& tenant) {
+  absl::StatusOr<std::string> biz_type = PercentDecode(biz_type_enc);
+  if (!biz_type.ok()) return BadRequest(kRecordRoute, biz_type.status());
+  absl::StatusOr<std::string> key = PercentDecode(key_enc);
+  if (!key.ok()) return BadRequest(kRecordRoute, key.status());
+  for (const auto& [name, value] :
+       {std::pair<std::string_view, const std::string*>{"biz_type", &*biz_type}, {"key", &*key}}) {
+    if (value->find('\0') != std::string::npos ||
+        simdjson::validate_utf8(value->data(), value->size()) == false) {
+      return BadRequest(kRecordRoute,
+                        absl::InvalidArgumentError(absl::StrCat(
+                            "path segment ", AV(name), " must be UTF-8 without NUL once decoded")));
+    }
+  }
+  if (absl::Status s = ValidateIds(*biz_type, *key); !s.ok()) return BadRequest(kRecordRoute, s);
+
+  Request req;
+  req.tenant = tenant;
+  req.biz_type = std::move(*biz_type);
+  req.key = std::move(*key);
+  absl::StatusOr<Record> rec = guard_.Get(req);
+  if (!rec.ok()) {
+    Reply r = StatusReply(rec.status(), "get record");
+    r.route = std::string(kRecordRoute);
+    r.outcome.clear();  // a read reports no guard outcome
+    return r;
+  }
+  ojson j = ojson::object();
+  j["biz_type"] = rec->biz_type;
+  j["key"] = rec->key;
+  j["state"] = std::string(RecordStateName(rec->state));
+  j["token"] = rec->token;
+  j["lease_until"] = TimeOrNull(rec->lease_until);
+  j["fingerprint"] = rec->fingerprint.empty() ? ojson(nullptr) : ojson(rec->fingerprint);
+  j["created_at"] = TimeOrNull(rec->created_at);
+  j["updated_at"] = TimeOrNull(rec->updated_at);
+  std::string body = Dump(j);
+  if (rec->state == RecordState::kSucceeded) {
+    body = Splice(std::move(body), "result", RawJsonOrString(rec->result));
+  } else if (rec->state == RecordState::kFailed) {
+    body = Splice(std::move(body), "error", RawJsonOrString(rec->error));
+  }
+  return Make(kRecordRoute, Json(200, std::move(body)));
+}
+
+}  // namespace idem::http

@@ -1,0 +1,79 @@
+// Parsing of the JSON request bodies of the §11 API, and the JSON helpers the
+// handlers use to build answers.
+//
+// Bodies are validated strictly first (well-formed JSON, valid UTF-8, one top-level
+// object, no duplicate or unknown members); `result` and `error` values are then
+// kept as the exact bytes they had in the body, so they can be stored and replayed
+// byte-for-byte (SPEC §11).
+//
+// Errors are kInvalidArgument with a message that names the offending field; the
+// API layer turns them into 400 problem+json.
+//
+// Thread safety: pure functions (each call uses its own parser).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace idem::http {
+
+inline constexpr int64_t kDefaultLeaseMs = 30'000;
+inline constexpr int64_t kMinLeaseMs = 100;
+inline constexpr int64_t kMaxLeaseMs = 3'600'000;
+inline constexpr int64_t kMaxWaitMs = 30'000;
+
+// POST /v1/claims
+struct ClaimBody {
+  std::string biz_type;
+  std::string key;
+  std::string fingerprint;  // empty when absent
+  int64_t lease_ms = kDefaultLeaseMs;
+  int64_t wait_ms = 0;
+};
+
+// POST /v1/claims/complete
+struct CompleteBody {
+  std::string biz_type;
+  std::string key;
+  int64_t token = 0;
+  std::string result;  // raw JSON bytes of the "result" value
+};
+
+// POST /v1/claims/fail
+struct FailBody {
+  std::string biz_type;
+  std::string key;
+  int64_t token = 0;
+  bool retryable = false;
+  std::string error;  // raw JSON bytes of the "error" value
+};
+
+// Parse the bodies above. Required members: biz_type, key (strings without NUL);
+// complete: token (integer >= 1), result (any JSON value); fail: token, retryable
+// (bool), error (any JSON value). Claim: fingerprint (string), lease_ms (integer in
+// [kMinLeaseMs, kMaxLeaseMs]) and wait_ms (integer in [0, kMaxWaitMs]) are optional.
+// Key and biz_type lengths are checked by the caller (idem::ValidateKey).
+absl::StatusOr<ClaimBody> ParseClaimBody(std::string_view body);
+absl::StatusOr<CompleteBody> ParseCompleteBody(std::string_view body);
+absl::StatusOr<FailBody> ParseFailBody(std::string_view body);
+
+// Returns true when `bytes` is one complete, valid JSON value (UTF-8 checked).
+bool IsValidJson(std::string_view bytes);
+
+// Returns `bytes` as JSON text for splicing into an answer: itself when it is valid
+// JSON (byte-for-byte), else a JSON string holding it (invalid UTF-8 replaced), for
+// values stored through the C++ API that are not JSON. Empty bytes give "null".
+std::string RawJsonOrString(std::string_view bytes);
+
+// Returns `text` as a JSON string literal, quotes included; invalid UTF-8 is replaced
+// by U+FFFD.
+std::string JsonString(std::string_view text);
+
+// Formats `t` as RFC 3339 UTC with milliseconds: "2024-06-18T07:13:00.123Z".
+std::string FormatRfc3339(absl::Time t);
+
+}  // namespace idem::http

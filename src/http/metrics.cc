@@ -1,0 +1,92 @@
+#include "http/metrics.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace idem::http {
+namespace {
+
+// Label values are route templates and outcome names chosen by the server, but
+// escape anyway so the exposition stays parseable.
+std::string EscapeLabel(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void Metrics::CountRequest(std::string_view route, int status, std::string_view outcome) {
+  absl::MutexLock lock(&mu_);
+  ++requests_[{std::string(route), status}];
+  if (!outcome.empty()) {
+    auto it = outcomes_.find(outcome);
+    if (it == outcomes_.end()) it = outcomes_.emplace(std::string(outcome), 0).first;
+    ++it->second;
+  }
+}
+
+void Metrics::CountStoreError() {
+  absl::MutexLock lock(&mu_);
+  ++store_errors_;
+}
+
+void Metrics::CountWait() {
+  absl::MutexLock lock(&mu_);
+  ++waits_;
+}
+
+std::string Metrics::Render() const {
+  absl::MutexLock lock(&mu_);
+  std::string out;
+  absl::StrAppend(&out,
+                  "# HELP idem_http_requests_total HTTP answers sent, by route and status.\n"
+                  "# TYPE idem_http_requests_total counter\n");
+  for (const auto& [k, n] : requests_) {
+    absl::StrAppend(&out, "idem_http_requests_total{route=\"", EscapeLabel(k.first), "\",status=\"",
+                    k.second, "\"} ", n, "\n");
+  }
+  absl::StrAppend(&out,
+                  "# HELP idem_outcomes_total Guard outcomes answered, by outcome.\n"
+                  "# TYPE idem_outcomes_total counter\n");
+  for (const auto& [k, n] : outcomes_) {
+    absl::StrAppend(&out, "idem_outcomes_total{outcome=\"", EscapeLabel(k), "\"} ", n, "\n");
+  }
+  absl::StrAppend(&out,
+                  "# HELP idem_store_errors_total Store calls that failed.\n"
+                  "# TYPE idem_store_errors_total counter\n"
+                  "idem_store_errors_total ",
+                  store_errors_, "\n",
+                  "# HELP idem_claim_waits_total Claims that met a live lease and waited.\n"
+                  "# TYPE idem_claim_waits_total counter\n"
+                  "idem_claim_waits_total ",
+                  waits_, "\n");
+  return out;
+}
+
+uint64_t Metrics::requests(std::string_view route, int status) const {
+  absl::MutexLock lock(&mu_);
+  auto it = requests_.find({std::string(route), status});
+  return it == requests_.end() ? 0 : it->second;
+}
+
+uint64_t Metrics::outcomes(std::string_view outcome) const {
+  absl::MutexLock lock(&mu_);
+  auto it = outcomes_.find(outcome);
+  return it == outcomes_.end() ? 0 : it->second;
+}
+
+uint64_t Metrics::store_errors() const {
+  absl::MutexLock lock(&mu_);
+  return store_errors_;
+}
+
+}  // namespace idem::http

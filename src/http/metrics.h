@@ -1,0 +1,51 @@
+// Metrics: the Prometheus counters of `idem serve`, rendered by GET /metrics in the
+// text exposition format (version 0.0.4):
+//
+//   idem_http_requests_total{route="/v1/claims",status="201"}  answers sent
+//   idem_outcomes_total{outcome="acquired"}                    guard outcomes answered
+//   idem_store_errors_total                                    store calls that failed
+//   idem_claim_waits_total                                     claims that waited (wait_ms)
+//
+// Thread safety: safe for concurrent use.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace idem::http {
+
+class Metrics {
+ public:
+  // Counts one answer on `route` (a route template such as "/v1/records/{biz_type}/{key}")
+  // with HTTP `status`, and `outcome` when not empty.
+  void CountRequest(std::string_view route, int status, std::string_view outcome = {});
+
+  // Counts one failed store call (unavailable, internal, ...).
+  void CountStoreError();
+
+  // Counts one claim that met a live lease and started waiting.
+  void CountWait();
+
+  // Returns the exposition text.
+  std::string Render() const;
+
+  // For tests: the current value of a counter.
+  uint64_t requests(std::string_view route, int status) const;
+  uint64_t outcomes(std::string_view outcome) const;
+  uint64_t store_errors() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t, std::less<>> outcomes_ ABSL_GUARDED_BY(mu_);
+  uint64_t store_errors_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t waits_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace idem::http

@@ -1,0 +1,79 @@
+#include "http/problem.h"
+
+#include <string>
+
+namespace idem::http {
+
+std::string_view ReasonPhrase(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 201:
+      return "Created";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Content Too Large";
+    case 415:
+      return "Unsupported Media Type";
+    case 422:
+      return "Unprocessable Content";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Unknown";
+  }
+}
+
+HttpResponse ProblemResponse(const Problem& problem) {
+  nlohmann::ordered_json body = nlohmann::ordered_json::object();
+  body["type"] =
+      problem.slug.empty() ? std::string("about:blank") : "urn:idem:problem:" + problem.slug;
+  body["title"] = problem.title.empty() ? std::string(ReasonPhrase(problem.status)) : problem.title;
+  body["status"] = problem.status;
+  body["detail"] = problem.detail;
+  if (!problem.outcome.empty()) body["outcome"] = problem.outcome;
+  for (const auto& [k, v] : problem.extra.items()) body[k] = v;
+
+  HttpResponse response;
+  response.status = problem.status;
+  response.content_type = "application/problem+json";
+  // Details may quote client bytes; replace invalid UTF-8 rather than throw.
+  response.body = body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  return response;
+}
+
+HttpResponse MakeProblem(int status, std::string_view slug, std::string_view title,
+                         std::string_view detail, std::string_view outcome) {
+  Problem p;
+  p.status = status;
+  p.slug = std::string(slug);
+  p.title = std::string(title);
+  p.detail = std::string(detail);
+  p.outcome = std::string(outcome);
+  return ProblemResponse(p);
+}
+
+}  // namespace idem::http

@@ -1,0 +1,79 @@
+// Server: the HTTP/1.1 front of `idem serve`. Accepts connections on an io_context
+// run by a few I/O threads, reads requests with Boost.Beast (keep-alive, 100-continue,
+// a body limit), runs the blocking Api calls on a separate worker pool and writes the
+// answers back on each connection's strand. A claim that waits (wait_ms) re-polls on
+// a steady_timer, so no thread blocks while it waits.
+//
+//   idem::http::Server server(api, {.host = "127.0.0.1", .port = 0});
+//   if (absl::Status s = server.Start(); !s.ok()) ...;
+//   std::cout << "listening on " << server.address() << ":" << server.port() << "\n";
+//   ...  // on SIGTERM:
+//   server.Shutdown();
+//   server.Wait();
+//
+// Shutdown is graceful: the listener closes, idle keep-alive connections are closed,
+// requests in flight finish and are answered with "Connection: close", claims that
+// are waiting answer at once (409 in_progress), and Wait() returns when every
+// connection is gone.
+//
+// Thread safety: Start() once; Shutdown() and port()/address() from any thread;
+// Wait() from one thread. `api` must outlive the Server.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "http/api.h"
+
+namespace idem::http {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";  // an IP address or a resolvable name
+  uint16_t port = 7070;            // 0: the kernel picks one; see port()
+  int io_threads = 2;
+  int worker_threads = 16;  // threads that run Api calls (they block on the store)
+  size_t max_body_bytes = 1 << 20;
+  size_t max_header_bytes = 16 << 10;
+  absl::Duration idle_timeout = absl::Seconds(60);    // keep-alive connection idle
+  absl::Duration io_timeout = absl::Seconds(30);      // reading a body, writing an answer
+  absl::Duration wait_poll = absl::Milliseconds(15);  // re-poll period of waiting claims
+};
+
+class ServerImpl;
+
+class Server {
+ public:
+  Server(Api& api, ServerOptions options);
+  // Shuts down and waits.
+  ~Server();
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds, listens and starts the threads. kInvalidArgument for a host that does not
+  // resolve; kUnavailable when the address cannot be bound (in use, not permitted).
+  absl::Status Start();
+
+  // The bound address and port (the real port when options.port was 0).
+  // REQUIRES: Start() returned OK.
+  std::string address() const;
+  uint16_t port() const;
+
+  // Begins a graceful shutdown; returns at once. Idempotent.
+  void Shutdown();
+
+  // Blocks until the server has shut down (after Shutdown()) and its threads ended.
+  void Wait();
+
+ private:
+  std::unique_ptr<ServerImpl> impl_;
+};
+
+}  // namespace idem::http

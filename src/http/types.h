@@ -1,0 +1,37 @@
+// The socket-free request/response values that the API layer (api.h) consumes and
+// produces; the server (server.h) converts them to and from Beast messages.
+//
+// Thread safety: plain values.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace idem::http {
+
+struct HttpRequest {
+  std::string method;         // "GET", "POST", ...
+  std::string target;         // origin-form: "/v1/records/refund/R-1?x=y"
+  std::string authorization;  // the Authorization header; empty when absent
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  // Extra headers (Retry-After, Idempotent-Replayed, WWW-Authenticate, Allow, ...).
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+
+  // Returns the value of header `name` (case-sensitive), or "" when absent.
+  std::string_view Header(std::string_view name) const {
+    for (const auto& [k, v] : headers) {
+      if (k == name) return v;
+    }
+    return {};
+  }
+};
+
+}  // namespace idem::http

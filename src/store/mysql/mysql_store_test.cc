@@ -1,0 +1,628 @@
+// MySQL/MariaDB-specific behaviour of the mysql:// store: URLs, start-up failures,
+// error mapping, the claim's affected-rows logic, lock waits, pool recovery after
+// KILL, and byte-exact values. Needs IDEM_TEST_MYSQL_URL (see CMakeLists.txt) and
+// fails without it: a skipped integration test looks like a passing one.
+#include "store/mysql/mysql_store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/absl_compat.h"
+#include "idem/idem.h"
+#include "store/mysql/mysql_error.h"
+#include "store/mysql/mysql_test_db.h"
+#include "store/mysql/mysql_url.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
+
+namespace idem {
+namespace {
+
+using ::idem::mysql::MysqlOptions;
+using ::idem::mysql::ParseMysqlUrl;
+using ::idem::mysql::testing::BaseUrl;
+using ::idem::mysql::testing::FreshDatabaseUrl;
+using ::idem::mysql::testing::WithDatabase;
+using ::idem::mysql::testing::WithParams;
+using ::idem::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+// ---- URL parsing: no server needed ----
+
+TEST(MysqlUrlTest, ParsesEveryPart) {
+  absl::StatusOr<MysqlOptions> o = ParseMysqlUrl(
+      "mysql://app%40eu:p%40ss%3Aw%2Frd%25@db.example:3307/idem%2Dprod?pool=3&pool_wait_ms=10&"
+      "lock_wait_timeout_s=4&connect_timeout_s=7&io_timeout_s=9&ssl=verify&ssl_ca=%2Fca.pem");
+  ASSERT_OK(o);
+  EXPECT_EQ(o->user, "app@eu");
+  EXPECT_EQ(o->password, "p@ss:w/rd%");
+  EXPECT_TRUE(o->has_password);
+  EXPECT_EQ(o->host, "db.example");
+  EXPECT_EQ(o->port, 3307);
+  EXPECT_EQ(o->database, "idem-prod");
+  EXPECT_EQ(o->pool, 3);
+  EXPECT_EQ(o->pool_wait_ms, 10);
+  EXPECT_EQ(o->lock_wait_timeout_s, 4);
+  EXPECT_EQ(o->connect_timeout_s, 7);
+  EXPECT_EQ(o->io_timeout_s, 9);
+  EXPECT_EQ(o->ssl, mysql::SslMode::kVerify);
+  EXPECT_EQ(o->ssl_ca, "/ca.pem");
+  EXPECT_THAT(o->redacted_url, Not(HasSubstr("p%40ss")));
+  EXPECT_THAT(o->redacted_url,
+              HasSubstr("mysql://app%40eu:***@db.example:3307/idem%2Dprod?pool=3"));
+}
+
+TEST(MysqlUrlTest, DefaultsAndVariants) {
+  absl::StatusOr<MysqlOptions> o = ParseMysqlUrl("mysql://root@localhost/idem");
+  ASSERT_OK(o);
+  EXPECT_EQ(o->port, 3306);
+  EXPECT_FALSE(o->has_password);
+  EXPECT_EQ(o->pool, 8);
+  EXPECT_EQ(o->lock_wait_timeout_s, 2);
+  EXPECT_EQ(o->redacted_url, "mysql://root@localhost/idem");
+  absl::StatusOr<MysqlOptions> v6 = ParseMysqlUrl("mysql://u:@[::1]:3310/d");
+  ASSERT_OK(v6);
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 3310);
+  EXPECT_TRUE(v6->has_password);
+  EXPECT_EQ(v6->password, "");
+  absl::StatusOr<MysqlOptions> sock = ParseMysqlUrl("mysql://u:p@/d?socket=%2Frun%2Fmysqld.sock");
+  ASSERT_OK(sock);
+  EXPECT_EQ(sock->socket, "/run/mysqld.sock");
+  // An unencoded '@' in the password is tolerated: the last '@' ends the user info.
+  absl::StatusOr<MysqlOptions> at = ParseMysqlUrl("mysql://u:p@ss@h/d");
+  ASSERT_OK(at);
+  EXPECT_EQ(at->password, "p@ss");
+  EXPECT_EQ(at->host, "h");
+}
+
+TEST(MysqlUrlTest, ErrorsNameWhatIsWrongAndNeverThePassword) {
+  struct Case {
+    const char* url;
+    const char* says;
+  } cases[] = {
+      {"postgres://u@h/d", "not a mysql:// URL"},
+      {"mysql://h/d", "names no user"},
+      {"mysql://@h/d", "empty user"},
+      {"mysql://u@h", "names no database"},
+      {"mysql://u@h/", "names no database"},
+      {"mysql://u@/d", "names no host"},
+      {"mysql://u@h:0/d", "port '0'"},
+      {"mysql://u@h:65536/d", "port '65536'"},
+      {"mysql://u@h:33x/d", "port '33x'"},
+      {"mysql://u@h:/d", "empty port"},
+      {"mysql://u@::1/d", "write IPv6 as [::1]"},
+      {"mysql://u@[::1/d", "unclosed '['"},
+      {"mysql://u:secr%zzet@h/d", "bad percent-escape in the password"},
+      {"mysql://u:secret#x@h/d", "'#'"},
+      {"mysql://u@h/d?pool=0", "pool='0'"},
+      {"mysql://u@h/d?pool=257", "1..256"},
+      {"mysql://u@h/d?pool=8&pool=9", "given twice"},
+      {"mysql://u@h/d?lock_wait_timeout_s=-1", "lock_wait_timeout_s='-1'"},
+      {"mysql://u@h/d?lock_wait_timeout_s=40", "io_timeout_s (30) must be greater"},
+      {"mysql://u@h/d?ssl=maybe", "disabled, required or verify"},
+      {"mysql://u@h/d?ssl_ca=%2Fca", "needs ssl=required or verify"},
+      {"mysql://u@h/d?fsync=1", "unknown mysql URL parameter 'fsync'"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = ParseMysqlUrl(c.url).status();
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << c.url;
+    EXPECT_THAT(Message(s), HasSubstr(c.says)) << c.url;
+    EXPECT_THAT(Message(s), Not(HasSubstr("secr"))) << c.url;
+  }
+  EXPECT_THAT(OpenMysqlStore("mysql://u@h/d?pool=x"), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(MysqlUrlTest, TestDatabaseUrlHelpers) {
+  EXPECT_EQ(WithDatabase("mysql://u:p@h:1/a?pool=2", "b"), "mysql://u:p@h:1/b?pool=2");
+  EXPECT_EQ(WithDatabase("mysql://u:p@h:1/a", "b"), "mysql://u:p@h:1/b");
+  EXPECT_EQ(WithParams("mysql://u@h/a", "pool=1"), "mysql://u@h/a?pool=1");
+  EXPECT_EQ(WithParams("mysql://u@h/a?x=1", "pool=1"), "mysql://u@h/a?x=1&pool=1");
+}
+
+// ---- against the server ----
+
+TEST(MysqlServerTest, IdemTestMysqlUrlIsSet) {
+  ASSERT_FALSE(BaseUrl().empty())
+      << "IDEM_TEST_MYSQL_URL is not set; point it at a MySQL 8 / MariaDB 10.11 server, e.g. "
+         "mysql://idem:secret@127.0.0.1:3306/idem_test (the user needs CREATE/DROP DATABASE)";
+}
+
+class MysqlStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = BaseUrl();
+    ASSERT_FALSE(base_.empty()) << "IDEM_TEST_MYSQL_URL is not set";
+    absl::StatusOr<std::string> url = FreshDatabaseUrl(base_, dir_.path());
+    ASSERT_OK(url);
+    url_ = *url;
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenMysqlStore(url_);
+    ASSERT_OK(store);
+    store_ = *std::move(store);
+  }
+
+  std::unique_ptr<Store> Open(std::string_view params) {
+    absl::StatusOr<std::unique_ptr<Store>> s = OpenMysqlStore(WithParams(url_, params));
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *std::move(s) : nullptr;
+  }
+
+  void Sql(std::string_view sql) {
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store_->Begin();
+    ASSERT_OK(tx);
+    ASSERT_OK((*tx)->Exec(sql));
+    ASSERT_OK((*tx)->Commit());
+  }
+
+  static int64_t ConnectionId(StoreTransaction& tx) {
+    absl::StatusOr<Rows> rows = tx.Query("SELECT CONNECTION_ID()");
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    return rows.ok() ? rows->rows[0][0].as_int() : -1;
+  }
+
+  // Kills a session from a separate store, as an operator or a failover would.
+  void Kill(int64_t id) {
+    absl::StatusOr<std::unique_ptr<Store>> admin = OpenMysqlStore(WithParams(url_, "pool=1"));
+    ASSERT_OK(admin);
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = (*admin)->Begin();
+    ASSERT_OK(tx);
+    ASSERT_OK((*tx)->Exec(absl::StrCat("KILL ", id)));
+    ASSERT_OK((*tx)->Commit());
+  }
+
+  static Record Fresh(std::string key, std::string biz_type = "refund") {
+    const absl::Time now = absl::FromUnixMicros(1700000000123456);
+    return Record{.tenant = "default",
+                  .biz_type = std::move(biz_type),
+                  .key = std::move(key),
+                  .fingerprint = "fp",
+                  .state = RecordState::kProcessing,
+                  .token = 1,
+                  .lease_until = now + absl::Seconds(30),
+                  .created_at = now,
+                  .updated_at = now};
+  }
+
+  testing::TempDir dir_;
+  std::string base_, url_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(MysqlStoreTest, UrlHidesThePassword) {
+  absl::StatusOr<MysqlOptions> o = ParseMysqlUrl(url_);
+  ASSERT_OK(o);
+  EXPECT_EQ(store_->url(), o->redacted_url);
+  if (o->has_password && !o->password.empty()) {
+    EXPECT_THAT(std::string(store_->url()), Not(HasSubstr(":" + o->password + "@")));
+    EXPECT_THAT(std::string(store_->url()), HasSubstr(":***@"));
+  }
+  EXPECT_TRUE(store_->SupportsSql());
+  EXPECT_OK(store_->Ping());
+}
+
+TEST_F(MysqlStoreTest, StartUpFailuresAreClassified) {
+  absl::StatusOr<MysqlOptions> o = ParseMysqlUrl(url_);
+  ASSERT_OK(o);
+  // Wrong password.
+  std::string bad =
+      absl::StrCat("mysql://", o->user, ":definitely-wrong%21@", o->socket.empty() ? o->host : "",
+                   ":", o->port, "/", o->database, o->socket.empty() ? "" : "?socket=" + o->socket);
+  absl::Status denied = OpenMysqlStore(bad).status();
+  EXPECT_THAT(denied, StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(Message(denied), HasSubstr("1045"));
+  EXPECT_THAT(Message(denied), Not(HasSubstr("definitely-wrong")));
+  // A database that does not exist.
+  absl::Status no_db = OpenMysqlStore(WithDatabase(url_, "idem_no_such_db_9f3")).status();
+  EXPECT_THAT(no_db, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(Message(no_db), HasSubstr("1049"));
+  // Nothing listens: a port that was free a moment ago.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  close(fd);
+  absl::Status down =
+      OpenMysqlStore(absl::StrCat("mysql://u:p@127.0.0.1:", port, "/d?connect_timeout_s=2"))
+          .status();
+  EXPECT_THAT(down, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Message(down), HasSubstr("mysql://u:***@127.0.0.1"));
+}
+
+TEST_F(MysqlStoreTest, SchemaIsCreatedOnceByRacingOpeners) {
+  testing::TempDir other;
+  absl::StatusOr<std::string> url = FreshDatabaseUrl(base_, other.path());
+  ASSERT_OK(url);
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back([&] {
+      absl::StatusOr<std::unique_ptr<Store>> s = OpenMysqlStore(*url);
+      if (s.ok()) {
+        ok.fetch_add(1);
+      } else {
+        ADD_FAILURE() << s.status();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 6);
+  absl::StatusOr<std::unique_ptr<Store>> s = OpenMysqlStore(*url);
+  ASSERT_OK(s);
+  std::unique_ptr<StoreTransaction> tx = *(*s)->Begin();
+  absl::StatusOr<Rows> rows = tx->Query("SELECT version FROM idem_schema_version");
+  ASSERT_OK(rows);
+  ASSERT_EQ(rows->rows.size(), 1u);
+  EXPECT_EQ(rows->rows[0][0].as_int(), 1);
+}
+
+TEST_F(MysqlStoreTest, NewerSchemaIsRefused) {
+  Sql("UPDATE idem_schema_version SET version = 99");
+  absl::Status s = OpenMysqlStore(url_).status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(Message(s), HasSubstr("newer"));
+}
+
+TEST_F(MysqlStoreTest, InsertOrLoadTellsFirstArrivalFromDuplicateByAffectedRows) {
+  const Record r = Fresh("K-1");
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    absl::StatusOr<std::optional<Record>> first = tx->InsertOrLoad(r);
+    ASSERT_OK(first);
+    EXPECT_FALSE(first->has_value());
+    ASSERT_OK(tx->Commit());
+  }
+  std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+  Record other = Fresh("K-1", "payment");
+  other.token = 7;
+  absl::StatusOr<std::optional<Record>> again = tx->InsertOrLoad(other);
+  ASSERT_OK(again);
+  ASSERT_TRUE(again->has_value());
+  EXPECT_EQ(**again, r);  // the stored record, untouched by the duplicate insert
+  // A write of identical values reports 0 changed rows; Replace still says it matched.
+  absl::StatusOr<bool> same = tx->Replace(r, r.token, r.state);
+  ASSERT_OK(same);
+  EXPECT_TRUE(*same);
+  Record next = r;
+  next.token = 2;
+  absl::StatusOr<bool> stale = tx->Replace(next, /*expected_token=*/5, RecordState::kProcessing);
+  ASSERT_OK(stale);
+  EXPECT_FALSE(*stale);
+  absl::StatusOr<bool> moved = tx->Replace(next, 1, RecordState::kProcessing);
+  ASSERT_OK(moved);
+  EXPECT_TRUE(*moved);
+  ASSERT_OK(tx->Commit());
+  absl::StatusOr<std::optional<Record>> got = store_->Get("default", "K-1");
+  ASSERT_OK(got);
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->token, 2);
+  EXPECT_EQ((*got)->lease_until, r.lease_until);
+  // Keys are bytes: a NUL inside, and a prefix of it, are two keys.
+  const std::string nul_key("a\0b\xff", 4);
+  std::unique_ptr<StoreTransaction> tx2 = *store_->Begin();
+  EXPECT_FALSE(tx2->InsertOrLoad(Fresh(nul_key))->has_value());
+  EXPECT_FALSE(tx2->InsertOrLoad(Fresh("a"))->has_value());
+  EXPECT_TRUE(tx2->InsertOrLoad(Fresh(nul_key))->has_value());
+  EXPECT_THAT(tx2->InsertOrLoad(Fresh(std::string(256, 'k'))),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK(tx2->Commit());
+}
+
+TEST_F(MysqlStoreTest, ErrorsMapToWhatTheCallerShouldDo) {
+  Sql("CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount BIGINT NOT NULL)");
+  std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+  ASSERT_OK(tx->Exec("INSERT INTO ledger VALUES (?, ?)", {Value("O-1"), Value(1)}));
+  absl::Status dup =
+      tx->Exec("INSERT INTO ledger VALUES (?, ?)", {Value("O-1"), Value(2)}).status();
+  EXPECT_THAT(dup, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Message(dup), HasSubstr("1062"));
+  absl::Status syntax = tx->Exec("INSERT INTO ledger VALUS (1)").status();
+  EXPECT_THAT(syntax, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Message(syntax), HasSubstr("1064"));
+  absl::Status table = tx->Query("SELECT * FROM no_such_table").status();
+  EXPECT_THAT(table, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Message(table), HasSubstr("1146"));
+  absl::Status null = tx->Exec("INSERT INTO ledger VALUES (?, NULL)", {Value("O-2")}).status();
+  EXPECT_THAT(null, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(tx->Exec("INSERT INTO ledger VALUES (?, ?)", {Value("O-3")}),
+              StatusIs(absl::StatusCode::kInvalidArgument));  // 2 placeholders, 1 value
+  // Statement errors like these leave the transaction usable.
+  ASSERT_OK(tx->Exec("INSERT INTO ledger VALUES (?, ?)", {Value("O-4"), Value(4)}));
+  ASSERT_OK(tx->Commit());
+  EXPECT_THAT(tx->Exec("SELECT 1"), StatusIs(absl::StatusCode::kFailedPrecondition));
+  std::unique_ptr<StoreTransaction> check = *store_->Begin();
+  absl::StatusOr<Rows> rows = check->Query("SELECT order_no FROM ledger ORDER BY order_no");
+  ASSERT_OK(rows);
+  ASSERT_EQ(rows->rows.size(), 2u);
+  EXPECT_EQ(rows->rows[1][0], Value("O-4"));
+}
+
+TEST_F(MysqlStoreTest, LockWaitTimeoutIsUnavailableAndEndsTheTransaction) {
+  std::unique_ptr<Store> quick = Open("lock_wait_timeout_s=1");
+  ASSERT_NE(quick, nullptr);
+  Sql("CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)");
+  Sql("INSERT INTO t VALUES (1, 0)");
+
+  // A claim waiting on another transaction's uncommitted claim of the same key.
+  std::unique_ptr<StoreTransaction> holder = *quick->Begin();
+  ASSERT_FALSE(holder->InsertOrLoad(Fresh("K"))->has_value());
+  std::unique_ptr<StoreTransaction> waiter = *quick->Begin();
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = waiter->InsertOrLoad(Fresh("K")).status();
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Message(s), HasSubstr("1205"));
+  EXPECT_TRUE(IsClaimContended(s));
+  EXPECT_GE(waited, std::chrono::milliseconds(900));
+  EXPECT_LT(waited, std::chrono::seconds(10));
+  // The server may have rolled the waiter back; it refuses to go on outside it.
+  EXPECT_THAT(waiter->Exec("UPDATE t SET v = 9 WHERE id = 1"),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(waiter->Commit(), StatusIs(absl::StatusCode::kUnavailable));
+  ASSERT_OK(holder->Commit());
+
+  // The caller's own rows.
+  std::unique_ptr<StoreTransaction> a = *quick->Begin();
+  ASSERT_OK(a->Exec("UPDATE t SET v = 1 WHERE id = 1"));
+  std::unique_ptr<StoreTransaction> b = *quick->Begin();
+  absl::Status row = b->Exec("UPDATE t SET v = 2 WHERE id = 1").status();
+  EXPECT_THAT(row, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Message(row), HasSubstr("1205"));
+  b->Rollback();
+  ASSERT_OK(a->Commit());
+}
+
+TEST_F(MysqlStoreTest, DeadlockIsAbortedForTheVictim) {
+  Sql("CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)");
+  Sql("INSERT INTO t VALUES (1, 0), (2, 0)");
+  std::unique_ptr<StoreTransaction> a = *store_->Begin();
+  std::unique_ptr<StoreTransaction> b = *store_->Begin();
+  ASSERT_OK(a->Exec("UPDATE t SET v = 1 WHERE id = 1"));
+  ASSERT_OK(b->Exec("UPDATE t SET v = 2 WHERE id = 2"));
+  absl::Status from_a;
+  std::thread t([&] { from_a = a->Exec("UPDATE t SET v = 1 WHERE id = 2").status(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let A block on B's row
+  absl::Status from_b = b->Exec("UPDATE t SET v = 2 WHERE id = 1").status();
+  if (from_b.ok()) {
+    // B could not have got row 1 while A held it, unless A was chosen as the victim.
+    t.join();
+    EXPECT_THAT(from_a, StatusIs(absl::StatusCode::kAborted));
+    EXPECT_THAT(Message(from_a), HasSubstr("1213"));
+    EXPECT_THAT(a->Commit(), StatusIs(absl::StatusCode::kAborted));
+    ASSERT_OK(b->Commit());
+  } else {
+    EXPECT_THAT(from_b, StatusIs(absl::StatusCode::kAborted));
+    EXPECT_THAT(Message(from_b), HasSubstr("1213"));
+    b->Rollback();
+    t.join();
+    EXPECT_OK(from_a);
+    ASSERT_OK(a->Commit());
+  }
+}
+
+// Claims queued behind a holder that rolls back are InnoDB's classic deadlock on
+// a duplicate key. Whatever the interleaving, each key's effect lands at most once
+// and everything else is a retryable error or a replay.
+TEST_F(MysqlStoreTest, ContendedClaimsWithRollbacksRunEachEffectOnce) {
+  std::unique_ptr<Store> store = Open("pool=12");
+  ASSERT_NE(store, nullptr);
+  Sql("CREATE TABLE ledger (order_no VARCHAR(64) NOT NULL)");  // no unique key on purpose
+  Guard guard(*store);
+  constexpr int kThreads = 12, kKeys = 15;
+  std::atomic<int> attempts{0}, executed{0}, unexpected{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < kKeys; ++k) {
+        const std::string key = "C-" + std::to_string(k);
+        absl::StatusOr<Result> r = guard.Run(
+            {.biz_type = "order", .key = key}, [&](Transaction& tx) -> absl::StatusOr<std::string> {
+              IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO ledger VALUES (?)", {Value(key)}));
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));  // let claims queue
+              if (attempts.fetch_add(1) % 2 == 0) return absl::UnavailableError("flaky");
+              return key;
+            });
+        if (r.ok() && r->outcome == Outcome::kExecuted) {
+          executed.fetch_add(1);
+        } else if (r.ok() ? r->outcome != Outcome::kReplayed || r->value != key
+                          : r.status().code() != absl::StatusCode::kUnavailable &&
+                                r.status().code() != absl::StatusCode::kAborted) {
+          unexpected.fetch_add(1);
+          ADD_FAILURE() << (r.ok() ? std::string(OutcomeName(r->outcome)) : r.status().ToString());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_GT(executed.load(), 0);
+  std::unique_ptr<StoreTransaction> tx = *store->Begin();
+  absl::StatusOr<Rows> rows = tx->Query("SELECT COUNT(*), COUNT(DISTINCT order_no) FROM ledger");
+  ASSERT_OK(rows);
+  EXPECT_EQ(rows->rows[0][0].as_int(), executed.load());
+  EXPECT_EQ(rows->rows[0][1].as_int(), executed.load());
+  absl::StatusOr<Rows> records = tx->Query("SELECT COUNT(*) FROM idem_records WHERE state = 1");
+  ASSERT_OK(records);
+  EXPECT_EQ(records->rows[0][0].as_int(), executed.load());
+}
+
+TEST_F(MysqlStoreTest, PoolRecoversAfterItsConnectionsAreKilled) {
+  std::unique_ptr<Store> store = Open("pool=2");
+  ASSERT_NE(store, nullptr);
+  Sql("CREATE TABLE t (id INT PRIMARY KEY)");
+  Guard guard(*store);
+  // Open both connections, note their ids, return them to the pool idle.
+  std::vector<int64_t> ids;
+  {
+    std::unique_ptr<StoreTransaction> a = *store->Begin();
+    std::unique_ptr<StoreTransaction> b = *store->Begin();
+    ids = {ConnectionId(*a), ConnectionId(*b)};
+    ASSERT_OK(a->Commit());
+    ASSERT_OK(b->Commit());
+  }
+  for (int64_t id : ids) Kill(id);
+  // Every entry point works again without reopening the store.
+  EXPECT_OK(store->Ping());
+  EXPECT_OK(store->Get("default", "nope"));
+  absl::StatusOr<Result> r = guard.Run({.biz_type = "refund", .key = "R-1"},
+                                       [](Transaction& tx) -> absl::StatusOr<std::string> {
+                                         IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO t VALUES (1)"));
+                                         return std::string("done");
+                                       });
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kExecuted);
+
+  // A connection killed in the middle of a transaction: that transaction fails
+  // as retryable, nothing of it commits, and the next one runs on a new connection.
+  std::unique_ptr<StoreTransaction> tx = *store->Begin();
+  ASSERT_OK(tx->Exec("INSERT INTO t VALUES (2)"));
+  Kill(ConnectionId(*tx));
+  EXPECT_THAT(tx->Exec("INSERT INTO t VALUES (3)"), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(tx->Commit(), StatusIs(absl::StatusCode::kUnavailable));
+  std::unique_ptr<StoreTransaction> after = *store->Begin();
+  absl::StatusOr<Rows> rows = after->Query("SELECT id FROM t ORDER BY id");
+  ASSERT_OK(rows);
+  ASSERT_EQ(rows->rows.size(), 1u);
+  EXPECT_EQ(rows->rows[0][0].as_int(), 1);
+  ASSERT_OK(after->Commit());
+  absl::StatusOr<Result> replay =
+      guard.Run({.biz_type = "refund", .key = "R-1"},
+                [](Transaction&) -> absl::StatusOr<std::string> { return std::string("again"); });
+  ASSERT_OK(replay);
+  EXPECT_EQ(replay->outcome, Outcome::kReplayed);
+  EXPECT_EQ(replay->value, "done");
+}
+
+TEST_F(MysqlStoreTest, BusyPoolFailsClosedAfterTheWait) {
+  std::unique_ptr<Store> store = Open("pool=1&pool_wait_ms=200");
+  ASSERT_NE(store, nullptr);
+  std::unique_ptr<StoreTransaction> held = *store->Begin();
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = store->Begin().status();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(190));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Message(s), HasSubstr("busy"));
+  EXPECT_THAT(store->Get("default", "k"), StatusIs(absl::StatusCode::kUnavailable));
+  held->Rollback();  // returns the connection at once, not at destruction
+  EXPECT_OK(store->Begin());
+}
+
+TEST_F(MysqlStoreTest, ValuesRoundTripByteForByte) {
+  Sql("CREATE TABLE v (id INT PRIMARY KEY, b LONGBLOB, vb VARBINARY(16), t TEXT, d DOUBLE, "
+      "n BIGINT NULL, i BIGINT, u BIGINT UNSIGNED, dec_col DECIMAL(10,2), ts DATETIME)");
+  const std::string nul_bytes("\0a\0\xff\xfe\0", 6);
+  std::string big(3 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  const std::string utf8 = "\xC5\xBC\xC3\xB3\xC5\x82w \xE2\x82\xAC";  // "żółw €"
+  std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+  const Value row1[] = {Value(1),
+                        Value(Blob{nul_bytes}),
+                        Value(Blob{std::string("\0", 1)}),
+                        Value(utf8),
+                        Value(1.5),
+                        Value(nullptr),
+                        Value(static_cast<long long>(INT64_MIN)),
+                        Value(42),
+                        Value("12.50"),
+                        Value("2024-06-18 10:11:12")};
+  ASSERT_OK(tx->Exec("INSERT INTO v VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row1));
+  const Value row2[] = {Value(2),
+                        Value(Blob{big}),
+                        Value(Blob{""}),
+                        Value(""),
+                        Value(-0.25),
+                        Value(7),
+                        Value(static_cast<long long>(INT64_MAX)),
+                        Value(nullptr),
+                        Value(nullptr),
+                        Value(nullptr)};
+  ASSERT_OK(tx->Exec("INSERT INTO v VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row2));
+  ASSERT_OK(tx->Exec("UPDATE v SET u = 18446744073709551615 WHERE id = 2"));
+  ASSERT_OK(tx->Commit());
+
+  std::unique_ptr<StoreTransaction> rd = *store_->Begin();
+  absl::StatusOr<Rows> rows = rd->Query("SELECT * FROM v WHERE id >= ? ORDER BY id", {Value(0)});
+  ASSERT_OK(rows);
+  ASSERT_EQ(rows->rows.size(), 2u);
+  EXPECT_THAT(rows->columns,
+              ::testing::ElementsAre("id", "b", "vb", "t", "d", "n", "i", "u", "dec_col", "ts"));
+  const std::vector<Value>& a = rows->rows[0];
+  EXPECT_EQ(a[0], Value(1));
+  EXPECT_EQ(a[1], Value(Blob{nul_bytes}));
+  EXPECT_EQ(a[2], Value(Blob{std::string("\0", 1)}));
+  EXPECT_EQ(a[3], Value(utf8));
+  EXPECT_EQ(a[4], Value(1.5));
+  EXPECT_EQ(a[5], Value(nullptr));
+  EXPECT_EQ(a[6], Value(static_cast<long long>(INT64_MIN)));
+  EXPECT_EQ(a[7], Value(42));
+  EXPECT_EQ(a[8], Value("12.50"));  // DECIMAL stays exact, as text
+  EXPECT_EQ(a[9], Value("2024-06-18 10:11:12"));
+  const std::vector<Value>& b = rows->rows[1];
+  ASSERT_TRUE(b[1].is_blob());
+  EXPECT_EQ(b[1].as_blob().size(), big.size());
+  EXPECT_TRUE(b[1].as_blob() == big);
+  EXPECT_EQ(b[2], Value(Blob{""}));  // empty, not NULL
+  EXPECT_EQ(b[3], Value(""));
+  EXPECT_EQ(b[6], Value(static_cast<long long>(INT64_MAX)));
+  EXPECT_EQ(b[7], Value("18446744073709551615"));  // beyond int64: exact, as text
+  ASSERT_OK(rd->Commit());
+
+  // Stored results and errors are bytes too, through the Guard.
+  Guard guard(*store_);
+  absl::StatusOr<Result> c = guard.Claim({.biz_type = "refund", .key = "B-1"});
+  ASSERT_OK(c);
+  ASSERT_OK(guard.Complete({.biz_type = "refund", .key = "B-1"}, c->token, nul_bytes + big));
+  absl::StatusOr<Result> replay = guard.Claim({.biz_type = "refund", .key = "B-1"});
+  ASSERT_OK(replay);
+  EXPECT_EQ(replay->outcome, Outcome::kReplayed);
+  EXPECT_TRUE(replay->value == nul_bytes + big);
+}
+
+TEST_F(MysqlStoreTest, GuardedHandlerSharesTheTransaction) {
+  Sql("CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount BIGINT NOT NULL)");
+  Guard guard(*store_);
+  int runs = 0;
+  auto handler = [&](Transaction& tx) -> absl::StatusOr<std::string> {
+    ++runs;
+    IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO ledger VALUES (?, ?)", {Value("O-1"), Value(42)}));
+    return std::string(R"({"ok":true})");
+  };
+  absl::StatusOr<Result> first = guard.Run({.biz_type = "refund", .key = "O-1"}, handler);
+  ASSERT_OK(first);
+  EXPECT_EQ(first->outcome, Outcome::kExecuted);
+  absl::StatusOr<Result> again = guard.Run({.biz_type = "refund", .key = "O-1"}, handler);
+  ASSERT_OK(again);
+  EXPECT_EQ(again->outcome, Outcome::kReplayed);
+  EXPECT_EQ(again->value, R"({"ok":true})");
+  EXPECT_EQ(runs, 1);
+  // A unique-key conflict in the handler is final: rolled back, failure cached.
+  absl::StatusOr<Result> dup = guard.Run(
+      {.biz_type = "refund", .key = "O-2"}, [&](Transaction& tx) -> absl::StatusOr<std::string> {
+        IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO ledger VALUES (?, ?)", {Value("O-1"), Value(1)}));
+        return std::string("unreachable");
+      });
+  EXPECT_THAT(dup, StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::StatusOr<Result> cached = guard.Run({.biz_type = "refund", .key = "O-2"}, handler);
+  ASSERT_OK(cached);
+  EXPECT_EQ(cached->outcome, Outcome::kCachedFailure);
+}
+
+}  // namespace
+}  // namespace idem

@@ -1,0 +1,425 @@
+#include "store/postgres/pg_conn.h"
+
+#include <bit>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+#include "idem/status.h"
+
+namespace idem::postgres {
+namespace {
+
+// Beyond this many distinct statements on one connection, further ones run
+// unprepared (PQexecParams) instead of growing the server's memory without bound.
+constexpr size_t kMaxCachedStatements = 256;
+
+// Type OIDs from pg_type.h (a server header that libpq-dev does not ship).
+constexpr Oid kBoolOid = 16;
+constexpr Oid kByteaOid = 17;
+constexpr Oid kInt8Oid = 20;
+constexpr Oid kInt2Oid = 21;
+constexpr Oid kInt4Oid = 23;
+constexpr Oid kOidOid = 26;
+constexpr Oid kFloat4Oid = 700;
+constexpr Oid kFloat8Oid = 701;
+constexpr Oid kNumericOid = 1700;
+
+std::string TrimMessage(const char* message) {
+  std::string s = message != nullptr ? message : "";
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+void IgnoreNotice(void*, const char*) {
+  // NOTICEs ("relation already exists, skipping") are not errors; libpq would
+  // print them to stderr.
+}
+
+// Parameters bound for libpq: text stays text (the server infers its type from the
+// statement, as for a quoted literal, so '5' can meet an integer column as in
+// SQLite); numbers and bytes are sent in binary with an explicit type so nothing
+// is lost in a text round trip.
+struct Bound {
+  std::vector<Oid> types;
+  std::vector<std::string> storage;
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  std::vector<int> formats;
+};
+
+std::string BigEndian64(uint64_t v) {
+  std::string out(8, '\0');
+  for (int i = 7; i >= 0; --i) {
+    out[i] = static_cast<char>(v & 0xff);
+    v >>= 8;
+  }
+  return out;
+}
+
+absl::Status Bind(absl::Span<const Value> params, Bound* b) {
+  const size_t n = params.size();
+  b->types.assign(n, 0);
+  b->storage.assign(n, std::string());
+  b->values.assign(n, nullptr);
+  b->lengths.assign(n, 0);
+  b->formats.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const Value& v = params[i];
+    if (v.is_null()) continue;  // type 0: the server infers it, value NULL
+    if (v.is_int()) {
+      b->types[i] = kInt8Oid;
+      b->storage[i] = BigEndian64(static_cast<uint64_t>(v.as_int()));
+      b->formats[i] = 1;
+    } else if (v.is_double()) {
+      b->types[i] = kFloat8Oid;
+      b->storage[i] = BigEndian64(std::bit_cast<uint64_t>(v.as_double()));
+      b->formats[i] = 1;
+    } else if (v.is_text()) {
+      // Text-format values are C strings for libpq: a NUL would silently cut the
+      // value short, and PostgreSQL text cannot hold one anyway.
+      if (v.as_text().find('\0') != std::string::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter $", i + 1,
+                         " is text with a NUL byte, which PostgreSQL text cannot hold; bind "
+                         "it as a Blob (bytea)"));
+      }
+      b->storage[i] = v.as_text();
+    } else {
+      b->types[i] = kByteaOid;
+      b->storage[i] = v.as_blob();
+      b->formats[i] = 1;
+    }
+    b->lengths[i] = static_cast<int>(b->storage[i].size());
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!params[i].is_null()) b->values[i] = b->storage[i].data();
+  }
+  return absl::OkStatus();
+}
+
+bool IsIdentChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '$' || static_cast<unsigned char>(c) >= 0x80;
+}
+
+bool IsBlank(std::string_view sql) {
+  for (char c : sql) {
+    if (c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != ';') return false;
+  }
+  return true;
+}
+
+Value TextCell(const PGresult* res, int row, int col) {
+  if (PQgetisnull(res, row, col)) return Value();
+  const char* p = PQgetvalue(res, row, col);
+  const int len = PQgetlength(res, row, col);
+  switch (PQftype(res, col)) {
+    case kInt2Oid:
+    case kInt4Oid:
+    case kInt8Oid:
+    case kOidOid: {
+      long long v = 0;
+      auto [end, ec] = std::from_chars(p, p + len, v);
+      if (ec == std::errc() && end == p + len) return Value(v);
+      break;  // out of range (an oid above 2^63 cannot happen): keep the text
+    }
+    case kFloat4Oid:
+    case kFloat8Oid:
+    case kNumericOid:
+      // strtod reads "NaN", "Infinity" and "-Infinity" as PostgreSQL writes them.
+      return Value(std::strtod(p, nullptr));
+    case kBoolOid:
+      // As integers, like SQLite and MySQL answer for booleans.
+      return Value(p[0] == 't' ? 1 : 0);
+    case kByteaOid: {
+      size_t out_len = 0;
+      unsigned char* bytes = PQunescapeBytea(reinterpret_cast<const unsigned char*>(p), &out_len);
+      if (bytes == nullptr) return Value(Blob{});
+      Blob blob{std::string(reinterpret_cast<const char*>(bytes), out_len)};
+      PQfreemem(bytes);
+      return Value(std::move(blob));
+    }
+    default:
+      break;
+  }
+  return Value(std::string(p, len));
+}
+
+}  // namespace
+
+absl::Status StatusFromSqlState(std::string_view state, std::string message) {
+  absl::Status status;
+  const std::string_view cls = state.substr(0, 2);
+  if (state == "42501") {
+    status = absl::PermissionDeniedError(message);
+  } else if (state == "55P03" || state == "57014") {
+    status = absl::UnavailableError(
+        absl::StrCat(message, state == "55P03" ? " (lock not free within lock_timeout)" : ""));
+  } else if (state == "25P02") {
+    status = absl::AbortedError(
+        absl::StrCat(message, " (an earlier statement failed; roll back and retry)"));
+  } else if (state == "08P01") {
+    // A protocol violation is a bug on this side, not a network problem.
+    status = absl::InternalError(message);
+  } else if (cls == "23" || cls == "22" || cls == "42" || cls == "54" || cls == "0A" ||
+             cls == "2B" || cls == "44" || cls == "3F" || cls == "3D" || cls == "26" ||
+             cls == "P0" || cls == "21") {
+    status = absl::InvalidArgumentError(message);
+  } else if (cls == "40") {
+    status = absl::AbortedError(message);
+  } else if (cls == "08" || cls == "53" || cls == "57" || cls == "58") {
+    status = absl::UnavailableError(message);
+  } else if (cls == "28") {
+    status = absl::PermissionDeniedError(message);
+  } else if (cls == "25") {
+    status = absl::FailedPreconditionError(message);
+  } else if (state == "XX001" || state == "XX002") {
+    status = absl::DataLossError(message);
+  } else {
+    status = absl::InternalError(message);
+  }
+  status.SetPayload(AV(kSqlStatePayload), absl::Cord(AV(state)));
+  return status;
+}
+
+absl::StatusOr<std::string> RewritePlaceholders(std::string_view sql, int* count) {
+  std::string out;
+  out.reserve(sql.size() + 16);
+  int question = 0;
+  int max_dollar = 0;
+  const size_t n = sql.size();
+  size_t i = 0;
+  auto copy_until = [&](size_t end) {
+    end = std::min(end, n);
+    out.append(sql.substr(i, end - i));
+    i = end;
+  };
+  while (i < n) {
+    const char c = sql[i];
+    const char next = i + 1 < n ? sql[i + 1] : '\0';
+    if (c == '\'') {
+      // E'…' strings take backslash escapes; standard strings only ''.
+      const bool escapes =
+          i > 0 && (sql[i - 1] == 'E' || sql[i - 1] == 'e') && (i < 2 || !IsIdentChar(sql[i - 2]));
+      size_t j = i + 1;
+      while (j < n) {
+        if (escapes && sql[j] == '\\') {
+          j += 2;
+        } else if (sql[j] == '\'') {
+          if (j + 1 < n && sql[j + 1] == '\'') {
+            j += 2;
+          } else {
+            break;
+          }
+        } else {
+          ++j;
+        }
+      }
+      copy_until(j + 1);
+    } else if (c == '"') {
+      size_t j = i + 1;
+      while (j < n && !(sql[j] == '"' && (j + 1 >= n || sql[j + 1] != '"'))) {
+        j += sql[j] == '"' ? 2 : 1;
+      }
+      copy_until(j + 1);
+    } else if (c == '-' && next == '-') {
+      size_t j = sql.find('\n', i);
+      copy_until(j == std::string_view::npos ? n : j);
+    } else if (c == '/' && next == '*') {
+      int depth = 0;  // PostgreSQL comments nest
+      size_t j = i;
+      while (j < n) {
+        if (sql[j] == '/' && j + 1 < n && sql[j + 1] == '*') {
+          ++depth;
+          j += 2;
+        } else if (sql[j] == '*' && j + 1 < n && sql[j + 1] == '/') {
+          j += 2;
+          if (--depth == 0) break;
+        } else {
+          ++j;
+        }
+      }
+      copy_until(j);
+    } else if (c == '$' && next >= '0' && next <= '9' && (i == 0 || !IsIdentChar(sql[i - 1]))) {
+      size_t j = i + 1;
+      int v = 0;
+      while (j < n && sql[j] >= '0' && sql[j] <= '9') {
+        v = std::min(v * 10 + (sql[j] - '0'), 100000);
+        ++j;
+      }
+      max_dollar = std::max(max_dollar, v);
+      copy_until(j);
+    } else if (c == '$' && (i == 0 || !IsIdentChar(sql[i - 1]))) {
+      // A dollar-quoted string $tag$…$tag$ (tag may be empty).
+      size_t j = i + 1;
+      while (j < n && IsIdentChar(sql[j]) && sql[j] != '$') ++j;
+      if (j < n && sql[j] == '$') {
+        const std::string_view tag = sql.substr(i, j - i + 1);
+        size_t close = sql.find(tag, j + 1);
+        copy_until(close == std::string_view::npos ? n : close + tag.size());
+      } else {
+        copy_until(i + 1);
+      }
+    } else if (c == '?') {
+      absl::StrAppend(&out, "$", ++question);
+      ++i;
+    } else {
+      out.push_back(c);
+      ++i;
+    }
+  }
+  if (question > 0 && max_dollar > 0) {
+    return absl::InvalidArgumentError(
+        "SQL mixes ? and $n placeholders; use one style per statement");
+  }
+  *count = question > 0 ? question : max_dollar;
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const ConnectSpec& spec) {
+  std::vector<const char*> keywords, values;
+  for (size_t i = 0; i < spec.keywords.size(); ++i) {
+    keywords.push_back(spec.keywords[i].c_str());
+    values.push_back(spec.values[i].c_str());
+  }
+  keywords.push_back(nullptr);
+  values.push_back(nullptr);
+  PGconn* conn = PQconnectdbParams(keywords.data(), values.data(), /*expand_dbname=*/1);
+  if (conn == nullptr) {
+    return absl::ResourceExhaustedError("postgres: libpq could not allocate a connection");
+  }
+  if (PQstatus(conn) != CONNECTION_OK) {
+    const std::string message = absl::StrCat(
+        "postgres ", spec.display, ": cannot connect: ", TrimMessage(PQerrorMessage(conn)));
+    PQfinish(conn);
+    // libpq reports connection failures as text only; these phrases are its own
+    // (and the server's, in the C locale the test servers run with).
+    if (message.find("authentication failed") != std::string::npos ||
+        message.find("no password supplied") != std::string::npos) {
+      return absl::PermissionDeniedError(message);
+    }
+    if (message.find("does not exist") != std::string::npos) {
+      return absl::FailedPreconditionError(message);
+    }
+    return absl::UnavailableError(message);
+  }
+  PQsetNoticeProcessor(conn, IgnoreNotice, nullptr);
+  return std::unique_ptr<Connection>(new Connection(conn, spec.display));
+}
+
+Connection::~Connection() { PQfinish(conn_); }
+
+absl::Status Connection::ErrorStatus(const PGresult* result, std::string_view context) {
+  const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
+  if (state == nullptr) {
+    // libpq's own failures (lost connection, out of memory) carry no SQLSTATE; the
+    // session state is unknown, so the connection is not reused.
+    broken_ = true;
+    std::string message =
+        TrimMessage(result != nullptr ? PQresultErrorMessage(result) : PQerrorMessage(conn_));
+    if (message.empty()) message = TrimMessage(PQerrorMessage(conn_));
+    return absl::UnavailableError(
+        absl::StrCat("postgres ", display_, ": ", AV(context), ": connection lost: ", message));
+  }
+  std::string message =
+      absl::StrCat("postgres: ", AV(context), ": ",
+                   TrimMessage(PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY)));
+  if (const char* detail = PQresultErrorField(result, PG_DIAG_MESSAGE_DETAIL); detail != nullptr) {
+    absl::StrAppend(&message, " (", TrimMessage(detail), ")");
+  }
+  absl::StrAppend(&message, " [SQLSTATE ", state, "]");
+  const std::string_view s(state);
+  if (s.starts_with("08") || s.starts_with("57P") || PQstatus(conn_) != CONNECTION_OK) {
+    broken_ = true;
+  }
+  return StatusFromSqlState(s, std::move(message));
+}
+
+absl::Status Connection::ExecScript(const char* sql, std::string* tag) {
+  Result res(PQexec(conn_, sql));
+  const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
+  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return ErrorStatus(res.get(), "exec");
+  if (tag != nullptr) *tag = PQcmdStatus(res.get());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Result> Connection::Run(std::string_view sql, int nparams,
+                                       absl::Span<const Value> params, bool binary_results) {
+  if (static_cast<int>(params.size()) != nparams) {
+    return absl::InvalidArgumentError(absl::StrCat("statement has ", nparams, " parameters but ",
+                                                   params.size(), " values were given"));
+  }
+  Bound b;
+  IDEM_RETURN_IF_ERROR(Bind(params, &b));
+  std::string key(sql);
+  key.push_back('\0');
+  for (Oid t : b.types) absl::StrAppend(&key, t, ",");
+  const int result_format = binary_results ? 1 : 0;
+  Result res;
+  auto it = statements_.find(key);
+  if (it == statements_.end() && statements_.size() >= kMaxCachedStatements) {
+    const std::string text(sql);
+    res.reset(PQexecParams(conn_, text.c_str(), nparams, b.types.data(), b.values.data(),
+                           b.lengths.data(), b.formats.data(), result_format));
+  } else {
+    if (it == statements_.end()) {
+      std::string name = absl::StrCat("idem_", ++next_statement_);
+      const std::string text(sql);
+      Result prepared(PQprepare(conn_, name.c_str(), text.c_str(), nparams, b.types.data()));
+      if (!prepared || PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) {
+        return ErrorStatus(prepared.get(), "prepare");
+      }
+      it = statements_.emplace(std::move(key), std::move(name)).first;
+    }
+    res.reset(PQexecPrepared(conn_, it->second.c_str(), nparams, b.values.data(), b.lengths.data(),
+                             b.formats.data(), result_format));
+  }
+  const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
+  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return res;
+  if (st == PGRES_EMPTY_QUERY) return absl::InvalidArgumentError("empty SQL statement");
+  if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
+    // The session is now in COPY mode, which this API cannot drive.
+    broken_ = true;
+    return absl::InvalidArgumentError("COPY is not supported through Transaction::Exec");
+  }
+  return ErrorStatus(res.get(), "exec");
+}
+
+absl::StatusOr<int64_t> Connection::Exec(std::string_view sql, absl::Span<const Value> params) {
+  if (IsBlank(sql)) return absl::InvalidArgumentError("empty SQL statement");
+  int nparams = 0;
+  IDEM_ASSIGN_OR_RETURN(std::string rewritten, RewritePlaceholders(sql, &nparams));
+  IDEM_ASSIGN_OR_RETURN(Result res, Run(rewritten, nparams, params, /*binary_results=*/false));
+  const char* tuples = PQcmdTuples(res.get());
+  int64_t changed = 0;
+  if (tuples != nullptr && *tuples != '\0') {
+    std::from_chars(tuples, tuples + std::strlen(tuples), changed);
+  }
+  return changed;
+}
+
+absl::StatusOr<Rows> Connection::Query(std::string_view sql, absl::Span<const Value> params) {
+  if (IsBlank(sql)) return absl::InvalidArgumentError("empty SQL statement");
+  int nparams = 0;
+  IDEM_ASSIGN_OR_RETURN(std::string rewritten, RewritePlaceholders(sql, &nparams));
+  IDEM_ASSIGN_OR_RETURN(Result res, Run(rewritten, nparams, params, /*binary_results=*/false));
+  Rows rows;
+  const int ncols = PQnfields(res.get());
+  const int nrows = PQntuples(res.get());
+  for (int c = 0; c < ncols; ++c) rows.columns.emplace_back(PQfname(res.get(), c));
+  rows.rows.reserve(nrows);
+  for (int r = 0; r < nrows; ++r) {
+    std::vector<Value> row;
+    row.reserve(ncols);
+    for (int c = 0; c < ncols; ++c) row.push_back(TextCell(res.get(), r, c));
+    rows.rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace idem::postgres

@@ -1,0 +1,106 @@
+// A libpq connection with a per-connection prepared-statement cache, Value
+// binding and SQLSTATE → absl::Status mapping; the building block of the
+// postgres:// store. Not part of the public API.
+//
+// Thread safety: a Connection is used by one thread at a time (the pool hands it to
+// one Transaction or call at a time).
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "idem/value.h"
+
+namespace idem::postgres {
+
+// Payload attached (with the SQLSTATE as value) to every status made from a server
+// error, so a caller can tell 55P03 from 57014 without parsing the message.
+inline constexpr std::string_view kSqlStatePayload = "type.idem.dev/postgres.sqlstate";
+
+// Maps a SQLSTATE to the absl code a caller should act on (STYLE.md, SPEC §5):
+// 23xxx (constraint), 22xxx (data), 42xxx (syntax, undefined object) →
+// kInvalidArgument; 40001 / 40P01 and other 40xxx → kAborted; 55P03 (lock not
+// available), 57014 (statement timeout / cancel), 57P0x (server shutting down),
+// 53xxx (out of connections, disk), 58xxx, 08xxx (connection) → kUnavailable;
+// 28xxx, 42501 → kPermissionDenied; 25P02 (transaction already failed) → kAborted.
+absl::Status StatusFromSqlState(std::string_view sqlstate, std::string message);
+
+// Rewrites `?` placeholders to $1..$n. A `?` inside '…', E'…', "…", $tag$…$tag$,
+// -- and /* */ comments is left alone. SQL that already uses $n is passed through;
+// mixing both is kInvalidArgument. Sets `*count` to the number of parameters the
+// statement expects. Note: PostgreSQL's jsonb operators ?, ?| and ?& cannot be
+// written through this API (they would be taken for placeholders); use
+// jsonb_exists(), jsonb_exists_any() and jsonb_exists_all().
+absl::StatusOr<std::string> RewritePlaceholders(std::string_view sql, int* count);
+
+struct ResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using Result = std::unique_ptr<PGresult, ResultDeleter>;
+
+// How libpq connects: keywords and values for PQconnectdbParams (expand_dbname).
+struct ConnectSpec {
+  std::vector<std::string> keywords;
+  std::vector<std::string> values;
+  std::string display;  // the URL with the password removed, for messages
+};
+
+class Connection {
+ public:
+  // Connects. Errors: kUnavailable when the server cannot be reached,
+  // kPermissionDenied when it refuses the credentials.
+  static absl::StatusOr<std::unique_ptr<Connection>> Open(const ConnectSpec& spec);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Runs `sql` (one or more statements, no parameters) with the simple protocol.
+  // When `tag` is given, sets it to the command tag of the last statement ("COMMIT",
+  // or "ROLLBACK" when a COMMIT met a failed transaction).
+  absl::Status ExecScript(const char* sql, std::string* tag = nullptr);
+
+  // Runs a caller's statement with `?` placeholders bound to `params` (text
+  // results). Returns the number of rows changed.
+  absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params);
+  absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params);
+
+  // Runs `sql` (already in $n form, `nparams` parameters) as a cached prepared
+  // statement. `binary_results` asks for binary column values. The result has
+  // status PGRES_TUPLES_OK or PGRES_COMMAND_OK.
+  absl::StatusOr<Result> Run(std::string_view sql, int nparams, absl::Span<const Value> params,
+                             bool binary_results);
+
+  // True once the connection is lost (server restart, pg_terminate_backend,
+  // network): the pool must not hand it out again.
+  bool broken() const { return broken_ || PQstatus(conn_) != CONNECTION_OK; }
+
+  // PQTRANS_IDLE, PQTRANS_INTRANS, PQTRANS_INERROR, … of the session.
+  PGTransactionStatusType transaction_status() const { return PQtransactionStatus(conn_); }
+
+  // The server process id (for pg_terminate_backend in tests and logs).
+  int backend_pid() const { return PQbackendPID(conn_); }
+
+ private:
+  Connection(PGconn* conn, std::string display) : conn_(conn), display_(std::move(display)) {}
+
+  // The status for a failed `result` (may be null when libpq itself failed).
+  absl::Status ErrorStatus(const PGresult* result, std::string_view context);
+
+  PGconn* conn_;
+  const std::string display_;
+  bool broken_ = false;
+  uint64_t next_statement_ = 0;
+  // SQL text + parameter type signature → server-side statement name.
+  std::unordered_map<std::string, std::string> statements_;
+};
+
+}  // namespace idem::postgres

@@ -1,0 +1,135 @@
+#include "store/postgres/pg_url.h"
+
+#include <libpq-fe.h>
+
+#include <charconv>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/absl_compat.h"
+#include "idem/status.h"
+
+namespace idem::postgres {
+namespace {
+
+constexpr int kDefaultConnectTimeoutSeconds = 5;
+
+absl::StatusOr<int> ParseInt(std::string_view name, std::string_view value, int lo, int hi) {
+  int out = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || out < lo ||
+      out > hi) {
+    return absl::InvalidArgumentError(absl::StrCat("postgres URL parameter ", AV(name), "='",
+                                                   AV(value), "' must be an integer in ", lo, "..",
+                                                   hi));
+  }
+  return out;
+}
+
+// Position of the scheme's end ("://") for postgres:// and postgresql://, or npos.
+size_t SchemeEnd(std::string_view url) {
+  for (std::string_view scheme : {"postgres://", "postgresql://"}) {
+    if (url.starts_with(scheme)) return scheme.size();
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+std::string RedactUrl(std::string_view url) {
+  const size_t start = SchemeEnd(url);
+  if (start == std::string_view::npos) return std::string(url);
+  std::string_view rest = url.substr(start);
+  std::string_view query;
+  if (size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  std::string out(url.substr(0, start));
+  const size_t slash = rest.find('/');
+  const std::string_view authority = rest.substr(0, slash);
+  if (size_t at = authority.rfind('@'); at != std::string_view::npos) {
+    std::string_view userinfo = authority.substr(0, at);
+    userinfo = userinfo.substr(0, userinfo.find(':'));
+    absl::StrAppend(&out, AV(userinfo), AV(rest.substr(at)));
+  } else {
+    absl::StrAppend(&out, AV(rest));
+  }
+  std::vector<absl::string_view> kept;
+  for (absl::string_view item : absl::StrSplit(AV(query), '&', absl::SkipEmpty())) {
+    if (!SV(item).starts_with("password=")) kept.push_back(item);
+  }
+  if (!kept.empty()) absl::StrAppend(&out, "?", absl::StrJoin(kept, "&"));
+  return out;
+}
+
+absl::StatusOr<Options> ParseUrl(std::string_view url) {
+  const size_t start = SchemeEnd(url);
+  if (start == std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a postgres:// or postgresql:// URL: '", AV(RedactUrl(url)), "'"));
+  }
+  Options o;
+  o.connect.display = RedactUrl(url);
+  std::string_view base = url;
+  std::string_view query;
+  if (size_t q = url.find('?'); q != std::string_view::npos) {
+    base = url.substr(0, q);
+    query = url.substr(q + 1);
+  }
+  bool has_connect_timeout = false;
+  std::vector<absl::string_view> libpq_params;
+  for (absl::string_view item : absl::StrSplit(AV(query), '&', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
+    const std::string_view key = SV(kv.first), value = SV(kv.second);
+    if (key == "pool") {
+      IDEM_ASSIGN_OR_RETURN(o.pool, ParseInt(key, value, 1, 1024));
+    } else if (key == "pool_timeout_ms") {
+      IDEM_ASSIGN_OR_RETURN(o.pool_timeout_ms, ParseInt(key, value, 0, 600000));
+    } else if (key == "lock_timeout_ms") {
+      IDEM_ASSIGN_OR_RETURN(o.lock_timeout_ms, ParseInt(key, value, 0, 600000));
+    } else {
+      if (key == "connect_timeout") {
+        // libpq reads a malformed number as "no timeout"; say so instead.
+        IDEM_RETURN_IF_ERROR(ParseInt(key, value, 0, 3600).status());
+        has_connect_timeout = true;
+      }
+      libpq_params.push_back(item);
+    }
+  }
+  std::string uri(base);
+  if (!libpq_params.empty()) absl::StrAppend(&uri, "?", absl::StrJoin(libpq_params, "&"));
+
+  char* error = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(uri.c_str(), &error);
+  if (parsed == nullptr) {
+    std::string message = error != nullptr ? error : "out of memory";
+    PQfreemem(error);
+    while (!message.empty() && message.back() == '\n') message.pop_back();
+    return absl::InvalidArgumentError(absl::StrCat("postgres URL '", o.connect.display,
+                                                   "': ", message,
+                                                   " (idem's own parameters: pool, "
+                                                   "pool_timeout_ms, lock_timeout_ms)"));
+  }
+  PQconninfoFree(parsed);
+
+  // Defaults first: with expand_dbname, values from the URI (which comes last)
+  // override them.
+  if (!has_connect_timeout) {
+    o.connect.keywords.push_back("connect_timeout");
+    o.connect.values.push_back(absl::StrCat(kDefaultConnectTimeoutSeconds));
+  }
+  o.connect.keywords.push_back("fallback_application_name");
+  o.connect.values.push_back("idem");
+  o.connect.keywords.push_back("client_encoding");
+  o.connect.values.push_back("UTF8");
+  o.connect.keywords.push_back("dbname");
+  o.connect.values.push_back(std::move(uri));
+  return o;
+}
+
+}  // namespace idem::postgres

@@ -1,0 +1,31 @@
+// Parsing of postgres:// URLs: idem's own parameters, the libpq connection URI,
+// and the password-free form shown in url() and messages. Not part of the public
+// API; the parameters are documented in postgres_store.h.
+//
+// Thread safety: plain functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "store/postgres/pg_conn.h"
+
+namespace idem::postgres {
+
+struct Options {
+  int pool = 8;
+  int pool_timeout_ms = 5000;
+  int lock_timeout_ms = 2000;
+  ConnectSpec connect;  // what libpq gets; connect.display is the redacted URL
+};
+
+// Splits `url` into idem's parameters and the libpq URI and checks the URI with
+// libpq's own parser (no connection is made). Errors: kInvalidArgument naming the
+// scheme, parameter or libpq complaint.
+absl::StatusOr<Options> ParseUrl(std::string_view url);
+
+// `url` without its password (user:password@ and a password= parameter).
+std::string RedactUrl(std::string_view url);
+
+}  // namespace idem::postgres

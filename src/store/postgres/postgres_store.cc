@@ -1,0 +1,437 @@
+#include "store/postgres/postgres_store.h"
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+#include "idem/status.h"
+#include "store/postgres/pg_conn.h"
+#include "store/postgres/pg_pool.h"
+#include "store/postgres/pg_url.h"
+
+namespace idem {
+namespace {
+
+using postgres::Connection;
+using postgres::Pool;
+
+constexpr int kSchemaVersion = 1;
+
+// Payload on the kUnavailable of a claim that waited past lock_timeout for a row
+// another open transaction holds (that transaction's claim is in progress).
+using ::idem::kClaimContendedPayload;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS idem_schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS idem_records (
+  tenant      TEXT     NOT NULL,
+  idem_key    BYTEA    NOT NULL,
+  biz_type    TEXT     NOT NULL,
+  fingerprint TEXT     NOT NULL DEFAULT '',
+  state       SMALLINT NOT NULL CHECK (state IN (0, 1, 2, 3)),
+  token       BIGINT   NOT NULL,
+  lease_until BIGINT   NOT NULL,
+  result      BYTEA,
+  error       BYTEA,
+  created_at  BIGINT   NOT NULL,
+  updated_at  BIGINT   NOT NULL,
+  PRIMARY KEY (tenant, idem_key)
+);
+)sql";
+
+// Serializes schema creation of processes starting together (CREATE TABLE IF NOT
+// EXISTS alone races on the catalog's unique indexes). Two-key form, so it cannot
+// collide with an application's single-bigint advisory locks; the second key is the
+// schema, so stores in different schemas do not wait for each other.
+constexpr const char* kSchemaLock =
+    "SELECT pg_advisory_xact_lock(1768187245 /* 'idem' */, "
+    "hashtext(coalesce(current_schema(), '')))";
+
+constexpr std::string_view kColumns =
+    "tenant, idem_key, biz_type, fingerprint, state, token, lease_until, result, error, "
+    "created_at, updated_at";
+constexpr int kNumColumns = 11;
+
+// Times are unix microseconds; 0 stands for "none" (absl::InfinitePast()).
+int64_t ToMicros(absl::Time t) { return t == absl::InfinitePast() ? 0 : absl::ToUnixMicros(t); }
+absl::Time FromMicros(int64_t us) {
+  return us == 0 ? absl::InfinitePast() : absl::FromUnixMicros(us);
+}
+
+Value Int(int64_t v) { return Value(static_cast<long long>(v)); }
+
+// Binary-format column decoding (the record statements ask for binary results).
+std::string Bytes(const PGresult* res, int row, int col) {
+  if (PQgetisnull(res, row, col)) return std::string();
+  return std::string(PQgetvalue(res, row, col), PQgetlength(res, row, col));
+}
+
+absl::StatusOr<int64_t> BinaryInt(const PGresult* res, int row, int col) {
+  const int len = PQgetlength(res, row, col);
+  if (PQgetisnull(res, row, col) || (len != 2 && len != 4 && len != 8)) {
+    return absl::InternalError(absl::StrCat("postgres: column ", PQfname(res, col),
+                                            " is not a binary integer (", len, " bytes)"));
+  }
+  const auto* p = reinterpret_cast<const unsigned char*>(PQgetvalue(res, row, col));
+  uint64_t v = (p[0] & 0x80) ? ~uint64_t{0} : 0;  // sign-extend the narrower types
+  for (int i = 0; i < len; ++i) v = (v << 8) | p[i];
+  return static_cast<int64_t>(v);
+}
+
+absl::StatusOr<Record> ReadRecord(const PGresult* res, int row, int first) {
+  Record r;
+  r.tenant = Bytes(res, row, first + 0);
+  r.key = Bytes(res, row, first + 1);
+  r.biz_type = Bytes(res, row, first + 2);
+  r.fingerprint = Bytes(res, row, first + 3);
+  IDEM_ASSIGN_OR_RETURN(int64_t state, BinaryInt(res, row, first + 4));
+  if (state < 0 || state > 3) {
+    return absl::DataLossError(absl::StrCat("postgres: record has unknown state ", state));
+  }
+  r.state = static_cast<RecordState>(state);
+  IDEM_ASSIGN_OR_RETURN(r.token, BinaryInt(res, row, first + 5));
+  IDEM_ASSIGN_OR_RETURN(int64_t lease, BinaryInt(res, row, first + 6));
+  r.lease_until = FromMicros(lease);
+  r.result = Bytes(res, row, first + 7);
+  r.error = Bytes(res, row, first + 8);
+  IDEM_ASSIGN_OR_RETURN(int64_t created, BinaryInt(res, row, first + 9));
+  IDEM_ASSIGN_OR_RETURN(int64_t updated, BinaryInt(res, row, first + 10));
+  r.created_at = FromMicros(created);
+  r.updated_at = FromMicros(updated);
+  return r;
+}
+
+// Reads the record of (tenant, key); `lock` adds FOR UPDATE.
+absl::StatusOr<std::optional<Record>> SelectRecord(Connection& conn, std::string_view tenant,
+                                                   std::string_view key, bool lock) {
+  static const std::string plain = absl::StrCat("SELECT ", AV(kColumns),
+                                                " FROM idem_records WHERE tenant = $1 AND "
+                                                "idem_key = $2");
+  static const std::string locking = plain + " FOR UPDATE";
+  const Value params[] = {Value(tenant), Value(Blob{std::string(key)})};
+  IDEM_ASSIGN_OR_RETURN(postgres::Result res,
+                        conn.Run(lock ? locking : plain, 2, params, /*binary_results=*/true));
+  if (PQntuples(res.get()) == 0) return std::nullopt;
+  IDEM_ASSIGN_OR_RETURN(Record r, ReadRecord(res.get(), 0, 0));
+  return r;
+}
+
+int64_t RowsChanged(const PGresult* res) {
+  const char* tuples = PQcmdTuples(const_cast<PGresult*>(res));
+  return tuples != nullptr && *tuples != '\0' ? std::atoll(tuples) : 0;
+}
+
+class PostgresTransaction final : public StoreTransaction {
+ public:
+  PostgresTransaction(Pool::Lease lease, int lock_timeout_ms)
+      : lease_(std::move(lease)), lock_timeout_ms_(lock_timeout_ms) {}
+  ~PostgresTransaction() override { Rollback(); }
+
+  absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params) override {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    return After(lease_->Exec(sql, params));
+  }
+
+  absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    return After(lease_->Query(sql, params));
+  }
+
+  // One round trip in the common cases: the INSERT … ON CONFLICT DO NOTHING and the
+  // locking read of an existing row are one statement. Why not ON CONFLICT DO
+  // UPDATE … RETURNING xmax? It would write a new row version for every duplicate
+  // (the common case of an idempotency store: replays), and telling "inserted" from
+  // "updated" by xmax relies on undocumented internals.
+  //
+  // The catch under READ COMMITTED: all parts of a statement share one snapshot.
+  // When the conflicting row was inserted by a transaction that committed after
+  // that snapshot (we queued behind its uncommitted insert, the usual race on a
+  // hot key), the INSERT sees the conflict but the SELECT cannot see the row, and
+  // the statement returns inserted = 0 with no row. Only then a second statement,
+  // with a fresh snapshot, reads and locks it. If the row vanished in between
+  // (purged), the insert is tried again.
+  absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& r) override {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    return After(Claim(r));
+  }
+
+  absl::StatusOr<bool> Replace(const Record& r, int64_t expected_token,
+                               RecordState expected_state) override {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    static constexpr std::string_view sql =
+        "UPDATE idem_records SET biz_type = $1, fingerprint = $2, state = $3, token = $4, "
+        "lease_until = $5, result = $6, error = $7, updated_at = $8 "
+        "WHERE tenant = $9 AND idem_key = $10 AND token = $11 AND state = $12";
+    const Value params[] = {
+        Value(r.biz_type),    Value(r.fingerprint),         Int(static_cast<int>(r.state)),
+        Int(r.token),         Int(ToMicros(r.lease_until)), Value(Blob{r.result}),
+        Value(Blob{r.error}), Int(ToMicros(r.updated_at)),  Value(r.tenant),
+        Value(Blob{r.key}),   Int(expected_token),          Int(static_cast<int>(expected_state))};
+    absl::StatusOr<postgres::Result> res = After(lease_->Run(sql, 12, params, true));
+    IDEM_RETURN_IF_ERROR(res.status());
+    return RowsChanged(res->get()) == 1;
+  }
+
+  // Locks the row (FOR UPDATE) so that the caller's check-then-Replace (Guard's
+  // complete/fail) cannot interleave with another one under READ COMMITTED.
+  absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,
+                                             std::string_view key) override {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    absl::StatusOr<std::optional<Record>> out = SelectRecord(*lease_, tenant, key, /*lock=*/true);
+    if (!out.ok()) out = Contended(out.status());
+    return After(std::move(out));
+  }
+
+  absl::Status Commit() override {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    if (lease_->transaction_status() == PQTRANS_INERROR) {
+      Rollback();
+      return absl::AbortedError(
+          "postgres: a statement of this transaction failed earlier, so it was rolled back "
+          "instead of committed; retry");
+    }
+    std::string tag;
+    absl::Status s = lease_->ExecScript("COMMIT", &tag);
+    if (s.ok() && tag != "COMMIT") {
+      s = absl::AbortedError(absl::StrCat("postgres: COMMIT answered ", tag, "; retry"));
+    }
+    if (!s.ok()) {
+      Rollback();
+      if (s.code() == absl::StatusCode::kUnavailable) {
+        // The server may or may not have committed before the connection went: a
+        // retry of the claim finds out (the record is there or it is not).
+        return absl::UnavailableError(absl::StrCat(s.message(), " (commit outcome unknown)"));
+      }
+      return s;
+    }
+    done_ = true;
+    lease_.Release();
+    return absl::OkStatus();
+  }
+
+  void Rollback() override {
+    if (done_) return;
+    done_ = true;
+    if (lease_ && !lease_->broken() && lease_->transaction_status() != PQTRANS_IDLE) {
+      // A failed ROLLBACK leaves the connection outside PQTRANS_IDLE or broken, and
+      // the pool closes it (the server then rolls back); nothing else to do here.
+      lease_->ExecScript("ROLLBACK").IgnoreError();
+    }
+    lease_.Release();
+  }
+
+ private:
+  absl::StatusOr<std::optional<Record>> Claim(const Record& r) {
+    static const std::string sql =
+        absl::StrCat("WITH ins AS (INSERT INTO idem_records (", AV(kColumns),
+                     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                     " ON CONFLICT (tenant, idem_key) DO NOTHING RETURNING 1),"
+                     " cur AS (SELECT ",
+                     AV(kColumns),
+                     " FROM idem_records WHERE tenant = $1 AND idem_key = $2"
+                     " AND NOT EXISTS (SELECT 1 FROM ins) FOR UPDATE)"
+                     " SELECT n.inserted, cur.* FROM (SELECT count(*) AS inserted FROM ins) n"
+                     " LEFT JOIN cur ON true");
+    const Value params[] = {Value(r.tenant),
+                            Value(Blob{r.key}),
+                            Value(r.biz_type),
+                            Value(r.fingerprint),
+                            Int(static_cast<int>(r.state)),
+                            Int(r.token),
+                            Int(ToMicros(r.lease_until)),
+                            Value(Blob{r.result}),
+                            Value(Blob{r.error}),
+                            Int(ToMicros(r.created_at)),
+                            Int(ToMicros(r.updated_at))};
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      absl::StatusOr<postgres::Result> res =
+          lease_->Run(sql, kNumColumns, params, /*binary_results=*/true);
+      if (!res.ok()) return Contended(res.status());
+      const PGresult* pg = res->get();
+      if (PQntuples(pg) != 1 || PQnfields(pg) != kNumColumns + 1) {
+        return absl::InternalError("postgres: claim statement returned an unexpected shape");
+      }
+      IDEM_ASSIGN_OR_RETURN(int64_t inserted, BinaryInt(pg, 0, 0));
+      if (inserted == 1) return std::nullopt;
+      if (!PQgetisnull(pg, 0, 1)) {
+        IDEM_ASSIGN_OR_RETURN(Record existing, ReadRecord(pg, 0, 1));
+        return existing;
+      }
+      absl::StatusOr<std::optional<Record>> locked =
+          SelectRecord(*lease_, r.tenant, r.key, /*lock=*/true);
+      if (!locked.ok()) return Contended(locked.status());
+      if (locked->has_value()) return locked;
+    }
+    return absl::AbortedError("postgres: the record kept appearing and vanishing; retry");
+  }
+
+  absl::Status CheckOpen() const {
+    if (lost_) {
+      return absl::UnavailableError(
+          "postgres: the connection was lost inside this transaction; nothing was committed");
+    }
+    if (done_) return absl::FailedPreconditionError("the transaction has already ended");
+    return absl::OkStatus();
+  }
+
+  // Runs after every statement: a lost connection ends the transaction (nothing
+  // was committed; retryable), and so does caller SQL that ran COMMIT/ROLLBACK,
+  // which idem must not allow: the claim would no longer commit together with the
+  // business rows. The statement's own error, if any, is what the caller sees.
+  template <typename T>
+  absl::StatusOr<T> After(absl::StatusOr<T> out) {
+    absl::Status ended;
+    if (lease_->broken()) {
+      lost_ = true;
+      ended = absl::UnavailableError(
+          "postgres: the connection was lost inside the transaction; nothing was committed");
+    } else if (lease_->transaction_status() == PQTRANS_IDLE) {
+      ended = absl::FailedPreconditionError(
+          "postgres: the statement ended idem's transaction (COMMIT/ROLLBACK/END are idem's "
+          "to run); what it committed is not covered by the claim");
+    } else {
+      return out;
+    }
+    done_ = true;
+    lease_.Release();
+    if (!out.ok()) return out;
+    return ended;
+  }
+
+  // A claim that waited past lock_timeout for a row held by another transaction
+  // is told so: the key is being claimed right now.
+  absl::Status Contended(absl::Status s) const {
+    auto state = s.GetPayload(AV(postgres::kSqlStatePayload));
+    if (!state.has_value() || *state != "55P03") return s;
+    absl::Status out = absl::UnavailableError(absl::StrCat(
+        "postgres: the key is held by another open transaction (a claim in progress) for "
+        "longer than lock_timeout_ms=",
+        lock_timeout_ms_, "; retry later: ", s.message()));
+    out.SetPayload(AV(postgres::kSqlStatePayload), *state);
+    out.SetPayload(AV(kClaimContendedPayload), absl::Cord("1"));
+    return out;
+  }
+
+  Pool::Lease lease_;
+  const int lock_timeout_ms_;
+  bool done_ = false;
+  bool lost_ = false;
+};
+
+class PostgresStore final : public Store {
+ public:
+  explicit PostgresStore(postgres::Options options)
+      : options_(std::move(options)),
+        begin_sql_(absl::StrCat("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = ",
+                                options_.lock_timeout_ms)),
+        pool_([this] { return Connection::Open(options_.connect); }, options_.pool,
+              absl::Milliseconds(options_.pool_timeout_ms)) {}
+
+  void Seed(std::unique_ptr<Connection> conn) { pool_.Seed(std::move(conn)); }
+
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
+    for (int attempt = 0;; ++attempt) {
+      IDEM_ASSIGN_OR_RETURN(Pool::Lease lease, pool_.Acquire());
+      absl::Status s = lease->ExecScript(begin_sql_.c_str());
+      if (s.ok()) {
+        return std::make_unique<PostgresTransaction>(std::move(lease), options_.lock_timeout_ms);
+      }
+      if (!RetryOnFresh(attempt, lease)) return s;
+    }
+  }
+
+  absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
+                                            std::string_view key) override {
+    for (int attempt = 0;; ++attempt) {
+      IDEM_ASSIGN_OR_RETURN(Pool::Lease lease, pool_.Acquire());
+      absl::StatusOr<std::optional<Record>> out = SelectRecord(*lease, tenant, key, false);
+      if (out.ok() || !RetryOnFresh(attempt, lease)) return out;
+    }
+  }
+
+  absl::Status Ping() override {
+    for (int attempt = 0;; ++attempt) {
+      IDEM_ASSIGN_OR_RETURN(Pool::Lease lease, pool_.Acquire());
+      absl::StatusOr<postgres::Result> out =
+          lease->Run("SELECT max(version) FROM idem_schema_version", 0, {}, false);
+      if (out.ok() || !RetryOnFresh(attempt, lease)) return out.status();
+    }
+  }
+
+  bool SupportsSql() const override { return true; }
+  std::string_view url() const override { return options_.connect.display; }
+
+ private:
+  // A pooled connection can have died while idle (server restart, terminated
+  // backend); its first statement then fails before anything ran. That call is
+  // repeated once on a new connection (the broken one is dropped with the other
+  // idle ones) instead of failing a caller for a connection it never saw.
+  static bool RetryOnFresh(int attempt, Pool::Lease& lease) {
+    if (attempt > 0 || !lease.reused() || !lease->broken()) return false;
+    lease.Release();
+    return true;
+  }
+
+  const postgres::Options options_;
+  const std::string begin_sql_;
+  Pool pool_;
+};
+
+absl::Status CheckVersion(const PGresult* res, std::string_view display) {
+  const int64_t version = PQgetisnull(res, 0, 0) ? 0 : std::atoll(PQgetvalue(res, 0, 0));
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "postgres database '", AV(display), "' has an idem schema newer than this build (",
+        kSchemaVersion, "); upgrade idem"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CreateSchema(Connection& conn, std::string_view display) {
+  constexpr std::string_view kVersion = "SELECT max(version) FROM idem_schema_version";
+  // Fast path without the lock: the tables usually exist. (A missing table is an
+  // error outside any transaction, so it costs nothing.)
+  {
+    absl::StatusOr<postgres::Result> res = conn.Run(kVersion, 0, {}, false);
+    if (res.ok() && !PQgetisnull(res->get(), 0, 0)) return CheckVersion(res->get(), display);
+    if (conn.broken()) return res.status();
+  }
+  absl::Status s = conn.ExecScript("BEGIN");
+  if (s.ok()) s = conn.ExecScript(kSchemaLock);
+  if (s.ok()) s = conn.ExecScript(kSchema);
+  if (s.ok()) {
+    absl::StatusOr<postgres::Result> res = conn.Run(kVersion, 0, {}, false);
+    if (!res.ok()) {
+      s = res.status();
+    } else if (PQgetisnull(res->get(), 0, 0)) {
+      const Value v[] = {Value(kSchemaVersion)};
+      s = conn.Run("INSERT INTO idem_schema_version (version) VALUES ($1)", 1, v, false).status();
+    } else {
+      s = CheckVersion(res->get(), display);
+    }
+  }
+  if (s.ok()) s = conn.ExecScript("COMMIT");
+  if (!s.ok()) {
+    if (!conn.broken()) conn.ExecScript("ROLLBACK").IgnoreError();  // best effort
+    return absl::Status(s.code(), absl::StrCat("postgres database '", AV(display),
+                                               "': creating the idem schema: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url) {
+  IDEM_ASSIGN_OR_RETURN(postgres::Options options, postgres::ParseUrl(url));
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Connection::Open(options.connect));
+  IDEM_RETURN_IF_ERROR(CreateSchema(*conn, options.connect.display));
+  auto store = std::make_unique<PostgresStore>(std::move(options));
+  store->Seed(std::move(conn));
+  return store;
+}
+
+}  // namespace idem

@@ -1,0 +1,44 @@
+// The postgres:// store: dedupe records in PostgreSQL (libpq), in the same
+// transaction as the caller's business rows (SPEC §1, §3).
+//
+// URL: postgres://USER:PASSWORD@HOST:PORT/DB?PARAMS or postgresql://… — a libpq
+// connection URI (https://www.postgresql.org/docs/15/libpq-connect.html), so every
+// libpq parameter works (sslmode=, options=-csearch_path%3Dmyschema, target_session_attrs=,
+// application_name=, …). idem's own parameters are taken out before the URI goes
+// to libpq:
+//   pool=N             (default 8, 1..1024: connections at most; each open
+//                       Transaction holds one)
+//   pool_timeout_ms=N  (default 5000: how long Begin/Get/Ping wait for a free pooled
+//                       connection before kUnavailable)
+//   lock_timeout_ms=N  (default 2000, 0 = wait forever: SET LOCAL lock_timeout of
+//                       every transaction; a claim that waits longer for a row held
+//                       by another transaction fails closed with kUnavailable)
+// and libpq's connect_timeout (seconds) defaults to 5 instead of "forever".
+//
+// Tables: idem_schema_version and idem_records in the connection's current
+// schema, created on first open under a transaction-scoped advisory lock.
+// Transactions are READ COMMITTED; a claim locks its record row (FOR UPDATE), so
+// concurrent claims of one key queue on the row and never both win.
+//
+// Prepared statements are per connection: use a session-mode pooler (or none) in
+// front of the server, not PgBouncer's transaction mode.
+//
+// Thread safety: safe for concurrent use.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "idem/store.h"
+
+namespace idem {
+
+// Opens the PostgreSQL database named by `url` ("postgres://…" or "postgresql://…")
+// and creates the idem tables when missing. Blocks while connecting. Errors:
+// kInvalidArgument for a malformed URL or parameter, kUnavailable when the server
+// cannot be reached, kPermissionDenied when it refuses the credentials,
+// kFailedPrecondition when the database does not exist or has a newer idem schema.
+absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url);
+
+}  // namespace idem

@@ -1,0 +1,547 @@
+// Runs the built `idem` binary (path in $IDEM_BIN) and checks exit statuses and
+// output exactly (SPEC §12: 0 success, 1 operational failure, 2 bad usage, one
+// `idem: …` line on stderr).
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "idem/idem.h"
+#include "nlohmann/json.hpp"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
+
+namespace idem {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+struct Exec {
+  int status = -1;  // exit status, or -1 when the process did not exit normally
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string IdemBin() {
+  const char* bin = std::getenv("IDEM_BIN");
+#ifdef IDEM_BIN_DEFAULT
+  if (bin == nullptr || *bin == '\0') bin = IDEM_BIN_DEFAULT;
+#endif
+  return bin == nullptr ? "" : bin;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(IdemBin().empty()) << "set IDEM_BIN to the idem binary";
+    ASSERT_TRUE(std::filesystem::exists(IdemBin())) << IdemBin();
+  }
+
+  // Runs idem with `args` in the temp dir (so relative paths land there), stdin
+  // from /dev/null, stdout and stderr captured.
+  Exec Idem(const std::vector<std::string>& args) {
+    const std::string out_path = dir_.file("stdout");
+    const std::string err_path = dir_.file("stderr");
+    std::vector<std::string> argv_store = {IdemBin()};
+    argv_store.insert(argv_store.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_store) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      int in = open("/dev/null", O_RDONLY);
+      int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (in < 0 || out < 0 || err < 0 || chdir(dir_.path().c_str()) != 0) _exit(127);
+      dup2(in, 0);
+      dup2(out, 1);
+      dup2(err, 2);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    Exec run;
+    int wstatus = 0;
+    if (pid > 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus)) {
+      run.status = WEXITSTATUS(wstatus);
+    }
+    run.out = ReadFile(out_path);
+    run.err = ReadFile(err_path);
+    return run;
+  }
+
+  std::string WriteConfig(const std::string& text) {
+    const std::string path = dir_.file("idem.toml");
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // Expects a failure with `status` and exactly one "idem: " line on stderr.
+  static void ExpectOneLineFailure(const Exec& r, int status) {
+    EXPECT_EQ(r.status, status) << r.err;
+    EXPECT_THAT(r.err, StartsWith("idem: "));
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.back(), '\n');
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
+  }
+
+  testing::TempDir dir_;
+};
+
+const std::vector<std::string> kSeedExample = {"ttl", "--redelivery",     "10m", "--recon-cycle",
+                                               "30d", "--confirm-window", "3d",  "--margin",
+                                               "60d"};
+
+std::vector<std::string> With(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+constexpr char kSeedExampleOut[] =
+    "TTL = max(upstream redelivery window, reconciliation cycle, downstream confirmation window) "
+    "+ safety margin\n"
+    "  upstream redelivery window       10m\n"
+    "  reconciliation cycle             30d        <- dominates\n"
+    "  downstream confirmation window   3d\n"
+    "  safety margin                    60d\n"
+    "TTL = 30d + 60d = 90d (90 days)\n";
+
+// --- ttl ---------------------------------------------------------------------
+
+TEST_F(CliTest, TtlSeedExampleIsNinetyDaysDominatedByReconciliation) {
+  Exec r = Idem(kSeedExample);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, kSeedExampleOut);
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(CliTest, TtlJson) {
+  Exec r = Idem(With(kSeedExample, {"--json"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["ttl"]["ms"], int64_t{90} * 24 * 3600 * 1000);
+  EXPECT_EQ(j["ttl"]["text"], "90d");
+  EXPECT_EQ(j["ttl_days"], 90.0);
+  EXPECT_EQ(j["dominant"], "recon_cycle");
+  EXPECT_EQ(j["dominant_window"]["text"], "30d");
+  EXPECT_EQ(j["redelivery"]["ms"], 600000);
+  EXPECT_EQ(j["recon_cycle"]["text"], "30d");
+  EXPECT_EQ(j["confirm_window"]["text"], "3d");
+  EXPECT_EQ(j["margin"]["text"], "60d");
+  EXPECT_FALSE(j.contains("configured"));
+}
+
+TEST_F(CliTest, TtlRefusesConfiguredBelowDerived) {
+  Exec r = Idem(With(kSeedExample, {"--configured", "30d"}));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, kSeedExampleOut);  // the derivation is still shown
+  EXPECT_EQ(r.err,
+            "idem: configured TTL 30d is below the derived TTL 90d (reconciliation cycle 30d + "
+            "safety margin 60d); a record purged that early lets a late duplicate through\n");
+
+  r = Idem(With(kSeedExample, {"--configured", "30d", "--json"}));
+  EXPECT_EQ(r.status, 1);
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["configured"]["text"], "30d");
+  EXPECT_EQ(j["configured_ok"], false);
+  ExpectOneLineFailure(r, 1);
+}
+
+TEST_F(CliTest, TtlAcceptsConfiguredAtLeastDerived) {
+  Exec r = Idem(With(kSeedExample, {"--configured", "90d"}));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, std::string(kSeedExampleOut) + "configured TTL 90d: OK (at least 90d)\n");
+  r = Idem(With(kSeedExample, {"--configured", "120d", "--json"}));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["configured_ok"], true);
+}
+
+TEST_F(CliTest, TtlOtherWindowDominates) {
+  Exec r = Idem({"ttl", "--redelivery", "10m", "--recon-cycle", "1d", "--confirm-window", "1d12h",
+                 "--margin", "12h"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("  downstream confirmation window   1d12h      <- dominates\n"));
+  EXPECT_THAT(r.out, HasSubstr("TTL = 1d12h + 12h = 2d (2 days)\n"));
+}
+
+TEST_F(CliTest, TtlBadDurationsAreUsageErrors) {
+  struct Case {
+    std::string flag, value, err;
+  };
+  const Case cases[] = {
+      {"--margin", "-5d",
+       "idem: --margin: invalid duration \"-5d\": negative durations are not "
+       "allowed\n"},
+      {"--redelivery", "10x",
+       "idem: --redelivery: invalid duration \"10x\": unknown unit \"x\" (use d, h, m, s or ms)\n"},
+      {"--recon-cycle", "",
+       "idem: --recon-cycle: invalid duration \"\": empty; expected "
+       "<number><unit>... with units d, h, m, s, ms\n"},
+      {"--confirm-window", "1.5d",
+       "idem: --confirm-window: invalid duration \"1.5d\": fractions "
+       "are not allowed (write 1d12h, not 1.5d)\n"},
+      {"--margin", "99999999999999999999d",
+       "idem: --margin: invalid duration \"99999999999999999999d\": too large (the maximum is "
+       "106751d23h47m16s854ms775us807ns)\n"},
+      {"--margin", "5",
+       "idem: --margin: invalid duration \"5\": missing unit after 5 (use d, h, "
+       "m, s or ms)\n"},
+      {"--configured", "soon",
+       "idem: --configured: invalid duration \"soon\": expected a number "
+       "at \"soon\"; expected <number><unit>... with units d, h, m, s, "
+       "ms\n"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = kSeedExample;
+    bool replaced = false;
+    for (size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == c.flag) {
+        args[i + 1] = c.value;
+        replaced = true;
+      }
+    }
+    if (!replaced) args = With(args, {c.flag, c.value});
+    Exec r = Idem(args);
+    EXPECT_EQ(r.status, 2) << c.flag << "=" << c.value;
+    EXPECT_EQ(r.err, c.err);
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST_F(CliTest, TtlMissingFlagIsUsageError) {
+  Exec r = Idem({"ttl", "--redelivery", "10m", "--recon-cycle", "30d", "--confirm-window", "3d"});
+  ExpectOneLineFailure(r, 2);
+  EXPECT_EQ(r.err, "idem: --margin is required (see --help)\n");
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(CliTest, TtlMissingValueIsUsageError) {
+  Exec r = Idem({"ttl", "--redelivery"});
+  ExpectOneLineFailure(r, 2);
+}
+
+// --- root: help, version, subcommands ----------------------------------------
+
+TEST_F(CliTest, HelpExitsZero) {
+  Exec r = Idem({"--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("Usage: idem"));
+  EXPECT_THAT(r.out, HasSubstr("serve"));
+  EXPECT_THAT(r.out, HasSubstr("inspect"));
+  EXPECT_THAT(r.out, HasSubstr("ttl"));
+  EXPECT_THAT(r.out, HasSubstr("--config"));
+  EXPECT_THAT(r.out, HasSubstr("Exit status: 0 success, 1 operational failure, 2 bad usage."));
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(CliTest, HelpOnEachSubcommandExitsZero) {
+  for (const char* sub : {"serve", "inspect", "ttl"}) {
+    Exec r = Idem({sub, "--help"});
+    EXPECT_EQ(r.status, 0) << sub;
+    EXPECT_THAT(r.out, HasSubstr(std::string("Usage: idem ") + sub)) << sub;
+    EXPECT_EQ(r.err, "") << sub;
+  }
+  Exec r = Idem({"ttl", "--help"});
+  EXPECT_THAT(r.out, HasSubstr("--recon-cycle"));
+  r = Idem({"inspect", "-h"});
+  EXPECT_THAT(r.out, HasSubstr("--biz-type"));
+}
+
+TEST_F(CliTest, Version) {
+  Exec r = Idem({"--version"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, StartsWith("idem "));
+  EXPECT_EQ(r.out.find('\n'), r.out.size() - 1);
+}
+
+TEST_F(CliTest, NoSubcommandIsUsageError) {
+  Exec r = Idem({});
+  ExpectOneLineFailure(r, 2);
+  EXPECT_EQ(r.err, "idem: a subcommand is required: serve, inspect, ttl (see idem --help)\n");
+}
+
+TEST_F(CliTest, UnknownSubcommandIsUsageError) {
+  Exec r = Idem({"frobnicate"});
+  ExpectOneLineFailure(r, 2);
+  EXPECT_EQ(r.err, "idem: unknown subcommand 'frobnicate' (see idem --help)\n");
+}
+
+TEST_F(CliTest, UnknownOptionIsUsageError) {
+  Exec r = Idem({"--frobnicate"});
+  ExpectOneLineFailure(r, 2);
+  EXPECT_EQ(r.err, "idem: unknown option '--frobnicate' (see idem --help)\n");
+
+  r = Idem(With(kSeedExample, {"--frobnicate"}));
+  ExpectOneLineFailure(r, 2);
+  EXPECT_THAT(r.err, HasSubstr("--frobnicate"));
+}
+
+TEST_F(CliTest, TwoSubcommandsAreUsageError) {
+  Exec r = Idem(With(kSeedExample, {"inspect", "--key", "k"}));
+  ExpectOneLineFailure(r, 2);
+}
+
+// --- --config ----------------------------------------------------------------
+
+TEST_F(CliTest, ConfigFileSetsTtlFlags) {
+  std::string config = WriteConfig(
+      "[ttl]\n"
+      "redelivery = \"10m\"\n"
+      "recon-cycle = \"30d\"\n"
+      "confirm-window = \"3d\"\n"
+      "margin = \"60d\"\n");
+  Exec r = Idem({"--config", config, "ttl"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, kSeedExampleOut);
+
+  // The command line overrides the file.
+  r = Idem({"--config", config, "ttl", "--margin", "1d"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("TTL = 30d + 1d = 31d (31 days)\n"));
+
+  // --config may also follow the subcommand.
+  r = Idem({"ttl", "--config", config});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, kSeedExampleOut);
+}
+
+TEST_F(CliTest, ConfigFileFlagsAndOtherSections) {
+  // Other subcommands' sections (arrays included) are accepted and do not run them.
+  std::string config = WriteConfig(
+      "[serve]\n"
+      "listen = \"127.0.0.1:0\"\n"
+      "tenant = [\"a:tok\", \"b:tok2\"]\n"
+      "[ttl]\n"
+      "redelivery = \"10m\"\n"
+      "recon-cycle = \"30d\"\n"
+      "confirm-window = \"3d\"\n"
+      "margin = \"60d\"\n"
+      "configured = \"30d\"\n"
+      "json = true\n");
+  Exec r = Idem({"--config", config, "ttl"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["configured_ok"], false);
+  ExpectOneLineFailure(r, 1);
+}
+
+TEST_F(CliTest, ConfigUnknownKeyIsUsageError) {
+  std::string config = WriteConfig("[ttl]\nredelivery = \"10m\"\nbogus = 1\n");
+  Exec r = Idem(With({"--config", config}, kSeedExample));
+  ExpectOneLineFailure(r, 2);
+  EXPECT_EQ(r.err, "idem: config file " + config +
+                       ": unknown key 'ttl.bogus' (keys are option names without dashes, in the "
+                       "subcommand's section)\n");
+}
+
+TEST_F(CliTest, ConfigUnknownSectionIsUsageError) {
+  std::string config = WriteConfig("[nosuch]\nx = 1\n");
+  Exec r = Idem(With({"--config", config}, kSeedExample));
+  ExpectOneLineFailure(r, 2);
+  EXPECT_EQ(r.err, "idem: config file " + config +
+                       ": unknown section [nosuch] (sections are subcommand names)\n");
+}
+
+TEST_F(CliTest, ConfigUnknownRootKeyIsUsageError) {
+  std::string config = WriteConfig("margin = \"60d\"\n");
+  Exec r = Idem(With({"--config", config}, kSeedExample));
+  ExpectOneLineFailure(r, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown key 'margin'"));
+}
+
+TEST_F(CliTest, ConfigMissingFileIsUsageError) {
+  Exec r = Idem(With({"--config", "no-such.toml"}, kSeedExample));
+  ExpectOneLineFailure(r, 2);
+  EXPECT_EQ(r.err, "idem: cannot read config file no-such.toml (missing or unreadable)\n");
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(CliTest, ConfigBadValueIsUsageError) {
+  std::string config = WriteConfig("[ttl]\nmargin = \"sixty days\"\n");
+  Exec r = Idem(With({"--config", config}, {"ttl", "--redelivery", "10m", "--recon-cycle", "30d",
+                                            "--confirm-window", "3d"}));
+  ExpectOneLineFailure(r, 2);
+  EXPECT_THAT(r.err, HasSubstr("--margin: invalid duration \"sixty days\""));
+}
+
+// --- inspect -----------------------------------------------------------------
+
+TEST_F(CliTest, InspectMissingKeyExitsOne) {
+  Exec r = Idem({"inspect", "--store", "memory://", "--key", "K-404"});
+  ExpectOneLineFailure(r, 1);
+  EXPECT_EQ(r.err, "idem: no record for tenant default key K-404\n");
+  EXPECT_EQ(r.out, "");
+
+  r = Idem({"inspect", "--store", "memory://", "--tenant", "acme", "--biz-type", "refund", "--key",
+            "K-404"});
+  EXPECT_EQ(r.err, "idem: no record for tenant acme key K-404\n");
+}
+
+TEST_F(CliTest, InspectMissingSqliteFileExitsOneAndCreatesNothing) {
+  Exec r = Idem({"inspect", "--store", "sqlite://./nope.db", "--key", "K-1"});
+  ExpectOneLineFailure(r, 1);
+  EXPECT_EQ(r.err, "idem: store sqlite://./nope.db: database file ./nope.db does not exist\n");
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("nope.db")));
+}
+
+TEST_F(CliTest, InspectMalformedStoreUrlIsUsageError) {
+  for (const char* url : {"nope", "sqlite://", "sqlite://./x.db?bogus=1", "redis2://h",
+                          "postgres://u@h/db?nosuchparam=1", "memory://extra"}) {
+    Exec r = Idem({"inspect", "--store", url, "--key", "K-1"});
+    ExpectOneLineFailure(r, 2);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("x.db")));
+}
+
+TEST_F(CliTest, InspectBadKeyIsUsageError) {
+  Exec r = Idem({"inspect", "--store", "memory://", "--key", ""});
+  ExpectOneLineFailure(r, 2);
+  r = Idem({"inspect", "--store", "memory://", "--key", std::string(256, 'k')});
+  ExpectOneLineFailure(r, 2);
+  r = Idem({"inspect", "--store", "memory://"});
+  ExpectOneLineFailure(r, 2);
+  EXPECT_EQ(r.err, "idem: --key is required (see --help)\n");
+}
+
+TEST_F(CliTest, InspectUnreachableStoreExitsOne) {
+  // A directory in place of the database file cannot be opened.
+  std::filesystem::create_directory(dir_.file("adir.db"));
+  Exec r = Idem({"inspect", "--store", "sqlite://" + dir_.file("adir.db"), "--key", "K-1"});
+  ExpectOneLineFailure(r, 1);
+}
+
+class CliInspectRecordTest : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    url_ = "sqlite://" + dir_.file("idem.db");
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
+    ASSERT_OK(store);
+    Guard guard(**store);
+    absl::StatusOr<Result> r =
+        guard.Run({.tenant = "acme", .biz_type = "refund", .key = "R-1", .fingerprint = "fp1"},
+                  [](Transaction&) -> absl::StatusOr<std::string> {
+                    return std::string(R"({"refund_id":"F-1"})");
+                  });
+    ASSERT_OK(r);
+    ASSERT_EQ(r->outcome, Outcome::kExecuted);
+    r = guard.Run({.tenant = "acme", .biz_type = "refund", .key = "R-2"},
+                  [](Transaction&) -> absl::StatusOr<std::string> {
+                    return absl::InvalidArgumentError("card declined");
+                  });
+    ASSERT_FALSE(r.ok());  // a final failure is cached; the first run reports it
+  }
+
+  std::string url_;
+};
+
+TEST_F(CliInspectRecordTest, PrintsTheRecord) {
+  Exec r = Idem(
+      {"inspect", "--store", url_, "--tenant", "acme", "--biz-type", "refund", "--key", "R-1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_THAT(r.out, StartsWith("tenant       acme\n"
+                                "biz_type     refund\n"
+                                "key          R-1\n"
+                                "state        SUCCEEDED\n"
+                                "token        1\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nfingerprint  fp1\n"
+                               "result       {\"refund_id\":\"F-1\"} (19 bytes)\n"
+                               "error        -\n"
+                               "created_at   20"));
+  EXPECT_THAT(r.out, HasSubstr("\nupdated_at   20"));
+}
+
+TEST_F(CliInspectRecordTest, PrintsJson) {
+  Exec r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "R-1", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tenant"], "acme");
+  EXPECT_EQ(j["biz_type"], "refund");
+  EXPECT_EQ(j["key"], "R-1");
+  EXPECT_EQ(j["state"], "SUCCEEDED");
+  EXPECT_EQ(j["token"], 1);
+  EXPECT_EQ(j["fingerprint"], "fp1");
+  EXPECT_EQ(j["result"], R"({"refund_id":"F-1"})");
+  EXPECT_EQ(j["error"], "");
+  EXPECT_TRUE(j["created_at"].is_string());
+  EXPECT_TRUE(j["updated_at"].is_string());
+  EXPECT_EQ(j["lease_live"], false);
+}
+
+TEST_F(CliInspectRecordTest, PrintsACachedFailure) {
+  Exec r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "R-2", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["state"], "FAILED");
+  EXPECT_EQ(j["result"], "");
+  EXPECT_THAT(j["error"].get<std::string>(), HasSubstr("card declined"));
+  EXPECT_EQ(j["fingerprint"], nullptr);
+}
+
+TEST_F(CliInspectRecordTest, OtherBizTypeExitsOne) {
+  Exec r =
+      Idem({"inspect", "--store", url_, "--tenant", "acme", "--biz-type", "order", "--key", "R-1"});
+  ExpectOneLineFailure(r, 1);
+  EXPECT_THAT(r.err, StartsWith("idem: tenant acme key R-1 is not of biz_type order: "));
+  EXPECT_THAT(r.err, HasSubstr("refund"));
+}
+
+TEST_F(CliInspectRecordTest, TenantsAreSeparate) {
+  Exec r = Idem({"inspect", "--store", url_, "--key", "R-1"});  // tenant "default"
+  ExpectOneLineFailure(r, 1);
+  EXPECT_EQ(r.err, "idem: no record for tenant default key R-1\n");
+}
+
+TEST_F(CliInspectRecordTest, OpaqueBytesAreEscapedOrBase64) {
+  const std::string key = "K\n1";
+  const std::string result("\xff\x00ok\xed\xa0\x80", 7);  // not UTF-8, with a NUL
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
+    ASSERT_OK(store);
+    Guard guard(**store);
+    ASSERT_OK(guard.Run({.tenant = "acme", .biz_type = "refund", .key = key},
+                        [&](Transaction&) -> absl::StatusOr<std::string> { return result; }));
+  }
+  Exec r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", key});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\nkey          K\\n1\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nresult       \\xff\\x00ok\\xed\\xa0\\x80 (7 bytes)\n"));
+
+  r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", key, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["key"], key);
+  EXPECT_FALSE(j.contains("result"));
+  EXPECT_EQ(j["result_base64"], "/wBva+2ggA==");
+
+  r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "K\n2"});
+  ExpectOneLineFailure(r, 1);
+  EXPECT_EQ(r.err, "idem: no record for tenant acme key K\\n2\n");
+}
+
+TEST_F(CliInspectRecordTest, ConfigFileSetsInspectFlags) {
+  std::string config =
+      WriteConfig("[inspect]\nstore = \"" + url_ + "\"\ntenant = \"acme\"\njson = true\n");
+  Exec r = Idem({"--config", config, "inspect", "--key", "R-1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["state"], "SUCCEEDED");
+}
+
+}  // namespace
+}  // namespace idem

@@ -1,0 +1,334 @@
+// The API layer of `idem serve` (SPEC §11), driven without sockets against a
+// memory:// store and a fake clock.
+#include "http/api.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "http/json.h"
+#include "idem/idem.h"
+#include "nlohmann/json.hpp"
+#include "testing/fake_clock.h"
+#include "testing/status_matchers.h"
+
+namespace idem::http {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+// A store that is down: every call is kUnavailable.
+class DownStore final : public Store {
+ public:
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
+    return absl::UnavailableError("database is locked");
+  }
+  absl::StatusOr<std::optional<Record>> Get(std::string_view, std::string_view) override {
+    return absl::UnavailableError("database is locked");
+  }
+  absl::Status Ping() override { return absl::UnavailableError("database is locked"); }
+  bool SupportsSql() const override { return false; }
+  std::string_view url() const override { return "down://"; }
+};
+
+class ApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(store_, OpenStore("memory://"));
+    Build(*store_);
+  }
+
+  void Build(Store& store) {
+    guard_ = std::make_unique<Guard>(store, GuardOptions{.clock = &clock_});
+    ApiOptions o;
+    o.tenants = {{"acme", "tok-a"}, {"beta", "tok-b"}};
+    o.clock = &clock_;
+    o.max_body_bytes = 4096;
+    api_ = std::make_unique<Api>(*guard_, store, metrics_, o);
+  }
+
+  // Handle() and count the answer as the server does; these requests never wait.
+  HttpResponse HandleBlocking(const HttpRequest& request) {
+    Reply reply = api_->Handle(request);
+    EXPECT_EQ(reply.waiting, nullptr);
+    metrics_.CountRequest(reply.route, reply.response.status, reply.outcome);
+    return reply.response;
+  }
+
+  HttpResponse Call(std::string method, std::string target, std::string body = "",
+                    std::string token = "tok-a") {
+    HttpRequest r{std::move(method), std::move(target), token.empty() ? "" : "Bearer " + token,
+                  std::move(body)};
+    return HandleBlocking(r);
+  }
+  HttpResponse Post(std::string target, std::string body, std::string token = "tok-a") {
+    return Call("POST", std::move(target), std::move(body), std::move(token));
+  }
+  HttpResponse Claim(std::string key, std::string extra = "", std::string token = "tok-a") {
+    return Post("/v1/claims", R"({"biz_type":"refund","key":")" + key + "\"" + extra + "}",
+                std::move(token));
+  }
+  HttpResponse Complete(std::string key, int64_t token, std::string result,
+                        std::string biz = "refund") {
+    return Post("/v1/claims/complete", R"({"biz_type":")" + biz + R"(","key":")" + key +
+                                           R"(","token":)" + std::to_string(token) +
+                                           R"(,"result":)" + result + "}");
+  }
+  HttpResponse Fail(std::string key, int64_t token, bool retryable, std::string error) {
+    return Post("/v1/claims/fail", R"({"biz_type":"refund","key":")" + key + R"(","token":)" +
+                                       std::to_string(token) + R"(,"retryable":)" +
+                                       (retryable ? "true" : "false") + R"(,"error":)" + error +
+                                       "}");
+  }
+  static json J(const HttpResponse& r) { return json::parse(r.body); }
+  static void ExpectProblem(const HttpResponse& r, int status, std::string_view outcome) {
+    EXPECT_EQ(r.status, status) << r.body;
+    EXPECT_EQ(r.content_type, "application/problem+json");
+    json j = json::parse(r.body);
+    EXPECT_TRUE(j.contains("type") && j.contains("title") && j.contains("detail")) << r.body;
+    EXPECT_EQ(j["status"], status);
+    if (outcome.empty()) {
+      EXPECT_FALSE(j.contains("outcome")) << r.body;
+    } else {
+      EXPECT_EQ(j["outcome"], std::string(outcome)) << r.body;
+    }
+  }
+
+  testing::FakeClock clock_;  // 2026-01-01T00:00:00Z
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Guard> guard_;
+  Metrics metrics_;
+  std::unique_ptr<Api> api_;
+};
+
+TEST_F(ApiTest, AcquireCompleteReplayByteForByte) {
+  HttpResponse a = Claim("R-1");
+  EXPECT_EQ(a.status, 201);
+  EXPECT_EQ(a.content_type, "application/json");
+  EXPECT_EQ(a.body, R"({"outcome":"acquired","token":1,"lease_until":"2026-01-01T00:00:30.000Z",)"
+                    R"("takeover":false})");
+
+  const std::string result = R"({"a" : 1.50, "b":[1,2 ]})";
+  HttpResponse c = Complete("R-1", 1, "  " + result + " ");
+  EXPECT_EQ(c.status, 200);
+  EXPECT_EQ(c.body, R"({"outcome":"completed"})");
+
+  HttpResponse r = Claim("R-1");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"outcome":"replayed","result":)" + result + "}");
+  EXPECT_EQ(r.Header("Idempotent-Replayed"), "true");
+
+  // The same complete again is fine; another result is a conflict.
+  EXPECT_EQ(Complete("R-1", 1, result).status, 200);
+  ExpectProblem(Complete("R-1", 1, "2"), 409, "conflict");
+  EXPECT_EQ(metrics_.outcomes("acquired"), 1u);
+  EXPECT_EQ(metrics_.outcomes("replayed"), 1u);
+  EXPECT_EQ(metrics_.requests("/v1/claims", 201), 1u);
+}
+
+TEST_F(ApiTest, InProgressCarriesRetryAfterInWholeSecondsAtLeastOne) {
+  ASSERT_EQ(Claim("K", R"(,"lease_ms":30000)").status, 201);
+  clock_.Advance(absl::Milliseconds(10500));
+  HttpResponse r = Claim("K");
+  ExpectProblem(r, 409, "in_progress");
+  EXPECT_EQ(r.Header("Retry-After"), "20");
+  EXPECT_EQ(J(r)["lease_until"], "2026-01-01T00:00:30.000Z");
+  EXPECT_EQ(J(r)["type"], "urn:idem:problem:in_progress");
+  clock_.Advance(absl::Milliseconds(19400));
+  EXPECT_EQ(Claim("K").Header("Retry-After"), "1");
+}
+
+TEST_F(ApiTest, ExpiredLeaseIsTakenOverAndTheOldTokenLosesTheLease) {
+  ASSERT_EQ(Claim("K", R"(,"lease_ms":1000,"fingerprint":"f1")").status, 201);
+  clock_.Advance(absl::Seconds(2));
+  // A takeover is a retry of the same request: the fingerprint is still compared.
+  ExpectProblem(Claim("K", R"(,"fingerprint":"f2")"), 422, "fingerprint_mismatch");
+  HttpResponse t = Claim("K", R"(,"fingerprint":"f1")");
+  EXPECT_EQ(t.status, 201);
+  EXPECT_EQ(t.body, R"({"outcome":"acquired","token":2,"lease_until":"2026-01-01T00:00:32.000Z",)"
+                    R"("takeover":true,"previous_token":1})");
+  ExpectProblem(Complete("K", 1, "1"), 409, "lease_lost");
+  EXPECT_EQ(Complete("K", 2, "1").status, 200);
+}
+
+TEST_F(ApiTest, HolderWhoseLeaseRanOutWithoutTakeoverStillCompletes) {
+  ASSERT_EQ(Claim("K", R"(,"lease_ms":100)").status, 201);
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(Complete("K", 1, "true").status, 200);
+}
+
+TEST_F(ApiTest, KeyReusedAndFingerprintMismatch) {
+  ASSERT_EQ(Claim("K", R"(,"fingerprint":"f1")").status, 201);
+  ExpectProblem(Post("/v1/claims", R"({"biz_type":"order","key":"K"})"), 409, "key_reused");
+  ExpectProblem(Claim("K", R"(,"fingerprint":"f2")"), 422, "fingerprint_mismatch");
+  ExpectProblem(Complete("K", 1, "1", "order"), 409, "key_reused");
+  ExpectProblem(Complete("nope", 1, "1"), 404, "not_found");
+}
+
+TEST_F(ApiTest, RetryableFailReleasesWithALargerTokenNext) {
+  ASSERT_EQ(Claim("K").status, 201);
+  HttpResponse f = Fail("K", 1, true, R"({"why":"timeout"})");
+  EXPECT_EQ(f.status, 200);
+  EXPECT_EQ(f.body, R"({"outcome":"released"})");
+  EXPECT_EQ(J(Claim("K"))["token"], 2);
+  ExpectProblem(Complete("K", 1, "1"), 409, "lease_lost");
+}
+
+TEST_F(ApiTest, FinalFailIsCachedAndReplayedRaw) {
+  ASSERT_EQ(Claim("K").status, 201);
+  HttpResponse f = Fail("K", 1, false, R"({"code" : "E_CARD"})");
+  EXPECT_EQ(f.status, 200);
+  EXPECT_EQ(f.body, R"({"outcome":"failed"})");
+  HttpResponse r = Claim("K");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"outcome":"cached_failure","error":{"code" : "E_CARD"}})");
+  EXPECT_EQ(r.Header("Idempotent-Replayed"), "true");
+}
+
+TEST_F(ApiTest, RecordReadIsPerTenantAndPercentDecoded) {
+  ASSERT_EQ(Claim("a/b c", R"(,"fingerprint":"fp")").status, 201);
+  ASSERT_EQ(Complete("a/b c", 1, R"([1, 2])").status, 200);
+  HttpResponse r = Call("GET", "/v1/records/refund/a%2Fb%20c?x=1");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body,
+            R"({"biz_type":"refund","key":"a/b c","state":"SUCCEEDED","token":1,)"
+            R"("lease_until":null,"fingerprint":"fp","created_at":"2026-01-01T00:00:00.000Z",)"
+            R"("updated_at":"2026-01-01T00:00:00.000Z","result":[1, 2]})");
+  ExpectProblem(Call("GET", "/v1/records/refund/a%2Fb%20c", "", "tok-b"), 404, "not_found");
+  ExpectProblem(Call("GET", "/v1/records/order/a%2Fb%20c"), 409, "key_reused");
+  ExpectProblem(Call("GET", "/v1/records/refund/missing"), 404, "not_found");
+  ExpectProblem(Call("GET", "/v1/records/refund/a%2"), 400, "");
+  ExpectProblem(Call("GET", "/v1/records/refund/a%00b"), 400, "");
+  ExpectProblem(Call("GET", "/v1/records/refund/%ff"), 400, "");
+  ExpectProblem(Call("GET", "/v1/records/refund"), 404, "");
+  ExpectProblem(Call("GET", "/v1/records/refund/a/b"), 404, "");
+}
+
+TEST_F(ApiTest, TenantsDoNotShareKeys) {
+  ASSERT_EQ(Claim("K").status, 201);
+  EXPECT_EQ(Claim("K", "", "tok-b").status, 201);  // beta's own K
+}
+
+TEST_F(ApiTest, Authentication) {
+  HttpResponse none = Claim("K", "", "");
+  ExpectProblem(none, 401, "");
+  EXPECT_EQ(none.Header("WWW-Authenticate"), R"(Bearer realm="idem")");
+  HttpResponse wrong = Claim("K", "", "tok-x");
+  ExpectProblem(wrong, 401, "");
+  EXPECT_THAT(std::string(wrong.Header("WWW-Authenticate")), HasSubstr("invalid_token"));
+  HttpRequest basic{"POST", "/v1/claims", "Basic dG9rLWE=", R"({"biz_type":"r","key":"k"})"};
+  EXPECT_EQ(HandleBlocking(basic).status, 401);
+  HttpRequest lower{"POST", "/v1/claims", "bearer  tok-a", R"({"biz_type":"r","key":"k"})"};
+  EXPECT_EQ(HandleBlocking(lower).status, 201);
+  HttpRequest prefix{"POST", "/v1/claims", "Bearer tok-", R"({"biz_type":"r","key":"k2"})"};
+  EXPECT_EQ(HandleBlocking(prefix).status, 401);
+}
+
+TEST_F(ApiTest, RoutesMethodsAndOpenEndpoints) {
+  ExpectProblem(Call("GET", "/v2/nothing"), 404, "");
+  HttpResponse m = Call("GET", "/v1/claims");
+  ExpectProblem(m, 405, "");
+  EXPECT_EQ(m.Header("Allow"), "POST");
+  EXPECT_EQ(Call("POST", "/healthz").Header("Allow"), "GET");
+  HttpResponse h = Call("GET", "/healthz", "", "");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.body, R"({"status":"ok"})");
+  EXPECT_EQ(Call("GET", "/readyz", "", "garbage").status, 200);
+  ASSERT_EQ(Claim("K").status, 201);
+  HttpResponse metrics = Call("GET", "/metrics", "", "");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_THAT(metrics.content_type, HasSubstr("text/plain"));
+  EXPECT_THAT(metrics.body,
+              HasSubstr("idem_http_requests_total{route=\"/v1/claims\",status=\"201\"} 1\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("idem_outcomes_total{outcome=\"acquired\"} 1\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("idem_store_errors_total 0\n"));
+}
+
+TEST_F(ApiTest, BadInputIs400NamingTheField) {
+  auto detail = [](const HttpResponse& r) { return J(r)["detail"].get<std::string>(); };
+  HttpResponse r = Post("/v1/claims", "{nope");
+  ExpectProblem(r, 400, "");
+  EXPECT_THAT(detail(r), HasSubstr("not valid JSON"));
+  EXPECT_THAT(detail(Post("/v1/claims", R"({"key":"k"})")), HasSubstr("\"biz_type\" is required"));
+  EXPECT_THAT(detail(Claim(std::string(256, 'k'))), HasSubstr("\"key\""));
+  EXPECT_EQ(Claim(std::string(255, 'k')).status, 201);
+  EXPECT_THAT(detail(Claim("")), HasSubstr("\"key\""));
+  EXPECT_EQ(Claim("a\\u0000b").status, 400);
+  EXPECT_EQ(Claim("\\ud800").status, 400);   // a lone surrogate is not UTF-8
+  EXPECT_EQ(Claim("\xc3\x28").status, 400);  // invalid UTF-8 bytes
+  EXPECT_EQ(Claim("\\u00e9\\ud83d\\ude00").status, 201);
+  EXPECT_EQ(Claim("K", R"(,"lease_ms":99)").status, 400);
+  EXPECT_EQ(Claim("K", R"(,"wait_ms":30001)").status, 400);
+  EXPECT_THAT(detail(Post("/v1/claims", R"({"biz_type":"","key":"k"})")),
+              HasSubstr("\"biz_type\""));
+  EXPECT_THAT(detail(Post("/v1/claims/fail", R"({"biz_type":"r","key":"k","token":1,"error":1})")),
+              HasSubstr("\"retryable\" is required"));
+  ExpectProblem(Post("/v1/claims", std::string(4097, ' ')), 413, "");
+}
+
+TEST_F(ApiTest, WaitAttachesToTheHolderAndGetsItsResult) {
+  ASSERT_EQ(Claim("K").status, 201);
+  Reply w = api_->Handle(
+      {"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"K","wait_ms":5000})"});
+  ASSERT_NE(w.waiting, nullptr);
+  EXPECT_EQ(w.response.status, 409);
+  w = api_->Poll(*w.waiting);
+  ASSERT_NE(w.waiting, nullptr);
+  ASSERT_EQ(Complete("K", 1, R"({"ok" :true})").status, 200);
+  w = api_->Poll(*w.waiting);
+  EXPECT_EQ(w.waiting, nullptr);
+  EXPECT_EQ(w.response.status, 200);
+  EXPECT_EQ(w.response.body, R"({"outcome":"replayed","result":{"ok" :true}})");
+}
+
+TEST_F(ApiTest, WaitEndsIn409WhenTimeRunsOut) {
+  ASSERT_EQ(Claim("K").status, 201);
+  Reply w = api_->Handle(
+      {"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"K","wait_ms":1000})"});
+  ASSERT_NE(w.waiting, nullptr);
+  clock_.Advance(absl::Milliseconds(1001));
+  w = api_->Poll(*w.waiting);
+  EXPECT_EQ(w.waiting, nullptr);
+  ExpectProblem(w.response, 409, "in_progress");
+  EXPECT_EQ(w.response.Header("Retry-After"), "29");
+}
+
+TEST_F(ApiTest, WaitBecomesTheHolderWhenTheLeaseEndsOrIsReleased) {
+  ASSERT_EQ(Claim("K", R"(,"lease_ms":1000)").status, 201);
+  Reply w = api_->Handle(
+      {"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"K","wait_ms":30000})"});
+  ASSERT_NE(w.waiting, nullptr);
+  clock_.Advance(absl::Seconds(2));
+  w = api_->Poll(*w.waiting);
+  EXPECT_EQ(w.waiting, nullptr);
+  EXPECT_EQ(w.response.status, 201);
+  EXPECT_EQ(J(w.response)["takeover"], true);
+
+  ASSERT_EQ(Claim("L").status, 201);
+  w = api_->Handle(
+      {"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"L","wait_ms":30000})"});
+  ASSERT_NE(w.waiting, nullptr);
+  ASSERT_EQ(Fail("L", 1, true, "null").status, 200);
+  w = api_->Poll(*w.waiting);
+  EXPECT_EQ(w.response.status, 201);
+  EXPECT_EQ(J(w.response)["token"], 2);
+  EXPECT_EQ(J(w.response)["takeover"], false);
+}
+
+TEST_F(ApiTest, StoreDownIs503FailClosed) {
+  DownStore down;
+  Build(down);
+  HttpResponse r = Claim("K");
+  ExpectProblem(r, 503, "unavailable");
+  EXPECT_EQ(r.Header("Retry-After"), "1");
+  ExpectProblem(Complete("K", 1, "1"), 503, "unavailable");
+  ExpectProblem(Call("GET", "/readyz", "", ""), 503, "");
+  EXPECT_EQ(Call("GET", "/healthz", "", "").status, 200);
+  EXPECT_EQ(metrics_.store_errors(), 3u);
+}
+
+}  // namespace
+}  // namespace idem::http

@@ -1,0 +1,135 @@
+#include "http/json.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "testing/status_matchers.h"
+
+namespace idem::http {
+namespace {
+
+using ::idem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TEST(ParseClaimBody, Defaults) {
+  ASSERT_OK_AND_ASSIGN(ClaimBody b, ParseClaimBody(R"({"biz_type":"refund","key":"R-1"})"));
+  EXPECT_EQ(b.biz_type, "refund");
+  EXPECT_EQ(b.key, "R-1");
+  EXPECT_EQ(b.fingerprint, "");
+  EXPECT_EQ(b.lease_ms, 30000);
+  EXPECT_EQ(b.wait_ms, 0);
+}
+
+TEST(ParseClaimBody, AllFields) {
+  ASSERT_OK_AND_ASSIGN(ClaimBody b,
+                       ParseClaimBody(R"( {"biz_type":"r","key":"k\u00e9\/x","fingerprint":"f",
+                                      "lease_ms":100,"wait_ms":30000} )"));
+  EXPECT_EQ(b.key, "k\xc3\xa9/x");
+  EXPECT_EQ(b.fingerprint, "f");
+  EXPECT_EQ(b.lease_ms, 100);
+  EXPECT_EQ(b.wait_ms, 30000);
+}
+
+struct BadCase {
+  const char* body;
+  const char* message;
+};
+
+class BadClaimBody : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadClaimBody, IsInvalidArgumentNamingTheProblem) {
+  absl::StatusOr<ClaimBody> b = ParseClaimBody(GetParam().body);
+  EXPECT_THAT(b, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr(GetParam().message)) << GetParam().body;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, BadClaimBody,
+    ::testing::Values(
+        BadCase{"", "empty"}, BadCase{"  \n", "empty"}, BadCase{"{", "not valid JSON"},
+        BadCase{"[1]", "must be a JSON object"}, BadCase{"\"x\"", "must be a JSON object"},
+        BadCase{R"({"biz_type":"a","key":"b"} x)", "not valid JSON"},
+        BadCase{R"({"biz_type":"a","key":"\xff"})", "not valid JSON"},
+        BadCase{R"({"key":"b"})", "\"biz_type\" is required"},
+        BadCase{R"({"biz_type":"a"})", "\"key\" is required"},
+        BadCase{R"({"biz_type":1,"key":"b"})", "\"biz_type\" must be a string"},
+        BadCase{R"({"biz_type":"a","key":null})", "\"key\" must be a string"},
+        BadCase{R"({"biz_type":"a","key":"x\u0000y"})", "\"key\" must not contain NUL"},
+        BadCase{R"({"biz_type":"a","key":"b","fingerprint":7})",
+                "\"fingerprint\" must be a string"},
+        BadCase{R"({"biz_type":"a","key":"b","lease_ms":99})",
+                "\"lease_ms\" must be between 100 and 3600000"},
+        BadCase{R"({"biz_type":"a","key":"b","lease_ms":3600001})", "\"lease_ms\" must be between"},
+        BadCase{R"({"biz_type":"a","key":"b","lease_ms":1000.0})",
+                "\"lease_ms\" must be an integer"},
+        BadCase{R"({"biz_type":"a","key":"b","lease_ms":"1000"})",
+                "\"lease_ms\" must be an integer"},
+        BadCase{R"({"biz_type":"a","key":"b","wait_ms":-1})",
+                "\"wait_ms\" must be between 0 and 30000"},
+        BadCase{R"({"biz_type":"a","key":"b","wait_ms":30001})", "\"wait_ms\" must be between"},
+        BadCase{R"({"biz_type":"a","key":"b","key":"c"})", "\"key\" appears more than once"},
+        BadCase{R"({"biz_type":"a","key":"b","lease":5})", "\"lease\" is not a known field"}));
+
+TEST(ParseCompleteBody, KeepsResultBytesExactly) {
+  const std::string raw = R"({"a" : 1.50, "b":[1,2 ]})";
+  ASSERT_OK_AND_ASSIGN(
+      CompleteBody b,
+      ParseCompleteBody("{\"biz_type\":\"r\",\"key\":\"k\",\"token\":3,\"result\":  " + raw +
+                        "  \n}"));
+  EXPECT_EQ(b.token, 3);
+  EXPECT_EQ(b.result, raw);
+}
+
+TEST(ParseCompleteBody, ScalarResultsKeepTheirSpelling) {
+  for (std::string raw : {"1.50", "-0", "1E+2", "true", "null", R"("a\u00e9 \"q\"")", "[]", "{}",
+                          "[ ]", R"({ "x" : { "y" : [ 1 , { } ] } })"}) {
+    ASSERT_OK_AND_ASSIGN(
+        CompleteBody b,
+        ParseCompleteBody(R"({"result": )" + raw +
+                          " \t\r\n, \"biz_type\":\"r\",\"key\":\"k\",\"token\":1}"));
+    EXPECT_EQ(b.result, raw);
+  }
+}
+
+TEST(ParseCompleteBody, RejectsBadToken) {
+  for (const char* token : {"0", "-1", "1.5", "\"1\"", "99999999999999999999"}) {
+    EXPECT_THAT(ParseCompleteBody(std::string(R"({"biz_type":"r","key":"k","result":1,"token":)") +
+                                  token + "}"),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << token;
+  }
+  EXPECT_THAT(ParseCompleteBody(R"({"biz_type":"r","key":"k","token":1})"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ParseCompleteBody, RejectsInvalidJsonInsideResult) {
+  EXPECT_THAT(ParseCompleteBody(R"({"biz_type":"r","key":"k","token":1,"result":{"a":01}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseCompleteBody(R"({"biz_type":"r","key":"k","token":1,"result":[tru]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ParseFailBody, Fields) {
+  ASSERT_OK_AND_ASSIGN(FailBody b, ParseFailBody(R"({"biz_type":"r","key":"k","token":2,
+      "retryable":true,"error":{"code" :"E1"}})"));
+  EXPECT_EQ(b.token, 2);
+  EXPECT_TRUE(b.retryable);
+  EXPECT_EQ(b.error, R"({"code" :"E1"})");
+  EXPECT_THAT(ParseFailBody(R"({"biz_type":"r","key":"k","token":2,"retryable":1,"error":1})"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseFailBody(R"({"biz_type":"r","key":"k","token":2,"error":1})"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(RawJsonOrString, SplicesJsonAndQuotesTheRest) {
+  EXPECT_EQ(RawJsonOrString(R"({"a" : 1.50})"), R"({"a" : 1.50})");
+  EXPECT_EQ(RawJsonOrString(""), "null");
+  EXPECT_EQ(RawJsonOrString("not json"), R"("not json")");
+}
+
+TEST(FormatRfc3339, Rfc3339WithMillis) {
+  EXPECT_EQ(FormatRfc3339(absl::FromUnixMillis(1767225600123)), "2026-01-01T00:00:00.123Z");
+}
+
+}  // namespace
+}  // namespace idem::http

@@ -1,0 +1,454 @@
+// Black-box tests of `idem serve` (SPEC §11, §12): the real binary over a SQLite
+// store, driven through HTTP on 127.0.0.1 with a port the kernel picks.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "http/client.h"
+#include "nlohmann/json.hpp"
+#include "testing/temp_dir.h"
+
+#ifndef IDEM_BIN_DEFAULT
+#define IDEM_BIN_DEFAULT ""
+#endif
+
+namespace idem::http {
+namespace {
+
+using ::idem::http::testing::Client;
+using ::idem::http::testing::ClientResponse;
+using ::idem::http::testing::Fetch;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using json = nlohmann::json;
+
+std::string IdemBin() {
+  const char* env = std::getenv("IDEM_BIN");
+  return env != nullptr && *env ? env : IDEM_BIN_DEFAULT;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// One `idem serve` child process: stdout on a pipe (its first line announces the
+// port), stderr in a file.
+class IdemProcess {
+ public:
+  explicit IdemProcess(std::string stderr_path) : stderr_path_(std::move(stderr_path)) {}
+  ~IdemProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (stdout_fd_ >= 0) close(stdout_fd_);
+  }
+
+  // Starts `idem serve args...` and reads the first stdout line (empty if the
+  // process exits first). Returns that line.
+  std::string Start(const std::vector<std::string>& args) {
+    int fds[2];
+    if (pipe(fds) != 0) return "";
+    std::vector<std::string> argv_s = {IdemBin(), "serve"};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(err, STDERR_FILENO);
+      close(fds[0]);
+      std::vector<char*> argv;
+      for (auto& a : argv_s) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    stdout_fd_ = fds[0];
+    std::string line;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{stdout_fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char c;
+      ssize_t n = read(stdout_fd_, &c, 1);
+      if (n <= 0 || c == '\n') break;
+      line += c;
+    }
+    first_line_ = line;
+    size_t colon = line.rfind(':');
+    if (line.starts_with("listening on ") && colon != std::string::npos) {
+      port_ = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+    }
+    return line;
+  }
+
+  // Sends `sig` (if non-zero) and waits up to `timeout` for the exit; returns the exit
+  // status, or -1 on timeout / a death by signal.
+  int Stop(int sig = SIGTERM, std::chrono::seconds timeout = std::chrono::seconds(20)) {
+    if (pid_ <= 0) return -1;
+    if (sig != 0) kill(pid_, sig);
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+  int WaitExit() { return Stop(0); }
+
+  uint16_t port() const { return port_; }
+  std::string stderr_text() const { return ReadFile(stderr_path_); }
+
+ private:
+  std::string stderr_path_;
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  uint16_t port_ = 0;
+  std::string first_line_;
+};
+
+int CountLines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+class ServeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(IdemBin().empty()) << "set IDEM_BIN to the idem binary";
+    server_ = std::make_unique<IdemProcess>(dir_.file("stderr.txt"));
+    std::string line =
+        server_->Start({"--listen", "127.0.0.1:0", "--store", "sqlite://" + dir_.file("x.db"),
+                        "--tenant", "acme:tok-a", "--tenant", "beta:tok-b"});
+    ASSERT_THAT(line, MatchesRegex("listening on 127\\.0\\.0\\.1:[0-9]+"))
+        << server_->stderr_text();
+    port_ = server_->port();
+  }
+  void TearDown() override {
+    if (server_ != nullptr) {
+      EXPECT_EQ(server_->Stop(SIGTERM), 0) << server_->stderr_text();
+    }
+  }
+
+  ClientResponse Post(const std::string& target, const std::string& body,
+                      const std::string& token = "tok-a") {
+    return Fetch(port_, "POST", target, body, token);
+  }
+  ClientResponse Claim(const std::string& key, const std::string& extra = "",
+                       const std::string& token = "tok-a") {
+    return Post("/v1/claims", R"({"biz_type":"refund","key":")" + key + "\"" + extra + "}", token);
+  }
+  ClientResponse Complete(const std::string& key, int64_t tok, const std::string& result) {
+    return Post("/v1/claims/complete", R"({"biz_type":"refund","key":")" + key + R"(","token":)" +
+                                           std::to_string(tok) + R"(,"result":)" + result + "}");
+  }
+  ClientResponse Fail(const std::string& key, int64_t tok, bool retryable,
+                      const std::string& error) {
+    return Post("/v1/claims/fail", R"({"biz_type":"refund","key":")" + key + R"(","token":)" +
+                                       std::to_string(tok) + R"(,"retryable":)" +
+                                       (retryable ? "true" : "false") + R"(,"error":)" + error +
+                                       "}");
+  }
+  static json J(const ClientResponse& r) { return json::parse(r.body); }
+  static void ExpectProblem(const ClientResponse& r, int status, const std::string& outcome) {
+    ASSERT_EQ(r.status, status) << r.error << r.body;
+    EXPECT_EQ(r.header("content-type"), "application/problem+json");
+    json j = json::parse(r.body);
+    EXPECT_TRUE(j.contains("type") && j.contains("title") && j.contains("detail")) << r.body;
+    EXPECT_EQ(j["status"], status);
+    if (!outcome.empty()) {
+      EXPECT_EQ(j["outcome"], outcome) << r.body;
+    }
+  }
+
+  idem::testing::TempDir dir_;
+  std::unique_ptr<IdemProcess> server_;
+  uint16_t port_ = 0;
+};
+
+TEST_F(ServeTest, AcquireCompleteAndByteIdenticalReplay) {
+  ClientResponse a = Claim("R-1", R"(,"fingerprint":"fp1")");
+  ASSERT_EQ(a.status, 201) << a.body;
+  json aj = J(a);
+  EXPECT_EQ(aj["outcome"], "acquired");
+  EXPECT_EQ(aj["token"], 1);
+  EXPECT_EQ(aj["takeover"], false);
+  EXPECT_THAT(aj["lease_until"].get<std::string>(),
+              MatchesRegex("[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z"));
+
+  const std::string result = R"({"a" : 1.50, "b":[1,2 ]})";
+  ClientResponse c = Complete("R-1", 1, result);
+  EXPECT_EQ(c.status, 200);
+  EXPECT_EQ(c.body, R"({"outcome":"completed"})");
+
+  ClientResponse r = Claim("R-1", R"(,"fingerprint":"fp1")");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"outcome":"replayed","result":)" + result + "}");
+  EXPECT_EQ(r.header("idempotent-replayed"), "true");
+
+  ExpectProblem(Claim("R-1", R"(,"fingerprint":"fp2")"), 422, "fingerprint_mismatch");
+  ExpectProblem(Post("/v1/claims", R"({"biz_type":"order","key":"R-1"})"), 409, "key_reused");
+
+  ClientResponse rec = Fetch(port_, "GET", "/v1/records/refund/R-1", "", "tok-a");
+  ASSERT_EQ(rec.status, 200) << rec.body;
+  EXPECT_THAT(rec.body, HasSubstr(R"("state":"SUCCEEDED","token":1,)"));
+  EXPECT_THAT(rec.body, HasSubstr(R"("result":)" + result + "}"));
+  // Tenant isolation: beta does not see acme's record.
+  ExpectProblem(Fetch(port_, "GET", "/v1/records/refund/R-1", "", "tok-b"), 404, "");
+}
+
+TEST_F(ServeTest, InProgressAndLeaseLostAfterTakeover) {
+  ASSERT_EQ(Claim("K", R"(,"lease_ms":400)").status, 201);
+  ClientResponse busy = Claim("K");
+  ExpectProblem(busy, 409, "in_progress");
+  EXPECT_EQ(busy.header("retry-after"), "1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ClientResponse t = Claim("K", R"(,"lease_ms":30000)");
+  ASSERT_EQ(t.status, 201) << t.body;
+  EXPECT_EQ(J(t)["token"], 2);
+  EXPECT_EQ(J(t)["takeover"], true);
+  EXPECT_EQ(J(t)["previous_token"], 1);
+  ClientResponse busy2 = Claim("K");
+  ExpectProblem(busy2, 409, "in_progress");
+  int retry_after = std::stoi(busy2.header("retry-after"));
+  EXPECT_GE(retry_after, 29);
+  EXPECT_LE(retry_after, 30);
+  ExpectProblem(Complete("K", 1, "1"), 409, "lease_lost");
+  EXPECT_EQ(Complete("K", 2, "1").status, 200);
+}
+
+TEST_F(ServeTest, FailRetryableReleasesFinalFailIsCached) {
+  ASSERT_EQ(Claim("K").status, 201);
+  ClientResponse f = Fail("K", 1, true, R"({"why":"timeout"})");
+  EXPECT_EQ(f.status, 200);
+  EXPECT_EQ(f.body, R"({"outcome":"released"})");
+  ClientResponse again = Claim("K");
+  ASSERT_EQ(again.status, 201);
+  EXPECT_EQ(J(again)["token"], 2);
+
+  ClientResponse ff = Fail("K", 2, false, R"({"code" : "E_CARD" })");
+  EXPECT_EQ(ff.status, 200);
+  EXPECT_EQ(ff.body, R"({"outcome":"failed"})");
+  ClientResponse cached = Claim("K");
+  EXPECT_EQ(cached.status, 200);
+  EXPECT_EQ(cached.body, R"({"outcome":"cached_failure","error":{"code" : "E_CARD" }})");
+  EXPECT_EQ(cached.header("idempotent-replayed"), "true");
+  ExpectProblem(Complete("missing", 1, "1"), 404, "");
+}
+
+TEST_F(ServeTest, AuthenticationAndOpenEndpoints) {
+  ClientResponse none = Claim("K", "", "");
+  ExpectProblem(none, 401, "");
+  EXPECT_THAT(none.header("www-authenticate"), HasSubstr("Bearer"));
+  ExpectProblem(Claim("K", "", "tok-wrong"), 401, "");
+  // Tenants never see each other's keys: both acquire their own "K".
+  EXPECT_EQ(Claim("K", "", "tok-a").status, 201);
+  EXPECT_EQ(Claim("K", "", "tok-b").status, 201);
+
+  EXPECT_EQ(Fetch(port_, "GET", "/healthz").status, 200);
+  ClientResponse ready = Fetch(port_, "GET", "/readyz", "", "ignored-token");
+  EXPECT_EQ(ready.status, 200);
+  ClientResponse metrics = Fetch(port_, "GET", "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_THAT(metrics.body,
+              HasSubstr("idem_http_requests_total{route=\"/v1/claims\",status=\"201\"} 2\n"));
+  EXPECT_THAT(metrics.body,
+              HasSubstr("idem_http_requests_total{route=\"/v1/claims\",status=\"401\"} 2\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("idem_outcomes_total{outcome=\"acquired\"} 2\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("idem_store_errors_total 0\n"));
+}
+
+TEST_F(ServeTest, BadInput) {
+  ExpectProblem(Post("/v1/claims", R"({"biz_type":"refund","key":)"), 400, "");
+  ClientResponse missing = Post("/v1/claims", R"({"biz_type":"refund"})");
+  ExpectProblem(missing, 400, "");
+  EXPECT_THAT(J(missing)["detail"].get<std::string>(), HasSubstr("\"key\" is required"));
+  ClientResponse longkey = Claim(std::string(256, 'k'));
+  ExpectProblem(longkey, 400, "");
+  EXPECT_THAT(J(longkey)["detail"].get<std::string>(), HasSubstr("key"));
+  EXPECT_EQ(Claim(std::string(255, 'k')).status, 201);
+  ExpectProblem(Claim("a\\u0000b"), 400, "");
+  ExpectProblem(Claim("K", R"(,"lease_ms":50)"), 400, "");
+  ExpectProblem(Post("/v1/claims", std::string((1 << 20) + 1, ' ')), 413, "");
+  ExpectProblem(Fetch(port_, "GET", "/nope"), 404, "");
+  ClientResponse wrong_method = Fetch(port_, "DELETE", "/v1/claims", "", "tok-a");
+  ExpectProblem(wrong_method, 405, "");
+  EXPECT_EQ(wrong_method.header("allow"), "POST");
+}
+
+TEST_F(ServeTest, WaitAttachesToTheHolderAndReplaysItsResult) {
+  ASSERT_EQ(Claim("K").status, 201);
+  auto start = std::chrono::steady_clock::now();
+  auto waiter = std::async(std::launch::async, [&] { return Claim("K", R"(,"wait_ms":10000)"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(Complete("K", 1, R"([ "done" ])").status, 200);
+  ClientResponse r = waiter.get();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, R"({"outcome":"replayed","result":[ "done" ]})");
+  EXPECT_EQ(r.header("idempotent-replayed"), "true");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+TEST_F(ServeTest, WaitRunsOutWith409) {
+  ASSERT_EQ(Claim("K").status, 201);
+  auto start = std::chrono::steady_clock::now();
+  ClientResponse r = Claim("K", R"(,"wait_ms":300)");
+  ExpectProblem(r, 409, "in_progress");
+  EXPECT_FALSE(r.header("retry-after").empty());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+}
+
+TEST_F(ServeTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  Client c(port_);
+  ASSERT_TRUE(c.connected());
+  EXPECT_EQ(c.Send("POST", "/v1/claims", R"({"biz_type":"t","key":"A"})", "tok-a").status, 201);
+  EXPECT_EQ(c.Send("POST", "/v1/claims/complete",
+                   R"({"biz_type":"t","key":"A","token":1,"result":1})", "tok-a")
+                .status,
+            200);
+  ClientResponse r = c.Send("POST", "/v1/claims", R"({"biz_type":"t","key":"A"})", "tok-a");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(r.keep_alive);
+  EXPECT_EQ(c.Send("GET", "/v1/records/t/A", "", "tok-a").status, 200);
+  EXPECT_EQ(c.Send("GET", "/healthz").status, 200);
+}
+
+TEST_F(ServeTest, FiftyConcurrentClaimsOfOneKeyAcquireOnce) {
+  std::vector<std::future<ClientResponse>> all;
+  std::atomic<bool> go{false};
+  for (int i = 0; i < 50; ++i) {
+    all.push_back(std::async(std::launch::async, [&] {
+      Client c(port_);
+      while (!go.load()) std::this_thread::yield();
+      return c.Send("POST", "/v1/claims", R"({"biz_type":"t","key":"hot"})", "tok-a");
+    }));
+  }
+  go = true;
+  int acquired = 0, in_progress = 0;
+  for (auto& f : all) {
+    ClientResponse r = f.get();
+    if (r.status == 201) ++acquired;
+    if (r.status == 409 && J(r)["outcome"] == "in_progress") ++in_progress;
+    EXPECT_TRUE(r.status == 201 || r.status == 409) << r.status << " " << r.error << r.body;
+  }
+  EXPECT_EQ(acquired, 1);
+  EXPECT_EQ(in_progress, 49);
+}
+
+TEST_F(ServeTest, SigtermFinishesAWaitingClaimAndExitsZero) {
+  ASSERT_EQ(Claim("K").status, 201);
+  auto waiter = std::async(std::launch::async, [&] { return Claim("K", R"(,"wait_ms":20000)"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(server_->Stop(SIGTERM), 0) << server_->stderr_text();
+  ClientResponse r = waiter.get();
+  ExpectProblem(r, 409, "in_progress");
+  EXPECT_FALSE(r.keep_alive);
+  server_.reset();
+}
+
+// Start-up failures: one line on stderr and the documented exit status.
+class ServeStartupTest : public ::testing::Test {
+ protected:
+  int Run(const std::vector<std::string>& args, std::string* err) {
+    IdemProcess p(dir_.file("stderr.txt"));
+    std::string line = p.Start(args);
+    EXPECT_EQ(line, "");
+    int status = p.WaitExit();
+    *err = p.stderr_text();
+    return status;
+  }
+  idem::testing::TempDir dir_;
+};
+
+TEST_F(ServeStartupTest, UnwritableStoreIsExit1WithOneLine) {
+  std::string err;
+  EXPECT_EQ(Run({"--listen", "127.0.0.1:0", "--store", "sqlite:///proc/nonexistent/x.db",
+                 "--tenant", "a:t"},
+                &err),
+            1);
+  EXPECT_EQ(CountLines(err), 1) << err;
+  EXPECT_THAT(err, HasSubstr("cannot open store"));
+}
+
+TEST_F(ServeStartupTest, CorruptDatabaseIsExit1WithOneLine) {
+  {
+    std::ofstream out(dir_.file("bad.db"), std::ios::binary);
+    for (int i = 0; i < 4096; ++i) out.put(static_cast<char>((i * 7919 + 13) & 0xFF));
+  }
+  std::string err;
+  EXPECT_EQ(Run({"--listen", "127.0.0.1:0", "--store", "sqlite://" + dir_.file("bad.db"),
+                 "--tenant", "a:t"},
+                &err),
+            1);
+  EXPECT_EQ(CountLines(err), 1) << err;
+  EXPECT_THAT(err, HasSubstr("cannot open store"));
+}
+
+TEST_F(ServeStartupTest, BadFlagsAreExit2WithOneLine) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--listen", "nonsense"},
+        std::vector<std::string>{"--listen", "127.0.0.1:70000"},
+        std::vector<std::string>{"--tenant", "no-colon"},
+        std::vector<std::string>{"--tenant", "a:x", "--tenant", "a:y"},
+        std::vector<std::string>{"--threads", "0"}}) {
+    std::string err;
+    EXPECT_EQ(Run(args, &err), 2) << args[1];
+    EXPECT_EQ(CountLines(err), 1) << err;
+  }
+}
+
+TEST_F(ServeStartupTest, PortInUseIsExit1) {
+  IdemProcess first(dir_.file("first.txt"));
+  std::string line =
+      first.Start({"--listen", "127.0.0.1:0", "--store", "memory://", "--tenant", "a:t"});
+  ASSERT_THAT(line, HasSubstr("listening on"));
+  std::string err;
+  EXPECT_EQ(Run({"--listen", "127.0.0.1:" + std::to_string(first.port()), "--store", "memory://",
+                 "--tenant", "a:t"},
+                &err),
+            1);
+  EXPECT_EQ(CountLines(err), 1) << err;
+  EXPECT_EQ(first.Stop(SIGINT), 0);
+}
+
+TEST_F(ServeStartupTest, WithoutTenantsADevTenantIsPrinted) {
+  IdemProcess p(dir_.file("stderr.txt"));
+  std::string line = p.Start({"--listen", "127.0.0.1:0", "--store", "memory://"});
+  ASSERT_THAT(line, MatchesRegex("listening on 127\\.0\\.0\\.1:[0-9]+"));
+  std::string err = p.stderr_text();
+  const std::string marker = "development tenant \"dev\", token: ";
+  size_t at = err.find(marker);
+  ASSERT_NE(at, std::string::npos) << err;
+  std::string token = err.substr(at + marker.size(), 32);
+  EXPECT_THAT(token, MatchesRegex("[0-9a-f]{32}"));
+  EXPECT_EQ(Fetch(p.port(), "POST", "/v1/claims", R"({"biz_type":"t","key":"k"})", token).status,
+            201);
+  EXPECT_EQ(p.Stop(SIGTERM), 0);
+}
+
+}  // namespace
+}  // namespace idem::http

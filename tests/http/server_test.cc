@@ -1,0 +1,168 @@
+// The Beast server in-process: keep-alive, 100-continue, limits, asynchronous
+// waits and graceful shutdown, over a memory:// store.
+#include "http/server.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "http/client.h"
+#include "idem/idem.h"
+#include "testing/status_matchers.h"
+
+namespace idem::http {
+namespace {
+
+using ::idem::http::testing::Client;
+using ::idem::http::testing::ClientResponse;
+using ::idem::http::testing::Fetch;
+using ::testing::HasSubstr;
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(store_, OpenStore("memory://"));
+    guard_ = std::make_unique<Guard>(*store_);
+    ApiOptions o;
+    o.tenants = {{"acme", "tok-a"}};
+    o.max_body_bytes = 1000;
+    api_ = std::make_unique<Api>(*guard_, *store_, metrics_, o);
+    ServerOptions so;
+    so.port = 0;
+    so.io_threads = 1;
+    so.worker_threads = 4;
+    so.max_body_bytes = 1000;
+    server_ = std::make_unique<Server>(*api_, so);
+    ASSERT_OK(server_->Start());
+    port_ = server_->port();
+    ASSERT_NE(port_, 0);
+  }
+  void TearDown() override {
+    if (server_) {
+      server_->Shutdown();
+      server_->Wait();
+    }
+  }
+
+  static std::string ClaimBody(const std::string& key, const std::string& extra = "") {
+    return R"({"biz_type":"t","key":")" + key + "\"" + extra + "}";
+  }
+
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Guard> guard_;
+  Metrics metrics_;
+  std::unique_ptr<Api> api_;
+  std::unique_ptr<Server> server_;
+  uint16_t port_ = 0;
+};
+
+TEST_F(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
+  Client c(port_);
+  ASSERT_TRUE(c.connected());
+  for (int i = 0; i < 5; ++i) {
+    ClientResponse r = c.Send("POST", "/v1/claims", ClaimBody("k" + std::to_string(i)), "tok-a");
+    ASSERT_EQ(r.status, 201) << r.error << r.body;
+    EXPECT_TRUE(r.keep_alive);
+  }
+  ClientResponse h = c.Send("GET", "/healthz");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.body, R"({"status":"ok"})");
+  EXPECT_EQ(metrics_.requests("/v1/claims", 201), 5u);
+}
+
+TEST_F(ServerTest, Expect100ContinueIsAnswered) {
+  Client c(port_);
+  std::string body = ClaimBody("k");
+  ASSERT_TRUE(
+      c.WriteRaw("POST /v1/claims HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-a\r\n"
+                 "Expect: 100-continue\r\nContent-Length: " +
+                 std::to_string(body.size()) + "\r\n\r\n"));
+  ClientResponse cont = c.Read();
+  EXPECT_EQ(cont.status, 100) << cont.error;
+  ASSERT_TRUE(c.WriteRaw(body));
+  ClientResponse r = c.Read();
+  EXPECT_EQ(r.status, 201) << r.error << r.body;
+}
+
+TEST_F(ServerTest, DeclaredBodyOverTheLimitIs413AndCloses) {
+  Client c(port_);
+  ASSERT_TRUE(
+      c.WriteRaw("POST /v1/claims HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-a\r\n"
+                 "Content-Length: 1001\r\n\r\n"));
+  ClientResponse r = c.Read();
+  EXPECT_EQ(r.status, 413) << r.error;
+  EXPECT_EQ(r.header("content-type"), "application/problem+json");
+  EXPECT_FALSE(r.keep_alive);
+  EXPECT_TRUE(c.ClosedByPeer());
+}
+
+TEST_F(ServerTest, SentBodyOverTheLimitIs413) {
+  Client c(port_);
+  ClientResponse r = c.Send("POST", "/v1/claims", std::string(5000, ' '), "tok-a");
+  EXPECT_EQ(r.status, 413) << r.error;
+}
+
+TEST_F(ServerTest, MalformedHttpIs400AndCloses) {
+  Client c(port_);
+  ASSERT_TRUE(c.WriteRaw("GET / HTTP/1.1\r\nBad Header Line\r\n\r\n"));
+  ClientResponse r = c.Read();
+  EXPECT_EQ(r.status, 400) << r.error;
+  EXPECT_EQ(r.header("content-type"), "application/problem+json");
+  EXPECT_TRUE(c.ClosedByPeer());
+}
+
+TEST_F(ServerTest, WaitingClaimsDoNotBlockTheServer) {
+  ASSERT_EQ(Fetch(port_, "POST", "/v1/claims", ClaimBody("K"), "tok-a").status, 201);
+  // More waiters than worker and I/O threads together.
+  std::vector<std::future<ClientResponse>> waiters;
+  for (int i = 0; i < 10; ++i) {
+    waiters.push_back(std::async(std::launch::async, [&] {
+      return Fetch(port_, "POST", "/v1/claims", ClaimBody("K", R"(,"wait_ms":10000)"), "tok-a");
+    }));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(Fetch(port_, "GET", "/healthz").status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  ClientResponse done =
+      Fetch(port_, "POST", "/v1/claims/complete",
+            R"({"biz_type":"t","key":"K","token":1,"result":{"n" : 1}})", "tok-a");
+  ASSERT_EQ(done.status, 200) << done.body;
+  for (auto& w : waiters) {
+    ClientResponse r = w.get();
+    EXPECT_EQ(r.status, 200) << r.error << r.body;
+    EXPECT_EQ(r.body, R"({"outcome":"replayed","result":{"n" : 1}})");
+    EXPECT_EQ(r.header("idempotent-replayed"), "true");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(ServerTest, GracefulShutdownAnswersInFlightAndClosesIdle) {
+  ASSERT_EQ(Fetch(port_, "POST", "/v1/claims", ClaimBody("K"), "tok-a").status, 201);
+  Client idle(port_);
+  ASSERT_EQ(idle.Send("GET", "/healthz").status, 200);
+  auto waiter = std::async(std::launch::async, [&] {
+    return Fetch(port_, "POST", "/v1/claims", ClaimBody("K", R"(,"wait_ms":20000)"), "tok-a");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto start = std::chrono::steady_clock::now();
+  server_->Shutdown();
+  ClientResponse r = waiter.get();
+  EXPECT_EQ(r.status, 409) << r.error;
+  EXPECT_THAT(r.body, HasSubstr(R"("outcome":"in_progress")"));
+  EXPECT_FALSE(r.keep_alive);
+  EXPECT_TRUE(idle.ClosedByPeer());
+  server_->Wait();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  Client late(port_);
+  EXPECT_FALSE(late.connected());
+  server_.reset();
+}
+
+}  // namespace
+}  // namespace idem::http
