@@ -199,7 +199,7 @@ CommandFn AddServeCommand(CLI::App& root) {
   CLI::App* sub = root.add_subcommand("serve", "Run the HTTP API (SPEC §11)");
   sub->add_option("--listen", flags->listen, "Address to listen on, HOST:PORT (port 0: any)")
       ->capture_default_str();
-  sub->add_option("--store", flags->store, "Store URL: sqlite://PATH or memory://")
+  sub->add_option("--store", flags->store, "Store URL: sqlite://PATH, postgres://…, mysql://… or memory://")
       ->capture_default_str();
   sub->add_option("--tenant", flags->tenants,
                   "A tenant and its bearer token, NAME:TOKEN (repeatable); without any, a "
