@@ -132,29 +132,51 @@ as_pg_user() {
   fi
 }
 
+# Removes DIR/postgres, and the private directory it links to (see start_postgres).
+remove_postgres_dir() {
+  local link=$DIR/postgres
+  if [[ -L "$link" ]]; then
+    rm -rf "$(readlink -f "$link")"
+  fi
+  rm -rf "$link"
+}
+
 start_postgres() {
   local port=$1
   local base=$DIR/postgres
-  local log=$base/postgres.log
-  rm -rf "$base"
+  remove_postgres_dir
   mkdir -p "$base"
   [[ $(id -u) -eq 0 ]] && chown "$PG_USER" "$base"
   chmod 700 "$base"
   if ! as_pg_user test -w "$base"; then
-    die "user $PG_USER cannot write $base (is a parent of $DIR closed to other users?)"
+    # The server's OS user cannot reach DIR (a checkout under /root, mode 700, on a
+    # fresh Debian). Its data then goes to a private directory under /tmp, linked
+    # from DIR/postgres so that everything of this run is still found under DIR
+    # and removed with it.
+    rm -rf "$base"
+    local private
+    private=$(mktemp -d /tmp/idem-postgres.XXXXXX)
+    chown "$PG_USER" "$private"
+    chmod 700 "$private"
+    ln -s "$private" "$base"
+    as_pg_user test -w "$private" || die "user $PG_USER cannot write $private"
+    echo "services.sh: user $PG_USER cannot reach $DIR; PostgreSQL data in $private" \
+      "(linked from $base)" >&2
   fi
-  if ! as_pg_user "$PG_BIN/initdb" -D "$base/data" -U postgres --auth-local=trust \
-      --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 >"$base/initdb.log" 2>&1; then
-    log_tail "initdb" "$base/initdb.log"
+  PG_BASE=$(readlink -f "$base")
+  local log=$PG_BASE/postgres.log
+  if ! as_pg_user "$PG_BIN/initdb" -D "$PG_BASE/data" -U postgres --auth-local=trust \
+      --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 >"$PG_BASE/initdb.log" 2>&1; then
+    log_tail "initdb" "$PG_BASE/initdb.log"
     return 1
   fi
   # Throwaway data: durability off for speed; enough connections for parallel
   # tests that each open pools.
-  if ! as_pg_user "$PG_BIN/pg_ctl" -D "$base/data" -l "$log" -w -t "$WAIT_SECONDS" start -o \
-      "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$base \
+  if ! as_pg_user "$PG_BIN/pg_ctl" -D "$PG_BASE/data" -l "$log" -w -t "$WAIT_SECONDS" start -o \
+      "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$PG_BASE \
        -c max_connections=300 -c shared_buffers=32MB -c fsync=off \
-       -c synchronous_commit=off -c full_page_writes=off" >"$base/pg_ctl.log" 2>&1; then
-    cat "$base/pg_ctl.log" >&2
+       -c synchronous_commit=off -c full_page_writes=off" >"$PG_BASE/pg_ctl.log" 2>&1; then
+    cat "$PG_BASE/pg_ctl.log" >&2
     log_tail "postgres" "$log"
     return 1
   fi
@@ -162,19 +184,19 @@ start_postgres() {
     log_tail "postgres (pg_isready)" "$log"
     return 1
   fi
-  PG_PID=$(head -n 1 "$base/data/postmaster.pid")
+  PG_PID=$(head -n 1 "$PG_BASE/data/postmaster.pid")
   PG_PORT=$port
 }
 
 setup_postgres() {
   local pass
   pass=$(random_password)
-  if ! as_pg_user psql -X -q -v ON_ERROR_STOP=1 -h "$DIR/postgres" -p "$PG_PORT" -U postgres \
-      -d postgres >"$DIR/postgres/setup.log" 2>&1 <<SQL; then
+  if ! as_pg_user psql -X -q -v ON_ERROR_STOP=1 -h "$PG_BASE" -p "$PG_PORT" -U postgres \
+      -d postgres >"$PG_BASE/setup.log" 2>&1 <<SQL; then
 CREATE ROLE idem LOGIN CREATEDB PASSWORD '$pass';
 CREATE DATABASE idem_test OWNER idem;
 SQL
-    log_tail "postgres setup" "$DIR/postgres/setup.log"
+    log_tail "postgres setup" "$PG_BASE/setup.log"
     return 1
   fi
   POSTGRES_URL="postgres://idem:$pass@127.0.0.1:$PG_PORT/idem_test"
@@ -317,6 +339,7 @@ cmd_stop() {
     return 0
   fi
   stop_all_recorded
+  remove_postgres_dir
   rm -f "$DIR/env.sh"
   echo "services.sh: stopped services under $DIR" >&2
 }
@@ -335,6 +358,7 @@ cmd_start() {
   # A stale DIR (a crashed or unfinished run) is stopped and wiped first.
   if [[ -d "$DIR" ]]; then
     stop_all_recorded
+    remove_postgres_dir
     rm -rf "$DIR"
   fi
   mkdir -p "$DIR"

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -126,6 +127,14 @@ class Guard {
   const GuardOptions& options() const { return options_; }
 
  private:
+  struct Acquisition {
+    std::optional<Result> final;  // set: the answer, the key is not this caller's
+    Record claim;                 // else: the record held in the transaction
+    bool takeover = false;
+    int64_t previous_token = 0;
+  };
+  absl::StatusOr<Acquisition> Acquire(StoreTransaction& tx, const Request& request,
+                                      absl::Duration lease, absl::Time now);
   absl::Status Validate(const Request& request) const;
   absl::Status Finish(const Request& request, int64_t token, RecordState final_state,
                       std::string_view bytes);

@@ -18,6 +18,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
+#include "cli/reason.h"
 #include "core/absl_compat.h"
 #include "idem/idem.h"
 #include "nlohmann/json.hpp"
@@ -32,13 +33,6 @@ struct InspectFlags {
   std::string key;
   bool json = false;
 };
-
-void PrintReason(absl::string_view message) {
-  std::string line = "idem: ";
-  for (char c : message) line += (c == '\n' || c == '\r') ? ' ' : c;
-  line += '\n';
-  std::fputs(line.c_str(), stderr);
-}
 
 // Strict UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above
 // U+10FFFF), as nlohmann::json requires of the strings it writes.
@@ -183,9 +177,9 @@ int ExitCodeForStoreError(const absl::Status& s) {
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:  // malformed URL or parameter
     case absl::StatusCode::kNotFound:         // a backend not compiled into this build
-      return 2;
+      return kExitUsage;
     default:  // unreachable, locked, not an idem database
-      return 1;
+      return kExitFailure;
   }
 }
 
@@ -197,7 +191,7 @@ int RunInspect(const InspectFlags& flags) {
         request.biz_type.empty() ? absl::OkStatus() : ValidateBizType(request.biz_type)}) {
     if (!s.ok()) {
       PrintReason(s.message());
-      return 2;
+      return kExitUsage;
     }
   }
   if (absl::Status s = CheckSqliteFileExists(flags.store); !s.ok()) {
@@ -216,20 +210,20 @@ int RunInspect(const InspectFlags& flags) {
     if (s.code() == absl::StatusCode::kNotFound) {
       PrintReason("no record for tenant " + Printable(request.tenant) + " key " +
                   Printable(request.key));
-      return 1;
+      return kExitFailure;
     }
     if (s.code() == absl::StatusCode::kInvalidArgument) {
       PrintReason(s.message());
-      return 2;
+      return kExitUsage;
     }
     if (s.code() == absl::StatusCode::kFailedPrecondition) {
       PrintReason("tenant " + Printable(request.tenant) + " key " + Printable(request.key) +
                   " is not of biz_type " + Printable(request.biz_type) + ": " +
                   std::string(s.message()));
-      return 1;
+      return kExitFailure;
     }
     PrintReason("store " + std::string((*store)->url()) + ": " + std::string(s.message()));
-    return 1;
+    return kExitFailure;
   }
   const absl::Time now = guard.options().clock->Now();
   if (flags.json) {
@@ -237,7 +231,7 @@ int RunInspect(const InspectFlags& flags) {
   } else {
     std::fputs(Human(*record, now).c_str(), stdout);
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/commands.h"
+#include "cli/reason.h"
 
 #ifndef IDEM_VERSION
 #define IDEM_VERSION "unknown"
@@ -22,9 +23,6 @@
 namespace idem::cli {
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 
 constexpr std::string_view kFooter =
     "Configuration: every option can also be set in the TOML file given with\n"
@@ -36,22 +34,6 @@ constexpr std::string_view kFooter =
     "Command-line options override the file. Unknown sections and keys are errors.\n"
     "\n"
     "Exit status: 0 success, 1 operational failure, 2 bad usage.";
-
-// Prints `idem: <message>` as exactly one line: a reason that carries a newline
-// (a key, a server's reply) must not break the one-line contract.
-void PrintReason(std::string_view message) {
-  std::string line = "idem: ";
-  for (char c : message) {
-    if (c == '\n' || c == '\r') {
-      line += ' ';
-    } else {
-      line += c;
-    }
-  }
-  while (!line.empty() && line.back() == ' ') line.pop_back();
-  line += '\n';
-  std::fputs(line.c_str(), stderr);
-}
 
 // CLI11 names config problems after its INI heritage ("INI was not able to parse
 // ttl.bogus"); say what is wrong in the user's terms.

@@ -25,6 +25,7 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/signal_set.hpp"
 #include "cli/commands.h"
+#include "cli/reason.h"
 #include "http/api.h"
 #include "http/metrics.h"
 #include "http/server.h"
@@ -34,9 +35,6 @@
 namespace idem::cli {
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 
 struct ServeFlags {
   std::string listen = "127.0.0.1:7070";
@@ -47,14 +45,6 @@ struct ServeFlags {
   int io_threads = 2;
   bool metrics_token = false;
 };
-
-void PrintReason(std::string_view message) {
-  std::string line = "idem: ";
-  for (char c : message) line += (c == '\n' || c == '\r') ? ' ' : c;
-  line += '\n';
-  std::fputs(line.c_str(), stderr);
-  std::fflush(stderr);
-}
 
 std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
 

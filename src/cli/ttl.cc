@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
+#include "cli/reason.h"
 #include "nlohmann/json.hpp"
 
 namespace idem::cli {
@@ -31,13 +32,6 @@ struct TtlFlags {
   const CLI::Option* configured_option = nullptr;  // given (on the command line or in the config)?
   bool json = false;
 };
-
-void PrintReason(absl::string_view message) {
-  std::string line = "idem: ";
-  for (char c : message) line += (c == '\n' || c == '\r') ? ' ' : c;
-  line += '\n';
-  std::fputs(line.c_str(), stderr);
-}
 
 nlohmann::json DurationJson(absl::Duration d) {
   return {{"text", FormatTtlDuration(d)}, {"ms", absl::ToInt64Milliseconds(d)}};
@@ -90,7 +84,7 @@ int RunTtl(const TtlFlags& flags) {
     absl::StatusOr<absl::Duration> d = ParseTtlDuration(term.text, term.flag);
     if (!d.ok()) {
       PrintReason(d.status().message());
-      return 2;
+      return kExitUsage;
     }
     *term.out = *d;
   }
@@ -100,7 +94,7 @@ int RunTtl(const TtlFlags& flags) {
     absl::StatusOr<absl::Duration> d = ParseTtlDuration(flags.configured, "--configured");
     if (!d.ok()) {
       PrintReason(d.status().message());
-      return 2;
+      return kExitUsage;
     }
     configured = *d;
   }
@@ -108,7 +102,7 @@ int RunTtl(const TtlFlags& flags) {
   absl::StatusOr<TtlDerivation> derivation = DeriveTtl(inputs);
   if (!derivation.ok()) {
     PrintReason(derivation.status().message());
-    return 2;
+    return kExitUsage;
   }
   absl::Status check =
       has_configured ? CheckConfiguredTtl(configured, *derivation) : absl::OkStatus();
@@ -143,9 +137,9 @@ int RunTtl(const TtlFlags& flags) {
   std::fflush(stdout);
   if (!check.ok()) {
     PrintReason(check.message());
-    return 1;
+    return kExitFailure;
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace

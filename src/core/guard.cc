@@ -137,75 +137,77 @@ absl::Status Guard::Validate(const Request& request) const {
   return ValidateKey(request.key, options_.limits);
 }
 
+// Claims the key inside `tx`: inserts a fresh PROCESSING record, or decides on the
+// existing one and, when it may be (re)acquired, writes the next token over it.
+// Returns the answer to give when the claim is not this caller's (`final`), else the
+// record now held in `tx` (not yet committed).
+absl::StatusOr<Guard::Acquisition> Guard::Acquire(StoreTransaction& tx, const Request& request,
+                                                  absl::Duration lease, absl::Time now) {
+  Acquisition a;
+  a.claim = Record{.tenant = request.tenant,
+                   .biz_type = request.biz_type,
+                   .key = request.key,
+                   .fingerprint = request.fingerprint,
+                   .state = RecordState::kProcessing,
+                   .token = 1,
+                   .lease_until = now + lease,
+                   .created_at = now,
+                   .updated_at = now};
+  absl::StatusOr<std::optional<Record>> loaded = tx.InsertOrLoad(a.claim);
+  // Another claim of this key holds its row in an open transaction: in progress.
+  if (IsClaimContended(loaded.status())) {
+    a.final = Result{.outcome = Outcome::kInProgress};
+    return a;
+  }
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, std::move(loaded));
+  if (!existing.has_value()) return a;
+  Decision d = Decide(*existing, request, now, lease);
+  if (d.final.has_value()) {
+    a.final = std::move(d.final);
+    return a;
+  }
+  IDEM_ASSIGN_OR_RETURN(bool moved, tx.Replace(d.next, existing->token, existing->state));
+  if (!moved) {
+    // Only possible if the store let another writer in between our read and
+    // write; report it as contention rather than guess.
+    return absl::AbortedError("claim lost a race on the record; retry");
+  }
+  a.claim = std::move(d.next);
+  a.takeover = d.takeover;
+  if (d.takeover) a.previous_token = existing->token;
+  return a;
+}
+
 absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   if (lease <= absl::ZeroDuration()) lease = options_.lease;
   const absl::Time now = options_.clock->Now();
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
-  Record fresh{.tenant = request.tenant,
-               .biz_type = request.biz_type,
-               .key = request.key,
-               .fingerprint = request.fingerprint,
-               .state = RecordState::kProcessing,
-               .token = 1,
-               .lease_until = now + lease,
-               .created_at = now,
-               .updated_at = now};
-  absl::StatusOr<std::optional<Record>> loaded = tx->InsertOrLoad(fresh);
-  // Another claim of this key holds its row in an open transaction: in progress.
-  if (IsClaimContended(loaded.status())) return Result{.outcome = Outcome::kInProgress};
-  IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, std::move(loaded));
-  Result result{.outcome = Outcome::kAcquired, .token = 1, .lease_until = fresh.lease_until};
-  if (existing.has_value()) {
-    Decision d = Decide(*existing, request, now, lease);
-    if (d.final.has_value()) {
-      tx->Rollback();
-      return *d.final;
-    }
-    IDEM_ASSIGN_OR_RETURN(bool moved, tx->Replace(d.next, existing->token, existing->state));
-    if (!moved) {
-      // Only possible if the store let another writer in between our read and
-      // write; report it as contention rather than guess.
-      return absl::AbortedError("claim lost a race on the record; retry");
-    }
-    result.token = d.next.token;
-    result.lease_until = d.next.lease_until;
-    result.takeover = d.takeover;
-    if (d.takeover) result.previous_token = existing->token;
+  IDEM_ASSIGN_OR_RETURN(Acquisition a, Acquire(*tx, request, lease, now));
+  if (a.final.has_value()) {
+    tx->Rollback();
+    return *std::move(a.final);
   }
   IDEM_RETURN_IF_ERROR(tx->Commit());
   IDEM_FAILPOINT("guard.after_claim_commit");
-  return result;
+  return Result{.outcome = Outcome::kAcquired,
+                .token = a.claim.token,
+                .lease_until = a.claim.lease_until,
+                .takeover = a.takeover,
+                .previous_token = a.previous_token};
 }
 
 absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   const absl::Time now = options_.clock->Now();
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
-  Record claim{.tenant = request.tenant,
-               .biz_type = request.biz_type,
-               .key = request.key,
-               .fingerprint = request.fingerprint,
-               .state = RecordState::kProcessing,
-               .token = 1,
-               .lease_until = now + options_.lease,
-               .created_at = now,
-               .updated_at = now};
-  absl::StatusOr<std::optional<Record>> loaded = tx->InsertOrLoad(claim);
-  if (IsClaimContended(loaded.status())) return Result{.outcome = Outcome::kInProgress};
-  IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, std::move(loaded));
-  int64_t expected_token = claim.token;
-  if (existing.has_value()) {
-    Decision d = Decide(*existing, request, now, options_.lease);
-    if (d.final.has_value()) {
-      tx->Rollback();
-      return *d.final;
-    }
-    IDEM_ASSIGN_OR_RETURN(bool moved, tx->Replace(d.next, existing->token, existing->state));
-    if (!moved) return absl::AbortedError("claim lost a race on the record; retry");
-    claim = d.next;
-    expected_token = claim.token;
+  IDEM_ASSIGN_OR_RETURN(Acquisition a, Acquire(*tx, request, options_.lease, now));
+  if (a.final.has_value()) {
+    tx->Rollback();
+    return *std::move(a.final);
   }
+  Record& claim = a.claim;
+  const int64_t expected_token = claim.token;
   IDEM_FAILPOINT("guard.after_claim");
 
   absl::StatusOr<std::string> value = handler(*tx);

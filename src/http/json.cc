@@ -226,6 +226,8 @@ absl::StatusOr<FailBody> ParseFailBody(std::string_view body) {
   return out;
 }
 
+#undef IDEM_ASSIGN_FIELD
+
 bool IsValidJson(std::string_view bytes) {
   if (bytes.empty()) return false;
   simdjson::dom::parser parser;

@@ -1,11 +1,13 @@
 #include "http/server.h"
 
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/post.hpp"
@@ -51,6 +53,10 @@ class ServerImpl {
           absl::StrCat("cannot listen on ", options_.host, ":", options_.port, ": ", ec.message()));
     }
     bound_ = acceptor_.local_endpoint(ec);
+    {
+      absl::MutexLock lock(&mu_);
+      work_.emplace(ioc_.get_executor());
+    }
     Accept();
     const int n = std::max(1, options_.io_threads);
     for (int i = 0; i < n; ++i) threads_.emplace_back([this] { ioc_.run(); });
@@ -78,6 +84,9 @@ class ServerImpl {
       }
     }
     for (auto& c : live) c->BeginShutdown();
+    live.clear();
+    absl::MutexLock lock(&mu_);
+    if (connections_.empty()) work_.reset();
   }
 
   void Wait() {
@@ -106,11 +115,10 @@ class ServerImpl {
       std::shared_ptr<Connection> conn(
           new Connection(std::move(socket), ServerShared{api_, options_, ioc_, pool_, stopping_}),
           [this, id](Connection* c) {
-            {
-              absl::MutexLock lock(&mu_);
-              connections_.erase(id);
-            }
             delete c;
+            absl::MutexLock lock(&mu_);
+            connections_.erase(id);
+            if (stopping_.load() && connections_.empty()) work_.reset();
           });
       {
         absl::MutexLock lock(&mu_);
@@ -123,16 +131,22 @@ class ServerImpl {
 
   Api& api_;
   const ServerOptions options_;
+  // Declared before ioc_ so that they outlive any handler ioc_ destroys.
+  absl::Mutex mu_;
+  std::map<uint64_t, std::weak_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> stopping_{false};
   asio::io_context ioc_;
+  // Keeps the I/O threads running until every connection is gone after Shutdown():
+  // otherwise they could return while a connection still has a posted handler
+  // (BeginShutdown), leaving it for ~io_context.
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_
+      ABSL_GUARDED_BY(mu_);
   asio::thread_pool pool_;
   tcp::acceptor acceptor_;
   tcp::endpoint bound_;
-  std::atomic<bool> stopping_{false};
   std::atomic<bool> started_{false};
   std::vector<std::thread> threads_;
   uint64_t next_id_ = 0;  // accept strand only
-  absl::Mutex mu_;
-  std::map<uint64_t, std::weak_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
 };
 
 Server::Server(Api& api, ServerOptions options)
