@@ -7,9 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
-services_dir="$PWD/build/services"
+root=$PWD
+services_dir="$root/build/services"
 scripts/services.sh start "$services_dir"
-trap 'scripts/services.sh stop "$services_dir"' EXIT
+# Stop the servers however the run ends, and keep ctest's exit status.
+trap 'rc=$?; "$root/scripts/services.sh" stop "$services_dir" || true; exit $rc' EXIT
 # shellcheck source=/dev/null
 source "$services_dir/env.sh"
 cd build
