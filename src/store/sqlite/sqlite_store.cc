@@ -219,7 +219,7 @@ class SqliteTransaction final : public StoreTransaction {
 
   absl::Status Commit() override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
-    absl::Status s = conn_.ExecScript("COMMIT");
+    absl::Status s = conn_.Exec("COMMIT").status();
     if (!s.ok()) {
       Rollback();
       return s;
@@ -235,7 +235,7 @@ class SqliteTransaction final : public StoreTransaction {
     if (sqlite3_get_autocommit(conn_.db()) == 0) {
       // ROLLBACK fails only when no transaction is open, which the check excludes;
       // nothing else can be done about it here.
-      conn_.ExecScript("ROLLBACK").IgnoreError();
+      conn_.Exec("ROLLBACK").IgnoreError();
     }
     lock_.unlock();
   }
@@ -263,7 +263,7 @@ class SqliteStore final : public Store {
                                                  ": write lock not free within ",
                                                  options_.busy_timeout_ms, " ms"));
     }
-    IDEM_RETURN_IF_ERROR(writer_->ExecScript("BEGIN IMMEDIATE"));
+    IDEM_RETURN_IF_ERROR(writer_->Exec("BEGIN IMMEDIATE"));
     return std::make_unique<SqliteTransaction>(*writer_, std::move(lock));
   }
 
