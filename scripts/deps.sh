@@ -7,7 +7,7 @@ set -euo pipefail
 
 build_pkgs=(
   g++ cmake ninja-build pkg-config curl
-  libabsl-dev libsqlite3-dev libssl-dev libboost-dev libpq-dev libmariadb-dev
+  libabsl-dev libsqlite3-dev libssl-dev libboost-dev libpq-dev libmariadb-dev libhiredis-dev
   libsimdjson-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libtomlplusplus-dev
 )
 test_pkgs=(

@@ -98,7 +98,9 @@ class Guard {
   // kCachedFailure as values. Errors: kInvalidArgument for a bad key/biz_type/tenant
   // (the handler does not run); kUnavailable when the store cannot be reached or
   // stays locked (fail closed: the handler does not run); the handler's own error
-  // on its first failure (retryable ones leave no record). Blocks.
+  // on its first failure (retryable ones leave no record). A key whose final state
+  // the store already knows (Store::LookupDecided, e.g. a cache tier) is answered
+  // without a transaction; any other key is decided by the database. Blocks.
   absl::StatusOr<Result> Run(const Request& request, const Handler& handler);
 
   // Lease mode. Commits a PROCESSING record with a lease of `lease` (0 = the
@@ -135,6 +137,10 @@ class Guard {
   };
   absl::StatusOr<Acquisition> Acquire(StoreTransaction& tx, const Request& request,
                                       absl::Duration lease, absl::Time now);
+  // The answer for a key the store already knows is final (Store::LookupDecided),
+  // or std::nullopt: then the database decides in a transaction.
+  std::optional<Result> DecideFromKnown(const Request& request, absl::Duration lease,
+                                        absl::Time now);
   absl::Status Validate(const Request& request) const;
   absl::Status Finish(const Request& request, int64_t token, RecordState final_state,
                       std::string_view bytes);

@@ -112,6 +112,20 @@ class Store {
   virtual absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
                                                     std::string_view key) = 0;
 
+  // The duplicate fast path (SPEC §6): returns the record of (tenant, key) only
+  // when the store already knows its final state (SUCCEEDED or FAILED), which no
+  // later claim can change; std::nullopt when it does not know (the default: ask
+  // the database in a transaction). Never answers a PROCESSING record, a lease or a
+  // released key, so a caller may decide from the answer without a transaction. A
+  // cache decorator answers from its tiers (include/idem/cache.h). Errors are
+  // advisory: a caller treats them as std::nullopt. Must not block for long.
+  virtual absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,
+                                                              std::string_view key) {
+    (void)tenant;
+    (void)key;
+    return std::nullopt;
+  }
+
   // Returns OK when the store answers (readiness), kUnavailable otherwise.
   virtual absl::Status Ping() = 0;
 

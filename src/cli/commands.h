@@ -20,5 +20,6 @@ using CommandFn = std::function<int()>;
 CommandFn AddServeCommand(CLI::App& root);    // serve.cc
 CommandFn AddInspectCommand(CLI::App& root);  // inspect.cc
 CommandFn AddTtlCommand(CLI::App& root);      // ttl.cc
+CommandFn AddMigrateCommand(CLI::App& root);  // migrate.cc
 
 }  // namespace idem::cli

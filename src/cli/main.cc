@@ -15,6 +15,8 @@
 #include "CLI/CLI.hpp"
 #include "cli/commands.h"
 #include "cli/reason.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 #ifndef IDEM_VERSION
 #define IDEM_VERSION "unknown"
@@ -84,6 +86,10 @@ std::string DescribeParseError(const CLI::ParseError& e, const CLI::App& root,
 }
 
 int Run(int argc, char** argv) {
+  // Logs go to stderr: stdout carries results (`serve`'s "listening on" line, migrate's
+  // report) that scripts read, and a parent that reads only serve's first stdout
+  // line must not see the server block on a full pipe once the logs fill it.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("idem"));
   CLI::App root("idem: exactly-once effects on at-least-once delivery", "idem");
   // Set before the subcommands are added: they copy these settings from the root.
   root.allow_config_extras(CLI::config_extras_mode::error);
@@ -103,6 +109,7 @@ int Run(int argc, char** argv) {
   add(&AddServeCommand);
   add(&AddInspectCommand);
   add(&AddTtlCommand);
+  add(&AddMigrateCommand);
   // After the subcommands: they copy the root's footer when they are added, and
   // this one is about the root.
   root.footer(std::string(kFooter));

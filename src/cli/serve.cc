@@ -7,6 +7,12 @@
 // for it. Logs go to stderr. Without --tenant a development tenant "dev" with a
 // fresh random token is created and its token printed on stderr.
 //
+// Store down: claims, complete, fail and record reads answer 503 (fail closed), and
+// /readyz is 503, until the store answers again; no restart is needed. --fail-open
+// BIZ_TYPE (repeatable; TOML [serve] fail_open = ["..."]) lets claims of the named
+// biz_types through unrecorded instead (201 with "degraded":true) — UNSAFE, see
+// docs/operations.md.
+//
 // SIGTERM/SIGINT shut down gracefully (exit 0). Exit status: 1 when the store cannot
 // be opened or the address cannot be bound; 2 for malformed options.
 #include <sys/random.h>
@@ -26,6 +32,8 @@
 #include "boost/asio/signal_set.hpp"
 #include "cli/commands.h"
 #include "cli/reason.h"
+#include "idem/cache.h"
+#include "idem/ttl.h"
 #include "http/api.h"
 #include "http/metrics.h"
 #include "http/server.h"
@@ -44,6 +52,10 @@ struct ServeFlags {
   int threads = 16;
   int io_threads = 2;
   bool metrics_token = false;
+  std::vector<std::string> fail_open;
+  std::string cache;            // redis://host:port, empty: no Redis tier
+  uint64_t cache_entries = 100000;  // in-process L1 size, 0: off
+  std::string cache_ttl = "24h";
 };
 
 std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
@@ -129,6 +141,13 @@ int RunServe(const ServeFlags& flags) {
     PrintReason("serve: " + Str(s.message()));
     return kExitUsage;
   }
+  for (const std::string& biz_type : flags.fail_open) {
+    if (absl::Status s = ValidateBizType(biz_type, KeyLimits{}); !s.ok()) {
+      PrintReason("serve: --fail-open '" + biz_type + "': " + Str(s.message()));
+      return kExitUsage;
+    }
+    api_options.fail_open.insert(biz_type);
+  }
   api_options.max_body_bytes = flags.max_body;
   api_options.metrics_require_token = flags.metrics_token;
   server_options.max_body_bytes = flags.max_body;
@@ -139,6 +158,28 @@ int RunServe(const ServeFlags& flags) {
   if (!store.ok()) {
     PrintReason("serve: cannot open store " + flags.store + ": " + Str(store.status().message()));
     return kExitFailure;
+  }
+
+  // Cache tiers (SPEC §6): L1 on by default, Redis with --cache. They answer only
+  // keys whose final state the store already decided; losing them changes speed only.
+  if (flags.cache_entries > 0 || !flags.cache.empty()) {
+    absl::StatusOr<absl::Duration> ttl = ParseTtlDuration(flags.cache_ttl, "--cache-ttl");
+    if (!ttl.ok()) {
+      PrintReason("serve: " + Str(ttl.status().message()));
+      return kExitUsage;
+    }
+    CacheOptions cache_options;
+    cache_options.l1_entries = flags.cache_entries;
+    cache_options.redis_url = flags.cache;
+    cache_options.ttl = *ttl;
+    cache_options.log = [](std::string_view message) { spdlog::warn("cache: {}", message); };
+    absl::StatusOr<std::unique_ptr<Store>> cached =
+        NewCachingStore(*std::move(store), std::move(cache_options));
+    if (!cached.ok()) {
+      PrintReason("serve: --cache '" + flags.cache + "': " + Str(cached.status().message()));
+      return kExitUsage;
+    }
+    store = std::move(cached);
   }
 
   if (api_options.tenants.empty()) {
@@ -171,6 +212,11 @@ int RunServe(const ServeFlags& flags) {
   std::fflush(stdout);
   spdlog::info("serving store {} for {} tenant(s) on {}:{}", (*store)->url(),
                api_options.tenants.size(), address, server.port());
+  for (const std::string& biz_type : api_options.fail_open) {
+    spdlog::warn("biz_type \"{}\" is fail-open: while the store is down its claims are let "
+                 "through unrecorded, so duplicates may pass (UNSAFE)",
+                 biz_type);
+  }
 
   signals.async_wait([&](const boost::system::error_code& ec, int signo) {
     if (!ec) spdlog::info("signal {}: shutting down", signo);
@@ -204,6 +250,25 @@ CommandFn AddServeCommand(CLI::App& root) {
       ->capture_default_str();
   sub->add_flag("--metrics-token", flags->metrics_token,
                 "Require a tenant's bearer token on /metrics");
+  // "--fail_open" too: the TOML key the docs name is fail_open (CLI11 matches config
+  // keys to long option names; the other keys use dashes, this one also snake_case).
+  sub->add_option("--cache", flags->cache,
+                  "Redis cache tier, redis://HOST:PORT[/DB]: answers duplicates of finished "
+                  "keys; losing it never lets a duplicate through")
+      ->type_name("URL");
+  sub->add_option("--cache-entries,--cache_entries", flags->cache_entries,
+                  "In-process cache (L1) size in records; 0 turns it off")
+      ->capture_default_str();
+  sub->add_option("--cache-ttl,--cache_ttl", flags->cache_ttl,
+                  "How long finished records stay cached (keep it below the retention TTL)")
+      ->capture_default_str();
+  sub->add_option("--fail-open,--fail_open", flags->fail_open,
+                  "UNSAFE, for low-value traffic only: while the store is down, claims of this "
+                  "biz_type answer 201 {\"outcome\":\"acquired\",\"token\":0,\"degraded\":true} "
+                  "without any record, so duplicates may pass (repeatable; counted in "
+                  "idem_fail_open_total). Every other biz_type fails closed with 503")
+      ->type_name("BIZ_TYPE")
+      ->allow_extra_args(false);
   return [flags] { return RunServe(*flags); };
 }
 

@@ -178,10 +178,29 @@ absl::StatusOr<Guard::Acquisition> Guard::Acquire(StoreTransaction& tx, const Re
   return a;
 }
 
+// The duplicate fast path (SPEC §6): a key whose final state the store already
+// knows (e.g. from a cache) is answered by the same Decide() as in a transaction,
+// without one. Only final records qualify: they never change, so the answer is the
+// one the database would give. Anything else, an error included, goes to the
+// database, which is the only layer that decides.
+std::optional<Result> Guard::DecideFromKnown(const Request& request, absl::Duration lease,
+                                             absl::Time now) {
+  absl::StatusOr<std::optional<Record>> known = store_.LookupDecided(request.tenant, request.key);
+  if (!known.ok() || !known->has_value()) return std::nullopt;  // advisory only: ignored
+  const Record& record = **known;
+  if ((record.state != RecordState::kSucceeded && record.state != RecordState::kFailed) ||
+      record.tenant != request.tenant || record.key != request.key) {
+    return std::nullopt;  // not a decided record of this key: let the database answer
+  }
+  Decision d = Decide(record, request, now, lease);
+  return std::move(d.final);
+}
+
 absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   if (lease <= absl::ZeroDuration()) lease = options_.lease;
   const absl::Time now = options_.clock->Now();
+  if (std::optional<Result> known = DecideFromKnown(request, lease, now)) return *std::move(known);
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
   IDEM_ASSIGN_OR_RETURN(Acquisition a, Acquire(*tx, request, lease, now));
   if (a.final.has_value()) {
@@ -200,6 +219,9 @@ absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease
 absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   const absl::Time now = options_.clock->Now();
+  if (std::optional<Result> known = DecideFromKnown(request, options_.lease, now)) {
+    return *std::move(known);
+  }
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
   IDEM_ASSIGN_OR_RETURN(Acquisition a, Acquire(*tx, request, options_.lease, now));
   if (a.final.has_value()) {

@@ -8,11 +8,35 @@
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 #include "http/problem.h"
+#include "idem/cache.h"
 #include "idem/key.h"
 #include "simdjson.h"
 
 namespace idem::http {
 namespace {
+
+// The cache tiers' counters (SPEC §6), when the store has them.
+std::string RenderCacheStats(const Store& store) {
+  std::optional<CacheStats> stats = GetCacheStats(store);
+  if (!stats.has_value()) return std::string();
+  auto counter = [](std::string_view name, std::string_view help, uint64_t value,
+                    std::string_view type = "counter") {
+    return absl::StrCat("# HELP ", AV(name), " ", AV(help), "\n# TYPE ", AV(name), " ", AV(type),
+                        "\n", AV(name), " ", value, "\n");
+  };
+  return absl::StrCat(
+      counter("idem_cache_l1_hits_total", "Duplicates answered from the in-process cache.",
+              stats->l1_hits),
+      counter("idem_cache_redis_hits_total", "Duplicates answered from Redis.", stats->l2_hits),
+      counter("idem_cache_misses_total", "Lookups that went to the store.", stats->misses),
+      counter("idem_cache_redis_errors_total", "Redis calls that failed (answered by the store).",
+              stats->redis_errors),
+      counter("idem_cache_fills_total", "Finished records written into the cache tiers.",
+              stats->fills),
+      counter("idem_cache_l1_entries", "Records in the in-process cache now.", stats->l1_entries,
+              "gauge"));
+}
+
 
 constexpr std::string_view kRecordsPrefix = "/v1/records/";
 
@@ -79,7 +103,13 @@ absl::StatusOr<std::string> PercentDecode(std::string_view segment) {
 }
 
 Api::Api(Guard& guard, Store& store, Metrics& metrics, ApiOptions options)
-    : guard_(guard), store_(store), metrics_(metrics), options_(std::move(options)) {}
+    : guard_(guard), store_(store), metrics_(metrics), options_(std::move(options)) {
+  for (const std::string& biz_type : options_.fail_open) metrics_.DeclareFailOpen(biz_type);
+}
+
+bool Api::IsFailOpen(std::string_view biz_type) const {
+  return options_.fail_open.find(biz_type) != options_.fail_open.end();
+}
 
 const Tenant* Api::Authenticate(std::string_view authorization) const {
   // RFC 6750 §2.1: "Bearer" (case-insensitive), one or more spaces, the token.
@@ -121,7 +151,7 @@ Reply Api::Handle(const HttpRequest& request) {
       }
       HttpResponse r;
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      r.body = metrics_.Render();
+      r.body = metrics_.Render() + RenderCacheStats(store_);
       return Final("/metrics", std::move(r));
     }
 

@@ -23,6 +23,18 @@
 // (the server uses a timer) until `waiting` comes back empty, or sends the Reply's
 // current response (409 in_progress) if it has to stop early.
 //
+// Store down (SPEC §3 Unavailable): every claim/complete/fail/record call answers 503
+// problem+json with "outcome":"unavailable" and Retry-After, and nothing runs (fail
+// closed). How long a call takes to find that out is bounded by the store's connect
+// and pool-wait timeouts (URL parameters; see docs/operations.md). For the biz_types in
+// ApiOptions::fail_open only, a claim that meets an unavailable store instead answers
+// 201 {"outcome":"acquired","token":0,"degraded":true,...}: nothing is recorded, so a
+// duplicate of it may pass too. That is UNSAFE and meant for low-value traffic only;
+// each one is logged as a warning and counted in idem_fail_open_total{biz_type}.
+// complete/fail with token 0 for such a biz_type answer 200 {"outcome":"degraded"}
+// without touching the store (there is no record to finish); token 0 for any other
+// biz_type is 400.
+//
 // The caller counts each final answer with Metrics::CountRequest(reply.route,
 // status, reply.outcome) when it sends it.
 //
@@ -33,6 +45,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +69,9 @@ struct ApiOptions {
   size_t max_body_bytes = 1 << 20;  // larger bodies are 413
   bool metrics_require_token = false;
   const Clock* clock = Clock::Real();  // not owned; Retry-After and wait deadlines
+  // biz_types whose claims are let through unrecorded when the store is unavailable
+  // (UNSAFE: duplicates may pass). Empty: every biz_type fails closed.
+  std::set<std::string, std::less<>> fail_open;
 };
 
 // A claim that met a live lease and is waiting for it (wait_ms). Opaque to callers.
@@ -109,6 +125,11 @@ class Api {
   // Turns a non-OK guard/store status into a problem response; counts store errors.
   Reply StatusReply(const absl::Status& status, std::string_view action);
   absl::Status ValidateIds(std::string_view biz_type, std::string_view key) const;
+  bool IsFailOpen(std::string_view biz_type) const;
+  // The degraded 201 of a fail-open claim whose store call failed with `status`.
+  Reply FailOpenClaim(const Request& request, const absl::Status& status);
+  // complete/fail with token 0: 200 degraded for a fail-open biz_type, else 400.
+  Reply DegradedFinish(std::string_view route, std::string_view biz_type);
 
   Guard& guard_;
   Store& store_;

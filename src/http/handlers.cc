@@ -10,6 +10,7 @@
 #include "http/problem.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
+#include "spdlog/spdlog.h"
 
 namespace idem::http {
 namespace {
@@ -61,7 +62,47 @@ int64_t RetryAfterSeconds(absl::Time now, absl::Time until) {
   return s < 1 ? 1 : static_cast<int64_t>(s);
 }
 
+// The codes StatusReply answers with 503: the store did not answer in time.
+bool IsStoreDown(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kResourceExhausted:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
+
+Reply Api::FailOpenClaim(const Request& req, const absl::Status& status) {
+  metrics_.CountFailOpen(req.biz_type);
+  // One line per let-through claim: during an outage these are exactly the requests
+  // that may turn out to be duplicates, and an operator reconciling afterwards needs
+  // their keys.
+  spdlog::warn("fail-open: store unavailable ({}); claim of biz_type \"{}\" key \"{}\" "
+               "tenant \"{}\" let through unrecorded (duplicates may pass)",
+               SV(status.message()), req.biz_type, req.key, req.tenant);
+  ojson j = ojson::object();
+  j["outcome"] = "acquired";
+  j["token"] = 0;
+  j["degraded"] = true;
+  j["lease_until"] = nullptr;
+  j["takeover"] = false;
+  return Make(kClaimsRoute, Json(201, Dump(j)), "degraded");
+}
+
+Reply Api::DegradedFinish(std::string_view route, std::string_view biz_type) {
+  if (!IsFailOpen(biz_type)) {
+    return BadRequest(route, absl::InvalidArgumentError(
+                                 "field \"token\": must be >= 1 (token 0 belongs only to a "
+                                 "degraded claim of a fail-open biz_type)"));
+  }
+  // A degraded claim recorded nothing, so there is nothing to finish; saying so
+  // (rather than 404) lets a client treat the pair uniformly.
+  return Make(route, Json(200, R"({"outcome":"degraded"})"), "degraded");
+}
 
 Reply Api::Claims(const HttpRequest& request, const std::string& tenant) {
   absl::StatusOr<ClaimBody> body = ParseClaimBody(request.body);
@@ -99,10 +140,18 @@ Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time dead
        ++attempt) {
     result = guard_.Claim(req, lease);
   }
+  // Still aborted after the retries: the store answers but the key is hot. That is
+  // 503 (retry later) but never grounds for fail-open, which is only for a store
+  // that does not answer.
+  const bool contended = !result.ok() && (result.status().code() == absl::StatusCode::kAborted ||
+                                          IsClaimContended(result.status()));
   if (!result.ok() && result.status().code() == absl::StatusCode::kAborted) {
     result = absl::UnavailableError(result.status().message());
   }
   if (!result.ok()) {
+    if (!contended && IsStoreDown(result.status()) && IsFailOpen(req.biz_type)) {
+      return FailOpenClaim(req, result.status());
+    }
     Reply r = StatusReply(result.status(), "claim");
     r.route = std::string(kClaimsRoute);
     return r;
@@ -171,6 +220,7 @@ Reply Api::Complete(const HttpRequest& request, const std::string& tenant) {
   if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
     return BadRequest(kCompleteRoute, s);
   }
+  if (body->token == 0) return DegradedFinish(kCompleteRoute, body->biz_type);
   Request req;
   req.tenant = tenant;
   req.biz_type = std::move(body->biz_type);
@@ -190,6 +240,7 @@ Reply Api::Fail(const HttpRequest& request, const std::string& tenant) {
   if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
     return BadRequest(kFailRoute, s);
   }
+  if (body->token == 0) return DegradedFinish(kFailRoute, body->biz_type);
   Request req;
   req.tenant = tenant;
   req.biz_type = std::move(body->biz_type);

@@ -186,7 +186,7 @@ absl::StatusOr<CompleteBody> ParseCompleteBody(std::string_view body) {
                                   } else if (name == "key") {
                                     IDEM_ASSIGN_FIELD(out.key, GetString(v, name));
                                   } else if (name == "token") {
-                                    IDEM_ASSIGN_FIELD(out.token, GetInt(v, name, 1, INT64_MAX));
+                                    IDEM_ASSIGN_FIELD(out.token, GetInt(v, name, 0, INT64_MAX));
                                   } else if (name == "result") {
                                     IDEM_ASSIGN_FIELD(out.result, GetRaw(v, name));
                                   }
@@ -210,7 +210,7 @@ absl::StatusOr<FailBody> ParseFailBody(std::string_view body) {
                                   } else if (name == "key") {
                                     IDEM_ASSIGN_FIELD(out.key, GetString(v, name));
                                   } else if (name == "token") {
-                                    IDEM_ASSIGN_FIELD(out.token, GetInt(v, name, 1, INT64_MAX));
+                                    IDEM_ASSIGN_FIELD(out.token, GetInt(v, name, 0, INT64_MAX));
                                   } else if (name == "retryable") {
                                     IDEM_ASSIGN_FIELD(out.retryable, GetBool(v, name));
                                   } else if (name == "error") {

@@ -53,7 +53,8 @@ struct FailBody {
 };
 
 // Parse the bodies above. Required members: biz_type, key (strings without NUL);
-// complete: token (integer >= 1), result (any JSON value); fail: token, retryable
+// complete: token (integer >= 0; 0 is only valid for a degraded fail-open claim, which
+// the API layer checks), result (any JSON value); fail: token, retryable
 // (bool), error (any JSON value). Claim: fingerprint (string), lease_ms (integer in
 // [kMinLeaseMs, kMaxLeaseMs]) and wait_ms (integer in [0, kMaxWaitMs]) are optional.
 // Key and biz_type lengths are checked by the caller (idem::ValidateKey).

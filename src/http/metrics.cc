@@ -44,6 +44,18 @@ void Metrics::CountWait() {
   ++waits_;
 }
 
+void Metrics::CountFailOpen(std::string_view biz_type) {
+  absl::MutexLock lock(&mu_);
+  auto it = fail_open_.find(biz_type);
+  if (it == fail_open_.end()) it = fail_open_.emplace(std::string(biz_type), 0).first;
+  ++it->second;
+}
+
+void Metrics::DeclareFailOpen(std::string_view biz_type) {
+  absl::MutexLock lock(&mu_);
+  if (fail_open_.find(biz_type) == fail_open_.end()) fail_open_.emplace(std::string(biz_type), 0);
+}
+
 std::string Metrics::Render() const {
   absl::MutexLock lock(&mu_);
   std::string out;
@@ -69,6 +81,13 @@ std::string Metrics::Render() const {
                   "# TYPE idem_claim_waits_total counter\n"
                   "idem_claim_waits_total ",
                   waits_, "\n");
+  absl::StrAppend(&out,
+                  "# HELP idem_fail_open_total Claims of fail-open biz_types answered without a "
+                  "record while the store was down (duplicates may have passed).\n"
+                  "# TYPE idem_fail_open_total counter\n");
+  for (const auto& [k, n] : fail_open_) {
+    absl::StrAppend(&out, "idem_fail_open_total{biz_type=\"", EscapeLabel(k), "\"} ", n, "\n");
+  }
   return out;
 }
 
@@ -82,6 +101,12 @@ uint64_t Metrics::outcomes(std::string_view outcome) const {
   absl::MutexLock lock(&mu_);
   auto it = outcomes_.find(outcome);
   return it == outcomes_.end() ? 0 : it->second;
+}
+
+uint64_t Metrics::fail_open(std::string_view biz_type) const {
+  absl::MutexLock lock(&mu_);
+  auto it = fail_open_.find(biz_type);
+  return it == fail_open_.end() ? 0 : it->second;
 }
 
 uint64_t Metrics::store_errors() const {

@@ -5,6 +5,9 @@
 //   idem_outcomes_total{outcome="acquired"}                    guard outcomes answered
 //   idem_store_errors_total                                    store calls that failed
 //   idem_claim_waits_total                                     claims that waited (wait_ms)
+//   idem_fail_open_total{biz_type="feed_like"}                 claims let through unrecorded
+//                                                              while the store was down
+//                                                              (--fail-open; UNSAFE)
 //
 // Thread safety: safe for concurrent use.
 #pragma once
@@ -32,6 +35,14 @@ class Metrics {
   // Counts one claim that met a live lease and started waiting.
   void CountWait();
 
+  // Counts one claim of a fail-open biz_type answered "acquired" without a record
+  // because the store was unavailable. Only configured biz_types reach this, so the
+  // label's cardinality is bounded by the configuration.
+  void CountFailOpen(std::string_view biz_type);
+  // Exports idem_fail_open_total{biz_type} at 0 before the first count, so alerts can
+  // use increase() from the start.
+  void DeclareFailOpen(std::string_view biz_type);
+
   // Returns the exposition text.
   std::string Render() const;
 
@@ -39,6 +50,7 @@ class Metrics {
   uint64_t requests(std::string_view route, int status) const;
   uint64_t outcomes(std::string_view outcome) const;
   uint64_t store_errors() const;
+  uint64_t fail_open(std::string_view biz_type) const;
 
  private:
   mutable absl::Mutex mu_;
@@ -46,6 +58,7 @@ class Metrics {
   std::map<std::string, uint64_t, std::less<>> outcomes_ ABSL_GUARDED_BY(mu_);
   uint64_t store_errors_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t waits_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t, std::less<>> fail_open_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace idem::http

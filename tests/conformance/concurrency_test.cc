@@ -23,7 +23,7 @@ class ConcurrencyTest : public ::testing::TestWithParam<testing::Backend> {
 };
 
 TEST_P(ConcurrencyTest, ThirtyTwoThreadsOneKeyOneRun) {
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(Url());
+  absl::StatusOr<std::unique_ptr<Store>> store = testing::OpenBackendStore(GetParam(), Url());
   ASSERT_OK(store);
   Guard guard(**store);
   std::atomic<int> runs{0}, executed{0}, replayed{0}, other{0};
@@ -54,7 +54,7 @@ TEST_P(ConcurrencyTest, ThirtyTwoThreadsOneKeyOneRun) {
 }
 
 TEST_P(ConcurrencyTest, ThirtyTwoLeaseClaimsOneWinner) {
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(Url());
+  absl::StatusOr<std::unique_ptr<Store>> store = testing::OpenBackendStore(GetParam(), Url());
   ASSERT_OK(store);
   Guard guard(**store);
   std::atomic<int> acquired{0}, in_progress{0}, other{0};
@@ -83,7 +83,7 @@ class SqlConcurrencyTest : public ConcurrencyTest {};
 // not idem's in-process mutex, has to decide.
 TEST_P(SqlConcurrencyTest, SeparateConnectionsOneKeyOneRun) {
   {
-    absl::StatusOr<std::unique_ptr<Store>> init = OpenStore(Url());
+    absl::StatusOr<std::unique_ptr<Store>> init = testing::OpenBackendStore(GetParam(), Url());
     ASSERT_OK(init);
     std::unique_ptr<StoreTransaction> tx = *(*init)->Begin();
     ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount INTEGER)"));
@@ -93,7 +93,7 @@ TEST_P(SqlConcurrencyTest, SeparateConnectionsOneKeyOneRun) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&] {
-      absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(Url());
+      absl::StatusOr<std::unique_ptr<Store>> store = testing::OpenBackendStore(GetParam(), Url());
       if (!store.ok()) {
         other.fetch_add(1);
         return;
@@ -124,7 +124,7 @@ TEST_P(SqlConcurrencyTest, SeparateConnectionsOneKeyOneRun) {
 
 TEST_P(SqlConcurrencyTest, TenThousandKeysEightThreads) {
   absl::StatusOr<std::unique_ptr<Store>> store =
-      OpenStore(testing::WithParams(Url(), GetParam().fast_params));
+      testing::OpenBackendStore(GetParam(), testing::WithParams(Url(), GetParam().fast_params));
   ASSERT_OK(store);
   {
     std::unique_ptr<StoreTransaction> tx = *(*store)->Begin();

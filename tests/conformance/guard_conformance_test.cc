@@ -36,7 +36,7 @@ class DownStore final : public Store {
 class GuardConformanceTest : public ::testing::TestWithParam<testing::Backend> {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(GetParam().url(dir_.path()));
+    absl::StatusOr<std::unique_ptr<Store>> store = testing::OpenBackendStore(GetParam(), GetParam().url(dir_.path()));
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
     guard_ = std::make_unique<Guard>(*store_, GuardOptions{.clock = &clock_});

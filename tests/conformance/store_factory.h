@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "idem/cache.h"
 #include "idem/idem.h"
 #include "store/mysql/mysql_test_db.h"
 
@@ -26,7 +27,23 @@ struct Backend {
   std::function<std::string(const std::string& dir)> url;
   // URL parameters that make bulk tests fast on this backend ("" for none).
   std::string fast_params;
+  // Wraps the opened store (a decorator such as the cache tier); null: none.
+  std::function<absl::StatusOr<std::unique_ptr<Store>>(std::unique_ptr<Store>)> wrap;
 };
+
+// Opens `url` (made by backend.url) and applies backend.wrap, if any.
+inline absl::StatusOr<std::unique_ptr<Store>> OpenBackendStore(const Backend& backend,
+                                                               const std::string& url) {
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+  if (!store.ok() || !backend.wrap) return store;
+  return backend.wrap(*std::move(store));
+}
+
+// The cache decorator (SPEC §6) with an in-process L1 only: it must change no
+// outcome of the suite. The Redis tier is covered by tests/integration/cache_test.
+inline absl::StatusOr<std::unique_ptr<Store>> WrapWithCache(std::unique_ptr<Store> store) {
+  return NewCachingStore(std::move(store), CacheOptions{});
+}
 
 // Test names show the backend, not the struct's bytes.
 inline void PrintTo(const Backend& backend, std::ostream* os) { *os << backend.name; }
@@ -101,6 +118,8 @@ inline std::vector<Backend> SqlBackends() {
        "synchronous=normal"},
       {"postgres", PostgresUrl, ""},
       {"mysql", MysqlTestUrl, ""},
+      {"sqlite_cached", [](const std::string& dir) { return "sqlite://" + dir + "/idem.db"; },
+       "synchronous=normal", WrapWithCache},
   };
 }
 
@@ -109,6 +128,8 @@ inline std::vector<Backend> AllBackends() {
   std::vector<Backend> all = {
       {"memory", [](const std::string&) { return std::string("memory://"); }}};
   for (Backend& b : SqlBackends()) all.push_back(std::move(b));
+  all.push_back({"memory_cached", [](const std::string&) { return std::string("memory://"); }, "",
+                 WrapWithCache});
   return all;
 }
 

@@ -12,11 +12,11 @@
 // Parameters (each at most once; anything else is kInvalidArgument):
 //   pool=N                 connections kept open, 1..256 (default 8)
 //   pool_wait_ms=N         how long Begin/Get/Ping wait for a free connection before
-//                          kUnavailable, 0..600000 (default 5000)
+//                          kUnavailable, 0..600000 (default 2000)
 //   lock_wait_timeout_s=N  innodb_lock_wait_timeout of every session, whole seconds
 //                          1..3600 (default 2): a claim that waits longer on another
-//                          transaction's lock fails with kUnavailable
-//   connect_timeout_s=N    TCP connect + handshake, 1..600 (default 5)
+//                          transaction's lock is answered as a claim in progress
+//   connect_timeout_s=N    TCP connect + handshake, 1..600 (default 2)
 //   io_timeout_s=N         each read/write on the socket, 1..86400 (default 30); must be
 //                          greater than lock_wait_timeout_s
 //   socket=PATH            connect through this Unix socket instead of TCP
@@ -46,9 +46,9 @@ struct MysqlOptions {
   std::string socket;  // empty: TCP
 
   int pool = 8;
-  int pool_wait_ms = 5000;
+  int pool_wait_ms = 2000;
   int lock_wait_timeout_s = 2;
-  int connect_timeout_s = 5;
+  int connect_timeout_s = 2;
   int io_timeout_s = 30;
   SslMode ssl = SslMode::kDisabled;
   std::string ssl_ca;

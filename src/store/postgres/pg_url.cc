@@ -15,7 +15,7 @@
 namespace idem::postgres {
 namespace {
 
-constexpr int kDefaultConnectTimeoutSeconds = 5;
+constexpr int kDefaultConnectTimeoutSeconds = 2;
 
 absl::StatusOr<int> ParseInt(std::string_view name, std::string_view value, int lo, int hi) {
   int out = 0;

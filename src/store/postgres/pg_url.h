@@ -15,7 +15,7 @@ namespace idem::postgres {
 
 struct Options {
   int pool = 8;
-  int pool_timeout_ms = 5000;
+  int pool_timeout_ms = 2000;
   int lock_timeout_ms = 2000;
   ConnectSpec connect;  // what libpq gets; connect.display is the redacted URL
 };

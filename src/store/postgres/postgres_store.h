@@ -8,12 +8,13 @@
 // to libpq:
 //   pool=N             (default 8, 1..1024: connections at most; each open
 //                       Transaction holds one)
-//   pool_timeout_ms=N  (default 5000: how long Begin/Get/Ping wait for a free pooled
+//   pool_timeout_ms=N  (default 2000: how long Begin/Get/Ping wait for a free pooled
 //                       connection before kUnavailable)
 //   lock_timeout_ms=N  (default 2000, 0 = wait forever: SET LOCAL lock_timeout of
 //                       every transaction; a claim that waits longer for a row held
-//                       by another transaction fails closed with kUnavailable)
-// and libpq's connect_timeout (seconds) defaults to 5 instead of "forever".
+//                       by another transaction is answered as a claim in progress)
+// and libpq's connect_timeout (seconds) defaults to 2 instead of "forever", so a store
+// that is down is answered (503, fail closed) within about 2 s.
 //
 // Tables: idem_schema_version and idem_records in the connection's current
 // schema, created on first open under a transaction-scoped advisory lock.

@@ -1,0 +1,186 @@
+// Guard overhead on the server stores (issue: PostgreSQL and MariaDB/MySQL stores).
+//
+//   bare      Store::Begin(); INSERT INTO <ledger>(order_no, amount) VALUES (?, ?); Commit()
+//             through idem's own store transaction (same pool, same connection
+//             settings), so the ratio isolates what the guard adds
+//   guarded   the same INSERT inside Guard::Run: claim (one round trip), the
+//             handler's INSERT, the result UPDATE, one COMMIT
+//   replayed  Guard::Run on a key that is already done (the duplicate path)
+//
+// Backends come from the environment (scripts/services.sh start DIR; source
+// DIR/env.sh): IDEM_TEST_POSTGRES_URL, IDEM_TEST_MYSQL_URL; an unset one is left out
+// with a note. A table with the ratios follows Google Benchmark's output.
+//
+//   store_bench [--benchmark_filter=...]
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "benchmark/benchmark.h"
+#include "idem/idem.h"
+
+namespace {
+
+struct Target {
+  std::string name;
+  std::unique_ptr<idem::Store> store;
+  std::string ledger;  // this run's ledger table
+};
+
+std::vector<Target>& Targets() {
+  static auto* targets = new std::vector<Target>();
+  return *targets;
+}
+
+std::map<std::string, double>& Results() {
+  static auto* results = new std::map<std::string, double>();
+  return *results;
+}
+
+std::string NextKey(const std::string& prefix) {
+  static std::atomic<long> n{0};
+  return prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(n.fetch_add(1));
+}
+
+absl::Status InsertLedger(idem::Transaction& tx, const std::string& ledger,
+                          const std::string& order_no) {
+  return tx.Exec("INSERT INTO " + ledger + " (order_no, amount) VALUES (?, ?)",
+                 {idem::Value(order_no), idem::Value(100)})
+      .status();
+}
+
+void Record(benchmark::State& state, const std::string& name) {
+  if (state.iterations() > 0) {
+    Results()[name] = 1e6 * state.counters["seconds"] / static_cast<double>(state.iterations());
+  }
+}
+
+void BM_Bare(benchmark::State& state, Target* t) {
+  double seconds = 0;
+  for (auto _ : state) {
+    auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::unique_ptr<idem::StoreTransaction>> tx = t->store->Begin();
+    absl::Status s = tx.status();
+    if (s.ok()) s = InsertLedger(**tx, t->ledger, NextKey("bare"));
+    if (s.ok()) s = (*tx)->Commit();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!s.ok()) {
+      state.SkipWithError(std::string(s.message()).c_str());
+      return;
+    }
+  }
+  state.counters["seconds"] = seconds;
+  Record(state, t->name + "/bare");
+}
+
+void BM_Guarded(benchmark::State& state, Target* t) {
+  idem::Guard guard(*t->store);
+  double seconds = 0;
+  for (auto _ : state) {
+    const std::string key = NextKey("guarded");
+    auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<idem::Result> r = guard.Run(
+        {.biz_type = "bench", .key = key}, [&](idem::Transaction& tx) -> absl::StatusOr<std::string> {
+          IDEM_RETURN_IF_ERROR(InsertLedger(tx, t->ledger, key));
+          return std::string(R"({"ok":true})");
+        });
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!r.ok() || r->outcome != idem::Outcome::kExecuted) {
+      state.SkipWithError(r.ok() ? "not executed" : std::string(r.status().message()).c_str());
+      return;
+    }
+  }
+  state.counters["seconds"] = seconds;
+  Record(state, t->name + "/guarded");
+}
+
+void BM_Replayed(benchmark::State& state, Target* t) {
+  idem::Guard guard(*t->store);
+  const std::string key = NextKey("replayed");
+  auto handler = [&](idem::Transaction& tx) -> absl::StatusOr<std::string> {
+    IDEM_RETURN_IF_ERROR(InsertLedger(tx, t->ledger, key));
+    return std::string(R"({"ok":true})");
+  };
+  if (!guard.Run({.biz_type = "bench", .key = key}, handler).ok()) {
+    state.SkipWithError("first run failed");
+    return;
+  }
+  double seconds = 0;
+  for (auto _ : state) {
+    auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<idem::Result> r = guard.Run({.biz_type = "bench", .key = key}, handler);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!r.ok() || r->outcome != idem::Outcome::kReplayed) {
+      state.SkipWithError("not replayed");
+      return;
+    }
+  }
+  state.counters["seconds"] = seconds;
+  Record(state, t->name + "/replayed");
+}
+
+bool AddTarget(const std::string& name, const char* env) {
+  const char* url = std::getenv(env);
+  if (url == nullptr || *url == '\0') {
+    std::fprintf(stderr, "store_bench: %s is not set; %s left out\n", env, name.c_str());
+    return false;
+  }
+  absl::StatusOr<std::unique_ptr<idem::Store>> store = idem::OpenStore(url);
+  if (!store.ok()) {
+    std::fprintf(stderr, "store_bench: %s: %s\n", name.c_str(),
+                 std::string(store.status().message()).c_str());
+    return false;
+  }
+  Target t{name, *std::move(store), "bench_ledger_" + std::to_string(getpid())};
+  absl::StatusOr<std::unique_ptr<idem::StoreTransaction>> tx = t.store->Begin();
+  absl::Status s = tx.status();
+  if (s.ok()) {
+    s = (*tx)->Exec("CREATE TABLE " + t.ledger +
+                    " (order_no VARCHAR(64) PRIMARY KEY, amount INTEGER NOT NULL)")
+            .status();
+  }
+  if (s.ok()) s = (*tx)->Commit();
+  if (!s.ok()) {
+    std::fprintf(stderr, "store_bench: %s: %s\n", name.c_str(), std::string(s.message()).c_str());
+    return false;
+  }
+  Targets().push_back(std::move(t));
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  AddTarget("postgres", "IDEM_TEST_POSTGRES_URL");
+  AddTarget("mysql", "IDEM_TEST_MYSQL_URL");
+  for (Target& t : Targets()) {
+    benchmark::RegisterBenchmark((t.name + "/bare").c_str(), BM_Bare, &t)->MinTime(1.0);
+    benchmark::RegisterBenchmark((t.name + "/guarded").c_str(), BM_Guarded, &t)->MinTime(1.0);
+    benchmark::RegisterBenchmark((t.name + "/replayed").c_str(), BM_Replayed, &t)->MinTime(1.0);
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+
+  std::printf("\n%-10s %9s %11s %7s %12s %7s\n", "store", "bare_us", "guarded_us", "ratio",
+              "replayed_us", "ratio");
+  for (const Target& t : Targets()) {
+    auto get = [&](const char* what) {
+      auto it = Results().find(t.name + "/" + what);
+      return it == Results().end() ? -1.0 : it->second;
+    };
+    const double bare = get("bare"), guarded = get("guarded"), replayed = get("replayed");
+    std::printf("%-10s %9.1f %11.1f %7.3f %12.1f %7.3f\n", t.name.c_str(), bare, guarded,
+                bare > 0 ? guarded / bare : 0.0, replayed, bare > 0 ? replayed / bare : 0.0);
+  }
+  std::printf("\nratio = time per operation / bare transaction's (same store, same pool).\n");
+  return 0;
+}

@@ -1,0 +1,261 @@
+#include "store/cache/caching_store.h"
+
+#include <cstdio>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+#include "store/cache/record_codec.h"
+
+namespace idem {
+namespace cache {
+namespace {
+
+bool IsFinal(const Record& r) {
+  return r.state == RecordState::kSucceeded || r.state == RecordState::kFailed;
+}
+
+// Wraps the inner transaction to learn which final records it saw or wrote. The
+// tiers are filled only after the inner transaction has ended: a write only once
+// its Commit succeeded (a rolled-back write must never be answered), a read of an
+// already-final record at any end (it was committed before this transaction began).
+// Filling after the end also keeps Redis round trips out of the database's locks.
+class CachingTransaction final : public StoreTransaction {
+ public:
+  CachingTransaction(CachingStore& store, std::unique_ptr<StoreTransaction> inner)
+      : store_(store), inner_(std::move(inner)) {}
+
+  ~CachingTransaction() override {
+    if (inner_ == nullptr) return;
+    inner_.reset();  // rolls back if still open, as the inner destructor promises
+    FillReads();
+  }
+
+  absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params) override {
+    return inner_->Exec(sql, params);
+  }
+  absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
+    return inner_->Query(sql, params);
+  }
+
+  absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& record) override {
+    absl::StatusOr<std::optional<Record>> r = inner_->InsertOrLoad(record);
+    if (r.ok()) {
+      if (!r->has_value()) {
+        Wrote(record);
+      } else {
+        Read(**r);
+      }
+    }
+    return r;
+  }
+
+  absl::StatusOr<bool> Replace(const Record& record, int64_t expected_token,
+                               RecordState expected_state) override {
+    absl::StatusOr<bool> r = inner_->Replace(record, expected_token, expected_state);
+    if (r.ok() && *r) Wrote(record);
+    return r;
+  }
+
+  absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,
+                                             std::string_view key) override {
+    absl::StatusOr<std::optional<Record>> r = inner_->Load(tenant, key);
+    if (r.ok() && r->has_value()) Read(**r);
+    return r;
+  }
+
+  absl::Status Commit() override {
+    absl::Status s = inner_->Commit();
+    if (s.ok()) {
+      for (auto& [name, record] : written_) {
+        if (IsFinal(record)) {
+          store_.Fill(record);
+        } else {
+          store_.Forget(record.tenant, record.key);
+        }
+      }
+    }
+    written_.clear();
+    FillReads();
+    return s;
+  }
+
+  void Rollback() override {
+    inner_->Rollback();
+    written_.clear();
+    FillReads();
+  }
+
+ private:
+  // A write supersedes what this transaction read of the same key.
+  void Wrote(const Record& record) {
+    std::erase_if(
+        read_, [&](const Record& r) { return r.tenant == record.tenant && r.key == record.key; });
+    written_[CacheKey(record.tenant, record.key)] = record;
+  }
+  // A record this transaction wrote is not committed yet, so a read of it must not
+  // be cached; only records final before this transaction are.
+  void Read(const Record& record) {
+    if (IsFinal(record) && !written_.contains(CacheKey(record.tenant, record.key))) {
+      read_.push_back(record);
+    }
+  }
+  void FillReads() {
+    for (const Record& r : read_) store_.Fill(r);
+    read_.clear();
+  }
+
+  CachingStore& store_;
+  std::unique_ptr<StoreTransaction> inner_;
+  std::map<std::string, Record> written_;  // by CacheKey; the last write wins
+  std::vector<Record> read_;
+};
+
+}  // namespace
+
+CachingStore::CachingStore(std::unique_ptr<Store> inner, CacheOptions options,
+                           std::unique_ptr<redis::RedisClient> redis)
+    : inner_(std::move(inner)),
+      options_(std::move(options)),
+      l1_(options_.l1_entries > 0 ? std::make_unique<LruCache>(options_.l1_entries) : nullptr),
+      redis_(std::move(redis)) {}
+
+absl::StatusOr<std::unique_ptr<CachingStore>> CachingStore::Make(std::unique_ptr<Store> inner,
+                                                                 CacheOptions options) {
+  if (inner == nullptr) return absl::InvalidArgumentError("NewCachingStore: inner store is null");
+  if (options.clock == nullptr) options.clock = Clock::Real();
+  if (options.ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("NewCachingStore: ttl must be positive");
+  }
+  std::unique_ptr<redis::RedisClient> redis;
+  if (!options.redis_url.empty()) {
+    absl::StatusOr<redis::RedisAddress> address = redis::ParseRedisUrl(options.redis_url);
+    if (!address.ok()) return address.status();
+    redis = std::make_unique<redis::RedisClient>(
+        *std::move(address),
+        redis::RedisClientOptions{.connect_timeout = options.redis_connect_timeout,
+                                  .command_timeout = options.redis_command_timeout,
+                                  .pool_size = options.redis_pool_size});
+  }
+  return std::unique_ptr<CachingStore>(
+      new CachingStore(std::move(inner), std::move(options), std::move(redis)));
+}
+
+absl::StatusOr<std::unique_ptr<StoreTransaction>> CachingStore::Begin() {
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = inner_->Begin();
+  if (!tx.ok()) return tx.status();
+  return std::unique_ptr<StoreTransaction>(new CachingTransaction(*this, *std::move(tx)));
+}
+
+absl::StatusOr<std::optional<Record>> CachingStore::Get(std::string_view tenant,
+                                                        std::string_view key) {
+  absl::StatusOr<std::optional<Record>> r = inner_->Get(tenant, key);
+  if (r.ok() && r->has_value()) Fill(**r);
+  return r;
+}
+
+absl::StatusOr<std::optional<Record>> CachingStore::LookupDecided(std::string_view tenant,
+                                                                  std::string_view key) {
+  const absl::Time now = options_.clock->Now();
+  const std::string name = CacheKey(tenant, key);
+  // Defends against a tier handing back another key's or a non-final record.
+  auto usable = [&](const Record& r) { return IsFinal(r) && r.tenant == tenant && r.key == key; };
+  if (l1_ != nullptr) {
+    if (std::optional<Record> r = l1_->Get(name, now); r.has_value() && usable(*r)) {
+      l1_hits_.fetch_add(1, std::memory_order_relaxed);
+      return r;
+    }
+  }
+  if (redis_ != nullptr && RedisUsable(now)) {
+    absl::StatusOr<std::optional<std::string>> bytes =
+        redis_->Get(absl::StrCat(options_.redis_key_prefix, name));
+    if (!bytes.ok()) {
+      OnRedisError(bytes.status());
+    } else if (bytes->has_value()) {
+      std::optional<Record> r = DecodeRecord(**bytes);
+      if (r.has_value() && usable(*r)) {
+        l2_hits_.fetch_add(1, std::memory_order_relaxed);
+        if (l1_ != nullptr) l1_->Put(name, *r, now + options_.ttl);
+        return r;
+      }
+      OnRedisError(absl::DataLossError(
+          absl::StrCat("redis: unreadable cache entry for tenant '", AV(tenant), "'")));
+    }
+  }
+  misses_.fetch_add(1, std::memory_order_relaxed);
+  return inner_->LookupDecided(tenant, key);
+}
+
+void CachingStore::Fill(const Record& record) {
+  if (!IsFinal(record)) return;
+  const absl::Time now = options_.clock->Now();
+  const std::string name = CacheKey(record.tenant, record.key);
+  if (l1_ != nullptr) l1_->Put(name, record, now + options_.ttl);
+  if (redis_ != nullptr && RedisUsable(now)) {
+    absl::Status s = redis_->SetPx(absl::StrCat(options_.redis_key_prefix, name),
+                                   EncodeRecord(record), options_.ttl);
+    if (!s.ok()) OnRedisError(s);
+  }
+  fills_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void CachingStore::Forget(std::string_view tenant, std::string_view key) {
+  if (l1_ != nullptr) l1_->Erase(CacheKey(tenant, key));
+}
+
+bool CachingStore::RedisUsable(absl::Time now) const {
+  const int64_t until = redis_down_until_micros_.load(std::memory_order_relaxed);
+  return until == 0 || absl::ToUnixMicros(now) >= until;
+}
+
+void CachingStore::OnRedisError(const absl::Status& status) {
+  redis_errors_.fetch_add(1, std::memory_order_relaxed);
+  const absl::Time now = options_.clock->Now();
+  redis_down_until_micros_.store(absl::ToUnixMicros(now + options_.redis_retry_after),
+                                 std::memory_order_relaxed);
+  std::string message;
+  {
+    absl::MutexLock lock(&log_mu_);
+    ++unlogged_errors_;
+    if (now - last_log_ < options_.log_interval) return;
+    message = absl::StrCat(
+        "idem cache: Redis tier unavailable (", unlogged_errors_,
+        " error(s) since the last report; answering from the database): ", status.ToString());
+    last_log_ = now;
+    unlogged_errors_ = 0;
+  }
+  if (options_.log) {
+    options_.log(SV(message));
+  } else {
+    std::fprintf(stderr, "%s\n", message.c_str());
+  }
+}
+
+CacheStats CachingStore::stats() const {
+  return CacheStats{.l1_hits = l1_hits_.load(std::memory_order_relaxed),
+                    .l2_hits = l2_hits_.load(std::memory_order_relaxed),
+                    .misses = misses_.load(std::memory_order_relaxed),
+                    .redis_errors = redis_errors_.load(std::memory_order_relaxed),
+                    .fills = fills_.load(std::memory_order_relaxed),
+                    .l1_entries = l1_ != nullptr ? l1_->size() : 0};
+}
+
+}  // namespace cache
+
+absl::StatusOr<std::unique_ptr<Store>> NewCachingStore(std::unique_ptr<Store> inner,
+                                                       CacheOptions options) {
+  absl::StatusOr<std::unique_ptr<cache::CachingStore>> store =
+      cache::CachingStore::Make(std::move(inner), std::move(options));
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<Store>(*std::move(store));
+}
+
+std::optional<CacheStats> GetCacheStats(const Store& store) {
+  const auto* caching = dynamic_cast<const cache::CachingStore*>(&store);
+  if (caching == nullptr) return std::nullopt;
+  return caching->stats();
+}
+
+}  // namespace idem

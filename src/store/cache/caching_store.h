@@ -1,0 +1,77 @@
+// CachingStore: the Store decorator behind idem::NewCachingStore (include/idem/
+// cache.h). It answers Store::LookupDecided from an in-process LRU (L1) and an
+// optional Redis tier (L2), and fills both with final records only: those a
+// transaction reads (InsertOrLoad/Load/Get) and those a transaction writes, once
+// its Commit has succeeded. Everything else passes through to the inner store,
+// which alone decides (SPEC §6).
+//
+// Thread safety: safe for concurrent use. A transaction it returns belongs to one
+// thread at a time and must not outlive the store.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "idem/cache.h"
+#include "idem/store.h"
+#include "store/cache/lru_cache.h"
+#include "store/redis/redis_client.h"
+
+namespace idem::cache {
+
+class CachingStore final : public Store {
+ public:
+  // See NewCachingStore().
+  static absl::StatusOr<std::unique_ptr<CachingStore>> Make(std::unique_ptr<Store> inner,
+                                                            CacheOptions options);
+
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override;
+  absl::StatusOr<std::optional<Record>> Get(std::string_view tenant, std::string_view key) override;
+  absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,
+                                                      std::string_view key) override;
+  absl::Status Ping() override { return inner_->Ping(); }
+  bool SupportsSql() const override { return inner_->SupportsSql(); }
+  std::string_view url() const override { return inner_->url(); }
+
+  CacheStats stats() const;
+
+  // Puts `record` into every tier if it is final; ignores any other. Redis errors
+  // are counted and logged, never returned. Blocks up to the Redis timeouts.
+  void Fill(const Record& record);
+
+  // Drops (tenant, key) from L1: a committed write left it non-final, which the
+  // state machine forbids for a final record, so this is only a safety net.
+  void Forget(std::string_view tenant, std::string_view key);
+
+ private:
+  CachingStore(std::unique_ptr<Store> inner, CacheOptions options,
+               std::unique_ptr<redis::RedisClient> redis);
+
+  // Whether Redis may be asked now (not within redis_retry_after of an error).
+  bool RedisUsable(absl::Time now) const;
+  void OnRedisError(const absl::Status& status);
+
+  const std::unique_ptr<Store> inner_;
+  const CacheOptions options_;
+  const std::unique_ptr<LruCache> l1_;               // null: L1 disabled
+  const std::unique_ptr<redis::RedisClient> redis_;  // null: L2 disabled
+
+  std::atomic<uint64_t> l1_hits_{0};
+  std::atomic<uint64_t> l2_hits_{0};
+  std::atomic<uint64_t> misses_{0};
+  std::atomic<uint64_t> redis_errors_{0};
+  std::atomic<uint64_t> fills_{0};
+  std::atomic<int64_t> redis_down_until_micros_{0};  // Unix micros; 0: usable
+
+  absl::Mutex log_mu_;
+  absl::Time last_log_ ABSL_GUARDED_BY(log_mu_) = absl::InfinitePast();
+  uint64_t unlogged_errors_ ABSL_GUARDED_BY(log_mu_) = 0;
+};
+
+}  // namespace idem::cache

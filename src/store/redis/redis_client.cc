@@ -1,0 +1,171 @@
+#include "store/redis/redis_client.h"
+
+#include <hiredis/hiredis.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <charconv>
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+
+namespace idem::redis {
+namespace {
+
+timeval AsTimeval(absl::Duration d) {
+  if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
+  return absl::ToTimeval(d);
+}
+
+bool ParseInt(std::string_view s, int& out) {
+  if (s.empty()) return false;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+// A reply owned for the length of one call.
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+// Runs one command on `c`. On an I/O error or timeout hiredis leaves `c` unusable,
+// so the caller must drop it (reported as kUnavailable with `drop` = true).
+absl::StatusOr<ReplyPtr> Command(redisContext* c, std::initializer_list<std::string_view> args,
+                                 bool& drop) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (std::string_view a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  void* raw = redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
+  if (raw == nullptr) {
+    drop = true;
+    return absl::UnavailableError(absl::StrCat("redis: ", c->errstr[0] ? c->errstr : "no reply"));
+  }
+  ReplyPtr reply(static_cast<redisReply*>(raw));
+  if (reply->type == REDIS_REPLY_ERROR) {
+    // The connection is fine; the command was refused (e.g. OOM, READONLY replica).
+    return absl::UnavailableError(
+        absl::StrCat("redis: ", absl::string_view(reply->str, reply->len)));
+  }
+  return reply;
+}
+
+}  // namespace
+
+absl::StatusOr<RedisAddress> ParseRedisUrl(std::string_view url) {
+  constexpr std::string_view kScheme = "redis://";
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("redis URL '", AV(url), "' must start with redis://"));
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  RedisAddress a;
+  if (size_t at = rest.rfind('@'); at != std::string_view::npos) {
+    std::string_view userinfo = rest.substr(0, at);
+    if (size_t colon = userinfo.find(':'); colon != std::string_view::npos) {
+      a.password = std::string(userinfo.substr(colon + 1));
+    } else {
+      a.password = std::string(userinfo);
+    }
+    rest = rest.substr(at + 1);
+  }
+  if (size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    std::string_view db = rest.substr(slash + 1);
+    if (!db.empty() && (!ParseInt(db, a.db) || a.db < 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad redis db in '", AV(url), "'"));
+    }
+    rest = rest.substr(0, slash);
+  }
+  if (size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
+    if (!ParseInt(rest.substr(colon + 1), a.port) || a.port <= 0 || a.port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("bad redis port in '", AV(url), "'"));
+    }
+    rest = rest.substr(0, colon);
+  }
+  if (rest.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("redis URL '", AV(url), "' has no host"));
+  }
+  a.host = std::string(rest);
+  return a;
+}
+
+void RedisClient::ContextDeleter::operator()(redisContext* c) const { redisFree(c); }
+
+RedisClient::RedisClient(RedisAddress address, RedisClientOptions options)
+    : address_(std::move(address)), options_(options) {}
+
+RedisClient::~RedisClient() = default;
+
+absl::StatusOr<RedisClient::ContextPtr> RedisClient::Connect() {
+  ContextPtr c(redisConnectWithTimeout(address_.host.c_str(), address_.port,
+                                       AsTimeval(options_.connect_timeout)));
+  if (c == nullptr) return absl::UnavailableError("redis: cannot allocate a context");
+  if (c->err != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("redis: connect to ", address_.host, ":", address_.port, ": ", c->errstr));
+  }
+  if (redisSetTimeout(c.get(), AsTimeval(options_.command_timeout)) != REDIS_OK) {
+    return absl::UnavailableError("redis: cannot set the command timeout");
+  }
+  bool drop = false;
+  if (!address_.password.empty()) {
+    absl::StatusOr<ReplyPtr> r = Command(c.get(), {"AUTH", address_.password}, drop);
+    if (!r.ok()) return r.status();
+  }
+  if (address_.db != 0) {
+    const std::string db = std::to_string(address_.db);
+    absl::StatusOr<ReplyPtr> r = Command(c.get(), {"SELECT", db}, drop);
+    if (!r.ok()) return r.status();
+  }
+  return c;
+}
+
+absl::StatusOr<RedisClient::ContextPtr> RedisClient::Acquire() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!idle_.empty()) {
+      ContextPtr c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+  }
+  // Connect outside the lock: a slow connect must not hold up the other threads.
+  return Connect();
+}
+
+void RedisClient::Release(ContextPtr c) {
+  absl::MutexLock lock(&mu_);
+  if (static_cast<int>(idle_.size()) < options_.pool_size) idle_.push_back(std::move(c));
+}
+
+absl::StatusOr<std::optional<std::string>> RedisClient::Get(std::string_view key) {
+  absl::StatusOr<ContextPtr> c = Acquire();
+  if (!c.ok()) return c.status();
+  bool drop = false;
+  absl::StatusOr<ReplyPtr> reply = Command(c->get(), {"GET", key}, drop);
+  if (!drop) Release(*std::move(c));
+  if (!reply.ok()) return reply.status();
+  if ((*reply)->type == REDIS_REPLY_NIL) return std::nullopt;
+  if ((*reply)->type != REDIS_REPLY_STRING) {
+    return absl::UnavailableError("redis: GET answered something other than a string");
+  }
+  return std::string((*reply)->str, (*reply)->len);
+}
+
+absl::Status RedisClient::SetPx(std::string_view key, std::string_view value, absl::Duration ttl) {
+  const std::string px = std::to_string(std::max<int64_t>(1, absl::ToInt64Milliseconds(ttl)));
+  absl::StatusOr<ContextPtr> c = Acquire();
+  if (!c.ok()) return c.status();
+  bool drop = false;
+  absl::StatusOr<ReplyPtr> reply = Command(c->get(), {"SET", key, value, "PX", px}, drop);
+  if (!drop) Release(*std::move(c));
+  return reply.status();
+}
+
+}  // namespace idem::redis

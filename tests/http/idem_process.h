@@ -1,0 +1,157 @@
+// Test support: run the real `idem` binary. RunIdem() runs a subcommand to its end;
+// ServeProcess runs `idem serve` in the background and reads its
+// "listening on HOST:PORT" line. The binary is $IDEM_BIN, else IDEM_BIN_DEFAULT
+// (compiled in by CMake). Used by tests/http and tests/integration.
+//
+// Thread safety: one object per thread; RunIdem may be called concurrently.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef IDEM_BIN_DEFAULT
+#define IDEM_BIN_DEFAULT ""
+#endif
+
+namespace idem::testing {
+
+inline std::string IdemBinary() {
+  const char* env = std::getenv("IDEM_BIN");
+  return env != nullptr && *env ? env : IDEM_BIN_DEFAULT;
+}
+
+inline std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct RunResult {
+  int exit_code = -1;  // -1: killed by a signal or could not run
+  std::string out;
+  std::string err;
+};
+
+// Runs `idem args...` with stdout and stderr captured in files under `scratch_dir`.
+inline RunResult RunIdem(const std::vector<std::string>& args, const std::string& scratch_dir) {
+  static int counter = 0;
+  const std::string base = scratch_dir + "/run" + std::to_string(getpid()) + "_" +
+                           std::to_string(__atomic_add_fetch(&counter, 1, __ATOMIC_SEQ_CST));
+  const std::string out_path = base + ".out", err_path = base + ".err";
+  std::vector<std::string> argv_s = {IdemBinary()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  pid_t pid = fork();
+  if (pid == 0) {
+    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, STDOUT_FILENO);
+    dup2(err, STDERR_FILENO);
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  RunResult r;
+  int status = 0;
+  if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status)) {
+    r.exit_code = WEXITSTATUS(status);
+  }
+  r.out = ReadWholeFile(out_path);
+  r.err = ReadWholeFile(err_path);
+  return r;
+}
+
+// One `idem serve` child: stdout on a pipe (its first line announces the port),
+// stderr in a file. Killed (SIGKILL) when destroyed if still running.
+class ServeProcess {
+ public:
+  explicit ServeProcess(std::string stderr_path) : stderr_path_(std::move(stderr_path)) {}
+  ~ServeProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (stdout_fd_ >= 0) close(stdout_fd_);
+  }
+  ServeProcess(const ServeProcess&) = delete;
+  ServeProcess& operator=(const ServeProcess&) = delete;
+
+  // Starts `idem serve args...` and returns its first stdout line ("" if it exits
+  // or stays silent for 30 s).
+  std::string Start(const std::vector<std::string>& args) {
+    int fds[2];
+    if (pipe(fds) != 0) return "";
+    std::vector<std::string> argv_s = {IdemBinary(), "serve"};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(err, STDERR_FILENO);
+      close(fds[0]);
+      std::vector<char*> argv;
+      for (auto& a : argv_s) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    stdout_fd_ = fds[0];
+    std::string line;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{stdout_fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char c;
+      ssize_t n = read(stdout_fd_, &c, 1);
+      if (n <= 0 || c == '\n') break;
+      line += c;
+    }
+    size_t colon = line.rfind(':');
+    if (line.starts_with("listening on ") && colon != std::string::npos) {
+      port_ = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+    }
+    return line;
+  }
+
+  // Sends `sig` and waits up to 20 s; returns the exit status, or -1.
+  int Stop(int sig = SIGTERM) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, sig);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+
+  uint16_t port() const { return port_; }
+  std::string stderr_text() const { return ReadWholeFile(stderr_path_); }
+
+ private:
+  std::string stderr_path_;
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+}  // namespace idem::testing
