@@ -128,11 +128,12 @@ class ServeProcess {
     return line;
   }
 
-  // Sends `sig` and waits up to 20 s; returns the exit status, or -1.
-  int Stop(int sig = SIGTERM) {
+  // Sends `sig` (if non-zero) and waits up to `timeout` for the exit; returns the exit
+  // status, or -1 on timeout / a death by signal.
+  int Stop(int sig = SIGTERM, std::chrono::seconds timeout = std::chrono::seconds(20)) {
     if (pid_ <= 0) return -1;
-    kill(pid_, sig);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    if (sig != 0) kill(pid_, sig);
+    auto deadline = std::chrono::steady_clock::now() + timeout;
     int status = 0;
     while (std::chrono::steady_clock::now() < deadline) {
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -143,6 +144,8 @@ class ServeProcess {
     }
     return -1;
   }
+  // Waits for the process to exit by itself.
+  int WaitExit() { return Stop(0); }
 
   uint16_t port() const { return port_; }
   std::string stderr_text() const { return ReadWholeFile(stderr_path_); }

@@ -19,12 +19,9 @@
 #include <vector>
 
 #include "http/client.h"
+#include "http/idem_process.h"
 #include "nlohmann/json.hpp"
 #include "testing/temp_dir.h"
-
-#ifndef IDEM_BIN_DEFAULT
-#define IDEM_BIN_DEFAULT ""
-#endif
 
 namespace idem::http {
 namespace {
@@ -36,99 +33,8 @@ using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 using json = nlohmann::json;
 
-std::string IdemBin() {
-  const char* env = std::getenv("IDEM_BIN");
-  return env != nullptr && *env ? env : IDEM_BIN_DEFAULT;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// One `idem serve` child process: stdout on a pipe (its first line announces the
-// port), stderr in a file.
-class IdemProcess {
- public:
-  explicit IdemProcess(std::string stderr_path) : stderr_path_(std::move(stderr_path)) {}
-  ~IdemProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (stdout_fd_ >= 0) close(stdout_fd_);
-  }
-
-  // Starts `idem serve args...` and reads the first stdout line (empty if the
-  // process exits first). Returns that line.
-  std::string Start(const std::vector<std::string>& args) {
-    int fds[2];
-    if (pipe(fds) != 0) return "";
-    std::vector<std::string> argv_s = {IdemBin(), "serve"};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(err, STDERR_FILENO);
-      close(fds[0]);
-      std::vector<char*> argv;
-      for (auto& a : argv_s) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    stdout_fd_ = fds[0];
-    std::string line;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{stdout_fd_, POLLIN, 0};
-      if (poll(&p, 1, 100) <= 0) continue;
-      char c;
-      ssize_t n = read(stdout_fd_, &c, 1);
-      if (n <= 0 || c == '\n') break;
-      line += c;
-    }
-    first_line_ = line;
-    size_t colon = line.rfind(':');
-    if (line.starts_with("listening on ") && colon != std::string::npos) {
-      port_ = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
-    }
-    return line;
-  }
-
-  // Sends `sig` (if non-zero) and waits up to `timeout` for the exit; returns the exit
-  // status, or -1 on timeout / a death by signal.
-  int Stop(int sig = SIGTERM, std::chrono::seconds timeout = std::chrono::seconds(20)) {
-    if (pid_ <= 0) return -1;
-    if (sig != 0) kill(pid_, sig);
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    int status = 0;
-    while (std::chrono::steady_clock::now() < deadline) {
-      pid_t r = waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return -1;
-  }
-  int WaitExit() { return Stop(0); }
-
-  uint16_t port() const { return port_; }
-  std::string stderr_text() const { return ReadFile(stderr_path_); }
-
- private:
-  std::string stderr_path_;
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
-  uint16_t port_ = 0;
-  std::string first_line_;
-};
+using IdemProcess = ::idem::testing::ServeProcess;
+using ::idem::testing::IdemBinary;
 
 int CountLines(const std::string& s) {
   int n = 0;
@@ -139,7 +45,7 @@ int CountLines(const std::string& s) {
 class ServeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(IdemBin().empty()) << "set IDEM_BIN to the idem binary";
+    ASSERT_FALSE(IdemBinary().empty()) << "set IDEM_BIN to the idem binary";
     server_ = std::make_unique<IdemProcess>(dir_.file("stderr.txt"));
     std::string line =
         server_->Start({"--listen", "127.0.0.1:0", "--store", "sqlite://" + dir_.file("x.db"),
