@@ -18,6 +18,10 @@ class Clock {
   // Returns the current time. Never blocks.
   virtual absl::Time Now() const = 0;
 
+  // Blocks for `d` of this clock's time (a fake clock advances instead), so that
+  // backoff and polling in library code stay deterministic under test.
+  virtual void SleepFor(absl::Duration d) const;
+
   // Returns the process-wide wall clock (absl::Now()). Never null; not owned.
   static const Clock* Real();
 };

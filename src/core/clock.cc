@@ -12,6 +12,8 @@ class RealClock final : public Clock {
 
 }  // namespace
 
+void Clock::SleepFor(absl::Duration d) const { absl::SleepFor(d); }
+
 const Clock* Clock::Real() {
   static const RealClock* clock = new RealClock();
   return clock;

@@ -19,6 +19,17 @@ class FakeClock final : public Clock {
     absl::MutexLock lock(&mu_);
     return now_;
   }
+  // Sleeping on a fake clock advances it; the time slept is also recorded.
+  void SleepFor(absl::Duration d) const override {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+    slept_ += d;
+  }
+  absl::Duration slept() const {
+    absl::MutexLock lock(&mu_);
+    return slept_;
+  }
+
   void Advance(absl::Duration d) {
     absl::MutexLock lock(&mu_);
     now_ += d;
@@ -30,7 +41,8 @@ class FakeClock final : public Clock {
 
  private:
   mutable absl::Mutex mu_;
-  absl::Time now_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Time now_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Duration slept_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
 };
 
 }  // namespace idem::testing
