@@ -3,8 +3,9 @@
 //   bare      Store::Begin(); INSERT INTO <ledger>(order_no, amount) VALUES (?, ?); Commit()
 //             through idem's own store transaction (same pool, same connection
 //             settings), so the ratio isolates what the guard adds
-//   guarded   the same INSERT inside Guard::Run: claim (one round trip), the
-//             handler's INSERT, the result UPDATE, one COMMIT
+//   guarded   the same INSERT inside Guard::Run: the claim, the handler's INSERT,
+//             the result UPDATE and the COMMIT (on PostgreSQL the BEGIN rides with
+//             the first statement and the UPDATE with the COMMIT: 3 round trips)
 //   replayed  Guard::Run on a key that is already done (the duplicate path)
 //
 // Backends come from the environment (scripts/services.sh start DIR; source

@@ -95,6 +95,24 @@ class StoreTransaction : public Transaction {
   // Commits. On error nothing was committed (kUnavailable / kAborted: retry).
   virtual absl::Status Commit() = 0;
 
+  // Replace, then Commit only if it moved the record: the Guard's final write,
+  // which a backend may do in one round trip (PostgreSQL pipelines the UPDATE with
+  // the COMMIT). Returns true when committed; false when the record had moved on
+  // (nothing of the transaction was committed). Either way, and on error, the
+  // transaction has ended when this returns; on error nothing was committed,
+  // except for kUnavailable "commit outcome unknown" as from Commit().
+  virtual absl::StatusOr<bool> ReplaceAndCommit(const Record& record, int64_t expected_token,
+                                                RecordState expected_state) {
+    absl::StatusOr<bool> moved = Replace(record, expected_token, expected_state);
+    if (!moved.ok() || !*moved) {
+      Rollback();
+      return moved;
+    }
+    absl::Status committed = Commit();
+    if (!committed.ok()) return committed;
+    return true;
+  }
+
   // Rolls back; also done by the destructor of an uncommitted transaction.
   virtual void Rollback() = 0;
 };

@@ -265,10 +265,11 @@ absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler
   done.result = *std::move(value);
   done.lease_until = absl::InfinitePast();
   done.updated_at = options_.clock->Now();
-  IDEM_ASSIGN_OR_RETURN(bool moved, tx->Replace(done, expected_token, RecordState::kProcessing));
-  if (!moved) return absl::AbortedError("record moved during the handler; rolled back");
+  // Before anything of the commit is sent: the result write goes out with it.
   IDEM_FAILPOINT("guard.before_commit");
-  IDEM_RETURN_IF_ERROR(tx->Commit());
+  IDEM_ASSIGN_OR_RETURN(bool moved,
+                        tx->ReplaceAndCommit(done, expected_token, RecordState::kProcessing));
+  if (!moved) return absl::AbortedError("record moved during the handler; rolled back");
   IDEM_FAILPOINT("guard.after_commit");
   return Result{.outcome = Outcome::kExecuted, .value = std::move(done.result),
                 .token = done.token};

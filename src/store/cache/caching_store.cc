@@ -82,6 +82,26 @@ class CachingTransaction final : public StoreTransaction {
     return s;
   }
 
+  // Forwarded, so the inner store can write the result and commit in one round
+  // trip; the tiers are filled as by Commit(), only once it committed.
+  absl::StatusOr<bool> ReplaceAndCommit(const Record& record, int64_t expected_token,
+                                        RecordState expected_state) override {
+    absl::StatusOr<bool> moved = inner_->ReplaceAndCommit(record, expected_token, expected_state);
+    if (moved.ok() && *moved) {
+      Wrote(record);
+      for (auto& [name, written] : written_) {
+        if (IsFinal(written)) {
+          store_.Fill(written);
+        } else {
+          store_.Forget(written.tenant, written.key);
+        }
+      }
+    }
+    written_.clear();  // the transaction has ended either way
+    FillReads();
+    return moved;
+  }
+
   void Rollback() override {
     inner_->Rollback();
     written_.clear();

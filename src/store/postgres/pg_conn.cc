@@ -1,5 +1,6 @@
 #include "store/postgres/pg_conn.h"
 
+#include <atomic>
 #include <bit>
 #include <charconv>
 #include <cstdlib>
@@ -17,6 +18,10 @@ namespace {
 // Beyond this many distinct statements on one connection, further ones run
 // unprepared (PQexecParams) instead of growing the server's memory without bound.
 constexpr size_t kMaxCachedStatements = 256;
+
+std::atomic<uint64_t> round_trips{0};
+
+void CountRoundTrip() { round_trips.fetch_add(1, std::memory_order_relaxed); }
 
 // Type OIDs from pg_type.h (a server header that libpq-dev does not ship).
 constexpr Oid kBoolOid = 16;
@@ -151,6 +156,8 @@ Value TextCell(const PGresult* res, int row, int col) {
 }
 
 }  // namespace
+
+uint64_t RoundTrips() { return round_trips.load(std::memory_order_relaxed); }
 
 absl::Status StatusFromSqlState(std::string_view state, std::string message) {
   absl::Status status;
@@ -341,6 +348,16 @@ absl::Status Connection::ErrorStatus(const PGresult* result, std::string_view co
 }
 
 absl::Status Connection::ExecScript(const char* sql, std::string* tag) {
+  // The simple protocol takes several statements in one string, so deferred ones
+  // need no pipeline here; an error is the first failing statement's, as in Run.
+  std::string script;
+  if (!deferred_.empty()) {
+    for (const std::string& d : deferred_) absl::StrAppend(&script, d, "; ");
+    absl::StrAppend(&script, sql);
+    deferred_.clear();
+    sql = script.c_str();
+  }
+  CountRoundTrip();
   Result res(PQexec(conn_, sql));
   const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
   if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return ErrorStatus(res.get(), "exec");
@@ -350,6 +367,9 @@ absl::Status Connection::ExecScript(const char* sql, std::string* tag) {
 
 absl::StatusOr<Result> Connection::Run(std::string_view sql, int nparams,
                                        absl::Span<const Value> params, bool binary_results) {
+  if (!deferred_.empty()) {
+    return std::move(Pipeline(sql, nparams, params, binary_results, nullptr).result);
+  }
   if (static_cast<int>(params.size()) != nparams) {
     return absl::InvalidArgumentError(absl::StrCat("statement has ", nparams, " parameters but ",
                                                    params.size(), " values were given"));
@@ -362,23 +382,24 @@ absl::StatusOr<Result> Connection::Run(std::string_view sql, int nparams,
   const int result_format = binary_results ? 1 : 0;
   Result res;
   auto it = statements_.find(key);
-  if (it == statements_.end() && statements_.size() >= kMaxCachedStatements) {
+  if (it == statements_.end()) {
+    if (statements_.size() < kMaxCachedStatements) {
+      // PREPARE and execute in one round trip rather than two.
+      return std::move(Pipeline(sql, nparams, params, binary_results, nullptr).result);
+    }
     const std::string text(sql);
+    CountRoundTrip();
     res.reset(PQexecParams(conn_, text.c_str(), nparams, b.types.data(), b.values.data(),
                            b.lengths.data(), b.formats.data(), result_format));
   } else {
-    if (it == statements_.end()) {
-      std::string name = absl::StrCat("idem_", ++next_statement_);
-      const std::string text(sql);
-      Result prepared(PQprepare(conn_, name.c_str(), text.c_str(), nparams, b.types.data()));
-      if (!prepared || PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) {
-        return ErrorStatus(prepared.get(), "prepare");
-      }
-      it = statements_.emplace(std::move(key), std::move(name)).first;
-    }
+    CountRoundTrip();
     res.reset(PQexecPrepared(conn_, it->second.c_str(), nparams, b.values.data(), b.lengths.data(),
                              b.formats.data(), result_format));
   }
+  return Finish(std::move(res));
+}
+
+absl::StatusOr<Result> Connection::Finish(Result res) {
   const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return res;
   if (st == PGRES_EMPTY_QUERY) return absl::InvalidArgumentError("empty SQL statement");
@@ -388,6 +409,164 @@ absl::StatusOr<Result> Connection::Run(std::string_view sql, int nparams,
     return absl::InvalidArgumentError("COPY is not supported through Transaction::Exec");
   }
   return ErrorStatus(res.get(), "exec");
+}
+
+Piped Connection::RunThen(std::string_view sql, int nparams, absl::Span<const Value> params,
+                          bool binary_results, const char* then) {
+  return Pipeline(sql, nparams, params, binary_results, then);
+}
+
+Piped Connection::Pipeline(std::string_view sql, int nparams, absl::Span<const Value> params,
+                           bool binary_results, const char* then) {
+  Piped out;
+  auto fail = [&out](absl::Status s) {
+    out.result = s;
+    out.then_status = std::move(s);
+    return std::move(out);
+  };
+  // Checked before anything is sent, so a caller's mistake leaves the deferred
+  // statements deferred and the session as it was (as Run does without them).
+  if (static_cast<int>(params.size()) != nparams) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "statement has ", nparams, " parameters but ", params.size(), " values were given")));
+  }
+  Bound b;
+  if (absl::Status s = Bind(params, &b); !s.ok()) return fail(std::move(s));
+  std::string key(sql);
+  key.push_back('\0');
+  for (Oid t : b.types) absl::StrAppend(&key, t, ",");
+  const int result_format = binary_results ? 1 : 0;
+  const std::string text(sql);
+  auto it = statements_.find(key);
+  const bool unnamed = it == statements_.end() && statements_.size() >= kMaxCachedStatements;
+  // A statement not prepared yet on this connection is prepared in the same round
+  // trip instead of one of its own.
+  std::string prepare_name;
+  if (it == statements_.end() && !unnamed) prepare_name = absl::StrCat("idem_", ++next_statement_);
+  const std::string& name = it != statements_.end() ? it->second : prepare_name;
+
+  enum class Slot { kDeferred, kPrepare, kMain, kThen };
+  std::vector<Slot> slots;
+  const std::vector<std::string> deferred = std::move(deferred_);
+  deferred_.clear();
+  bool sent = PQenterPipelineMode(conn_) == 1;
+  for (const std::string& d : deferred) {
+    sent =
+        sent && PQsendQueryParams(conn_, d.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+    slots.push_back(Slot::kDeferred);
+  }
+  if (!prepare_name.empty()) {
+    sent = sent &&
+           PQsendPrepare(conn_, prepare_name.c_str(), text.c_str(), nparams, b.types.data()) == 1;
+    slots.push_back(Slot::kPrepare);
+  }
+  if (unnamed) {
+    sent = sent && PQsendQueryParams(conn_, text.c_str(), nparams, b.types.data(), b.values.data(),
+                                     b.lengths.data(), b.formats.data(), result_format) == 1;
+  } else {
+    sent = sent && PQsendQueryPrepared(conn_, name.c_str(), nparams, b.values.data(),
+                                       b.lengths.data(), b.formats.data(), result_format) == 1;
+  }
+  slots.push_back(Slot::kMain);
+  int syncs = 1;
+  sent = sent && PQpipelineSync(conn_) == 1;
+  if (then != nullptr) {
+    sent = sent && PQsendQueryParams(conn_, then, 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+    slots.push_back(Slot::kThen);
+    sent = sent && PQpipelineSync(conn_) == 1;
+    ++syncs;
+  }
+  CountRoundTrip();
+  if (!sent) {
+    // Part of the pipeline may be out: the session state is unknown.
+    broken_ = true;
+    return fail(ErrorStatus(nullptr, "pipeline"));
+  }
+
+  // Each statement answers with its result (PGRES_PIPELINE_ABORTED when an earlier
+  // error of the same sync segment skipped it) and then NULL; each sync point with
+  // PGRES_PIPELINE_SYNC. A lost connection ends the stream early.
+  std::vector<Result> results(slots.size());
+  size_t q = 0;
+  bool have = false;  // results[q] is filled; the next result belongs to q + 1
+  bool copy = false;
+  int seen_syncs = 0;
+  while (seen_syncs < syncs) {
+    PGresult* r = PQgetResult(conn_);
+    if (r == nullptr) {
+      if (!have || PQstatus(conn_) != CONNECTION_OK) break;
+      ++q;
+      have = false;
+      continue;
+    }
+    const ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_PIPELINE_SYNC) {
+      PQclear(r);
+      ++seen_syncs;
+      if (have) ++q;
+      have = false;
+      continue;
+    }
+    if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
+      PQclear(r);
+      copy = true;
+      break;
+    }
+    if (have && st == PGRES_PIPELINE_ABORTED) {  // in case libpq sent no NULL before it
+      ++q;
+      have = false;
+    }
+    if (!have && q < results.size()) {
+      results[q].reset(r);
+    } else {
+      PQclear(r);
+    }
+    have = true;
+  }
+  if (copy || seen_syncs < syncs || PQstatus(conn_) != CONNECTION_OK ||
+      PQexitPipelineMode(conn_) != 1) {
+    // Whatever is left unread would confuse the next caller: never reuse it.
+    broken_ = true;
+  }
+
+  absl::Status first_error;  // of a deferred statement or the PREPARE
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const PGresult* r = results[i].get();
+    const ExecStatusType st = r != nullptr ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    switch (slots[i]) {
+      case Slot::kDeferred:
+      case Slot::kPrepare:
+        if (!first_error.ok()) break;  // skipped (PGRES_PIPELINE_ABORTED) after it
+        if (st != PGRES_COMMAND_OK) {
+          first_error = ErrorStatus(r, slots[i] == Slot::kPrepare ? "prepare" : "exec");
+        } else if (slots[i] == Slot::kPrepare) {
+          statements_.emplace(std::move(key), prepare_name);
+        }
+        break;
+      case Slot::kMain:
+        if (!first_error.ok()) {
+          out.result = first_error;
+        } else if (copy) {
+          out.result =
+              absl::InvalidArgumentError("COPY is not supported through Transaction::Exec");
+        } else {
+          out.result = Finish(std::move(results[i]));
+        }
+        break;
+      case Slot::kThen:
+        if (st == PGRES_COMMAND_OK) {
+          out.then_tag = PQcmdStatus(const_cast<PGresult*>(r));
+        } else if (r == nullptr || PQresultErrorField(r, PG_DIAG_SQLSTATE) != nullptr) {
+          out.then_status = ErrorStatus(r, "commit");
+        } else {
+          broken_ = true;
+          out.then_status =
+              absl::InternalError(absl::StrCat("postgres: ", then, " was skipped in its pipeline"));
+        }
+        break;
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<int64_t> Connection::Exec(std::string_view sql, absl::Span<const Value> params) {

@@ -8,6 +8,7 @@
 
 #include <libpq-fe.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,6 +48,22 @@ struct ResultDeleter {
 };
 using Result = std::unique_ptr<PGresult, ResultDeleter>;
 
+// Network round trips made by every Connection of this process (one per
+// PQexec/PQprepare/PQexecPrepared/PQexecParams, one per pipeline). For tests and
+// benchmarks that check how many round trips an operation costs.
+uint64_t RoundTrips();
+
+// The outcome of Connection::RunThenCommit.
+struct Piped {
+  // The statement's result, or the error of the first statement of the round trip
+  // that failed before it (a deferred statement: see Connection::Defer).
+  absl::StatusOr<Result> result;
+  // The trailing statement's status (OK when it ran) and command tag ("COMMIT", or
+  // "ROLLBACK" when it met a failed transaction). Empty tag: it did not run.
+  absl::Status then_status;
+  std::string then_tag;
+};
+
 // How libpq connects: keywords and values for PQconnectdbParams (expand_dbname).
 struct ConnectSpec {
   std::vector<std::string> keywords;
@@ -79,6 +96,24 @@ class Connection {
   absl::StatusOr<Result> Run(std::string_view sql, int nparams, absl::Span<const Value> params,
                              bool binary_results);
 
+  // Holds `statements` (each one statement, no parameters) back and sends them in
+  // the same round trip as the next Run/Exec/Query/RunThen, ahead of it (libpq
+  // pipeline mode): a transaction's BEGIN then costs no round trip of its own. If
+  // one of them fails, that statement's error is what the next call returns (with
+  // the usual SQLSTATE mapping) and the statements after it are not run.
+  void Defer(std::vector<std::string> statements) { deferred_ = std::move(statements); }
+  bool has_deferred() const { return !deferred_.empty(); }
+  // Forgets deferred statements that never went out (nothing to undo on the server).
+  void DropDeferred() { deferred_.clear(); }
+
+  // One round trip: the deferred statements, the statement (as Run), a sync point,
+  // then `then` (one statement without parameters, e.g. "COMMIT") and a second
+  // sync point. The sync point makes an error of the statement end its part of
+  // the pipeline only: `then` still runs, so a COMMIT meets the failed transaction
+  // and answers ROLLBACK instead of being skipped with the transaction left open.
+  Piped RunThen(std::string_view sql, int nparams, absl::Span<const Value> params,
+                bool binary_results, const char* then);
+
   // True once the connection is lost (server restart, pg_terminate_backend,
   // network): the pool must not hand it out again.
   bool broken() const { return broken_ || PQstatus(conn_) != CONNECTION_OK; }
@@ -95,12 +130,21 @@ class Connection {
   // The status for a failed `result` (may be null when libpq itself failed).
   absl::Status ErrorStatus(const PGresult* result, std::string_view context);
 
+  // The status of a statement's `result` as Run answers it.
+  absl::StatusOr<Result> Finish(Result res);
+
+  // Sends the deferred statements, the statement and `then` (may be null) in
+  // pipeline mode with one round trip; see RunThen.
+  Piped Pipeline(std::string_view sql, int nparams, absl::Span<const Value> params,
+                 bool binary_results, const char* then);
+
   PGconn* conn_;
   const std::string display_;
   bool broken_ = false;
   uint64_t next_statement_ = 0;
   // SQL text + parameter type signature → server-side statement name.
   std::unordered_map<std::string, std::string> statements_;
+  std::vector<std::string> deferred_;
 };
 
 }  // namespace idem::postgres

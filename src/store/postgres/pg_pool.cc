@@ -67,6 +67,8 @@ absl::StatusOr<Pool::Lease> Pool::Acquire() {
 void Pool::Return(std::unique_ptr<Connection> conn) {
   // A connection left inside a transaction (its owner could not roll back) is in
   // an unknown state; closing it makes the server roll back.
+  // A deferred BEGIN that never went out opened nothing on the server.
+  conn->DropDeferred();
   const bool keep = !conn->broken() && conn->transaction_status() == PQTRANS_IDLE;
   std::vector<std::unique_ptr<Connection>> doomed;
   {

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -125,20 +126,44 @@ int64_t RowsChanged(const PGresult* res) {
   return tuples != nullptr && *tuples != '\0' ? std::atoll(tuples) : 0;
 }
 
+// The result write of ReplaceAndCommit: Replace's UPDATE, made to fail when it
+// matches no row, because the COMMIT pipelined behind it must never commit the
+// handler's rows without the result. The failure is a division by zero (SQLSTATE
+// 22012) in the outer SELECT, which reads the UPDATE's RETURNING rows: 1 / 1 when
+// it moved the row, 1 / 0 when it did not. Why not a plpgsql function that RAISEs?
+// It would need a schema migration on existing databases and the right to create
+// functions; this needs nothing but the UPDATE itself. 22012 cannot come from
+// anything else in the statement (no other arithmetic; the values are bound
+// parameters stored as they are), so it means "not moved" exactly. The error
+// aborts the transaction, and the COMMIT behind it answers ROLLBACK.
+constexpr std::string_view kReplaceOrFail =
+    "WITH moved AS (UPDATE idem_records SET biz_type = $1, fingerprint = $2, state = $3, "
+    "token = $4, lease_until = $5, result = $6, error = $7, updated_at = $8 "
+    "WHERE tenant = $9 AND idem_key = $10 AND token = $11 AND state = $12 RETURNING 1) "
+    "SELECT 1 / count(*) FROM moved";
+constexpr std::string_view kDivisionByZero = "22012";
+
+constexpr std::string_view kReplace =
+    "UPDATE idem_records SET biz_type = $1, fingerprint = $2, state = $3, token = $4, "
+    "lease_until = $5, result = $6, error = $7, updated_at = $8 "
+    "WHERE tenant = $9 AND idem_key = $10 AND token = $11 AND state = $12";
+
 class PostgresTransaction final : public StoreTransaction {
  public:
-  PostgresTransaction(Pool::Lease lease, int lock_timeout_ms)
-      : lease_(std::move(lease)), lock_timeout_ms_(lock_timeout_ms) {}
+  // `lease` has the transaction's BEGIN deferred (Connection::Defer): it goes out
+  // with the first statement. `pool` lends a fresh connection if the lease's turns
+  // out dead on that first round trip.
+  PostgresTransaction(Pool& pool, Pool::Lease lease, const std::vector<std::string>& begin,
+                      int lock_timeout_ms)
+      : pool_(pool), lease_(std::move(lease)), begin_(begin), lock_timeout_ms_(lock_timeout_ms) {}
   ~PostgresTransaction() override { Rollback(); }
 
   absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params) override {
-    IDEM_RETURN_IF_ERROR(CheckOpen());
-    return After(lease_->Exec(sql, params));
+    return Step([&] { return lease_->Exec(sql, params); });
   }
 
   absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
-    IDEM_RETURN_IF_ERROR(CheckOpen());
-    return After(lease_->Query(sql, params));
+    return Step([&] { return lease_->Query(sql, params); });
   }
 
   // One round trip in the common cases: the INSERT … ON CONFLICT DO NOTHING and the
@@ -155,44 +180,87 @@ class PostgresTransaction final : public StoreTransaction {
   // with a fresh snapshot, reads and locks it. If the row vanished in between
   // (purged), the insert is tried again.
   absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& r) override {
-    IDEM_RETURN_IF_ERROR(CheckOpen());
-    return After(Claim(r));
+    return Step([&] { return Claim(r); });
   }
 
   absl::StatusOr<bool> Replace(const Record& r, int64_t expected_token,
                                RecordState expected_state) override {
-    IDEM_RETURN_IF_ERROR(CheckOpen());
-    static constexpr std::string_view sql =
-        "UPDATE idem_records SET biz_type = $1, fingerprint = $2, state = $3, token = $4, "
-        "lease_until = $5, result = $6, error = $7, updated_at = $8 "
-        "WHERE tenant = $9 AND idem_key = $10 AND token = $11 AND state = $12";
-    const Value params[] = {
-        Value(r.biz_type),    Value(r.fingerprint),         Int(static_cast<int>(r.state)),
-        Int(r.token),         Int(ToMicros(r.lease_until)), Value(Blob{r.result}),
-        Value(Blob{r.error}), Int(ToMicros(r.updated_at)),  Value(r.tenant),
-        Value(Blob{r.key}),   Int(expected_token),          Int(static_cast<int>(expected_state))};
-    absl::StatusOr<postgres::Result> res = After(lease_->Run(sql, 12, params, true));
+    const std::vector<Value> params = ReplaceParams(r, expected_token, expected_state);
+    absl::StatusOr<postgres::Result> res =
+        Step([&] { return lease_->Run(kReplace, 12, params, true); });
     IDEM_RETURN_IF_ERROR(res.status());
     return RowsChanged(res->get()) == 1;
+  }
+
+  // One round trip: the UPDATE (kReplaceOrFail), a sync point, then COMMIT. When
+  // the UPDATE fails, not moving the row included, the transaction is aborted and
+  // the COMMIT answers ROLLBACK: nothing of it is committed. Not retried on a fresh
+  // connection even as a first statement: a COMMIT was sent, so a lost connection
+  // leaves the outcome unknown.
+  absl::StatusOr<bool> ReplaceAndCommit(const Record& r, int64_t expected_token,
+                                        RecordState expected_state) override {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    if (!lease_->has_deferred() && lease_->transaction_status() == PQTRANS_INERROR) {
+      Rollback();
+      return FailedEarlier();
+    }
+    const std::vector<Value> params = ReplaceParams(r, expected_token, expected_state);
+    postgres::Piped piped =
+        lease_->RunThen(kReplaceOrFail, 12, params, /*binary_results=*/false, "COMMIT");
+    const bool lost = lease_->broken();
+    absl::StatusOr<bool> out;
+    bool commit_error = false;
+    if (piped.result.ok()) {
+      if (!piped.then_status.ok()) {
+        out = piped.then_status;
+        commit_error = true;
+      } else if (piped.then_tag == "COMMIT") {
+        out = true;
+      } else {
+        out = absl::AbortedError(
+            absl::StrCat("postgres: COMMIT answered ", piped.then_tag, "; retry"));
+      }
+    } else if (auto state = piped.result.status().GetPayload(AV(postgres::kSqlStatePayload));
+               state.has_value() && *state == AV(kDivisionByZero)) {
+      out = false;  // the row had moved on: the COMMIT answered ROLLBACK
+    } else {
+      out = piped.result.status();
+    }
+    if (lost || (commit_error && out.status().code() == absl::StatusCode::kUnavailable)) {
+      // The server may or may not have committed before the connection went: a
+      // retry of the claim finds out (the record is there or it is not).
+      out = absl::UnavailableError(absl::StrCat(
+          out.ok() ? "postgres: connection lost after COMMIT was sent" : out.status().message(),
+          " (commit outcome unknown)"));
+    }
+    // Ends the transaction whatever happened: after a COMMIT the session is idle
+    // (nothing to send); when nothing went out (bad parameters), it rolls back.
+    Rollback();
+    return out;
   }
 
   // Locks the row (FOR UPDATE) so that the caller's check-then-Replace (Guard's
   // complete/fail) cannot interleave with another one under READ COMMITTED.
   absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,
                                              std::string_view key) override {
-    IDEM_RETURN_IF_ERROR(CheckOpen());
-    absl::StatusOr<std::optional<Record>> out = SelectRecord(*lease_, tenant, key, /*lock=*/true);
-    if (!out.ok()) out = Contended(out.status());
-    return After(std::move(out));
+    return Step([&]() -> absl::StatusOr<std::optional<Record>> {
+      absl::StatusOr<std::optional<Record>> out = SelectRecord(*lease_, tenant, key, /*lock=*/true);
+      if (!out.ok()) out = Contended(out.status());
+      return out;
+    });
   }
 
   absl::Status Commit() override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
+    if (lease_->has_deferred()) {
+      // No statement ran: the deferred BEGIN never went out, nothing to commit.
+      done_ = true;
+      lease_.Release();
+      return absl::OkStatus();
+    }
     if (lease_->transaction_status() == PQTRANS_INERROR) {
       Rollback();
-      return absl::AbortedError(
-          "postgres: a statement of this transaction failed earlier, so it was rolled back "
-          "instead of committed; retry");
+      return FailedEarlier();
     }
     std::string tag;
     absl::Status s = lease_->ExecScript("COMMIT", &tag);
@@ -216,6 +284,7 @@ class PostgresTransaction final : public StoreTransaction {
   void Rollback() override {
     if (done_) return;
     done_ = true;
+    if (lease_) lease_->DropDeferred();  // a BEGIN that never went out began nothing
     if (lease_ && !lease_->broken() && lease_->transaction_status() != PQTRANS_IDLE) {
       // A failed ROLLBACK leaves the connection outside PQTRANS_IDLE or broken, and
       // the pool closes it (the server then rolls back); nothing else to do here.
@@ -269,6 +338,48 @@ class PostgresTransaction final : public StoreTransaction {
     return absl::AbortedError("postgres: the record kept appearing and vanishing; retry");
   }
 
+  static absl::Status FailedEarlier() {
+    return absl::AbortedError(
+        "postgres: a statement of this transaction failed earlier, so it was rolled back "
+        "instead of committed; retry");
+  }
+
+  static std::vector<Value> ReplaceParams(const Record& r, int64_t expected_token,
+                                          RecordState expected_state) {
+    return {
+        Value(r.biz_type),    Value(r.fingerprint),         Int(static_cast<int>(r.state)),
+        Int(r.token),         Int(ToMicros(r.lease_until)), Value(Blob{r.result}),
+        Value(Blob{r.error}), Int(ToMicros(r.updated_at)),  Value(r.tenant),
+        Value(Blob{r.key}),   Int(expected_token),          Int(static_cast<int>(expected_state))};
+  }
+
+  // Runs `op` (the transaction's next statement or statements) and then After().
+  // While the BEGIN is still deferred, nothing of this transaction has reached the
+  // server, so a pooled connection found dead by that first round trip (it died
+  // while idle: server restart, terminated backend) is replaced once by a fresh
+  // one and `op` repeated, as Begin() did when it sent BEGIN itself: a caller never
+  // sees a dead idle connection. Safe: no COMMIT went out, and the server rolls
+  // back whatever a session that lost its client had begun.
+  template <typename Op>
+  auto Step(Op op) -> decltype(op()) {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    const bool first = lease_->has_deferred();
+    auto out = op();
+    if (!out.ok() && first && lease_.reused() && lease_->broken()) {
+      lease_.Release();
+      absl::StatusOr<Pool::Lease> fresh = pool_.Acquire();
+      if (!fresh.ok()) {
+        done_ = true;
+        lost_ = true;
+        return fresh.status();
+      }
+      lease_ = *std::move(fresh);
+      lease_->Defer(begin_);
+      out = op();
+    }
+    return After(std::move(out));
+  }
+
   absl::Status CheckOpen() const {
     if (lost_) {
       return absl::UnavailableError(
@@ -285,7 +396,9 @@ class PostgresTransaction final : public StoreTransaction {
   template <typename T>
   absl::StatusOr<T> After(absl::StatusOr<T> out) {
     absl::Status ended;
-    if (lease_->broken()) {
+    if (lease_->has_deferred()) {
+      return out;  // nothing was sent (a caller's mistake): the transaction goes on
+    } else if (lease_->broken()) {
       lost_ = true;
       ended = absl::UnavailableError(
           "postgres: the connection was lost inside the transaction; nothing was committed");
@@ -316,7 +429,9 @@ class PostgresTransaction final : public StoreTransaction {
     return out;
   }
 
+  Pool& pool_;
   Pool::Lease lease_;
+  const std::vector<std::string>& begin_;  // the store's, which outlives this
   const int lock_timeout_ms_;
   bool done_ = false;
   bool lost_ = false;
@@ -326,22 +441,22 @@ class PostgresStore final : public Store {
  public:
   explicit PostgresStore(postgres::Options options)
       : options_(std::move(options)),
-        begin_sql_(absl::StrCat("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = ",
-                                options_.lock_timeout_ms)),
+        begin_({"BEGIN ISOLATION LEVEL READ COMMITTED",
+                absl::StrCat("SET LOCAL lock_timeout = ", options_.lock_timeout_ms)}),
         pool_([this] { return Connection::Open(options_.connect); }, options_.pool,
               absl::Milliseconds(options_.pool_timeout_ms)) {}
 
   void Seed(std::unique_ptr<Connection> conn) { pool_.Seed(std::move(conn)); }
 
+  // Fails closed when no connection can be had (pool exhausted, server down for a
+  // new connection). The BEGIN itself is deferred: it goes out in the same round
+  // trip as the transaction's first statement, which answers its errors (and
+  // replaces a pooled connection that turns out dead, see PostgresTransaction).
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
-    for (int attempt = 0;; ++attempt) {
-      IDEM_ASSIGN_OR_RETURN(Pool::Lease lease, pool_.Acquire());
-      absl::Status s = lease->ExecScript(begin_sql_.c_str());
-      if (s.ok()) {
-        return std::make_unique<PostgresTransaction>(std::move(lease), options_.lock_timeout_ms);
-      }
-      if (!RetryOnFresh(attempt, lease)) return s;
-    }
+    IDEM_ASSIGN_OR_RETURN(Pool::Lease lease, pool_.Acquire());
+    lease->Defer(begin_);
+    return std::make_unique<PostgresTransaction>(pool_, std::move(lease), begin_,
+                                                 options_.lock_timeout_ms);
   }
 
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
@@ -377,7 +492,7 @@ class PostgresStore final : public Store {
   }
 
   const postgres::Options options_;
-  const std::string begin_sql_;
+  const std::vector<std::string> begin_;  // BEGIN …; SET LOCAL lock_timeout = …
   Pool pool_;
 };
 

@@ -21,6 +21,12 @@
 // Transactions are READ COMMITTED; a claim locks its record row (FOR UPDATE), so
 // concurrent claims of one key queue on the row and never both win.
 //
+// Round trips (libpq pipeline mode): Begin() sends nothing (it fails closed only
+// when no connection can be had); the BEGIN and SET LOCAL go out with the
+// transaction's first statement, whose errors they become. The Guard's result
+// UPDATE and the COMMIT share one round trip (ReplaceAndCommit), so a guarded
+// handler costs 3: claim, the handler's statements, result + COMMIT.
+//
 // Prepared statements are per connection: use a session-mode pooler (or none) in
 // front of the server, not PgBouncer's transaction mode.
 //

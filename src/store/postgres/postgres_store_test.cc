@@ -180,6 +180,36 @@ class PostgresStoreTest : public ::testing::Test {
     return tx->Commit();
   }
 
+  // Terminates every backend of `app` (application_name) and waits until they are
+  // gone. Returns how many were terminated.
+  int64_t TerminateApp(const std::string& app) {
+    int64_t killed = -1;
+    {
+      std::unique_ptr<StoreTransaction> tx = *admin_->Begin();
+      absl::StatusOr<Rows> rows = tx->Query(
+          "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ?",
+          {Value(app)});
+      EXPECT_OK(rows);
+      if (rows.ok()) killed = static_cast<int64_t>(rows->rows.size());
+      EXPECT_OK(tx->Commit());
+    }
+    for (int i = 0; i < 100; ++i) {
+      std::unique_ptr<StoreTransaction> tx = *admin_->Begin();
+      absl::StatusOr<Rows> rows = tx->Query(
+          "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?", {Value(app)});
+      if (rows.ok() && rows->rows[0][0].as_int() == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return killed;
+  }
+
+  int64_t CountRows(Store& store, const std::string& sql) {
+    std::unique_ptr<StoreTransaction> tx = *store.Begin();
+    absl::StatusOr<Rows> rows = tx->Query(sql);
+    EXPECT_OK(rows);
+    return rows.ok() ? rows->rows[0][0].as_int() : -1;
+  }
+
   std::unique_ptr<Store> Open(const std::string& params = "") {
     absl::StatusOr<std::unique_ptr<Store>> s =
         OpenPostgresStore(params.empty() ? url_ : WithParam(url_, params));
@@ -529,6 +559,170 @@ TEST_F(PostgresStoreTest, RecoversAfterItsConnectionsAreTerminated) {
   ASSERT_OK(r);
   EXPECT_EQ(r->outcome, Outcome::kExecuted);
   EXPECT_LE(count_backends(), 3);
+}
+
+// Begin() sends nothing: its BEGIN goes out with the first statement. A connection
+// that died before then fails that statement as Begin() used to fail (kUnavailable,
+// nothing committed), unless it was a pooled one, which is replaced transparently.
+TEST_F(PostgresStoreTest, DeferredBeginFailsOnTheFirstStatement) {
+  const std::string app = RandomName("idem_pgdefer_");
+  std::unique_ptr<Store> store = Open("pool=2&application_name=" + app);
+  ASSERT_NE(store, nullptr);
+  std::unique_ptr<StoreTransaction> pooled = *store->Begin();  // the connection Open made
+  std::unique_ptr<StoreTransaction> fresh = *store->Begin();   // connected for this Begin
+  ASSERT_EQ(TerminateApp(app), 2);
+
+  const uint64_t before = postgres::RoundTrips();
+  absl::Status lost = fresh->Exec("CREATE TABLE d (x INT)").status();
+  EXPECT_EQ(postgres::RoundTrips() - before, 1u);
+  EXPECT_THAT(lost, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(SqlState(lost), "57P01");  // as the BEGIN itself answered it before
+  EXPECT_THAT(fresh->Exec("SELECT 1"), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(fresh->Commit(), StatusIs(absl::StatusCode::kUnavailable));
+  fresh.reset();
+
+  ASSERT_OK(pooled->Exec("CREATE TABLE d (x INT)"));  // on a fresh connection
+  ASSERT_OK(pooled->Exec("INSERT INTO d VALUES (1)"));
+  ASSERT_OK(pooled->Commit());
+  EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM d"), 1);
+
+  // Nothing sent at all: Commit and Rollback have nothing to do and need no
+  // round trip, and the connection goes back to the pool idle.
+  const uint64_t idle_before = postgres::RoundTrips();
+  ASSERT_OK((*store->Begin())->Commit());
+  (*store->Begin())->Rollback();
+  EXPECT_EQ(postgres::RoundTrips() - idle_before, 0u);
+  // A caller's mistake caught before sending keeps the BEGIN deferred.
+  std::unique_ptr<StoreTransaction> tx = *store->Begin();
+  EXPECT_THAT(tx->Exec("INSERT INTO d VALUES (?)"), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK(tx->Exec("INSERT INTO d VALUES (2)"));
+  ASSERT_OK(tx->Commit());
+  EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM d"), 2);
+}
+
+TEST_F(PostgresStoreTest, GuardRunTakesThreeRoundTrips) {
+  std::unique_ptr<Store> store = Open();
+  ASSERT_NE(store, nullptr);
+  {
+    std::unique_ptr<StoreTransaction> tx = *store->Begin();
+    ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no TEXT PRIMARY KEY)"));
+    ASSERT_OK(tx->Commit());
+  }
+  Guard guard(*store);
+  for (int i = 0; i < 2; ++i) {  // the first run also prepares its statements
+    const std::string key = "K" + std::to_string(i);
+    const uint64_t before = postgres::RoundTrips();
+    absl::StatusOr<Result> r = guard.Run(
+        {.biz_type = "refund", .key = key}, [&](Transaction& tx) -> absl::StatusOr<std::string> {
+          IDEM_RETURN_IF_ERROR(
+              tx.Exec("INSERT INTO ledger (order_no) VALUES (?)", {Value(key)}).status());
+          return "ok";
+        });
+    // (BEGIN, SET LOCAL, claim), the handler's INSERT, (result UPDATE, COMMIT).
+    EXPECT_EQ(postgres::RoundTrips() - before, 3u) << "run " << i;
+    ASSERT_OK(r);
+    EXPECT_EQ(r->outcome, Outcome::kExecuted);
+  }
+  // The bare transaction: (BEGIN, SET LOCAL, INSERT), COMMIT.
+  const uint64_t before = postgres::RoundTrips();
+  std::unique_ptr<StoreTransaction> tx = *store->Begin();
+  ASSERT_OK(tx->Exec("INSERT INTO ledger (order_no) VALUES (?)", {Value("bare")}));
+  ASSERT_OK(tx->Commit());
+  EXPECT_EQ(postgres::RoundTrips() - before, 2u);
+  EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM ledger"), 3);
+}
+
+// The COMMIT pipelined behind the result UPDATE must never commit when the UPDATE
+// did not move the record: the handler's rows and the claim are all gone.
+TEST_F(PostgresStoreTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
+  std::unique_ptr<Store> store = Open();
+  ASSERT_NE(store, nullptr);
+  {
+    std::unique_ptr<StoreTransaction> tx = *store->Begin();
+    ASSERT_OK(tx->Exec("CREATE TABLE h (x INT)"));
+    ASSERT_OK(tx->Commit());
+  }
+  Record claim = MakeRecord("K");
+  Record done = claim;
+  done.state = RecordState::kSucceeded;
+  done.result = "r";
+  done.lease_until = absl::InfinitePast();
+  {
+    std::unique_ptr<StoreTransaction> tx = *store->Begin();
+    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(tx->Exec("INSERT INTO h VALUES (1)"));
+    const uint64_t before = postgres::RoundTrips();
+    absl::StatusOr<bool> moved =
+        tx->ReplaceAndCommit(done, /*expected_token=*/7, RecordState::kProcessing);
+    EXPECT_EQ(postgres::RoundTrips() - before, 1u);
+    ASSERT_OK(moved);
+    EXPECT_FALSE(*moved);
+    // The transaction is over.
+    EXPECT_THAT(tx->Exec("SELECT 1"), StatusIs(absl::StatusCode::kFailedPrecondition));
+  }
+  EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM h"), 0);
+  EXPECT_EQ(*store->Get("default", "K"), std::nullopt);
+
+  // A statement of the transaction failed: rolled back, not committed.
+  {
+    std::unique_ptr<StoreTransaction> tx = *store->Begin();
+    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(tx->Exec("INSERT INTO h VALUES (1)"));
+    EXPECT_FALSE(tx->Exec("INSERT INTO h VALUES ('x')").ok());
+    EXPECT_THAT(tx->ReplaceAndCommit(done, 1, RecordState::kProcessing),
+                StatusIs(absl::StatusCode::kAborted));
+  }
+  EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM h"), 0);
+  EXPECT_EQ(*store->Get("default", "K"), std::nullopt);
+
+  // Through the Guard: the handler itself moves its record on (as a concurrent
+  // takeover would), so the result write matches nothing.
+  Guard guard(*store);
+  absl::StatusOr<Result> r = guard.Run(
+      {.biz_type = "refund", .key = "G"}, [](Transaction& tx) -> absl::StatusOr<std::string> {
+        IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO h VALUES (2)").status());
+        IDEM_RETURN_IF_ERROR(tx.Exec("UPDATE idem_records SET token = token + 1 WHERE idem_key = ?",
+                                     {Value(Blob{"G"})})
+                                 .status());
+        return "ok";
+      });
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kAborted));
+  EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM h"), 0);
+  EXPECT_EQ(*store->Get("default", "G"), std::nullopt);
+
+  // And when it moves: committed together.
+  {
+    std::unique_ptr<StoreTransaction> tx = *store->Begin();
+    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(tx->Exec("INSERT INTO h VALUES (3)"));
+    absl::StatusOr<bool> moved = tx->ReplaceAndCommit(done, 1, RecordState::kProcessing);
+    ASSERT_OK(moved);
+    EXPECT_TRUE(*moved);
+  }
+  EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM h"), 1);
+  absl::StatusOr<std::optional<Record>> got = store->Get("default", "K");
+  ASSERT_OK(got);
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->state, RecordState::kSucceeded);
+  EXPECT_EQ((*got)->result, "r");
+}
+
+TEST_F(PostgresStoreTest, ReplaceAndCommitOnALostConnectionIsOutcomeUnknown) {
+  const std::string app = RandomName("idem_pgrac_");
+  std::unique_ptr<Store> store = Open("application_name=" + app);
+  ASSERT_NE(store, nullptr);
+  Record claim = MakeRecord("K");
+  Record done = claim;
+  done.state = RecordState::kSucceeded;
+  std::unique_ptr<StoreTransaction> tx = *store->Begin();
+  ASSERT_OK(tx->InsertOrLoad(claim));
+  ASSERT_EQ(TerminateApp(app), 1);
+  absl::StatusOr<bool> moved = tx->ReplaceAndCommit(done, 1, RecordState::kProcessing);
+  EXPECT_THAT(moved, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Message(moved.status()), HasSubstr("commit outcome unknown"));
+  EXPECT_THAT(tx->Commit(), Not(StatusIs(absl::StatusCode::kOk)));
+  tx.reset();
+  EXPECT_EQ(*store->Get("default", "K"), std::nullopt);  // here: it had not
 }
 
 }  // namespace
