@@ -247,7 +247,14 @@ absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler
     failed.updated_at = options_.clock->Now();
     IDEM_ASSIGN_OR_RETURN(std::optional<Record> now_existing, ftx->InsertOrLoad(failed));
     if (now_existing.has_value()) {
-      if (now_existing->state == RecordState::kReleased) {
+      // The rollback restored what this claim had acquired: a released key, or the
+      // expired lease it took over (same token as before the takeover). Either is
+      // still ours to end; anything else is another holder's and stands.
+      const bool acquired_from_it =
+          now_existing->state == RecordState::kReleased ||
+          (now_existing->state == RecordState::kProcessing &&
+           now_existing->token == claim.token - 1 && now_existing->lease_until <= now);
+      if (acquired_from_it) {
         failed.token = now_existing->token + 1;
         IDEM_RETURN_IF_ERROR(ftx->Replace(failed, now_existing->token, now_existing->state));
       } else {

@@ -157,6 +157,25 @@ TEST_P(GuardConformanceTest, FinalErrorIsCachedAndReplayedAsCachedFailure) {
   EXPECT_EQ(record->state, RecordState::kFailed);
 }
 
+// A final failure of a handler that took over an expired lease is cached like any
+// other: the next arrival gets kCachedFailure, the handler does not run again.
+TEST_P(GuardConformanceTest, FinalErrorAfterATakeoverIsCached) {
+  ASSERT_OK(guard_->Claim(Req("K"), absl::Seconds(1)));
+  clock_.Advance(absl::Seconds(2));
+  absl::StatusOr<Result> r =
+      guard_->Run(Req("K"), Counting("", absl::InvalidArgumentError("card expired")));
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::StatusOr<Result> again = guard_->Run(Req("K"), Counting("ok"));
+  ASSERT_OK(again);
+  EXPECT_EQ(again->outcome, Outcome::kCachedFailure);
+  EXPECT_EQ(again->value, R"({"code":"INVALID_ARGUMENT","message":"card expired"})");
+  EXPECT_EQ(runs_.load(), 1);
+  absl::StatusOr<Record> record = guard_->Get(Req("K"));
+  ASSERT_OK(record);
+  EXPECT_EQ(record->state, RecordState::kFailed);
+  EXPECT_EQ(record->token, 2);
+}
+
 TEST_P(GuardConformanceTest, InvalidKeysAreRejectedBeforeTheHandler) {
   EXPECT_THAT(guard_->Run(Req(""), Counting("x")), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(guard_->Run(Req(std::string(256, 'k')), Counting("x")),
