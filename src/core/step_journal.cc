@@ -1,0 +1,434 @@
+#include "core/step_journal.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/absl_compat.h"
+#include "idem/fingerprint.h"
+#include "idem/status.h"
+
+namespace idem::steps {
+namespace {
+
+constexpr int kJournalVersion = 1;
+
+int64_t ToMicros(absl::Time t) {
+  return t == absl::InfinitePast() ? 0 : absl::ToUnixMicros(t);
+}
+absl::Time FromMicros(int64_t us) {
+  return us == 0 ? absl::InfinitePast() : absl::FromUnixMicros(us);
+}
+Value Int(int64_t v) { return Value(static_cast<long long>(v)); }
+Value Micros(absl::Time t) { return Int(ToMicros(t)); }
+
+// Column values come back as text or as blobs depending on the backend's column
+// type (MariaDB VARBINARY, PostgreSQL BYTEA); both read as bytes here.
+std::string Str(const Value& v) {
+  if (v.is_text()) return v.as_text();
+  if (v.is_blob()) return v.as_blob();
+  return std::string();
+}
+
+absl::StatusOr<int64_t> IntOf(const Value& v, std::string_view column) {
+  if (v.is_int()) return v.as_int();
+  if (v.is_null()) return 0;
+  if (v.is_text()) {
+    int64_t out = 0;
+    if (absl::SimpleAtoi(AV(v.as_text()), &out)) return out;
+  }
+  return absl::DataLossError(absl::StrCat("step journal: column ", AV(column), " is not an integer"));
+}
+
+absl::StatusOr<StepStatus> ParseStepStatus(std::string_view s) {
+  for (StepStatus st : {StepStatus::kPending, StepStatus::kSuccess, StepStatus::kFailed,
+                        StepStatus::kUnknown, StepStatus::kCompensated}) {
+    if (StepStatusName(st) == s) return st;
+  }
+  return absl::DataLossError(absl::StrCat("step journal: unknown step status \"", AV(s), "\""));
+}
+
+absl::StatusOr<OperationStatus> ParseOperationStatus(std::string_view s) {
+  for (OperationStatus st :
+       {OperationStatus::kPending, OperationStatus::kSuccess, OperationStatus::kCompensating,
+        OperationStatus::kCompensated, OperationStatus::kCompensationRequired}) {
+    if (OperationStatusName(st) == s) return st;
+  }
+  return absl::DataLossError(
+      absl::StrCat("step journal: unknown operation status \"", AV(s), "\""));
+}
+
+Value StatusValue(StepStatus s) { return Value(StepStatusName(s)); }
+Value StatusValue(OperationStatus s) { return Value(OperationStatusName(s)); }
+
+constexpr std::string_view kOperationColumns =
+    "biz_key, op_type, object_key, status, input, next_retry_at, lease_token, lease_until, "
+    "blocked_by, last_error, created_at, updated_at";
+
+constexpr std::string_view kStepColumns =
+    "step_seq, name, status, request_id, payload, retry_count, compensate_failures, "
+    "next_retry_at, last_error, updated_at";
+
+struct Ddl {
+  std::vector<std::string> statements;
+};
+
+Ddl SchemaFor(Dialect d) {
+  switch (d) {
+    case Dialect::kSqlite:
+      return {{
+          "CREATE TABLE IF NOT EXISTS idem_journal_version (version INTEGER NOT NULL)",
+          "CREATE TABLE IF NOT EXISTS idem_operations ("
+          " biz_key TEXT PRIMARY KEY, op_type TEXT NOT NULL, object_key TEXT NOT NULL,"
+          " status TEXT NOT NULL, input BLOB, next_retry_at INTEGER NOT NULL,"
+          " lease_token INTEGER NOT NULL, lease_until INTEGER NOT NULL,"
+          " blocked_by TEXT NOT NULL, last_error BLOB, created_at INTEGER NOT NULL,"
+          " updated_at INTEGER NOT NULL, writes INTEGER NOT NULL DEFAULT 0)",
+          "CREATE INDEX IF NOT EXISTS idem_operations_due"
+          " ON idem_operations (status, next_retry_at)",
+          "CREATE TABLE IF NOT EXISTS idem_steps ("
+          " biz_key TEXT NOT NULL, step_seq INTEGER NOT NULL, name TEXT NOT NULL,"
+          " status TEXT NOT NULL, request_id TEXT NOT NULL, payload BLOB,"
+          " retry_count INTEGER NOT NULL, compensate_failures INTEGER NOT NULL,"
+          " next_retry_at INTEGER NOT NULL, last_error BLOB, updated_at INTEGER NOT NULL,"
+          " PRIMARY KEY (biz_key, step_seq))",
+          "CREATE INDEX IF NOT EXISTS idem_steps_due ON idem_steps (status, next_retry_at)",
+          "CREATE TABLE IF NOT EXISTS idem_object_locks ("
+          " object_key TEXT PRIMARY KEY, holder TEXT NOT NULL, acquired_at INTEGER NOT NULL)",
+      }};
+    case Dialect::kPostgres:
+      return {{
+          "CREATE TABLE IF NOT EXISTS idem_journal_version (version INTEGER NOT NULL)",
+          "CREATE TABLE IF NOT EXISTS idem_operations ("
+          " biz_key TEXT PRIMARY KEY, op_type TEXT NOT NULL, object_key TEXT NOT NULL,"
+          " status TEXT NOT NULL, input BYTEA, next_retry_at BIGINT NOT NULL,"
+          " lease_token BIGINT NOT NULL, lease_until BIGINT NOT NULL,"
+          " blocked_by TEXT NOT NULL, last_error BYTEA, created_at BIGINT NOT NULL,"
+          " updated_at BIGINT NOT NULL, writes BIGINT NOT NULL DEFAULT 0)",
+          "CREATE INDEX IF NOT EXISTS idem_operations_due"
+          " ON idem_operations (status, next_retry_at)",
+          "CREATE TABLE IF NOT EXISTS idem_steps ("
+          " biz_key TEXT NOT NULL, step_seq INTEGER NOT NULL, name TEXT NOT NULL,"
+          " status TEXT NOT NULL, request_id TEXT NOT NULL, payload BYTEA,"
+          " retry_count INTEGER NOT NULL, compensate_failures INTEGER NOT NULL,"
+          " next_retry_at BIGINT NOT NULL, last_error BYTEA, updated_at BIGINT NOT NULL,"
+          " PRIMARY KEY (biz_key, step_seq))",
+          "CREATE INDEX IF NOT EXISTS idem_steps_due ON idem_steps (status, next_retry_at)",
+          "CREATE TABLE IF NOT EXISTS idem_object_locks ("
+          " object_key TEXT PRIMARY KEY, holder TEXT NOT NULL, acquired_at BIGINT NOT NULL)",
+      }};
+    case Dialect::kMysql:
+      // VARBINARY keys: a case-insensitive collation would make "R-1" and "r-1"
+      // one operation.
+      return {{
+          "CREATE TABLE IF NOT EXISTS idem_journal_version (version INT NOT NULL) ENGINE=InnoDB",
+          "CREATE TABLE IF NOT EXISTS idem_operations ("
+          " biz_key VARBINARY(255) NOT NULL PRIMARY KEY, op_type VARBINARY(64) NOT NULL,"
+          " object_key VARBINARY(255) NOT NULL, status VARCHAR(32) NOT NULL, input LONGBLOB,"
+          " next_retry_at BIGINT NOT NULL, lease_token BIGINT NOT NULL,"
+          " lease_until BIGINT NOT NULL, blocked_by VARBINARY(255) NOT NULL,"
+          " last_error BLOB, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,"
+          " writes BIGINT NOT NULL DEFAULT 0,"
+          " INDEX idem_operations_due (status, next_retry_at)) ENGINE=InnoDB",
+          "CREATE TABLE IF NOT EXISTS idem_steps ("
+          " biz_key VARBINARY(255) NOT NULL, step_seq INT NOT NULL, name VARCHAR(64) NOT NULL,"
+          " status VARCHAR(16) NOT NULL, request_id VARCHAR(64) NOT NULL, payload LONGBLOB,"
+          " retry_count INT NOT NULL, compensate_failures INT NOT NULL,"
+          " next_retry_at BIGINT NOT NULL, last_error BLOB, updated_at BIGINT NOT NULL,"
+          " PRIMARY KEY (biz_key, step_seq), INDEX idem_steps_due (status, next_retry_at))"
+          " ENGINE=InnoDB",
+          "CREATE TABLE IF NOT EXISTS idem_object_locks ("
+          " object_key VARBINARY(255) NOT NULL PRIMARY KEY, holder VARBINARY(255) NOT NULL,"
+          " acquired_at BIGINT NOT NULL) ENGINE=InnoDB",
+      }};
+  }
+  return {};
+}
+
+}  // namespace
+
+absl::StatusOr<Dialect> DialectOf(const Store& store) {
+  std::string_view url = store.url();
+  if (!store.SupportsSql()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "steps need a SQL store (sqlite://, postgres://, mysql://); ", AV(url), " has no SQL"));
+  }
+  if (absl::StartsWith(AV(url), "sqlite:")) return Dialect::kSqlite;
+  if (absl::StartsWith(AV(url), "postgres://") || absl::StartsWith(AV(url), "postgresql://")) {
+    return Dialect::kPostgres;
+  }
+  if (absl::StartsWith(AV(url), "mysql://") || absl::StartsWith(AV(url), "mariadb://")) {
+    return Dialect::kMysql;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("steps: no journal dialect for store ", AV(url)));
+}
+
+std::string RequestIdFor(std::string_view biz_key, int step_seq) {
+  std::string material(biz_key);
+  material.push_back('\0');
+  absl::StrAppend(&material, step_seq);
+  return absl::StrCat("idem-", AV(Fingerprint(material).substr(0, 32)));
+}
+
+absl::Status Journal::Migrate(Store& store) const {
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
+  if (dialect_ == Dialect::kPostgres) {
+    // CREATE TABLE IF NOT EXISTS races on the catalog when processes start
+    // together; a transaction-scoped advisory lock per schema serializes them.
+    IDEM_RETURN_IF_ERROR(
+        tx->Query("SELECT pg_advisory_xact_lock(1768187245, "
+                  "hashtext('steps:' || coalesce(current_schema(), '')))")
+            .status());
+  }
+  for (const std::string& sql : SchemaFor(dialect_).statements) {
+    absl::Status s = tx->Exec(sql).status();
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("creating the step journal: ", s.message()));
+    }
+  }
+  IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query("SELECT MAX(version) FROM idem_journal_version"));
+  int64_t version = 0;
+  if (!rows.rows.empty() && !rows.rows[0].empty()) {
+    IDEM_ASSIGN_OR_RETURN(version, IntOf(rows.rows[0][0], "version"));
+  }
+  if (version > kJournalVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the step journal has version ", version, ", newer than this idem's ", kJournalVersion,
+        ": upgrade idem"));
+  }
+  if (version == 0) {
+    IDEM_RETURN_IF_ERROR(tx->Exec("INSERT INTO idem_journal_version (version) VALUES (?)",
+                                  {Int(kJournalVersion)})
+                             .status());
+  }
+  return tx->Commit();
+}
+
+absl::StatusOr<bool> Journal::InsertOperation(Transaction& tx, const OperationState& state,
+                                              absl::Time lease_until) const {
+  const std::string tail = dialect_ == Dialect::kMysql ? " ON DUPLICATE KEY UPDATE biz_key = biz_key"
+                                                       : " ON CONFLICT DO NOTHING";
+  IDEM_ASSIGN_OR_RETURN(
+      int64_t inserted,
+      tx.Exec(absl::StrCat("INSERT INTO idem_operations (", AV(kOperationColumns),
+                           ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", tail),
+              {Value(state.biz_key), Value(state.type), Value(state.object_key),
+               StatusValue(state.status), Value(Blob{state.input}), Micros(state.next_retry_at),
+               Int(1), Micros(lease_until), Value(state.blocked_by), Value(Blob{}),
+               Micros(state.created_at), Micros(state.updated_at)}));
+  if (inserted == 0) return false;
+  for (const StepRecord& step : state.steps) {
+    IDEM_RETURN_IF_ERROR(
+        tx.Exec(absl::StrCat("INSERT INTO idem_steps (biz_key, ", AV(kStepColumns),
+                             ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                {Value(state.biz_key), Int(step.step_seq), Value(step.name),
+                 StatusValue(step.status), Value(step.request_id), Value(Blob{}), Int(0), Int(0),
+                 Int(0), Value(Blob{}), Micros(state.created_at)})
+            .status());
+  }
+  return true;
+}
+
+absl::StatusOr<std::vector<OperationRow>> Journal::SelectOperations(
+    Transaction& tx, std::string_view where_and_tail, std::vector<Value> params) const {
+  IDEM_ASSIGN_OR_RETURN(Rows rows, tx.Query(absl::StrCat("SELECT ", AV(kOperationColumns),
+                                                         " FROM idem_operations ",
+                                                         AV(where_and_tail)),
+                                            params));
+  std::vector<OperationRow> out;
+  out.reserve(rows.rows.size());
+  for (const std::vector<Value>& r : rows.rows) {
+    if (r.size() != 12) return absl::DataLossError("step journal: idem_operations has a bad shape");
+    OperationRow row;
+    OperationState& s = row.state;
+    s.biz_key = Str(r[0]);
+    s.type = Str(r[1]);
+    s.object_key = Str(r[2]);
+    IDEM_ASSIGN_OR_RETURN(s.status, ParseOperationStatus(Str(r[3])));
+    s.input = Str(r[4]);
+    IDEM_ASSIGN_OR_RETURN(int64_t next, IntOf(r[5], "next_retry_at"));
+    s.next_retry_at = FromMicros(next);
+    IDEM_ASSIGN_OR_RETURN(row.lease_token, IntOf(r[6], "lease_token"));
+    IDEM_ASSIGN_OR_RETURN(int64_t lease, IntOf(r[7], "lease_until"));
+    s.lease_until = FromMicros(lease);
+    s.blocked_by = Str(r[8]);
+    s.last_error = Str(r[9]);
+    IDEM_ASSIGN_OR_RETURN(int64_t created, IntOf(r[10], "created_at"));
+    s.created_at = FromMicros(created);
+    IDEM_ASSIGN_OR_RETURN(int64_t updated, IntOf(r[11], "updated_at"));
+    s.updated_at = FromMicros(updated);
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+absl::StatusOr<std::optional<OperationRow>> Journal::LoadOperation(Transaction& tx,
+                                                                   std::string_view biz_key) const {
+  const char* lock = dialect_ == Dialect::kSqlite ? "" : " FOR UPDATE";
+  IDEM_ASSIGN_OR_RETURN(std::vector<OperationRow> rows,
+                        SelectOperations(tx, absl::StrCat("WHERE biz_key = ?", lock),
+                                         {Value(biz_key)}));
+  if (rows.empty()) return std::nullopt;
+  return std::move(rows[0]);
+}
+
+absl::StatusOr<std::vector<StepRecord>> Journal::LoadSteps(
+    Transaction& tx, std::string_view biz_key, std::vector<int>* compensate_failures) const {
+  IDEM_ASSIGN_OR_RETURN(
+      Rows rows, tx.Query(absl::StrCat("SELECT ", AV(kStepColumns),
+                                       " FROM idem_steps WHERE biz_key = ? ORDER BY step_seq"),
+                          {Value(biz_key)}));
+  std::vector<StepRecord> out;
+  if (compensate_failures != nullptr) compensate_failures->clear();
+  for (const std::vector<Value>& r : rows.rows) {
+    if (r.size() != 10) return absl::DataLossError("step journal: idem_steps has a bad shape");
+    StepRecord s;
+    IDEM_ASSIGN_OR_RETURN(int64_t seq, IntOf(r[0], "step_seq"));
+    s.step_seq = static_cast<int>(seq);
+    s.name = Str(r[1]);
+    IDEM_ASSIGN_OR_RETURN(s.status, ParseStepStatus(Str(r[2])));
+    s.request_id = Str(r[3]);
+    s.payload = Str(r[4]);
+    IDEM_ASSIGN_OR_RETURN(int64_t retries, IntOf(r[5], "retry_count"));
+    s.retry_count = static_cast<int>(retries);
+    IDEM_ASSIGN_OR_RETURN(int64_t comp, IntOf(r[6], "compensate_failures"));
+    IDEM_ASSIGN_OR_RETURN(int64_t next, IntOf(r[7], "next_retry_at"));
+    s.next_retry_at = FromMicros(next);
+    s.last_error = Str(r[8]);
+    IDEM_ASSIGN_OR_RETURN(int64_t updated, IntOf(r[9], "updated_at"));
+    s.updated_at = FromMicros(updated);
+    if (compensate_failures != nullptr) compensate_failures->push_back(static_cast<int>(comp));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+absl::StatusOr<bool> Journal::TakeLease(Transaction& tx, std::string_view biz_key, int64_t token,
+                                        int64_t new_token, absl::Time lease_until,
+                                        absl::Time now) const {
+  IDEM_ASSIGN_OR_RETURN(
+      int64_t n,
+      tx.Exec("UPDATE idem_operations SET lease_token = ?, lease_until = ?, updated_at = ?,"
+              " writes = writes + 1 WHERE biz_key = ? AND lease_token = ?",
+              {Int(new_token), Micros(lease_until), Micros(now), Value(biz_key), Int(token)}));
+  return n == 1;
+}
+
+absl::StatusOr<bool> Journal::RenewLease(Transaction& tx, std::string_view biz_key, int64_t token,
+                                         absl::Time lease_until, absl::Time now) const {
+  // `writes` always changes, so MariaDB (which counts changed, not matched, rows)
+  // reports 1 even when the clock has not moved.
+  IDEM_ASSIGN_OR_RETURN(
+      int64_t n, tx.Exec("UPDATE idem_operations SET lease_until = ?, updated_at = ?,"
+                         " writes = writes + 1 WHERE biz_key = ? AND lease_token = ?",
+                         {Micros(lease_until), Micros(now), Value(biz_key), Int(token)}));
+  return n == 1;
+}
+
+absl::Status Journal::UpdateOperation(Transaction& tx, std::string_view biz_key,
+                                      OperationStatus status, absl::Time next_retry_at,
+                                      std::string_view blocked_by, std::string_view last_error,
+                                      absl::Time now) const {
+  return tx
+      .Exec("UPDATE idem_operations SET status = ?, next_retry_at = ?, blocked_by = ?,"
+            " last_error = ?, updated_at = ?, writes = writes + 1 WHERE biz_key = ?",
+            {StatusValue(status), Micros(next_retry_at), Value(blocked_by),
+             Value(Blob{std::string(last_error)}), Micros(now), Value(biz_key)})
+      .status();
+}
+
+absl::StatusOr<bool> Journal::UpdateStep(Transaction& tx, std::string_view biz_key,
+                                         const StepUpdate& u,
+                                         std::initializer_list<StepStatus> unless,
+                                         absl::Time now) const {
+  std::vector<Value> params = {StatusValue(u.status), Int(u.retry_count),
+                               Int(u.compensate_failures), Micros(u.next_retry_at),
+                               Value(Blob{u.last_error}), Micros(now)};
+  std::string sql =
+      "UPDATE idem_steps SET status = ?, retry_count = ?, compensate_failures = ?,"
+      " next_retry_at = ?, last_error = ?, updated_at = ?";
+  if (u.payload.has_value()) {
+    sql += ", payload = ?";
+    params.push_back(Value(Blob{*u.payload}));
+  }
+  sql += " WHERE biz_key = ? AND step_seq = ?";
+  params.push_back(Value(biz_key));
+  params.push_back(Int(u.step_seq));
+  for (StepStatus s : unless) {
+    sql += " AND status <> ?";
+    params.push_back(StatusValue(s));
+  }
+  IDEM_ASSIGN_OR_RETURN(int64_t n, tx.Exec(sql, params));
+  return n > 0;
+}
+
+absl::StatusOr<std::string> Journal::LockObject(Transaction& tx, std::string_view object_key,
+                                                std::string_view holder, absl::Time now) const {
+  const std::string tail = dialect_ == Dialect::kMysql
+                               ? " ON DUPLICATE KEY UPDATE object_key = object_key"
+                               : " ON CONFLICT DO NOTHING";
+  IDEM_ASSIGN_OR_RETURN(
+      int64_t inserted,
+      tx.Exec(absl::StrCat(
+                  "INSERT INTO idem_object_locks (object_key, holder, acquired_at) VALUES (?, ?, ?)",
+                  tail),
+              {Value(object_key), Value(holder), Micros(now)}));
+  if (inserted == 1) return std::string(holder);
+  const char* lock = dialect_ == Dialect::kSqlite ? "" : " FOR UPDATE";
+  IDEM_ASSIGN_OR_RETURN(
+      Rows rows,
+      tx.Query(absl::StrCat("SELECT holder FROM idem_object_locks WHERE object_key = ?", lock),
+               {Value(object_key)}));
+  if (rows.rows.empty() || rows.rows[0].empty()) {
+    return absl::AbortedError(absl::StrCat("object lock ", AV(object_key), " changed hands"));
+  }
+  return Str(rows.rows[0][0]);
+}
+
+absl::Status Journal::UnlockObject(Transaction& tx, std::string_view object_key,
+                                   std::string_view holder) const {
+  return tx
+      .Exec("DELETE FROM idem_object_locks WHERE object_key = ? AND holder = ?",
+            {Value(object_key), Value(holder)})
+      .status();
+}
+
+absl::StatusOr<std::vector<OperationRow>> Journal::SelectDue(Transaction& tx,
+                                                             const std::vector<std::string>& types,
+                                                             absl::Time now, int limit) const {
+  if (types.empty()) return std::vector<OperationRow>();
+  std::vector<Value> params = {Value(OperationStatusName(OperationStatus::kPending)),
+                               Value(OperationStatusName(OperationStatus::kCompensating)),
+                               Micros(now), Micros(now)};
+  std::vector<std::string> marks;
+  for (const std::string& t : types) {
+    marks.push_back("?");
+    params.push_back(Value(t));
+  }
+  params.push_back(Int(limit));
+  const char* lock = dialect_ == Dialect::kSqlite ? "" : " FOR UPDATE SKIP LOCKED";
+  return SelectOperations(
+      tx,
+      absl::StrCat("WHERE status IN (?, ?) AND next_retry_at <= ? AND lease_until <= ?"
+                   " AND op_type IN (",
+                   absl::StrJoin(marks, ", "), ") ORDER BY next_retry_at LIMIT ?", lock),
+      std::move(params));
+}
+
+absl::StatusOr<std::vector<OperationRow>> Journal::SelectStuck(Transaction& tx, absl::Time now,
+                                                               int limit) const {
+  return SelectOperations(
+      tx,
+      "WHERE (status IN (?, ?) AND next_retry_at <= ? AND lease_until <= ?) OR status = ?"
+      " OR biz_key IN (SELECT biz_key FROM idem_steps WHERE status = ?)"
+      " ORDER BY created_at LIMIT ?",
+      {Value(OperationStatusName(OperationStatus::kPending)),
+       Value(OperationStatusName(OperationStatus::kCompensating)), Micros(now), Micros(now),
+       Value(OperationStatusName(OperationStatus::kCompensationRequired)),
+       Value(StepStatusName(StepStatus::kUnknown)), Int(limit)});
+}
+
+}  // namespace idem::steps
