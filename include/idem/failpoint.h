@@ -19,8 +19,14 @@ namespace idem {
 // empty action disarms it.
 void ArmFailpoint(std::string_view name, std::string_view action);
 
-// Disarms every failpoint.
+// Disarms every failpoint (the hook stays).
 void DisarmAllFailpoints();
+
+// A function called with the name of every failpoint the process passes, before
+// any armed action; it may block or end the process. Used by the refund demo to
+// let a parent process decide when to SIGKILL its runner. Null removes it.
+using FailpointHook = void (*)(const char* name);
+void SetFailpointHook(FailpointHook hook);
 
 namespace internal {
 extern std::atomic<bool> g_failpoints_armed;

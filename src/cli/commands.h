@@ -21,5 +21,8 @@ CommandFn AddServeCommand(CLI::App& root);    // serve.cc
 CommandFn AddInspectCommand(CLI::App& root);  // inspect.cc
 CommandFn AddTtlCommand(CLI::App& root);      // ttl.cc
 CommandFn AddMigrateCommand(CLI::App& root);  // migrate.cc
+CommandFn AddStuckCommand(CLI::App& root);    // stuck.cc
+CommandFn AddWorkerCommand(CLI::App& root);   // worker.cc
+CommandFn AddDemoCommand(CLI::App& root);     // demo.cc
 
 }  // namespace idem::cli

@@ -18,6 +18,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/reason.h"
 #include "core/absl_compat.h"
 #include "idem/idem.h"
@@ -33,76 +34,6 @@ struct InspectFlags {
   std::string key;
   bool json = false;
 };
-
-// Strict UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above
-// U+10FFFF), as nlohmann::json requires of the strings it writes.
-bool IsUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t n = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      n = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return false;
-    }
-    if (i + n > s.size()) return false;
-    const auto second = static_cast<unsigned char>(s[i + 1]);
-    if (second < lo || second > hi) return false;
-    for (size_t k = 2; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += n;
-  }
-  return true;
-}
-
-// Keys, tenants and stored bytes are opaque: text (UTF-8 without control bytes)
-// is shown as it is, anything else C-escaped, so that a byte cannot forge a line
-// of output or garble the terminal.
-std::string Printable(std::string_view bytes) {
-  bool plain = IsUtf8(bytes);
-  for (char c : bytes) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) plain = false;
-  }
-  return plain ? std::string(bytes) : absl::CHexEscape(AV(bytes));
-}
-
-std::string FormatUtc(absl::Time t) {
-  if (t == absl::InfinitePast()) return "";
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
-}
-
-// JSON strings must be UTF-8; other bytes are given base64-encoded under
-// `<name>_base64` so that nothing is lost or altered.
-void PutBytes(nlohmann::json& j, const std::string& name, std::string_view bytes) {
-  if (IsUtf8(bytes)) {
-    j[name] = std::string(bytes);
-  } else {
-    j[name + "_base64"] = absl::Base64Escape(AV(bytes));
-  }
-}
-
-void PutTime(nlohmann::json& j, const std::string& name, absl::Time t) {
-  if (t == absl::InfinitePast()) {
-    j[name] = nullptr;
-  } else {
-    j[name] = FormatUtc(t);
-  }
-}
 
 std::string Human(const Record& r, absl::Time now) {
   std::string out;
@@ -150,37 +81,6 @@ nlohmann::json Json(const Record& r, absl::Time now) {
   PutTime(j, "created_at", r.created_at);
   PutTime(j, "updated_at", r.updated_at);
   return j;
-}
-
-// OpenStore creates a missing SQLite file (and its schema); inspecting a typo'd
-// path must not leave an empty database behind, so a missing file is reported here
-// as kUnavailable. The URL's parameters are still checked first (by opening an
-// in-memory database with them) so that a malformed URL stays a usage error.
-// Returns OK when the URL is not a sqlite file URL or the file exists.
-absl::Status CheckSqliteFileExists(std::string_view url) {
-  constexpr std::string_view kScheme = "sqlite://";
-  if (!url.starts_with(kScheme)) return absl::OkStatus();
-  std::string_view path = url.substr(kScheme.size());
-  const size_t query = path.find('?');
-  path = path.substr(0, query);
-  if (path.empty() || path == ":memory:") return absl::OkStatus();
-  std::error_code ec;
-  if (std::filesystem::exists(std::filesystem::path(path), ec)) return absl::OkStatus();
-  std::string probe = "sqlite://:memory:";
-  if (query != std::string_view::npos) probe += url.substr(kScheme.size() + query);
-  if (absl::StatusOr<std::unique_ptr<Store>> s = OpenStore(probe); !s.ok()) return s.status();
-  return absl::UnavailableError("store " + std::string(url) + ": database file " +
-                                std::string(path) + " does not exist");
-}
-
-int ExitCodeForStoreError(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kInvalidArgument:  // malformed URL or parameter
-    case absl::StatusCode::kNotFound:         // a backend not compiled into this build
-      return kExitUsage;
-    default:  // unreachable, locked, not an idem database
-      return kExitFailure;
-  }
 }
 
 int RunInspect(const InspectFlags& flags) {

@@ -110,6 +110,9 @@ int Run(int argc, char** argv) {
   add(&AddInspectCommand);
   add(&AddTtlCommand);
   add(&AddMigrateCommand);
+  add(&AddStuckCommand);
+  add(&AddWorkerCommand);
+  add(&AddDemoCommand);
   // After the subcommands: they copy the root's footer when they are added, and
   // this one is about the root.
   root.footer(std::string(kFooter));

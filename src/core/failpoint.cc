@@ -19,6 +19,7 @@ std::atomic<bool> g_failpoints_armed{false};
 namespace {
 
 absl::Mutex g_mu;
+FailpointHook g_hook ABSL_GUARDED_BY(g_mu) = nullptr;
 std::map<std::string, std::string, std::less<>>& Armed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
   static auto* armed = new std::map<std::string, std::string, std::less<>>();
   return *armed;
@@ -30,7 +31,8 @@ void ArmLocked(std::string_view name, std::string_view action) ABSL_EXCLUSIVE_LO
   } else {
     Armed()[std::string(name)] = std::string(action);
   }
-  internal::g_failpoints_armed.store(!Armed().empty(), std::memory_order_relaxed);
+  internal::g_failpoints_armed.store(!Armed().empty() || g_hook != nullptr,
+                                     std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -45,7 +47,15 @@ void DisarmAllFailpoints() {
   internal::LoadFailpointsFromEnvOnce();
   absl::MutexLock lock(&g_mu);
   Armed().clear();
-  internal::g_failpoints_armed.store(false, std::memory_order_relaxed);
+  internal::g_failpoints_armed.store(g_hook != nullptr, std::memory_order_relaxed);
+}
+
+void SetFailpointHook(FailpointHook hook) {
+  internal::LoadFailpointsFromEnvOnce();
+  absl::MutexLock lock(&g_mu);
+  g_hook = hook;
+  internal::g_failpoints_armed.store(!Armed().empty() || g_hook != nullptr,
+                                     std::memory_order_relaxed);
 }
 
 namespace internal {
@@ -65,6 +75,14 @@ void LoadFailpointsFromEnvOnce() {
 
 void HitFailpoint(const char* name) {
   std::string action;
+  FailpointHook hook = nullptr;
+  {
+    absl::MutexLock lock(&g_mu);
+    hook = g_hook;
+  }
+  // Outside the lock: a hook may block (the refund demo waits for its parent's
+  // verdict) or never return (SIGKILL).
+  if (hook != nullptr) hook(name);
   {
     absl::MutexLock lock(&g_mu);
     auto it = Armed().find(std::string_view(name));

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/absl_compat.h"
 #include "core/step_journal.h"
+#include "core/utf8.h"
 #include "idem/failpoint.h"
 #include "idem/key.h"
 #include "idem/status.h"
@@ -97,40 +98,7 @@ bool IsName(std::string_view s) {
 // Journal keys are TEXT on PostgreSQL, which refuses NUL and invalid UTF-8; the
 // same rule everywhere keeps an operation portable between stores.
 bool IsUtf8WithoutNul(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c == 0) return false;
-    int extra = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      extra = 1;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      extra = 2;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      extra = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + extra >= s.size()) return false;
-    for (int k = 1; k <= extra; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) ||
-        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += extra + 1;
-  }
-  return true;
+  return IsUtf8(s) && s.find('\0') == std::string_view::npos;
 }
 
 absl::Status ValidateJournalKey(std::string_view what, std::string_view key) {

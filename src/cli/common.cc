@@ -1,0 +1,70 @@
+#include "cli/common.h"
+
+#include <filesystem>
+#include <memory>
+#include <system_error>
+
+#include "absl/strings/escaping.h"
+#include "cli/reason.h"
+#include "core/absl_compat.h"
+#include "core/utf8.h"
+#include "idem/idem.h"
+
+namespace idem::cli {
+
+std::string Printable(std::string_view bytes) {
+  bool plain = IsUtf8(bytes);
+  for (char c : bytes) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) plain = false;
+  }
+  return plain ? std::string(bytes) : absl::CHexEscape(AV(bytes));
+}
+
+std::string FormatUtc(absl::Time t) {
+  if (t == absl::InfinitePast()) return "";
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
+}
+
+void PutBytes(nlohmann::json& j, const std::string& name, std::string_view bytes) {
+  if (IsUtf8(bytes)) {
+    j[name] = std::string(bytes);
+  } else {
+    j[name + "_base64"] = absl::Base64Escape(AV(bytes));
+  }
+}
+
+void PutTime(nlohmann::json& j, const std::string& name, absl::Time t) {
+  if (t == absl::InfinitePast()) {
+    j[name] = nullptr;
+  } else {
+    j[name] = FormatUtc(t);
+  }
+}
+
+absl::Status CheckSqliteFileExists(std::string_view url) {
+  constexpr std::string_view kScheme = "sqlite://";
+  if (!url.starts_with(kScheme)) return absl::OkStatus();
+  std::string_view path = url.substr(kScheme.size());
+  const size_t query = path.find('?');
+  path = path.substr(0, query);
+  if (path.empty() || path == ":memory:") return absl::OkStatus();
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(path), ec)) return absl::OkStatus();
+  std::string probe = "sqlite://:memory:";
+  if (query != std::string_view::npos) probe += url.substr(kScheme.size() + query);
+  if (absl::StatusOr<std::unique_ptr<Store>> s = OpenStore(probe); !s.ok()) return s.status();
+  return absl::UnavailableError("store " + std::string(url) + ": database file " +
+                                std::string(path) + " does not exist");
+}
+
+int ExitCodeForStoreError(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:  // malformed URL or parameter
+    case absl::StatusCode::kNotFound:         // a backend not compiled into this build
+      return kExitUsage;
+    default:  // unreachable, locked, not an idem database
+      return kExitFailure;
+  }
+}
+
+}  // namespace idem::cli

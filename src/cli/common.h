@@ -1,0 +1,40 @@
+// What several `idem` subcommands share: showing opaque bytes and times, and
+// opening an existing store for reading.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace idem::cli {
+
+// Keys, tenants and stored bytes are opaque: text (UTF-8 without control bytes)
+// is shown as it is, anything else C-escaped, so that a byte cannot forge a line
+// of output or garble the terminal.
+std::string Printable(std::string_view bytes);
+
+// RFC 3339 UTC with milliseconds; "" for absl::InfinitePast().
+std::string FormatUtc(absl::Time t);
+
+// JSON strings must be UTF-8; other bytes are given base64-encoded under
+// `<name>_base64` so that nothing is lost or altered.
+void PutBytes(nlohmann::json& j, const std::string& name, std::string_view bytes);
+
+// `name`: FormatUtc(t), or null for absl::InfinitePast().
+void PutTime(nlohmann::json& j, const std::string& name, absl::Time t);
+
+// OpenStore creates a missing SQLite file (and its schema); a read-only command on
+// a typo'd path must not leave an empty database behind, so a missing file is
+// reported here as kUnavailable. The URL's parameters are still checked first (by
+// opening an in-memory database with them) so that a malformed URL stays a usage
+// error. Returns OK when the URL is not a sqlite file URL or the file exists.
+absl::Status CheckSqliteFileExists(std::string_view url);
+
+// The exit status for a failure to open a store: 2 (usage) for a malformed URL
+// or a backend not compiled in, 1 otherwise.
+int ExitCodeForStoreError(const absl::Status& s);
+
+}  // namespace idem::cli

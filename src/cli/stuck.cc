@@ -1,0 +1,140 @@
+// `idem stuck`: the step operations a person should look at (SPEC §4, §10).
+//
+//   idem stuck --store postgres://idem@db/app [--limit 100] [--json]
+//
+// Lists operations that are due for a retry and not being run (a crashed runner,
+// no worker), that have a step whose outcome is UNKNOWN (an external call whose
+// answer was lost), or that are COMPENSATION_REQUIRED; oldest first, with their
+// steps. Exit status: 0 the list was printed (empty or not); 1 the store cannot
+// be reached; 2 a malformed store URL or option.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/reason.h"
+#include "core/absl_compat.h"
+#include "idem/idem.h"
+#include "idem/steps.h"
+#include "nlohmann/json.hpp"
+
+namespace idem::cli {
+namespace {
+
+struct StuckFlags {
+  std::string store = "sqlite://./idem.db";
+  int limit = 100;
+  bool json = false;
+};
+
+std::string Why(const OperationState& op, absl::Time now) {
+  if (op.status == OperationStatus::kCompensationRequired) return "compensation required";
+  for (const StepRecord& s : op.steps) {
+    if (s.status == StepStatus::kUnknown) {
+      return absl::StrCat("step ", s.step_seq, " outcome unknown");
+    }
+  }
+  if (!op.blocked_by.empty()) return "waiting for object lock held by " + Printable(op.blocked_by);
+  if (op.next_retry_at <= now) return "due, no runner";
+  return "waiting";
+}
+
+nlohmann::json Json(const OperationState& op, absl::Time now) {
+  nlohmann::json j = nlohmann::json::object();
+  PutBytes(j, "biz_key", op.biz_key);
+  j["type"] = op.type;
+  PutBytes(j, "object_key", op.object_key);
+  j["status"] = std::string(OperationStatusName(op.status));
+  j["why"] = Why(op, now);
+  PutTime(j, "next_retry_at", op.next_retry_at);
+  PutTime(j, "lease_until", op.lease_until);
+  PutBytes(j, "last_error", op.last_error);
+  PutTime(j, "created_at", op.created_at);
+  PutTime(j, "updated_at", op.updated_at);
+  nlohmann::json steps = nlohmann::json::array();
+  for (const StepRecord& s : op.steps) {
+    nlohmann::json st = {{"step_seq", s.step_seq},
+                         {"name", s.name},
+                         {"status", std::string(StepStatusName(s.status))},
+                         {"retry_count", s.retry_count}};
+    PutBytes(st, "request_id", s.request_id);
+    PutTime(st, "next_retry_at", s.next_retry_at);
+    PutBytes(st, "last_error", s.last_error);
+    PutTime(st, "updated_at", s.updated_at);
+    steps.push_back(std::move(st));
+  }
+  j["steps"] = std::move(steps);
+  return j;
+}
+
+std::string Human(const OperationState& op, absl::Time now) {
+  std::string out = absl::StrCat(Printable(op.biz_key), "  ", op.type, "  ",
+                                 AV(OperationStatusName(op.status)), "  (", Why(op, now), ")\n");
+  if (op.next_retry_at != absl::InfinitePast()) {
+    absl::StrAppend(&out, "  next retry  ", FormatUtc(op.next_retry_at), "\n");
+  }
+  if (!op.last_error.empty()) absl::StrAppend(&out, "  last error  ", Printable(op.last_error), "\n");
+  for (const StepRecord& s : op.steps) {
+    absl::StrAppend(&out, "  ", s.step_seq, ". ", s.name, "  ", AV(StepStatusName(s.status)));
+    if (s.retry_count > 0) absl::StrAppend(&out, "  retries ", s.retry_count);
+    if (!s.request_id.empty()) absl::StrAppend(&out, "  request_id ", s.request_id);
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
+int RunStuck(const StuckFlags& flags) {
+  if (flags.limit < 1 || flags.limit > 100000) {
+    PrintReason("stuck: --limit must be between 1 and 100000");
+    return kExitUsage;
+  }
+  if (absl::Status s = CheckSqliteFileExists(flags.store); !s.ok()) {
+    PrintReason(s.message());
+    return ExitCodeForStoreError(s);
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(flags.store);
+  if (!store.ok()) {
+    PrintReason(store.status().message());
+    return ExitCodeForStoreError(store.status());
+  }
+  StepRunner runner(**store);
+  absl::StatusOr<std::vector<OperationState>> stuck = runner.ListStuck(flags.limit);
+  if (!stuck.ok()) {
+    PrintReason(absl::StrCat("store ", std::string((*store)->url()), ": ",
+                             std::string(stuck.status().message())));
+    return stuck.status().code() == absl::StatusCode::kFailedPrecondition ? kExitUsage
+                                                                          : kExitFailure;
+  }
+  const absl::Time now = runner.options().clock->Now();
+  if (flags.json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const OperationState& op : *stuck) list.push_back(Json(op, now));
+    std::printf("%s\n", nlohmann::json{{"operations", std::move(list)}}.dump(2).c_str());
+    return kExitOk;
+  }
+  if (stuck->empty()) {
+    std::printf("no stuck operations in %s\n", std::string((*store)->url()).c_str());
+    return kExitOk;
+  }
+  for (const OperationState& op : *stuck) std::fputs(Human(op, now).c_str(), stdout);
+  std::printf("%zu operation(s)\n", stuck->size());
+  return kExitOk;
+}
+
+}  // namespace
+
+CommandFn AddStuckCommand(CLI::App& root) {
+  CLI::App* cmd = root.add_subcommand(
+      "stuck", "List step operations that are due, UNKNOWN or need compensation by hand");
+  auto flags = std::make_shared<StuckFlags>();
+  cmd->add_option("--store", flags->store, "Store URL: sqlite://PATH, postgres://…, mysql://…")
+      ->capture_default_str();
+  cmd->add_option("--limit", flags->limit, "At most this many operations")->capture_default_str();
+  cmd->add_flag("--json", flags->json, "Print the list as JSON");
+  return [flags] { return RunStuck(*flags); };
+}
+
+}  // namespace idem::cli
