@@ -214,6 +214,19 @@ struct StepRunnerOptions {
   absl::Duration lock_wait = absl::Seconds(10);
 };
 
+// Counters of one StepRunner since it was made (for metrics; SPEC §5 counts
+// retries).
+struct StepStats {
+  int64_t steps_succeeded = 0;       // steps that became SUCCESS (executed or found by query)
+  int64_t step_retries = 0;          // failed attempts scheduled for another try
+  int64_t steps_unknown = 0;         // attempts whose outcome was not observed (UNKNOWN)
+  int64_t queries = 0;               // query calls before a re-send
+  int64_t compensations = 0;         // steps undone
+  int64_t operations_succeeded = 0;
+  int64_t operations_compensated = 0;
+  int64_t operations_compensation_required = 0;
+};
+
 class StepRunner {
  public:
   // `store` must be a SQL store and outlive the runner.
@@ -262,6 +275,9 @@ class StepRunner {
   absl::StatusOr<std::vector<OperationState>> ListStuck(int limit = 100);
 
   const StepRunnerOptions& options() const { return options_; }
+
+  // The counters so far. Thread-safe.
+  StepStats stats() const;
 
  private:
   struct Impl;

@@ -1,3 +1,4 @@
+#include <atomic>
 #include <map>
 #include <optional>
 #include <string>
@@ -125,6 +126,12 @@ struct StepRunner::Impl {
 
   StepRunner& runner;
   std::map<std::string, OperationType, std::less<>> types;
+  struct Counters {
+    std::atomic<int64_t> steps_succeeded{0}, step_retries{0}, steps_unknown{0}, queries{0},
+        compensations{0}, operations_succeeded{0}, operations_compensated{0},
+        operations_compensation_required{0};
+  } counters;
+  static void Bump(std::atomic<int64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
   absl::Mutex mu;
   std::optional<Journal> journal ABSL_GUARDED_BY(mu);
 
@@ -239,6 +246,15 @@ absl::Status StepRunner::Register(OperationType type) {
 }
 
 absl::Status StepRunner::Migrate() { return impl_->Ready().status(); }
+
+StepStats StepRunner::stats() const {
+  const Impl::Counters& c = impl_->counters;
+  auto get = [](const std::atomic<int64_t>& a) { return a.load(std::memory_order_relaxed); };
+  return StepStats{get(c.steps_succeeded),       get(c.step_retries),
+                   get(c.steps_unknown),         get(c.queries),
+                   get(c.compensations),         get(c.operations_succeeded),
+                   get(c.operations_compensated), get(c.operations_compensation_required)};
+}
 
 absl::StatusOr<StepRunner::Impl::Taken> StepRunner::Impl::Take(const Journal& j,
                                                                const RunRequest* create,
@@ -484,6 +500,19 @@ absl::StatusOr<Unit> StepRunner::Impl::Finish(const Journal& j, StoreTransaction
       j.UpdateOperation(tx, op.biz_key, status, absl::InfinitePast(), "", last_error, now));
   if (!op.object_key.empty()) IDEM_RETURN_IF_ERROR(j.UnlockObject(tx, op.object_key, op.biz_key));
   IDEM_RETURN_IF_ERROR(tx.Commit());
+  switch (status) {
+    case OperationStatus::kSuccess:
+      Bump(counters.operations_succeeded);
+      break;
+    case OperationStatus::kCompensated:
+      Bump(counters.operations_compensated);
+      break;
+    case OperationStatus::kCompensationRequired:
+      Bump(counters.operations_compensation_required);
+      break;
+    default:
+      break;
+  }
   return Unit{UnitKind::kDone};
 }
 
@@ -543,6 +572,7 @@ absl::StatusOr<Unit> StepRunner::Impl::Forward(const Journal& j, const Operation
       absl::StatusOr<bool> wrote = success(*tx, *std::move(r));
       s = wrote.ok() ? tx->Commit() : wrote.status();
       if (s.ok()) {
+        Bump(counters.steps_succeeded);
         IDEM_FAILPOINT("steps.after_journal");
         return Unit{UnitKind::kContinue};
       }
@@ -556,12 +586,14 @@ absl::StatusOr<Unit> StepRunner::Impl::Forward(const Journal& j, const Operation
   const bool may_have_been_sent = rec.status != StepStatus::kPending || rec.retry_count > 0;
   if (may_have_been_sent) {
     IDEM_RETURN_IF_ERROR(tx->Commit());
+    Bump(counters.queries);
     absl::StatusOr<QueryResult> q = def.query(ctx);
     if (q.ok() && q->answer == QueryAnswer::kDone) {
       IDEM_ASSIGN_OR_RETURN(tx, store().Begin());
       IDEM_RETURN_IF_ERROR(Fence(j, *tx, op.biz_key, token, Now()));
       IDEM_RETURN_IF_ERROR(success(*tx, std::move(q->payload)).status());
       IDEM_RETURN_IF_ERROR(tx->Commit());
+      Bump(counters.steps_succeeded);
       return Unit{UnitKind::kContinue};
     }
     if (!q.ok() || q->answer != QueryAnswer::kNotFound) {
@@ -593,6 +625,7 @@ absl::StatusOr<Unit> StepRunner::Impl::Forward(const Journal& j, const Operation
   IDEM_RETURN_IF_ERROR(Fence(j, *tx, op.biz_key, token, Now()));
   IDEM_RETURN_IF_ERROR(success(*tx, *std::move(r)).status());
   IDEM_RETURN_IF_ERROR(tx->Commit());
+  Bump(counters.steps_succeeded);
   IDEM_FAILPOINT("steps.after_journal");
   return Unit{UnitKind::kContinue};
 }
@@ -622,10 +655,12 @@ absl::StatusOr<Unit> StepRunner::Impl::StepFailed(const Journal& j, const Step& 
     IDEM_RETURN_IF_ERROR(tx->Commit());
     return Unit{UnitKind::kContinue};
   }
+  if (unknown) Bump(counters.steps_unknown);
   if (again) {
     IDEM_RETURN_IF_ERROR(j.UpdateOperation(*tx, op.biz_key, OperationStatus::kPending,
                                            u.next_retry_at, "", message, now));
     IDEM_RETURN_IF_ERROR(tx->Commit());
+    Bump(counters.step_retries);
     return Unit{UnitKind::kWait, u.next_retry_at};
   }
   IDEM_RETURN_IF_ERROR(j.UpdateOperation(*tx, op.biz_key, OperationStatus::kCompensating, now, "",
@@ -678,6 +713,7 @@ absl::StatusOr<Unit> StepRunner::Impl::Compensate(const Journal& j, const Operat
     if (s.ok()) s = compensated(*tx);
     if (s.ok()) s = tx->Commit();
     if (s.ok()) {
+      Bump(counters.compensations);
       IDEM_FAILPOINT("steps.after_compensate");
       return Unit{UnitKind::kContinue};
     }
@@ -693,6 +729,7 @@ absl::StatusOr<Unit> StepRunner::Impl::Compensate(const Journal& j, const Operat
   IDEM_RETURN_IF_ERROR(Fence(j, *tx, op.biz_key, token, Now()));
   IDEM_RETURN_IF_ERROR(compensated(*tx));
   IDEM_RETURN_IF_ERROR(tx->Commit());
+  Bump(counters.compensations);
   IDEM_FAILPOINT("steps.after_compensate");
   return Unit{UnitKind::kContinue};
 }
@@ -725,6 +762,7 @@ absl::StatusOr<Unit> StepRunner::Impl::CompensationFailed(const Journal& j, cons
     IDEM_RETURN_IF_ERROR(j.UpdateOperation(*tx, op.biz_key, OperationStatus::kCompensating,
                                            u.next_retry_at, "", message, now));
     IDEM_RETURN_IF_ERROR(tx->Commit());
+    Bump(counters.step_retries);
     return Unit{UnitKind::kWait, u.next_retry_at};
   }
   return Finish(j, *tx, op, OperationStatus::kCompensationRequired, message, now);

@@ -88,7 +88,13 @@ std::string Metrics::Render() const {
   for (const auto& [k, n] : fail_open_) {
     absl::StrAppend(&out, "idem_fail_open_total{biz_type=\"", EscapeLabel(k), "\"} ", n, "\n");
   }
+  for (const auto& section : sections_) out += section();
   return out;
+}
+
+void Metrics::AddSection(std::function<std::string()> section) {
+  absl::MutexLock lock(&mu_);
+  sections_.push_back(std::move(section));
 }
 
 uint64_t Metrics::requests(std::string_view route, int status) const {
@@ -112,6 +118,42 @@ uint64_t Metrics::fail_open(std::string_view biz_type) const {
 uint64_t Metrics::store_errors() const {
   absl::MutexLock lock(&mu_);
   return store_errors_;
+}
+
+std::string RenderStepMetrics(const StepStats& stats, int64_t worker_passes,
+                              int64_t worker_resumed) {
+  std::string out =
+      "# HELP idem_steps_total Step-machine events: steps done, attempts retried, outcomes "
+      "not observed, queries before a re-send, steps undone.\n"
+      "# TYPE idem_steps_total counter\n";
+  const std::pair<const char*, int64_t> events[] = {{"succeeded", stats.steps_succeeded},
+                                                    {"retried", stats.step_retries},
+                                                    {"unknown", stats.steps_unknown},
+                                                    {"queried", stats.queries},
+                                                    {"compensated", stats.compensations}};
+  for (const auto& [name, n] : events) {
+    absl::StrAppend(&out, "idem_steps_total{event=\"", name, "\"} ", n, "\n");
+  }
+  absl::StrAppend(&out,
+                  "# HELP idem_operations_finished_total Step operations that reached a final "
+                  "status.\n"
+                  "# TYPE idem_operations_finished_total counter\n"
+                  "idem_operations_finished_total{status=\"SUCCESS\"} ",
+                  stats.operations_succeeded, "\n",
+                  "idem_operations_finished_total{status=\"COMPENSATED\"} ",
+                  stats.operations_compensated, "\n",
+                  "idem_operations_finished_total{status=\"COMPENSATION_REQUIRED\"} ",
+                  stats.operations_compensation_required, "\n");
+  absl::StrAppend(&out,
+                  "# HELP idem_step_worker_passes_total Passes of the step worker.\n"
+                  "# TYPE idem_step_worker_passes_total counter\n"
+                  "idem_step_worker_passes_total ",
+                  worker_passes, "\n",
+                  "# HELP idem_step_worker_resumed_total Operations the step worker resumed.\n"
+                  "# TYPE idem_step_worker_resumed_total counter\n"
+                  "idem_step_worker_resumed_total ",
+                  worker_resumed, "\n");
+  return out;
 }
 
 }  // namespace idem::http

@@ -13,13 +13,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "idem/steps.h"
 
 namespace idem::http {
 
@@ -43,6 +46,10 @@ class Metrics {
   // use increase() from the start.
   void DeclareFailOpen(std::string_view biz_type);
 
+  // Adds `section` (more exposition text, e.g. the step worker's counters) to the
+  // end of every Render(). Set it before serving; it must be thread-safe.
+  void AddSection(std::function<std::string()> section);
+
   // Returns the exposition text.
   std::string Render() const;
 
@@ -59,6 +66,14 @@ class Metrics {
   uint64_t store_errors_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t waits_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, uint64_t, std::less<>> fail_open_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<std::string()>> sections_ ABSL_GUARDED_BY(mu_);
 };
+
+// The exposition text of a step runner's counters and its worker's passes:
+//   idem_steps_total{event="succeeded|retried|unknown|queried|compensated"}
+//   idem_operations_finished_total{status="SUCCESS|COMPENSATED|COMPENSATION_REQUIRED"}
+//   idem_step_worker_passes_total, idem_step_worker_resumed_total
+std::string RenderStepMetrics(const StepStats& stats, int64_t worker_passes,
+                              int64_t worker_resumed);
 
 }  // namespace idem::http
