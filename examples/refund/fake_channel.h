@@ -97,9 +97,8 @@ class FakeChannelServer {
   // Idempotent. REQUIRES: not called from a server thread (e.g. on_listening).
   void Stop();
 
-  class Impl;
-
  private:
+  class Impl;
   explicit FakeChannelServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -194,6 +194,16 @@ class ChannelProcess {
 
 std::string RunPrefix(const std::string& run_id) { return absl::StrCat("R-", run_id, "-"); }
 
+// The biz_keys of one run, as a bytewise range [lo, hi): keys are bytes (BLOB,
+// BYTEA, VARBINARY), which compare bytewise everywhere, while LIKE does not work on
+// SQLite blobs. The prefix ends in '-', so hi is the same prefix ending in '.'.
+std::pair<Value, Value> RunKeyRange(const std::string& run_id) {
+  std::string lo = absl::StrCat("refund:", RunPrefix(run_id));
+  std::string hi = lo;
+  hi.back() = static_cast<char>(hi.back() + 1);
+  return {Value(Blob{std::move(lo)}), Value(Blob{std::move(hi)})};
+}
+
 absl::StatusOr<std::string> DefaultStore() {
   char dir[] = "/tmp/idem-refund-demo-XXXXXX";
   if (mkdtemp(dir) == nullptr) return absl::UnavailableError(Errno("mkdtemp"));
@@ -222,8 +232,9 @@ absl::StatusOr<std::map<std::string, std::string>> OperationStatuses(Store& stor
                                                                      const std::string& run_id) {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
   IDEM_ASSIGN_OR_RETURN(
-      Rows rows, tx->Query("SELECT biz_key, status FROM idem_operations WHERE biz_key LIKE ?",
-                           {Value(absl::StrCat("refund:", RunPrefix(run_id), "%"))}));
+      Rows rows,
+      tx->Query("SELECT biz_key, status FROM idem_operations WHERE biz_key >= ? AND biz_key < ?",
+                {RunKeyRange(run_id).first, RunKeyRange(run_id).second}));
   tx->Rollback();
   std::map<std::string, std::string> out;
   for (const auto& r : rows.rows) {
@@ -457,11 +468,15 @@ bool ReportIsClean(const DemoReport& r) {
 }
 
 std::string FormatReport(const DemoOptions& o, const DemoReport& r) {
-  std::string out = absl::StrFormat(
-      "refund demo (%s): %d orders, fault rate %.2f, kill rate %.2f, seed %d\n"
-      "store: %s\n\n",
-      o.naive ? "naive: dedupe by message offset" : "idem step machine", o.orders, o.fault_rate,
-      o.kill_runner, o.seed, r.store);
+  std::string out =
+      o.naive ? absl::StrFormat(
+                    "refund demo (naive: dedupe by message offset): %d orders, fault rate %.2f, "
+                    "seed %d\nstore: %s\n\n",
+                    o.orders, o.fault_rate, o.seed, r.store)
+              : absl::StrFormat(
+                    "refund demo (idem step machine): %d orders, fault rate %.2f, kill rate "
+                    "%.2f, seed %d\nstore: %s\n\n",
+                    o.orders, o.fault_rate, o.kill_runner, o.seed, r.store);
   out += absl::StrFormat("  %-22s %10s %12s\n", "effect", "orders/rows", "duplicates");
   out += absl::StrFormat("  %-22s %10d %12d\n", "channel reversals", r.channel_reversals,
                          r.channel_duplicates);
@@ -524,8 +539,9 @@ absl::StatusOr<int64_t> OpenOperations(Store& store, const std::string& run_id) 
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
   IDEM_ASSIGN_OR_RETURN(
       Rows rows,
-      tx->Query("SELECT COUNT(*) FROM idem_operations WHERE biz_key LIKE ? AND status IN (?, ?)",
-                {Value(absl::StrCat("refund:", RunPrefix(run_id), "%")), Value("PENDING"),
+      tx->Query("SELECT COUNT(*) FROM idem_operations WHERE biz_key >= ? AND biz_key < ?"
+                " AND status IN (?, ?)",
+                {RunKeyRange(run_id).first, RunKeyRange(run_id).second, Value("PENDING"),
                  Value("COMPENSATING")}));
   tx->Rollback();
   if (rows.rows.empty() || !rows.rows[0][0].is_int()) return 0;

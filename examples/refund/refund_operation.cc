@@ -77,7 +77,15 @@ OperationType RefundOperation(const ChannelClient& channel, FaultInjector* fault
   reversal.retry = DemoRetryPolicy();
   reversal.execute = [ch](StepContext& c) -> absl::StatusOr<std::string> {
     IDEM_ASSIGN_OR_RETURN(Order o, DecodeOrder(c.input()));
-    return ch->Reverse(c.request_id(), o.order_no, o.amount);
+    absl::StatusOr<std::string> id = ch->Reverse(c.request_id(), o.order_no, o.amount);
+    // kInternal is an answer the client could not read (e.g. a 201 with a broken
+    // body): the reversal may exist. Only a refusal (4xx) surely did nothing; say
+    // "not observed" for the rest, so the runner asks before it re-sends.
+    if (!id.ok() && absl::IsInternal(id.status())) {
+      return absl::UnavailableError(absl::StrCat("channel answer unreadable: ",
+                                                 id.status().message()));
+    }
+    return id;
   };
   reversal.query = [ch](StepContext& c) -> absl::StatusOr<QueryResult> {
     IDEM_ASSIGN_OR_RETURN(std::vector<Reversal> found, ch->Lookup(c.request_id()));

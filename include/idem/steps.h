@@ -58,9 +58,10 @@ namespace idem {
 
 // A step's journal status (SPEC §4).
 enum class StepStatus {
-  kPending,      // not done yet (never tried, or failed retryably with time left)
+  kPending,      // not tried yet
   kSuccess,      // done; skipped by every re-run
-  kFailed,       // the last attempt failed (see retry_count / next_retry_at)
+  kFailed,       // the last attempt failed: retried at next_retry_at, or for good
+                 // (next_retry_at unset) and the operation compensates
   kUnknown,      // an external call whose outcome was not observed; `query` resolves it
   kCompensated,  // done, then undone by `compensate`
 };
@@ -135,14 +136,19 @@ class StepContext {
 // execute: does the effect and returns the bytes to store as the step's result.
 //   Its error is classified by ClassifyStatus: retryable ones are retried by
 //   `retry`; for an external step kDeadlineExceeded and kUnavailable mean "the
-//   outcome was not observed" and leave the step UNKNOWN. Any other code is a
-//   final failure: no more attempts, the operation compensates.
+//   outcome was not observed" and leave the step UNKNOWN, and any failed external
+//   attempt is followed by `query` before a re-send. Any other code is a final
+//   failure: no more attempts, the operation compensates — so an external step
+//   returns a final code only when the external system surely did nothing.
 // query (external steps, required): what the external system knows of
 //   ctx.request_id(). An error counts as kUnknown.
 // compensate (optional): undoes a SUCCESS step — and, for an external step, one
 //   left UNKNOWN when the operation gives up, so it must treat "no such effect"
-//   as done. Retried by `retry`. A step without it needs no undo (it stays SUCCESS
-//   when the operation compensates).
+//   as done. Retried by `retry`, and called again after a crash between the call
+//   and its journal update: it must be idempotent (cancel by request_id). A step
+//   without it needs no undo (it stays SUCCESS when the operation compensates);
+//   an external step left UNKNOWN without it makes the operation
+//   COMPENSATION_REQUIRED.
 struct Step {
   std::string name;  // [A-Za-z0-9_.-], 1–64 bytes
   bool external = false;
@@ -191,7 +197,7 @@ struct OperationState {
 
 struct RunRequest {
   std::string type;        // a registered OperationType
-  std::string biz_key;     // the operation's business key (SPEC §2 rules)
+  std::string biz_key;     // the operation's business key: opaque bytes, 1-255 (SPEC §2)
   std::string input;       // bytes handed to every step; fixed by the first Run
   std::string object_key;  // optional per-object lock (seed 0: refund vs order change)
 };
@@ -256,8 +262,9 @@ class StepRunner {
   // (the lease was lost mid-run: another runner took over). Blocks.
   absl::StatusOr<OperationState> Run(const RunRequest& request);
 
-  // Resumes an existing operation (as Run, with the stored type and input),
-  // without waiting for retry delays. kNotFound when there is no such operation
+  // Resumes an existing operation (as Run, with the stored type and input). It
+  // never sleeps: a step whose next_retry_at has not come yet is left for later
+  // (the operation comes back PENDING). kNotFound when there is no such operation
   // or its type is not registered here.
   absl::StatusOr<OperationState> Resume(std::string_view biz_key);
 
@@ -267,11 +274,13 @@ class StepRunner {
   // registered here. Returns how many it resumed.
   absl::StatusOr<int> ResumeDue(int limit = 100);
 
-  // The operation and its journal; kNotFound when there is none.
+  // The operation and its journal (a plain read: it does not wait for a runner);
+  // kNotFound when there is none.
   absl::StatusOr<OperationState> Get(std::string_view biz_key);
 
-  // Operations a person should look at: due ones, ones with an UNKNOWN step and
-  // COMPENSATION_REQUIRED ones, oldest first, at most `limit`.
+  // Operations a person should look at: due ones no runner holds, ones with an
+  // UNKNOWN step and no live lease (a call in flight is not stuck), and
+  // COMPENSATION_REQUIRED ones; oldest first, at most `limit`.
   absl::StatusOr<std::vector<OperationState>> ListStuck(int limit = 100);
 
   const StepRunnerOptions& options() const { return options_; }

@@ -23,6 +23,10 @@ absl::Time FromMicros(int64_t us) {
 }
 Value Int(int64_t v) { return Value(static_cast<long long>(v)); }
 Value Micros(absl::Time t) { return Int(ToMicros(t)); }
+// Keys are opaque bytes (SPEC §2): bound as blobs everywhere, stored in
+// BLOB/BYTEA/VARBINARY columns, so NUL and non-UTF-8 bytes survive and every
+// comparison is bytewise.
+Value Key(std::string_view k) { return Value(Blob{std::string(k)}); }
 
 // Column values come back as text or as blobs depending on the backend's column
 // type (MariaDB VARBINARY, PostgreSQL BYTEA); both read as bytes here.
@@ -81,43 +85,43 @@ Ddl SchemaFor(Dialect d) {
       return {{
           "CREATE TABLE IF NOT EXISTS idem_journal_version (version INTEGER NOT NULL)",
           "CREATE TABLE IF NOT EXISTS idem_operations ("
-          " biz_key TEXT PRIMARY KEY, op_type TEXT NOT NULL, object_key TEXT NOT NULL,"
+          " biz_key BLOB PRIMARY KEY, op_type TEXT NOT NULL, object_key BLOB NOT NULL,"
           " status TEXT NOT NULL, input BLOB, next_retry_at INTEGER NOT NULL,"
           " lease_token INTEGER NOT NULL, lease_until INTEGER NOT NULL,"
-          " blocked_by TEXT NOT NULL, last_error BLOB, created_at INTEGER NOT NULL,"
+          " blocked_by BLOB NOT NULL, last_error BLOB, created_at INTEGER NOT NULL,"
           " updated_at INTEGER NOT NULL, writes INTEGER NOT NULL DEFAULT 0)",
           "CREATE INDEX IF NOT EXISTS idem_operations_due"
           " ON idem_operations (status, next_retry_at)",
           "CREATE TABLE IF NOT EXISTS idem_steps ("
-          " biz_key TEXT NOT NULL, step_seq INTEGER NOT NULL, name TEXT NOT NULL,"
+          " biz_key BLOB NOT NULL, step_seq INTEGER NOT NULL, name TEXT NOT NULL,"
           " status TEXT NOT NULL, request_id TEXT NOT NULL, payload BLOB,"
           " retry_count INTEGER NOT NULL, compensate_failures INTEGER NOT NULL,"
           " next_retry_at INTEGER NOT NULL, last_error BLOB, updated_at INTEGER NOT NULL,"
           " PRIMARY KEY (biz_key, step_seq))",
           "CREATE INDEX IF NOT EXISTS idem_steps_due ON idem_steps (status, next_retry_at)",
           "CREATE TABLE IF NOT EXISTS idem_object_locks ("
-          " object_key TEXT PRIMARY KEY, holder TEXT NOT NULL, acquired_at INTEGER NOT NULL)",
+          " object_key BLOB PRIMARY KEY, holder BLOB NOT NULL, acquired_at INTEGER NOT NULL)",
       }};
     case Dialect::kPostgres:
       return {{
           "CREATE TABLE IF NOT EXISTS idem_journal_version (version INTEGER NOT NULL)",
           "CREATE TABLE IF NOT EXISTS idem_operations ("
-          " biz_key TEXT PRIMARY KEY, op_type TEXT NOT NULL, object_key TEXT NOT NULL,"
+          " biz_key BYTEA PRIMARY KEY, op_type TEXT NOT NULL, object_key BYTEA NOT NULL,"
           " status TEXT NOT NULL, input BYTEA, next_retry_at BIGINT NOT NULL,"
           " lease_token BIGINT NOT NULL, lease_until BIGINT NOT NULL,"
-          " blocked_by TEXT NOT NULL, last_error BYTEA, created_at BIGINT NOT NULL,"
+          " blocked_by BYTEA NOT NULL, last_error BYTEA, created_at BIGINT NOT NULL,"
           " updated_at BIGINT NOT NULL, writes BIGINT NOT NULL DEFAULT 0)",
           "CREATE INDEX IF NOT EXISTS idem_operations_due"
           " ON idem_operations (status, next_retry_at)",
           "CREATE TABLE IF NOT EXISTS idem_steps ("
-          " biz_key TEXT NOT NULL, step_seq INTEGER NOT NULL, name TEXT NOT NULL,"
+          " biz_key BYTEA NOT NULL, step_seq INTEGER NOT NULL, name TEXT NOT NULL,"
           " status TEXT NOT NULL, request_id TEXT NOT NULL, payload BYTEA,"
           " retry_count INTEGER NOT NULL, compensate_failures INTEGER NOT NULL,"
           " next_retry_at BIGINT NOT NULL, last_error BYTEA, updated_at BIGINT NOT NULL,"
           " PRIMARY KEY (biz_key, step_seq))",
           "CREATE INDEX IF NOT EXISTS idem_steps_due ON idem_steps (status, next_retry_at)",
           "CREATE TABLE IF NOT EXISTS idem_object_locks ("
-          " object_key TEXT PRIMARY KEY, holder TEXT NOT NULL, acquired_at BIGINT NOT NULL)",
+          " object_key BYTEA PRIMARY KEY, holder BYTEA NOT NULL, acquired_at BIGINT NOT NULL)",
       }};
     case Dialect::kMysql:
       // VARBINARY keys: a case-insensitive collation would make "R-1" and "r-1"
@@ -215,16 +219,16 @@ absl::StatusOr<bool> Journal::InsertOperation(Transaction& tx, const OperationSt
       int64_t inserted,
       tx.Exec(absl::StrCat("INSERT INTO idem_operations (", AV(kOperationColumns),
                            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", tail),
-              {Value(state.biz_key), Value(state.type), Value(state.object_key),
+              {Key(state.biz_key), Value(state.type), Key(state.object_key),
                StatusValue(state.status), Value(Blob{state.input}), Micros(state.next_retry_at),
-               Int(1), Micros(lease_until), Value(state.blocked_by), Value(Blob{}),
+               Int(1), Micros(lease_until), Key(state.blocked_by), Value(Blob{}),
                Micros(state.created_at), Micros(state.updated_at)}));
   if (inserted == 0) return false;
   for (const StepRecord& step : state.steps) {
     IDEM_RETURN_IF_ERROR(
         tx.Exec(absl::StrCat("INSERT INTO idem_steps (biz_key, ", AV(kStepColumns),
                              ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                {Value(state.biz_key), Int(step.step_seq), Value(step.name),
+                {Key(state.biz_key), Int(step.step_seq), Value(step.name),
                  StatusValue(step.status), Value(step.request_id), Value(Blob{}), Int(0), Int(0),
                  Int(0), Value(Blob{}), Micros(state.created_at)})
             .status());
@@ -266,11 +270,12 @@ absl::StatusOr<std::vector<OperationRow>> Journal::SelectOperations(
 }
 
 absl::StatusOr<std::optional<OperationRow>> Journal::LoadOperation(Transaction& tx,
-                                                                   std::string_view biz_key) const {
-  const char* lock = dialect_ == Dialect::kSqlite ? "" : " FOR UPDATE";
+                                                                   std::string_view biz_key,
+                                                                   bool for_update) const {
+  const char* lock = dialect_ == Dialect::kSqlite || !for_update ? "" : " FOR UPDATE";
   IDEM_ASSIGN_OR_RETURN(std::vector<OperationRow> rows,
                         SelectOperations(tx, absl::StrCat("WHERE biz_key = ?", lock),
-                                         {Value(biz_key)}));
+                                         {Key(biz_key)}));
   if (rows.empty()) return std::nullopt;
   return std::move(rows[0]);
 }
@@ -280,7 +285,7 @@ absl::StatusOr<std::vector<StepRecord>> Journal::LoadSteps(
   IDEM_ASSIGN_OR_RETURN(
       Rows rows, tx.Query(absl::StrCat("SELECT ", AV(kStepColumns),
                                        " FROM idem_steps WHERE biz_key = ? ORDER BY step_seq"),
-                          {Value(biz_key)}));
+                          {Key(biz_key)}));
   std::vector<StepRecord> out;
   if (compensate_failures != nullptr) compensate_failures->clear();
   for (const std::vector<Value>& r : rows.rows) {
@@ -313,7 +318,7 @@ absl::StatusOr<bool> Journal::TakeLease(Transaction& tx, std::string_view biz_ke
       int64_t n,
       tx.Exec("UPDATE idem_operations SET lease_token = ?, lease_until = ?, updated_at = ?,"
               " writes = writes + 1 WHERE biz_key = ? AND lease_token = ?",
-              {Int(new_token), Micros(lease_until), Micros(now), Value(biz_key), Int(token)}));
+              {Int(new_token), Micros(lease_until), Micros(now), Key(biz_key), Int(token)}));
   return n == 1;
 }
 
@@ -324,7 +329,7 @@ absl::StatusOr<bool> Journal::RenewLease(Transaction& tx, std::string_view biz_k
   IDEM_ASSIGN_OR_RETURN(
       int64_t n, tx.Exec("UPDATE idem_operations SET lease_until = ?, updated_at = ?,"
                          " writes = writes + 1 WHERE biz_key = ? AND lease_token = ?",
-                         {Micros(lease_until), Micros(now), Value(biz_key), Int(token)}));
+                         {Micros(lease_until), Micros(now), Key(biz_key), Int(token)}));
   return n == 1;
 }
 
@@ -335,8 +340,8 @@ absl::Status Journal::UpdateOperation(Transaction& tx, std::string_view biz_key,
   return tx
       .Exec("UPDATE idem_operations SET status = ?, next_retry_at = ?, blocked_by = ?,"
             " last_error = ?, updated_at = ?, writes = writes + 1 WHERE biz_key = ?",
-            {StatusValue(status), Micros(next_retry_at), Value(blocked_by),
-             Value(Blob{std::string(last_error)}), Micros(now), Value(biz_key)})
+            {StatusValue(status), Micros(next_retry_at), Key(blocked_by),
+             Value(Blob{std::string(last_error)}), Micros(now), Key(biz_key)})
       .status();
 }
 
@@ -355,7 +360,7 @@ absl::StatusOr<bool> Journal::UpdateStep(Transaction& tx, std::string_view biz_k
     params.push_back(Value(Blob{*u.payload}));
   }
   sql += " WHERE biz_key = ? AND step_seq = ?";
-  params.push_back(Value(biz_key));
+  params.push_back(Key(biz_key));
   params.push_back(Int(u.step_seq));
   for (StepStatus s : unless) {
     sql += " AND status <> ?";
@@ -367,23 +372,34 @@ absl::StatusOr<bool> Journal::UpdateStep(Transaction& tx, std::string_view biz_k
 
 absl::StatusOr<std::string> Journal::LockObject(Transaction& tx, std::string_view object_key,
                                                 std::string_view holder, absl::Time now) const {
-  const std::string tail = dialect_ == Dialect::kMysql
-                               ? " ON DUPLICATE KEY UPDATE object_key = object_key"
-                               : " ON CONFLICT DO NOTHING";
+  if (dialect_ != Dialect::kMysql) {
+    // One statement: a no-op update of an existing row locks it and returns its
+    // holder. INSERT … DO NOTHING then SELECT would race on PostgreSQL: the holder
+    // may delete the row in between, and READ COMMITTED's next snapshot sees none.
+    IDEM_ASSIGN_OR_RETURN(
+        Rows rows, tx.Query("INSERT INTO idem_object_locks (object_key, holder, acquired_at)"
+                            " VALUES (?, ?, ?) ON CONFLICT (object_key)"
+                            " DO UPDATE SET holder = idem_object_locks.holder RETURNING holder",
+                            {Key(object_key), Key(holder), Micros(now)}));
+    if (rows.rows.empty() || rows.rows[0].empty()) {
+      return absl::InternalError("step journal: object lock upsert returned no row");
+    }
+    return Str(rows.rows[0][0]);
+  }
+  // MariaDB: ON DUPLICATE KEY UPDATE locks the existing row, so the SELECT after
+  // it reads the holder that keeps it.
   IDEM_ASSIGN_OR_RETURN(
       int64_t inserted,
-      tx.Exec(absl::StrCat(
-                  "INSERT INTO idem_object_locks (object_key, holder, acquired_at) VALUES (?, ?, ?)",
-                  tail),
-              {Value(object_key), Value(holder), Micros(now)}));
+      tx.Exec("INSERT INTO idem_object_locks (object_key, holder, acquired_at) VALUES (?, ?, ?)"
+              " ON DUPLICATE KEY UPDATE object_key = object_key",
+              {Key(object_key), Key(holder), Micros(now)}));
   if (inserted == 1) return std::string(holder);
-  const char* lock = dialect_ == Dialect::kSqlite ? "" : " FOR UPDATE";
   IDEM_ASSIGN_OR_RETURN(
-      Rows rows,
-      tx.Query(absl::StrCat("SELECT holder FROM idem_object_locks WHERE object_key = ?", lock),
-               {Value(object_key)}));
+      Rows rows, tx.Query("SELECT holder FROM idem_object_locks WHERE object_key = ? FOR UPDATE",
+                          {Key(object_key)}));
   if (rows.rows.empty() || rows.rows[0].empty()) {
-    return absl::AbortedError(absl::StrCat("object lock ", AV(object_key), " changed hands"));
+    return absl::InternalError(
+        absl::StrCat("step journal: the lock row of object ", AV(object_key), " vanished"));
   }
   return Str(rows.rows[0][0]);
 }
@@ -392,7 +408,7 @@ absl::Status Journal::UnlockObject(Transaction& tx, std::string_view object_key,
                                    std::string_view holder) const {
   return tx
       .Exec("DELETE FROM idem_object_locks WHERE object_key = ? AND holder = ?",
-            {Value(object_key), Value(holder)})
+            {Key(object_key), Key(holder)})
       .status();
 }
 
@@ -423,11 +439,11 @@ absl::StatusOr<std::vector<OperationRow>> Journal::SelectStuck(Transaction& tx, 
   return SelectOperations(
       tx,
       "WHERE (status IN (?, ?) AND next_retry_at <= ? AND lease_until <= ?) OR status = ?"
-      " OR biz_key IN (SELECT biz_key FROM idem_steps WHERE status = ?)"
+      " OR (lease_until <= ? AND biz_key IN (SELECT biz_key FROM idem_steps WHERE status = ?))"
       " ORDER BY created_at LIMIT ?",
       {Value(OperationStatusName(OperationStatus::kPending)),
        Value(OperationStatusName(OperationStatus::kCompensating)), Micros(now), Micros(now),
-       Value(OperationStatusName(OperationStatus::kCompensationRequired)),
+       Value(OperationStatusName(OperationStatus::kCompensationRequired)), Micros(now),
        Value(StepStatusName(StepStatus::kUnknown)), Int(limit)});
 }
 

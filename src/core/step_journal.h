@@ -64,10 +64,11 @@ class Journal {
   absl::StatusOr<bool> InsertOperation(Transaction& tx, const OperationState& state,
                                        absl::Time lease_until) const;
 
-  // The operation row, locked for this transaction (FOR UPDATE where the
-  // dialect has it), or std::nullopt.
+  // The operation row, or std::nullopt; with `for_update`, locked for this
+  // transaction (FOR UPDATE where the dialect has it).
   absl::StatusOr<std::optional<OperationRow>> LoadOperation(Transaction& tx,
-                                                            std::string_view biz_key) const;
+                                                            std::string_view biz_key,
+                                                            bool for_update = true) const;
 
   // The steps of `biz_key` in order, with their internal compensation counters
   // in `compensate_failures` (same order), when non-null.

@@ -9,7 +9,6 @@
 #include "absl/synchronization/mutex.h"
 #include "core/absl_compat.h"
 #include "core/step_journal.h"
-#include "core/utf8.h"
 #include "idem/failpoint.h"
 #include "idem/key.h"
 #include "idem/status.h"
@@ -96,19 +95,9 @@ bool IsName(std::string_view s) {
   return true;
 }
 
-// Journal keys are TEXT on PostgreSQL, which refuses NUL and invalid UTF-8; the
-// same rule everywhere keeps an operation portable between stores.
-bool IsUtf8WithoutNul(std::string_view s) {
-  return IsUtf8(s) && s.find('\0') == std::string_view::npos;
-}
-
 absl::Status ValidateJournalKey(std::string_view what, std::string_view key) {
   absl::Status s = ValidateKey(key);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(AV(what), ": ", s.message()));
-  if (!IsUtf8WithoutNul(key)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(AV(what), ": must be UTF-8 text without NUL bytes"));
-  }
   return absl::OkStatus();
 }
 
@@ -164,7 +153,8 @@ struct StepRunner::Impl {
 
   absl::StatusOr<OperationState> Load(const Journal& j, std::string_view biz_key) {
     IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store().Begin());
-    IDEM_ASSIGN_OR_RETURN(std::optional<OperationRow> row, j.LoadOperation(*tx, biz_key));
+    IDEM_ASSIGN_OR_RETURN(std::optional<OperationRow> row,
+                          j.LoadOperation(*tx, biz_key, /*for_update=*/false));
     if (!row.has_value()) {
       return absl::NotFoundError(absl::StrCat("no operation with biz_key ", AV(biz_key)));
     }
@@ -459,11 +449,21 @@ absl::StatusOr<Unit> StepRunner::Impl::RunUnit(const Journal& j, const Operation
   OperationState& op = row->state;
   std::vector<int> comp;
   IDEM_ASSIGN_OR_RETURN(std::vector<StepRecord> steps, j.LoadSteps(*tx, biz_key, &comp));
-  if (steps.size() != type.steps.size()) {
+  // A step's journal row (its status, request_id) belongs to that step only: a
+  // type whose step list changed under open operations must not run them.
+  bool same_steps = steps.size() == type.steps.size();
+  for (size_t i = 0; same_steps && i < steps.size(); ++i) {
+    same_steps = steps[i].name == type.steps[i].name;
+  }
+  if (!same_steps) {
+    std::string journal_names, type_names;
+    for (const StepRecord& s : steps) absl::StrAppend(&journal_names, journal_names.empty() ? "" : ", ", s.name);
+    for (const Step& s : type.steps) absl::StrAppend(&type_names, type_names.empty() ? "" : ", ", s.name);
     return absl::FailedPreconditionError(absl::StrCat(
-        "operation ", AV(biz_key), " has ", steps.size(), " journal steps but type ",
-        AV(type.name), " declares ", type.steps.size(),
-        "; a type's steps must not change while operations of it are open"));
+        "operation ", AV(biz_key), " was journaled with steps [", journal_names, "] but type ",
+        AV(type.name), " now declares [", type_names,
+        "]; a type's steps must not change while operations of it are open (register the new "
+        "list under a new type name)"));
   }
   if (IsFinal(op.status)) {
     tx->Rollback();
@@ -724,6 +724,7 @@ absl::StatusOr<Unit> StepRunner::Impl::Compensate(const Journal& j, const Operat
   StepContext ctx = StepContextBuilder::Make(op, rec, comp[idx] + 1, &results, nullptr, rec.payload);
   IDEM_FAILPOINT("steps.before_compensate");
   absl::Status s = def.compensate(ctx);
+  IDEM_FAILPOINT("steps.after_compensate_call");
   if (!s.ok()) return CompensationFailed(j, def, op, rec, comp[idx], token, s);
   IDEM_ASSIGN_OR_RETURN(tx, store().Begin());
   IDEM_RETURN_IF_ERROR(Fence(j, *tx, op.biz_key, token, Now()));

@@ -1,3 +1,4 @@
+#include <mutex>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -8,6 +9,8 @@ namespace idem {
 struct Worker::Impl {
   Impl(StepRunner& r, WorkerOptions o) : runner(r), options(o) {}
 
+  // Waits on real time between passes (a background thread's pacing, not a
+  // decision: due times come from the runner's injected Clock).
   void Loop() {
     for (;;) {
       absl::StatusOr<int> n = runner.ResumeDue(options.batch);
@@ -32,6 +35,7 @@ struct Worker::Impl {
   bool started ABSL_GUARDED_BY(mu) = false;
   int64_t passes ABSL_GUARDED_BY(mu) = 0;
   int64_t resumed ABSL_GUARDED_BY(mu) = 0;
+  std::mutex lifecycle;  // serializes Start/Stop (the join must happen once)
   std::thread thread;
 };
 
@@ -41,6 +45,7 @@ Worker::Worker(StepRunner& runner, WorkerOptions options)
 Worker::~Worker() { Stop(); }
 
 void Worker::Start() {
+  std::lock_guard<std::mutex> lifecycle(impl_->lifecycle);
   absl::MutexLock lock(&impl_->mu);
   if (impl_->started) return;
   impl_->started = true;
@@ -49,6 +54,7 @@ void Worker::Start() {
 }
 
 void Worker::Stop() {
+  std::lock_guard<std::mutex> lifecycle(impl_->lifecycle);
   {
     absl::MutexLock lock(&impl_->mu);
     if (!impl_->started) return;
