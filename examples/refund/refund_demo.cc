@@ -436,6 +436,12 @@ absl::StatusOr<DemoReport> RunRefundDemo(const DemoOptions& options) {
     IDEM_ASSIGN_OR_RETURN(store_url, DefaultStore());
   }
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenStore(store_url));
+  if (!store->SupportsSql()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--store ", store_url,
+        ": the demo keeps its journal, ledger and inbox in SQL; use sqlite://, postgres:// or "
+        "mysql://"));
+  }
   report.store = std::string(store->url());
   IDEM_RETURN_IF_ERROR(CreateDemoTables(*store));
   {

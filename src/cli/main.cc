@@ -75,10 +75,25 @@ std::string DescribeParseError(const CLI::ParseError& e, const CLI::App& root,
     if (!remaining.empty()) {
       return "unknown option '" + remaining.front() + "' (see idem --help)";
     }
+    // The innermost subcommand given (e.g. `idem demo`) is the one missing its own.
+    const CLI::App* where = &root;
+    for (bool deeper = true; deeper;) {
+      deeper = false;
+      for (const CLI::App* sub : where->get_subcommands()) {
+        where = sub;
+        deeper = true;
+        break;
+      }
+    }
     std::string names;
-    for (const CLI::App* sub : root.get_subcommands([](const CLI::App*) { return true; })) {
+    for (const CLI::App* sub : where->get_subcommands([](const CLI::App*) { return true; })) {
+      if (sub->get_group().empty()) continue;  // hidden (internal) subcommands
       names += names.empty() ? "" : ", ";
       names += sub->get_name();
+    }
+    if (where != &root) {
+      const std::string path = "idem " + where->get_name();
+      return path + " needs a subcommand: " + names + " (see " + path + " --help)";
     }
     return "a subcommand is required: " + names + " (see idem --help)";
   }

@@ -1,0 +1,420 @@
+// Black-box tests of `idem demo refund` (SPEC §4, §12): the demo with injected
+// faults and SIGKILLed runners is part of the test suite, at a small N, and its
+// audit must show every effect exactly once.
+//
+// Built twice (tests/cli/CMakeLists.txt): demo_test runs the default SQLite store,
+// --naive and the usage errors; demo_sql_test (IDEM_DEMO_SQL_SERVERS) runs the same
+// audit on PostgreSQL and MariaDB from IDEM_TEST_POSTGRES_URL / IDEM_TEST_MYSQL_URL
+// and fails when they are not set. Each demo run keeps its rows apart by a run id,
+// so the shared test databases need no cleanup.
+//
+// What the audit guarantees (examples/refund/refund_demo.cc, Audit): with no
+// duplicate and nothing missing, every order is SUCCESS (exactly one reversal,
+// ledger row and notification), COMPENSATED (none of them) or
+// COMPENSATION_REQUIRED (at most one of each). Hence for each effect count E:
+//   orders - compensated - manual <= E <= orders - compensated,
+// with equality when manual == 0.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "testing/temp_dir.h"
+
+#ifdef IDEM_DEMO_SQL_SERVERS
+#include "conformance/store_factory.h"  // PostgresUrl, MysqlTestUrl: fail when unset
+#endif
+
+namespace idem {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+std::string IdemBin() {
+  const char* bin = std::getenv("IDEM_BIN");
+#ifdef IDEM_BIN_DEFAULT
+  if (bin == nullptr || *bin == '\0') bin = IDEM_BIN_DEFAULT;
+#endif
+  return bin == nullptr ? "" : bin;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Exec {
+  int status = -1;  // exit status, or -1 when the process did not exit normally
+  std::string out;
+  std::string err;
+};
+
+// The last line of `text` (which ends in '\n').
+std::string LastLine(const std::string& text) {
+  if (text.empty() || text.back() != '\n') return "";
+  const size_t start = text.rfind('\n', text.size() - 2);
+  return text.substr(start == std::string::npos ? 0 : start + 1,
+                     text.size() - (start == std::string::npos ? 0 : start + 1) - 1);
+}
+
+const std::vector<std::string> kReportKeys = {
+    "orders",        "channel_reversals",       "channel_duplicates", "ledger_rows",
+    "ledger_duplicates", "notifications",       "notification_duplicates", "missing",
+    "compensated",   "manual",                  "runner_kills"};
+
+class DemoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(IdemBin().empty()) << "set IDEM_BIN to the idem binary";
+    ASSERT_TRUE(std::filesystem::exists(IdemBin())) << IdemBin();
+  }
+
+  // Runs idem with `args` in the temp dir, stdin from /dev/null, stdout and
+  // stderr captured.
+  Exec Idem(const std::vector<std::string>& args) {
+    const std::string out_path = dir_.file("stdout");
+    const std::string err_path = dir_.file("stderr");
+    std::vector<std::string> argv_store = {IdemBin()};
+    argv_store.insert(argv_store.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_store) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      int in = open("/dev/null", O_RDONLY);
+      int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (in < 0 || out < 0 || err < 0 || chdir(dir_.path().c_str()) != 0) _exit(127);
+      dup2(in, 0);
+      dup2(out, 1);
+      dup2(err, 2);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    Exec run;
+    int wstatus = 0;
+    if (pid > 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus)) {
+      run.status = WEXITSTATUS(wstatus);
+    }
+    run.out = ReadFile(out_path);
+    run.err = ReadFile(err_path);
+    return run;
+  }
+
+  // Expects a failure with `status`, nothing on stdout and exactly one "idem: "
+  // line on stderr.
+  static void ExpectOneLineFailure(const Exec& r, int status) {
+    EXPECT_EQ(r.status, status) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_THAT(r.err, StartsWith("idem: "));
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.back(), '\n');
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
+  }
+
+  // The --json line: the last stdout line, with exactly the report's keys, each an
+  // integer.
+  static nlohmann::json Report(const Exec& r) {
+    const std::string line = LastLine(r.out);
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    EXPECT_TRUE(j.is_object()) << "last stdout line is not a JSON object: " << line;
+    if (!j.is_object()) return nlohmann::json::object();
+    std::set<std::string> keys;
+    for (const auto& [k, v] : j.items()) {
+      keys.insert(k);
+      EXPECT_TRUE(v.is_number_integer()) << k << " = " << v;
+    }
+    EXPECT_EQ(keys, std::set<std::string>(kReportKeys.begin(), kReportKeys.end())) << line;
+    for (const std::string& k : kReportKeys) {
+      if (!j.contains(k) || !j[k].is_number_integer()) j[k] = -1;
+    }
+    return j;
+  }
+
+  // The store the demo reports in its table ("store: URL").
+  static std::string StoreLine(const std::string& out) {
+    const size_t at = out.find("\nstore: ");
+    if (at == std::string::npos) return "";
+    const size_t start = at + std::string("\nstore: ").size();
+    return out.substr(start, out.find('\n', start) - start);
+  }
+
+  // Runs the step-machine demo with faults and kills and checks the audit: exit 0,
+  // no duplicate, nothing missing, every order accounted for, the runner killed.
+  nlohmann::json RunAudited(const std::vector<std::string>& store_args, const std::string& seed) {
+    std::vector<std::string> args = {"demo",          "refund", "--orders", "20",
+                                     "--fault-rate",  "0.3",    "--kill-runner", "0.2",
+                                     "--seed",        seed,     "--json"};
+    args.insert(args.end(), store_args.begin(), store_args.end());
+    Exec r = Idem(args);
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_EQ(r.err, "");
+    EXPECT_THAT(r.out, StartsWith("refund demo (idem step machine): 20 orders, fault rate 0.30, "
+                                  "kill rate 0.20, seed " + seed + "\n"));
+    EXPECT_THAT(r.out, HasSubstr("\nresult: every effect exactly once\n"));
+    nlohmann::json j = Report(r);
+    const int64_t orders = j["orders"], compensated = j["compensated"], manual = j["manual"];
+    EXPECT_EQ(orders, 20);
+    EXPECT_EQ(j["channel_duplicates"], 0);
+    EXPECT_EQ(j["ledger_duplicates"], 0);
+    EXPECT_EQ(j["notification_duplicates"], 0);
+    EXPECT_EQ(j["missing"], 0);
+    EXPECT_GE(compensated, 0);
+    EXPECT_GE(manual, 0);
+    EXPECT_LE(compensated + manual, orders);
+    for (const char* effect : {"channel_reversals", "ledger_rows", "notifications"}) {
+      const int64_t n = j[effect];
+      EXPECT_GE(n, orders - compensated - manual) << effect << " in " << j;
+      EXPECT_LE(n, orders - compensated) << effect << " in " << j;
+      if (manual == 0) {
+        EXPECT_EQ(n + compensated, orders) << effect << " in " << j;
+      }
+    }
+    // Three failpoints per step, 60 steps, 0.2 per step: about a dozen kills; seen
+    // 18-21 over seeds 1-5 on every store.
+    EXPECT_GT(j["runner_kills"], 0) << j;
+    return j;
+  }
+
+  testing::TempDir dir_;
+};
+
+#ifndef IDEM_DEMO_SQL_SERVERS
+
+// The default store is a new SQLite file in a fresh /tmp directory; the table
+// names it. Seed 5 compensates an order on some runs: that path is audited too.
+TEST_F(DemoTest, RefundOnDefaultSqliteStoreWithFaultsAndKills) {
+  std::vector<std::string> stores_seen;
+  for (const char* seed : {"5", "2"}) {
+    RunAudited({}, seed);
+    const std::string store = StoreLine(ReadFile(dir_.file("stdout")));
+    EXPECT_THAT(store, StartsWith("sqlite:///tmp/idem-refund-demo-"));
+    stores_seen.push_back(store);
+    // The demo leaves its directory behind for a look; the test does not.
+    if (store.starts_with("sqlite:///tmp/idem-refund-demo-")) {
+      const std::filesystem::path db = store.substr(std::string("sqlite://").size());
+      EXPECT_TRUE(std::filesystem::exists(db)) << db;
+      std::error_code ec;
+      std::filesystem::remove_all(db.parent_path(), ec);
+    }
+  }
+  ASSERT_EQ(stores_seen.size(), 2u);
+  EXPECT_NE(stores_seen[0], stores_seen[1]) << "each run gets a new store";
+}
+
+// The readable table comes first, the JSON line last.
+TEST_F(DemoTest, RefundPrintsTheTableThenTheJsonLine) {
+  const std::string url = "sqlite://" + dir_.file("demo.db");
+  Exec r = Idem({"demo", "refund", "--orders", "3", "--fault-rate", "0", "--seed", "7", "--store",
+                 url, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const std::string json = LastLine(r.out);
+  ASSERT_THAT(json, StartsWith("{\"orders\":3,"));
+  const std::string table = r.out.substr(0, r.out.size() - json.size() - 1);
+  EXPECT_THAT(table, StartsWith("refund demo (idem step machine): 3 orders, fault rate 0.00, kill "
+                                "rate 0.00, seed 7\n"
+                                "store: " + url + "\n\n"));
+  EXPECT_THAT(table, HasSubstr("\n  effect                 orders/rows   duplicates\n"
+                               "  channel reversals               3            0\n"
+                               "  ledger rows                     3            0\n"
+                               "  notifications                   3            0\n"));
+  EXPECT_THAT(table, HasSubstr("\n  missing (lost steps)   0\n"));
+  EXPECT_THAT(table, HasSubstr("\n  compensated            0\n"));
+  EXPECT_THAT(table, HasSubstr("\n  runner kills           0\n"));
+  EXPECT_THAT(table, HasSubstr("\n  channel: 3 reversal calls made, 0 cancelled; injected 0 "
+                               "timeouts, 0 lost answers, 0 busy\n"));
+  EXPECT_THAT(table, HasSubstr("\nresult: every effect exactly once\n"));
+  EXPECT_THAT(table, Not(HasSubstr("{")));
+  nlohmann::json j = Report(r);
+  EXPECT_EQ(j, nlohmann::json::parse(
+                   R"({"orders":3,"channel_reversals":3,"channel_duplicates":0,"ledger_rows":3,
+                       "ledger_duplicates":0,"notifications":3,"notification_duplicates":0,
+                       "missing":0,"compensated":0,"manual":0,"runner_kills":0})"));
+
+  // Without --json: the table alone.
+  Exec plain = Idem({"demo", "refund", "--orders", "3", "--fault-rate", "0", "--seed", "7",
+                     "--store", url});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(LastLine(plain.out), "result: every effect exactly once");
+  EXPECT_THAT(plain.out, Not(HasSubstr("{")));
+}
+
+// A second run on the same store counts only its own rows (the run id).
+TEST_F(DemoTest, RefundRunsShareAStoreWithoutSeeingEachOther) {
+  const std::string url = "sqlite://" + dir_.file("shared.db");
+  for (int run = 0; run < 2; ++run) {
+    Exec r = Idem({"demo", "refund", "--orders", "4", "--fault-rate", "0.3", "--seed", "11",
+                   "--store", url, "--json"});
+    ASSERT_EQ(r.status, 0) << "run " << run << ": " << r.err;
+    nlohmann::json j = Report(r);
+    EXPECT_EQ(j["orders"], 4);
+    EXPECT_EQ(j["missing"], 0);
+    EXPECT_EQ(j["channel_duplicates"], 0);
+    EXPECT_EQ(j["ledger_duplicates"], 0);
+    EXPECT_EQ(j["notification_duplicates"], 0);
+    EXPECT_LE(j["ledger_rows"].get<int64_t>(), 4) << "run " << run;
+  }
+}
+
+// Every fault fires: no refund can finish, each is compensated (or, were a cancel
+// to fail, left to a person), and nothing stays behind in the ledger or the inbox.
+TEST_F(DemoTest, RefundWithEveryFaultCompensatesEveryOrder) {
+  Exec r = Idem({"demo", "refund", "--orders", "3", "--fault-rate", "1", "--seed", "1", "--store",
+                 "sqlite://" + dir_.file("demo.db"), "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = Report(r);
+  EXPECT_EQ(j["missing"], 0);
+  EXPECT_EQ(j["compensated"].get<int64_t>() + j["manual"].get<int64_t>(), 3) << j;
+  EXPECT_EQ(j["ledger_rows"], 0);
+  EXPECT_EQ(j["notifications"], 0);
+  EXPECT_EQ(j["channel_duplicates"], 0);
+  EXPECT_LE(j["channel_reversals"].get<int64_t>(), j["manual"].get<int64_t>());
+  EXPECT_THAT(r.out, HasSubstr("\nresult: every effect exactly once\n"));
+}
+
+// The seed's offset-keyed dedupe: a redelivery gets a new offset and reverses the
+// payment again. The demo ran, so exit 0, and the table says what went wrong.
+TEST_F(DemoTest, NaiveDedupeShowsDuplicateReversals) {
+  Exec r = Idem({"demo", "refund", "--naive", "--orders", "30", "--fault-rate", "0.3", "--seed",
+                 "3", "--store", "sqlite://" + dir_.file("naive.db"), "--json"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_THAT(r.out, StartsWith("refund demo (naive: dedupe by message offset): 30 orders"));
+  EXPECT_THAT(r.out, HasSubstr("\n  message deliveries     "));
+  EXPECT_THAT(r.out, Not(HasSubstr("runner kills")));
+  EXPECT_THAT(r.out, HasSubstr("\nresult: DUPLICATE OR MISSING EFFECTS (see above)\n"));
+  nlohmann::json j = Report(r);
+  EXPECT_EQ(j["orders"], 30);
+  EXPECT_GT(j["channel_duplicates"], 0) << j;
+  EXPECT_EQ(j["runner_kills"], 0);
+}
+
+// --- usage -------------------------------------------------------------------
+
+TEST_F(DemoTest, RefundBadOptionsAreUsageErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string err;  // exact, or empty: any one line
+  };
+  const Case cases[] = {
+      {{"--orders", "0"}, "idem: demo refund: --orders 0: must be between 1 and 100000\n"},
+      {{"--orders", "100001"},
+       "idem: demo refund: --orders 100001: must be between 1 and 100000\n"},
+      {{"--orders", "-3"}, "idem: demo refund: --orders -3: must be between 1 and 100000\n"},
+      {{"--orders", "many"}, ""},
+      {{"--fault-rate", "1.5"}, "idem: demo refund: --fault-rate 1.5: must be between 0 and 1\n"},
+      {{"--fault-rate", "-0.1"}, "idem: demo refund: --fault-rate -0.1: must be between 0 and 1\n"},
+      {{"--fault-rate", "nan"}, ""},
+      {{"--kill-runner", "1"},
+       "idem: demo refund: --kill-runner 1: must be between 0 and 0.9 (at 1 no step could "
+       "finish)\n"},
+      {{"--kill-runner", "-0.5"}, ""},
+      {{"--store", "bogus://x"}, ""},
+      {{"--store", "sqlite://"}, ""},
+      {{"--frobnicate"}, ""},
+      {{"--orders"}, ""},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"demo", "refund"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    SCOPED_TRACE(args.back());
+    Exec r = Idem(args);
+    ExpectOneLineFailure(r, 2);
+    if (!c.err.empty()) {
+      EXPECT_EQ(r.err, c.err);
+    }
+  }
+  Exec r = Idem({"demo", "refund", "--frobnicate"});
+  EXPECT_THAT(r.err, HasSubstr("--frobnicate"));
+  r = Idem({"demo", "refund", "--store", "bogus://x"});
+  EXPECT_THAT(r.err, HasSubstr("bogus"));
+}
+
+// memory:// has no SQL for the ledger and the journal: the store named is unfit
+// for the demo, as `idem stuck` and `idem worker` say with exit 2.
+TEST_F(DemoTest, RefundOnMemoryStoreIsUsageError) {
+  Exec r = Idem({"demo", "refund", "--orders", "1", "--store", "memory://"});
+  ExpectOneLineFailure(r, 2);
+  EXPECT_THAT(r.err, HasSubstr("SQL"));
+}
+
+TEST_F(DemoTest, RefundUnreachableStoreExitsOne) {
+  Exec r = Idem({"demo", "refund", "--orders", "1", "--store",
+                 "sqlite://" + dir_.file("no/such/dir/demo.db")});
+  ExpectOneLineFailure(r, 1);
+  r = Idem({"demo", "refund", "--orders", "1", "--store",
+            "postgres://idem@127.0.0.1:1/none?connect_timeout=2"});
+  ExpectOneLineFailure(r, 1);
+}
+
+TEST_F(DemoTest, DemoWithoutADemonstrationIsUsageError) {
+  Exec r = Idem({"demo"});
+  ExpectOneLineFailure(r, 2);
+  // The reason names what is missing: a demonstration, such as refund.
+  EXPECT_THAT(r.err, HasSubstr("refund"));
+
+  r = Idem({"demo", "nosuch"});
+  ExpectOneLineFailure(r, 2);
+  EXPECT_THAT(r.err, HasSubstr("nosuch"));
+}
+
+TEST_F(DemoTest, HelpListsRefundButNotTheInternalSubcommands) {
+  Exec r = Idem({"demo", "--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.err, "");
+  EXPECT_THAT(r.out, HasSubstr("Usage: idem demo"));
+  EXPECT_THAT(r.out, HasSubstr("\n  refund "));
+  EXPECT_THAT(r.out, Not(HasSubstr("channel")));
+  EXPECT_THAT(r.out, Not(HasSubstr("refund-runner")));
+
+  r = Idem({"--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("\n  demo "));
+
+  r = Idem({"demo", "refund", "--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("Usage: idem demo refund"));
+  for (const char* flag :
+       {"--orders", "--fault-rate", "--kill-runner", "--seed", "--store", "--naive", "--json"}) {
+    EXPECT_THAT(r.out, HasSubstr(flag));
+  }
+}
+
+#else  // IDEM_DEMO_SQL_SERVERS
+
+class DemoSqlTest : public DemoTest {};
+
+// A schema (PostgreSQL) or database (MariaDB) of this test's own on the test
+// server, as in the conformance suite: the journal's tables are the current
+// build's, whatever earlier builds left in the shared database.
+TEST_F(DemoSqlTest, RefundOnPostgresWithFaultsAndKills) {
+  const std::string url = testing::PostgresUrl(dir_.path());
+  ASSERT_FALSE(HasFailure());
+  RunAudited({"--store", url}, "2");
+}
+
+TEST_F(DemoSqlTest, RefundOnMysqlWithFaultsAndKills) {
+  const std::string url = testing::MysqlTestUrl(dir_.path());
+  ASSERT_FALSE(HasFailure());
+  RunAudited({"--store", url}, "3");
+}
+
+#endif  // IDEM_DEMO_SQL_SERVERS
+
+}  // namespace
+}  // namespace idem

@@ -1,0 +1,756 @@
+// Black-box tests of `idem stuck` and `idem worker` (SPEC §4, §10, §12): this
+// process writes step journals with the C++ API on a SQLite file, then the real
+// binary lists them and resumes them. Time in the journal comes from a FakeClock
+// set an hour back (due now) or a day ahead (not due yet), so nothing waits on a
+// backoff. The refund operations the worker resumes run against the demo's fake
+// payment channel, started as `idem demo channel`.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "idem/idem.h"
+#include "idem/steps.h"
+#include "nlohmann/json.hpp"
+#include "refund/channel_client.h"
+#include "testing/fake_clock.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
+
+namespace idem {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+std::string IdemBin() {
+  const char* bin = std::getenv("IDEM_BIN");
+#ifdef IDEM_BIN_DEFAULT
+  if (bin == nullptr || *bin == '\0') bin = IDEM_BIN_DEFAULT;
+#endif
+  return bin == nullptr ? "" : bin;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Exec {
+  int status = -1;  // exit status, or -1 when the process did not exit normally
+  std::string out;
+  std::string err;
+};
+
+// Execs `idem args...` in `dir` with stdin from /dev/null. Only returns in the parent.
+pid_t SpawnIdem(const std::vector<std::string>& args, const std::string& dir, int stdout_fd,
+                const std::string& err_path) {
+  std::vector<std::string> argv_store = {IdemBin()};
+  argv_store.insert(argv_store.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_store) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    int in = open("/dev/null", O_RDONLY);
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (in < 0 || err < 0 || chdir(dir.c_str()) != 0) _exit(127);
+    dup2(in, 0);
+    dup2(stdout_fd, 1);
+    dup2(err, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// A long-running `idem` child (`demo channel`, `worker`): stdout on a pipe, stderr
+// in a file. SIGKILLed when destroyed if still running.
+class Background {
+ public:
+  Background(const std::vector<std::string>& args, const std::string& dir,
+             const std::string& err_path)
+      : err_path_(err_path) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return;
+    pid_ = SpawnIdem(args, dir, fds[1], err_path);
+    close(fds[1]);
+    stdout_fd_ = fds[0];
+  }
+  ~Background() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (stdout_fd_ >= 0) close(stdout_fd_);
+  }
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+
+  // The next stdout line, or "" at EOF or after `timeout`.
+  std::string ReadLine(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::string line;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{stdout_fd_, POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      char c;
+      if (read(stdout_fd_, &c, 1) != 1 || c == '\n') break;
+      line += c;
+    }
+    return line;
+  }
+
+  // True once stderr contains `text` (polled up to `timeout`).
+  bool WaitForStderr(const std::string& text, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (stderr_text().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  // Sends `sig` and waits up to `timeout` for the exit. Returns the exit status, or
+  // -1 for a death by signal or no exit in time (then the destructor kills it).
+  int Stop(int sig, std::chrono::milliseconds timeout) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, sig);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return -1;
+  }
+
+  std::string stderr_text() const { return ReadFile(err_path_); }
+
+ private:
+  std::string err_path_;
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+};
+
+// Whole seconds, so a FakeClock time prints as "...:SS.000Z" and a jitter below
+// 1 ms does not show.
+absl::Time WholeSecond(absl::Time t) { return absl::FromUnixSeconds(absl::ToUnixSeconds(t)); }
+
+std::string Utc(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
+}
+
+RetryPolicy Policy(absl::Duration delay, int attempts = 5) {
+  RetryPolicy p;
+  p.initial_delay = delay;
+  p.max_delay = delay;
+  p.max_attempts = attempts;
+  return p;
+}
+
+// The refund example's input (refund/refund_operation.h EncodeOrder).
+std::string OrderJson(const std::string& order_no, int64_t amount) {
+  return nlohmann::json{{"run_id", "cli"}, {"order_no", order_no}, {"amount", amount}}.dump();
+}
+
+class StepsCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(IdemBin().empty()) << "set IDEM_BIN to the idem binary";
+    ASSERT_TRUE(std::filesystem::exists(IdemBin())) << IdemBin();
+    url_ = "sqlite://" + dir_.file("x.db");
+    past_.Set(WholeSecond(absl::Now() - absl::Hours(1)));
+    future_.Set(WholeSecond(absl::Now() + absl::Hours(24)));
+  }
+
+  Exec Idem(const std::vector<std::string>& args) {
+    const std::string out_path = dir_.file("stdout");
+    const std::string err_path = dir_.file("stderr");
+    Exec run;
+    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (out < 0) return run;
+    const pid_t pid = SpawnIdem(args, dir_.path(), out, err_path);
+    close(out);
+    int wstatus = 0;
+    if (pid > 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus)) {
+      run.status = WEXITSTATUS(wstatus);
+    }
+    run.out = ReadFile(out_path);
+    run.err = ReadFile(err_path);
+    return run;
+  }
+
+  // Expects a failure with `status`, nothing on stdout and exactly one "idem: "
+  // line on stderr.
+  static void ExpectOneLineFailure(const Exec& r, int status) {
+    EXPECT_EQ(r.status, status) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_THAT(r.err, StartsWith("idem: "));
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.back(), '\n');
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
+  }
+
+  std::unique_ptr<Store> Open() {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
+    EXPECT_OK(store);
+    return store.ok() ? *std::move(store) : nullptr;
+  }
+
+  static StepRunnerOptions NoWait(const Clock* clock) {
+    StepRunnerOptions o;
+    o.clock = clock;
+    o.wait_for_retries = false;
+    return o;
+  }
+
+  // Runs `type` once for `biz_key` on the test store with `clock`, without waiting
+  // for retries, and returns the state it was left in.
+  OperationState RunOnce(const OperationType& type, const std::string& biz_key,
+                         const std::string& input, const Clock* clock) {
+    std::unique_ptr<Store> store = Open();
+    if (store == nullptr) return {};
+    StepRunner runner(*store, NoWait(clock));
+    EXPECT_OK(runner.Register(type));
+    absl::StatusOr<OperationState> op =
+        runner.Run({.type = type.name, .biz_key = biz_key, .input = input});
+    EXPECT_OK(op);
+    return op.ok() ? *op : OperationState{};
+  }
+
+  // The state of `biz_key` as stored.
+  OperationState Get(const std::string& biz_key) {
+    std::unique_ptr<Store> store = Open();
+    if (store == nullptr) return {};
+    StepRunner runner(*store);
+    absl::StatusOr<OperationState> op = runner.Get(biz_key);
+    EXPECT_OK(op);
+    return op.ok() ? *op : OperationState{};
+  }
+
+  // One local step that fails retryably ("gateway busy") every time.
+  static OperationType Flaky(absl::Duration delay) {
+    Step charge;
+    charge.name = "charge";
+    charge.retry = Policy(delay);
+    charge.execute = [](StepContext&) -> absl::StatusOr<std::string> {
+      return absl::UnavailableError("gateway busy");
+    };
+    return OperationType{.name = "test.flaky", .steps = {std::move(charge)}};
+  }
+
+  // An external step whose answer never comes: left UNKNOWN.
+  static OperationType Remote() {
+    Step send;
+    send.name = "send";
+    send.external = true;
+    send.retry = Policy(absl::Hours(1));
+    send.execute = [](StepContext&) -> absl::StatusOr<std::string> {
+      return absl::DeadlineExceededError("no answer");
+    };
+    send.query = [](StepContext&) -> absl::StatusOr<QueryResult> {
+      return QueryResult{QueryAnswer::kUnknown, ""};
+    };
+    return OperationType{.name = "test.remote", .steps = {std::move(send)}};
+  }
+
+  // Step 1 succeeds and cannot be undone; step 2 fails for good: a person must act.
+  static OperationType Undoable() {
+    Step reserve;
+    reserve.name = "reserve";
+    reserve.execute = [](StepContext&) -> absl::StatusOr<std::string> {
+      return std::string("r1");
+    };
+    reserve.compensate = [](StepContext&) -> absl::Status {
+      return absl::FailedPreconditionError("reservation is locked");
+    };
+    Step charge;
+    charge.name = "charge";
+    charge.execute = [](StepContext&) -> absl::StatusOr<std::string> {
+      return absl::InvalidArgumentError("card declined");
+    };
+    return OperationType{.name = "test.undo", .steps = {std::move(reserve), std::move(charge)}};
+  }
+
+  // The refund example's operation as this binary's worker knows it (three steps,
+  // refund/refund_operation.h), but whose channel call this process decides:
+  // `send` runs in place of the POST and then the answer is "lost".
+  static OperationType RefundWithLostAnswer(std::function<void(StepContext&)> send) {
+    Step reversal;
+    reversal.name = "channel_reversal";
+    reversal.external = true;
+    reversal.retry = Policy(absl::Milliseconds(1));
+    reversal.execute = [send](StepContext& c) -> absl::StatusOr<std::string> {
+      send(c);
+      return absl::UnavailableError("connection closed without an answer");
+    };
+    reversal.query = [](StepContext&) -> absl::StatusOr<QueryResult> {
+      return QueryResult{QueryAnswer::kUnknown, ""};
+    };
+    reversal.compensate = [](StepContext&) { return absl::OkStatus(); };
+    auto unreached = [](StepContext&) -> absl::StatusOr<std::string> {
+      return absl::InternalError("not reached in this process");
+    };
+    Step ledger{.name = "ledger", .execute = unreached};
+    Step notification{.name = "notification", .execute = unreached};
+    return OperationType{.name = "refund",
+                         .steps = {std::move(reversal), std::move(ledger), std::move(notification)}};
+  }
+
+  // Creates the refund example's ledger and inbox tables (and the journal) the way
+  // a user would: one clean demo run on the store.
+  void RunCleanDemo(int orders) {
+    Exec r = Idem({"demo", "refund", "--orders", std::to_string(orders), "--fault-rate", "0",
+                   "--store", url_, "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
+    ASSERT_EQ(j["missing"], 0);
+    ASSERT_EQ(j["channel_reversals"], orders);
+  }
+
+  int64_t CountRows(const std::string& table, const std::string& order_no) {
+    std::unique_ptr<Store> store = Open();
+    if (store == nullptr) return -1;
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store->Begin();
+    EXPECT_OK(tx);
+    if (!tx.ok()) return -1;
+    absl::StatusOr<Rows> rows =
+        (*tx)->Query("SELECT COUNT(*) FROM " + table + " WHERE order_no = ?", {Value(order_no)});
+    (*tx)->Rollback();
+    EXPECT_OK(rows);
+    if (!rows.ok() || rows->rows.empty() || !rows->rows[0][0].is_int()) return -1;
+    return rows->rows[0][0].as_int();
+  }
+
+  testing::TempDir dir_;
+  std::string url_;
+  testing::FakeClock past_;    // an hour ago: what it schedules is due now
+  testing::FakeClock future_;  // tomorrow: what it schedules is not due yet
+};
+
+// --- idem stuck --------------------------------------------------------------
+
+TEST_F(StepsCliTest, StuckIsEmptyAfterACleanDemoRun) {
+  RunCleanDemo(5);
+  Exec r = Idem({"stuck", "--store", url_});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "no stuck operations in " + url_ + "\n");
+  EXPECT_EQ(r.err, "");
+
+  r = Idem({"stuck", "--store", url_, "--json"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out), nlohmann::json::parse(R"({"operations": []})"));
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(StepsCliTest, StuckListsADueOperationWithItsSteps) {
+  OperationState op = RunOnce(Flaky(absl::Milliseconds(1)), "K-due", "{}", &past_);
+  ASSERT_EQ(op.status, OperationStatus::kPending);
+  ASSERT_LE(op.next_retry_at, past_.Now() + absl::Milliseconds(1));
+
+  Exec r = Idem({"stuck", "--store", url_});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, "K-due  test.flaky  PENDING  (due, no runner)\n"
+                   "  next retry  " + Utc(past_.Now()) + "\n"
+                   "  last error  " + op.last_error + "\n"
+                   "  1. charge  " + std::string(StepStatusName(op.steps[0].status)) +
+                   "  retries 1\n"
+                   "1 operation(s)\n");
+  EXPECT_THAT(op.last_error, HasSubstr("gateway busy"));
+
+  r = Idem({"stuck", "--store", url_, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["operations"].size(), 1u) << r.out;
+  const nlohmann::json& o = j["operations"][0];
+  EXPECT_EQ(o["biz_key"], "K-due");
+  EXPECT_EQ(o["type"], "test.flaky");
+  EXPECT_EQ(o["object_key"], "");
+  EXPECT_EQ(o["status"], "PENDING");
+  EXPECT_EQ(o["why"], "due, no runner");
+  EXPECT_EQ(o["next_retry_at"], Utc(past_.Now()));
+  EXPECT_EQ(o["lease_until"], nullptr);  // Run gave the lease up when it stopped waiting
+  EXPECT_EQ(o["last_error"], op.last_error);
+  EXPECT_EQ(o["created_at"], Utc(past_.Now()));
+  EXPECT_TRUE(o["updated_at"].is_string());
+  ASSERT_EQ(o["steps"].size(), 1u);
+  const nlohmann::json& s = o["steps"][0];
+  EXPECT_EQ(s["step_seq"], 1);
+  EXPECT_EQ(s["name"], "charge");
+  EXPECT_EQ(s["status"], std::string(StepStatusName(op.steps[0].status)));
+  EXPECT_EQ(s["retry_count"], 1);
+  EXPECT_EQ(s["request_id"], "");  // a local step has none
+  EXPECT_EQ(s["next_retry_at"], Utc(past_.Now()));
+  EXPECT_THAT(s["last_error"].get<std::string>(), HasSubstr("gateway busy"));
+}
+
+TEST_F(StepsCliTest, StuckSkipsWhatIsNotDueYetOrDone) {
+  OperationState waiting = RunOnce(Flaky(absl::Hours(1)), "K-later", "{}", &future_);
+  ASSERT_EQ(waiting.status, OperationStatus::kPending);
+  Step ok{.name = "ok", .execute = [](StepContext&) -> absl::StatusOr<std::string> {
+            return std::string("fine");
+          }};
+  OperationState done =
+      RunOnce(OperationType{.name = "test.ok", .steps = {ok}}, "K-done", "{}", &past_);
+  ASSERT_EQ(done.status, OperationStatus::kSuccess);
+
+  Exec r = Idem({"stuck", "--store", url_});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "no stuck operations in " + url_ + "\n");
+}
+
+TEST_F(StepsCliTest, StuckListsUnknownStepsEvenBeforeTheyAreDue) {
+  OperationState op = RunOnce(Remote(), "K-unknown", "{}", &future_);
+  ASSERT_EQ(op.status, OperationStatus::kPending);
+  ASSERT_EQ(op.steps[0].status, StepStatus::kUnknown);
+
+  Exec r = Idem({"stuck", "--store", url_});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("K-unknown  test.remote  PENDING  (step 1 outcome unknown)\n"));
+  EXPECT_THAT(r.out, HasSubstr("\n  1. send  UNKNOWN  retries 1  request_id " +
+                               op.steps[0].request_id + "\n"));
+  EXPECT_THAT(op.steps[0].request_id, StartsWith("idem-"));
+
+  r = Idem({"stuck", "--store", url_, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json o = nlohmann::json::parse(r.out)["operations"].at(0);
+  EXPECT_EQ(o["why"], "step 1 outcome unknown");
+  EXPECT_EQ(o["steps"][0]["status"], "UNKNOWN");
+  EXPECT_EQ(o["steps"][0]["request_id"], op.steps[0].request_id);
+}
+
+TEST_F(StepsCliTest, StuckListsCompensationRequired) {
+  OperationState op = RunOnce(Undoable(), "K-manual", "{}", &past_);
+  ASSERT_EQ(op.status, OperationStatus::kCompensationRequired);
+
+  Exec r = Idem({"stuck", "--store", url_});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("K-manual  test.undo  COMPENSATION_REQUIRED  "
+                                "(compensation required)\n"));
+  EXPECT_THAT(r.out, HasSubstr("reservation is locked"));
+  EXPECT_THAT(r.out, HasSubstr("\n  1. reserve  SUCCESS"));
+  EXPECT_THAT(r.out, HasSubstr("\n  2. charge  "));
+  EXPECT_THAT(r.out, HasSubstr("\n1 operation(s)\n"));
+
+  r = Idem({"stuck", "--store", url_, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json o = nlohmann::json::parse(r.out)["operations"].at(0);
+  EXPECT_EQ(o["biz_key"], "K-manual");
+  EXPECT_EQ(o["status"], "COMPENSATION_REQUIRED");
+  EXPECT_EQ(o["why"], "compensation required");
+  EXPECT_THAT(o["last_error"].get<std::string>(), HasSubstr("reservation is locked"));
+  ASSERT_EQ(o["steps"].size(), 2u);
+  EXPECT_EQ(o["steps"][0]["name"], "reserve");
+  EXPECT_EQ(o["steps"][0]["status"], "SUCCESS");  // not undone: a person must
+  EXPECT_EQ(o["steps"][1]["name"], "charge");
+}
+
+TEST_F(StepsCliTest, StuckListsOldestFirstUpToTheLimit) {
+  testing::FakeClock older(past_.Now() - absl::Minutes(10));
+  ASSERT_EQ(RunOnce(Undoable(), "K-newer", "{}", &past_).status,
+            OperationStatus::kCompensationRequired);
+  ASSERT_EQ(RunOnce(Flaky(absl::Milliseconds(1)), "K-older", "{}", &older).status,
+            OperationStatus::kPending);
+
+  Exec r = Idem({"stuck", "--store", url_, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> keys;
+  const nlohmann::json list = nlohmann::json::parse(r.out);
+  for (const nlohmann::json& o : list["operations"]) {
+    keys.push_back(o["biz_key"]);
+  }
+  EXPECT_THAT(keys, ElementsAre("K-older", "K-newer"));
+
+  r = Idem({"stuck", "--store", url_, "--limit", "1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("K-older  "));
+  EXPECT_THAT(r.out, Not(HasSubstr("K-newer")));
+  EXPECT_THAT(r.out, HasSubstr("\n1 operation(s)\n"));
+}
+
+// Business keys are opaque bytes (SPEC §2): control bytes are escaped in the
+// listing; in JSON a UTF-8 key is a string and any other one is base64.
+TEST_F(StepsCliTest, StuckShowsOpaqueKeysEscapedOrBase64) {
+  const std::string text_key = "K\n1\x01";
+  const std::string byte_key = "K\n1\xff";
+  ASSERT_EQ(RunOnce(Undoable(), text_key, "{}", &past_).status,
+            OperationStatus::kCompensationRequired);
+  testing::FakeClock later(past_.Now() + absl::Minutes(1));
+  ASSERT_EQ(RunOnce(Undoable(), byte_key, "{}", &later).status,
+            OperationStatus::kCompensationRequired);
+  Exec r = Idem({"stuck", "--store", url_});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("K\\n1\\x01  test.undo  "));
+  EXPECT_THAT(r.out, HasSubstr("\nK\\n1\\xff  test.undo  "));
+  r = Idem({"stuck", "--store", url_, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["operations"].size(), 2u) << r.out;
+  EXPECT_EQ(j["operations"][0]["biz_key"], text_key);
+  EXPECT_FALSE(j["operations"][1].contains("biz_key"));
+  EXPECT_EQ(j["operations"][1]["biz_key_base64"], "Swox/w==");
+}
+
+TEST_F(StepsCliTest, StuckMissingSqliteFileExitsOneAndCreatesNothing) {
+  const std::string missing = dir_.file("missing.db");
+  Exec r = Idem({"stuck", "--store", "sqlite://" + missing});
+  ExpectOneLineFailure(r, 1);
+  EXPECT_EQ(r.err, "idem: store sqlite://" + missing + ": database file " + missing +
+                       " does not exist\n");
+  EXPECT_FALSE(std::filesystem::exists(missing));
+
+  // The default store is ./idem.db: missing in the empty working directory too.
+  r = Idem({"stuck"});
+  ExpectOneLineFailure(r, 1);
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("idem.db")));
+}
+
+TEST_F(StepsCliTest, StuckUsageErrors) {
+  RunCleanDemo(1);
+  for (const char* limit : {"0", "-1", "100001"}) {
+    Exec r = Idem({"stuck", "--store", url_, "--limit", limit});
+    ExpectOneLineFailure(r, 2);
+    EXPECT_EQ(r.err, "idem: stuck: --limit must be between 1 and 100000\n") << limit;
+  }
+  ExpectOneLineFailure(Idem({"stuck", "--store", url_, "--limit", "many"}), 2);
+  ExpectOneLineFailure(Idem({"stuck", "--store", url_, "--frobnicate"}), 2);
+  for (const char* store : {"bogus://x", "sqlite://", "memory://"}) {
+    Exec r = Idem({"stuck", "--store", store});
+    ExpectOneLineFailure(r, 2);
+  }
+  Exec r = Idem({"stuck", "--store", "memory://"});
+  EXPECT_THAT(r.err, HasSubstr("SQL"));
+}
+
+TEST_F(StepsCliTest, StuckUnreachableStoreExitsOne) {
+  std::filesystem::create_directory(dir_.file("adir.db"));
+  ExpectOneLineFailure(Idem({"stuck", "--store", "sqlite://" + dir_.file("adir.db")}), 1);
+  ExpectOneLineFailure(
+      Idem({"stuck", "--store", "postgres://idem@127.0.0.1:1/none?connect_timeout=2"}), 1);
+}
+
+TEST_F(StepsCliTest, StuckHelp) {
+  Exec r = Idem({"stuck", "--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("Usage: idem stuck"));
+  EXPECT_THAT(r.out, HasSubstr("--store"));
+  EXPECT_THAT(r.out, HasSubstr("--limit"));
+  EXPECT_THAT(r.out, HasSubstr("--json"));
+  EXPECT_EQ(r.err, "");
+}
+
+// --- idem worker -------------------------------------------------------------
+
+TEST_F(StepsCliTest, WorkerOnceWithNothingDue) {
+  RunCleanDemo(3);
+  Exec r = Idem(
+      {"worker", "--once", "--store", url_, "--refund-channel", "http://127.0.0.1:1"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "resumed 0 operation(s)\n");
+}
+
+// Two refunds a runner left UNKNOWN at the channel call: for one the channel made
+// the reversal and the answer was lost, for the other the request never arrived.
+// `idem worker --once` asks the channel before it re-sends: each order ends with
+// exactly one reversal, one ledger row and one notification.
+TEST_F(StepsCliTest, WorkerOnceResumesDueRefundsExactlyOnce) {
+  RunCleanDemo(1);  // the ledger and inbox tables
+  Background channel({"demo", "channel", "--listen", "127.0.0.1:0", "--fault-rate", "0"},
+                     dir_.path(), dir_.file("channel.err"));
+  const std::string listening = channel.ReadLine(std::chrono::seconds(15));
+  ASSERT_THAT(listening, StartsWith("listening on ")) << channel.stderr_text();
+  const std::string channel_url = "http://" + listening.substr(std::string("listening on ").size());
+  absl::StatusOr<refund::ChannelClient> client = refund::ChannelClient::FromUrl(channel_url);
+  ASSERT_OK(client);
+
+  const std::string sent = "R-cli-000001", unsent = "R-cli-000002";
+  OperationState a = RunOnce(RefundWithLostAnswer([&](StepContext& c) {
+                               ASSERT_OK(client->Reverse(c.request_id(), sent, 1111));
+                             }),
+                             "refund:" + sent, OrderJson(sent, 1111), &past_);
+  OperationState b = RunOnce(RefundWithLostAnswer([](StepContext&) {}), "refund:" + unsent,
+                             OrderJson(unsent, 2222), &past_);
+  for (const OperationState* op : {&a, &b}) {
+    ASSERT_EQ(op->status, OperationStatus::kPending);
+    ASSERT_EQ(op->steps[0].status, StepStatus::kUnknown);
+  }
+
+  Exec r = Idem({"stuck", "--store", url_, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(nlohmann::json::parse(r.out)["operations"].size(), 2u) << r.out;
+
+  // A channel that cannot be reached: both are tried (the lookup fails), nothing is
+  // re-sent, and both stay stuck.
+  r = Idem({"worker", "--once", "--store", url_, "--refund-channel", "http://127.0.0.1:1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "resumed 2 operation(s)\n");
+  for (const std::string& order : {sent, unsent}) {
+    OperationState op = Get("refund:" + order);
+    EXPECT_EQ(op.status, OperationStatus::kPending) << order;
+    EXPECT_EQ(op.steps[0].status, StepStatus::kUnknown) << order;
+    EXPECT_EQ(op.steps[0].retry_count, 2) << order;
+    EXPECT_EQ(CountRows("demo_refund_ledger", order), 0);
+  }
+  r = Idem({"stuck", "--store", url_, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["operations"].size(), 2u) << r.out;
+
+  // The demo's retry policy waits at most 200 ms; then the real channel.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  r = Idem({"worker", "--once", "--store", url_, "--refund-channel", channel_url});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "resumed 2 operation(s)\n");
+  for (const std::string& order : {sent, unsent}) {
+    OperationState op = Get("refund:" + order);
+    EXPECT_EQ(op.status, OperationStatus::kSuccess) << order << ": " << op.last_error;
+    absl::StatusOr<std::vector<refund::Reversal>> reversals = client->LookupOrder(order);
+    ASSERT_OK(reversals);
+    EXPECT_EQ(reversals->size(), 1u) << order;
+    EXPECT_EQ(CountRows("demo_refund_ledger", order), 1) << order;
+    EXPECT_EQ(CountRows("demo_refund_inbox", order), 1) << order;
+  }
+  r = Idem({"stuck", "--store", url_});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "no stuck operations in " + url_ + "\n");
+
+  // Final operations are not resumed again.
+  r = Idem({"worker", "--once", "--store", url_, "--refund-channel", channel_url});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "resumed 0 operation(s)\n");
+  EXPECT_EQ(channel.Stop(SIGTERM, std::chrono::seconds(5)), 0) << channel.stderr_text();
+}
+
+// The worker as a daemon: it resumes a due refund on its own, and SIGTERM stops it
+// with exit 0 within a second or two.
+TEST_F(StepsCliTest, WorkerDaemonResumesAndStopsOnSigterm) {
+  RunCleanDemo(1);
+  Background channel({"demo", "channel", "--listen", "127.0.0.1:0", "--fault-rate", "0"},
+                     dir_.path(), dir_.file("channel.err"));
+  const std::string listening = channel.ReadLine(std::chrono::seconds(15));
+  ASSERT_THAT(listening, StartsWith("listening on ")) << channel.stderr_text();
+  const std::string channel_url = "http://" + listening.substr(std::string("listening on ").size());
+
+  const std::string order = "R-cli-000003";
+  ASSERT_EQ(RunOnce(RefundWithLostAnswer([](StepContext&) {}), "refund:" + order,
+                    OrderJson(order, 3333), &past_)
+                .status,
+            OperationStatus::kPending);
+
+  Background worker({"worker", "--store", url_, "--refund-channel", channel_url, "--interval",
+                     "50ms"},
+                    dir_.path(), dir_.file("worker.err"));
+  OperationState op;
+  for (int i = 0; i < 200; ++i) {
+    op = Get("refund:" + order);
+    if (op.status == OperationStatus::kSuccess) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_EQ(op.status, OperationStatus::kSuccess) << worker.stderr_text();
+  EXPECT_EQ(CountRows("demo_refund_ledger", order), 1);
+  EXPECT_EQ(CountRows("demo_refund_inbox", order), 1);
+
+  ASSERT_TRUE(worker.WaitForStderr("worker: resuming", std::chrono::seconds(5)))
+      << worker.stderr_text();
+  const auto stop_started = std::chrono::steady_clock::now();
+  EXPECT_EQ(worker.Stop(SIGTERM, std::chrono::seconds(5)), 0) << worker.stderr_text();
+  EXPECT_LT(std::chrono::steady_clock::now() - stop_started, std::chrono::seconds(2));
+  EXPECT_THAT(worker.stderr_text(), HasSubstr("1 operation(s) resumed"));
+  EXPECT_EQ(channel.Stop(SIGTERM, std::chrono::seconds(5)), 0) << channel.stderr_text();
+}
+
+TEST_F(StepsCliTest, WorkerStopsOnSigint) {
+  RunCleanDemo(1);
+  Background worker(
+      {"worker", "--store", url_, "--refund-channel", "http://127.0.0.1:1", "--interval", "1s"},
+      dir_.path(), dir_.file("worker.err"));
+  ASSERT_TRUE(worker.WaitForStderr("worker: resuming", std::chrono::seconds(10)))
+      << worker.stderr_text();
+  const auto stop_started = std::chrono::steady_clock::now();
+  EXPECT_EQ(worker.Stop(SIGINT, std::chrono::seconds(5)), 0) << worker.stderr_text();
+  EXPECT_LT(std::chrono::steady_clock::now() - stop_started, std::chrono::seconds(2));
+}
+
+TEST_F(StepsCliTest, WorkerUsageErrors) {
+  RunCleanDemo(1);
+  const std::vector<std::string> base = {"worker", "--once", "--store", url_};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const std::string channel = "http://127.0.0.1:1";
+
+  Exec r = Idem(base);  // no operation types to resume
+  ExpectOneLineFailure(r, 2);
+  EXPECT_THAT(r.err, HasSubstr("--refund-channel"));
+
+  for (const char* interval : {"0s", "soon", "-1s", "5", ""}) {
+    r = Idem(with({"--refund-channel", channel, "--interval", interval}));
+    ExpectOneLineFailure(r, 2);
+    EXPECT_THAT(r.err, HasSubstr("--interval")) << interval;
+  }
+  for (const char* batch : {"0", "10001", "lots"}) {
+    r = Idem(with({"--refund-channel", channel, "--batch", batch}));
+    ExpectOneLineFailure(r, 2);
+    EXPECT_THAT(r.err, HasSubstr("--batch")) << batch;
+  }
+  for (const char* bad : {"ftp://x", "127.0.0.1:1", "http://", "http://h:0", "http://h:1/path"}) {
+    r = Idem(with({"--refund-channel", bad}));
+    ExpectOneLineFailure(r, 2);
+    EXPECT_THAT(r.err, HasSubstr("--refund-channel")) << bad;
+  }
+  r = Idem(with({"--refund-channel", channel, "--frobnicate"}));
+  ExpectOneLineFailure(r, 2);
+  for (const char* store : {"bogus://x", "memory://"}) {
+    r = Idem({"worker", "--once", "--store", store, "--refund-channel", channel});
+    ExpectOneLineFailure(r, 2);
+  }
+}
+
+TEST_F(StepsCliTest, WorkerUnreachableStoreExitsOne) {
+  std::filesystem::create_directory(dir_.file("adir.db"));
+  ExpectOneLineFailure(Idem({"worker", "--once", "--store", "sqlite://" + dir_.file("adir.db"),
+                             "--refund-channel", "http://127.0.0.1:1"}),
+                       1);
+  ExpectOneLineFailure(
+      Idem({"worker", "--once", "--store", "postgres://idem@127.0.0.1:1/none?connect_timeout=2",
+            "--refund-channel", "http://127.0.0.1:1"}),
+      1);
+}
+
+TEST_F(StepsCliTest, WorkerHelp) {
+  Exec r = Idem({"worker", "--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("Usage: idem worker"));
+  for (const char* flag : {"--store", "--refund-channel", "--interval", "--batch", "--once"}) {
+    EXPECT_THAT(r.out, HasSubstr(flag));
+  }
+  EXPECT_EQ(r.err, "");
+}
+
+}  // namespace
+}  // namespace idem
