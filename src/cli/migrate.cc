@@ -12,7 +12,9 @@
 //   backend: postgres
 //   store: postgres://idem@db/app
 //   schema version: 0 (none) -> 1
-//   tables: idem_records, idem_schema_version
+//   step journal: created
+//   tables: idem_journal_version, idem_object_locks, idem_operations, idem_records,
+//           idem_schema_version, idem_steps   (one line)
 //   action: created
 //
 // action is one of created, upgraded, unchanged, would create, would upgrade.
@@ -22,6 +24,7 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -39,6 +42,7 @@
 #include "cli/reason.h"
 #include "core/absl_compat.h"
 #include "idem/idem.h"
+#include "idem/steps.h"
 #include "store/mysql/mysql_conn.h"
 #include "store/mysql/mysql_url.h"
 #include "store/postgres/pg_conn.h"
@@ -261,6 +265,10 @@ int RunMigrate(const MigrateFlags& flags) {
     absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(flags.store);
     if (!store.ok()) return Fail(store.status(), "opening the store");
     display = std::string((*store)->url());
+    // The step journal (SPEC §4) too, so a server or worker whose database user
+    // may not run DDL finds every table it needs.
+    StepRunner journal(**store);
+    if (absl::Status s = journal.Migrate(); !s.ok()) return Fail(s, "creating the step journal");
     absl::StatusOr<SchemaState> now = Probe(backend, flags.store);
     if (!now.ok()) return Fail(now.status(), "reading the schema after opening");
     after = *now;
@@ -279,6 +287,11 @@ int RunMigrate(const MigrateFlags& flags) {
   std::printf("store: %s\n", display.c_str());
   std::printf("schema version: %s -> %s\n", VersionText(before->version).c_str(),
               VersionText(after.version).c_str());
+  const bool had_journal = std::find(before->tables.begin(), before->tables.end(),
+                                     "idem_operations") != before->tables.end();
+  std::printf("step journal: %s\n", had_journal      ? "unchanged"
+                                     : flags.dry_run ? "would create"
+                                                     : "created");
   std::printf("tables: %s\n",
               after.tables.empty() ? "(none)" : absl::StrJoin(after.tables, ", ").c_str());
   std::printf("action: %s%s\n", action.c_str(), flags.dry_run ? " (dry run: nothing changed)" : "");

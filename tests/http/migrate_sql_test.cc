@@ -29,7 +29,8 @@ void ExpectCreateThenNoOp(const std::string& url, const std::string& backend,
   RunResult first = RunIdem({"migrate", "--store", url}, scratch);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_THAT(first.out, HasSubstr("schema version: 0 (none) -> 1\n"));
-  EXPECT_THAT(first.out, HasSubstr("tables: idem_records, idem_schema_version\n"));
+  EXPECT_THAT(first.out, HasSubstr("tables: idem_journal_version, idem_object_locks, idem_operations, "
+                                     "idem_records, idem_schema_version, idem_steps\n"));
   EXPECT_THAT(first.out, HasSubstr("action: created\n"));
   // The password never reaches the output.
   const size_t at = url.find('@'), colon = url.find(':', url.find("://") + 3);

@@ -28,7 +28,8 @@ TEST(MigrateSqlite, CreatesThenIsANoOp) {
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_THAT(first.out, HasSubstr("backend: sqlite\n"));
   EXPECT_THAT(first.out, HasSubstr("schema version: 0 (none) -> 1\n"));
-  EXPECT_THAT(first.out, HasSubstr("tables: idem_records, idem_schema_version\n"));
+  EXPECT_THAT(first.out, HasSubstr("tables: idem_journal_version, idem_object_locks, idem_operations, "
+                                     "idem_records, idem_schema_version, idem_steps\n"));
   EXPECT_THAT(first.out, HasSubstr("action: created\n"));
   EXPECT_EQ(first.err, "");
 
