@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -80,9 +81,13 @@ absl::StatusOr<Child> Spawn(const std::string& exe, std::vector<std::string> arg
   argv.push_back(nullptr);
   fflush(stdout);
   fflush(stderr);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::UnavailableError(Errno("fork"));
   if (pid == 0) {
+    // The children must not outlive the demo: a demo stopped by SIGTERM (timeout,
+    // CI) would leave the channel serving forever. The parent may already be gone.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
     if (capture_stdout) dup2(out[1], STDOUT_FILENO);  // dup2 clears close-on-exec
     if (kill_pipes) {
       fcntl(events[1], F_SETFD, 0);
@@ -192,6 +197,15 @@ class ChannelProcess {
   std::string address_;
 };
 
+// The binary to start the children with: /proc/self/exe resolved, so `ps` shows
+// them as idem, not as /proc/self/exe.
+std::string ResolveExe(const std::string& exe) {
+  char buf[4096];
+  const ssize_t n = readlink(exe.c_str(), buf, sizeof(buf) - 1);
+  if (n <= 0) return exe;
+  return std::string(buf, static_cast<size_t>(n));
+}
+
 std::string RunPrefix(const std::string& run_id) { return absl::StrCat("R-", run_id, "-"); }
 
 // The biz_keys of one run, as a bytewise range [lo, hi): keys are bytes (BLOB,
@@ -205,8 +219,10 @@ std::pair<Value, Value> RunKeyRange(const std::string& run_id) {
 }
 
 absl::StatusOr<std::string> DefaultStore() {
-  char dir[] = "/tmp/idem-refund-demo-XXXXXX";
-  if (mkdtemp(dir) == nullptr) return absl::UnavailableError(Errno("mkdtemp"));
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                                 "/idem-refund-demo-XXXXXX");
+  if (mkdtemp(dir.data()) == nullptr) return absl::UnavailableError(Errno("mkdtemp " + dir));
   return absl::StrCat("sqlite://", dir, "/demo.db");
 }
 
@@ -424,11 +440,17 @@ absl::Status ValidateDemoOptions(const DemoOptions& o) {
         absl::StrCat("--kill-runner ", o.kill_runner,
                      ": must be between 0 and 0.9 (at 1 no step could finish)"));
   }
+  if (o.naive && o.kill_runner > 0) {
+    return absl::InvalidArgumentError(
+        "--kill-runner with --naive: the naive consumer has no runner process to kill");
+  }
   return absl::OkStatus();
 }
 
-absl::StatusOr<DemoReport> RunRefundDemo(const DemoOptions& options) {
-  IDEM_RETURN_IF_ERROR(ValidateDemoOptions(options));
+absl::StatusOr<DemoReport> RunRefundDemo(const DemoOptions& given) {
+  IDEM_RETURN_IF_ERROR(ValidateDemoOptions(given));
+  DemoOptions options = given;
+  options.self_exe = ResolveExe(given.self_exe);
   const absl::Time started = absl::Now();
   DemoReport report;
   std::string store_url = options.store;
@@ -490,13 +512,13 @@ std::string FormatReport(const DemoOptions& o, const DemoReport& r) {
   out += absl::StrFormat("  %-22s %10d %12d\n", "notifications", r.notifications,
                          r.notification_duplicates);
   out += "\n";
-  out += absl::StrFormat("  missing (lost steps)   %d\n", r.missing);
-  out += absl::StrFormat("  compensated            %d\n", r.compensated);
-  out += absl::StrFormat("  manual (compensation required) %d\n", r.manual);
+  out += absl::StrFormat("  %-32s %d\n", "missing (lost steps)", r.missing);
+  out += absl::StrFormat("  %-32s %d\n", "compensated", r.compensated);
+  out += absl::StrFormat("  %-32s %d\n", "manual (compensation required)", r.manual);
   if (o.naive) {
-    out += absl::StrFormat("  message deliveries     %d\n", r.deliveries);
+    out += absl::StrFormat("  %-32s %d\n", "message deliveries", r.deliveries);
   } else {
-    out += absl::StrFormat("  runner kills           %d\n", r.runner_kills);
+    out += absl::StrFormat("  %-32s %d\n", "runner kills", r.runner_kills);
   }
   out += absl::StrFormat(
       "  channel: %d reversal calls made, %d cancelled; injected %d timeouts, %d lost answers, "

@@ -107,7 +107,13 @@ CommandFn AddDemoCommand(CLI::App& root) {
   r->add_option("--kill-runner,--kill_runner", flags->refund.kill_runner,
                 "Probability per step that the runner process is SIGKILLed and restarted (0-0.9)")
       ->capture_default_str();
-  r->add_option("--seed", flags->refund.seed, "Seed of every random choice")->capture_default_str();
+  r->add_option("--seed", flags->refund.seed, "Seed of every random choice (0 or more)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return !v.empty() && v[0] == '-' ? std::string("must be 0 or more") : std::string();
+          },
+          "UINT64"))
+      ->capture_default_str();
   r->add_option("--store", flags->refund.store,
                 "Store URL for the journal, ledger and inbox (default: a new SQLite file under "
                 "/tmp)");

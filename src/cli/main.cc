@@ -57,6 +57,30 @@ std::string DescribeConfigError(const CLI::ConfigError& e, std::string_view conf
   return where + ": " + what;
 }
 
+// The innermost subcommand on the command line (`idem demo refund` → refund), or
+// `root` when none was given.
+const CLI::App* Innermost(const CLI::App& root) {
+  const CLI::App* where = &root;
+  for (bool deeper = true; deeper;) {
+    deeper = false;
+    for (const CLI::App* sub : where->get_subcommands()) {
+      where = sub;
+      deeper = true;
+      break;
+    }
+  }
+  return where;
+}
+
+// "idem demo refund" for `where`.
+std::string CommandPath(const CLI::App* where) {
+  std::string path;
+  for (const CLI::App* a = where; a != nullptr; a = a->get_parent()) {
+    path = a->get_name() + (path.empty() ? "" : " ") + path;
+  }
+  return path;
+}
+
 // A usage error, in one line. CLI11's messages are mostly fine; a few are sharpened.
 std::string DescribeParseError(const CLI::ParseError& e, const CLI::App& root,
                                std::string_view config_file) {
@@ -67,6 +91,18 @@ std::string DescribeParseError(const CLI::ParseError& e, const CLI::App& root,
     return "cannot read config file " + std::string(config_file) + " (missing or unreadable)";
   }
   std::string what = e.what();
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    const CLI::App* where = Innermost(root);
+    // Subcommands fall through to the root (so --config may follow them): their
+    // extras may be counted there.
+    std::vector<std::string> extras = where->remaining();
+    if (extras.empty()) extras = root.remaining();
+    if (where != &root && !extras.empty()) {
+      const std::string path = CommandPath(where);
+      return (extras.front().starts_with("-") ? "unknown option '" : "unexpected argument '") +
+             extras.front() + "' (see " + path + " --help)";
+    }
+  }
   if (what == "A subcommand is required" || what.starts_with("Requires at most")) {
     std::vector<std::string> remaining = root.remaining();
     if (!remaining.empty() && !remaining.front().starts_with("-")) {
@@ -76,15 +112,7 @@ std::string DescribeParseError(const CLI::ParseError& e, const CLI::App& root,
       return "unknown option '" + remaining.front() + "' (see idem --help)";
     }
     // The innermost subcommand given (e.g. `idem demo`) is the one missing its own.
-    const CLI::App* where = &root;
-    for (bool deeper = true; deeper;) {
-      deeper = false;
-      for (const CLI::App* sub : where->get_subcommands()) {
-        where = sub;
-        deeper = true;
-        break;
-      }
-    }
+    const CLI::App* where = Innermost(root);
     std::string names;
     for (const CLI::App* sub : where->get_subcommands([](const CLI::App*) { return true; })) {
       if (sub->get_group().empty()) continue;  // hidden (internal) subcommands
@@ -92,7 +120,7 @@ std::string DescribeParseError(const CLI::ParseError& e, const CLI::App& root,
       names += sub->get_name();
     }
     if (where != &root) {
-      const std::string path = "idem " + where->get_name();
+      const std::string path = CommandPath(where);
       return path + " needs a subcommand: " + names + " (see " + path + " --help)";
     }
     return "a subcommand is required: " + names + " (see idem --help)";

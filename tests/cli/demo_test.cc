@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -71,10 +73,17 @@ std::string LastLine(const std::string& text) {
                      text.size() - (start == std::string::npos ? 0 : start + 1) - 1);
 }
 
-const std::vector<std::string> kReportKeys = {
-    "orders",        "channel_reversals",       "channel_duplicates", "ledger_rows",
-    "ledger_duplicates", "notifications",       "notification_duplicates", "missing",
-    "compensated",   "manual",                  "runner_kills"};
+const std::vector<std::string> kReportKeys = {"orders",
+                                              "channel_reversals",
+                                              "channel_duplicates",
+                                              "ledger_rows",
+                                              "ledger_duplicates",
+                                              "notifications",
+                                              "notification_duplicates",
+                                              "missing",
+                                              "compensated",
+                                              "manual",
+                                              "runner_kills"};
 
 class DemoTest : public ::testing::Test {
  protected:
@@ -156,15 +165,16 @@ class DemoTest : public ::testing::Test {
   // Runs the step-machine demo with faults and kills and checks the audit: exit 0,
   // no duplicate, nothing missing, every order accounted for, the runner killed.
   nlohmann::json RunAudited(const std::vector<std::string>& store_args, const std::string& seed) {
-    std::vector<std::string> args = {"demo",          "refund", "--orders", "20",
-                                     "--fault-rate",  "0.3",    "--kill-runner", "0.2",
-                                     "--seed",        seed,     "--json"};
+    std::vector<std::string> args = {"demo",         "refund", "--orders",      "20",
+                                     "--fault-rate", "0.3",    "--kill-runner", "0.2",
+                                     "--seed",       seed,     "--json"};
     args.insert(args.end(), store_args.begin(), store_args.end());
     Exec r = Idem(args);
     EXPECT_EQ(r.status, 0) << r.out << r.err;
     EXPECT_EQ(r.err, "");
     EXPECT_THAT(r.out, StartsWith("refund demo (idem step machine): 20 orders, fault rate 0.30, "
-                                  "kill rate 0.20, seed " + seed + "\n"));
+                                  "kill rate 0.20, seed " +
+                                  seed + "\n"));
     EXPECT_THAT(r.out, HasSubstr("\nresult: every effect exactly once\n"));
     nlohmann::json j = Report(r);
     const int64_t orders = j["orders"], compensated = j["compensated"], manual = j["manual"];
@@ -228,14 +238,16 @@ TEST_F(DemoTest, RefundPrintsTheTableThenTheJsonLine) {
   const std::string table = r.out.substr(0, r.out.size() - json.size() - 1);
   EXPECT_THAT(table, StartsWith("refund demo (idem step machine): 3 orders, fault rate 0.00, kill "
                                 "rate 0.00, seed 7\n"
-                                "store: " + url + "\n\n"));
+                                "store: " +
+                                url + "\n\n"));
   EXPECT_THAT(table, HasSubstr("\n  effect                 orders/rows   duplicates\n"
                                "  channel reversals               3            0\n"
                                "  ledger rows                     3            0\n"
                                "  notifications                   3            0\n"));
-  EXPECT_THAT(table, HasSubstr("\n  missing (lost steps)   0\n"));
-  EXPECT_THAT(table, HasSubstr("\n  compensated            0\n"));
-  EXPECT_THAT(table, HasSubstr("\n  runner kills           0\n"));
+  EXPECT_THAT(table, HasSubstr("\n  missing (lost steps)             0\n"
+                               "  compensated                      0\n"
+                               "  manual (compensation required)   0\n"
+                               "  runner kills                     0\n"));
   EXPECT_THAT(table, HasSubstr("\n  channel: 3 reversal calls made, 0 cancelled; injected 0 "
                                "timeouts, 0 lost answers, 0 busy\n"));
   EXPECT_THAT(table, HasSubstr("\nresult: every effect exactly once\n"));
@@ -247,8 +259,8 @@ TEST_F(DemoTest, RefundPrintsTheTableThenTheJsonLine) {
                        "missing":0,"compensated":0,"manual":0,"runner_kills":0})"));
 
   // Without --json: the table alone.
-  Exec plain = Idem({"demo", "refund", "--orders", "3", "--fault-rate", "0", "--seed", "7",
-                     "--store", url});
+  Exec plain =
+      Idem({"demo", "refund", "--orders", "3", "--fault-rate", "0", "--seed", "7", "--store", url});
   ASSERT_EQ(plain.status, 0) << plain.err;
   EXPECT_EQ(LastLine(plain.out), "result: every effect exactly once");
   EXPECT_THAT(plain.out, Not(HasSubstr("{")));
@@ -326,8 +338,12 @@ TEST_F(DemoTest, RefundBadOptionsAreUsageErrors) {
       {{"--kill-runner", "-0.5"}, ""},
       {{"--store", "bogus://x"}, ""},
       {{"--store", "sqlite://"}, ""},
-      {{"--frobnicate"}, ""},
+      {{"--frobnicate"}, "idem: unknown option '--frobnicate' (see idem demo refund --help)\n"},
       {{"--orders"}, ""},
+      {{"--seed", "-1"}, "idem: --seed: must be 0 or more (see --help)\n"},
+      {{"--naive", "--kill-runner", "0.5"},
+       "idem: demo refund: --kill-runner with --naive: the naive consumer has no runner "
+       "process to kill\n"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"demo", "refund"};
@@ -343,6 +359,47 @@ TEST_F(DemoTest, RefundBadOptionsAreUsageErrors) {
   EXPECT_THAT(r.err, HasSubstr("--frobnicate"));
   r = Idem({"demo", "refund", "--store", "bogus://x"});
   EXPECT_THAT(r.err, HasSubstr("bogus"));
+}
+
+// A demo stopped by a signal (timeout, CI) must not leave its fake channel or its
+// runner behind: they die with it.
+TEST_F(DemoTest, StoppedDemoLeavesNoChildProcesses) {
+  const std::string seed = std::to_string(900000 + getpid());
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl(IdemBin().c_str(), IdemBin().c_str(), "demo", "refund", "--orders", "5000",
+          "--fault-rate", "0.3", "--kill-runner", "0.2", "--seed", seed.c_str(), "--store",
+          ("sqlite://" + dir_.file("stopped.db")).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  // Children carry "--seed <seed>" (the channel) or "--seed <seed*1000003+n>" (the
+  // runner); wait until the channel is up, then stop the demo as `timeout` would.
+  auto children = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = e.path().filename();
+      if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+      std::string cmd = ReadFile(e.path().string() + "/cmdline");
+      for (char& c : cmd) c = c == '\0' ? ' ' : c;
+      if (cmd.find(" demo channel ") != std::string::npos &&
+          cmd.find("--seed " + seed + " ") != std::string::npos) {
+        ++n;
+      }
+    }
+    return n;
+  };
+  for (int i = 0; i < 100 && children() == 0; ++i) usleep(50 * 1000);
+  ASSERT_EQ(children(), 1) << "the demo's channel did not start";
+  kill(pid, SIGTERM);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(wstatus));
+  for (int i = 0; i < 40 && children() > 0; ++i) usleep(50 * 1000);
+  EXPECT_EQ(children(), 0) << "the fake channel outlived the demo";
 }
 
 // memory:// has no SQL for the ledger and the journal: the store named is unfit

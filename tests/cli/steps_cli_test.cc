@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -281,9 +282,7 @@ class StepsCliTest : public ::testing::Test {
   static OperationType Undoable() {
     Step reserve;
     reserve.name = "reserve";
-    reserve.execute = [](StepContext&) -> absl::StatusOr<std::string> {
-      return std::string("r1");
-    };
+    reserve.execute = [](StepContext&) -> absl::StatusOr<std::string> { return std::string("r1"); };
     reserve.compensate = [](StepContext&) -> absl::Status {
       return absl::FailedPreconditionError("reservation is locked");
     };
@@ -316,8 +315,9 @@ class StepsCliTest : public ::testing::Test {
     };
     Step ledger{.name = "ledger", .execute = unreached};
     Step notification{.name = "notification", .execute = unreached};
-    return OperationType{.name = "refund",
-                         .steps = {std::move(reversal), std::move(ledger), std::move(notification)}};
+    return OperationType{
+        .name = "refund",
+        .steps = {std::move(reversal), std::move(ledger), std::move(notification)}};
   }
 
   // Creates the refund example's ledger and inbox tables (and the journal) the way
@@ -374,12 +374,11 @@ TEST_F(StepsCliTest, StuckListsADueOperationWithItsSteps) {
   Exec r = Idem({"stuck", "--store", url_});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
-  EXPECT_EQ(r.out, "K-due  test.flaky  PENDING  (due, no runner)\n"
-                   "  next retry  " + Utc(past_.Now()) + "\n"
-                   "  last error  " + op.last_error + "\n"
-                   "  1. charge  " + std::string(StepStatusName(op.steps[0].status)) +
-                   "  retries 1\n"
-                   "1 operation(s)\n");
+  const std::string step_status(StepStatusName(op.steps[0].status));
+  EXPECT_EQ(r.out, absl::StrCat("K-due  test.flaky  PENDING  (due, no runner)\n", "  next retry  ",
+                                Utc(past_.Now()), "\n",                 //
+                                "  last error  ", op.last_error, "\n",  //
+                                "  1. charge  ", step_status, "  retries 1\n", "1 operation(s)\n"));
   EXPECT_THAT(op.last_error, HasSubstr("gateway busy"));
 
   r = Idem({"stuck", "--store", url_, "--json"});
@@ -519,8 +518,8 @@ TEST_F(StepsCliTest, StuckMissingSqliteFileExitsOneAndCreatesNothing) {
   const std::string missing = dir_.file("missing.db");
   Exec r = Idem({"stuck", "--store", "sqlite://" + missing});
   ExpectOneLineFailure(r, 1);
-  EXPECT_EQ(r.err, "idem: store sqlite://" + missing + ": database file " + missing +
-                       " does not exist\n");
+  EXPECT_EQ(r.err,
+            "idem: store sqlite://" + missing + ": database file " + missing + " does not exist\n");
   EXPECT_FALSE(std::filesystem::exists(missing));
 
   // The default store is ./idem.db: missing in the empty working directory too.
@@ -565,10 +564,21 @@ TEST_F(StepsCliTest, StuckHelp) {
 
 // --- idem worker -------------------------------------------------------------
 
+// A worker resumes an existing journal: a mistyped SQLite path is an error, not a
+// new empty database polled forever.
+TEST_F(StepsCliTest, WorkerMissingSqliteFileExitsOneAndCreatesNothing) {
+  const std::string missing = dir_.file("typo.db");
+  Exec r = Idem({"worker", "--once", "--store", "sqlite://" + missing, "--refund-channel",
+                 "http://127.0.0.1:1"});
+  ExpectOneLineFailure(r, 1);
+  EXPECT_EQ(r.err,
+            "idem: store sqlite://" + missing + ": database file " + missing + " does not exist\n");
+  EXPECT_FALSE(std::filesystem::exists(missing));
+}
+
 TEST_F(StepsCliTest, WorkerOnceWithNothingDue) {
   RunCleanDemo(3);
-  Exec r = Idem(
-      {"worker", "--once", "--store", url_, "--refund-channel", "http://127.0.0.1:1"});
+  Exec r = Idem({"worker", "--once", "--store", url_, "--refund-channel", "http://127.0.0.1:1"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "resumed 0 operation(s)\n");
 }
@@ -660,9 +670,9 @@ TEST_F(StepsCliTest, WorkerDaemonResumesAndStopsOnSigterm) {
                 .status,
             OperationStatus::kPending);
 
-  Background worker({"worker", "--store", url_, "--refund-channel", channel_url, "--interval",
-                     "50ms"},
-                    dir_.path(), dir_.file("worker.err"));
+  Background worker(
+      {"worker", "--store", url_, "--refund-channel", channel_url, "--interval", "50ms"},
+      dir_.path(), dir_.file("worker.err"));
   OperationState op;
   for (int i = 0; i < 200; ++i) {
     op = Get("refund:" + order);
