@@ -57,6 +57,11 @@ absl::Status CheckSqliteFileExists(std::string_view url) {
                                 std::string(path) + " does not exist");
 }
 
+absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(std::string_view url) {
+  if (absl::Status s = CheckSqliteFileExists(url); !s.ok()) return s;
+  return OpenStore(url);
+}
+
 int ExitCodeForStoreError(const absl::Status& s) {
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:  // malformed URL or parameter

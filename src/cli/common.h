@@ -2,10 +2,13 @@
 // opening an existing store for reading.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "idem/store.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 
@@ -32,6 +35,11 @@ void PutTime(nlohmann::json& j, const std::string& name, absl::Time t);
 // opening an in-memory database with them) so that a malformed URL stays a usage
 // error. Returns OK when the URL is not a sqlite file URL or the file exists.
 absl::Status CheckSqliteFileExists(std::string_view url);
+
+// OpenStore for a command that reads or resumes what is there (inspect, stuck,
+// worker): CheckSqliteFileExists first, so a missing SQLite file is kUnavailable
+// and is not created.
+absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(std::string_view url);
 
 // The exit status for a failure to open a store: 2 (usage) for a malformed URL
 // or a backend not compiled in, 1 otherwise.

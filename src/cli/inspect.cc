@@ -94,11 +94,7 @@ int RunInspect(const InspectFlags& flags) {
       return kExitUsage;
     }
   }
-  if (absl::Status s = CheckSqliteFileExists(flags.store); !s.ok()) {
-    PrintReason(s.message());
-    return ExitCodeForStoreError(s);
-  }
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(flags.store);
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(flags.store);
   if (!store.ok()) {
     PrintReason(store.status().message());
     return ExitCodeForStoreError(store.status());

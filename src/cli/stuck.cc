@@ -91,11 +91,7 @@ int RunStuck(const StuckFlags& flags) {
     PrintReason("stuck: --limit must be between 1 and 100000");
     return kExitUsage;
   }
-  if (absl::Status s = CheckSqliteFileExists(flags.store); !s.ok()) {
-    PrintReason(s.message());
-    return ExitCodeForStoreError(s);
-  }
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(flags.store);
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(flags.store);
   if (!store.ok()) {
     PrintReason(store.status().message());
     return ExitCodeForStoreError(store.status());

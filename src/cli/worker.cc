@@ -63,13 +63,9 @@ int RunWorker(const WorkerFlags& flags) {
     PrintReason("worker: --refund-channel: " + std::string(builtins.status().message()));
     return kExitUsage;
   }
-  // A worker resumes what runners left in an existing store; a mistyped SQLite
+  // A worker resumes what runners left in an existing store: a mistyped SQLite
   // path must not become a new, empty database polled forever.
-  if (absl::Status s = CheckSqliteFileExists(flags.store); !s.ok()) {
-    PrintReason(s.message());
-    return ExitCodeForStoreError(s);
-  }
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(flags.store);
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(flags.store);
   if (!store.ok()) {
     PrintReason(store.status().message());
     return ExitCodeForStoreError(store.status());

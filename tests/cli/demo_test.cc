@@ -31,6 +31,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "testing/idem_cli.h"
 #include "testing/temp_dir.h"
 
 #ifdef IDEM_DEMO_SQL_SERVERS
@@ -40,30 +41,15 @@
 namespace idem {
 namespace {
 
+using testing::Exec;
+using testing::ExpectOneLineFailure;
+using testing::IdemBin;
+using testing::ReadFile;
+using testing::RunIdemIn;
+
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-std::string IdemBin() {
-  const char* bin = std::getenv("IDEM_BIN");
-#ifdef IDEM_BIN_DEFAULT
-  if (bin == nullptr || *bin == '\0') bin = IDEM_BIN_DEFAULT;
-#endif
-  return bin == nullptr ? "" : bin;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct Exec {
-  int status = -1;  // exit status, or -1 when the process did not exit normally
-  std::string out;
-  std::string err;
-};
 
 // The last line of `text` (which ends in '\n').
 std::string LastLine(const std::string& text) {
@@ -92,48 +78,9 @@ class DemoTest : public ::testing::Test {
     ASSERT_TRUE(std::filesystem::exists(IdemBin())) << IdemBin();
   }
 
-  // Runs idem with `args` in the temp dir, stdin from /dev/null, stdout and
-  // stderr captured.
-  Exec Idem(const std::vector<std::string>& args) {
-    const std::string out_path = dir_.file("stdout");
-    const std::string err_path = dir_.file("stderr");
-    std::vector<std::string> argv_store = {IdemBin()};
-    argv_store.insert(argv_store.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : argv_store) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = fork();
-    if (pid == 0) {
-      int in = open("/dev/null", O_RDONLY);
-      int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      if (in < 0 || out < 0 || err < 0 || chdir(dir_.path().c_str()) != 0) _exit(127);
-      dup2(in, 0);
-      dup2(out, 1);
-      dup2(err, 2);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    Exec run;
-    int wstatus = 0;
-    if (pid > 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus)) {
-      run.status = WEXITSTATUS(wstatus);
-    }
-    run.out = ReadFile(out_path);
-    run.err = ReadFile(err_path);
-    return run;
-  }
+  // Runs idem with `args` in the temp dir.
+  Exec Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
 
-  // Expects a failure with `status`, nothing on stdout and exactly one "idem: "
-  // line on stderr.
-  static void ExpectOneLineFailure(const Exec& r, int status) {
-    EXPECT_EQ(r.status, status) << r.err;
-    EXPECT_EQ(r.out, "");
-    EXPECT_THAT(r.err, StartsWith("idem: "));
-    ASSERT_FALSE(r.err.empty());
-    EXPECT_EQ(r.err.back(), '\n');
-    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
-  }
 
   // The --json line: the last stdout line, with exactly the report's keys, each an
   // integer.

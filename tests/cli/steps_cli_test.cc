@@ -31,58 +31,23 @@
 #include "refund/channel_client.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
+#include "testing/idem_cli.h"
 #include "testing/temp_dir.h"
 
 namespace idem {
 namespace {
 
+using testing::Exec;
+using testing::ExpectOneLineFailure;
+using testing::IdemBin;
+using testing::ReadFile;
+using testing::RunIdemIn;
+using testing::SpawnIdem;
+
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-std::string IdemBin() {
-  const char* bin = std::getenv("IDEM_BIN");
-#ifdef IDEM_BIN_DEFAULT
-  if (bin == nullptr || *bin == '\0') bin = IDEM_BIN_DEFAULT;
-#endif
-  return bin == nullptr ? "" : bin;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct Exec {
-  int status = -1;  // exit status, or -1 when the process did not exit normally
-  std::string out;
-  std::string err;
-};
-
-// Execs `idem args...` in `dir` with stdin from /dev/null. Only returns in the parent.
-pid_t SpawnIdem(const std::vector<std::string>& args, const std::string& dir, int stdout_fd,
-                const std::string& err_path) {
-  std::vector<std::string> argv_store = {IdemBin()};
-  argv_store.insert(argv_store.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_store) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int in = open("/dev/null", O_RDONLY);
-    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (in < 0 || err < 0 || chdir(dir.c_str()) != 0) _exit(127);
-    dup2(in, 0);
-    dup2(stdout_fd, 1);
-    dup2(err, 2);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
 
 // A long-running `idem` child (`demo channel`, `worker`): stdout on a pipe, stderr
 // in a file. SIGKILLed when destroyed if still running.
@@ -187,33 +152,8 @@ class StepsCliTest : public ::testing::Test {
     future_.Set(WholeSecond(absl::Now() + absl::Hours(24)));
   }
 
-  Exec Idem(const std::vector<std::string>& args) {
-    const std::string out_path = dir_.file("stdout");
-    const std::string err_path = dir_.file("stderr");
-    Exec run;
-    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (out < 0) return run;
-    const pid_t pid = SpawnIdem(args, dir_.path(), out, err_path);
-    close(out);
-    int wstatus = 0;
-    if (pid > 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus)) {
-      run.status = WEXITSTATUS(wstatus);
-    }
-    run.out = ReadFile(out_path);
-    run.err = ReadFile(err_path);
-    return run;
-  }
+  Exec Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
 
-  // Expects a failure with `status`, nothing on stdout and exactly one "idem: "
-  // line on stderr.
-  static void ExpectOneLineFailure(const Exec& r, int status) {
-    EXPECT_EQ(r.status, status) << r.err;
-    EXPECT_EQ(r.out, "");
-    EXPECT_THAT(r.err, StartsWith("idem: "));
-    ASSERT_FALSE(r.err.empty());
-    EXPECT_EQ(r.err.back(), '\n');
-    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
-  }
 
   std::unique_ptr<Store> Open() {
     absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
