@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,6 +62,13 @@ class Transaction {
       absl::Span<const std::pair<std::string, Value>> assignments);
 };
 
+// A SQL statement with `?` placeholders and its bound values, known before it
+// runs (Guard::Run's first statement).
+struct Statement {
+  std::string sql;
+  std::vector<Value> params;
+};
+
 // The status payload a backend attaches to the kUnavailable of InsertOrLoad/Load
 // when the key's row stayed locked by another open transaction past the lock
 // timeout: another claim of the same key is in progress (not yet committed). The
@@ -81,6 +89,19 @@ class StoreTransaction : public Transaction {
   // record (read and locked in this transaction). When the key is held by another
   // open transaction past the lock timeout, returns a ClaimContendedError.
   virtual absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& record) = 0;
+
+  // InsertOrLoad, then `next` in this transaction when the insert happened: a
+  // backend that can (PostgreSQL) sends both in one round trip and may run `next`
+  // whatever the claim found (the caller rolls back when the key is not its to
+  // run). `*next_result` is set to next's changed-row count or error when `next`
+  // ran, and left unset when it did not. Errors as InsertOrLoad.
+  virtual absl::StatusOr<std::optional<Record>> InsertOrLoadThen(
+      const Record& record, const Statement& next,
+      std::optional<absl::StatusOr<int64_t>>* next_result) {
+    absl::StatusOr<std::optional<Record>> loaded = InsertOrLoad(record);
+    if (loaded.ok() && !loaded->has_value()) *next_result = Exec(next.sql, next.params);
+    return loaded;
+  }
 
   // Overwrites the stored record of (record.tenant, record.key) with `record` if
   // the stored one still has `expected_token` and `expected_state`. Returns whether

@@ -141,8 +141,9 @@ absl::Status Guard::Validate(const Request& request) const {
 // existing one and, when it may be (re)acquired, writes the next token over it.
 // Returns the answer to give when the claim is not this caller's (`final`), else the
 // record now held in `tx` (not yet committed).
-absl::StatusOr<Guard::Acquisition> Guard::Acquire(StoreTransaction& tx, const Request& request,
-                                                  absl::Duration lease, absl::Time now) {
+absl::StatusOr<Guard::Acquisition> Guard::Acquire(
+    StoreTransaction& tx, const Request& request, absl::Duration lease, absl::Time now,
+    const Statement* first, std::optional<absl::StatusOr<int64_t>>* first_result) {
   Acquisition a;
   a.claim = Record{.tenant = request.tenant,
                    .biz_type = request.biz_type,
@@ -153,7 +154,9 @@ absl::StatusOr<Guard::Acquisition> Guard::Acquire(StoreTransaction& tx, const Re
                    .lease_until = now + lease,
                    .created_at = now,
                    .updated_at = now};
-  absl::StatusOr<std::optional<Record>> loaded = tx.InsertOrLoad(a.claim);
+  absl::StatusOr<std::optional<Record>> loaded =
+      first != nullptr ? tx.InsertOrLoadThen(a.claim, *first, first_result)
+                       : tx.InsertOrLoad(a.claim);
   // Another claim of this key holds its row in an open transaction: in progress.
   if (IsClaimContended(loaded.status())) {
     a.final = Result{.outcome = Outcome::kInProgress};
@@ -217,13 +220,39 @@ absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease
 }
 
 absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler) {
+  return RunTransactional(request, nullptr,
+                          [&handler](Transaction& tx, int64_t) { return handler(tx); });
+}
+
+absl::StatusOr<Result> Guard::Run(const Request& request, const Statement& first,
+                                  const HandlerAfterFirst& handler) {
+  return RunTransactional(request, &first, handler);
+}
+
+absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Statement* first,
+                                               const HandlerAfterFirst& handler) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   const absl::Time now = options_.clock->Now();
   if (std::optional<Result> known = DecideFromKnown(request, options_.lease, now)) {
     return *std::move(known);
   }
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
-  IDEM_ASSIGN_OR_RETURN(Acquisition a, Acquire(*tx, request, options_.lease, now));
+  std::optional<absl::StatusOr<int64_t>> first_result;
+  absl::StatusOr<Acquisition> acquired =
+      Acquire(*tx, request, options_.lease, now, first, &first_result);
+  const bool fresh_insert =
+      acquired.ok() && !acquired->final.has_value() && acquired->claim.token == 1;
+  if (first != nullptr && first_result.has_value() && !first_result->ok() && !fresh_insert &&
+      !(acquired.ok() && acquired->final.has_value())) {
+    // `first` went out with the claim and failed, and the claim found a record
+    // this caller may take over: the failed statement has aborted the transaction
+    // (PostgreSQL) the takeover needs. Start again without sending them together.
+    tx->Rollback();
+    IDEM_ASSIGN_OR_RETURN(tx, store_.Begin());
+    first_result.reset();
+    acquired = Acquire(*tx, request, options_.lease, now);
+  }
+  IDEM_ASSIGN_OR_RETURN(Acquisition a, std::move(acquired));
   if (a.final.has_value()) {
     tx->Rollback();
     return *std::move(a.final);
@@ -232,7 +261,18 @@ absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler
   const int64_t expected_token = claim.token;
   IDEM_FAILPOINT("guard.after_claim");
 
-  absl::StatusOr<std::string> value = handler(*tx);
+  absl::StatusOr<std::string> value = absl::UnknownError("handler not run");
+  if (first == nullptr) {
+    value = handler(*tx, 0);
+  } else {
+    // A store that did not send `first` with the claim (or a takeover) runs it now.
+    if (!first_result.has_value()) first_result = tx->Exec(first->sql, first->params);
+    if (first_result->ok()) {
+      value = handler(*tx, **first_result);
+    } else {
+      value = first_result->status();
+    }
+  }
   if (!value.ok()) {
     tx->Rollback();
     if (IsRetryable(value.status())) return value.status();

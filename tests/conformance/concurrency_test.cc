@@ -122,6 +122,63 @@ TEST_P(SqlConcurrencyTest, SeparateConnectionsOneKeyOneRun) {
   EXPECT_EQ(other.load(), 0);
 }
 
+// The same with the statement sent together with the claim (Guard::Run with a
+// first statement): the losers' statements meet the winner's row and are rolled
+// back with their claims; they are answered replayed, never with that error.
+TEST_P(SqlConcurrencyTest, SeparateConnectionsOneKeyOneRunWithAFirstStatement) {
+  {
+    absl::StatusOr<std::unique_ptr<Store>> init = testing::OpenBackendStore(GetParam(), Url());
+    ASSERT_OK(init);
+    std::unique_ptr<StoreTransaction> tx = *(*init)->Begin();
+    ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount INTEGER)"));
+    ASSERT_OK(tx->Commit());
+  }
+  std::atomic<int> runs{0}, executed{0}, replayed{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      absl::StatusOr<std::unique_ptr<Store>> store = testing::OpenBackendStore(GetParam(), Url());
+      if (!store.ok()) {
+        other.fetch_add(1);
+        return;
+      }
+      Guard guard(**store);
+      for (int key = 0; key < 20; ++key) {
+        const std::string order = "R-" + std::to_string(key);
+        absl::StatusOr<Result> r = guard.Run(
+            {.biz_type = "refund", .key = order},
+            Statement{"INSERT INTO ledger (order_no, amount) VALUES (?, 10)", {Value(order)}},
+            [&](Transaction&, int64_t rows) -> absl::StatusOr<std::string> {
+              runs.fetch_add(1);
+              if (rows != 1) return absl::InternalError("first statement changed no row");
+              return std::string("done");
+            });
+        if (r.ok() && r->outcome == Outcome::kExecuted) {
+          executed.fetch_add(1);
+        } else if (r.ok() && (r->outcome == Outcome::kReplayed ||
+                              r->outcome == Outcome::kInProgress)) {
+          replayed.fetch_add(1);
+        } else {
+          other.fetch_add(1);
+          ADD_FAILURE() << (r.ok() ? std::string(OutcomeName(r->outcome))
+                                   : r.status().ToString());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(runs.load(), 20);
+  EXPECT_EQ(executed.load(), 20);
+  EXPECT_EQ(replayed.load(), 7 * 20);
+  EXPECT_EQ(other.load(), 0);
+  absl::StatusOr<std::unique_ptr<Store>> check = testing::OpenBackendStore(GetParam(), Url());
+  ASSERT_OK(check);
+  std::unique_ptr<StoreTransaction> tx = *(*check)->Begin();
+  absl::StatusOr<Rows> rows = tx->Query("SELECT COUNT(*) FROM ledger");
+  ASSERT_OK(rows);
+  EXPECT_EQ(rows->rows[0][0].as_int(), 20);
+}
+
 TEST_P(SqlConcurrencyTest, TenThousandKeysEightThreads) {
   absl::StatusOr<std::unique_ptr<Store>> store =
       testing::OpenBackendStore(GetParam(), testing::WithParams(Url(), GetParam().fast_params));

@@ -402,6 +402,107 @@ TEST_P(SqlGuardConformanceTest, FinalErrorRollsBackBusinessRowsButCachesFailure)
   EXPECT_EQ(again->outcome, Outcome::kCachedFailure);
 }
 
+// Run with a first statement (sent with the claim where the store can): the same
+// outcomes as Run; on a duplicate the statement's effect is rolled back and the
+// handler is not called.
+Statement InsertLedger(const std::string& order_no, int amount) {
+  return Statement{"INSERT INTO ledger (order_no, amount) VALUES (?, ?)",
+                   {Value(order_no), Value(amount)}};
+}
+
+TEST_P(SqlGuardConformanceTest, FirstStatementRunsOnceAndDuplicatesRollItBack) {
+  auto handler = [&](Transaction& tx, int64_t first_rows) -> absl::StatusOr<std::string> {
+    ++runs_;
+    EXPECT_EQ(first_rows, 1);
+    IDEM_RETURN_IF_ERROR(
+        tx.Exec("UPDATE ledger SET status = 'DONE' WHERE order_no = ?", {Value("O-1")}));
+    return std::string(R"({"ok":true})");
+  };
+  absl::StatusOr<Result> r = guard_->Run(Req("O-1"), InsertLedger("O-1", 5), handler);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kExecuted);
+  EXPECT_EQ(r->value, R"({"ok":true})");
+  // The duplicate's first statement would violate the ledger's key: it must be
+  // rolled back with the claim, never surface, and the handler must not run.
+  absl::StatusOr<Result> again = guard_->Run(Req("O-1"), InsertLedger("O-1", 5), handler);
+  ASSERT_OK(again);
+  EXPECT_EQ(again->outcome, Outcome::kReplayed);
+  EXPECT_EQ(again->value, R"({"ok":true})");
+  // Another key whose statement does not conflict: still rolled back when the
+  // key is reused by another biz_type.
+  absl::StatusOr<Result> reused = guard_->Run(Req("O-1", "payment"), InsertLedger("O-2", 7), handler);
+  ASSERT_OK(reused);
+  EXPECT_EQ(reused->outcome, Outcome::kKeyReused);
+  EXPECT_EQ(runs_.load(), 1);
+  EXPECT_EQ(LedgerRows(), 1);
+}
+
+TEST_P(SqlGuardConformanceTest, FirstStatementErrorCountsAsTheHandlers) {
+  int handler_runs = 0;
+  auto handler = [&](Transaction&, int64_t) -> absl::StatusOr<std::string> {
+    ++handler_runs;
+    return std::string("unreachable");
+  };
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    ASSERT_OK(tx->Exec("INSERT INTO ledger (order_no, amount) VALUES ('TAKEN', 1)"));
+    ASSERT_OK(tx->Commit());
+  }
+  // A unique-key conflict is final: the failure is cached, nothing else is left.
+  EXPECT_THAT(guard_->Run(Req("K-1"), InsertLedger("TAKEN", 1), handler),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::StatusOr<Result> again = guard_->Run(Req("K-1"), InsertLedger("O-9", 1), handler);
+  ASSERT_OK(again);
+  EXPECT_EQ(again->outcome, Outcome::kCachedFailure);
+  EXPECT_EQ(handler_runs, 0);
+  EXPECT_EQ(LedgerRows(), 1);
+  // Bad SQL is the caller's mistake, reported as the handler's final error too.
+  EXPECT_THAT(guard_->Run(Req("K-2"), Statement{"INSERT INTO no_such_table VALUES (1)", {}}, handler),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(handler_runs, 0);
+}
+
+TEST_P(SqlGuardConformanceTest, FirstStatementAfterATakeoverRunsOnce) {
+  // A lease-mode claim that expired: the next Run takes the key over and runs
+  // the statement and the handler once.
+  ASSERT_OK(guard_->Claim(Req("T-1"), absl::Seconds(5)));
+  clock_.Advance(absl::Seconds(6));
+  auto handler = [&](Transaction&, int64_t first_rows) -> absl::StatusOr<std::string> {
+    ++runs_;
+    EXPECT_EQ(first_rows, 1);
+    return std::string("taken over");
+  };
+  absl::StatusOr<Result> r = guard_->Run(Req("T-1"), InsertLedger("T-1", 3), handler);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kExecuted);
+  EXPECT_EQ(r->token, 2);
+  EXPECT_EQ(runs_.load(), 1);
+  EXPECT_EQ(LedgerRows(), 1);
+  // A takeover whose statement fails: the failure is cached under the new token.
+  ASSERT_OK(guard_->Claim(Req("T-2"), absl::Seconds(5)));
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_THAT(guard_->Run(Req("T-2"), InsertLedger("T-1", 3), handler),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::StatusOr<Result> cached = guard_->Run(Req("T-2"), InsertLedger("T-9", 3), handler);
+  ASSERT_OK(cached);
+  EXPECT_EQ(cached->outcome, Outcome::kCachedFailure);
+  EXPECT_EQ(runs_.load(), 1);
+  EXPECT_EQ(LedgerRows(), 1);
+}
+
+TEST_P(SqlGuardConformanceTest, FirstStatementMeetingALiveLeaseIsInProgress) {
+  ASSERT_OK(guard_->Claim(Req("L-1"), absl::Seconds(30)));
+  auto handler = [&](Transaction&, int64_t) -> absl::StatusOr<std::string> {
+    ++runs_;
+    return std::string("x");
+  };
+  absl::StatusOr<Result> r = guard_->Run(Req("L-1"), InsertLedger("L-1", 3), handler);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kInProgress);
+  EXPECT_EQ(runs_.load(), 0);
+  EXPECT_EQ(LedgerRows(), 0);
+}
+
 TEST_P(SqlGuardConformanceTest, StateMachineAndVersionHelpers) {
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
   ASSERT_OK(tx->Exec("INSERT INTO ledger (order_no, amount) VALUES ('O-9', 5)"));

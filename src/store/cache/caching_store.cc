@@ -41,7 +41,18 @@ class CachingTransaction final : public StoreTransaction {
   }
 
   absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& record) override {
-    absl::StatusOr<std::optional<Record>> r = inner_->InsertOrLoad(record);
+    return Claimed(record, inner_->InsertOrLoad(record));
+  }
+
+  // Forwarded, so the inner store can send the claim and the statement together.
+  absl::StatusOr<std::optional<Record>> InsertOrLoadThen(
+      const Record& record, const Statement& next,
+      std::optional<absl::StatusOr<int64_t>>* next_result) override {
+    return Claimed(record, inner_->InsertOrLoadThen(record, next, next_result));
+  }
+
+  absl::StatusOr<std::optional<Record>> Claimed(const Record& record,
+                                                absl::StatusOr<std::optional<Record>> r) {
     if (r.ok()) {
       if (!r->has_value()) {
         Wrote(record);

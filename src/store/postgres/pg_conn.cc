@@ -418,34 +418,68 @@ Piped Connection::RunThen(std::string_view sql, int nparams, absl::Span<const Va
 
 Piped Connection::Pipeline(std::string_view sql, int nparams, absl::Span<const Value> params,
                            bool binary_results, const char* then) {
+  const PipedStatement one{sql, nparams, params, binary_results};
+  PipedMany many = PipelineMany(absl::MakeConstSpan(&one, 1), then);
   Piped out;
-  auto fail = [&out](absl::Status s) {
-    out.result = s;
-    out.then_status = std::move(s);
+  out.result = std::move(many.results.front());
+  out.then_status = std::move(many.then_status);
+  out.then_tag = std::move(many.then_tag);
+  return out;
+}
+
+PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements) {
+  return PipelineMany(statements, nullptr);
+}
+
+PipedMany Connection::PipelineMany(absl::Span<const PipedStatement> statements, const char* then) {
+  PipedMany out;
+  out.results.reserve(statements.size());
+  for (size_t i = 0; i < statements.size(); ++i) out.results.emplace_back(absl::UnknownError("not run"));
+  auto fail = [&out](const absl::Status& s) {
+    for (auto& r : out.results) r = s;
+    out.then_status = s;
     return std::move(out);
   };
   // Checked before anything is sent, so a caller's mistake leaves the deferred
   // statements deferred and the session as it was (as Run does without them).
-  if (static_cast<int>(params.size()) != nparams) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "statement has ", nparams, " parameters but ", params.size(), " values were given")));
+  struct Prepared {
+    Bound bound;
+    std::string key;          // SQL text + parameter types: the statement cache's key
+    std::string name;         // server-side statement name; empty: unnamed
+    bool prepare_now = false;  // PREPARE it in this round trip
+  };
+  std::vector<Prepared> prepared(statements.size());
+  std::unordered_map<std::string, std::string> naming;  // names given in this round trip
+  for (size_t i = 0; i < statements.size(); ++i) {
+    const PipedStatement& st = statements[i];
+    if (static_cast<int>(st.params.size()) != st.nparams) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("statement has ", st.nparams,
+                                                          " parameters but ", st.params.size(),
+                                                          " values were given")));
+    }
+    Prepared& p = prepared[i];
+    if (absl::Status bs = Bind(st.params, &p.bound); !bs.ok()) return fail(bs);
+    p.key = std::string(st.sql);
+    p.key.push_back('\0');
+    for (Oid t : p.bound.types) absl::StrAppend(&p.key, t, ",");
+    if (auto it = statements_.find(p.key); it != statements_.end()) {
+      p.name = it->second;
+    } else if (auto jt = naming.find(p.key); jt != naming.end()) {
+      p.name = jt->second;
+    } else if (statements_.size() + naming.size() < kMaxCachedStatements) {
+      // A statement not prepared yet on this connection is prepared in the same
+      // round trip instead of one of its own.
+      p.name = absl::StrCat("idem_", ++next_statement_);
+      p.prepare_now = true;
+      naming.emplace(p.key, p.name);
+    }
   }
-  Bound b;
-  if (absl::Status s = Bind(params, &b); !s.ok()) return fail(std::move(s));
-  std::string key(sql);
-  key.push_back('\0');
-  for (Oid t : b.types) absl::StrAppend(&key, t, ",");
-  const int result_format = binary_results ? 1 : 0;
-  const std::string text(sql);
-  auto it = statements_.find(key);
-  const bool unnamed = it == statements_.end() && statements_.size() >= kMaxCachedStatements;
-  // A statement not prepared yet on this connection is prepared in the same round
-  // trip instead of one of its own.
-  std::string prepare_name;
-  if (it == statements_.end() && !unnamed) prepare_name = absl::StrCat("idem_", ++next_statement_);
-  const std::string& name = it != statements_.end() ? it->second : prepare_name;
 
-  enum class Slot { kDeferred, kPrepare, kMain, kThen };
+  enum class Kind { kDeferred, kPrepare, kMain, kThen };
+  struct Slot {
+    Kind kind;
+    size_t index = 0;  // kPrepare/kMain: the statement
+  };
   std::vector<Slot> slots;
   const std::vector<std::string> deferred = std::move(deferred_);
   deferred_.clear();
@@ -453,26 +487,34 @@ Piped Connection::Pipeline(std::string_view sql, int nparams, absl::Span<const V
   for (const std::string& d : deferred) {
     sent =
         sent && PQsendQueryParams(conn_, d.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
-    slots.push_back(Slot::kDeferred);
+    slots.push_back({Kind::kDeferred});
   }
-  if (!prepare_name.empty()) {
-    sent = sent &&
-           PQsendPrepare(conn_, prepare_name.c_str(), text.c_str(), nparams, b.types.data()) == 1;
-    slots.push_back(Slot::kPrepare);
+  for (size_t i = 0; i < statements.size(); ++i) {
+    const PipedStatement& st = statements[i];
+    Prepared& p = prepared[i];
+    const std::string text(st.sql);
+    const int result_format = st.binary_results ? 1 : 0;
+    if (p.prepare_now) {
+      sent = sent && PQsendPrepare(conn_, p.name.c_str(), text.c_str(), st.nparams,
+                                   p.bound.types.data()) == 1;
+      slots.push_back({Kind::kPrepare, i});
+    }
+    if (p.name.empty()) {
+      sent = sent && PQsendQueryParams(conn_, text.c_str(), st.nparams, p.bound.types.data(),
+                                       p.bound.values.data(), p.bound.lengths.data(),
+                                       p.bound.formats.data(), result_format) == 1;
+    } else {
+      sent = sent && PQsendQueryPrepared(conn_, p.name.c_str(), st.nparams,
+                                         p.bound.values.data(), p.bound.lengths.data(),
+                                         p.bound.formats.data(), result_format) == 1;
+    }
+    slots.push_back({Kind::kMain, i});
   }
-  if (unnamed) {
-    sent = sent && PQsendQueryParams(conn_, text.c_str(), nparams, b.types.data(), b.values.data(),
-                                     b.lengths.data(), b.formats.data(), result_format) == 1;
-  } else {
-    sent = sent && PQsendQueryPrepared(conn_, name.c_str(), nparams, b.values.data(),
-                                       b.lengths.data(), b.formats.data(), result_format) == 1;
-  }
-  slots.push_back(Slot::kMain);
   int syncs = 1;
   sent = sent && PQpipelineSync(conn_) == 1;
   if (then != nullptr) {
     sent = sent && PQsendQueryParams(conn_, then, 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
-    slots.push_back(Slot::kThen);
+    slots.push_back({Kind::kThen});
     sent = sent && PQpipelineSync(conn_) == 1;
     ++syncs;
   }
@@ -529,31 +571,36 @@ Piped Connection::Pipeline(std::string_view sql, int nparams, absl::Span<const V
     broken_ = true;
   }
 
-  absl::Status first_error;  // of a deferred statement or the PREPARE
+  absl::Status first_error;  // the first failure of the round trip, before `then`
   for (size_t i = 0; i < slots.size(); ++i) {
     const PGresult* r = results[i].get();
     const ExecStatusType st = r != nullptr ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-    switch (slots[i]) {
-      case Slot::kDeferred:
-      case Slot::kPrepare:
+    switch (slots[i].kind) {
+      case Kind::kDeferred:
+      case Kind::kPrepare:
         if (!first_error.ok()) break;  // skipped (PGRES_PIPELINE_ABORTED) after it
         if (st != PGRES_COMMAND_OK) {
-          first_error = ErrorStatus(r, slots[i] == Slot::kPrepare ? "prepare" : "exec");
-        } else if (slots[i] == Slot::kPrepare) {
-          statements_.emplace(std::move(key), prepare_name);
+          first_error = ErrorStatus(r, slots[i].kind == Kind::kPrepare ? "prepare" : "exec");
+        } else if (slots[i].kind == Kind::kPrepare) {
+          statements_.emplace(prepared[slots[i].index].key, prepared[slots[i].index].name);
         }
         break;
-      case Slot::kMain:
+      case Kind::kMain: {
+        absl::StatusOr<Result>& res = out.results[slots[i].index];
         if (!first_error.ok()) {
-          out.result = first_error;
+          // A statement skipped after an earlier one failed did not run: the
+          // earlier failure is its answer too (the transaction is aborted).
+          res = first_error;
         } else if (copy) {
-          out.result =
-              absl::InvalidArgumentError("COPY is not supported through Transaction::Exec");
+          res = absl::InvalidArgumentError("COPY is not supported through Transaction::Exec");
+          first_error = res.status();
         } else {
-          out.result = Finish(std::move(results[i]));
+          res = Finish(std::move(results[i]));
+          if (!res.ok()) first_error = res.status();
         }
         break;
-      case Slot::kThen:
+      }
+      case Kind::kThen:
         if (st == PGRES_COMMAND_OK) {
           out.then_tag = PQcmdStatus(const_cast<PGresult*>(r));
         } else if (r == nullptr || PQresultErrorField(r, PG_DIAG_SQLSTATE) != nullptr) {
@@ -568,6 +615,8 @@ Piped Connection::Pipeline(std::string_view sql, int nparams, absl::Span<const V
   }
   return out;
 }
+
+bool IsBlankSql(std::string_view sql) { return IsBlank(sql); }
 
 absl::StatusOr<int64_t> Connection::Exec(std::string_view sql, absl::Span<const Value> params) {
   if (IsBlank(sql)) return absl::InvalidArgumentError("empty SQL statement");

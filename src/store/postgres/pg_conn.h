@@ -43,6 +43,9 @@ absl::Status StatusFromSqlState(std::string_view sqlstate, std::string message);
 // jsonb_exists(), jsonb_exists_any() and jsonb_exists_all().
 absl::StatusOr<std::string> RewritePlaceholders(std::string_view sql, int* count);
 
+// True when `sql` holds no statement (only whitespace and comments).
+bool IsBlankSql(std::string_view sql);
+
 struct ResultDeleter {
   void operator()(PGresult* r) const { PQclear(r); }
 };
@@ -60,6 +63,24 @@ struct Piped {
   absl::StatusOr<Result> result;
   // The trailing statement's status (OK when it ran) and command tag ("COMMIT", or
   // "ROLLBACK" when it met a failed transaction). Empty tag: it did not run.
+  absl::Status then_status;
+  std::string then_tag;
+};
+
+// One statement of a multi-statement round trip (Connection::RunMany): SQL in $n
+// form, its parameters, and whether to ask for binary column values.
+struct PipedStatement {
+  std::string_view sql;
+  int nparams = 0;
+  absl::Span<const Value> params;
+  bool binary_results = false;
+};
+
+// The results of a round trip, one per statement in order: a statement's result,
+// or its error, or — for one that did not run because an earlier statement of the
+// round trip failed — that earlier error.
+struct PipedMany {
+  std::vector<absl::StatusOr<Result>> results;
   absl::Status then_status;
   std::string then_tag;
 };
@@ -114,6 +135,11 @@ class Connection {
   Piped RunThen(std::string_view sql, int nparams, absl::Span<const Value> params,
                 bool binary_results, const char* then);
 
+  // One round trip: the deferred statements, then `statements` in order (each as
+  // Run), then one sync point. A failure skips the statements after it (they get
+  // its error). Used to send a claim together with the statement that follows it.
+  PipedMany RunMany(absl::Span<const PipedStatement> statements);
+
   // True once the connection is lost (server restart, pg_terminate_backend,
   // network): the pool must not hand it out again.
   bool broken() const { return broken_ || PQstatus(conn_) != CONNECTION_OK; }
@@ -137,6 +163,7 @@ class Connection {
   // pipeline mode with one round trip; see RunThen.
   Piped Pipeline(std::string_view sql, int nparams, absl::Span<const Value> params,
                  bool binary_results, const char* then);
+  PipedMany PipelineMany(absl::Span<const PipedStatement> statements, const char* then);
 
   PGconn* conn_;
   const std::string display_;

@@ -183,6 +183,41 @@ class PostgresTransaction final : public StoreTransaction {
     return Step([&] { return Claim(r); });
   }
 
+  // One round trip for the claim and the statement after it (pipeline mode): the
+  // statement runs whatever the claim found, and the Guard rolls back when the key
+  // is not the caller's. A failed claim skips it.
+  absl::StatusOr<std::optional<Record>> InsertOrLoadThen(
+      const Record& r, const Statement& next,
+      std::optional<absl::StatusOr<int64_t>>* next_result) override {
+    int nparams = 0;
+    absl::StatusOr<std::string> rewritten = postgres::RewritePlaceholders(next.sql, &nparams);
+    if (!rewritten.ok() || postgres::IsBlankSql(next.sql)) {
+      // A malformed statement fails on its own, after the claim, as Exec would.
+      absl::StatusOr<std::optional<Record>> loaded = InsertOrLoad(r);
+      if (loaded.ok() && !loaded->has_value()) *next_result = Exec(next.sql, next.params);
+      return loaded;
+    }
+    return Step([&]() -> absl::StatusOr<std::optional<Record>> {
+      const std::vector<Value> claim_params = ClaimParams(r);
+      const postgres::PipedStatement statements[] = {
+          {ClaimSql(), kNumColumns, claim_params, /*binary_results=*/true},
+          {*rewritten, nparams, next.params, /*binary_results=*/false}};
+      postgres::PipedMany piped = lease_->RunMany(statements);
+      if (piped.results[0].ok()) {
+        // The claim ran, so `next` ran after it. Its failure aborts the transaction;
+        // should the claim still need its second, locking read (see InsertOrLoad),
+        // that read fails too, and the Guard starts over without pipelining.
+        absl::StatusOr<postgres::Result>& second = piped.results[1];
+        if (second.ok()) {
+          *next_result = RowsChanged(second->get());
+        } else {
+          *next_result = second.status();
+        }
+      }
+      return ClaimFrom(r, std::move(piped.results[0]));
+    });
+  }
+
   absl::StatusOr<bool> Replace(const Record& r, int64_t expected_token,
                                RecordState expected_state) override {
     const std::vector<Value> params = ReplaceParams(r, expected_token, expected_state);
@@ -294,7 +329,7 @@ class PostgresTransaction final : public StoreTransaction {
   }
 
  private:
-  absl::StatusOr<std::optional<Record>> Claim(const Record& r) {
+  static const std::string& ClaimSql() {
     static const std::string sql =
         absl::StrCat("WITH ins AS (INSERT INTO idem_records (", AV(kColumns),
                      ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
@@ -305,20 +340,35 @@ class PostgresTransaction final : public StoreTransaction {
                      " AND NOT EXISTS (SELECT 1 FROM ins) FOR UPDATE)"
                      " SELECT n.inserted, cur.* FROM (SELECT count(*) AS inserted FROM ins) n"
                      " LEFT JOIN cur ON true");
-    const Value params[] = {Value(r.tenant),
-                            Value(Blob{r.key}),
-                            Value(r.biz_type),
-                            Value(r.fingerprint),
-                            Int(static_cast<int>(r.state)),
-                            Int(r.token),
-                            Int(ToMicros(r.lease_until)),
-                            Value(Blob{r.result}),
-                            Value(Blob{r.error}),
-                            Int(ToMicros(r.created_at)),
-                            Int(ToMicros(r.updated_at))};
+    return sql;
+  }
+
+  static std::vector<Value> ClaimParams(const Record& r) {
+    return {Value(r.tenant),
+            Value(Blob{r.key}),
+            Value(r.biz_type),
+            Value(r.fingerprint),
+            Int(static_cast<int>(r.state)),
+            Int(r.token),
+            Int(ToMicros(r.lease_until)),
+            Value(Blob{r.result}),
+            Value(Blob{r.error}),
+            Int(ToMicros(r.created_at)),
+            Int(ToMicros(r.updated_at))};
+  }
+
+  absl::StatusOr<std::optional<Record>> Claim(const Record& r) {
+    const std::vector<Value> params = ClaimParams(r);
+    return ClaimFrom(r, lease_->Run(ClaimSql(), kNumColumns, params, /*binary_results=*/true));
+  }
+
+  // Reads the claim statement's answer `res`; see InsertOrLoad for the second
+  // statement it may take.
+  absl::StatusOr<std::optional<Record>> ClaimFrom(const Record& r,
+                                                  absl::StatusOr<postgres::Result> res) {
+    const std::vector<Value> params = ClaimParams(r);
     for (int attempt = 0; attempt < 3; ++attempt) {
-      absl::StatusOr<postgres::Result> res =
-          lease_->Run(sql, kNumColumns, params, /*binary_results=*/true);
+      if (attempt > 0) res = lease_->Run(ClaimSql(), kNumColumns, params, /*binary_results=*/true);
       if (!res.ok()) return Contended(res.status());
       const PGresult* pg = res->get();
       if (PQntuples(pg) != 1 || PQnfields(pg) != kNumColumns + 1) {
