@@ -62,20 +62,53 @@ absl::Status InsertLedger(idem::Transaction& tx, const std::string& ledger,
       .status();
 }
 
+// One first arrival of each variant; OK when it committed as expected.
+absl::Status BareOnce(Target* t, const std::string& key) {
+  absl::StatusOr<std::unique_ptr<idem::StoreTransaction>> tx = t->store->Begin();
+  absl::Status s = tx.status();
+  if (s.ok()) s = InsertLedger(**tx, t->ledger, key);
+  if (s.ok()) s = (*tx)->Commit();
+  return s;
+}
+
+absl::Status Executed(const absl::StatusOr<idem::Result>& r) {
+  if (!r.ok()) return r.status();
+  if (r->outcome != idem::Outcome::kExecuted) return absl::InternalError("not executed");
+  return absl::OkStatus();
+}
+
+absl::Status GuardedOnce(idem::Guard& guard, Target* t, const std::string& key) {
+  return Executed(guard.Run({.biz_type = "bench", .key = key},
+                            [&](idem::Transaction& tx) -> absl::StatusOr<std::string> {
+                              IDEM_RETURN_IF_ERROR(InsertLedger(tx, t->ledger, key));
+                              return std::string(R"({"ok":true})");
+                            }));
+}
+
+absl::Status GuardedFirstOnce(idem::Guard& guard, Target* t, const std::string& key) {
+  return Executed(guard.Run(
+      {.biz_type = "bench", .key = key},
+      idem::Statement{"INSERT INTO " + t->ledger + " (order_no, amount) VALUES (?, ?)",
+                      {idem::Value(key), idem::Value(100)}},
+      [](idem::Transaction&, int64_t) -> absl::StatusOr<std::string> {
+        return std::string(R"({"ok":true})");
+      }));
+}
+
 void Record(benchmark::State& state, const std::string& name) {
   if (state.iterations() > 0) {
     Results()[name] = 1e6 * state.counters["seconds"] / static_cast<double>(state.iterations());
   }
 }
 
-void BM_Bare(benchmark::State& state, Target* t) {
+// Times `once` per iteration (key made outside the timed part).
+template <typename Once>
+void TimeEach(benchmark::State& state, Target* t, const char* variant, Once once) {
   double seconds = 0;
   for (auto _ : state) {
+    const std::string key = NextKey(variant);
     auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::unique_ptr<idem::StoreTransaction>> tx = t->store->Begin();
-    absl::Status s = tx.status();
-    if (s.ok()) s = InsertLedger(**tx, t->ledger, NextKey("bare"));
-    if (s.ok()) s = (*tx)->Commit();
+    absl::Status s = once(key);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) {
       state.SkipWithError(std::string(s.message()).c_str());
@@ -83,51 +116,23 @@ void BM_Bare(benchmark::State& state, Target* t) {
     }
   }
   state.counters["seconds"] = seconds;
-  Record(state, t->name + "/bare");
+  Record(state, t->name + "/" + variant);
+}
+
+void BM_Bare(benchmark::State& state, Target* t) {
+  TimeEach(state, t, "bare", [t](const std::string& key) { return BareOnce(t, key); });
 }
 
 void BM_Guarded(benchmark::State& state, Target* t) {
   idem::Guard guard(*t->store);
-  double seconds = 0;
-  for (auto _ : state) {
-    const std::string key = NextKey("guarded");
-    auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<idem::Result> r = guard.Run(
-        {.biz_type = "bench", .key = key}, [&](idem::Transaction& tx) -> absl::StatusOr<std::string> {
-          IDEM_RETURN_IF_ERROR(InsertLedger(tx, t->ledger, key));
-          return std::string(R"({"ok":true})");
-        });
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!r.ok() || r->outcome != idem::Outcome::kExecuted) {
-      state.SkipWithError(r.ok() ? "not executed" : std::string(r.status().message()).c_str());
-      return;
-    }
-  }
-  state.counters["seconds"] = seconds;
-  Record(state, t->name + "/guarded");
+  TimeEach(state, t, "guarded",
+           [&](const std::string& key) { return GuardedOnce(guard, t, key); });
 }
 
 void BM_GuardedFirst(benchmark::State& state, Target* t) {
   idem::Guard guard(*t->store);
-  double seconds = 0;
-  for (auto _ : state) {
-    const std::string key = NextKey("first");
-    auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<idem::Result> r = guard.Run(
-        {.biz_type = "bench", .key = key},
-        idem::Statement{"INSERT INTO " + t->ledger + " (order_no, amount) VALUES (?, ?)",
-                        {idem::Value(key), idem::Value(100)}},
-        [](idem::Transaction&, int64_t) -> absl::StatusOr<std::string> {
-          return std::string(R"({"ok":true})");
-        });
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!r.ok() || r->outcome != idem::Outcome::kExecuted) {
-      state.SkipWithError(r.ok() ? "not executed" : std::string(r.status().message()).c_str());
-      return;
-    }
-  }
-  state.counters["seconds"] = seconds;
-  Record(state, t->name + "/guarded+first");
+  TimeEach(state, t, "guarded+first",
+           [&](const std::string& key) { return GuardedFirstOnce(guard, t, key); });
 }
 
 // The three first-arrival variants in turn, one of each per iteration, so that
@@ -141,29 +146,16 @@ void BM_Interleaved(benchmark::State& state, Target* t) {
   for (auto _ : state) {
     const std::string k1 = NextKey("ibare"), k2 = NextKey("iguard"), k3 = NextKey("ifirst");
     auto t0 = clock();
-    absl::StatusOr<std::unique_ptr<idem::StoreTransaction>> tx = t->store->Begin();
-    absl::Status s = tx.status();
-    if (s.ok()) s = InsertLedger(**tx, t->ledger, k1);
-    if (s.ok()) s = (*tx)->Commit();
+    absl::Status s1 = BareOnce(t, k1);
     auto t1 = clock();
-    absl::StatusOr<idem::Result> r2 = guard.Run(
-        {.biz_type = "bench", .key = k2}, [&](idem::Transaction& x) -> absl::StatusOr<std::string> {
-          IDEM_RETURN_IF_ERROR(InsertLedger(x, t->ledger, k2));
-          return std::string(R"({"ok":true})");
-        });
+    absl::Status s2 = GuardedOnce(guard, t, k2);
     auto t2 = clock();
-    absl::StatusOr<idem::Result> r3 = guard.Run(
-        {.biz_type = "bench", .key = k3},
-        idem::Statement{"INSERT INTO " + t->ledger + " (order_no, amount) VALUES (?, ?)",
-                        {idem::Value(k3), idem::Value(100)}},
-        [](idem::Transaction&, int64_t) -> absl::StatusOr<std::string> {
-          return std::string(R"({"ok":true})");
-        });
+    absl::Status s3 = GuardedFirstOnce(guard, t, k3);
     auto t3 = clock();
     bare += secs(t1 - t0);
     guarded += secs(t2 - t1);
     first += secs(t3 - t2);
-    if (!s.ok() || !r2.ok() || !r3.ok()) {
+    if (!s1.ok() || !s2.ok() || !s3.ok()) {
       state.SkipWithError("an interleaved operation failed");
       return;
     }

@@ -77,18 +77,22 @@ TEST_P(ConcurrencyTest, ThirtyTwoLeaseClaimsOneWinner) {
   EXPECT_EQ(other.load(), 0);
 }
 
-class SqlConcurrencyTest : public ConcurrencyTest {};
-
-// Separate Store objects are separate connections: the database's own locking,
-// not idem's in-process mutex, has to decide.
-TEST_P(SqlConcurrencyTest, SeparateConnectionsOneKeyOneRun) {
-  {
+class SqlConcurrencyTest : public ConcurrencyTest {
+ protected:
+  // The business table, through a store of its own.
+  void CreateLedger() {
     absl::StatusOr<std::unique_ptr<Store>> init = testing::OpenBackendStore(GetParam(), Url());
     ASSERT_OK(init);
     std::unique_ptr<StoreTransaction> tx = *(*init)->Begin();
     ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount INTEGER)"));
     ASSERT_OK(tx->Commit());
   }
+};
+
+// Separate Store objects are separate connections: the database's own locking,
+// not idem's in-process mutex, has to decide.
+TEST_P(SqlConcurrencyTest, SeparateConnectionsOneKeyOneRun) {
+  ASSERT_NO_FATAL_FAILURE(CreateLedger());
   std::atomic<int> runs{0}, executed{0}, replayed{0}, other{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
@@ -126,13 +130,7 @@ TEST_P(SqlConcurrencyTest, SeparateConnectionsOneKeyOneRun) {
 // first statement): the losers' statements meet the winner's row and are rolled
 // back with their claims; they are answered replayed, never with that error.
 TEST_P(SqlConcurrencyTest, SeparateConnectionsOneKeyOneRunWithAFirstStatement) {
-  {
-    absl::StatusOr<std::unique_ptr<Store>> init = testing::OpenBackendStore(GetParam(), Url());
-    ASSERT_OK(init);
-    std::unique_ptr<StoreTransaction> tx = *(*init)->Begin();
-    ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount INTEGER)"));
-    ASSERT_OK(tx->Commit());
-  }
+  ASSERT_NO_FATAL_FAILURE(CreateLedger());
   std::atomic<int> runs{0}, executed{0}, replayed{0}, other{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
