@@ -35,8 +35,10 @@ namespace idem::refund {
 namespace {
 
 // The runner's lease: how long a SIGKILLed runner's operation stays blocked
-// before its successor may take it. Longer than the channel timeout below.
-constexpr absl::Duration kRunnerLease = absl::Milliseconds(500);
+// before its successor may take it. Longer than the channel timeout below (a step
+// must finish inside it); short, because the demo never runs two runners at once:
+// it waits for the killed one before it starts the next.
+constexpr absl::Duration kRunnerLease = absl::Milliseconds(200);
 constexpr absl::Duration kChannelTimeout = absl::Milliseconds(150);
 // A "timeout" fault at the channel answers this late: well past kChannelTimeout.
 constexpr absl::Duration kChannelFaultDelay = absl::Milliseconds(400);
