@@ -75,7 +75,8 @@ enum class OperationStatus {
   kSuccess,               // every step SUCCESS
   kCompensating,          // a step failed for good; undoing the done steps
   kCompensated,           // failed, and every done step was undone (or nothing was done)
-  kCompensationRequired,  // a compensation could not finish: a person must act
+  kCompensationRequired,  // a compensation could not finish: a person must act (it
+                          // keeps its object lock until StepRunner::Resolve)
 };
 
 // "PENDING", "SUCCESS", "COMPENSATING", "COMPENSATED", "COMPENSATION_REQUIRED".
@@ -273,6 +274,13 @@ class StepRunner {
   // rows another worker has locked (FOR UPDATE SKIP LOCKED) and types not
   // registered here. Returns how many it resumed.
   absl::StatusOr<int> ResumeDue(int limit = 100);
+
+  // For a person who settled a COMPENSATION_REQUIRED operation by hand: marks it
+  // COMPENSATED with `note` in last_error and releases its object lock (which such
+  // an operation keeps, so no other operation runs over a half-undone one).
+  // Errors: kNotFound; kFailedPrecondition for any other status; kInvalidArgument
+  // for an empty note.
+  absl::StatusOr<OperationState> Resolve(std::string_view biz_key, std::string_view note);
 
   // The operation and its journal (a plain read: it does not wait for a runner);
   // kNotFound when there is none.

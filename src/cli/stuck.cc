@@ -5,8 +5,11 @@
 // Lists operations that are due for a retry and not being run (a crashed runner,
 // no worker), that have a step whose outcome is UNKNOWN (an external call whose
 // answer was lost), or that are COMPENSATION_REQUIRED; oldest first, with their
-// steps. Exit status: 0 the list was printed (empty or not); 1 the store cannot
-// be reached; 2 a malformed store URL or option.
+// steps. `--resolve BIZ_KEY --note TEXT` marks a COMPENSATION_REQUIRED operation
+// as settled by hand (COMPENSATED; its object lock is released).
+// Exit status: 0 the list was printed (empty or not) or the operation resolved;
+// 1 the store cannot be reached, or no such COMPENSATION_REQUIRED operation;
+// 2 a malformed store URL or option.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -28,6 +31,8 @@ struct StuckFlags {
   std::string store = "sqlite://./idem.db";
   int limit = 100;
   bool json = false;
+  std::string resolve;  // biz_key of a COMPENSATION_REQUIRED operation settled by hand
+  std::string note;
 };
 
 std::string Why(const OperationState& op, absl::Time now) {
@@ -91,12 +96,30 @@ int RunStuck(const StuckFlags& flags) {
     PrintReason("stuck: --limit must be between 1 and 100000");
     return kExitUsage;
   }
+  if (!flags.resolve.empty() && flags.note.empty()) {
+    PrintReason("stuck: --resolve needs --note saying what was done by hand");
+    return kExitUsage;
+  }
+  if (flags.resolve.empty() && !flags.note.empty()) {
+    PrintReason("stuck: --note goes with --resolve BIZ_KEY");
+    return kExitUsage;
+  }
   absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(flags.store);
   if (!store.ok()) {
     PrintReason(store.status().message());
     return ExitCodeForStoreError(store.status());
   }
   StepRunner runner(**store);
+  if (!flags.resolve.empty()) {
+    absl::StatusOr<OperationState> done = runner.Resolve(flags.resolve, flags.note);
+    if (!done.ok()) {
+      PrintReason("stuck --resolve: " + std::string(done.status().message()));
+      return kExitFailure;
+    }
+    std::printf("resolved %s: %s\n", Printable(done->biz_key).c_str(),
+                std::string(OperationStatusName(done->status)).c_str());
+    return kExitOk;
+  }
   absl::StatusOr<std::vector<OperationState>> stuck = runner.ListStuck(flags.limit);
   if (!stuck.ok()) {
     PrintReason(absl::StrCat("store ", std::string((*store)->url()), ": ",
@@ -130,6 +153,10 @@ CommandFn AddStuckCommand(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--limit", flags->limit, "At most this many operations")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the list as JSON");
+  cmd->add_option("--resolve", flags->resolve,
+                  "Mark this COMPENSATION_REQUIRED operation (biz_key) as settled by hand: it "
+                  "becomes COMPENSATED and releases its object lock");
+  cmd->add_option("--note", flags->note, "With --resolve: what was done (kept in last_error)");
   return [flags] { return RunStuck(*flags); };
 }
 

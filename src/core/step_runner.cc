@@ -384,6 +384,35 @@ absl::StatusOr<int> StepRunner::ResumeDue(int limit) {
   return resumed;
 }
 
+absl::StatusOr<OperationState> StepRunner::Resolve(std::string_view biz_key,
+                                                  std::string_view note) {
+  IDEM_RETURN_IF_ERROR(ValidateJournalKey("biz_key", biz_key));
+  if (note.empty()) {
+    return absl::InvalidArgumentError("resolve: say what was done (a note is required)");
+  }
+  IDEM_ASSIGN_OR_RETURN(const Journal* j, impl_->Ready());
+  const absl::Time now = impl_->Now();
+  {
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
+    IDEM_ASSIGN_OR_RETURN(std::optional<OperationRow> row, j->LoadOperation(*tx, biz_key));
+    if (!row.has_value()) {
+      return absl::NotFoundError(absl::StrCat("no operation with biz_key ", AV(biz_key)));
+    }
+    const OperationState& op = row->state;
+    if (op.status != OperationStatus::kCompensationRequired) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "operation ", AV(biz_key), " is ", AV(OperationStatusName(op.status)),
+          "; only a COMPENSATION_REQUIRED operation is resolved by hand"));
+    }
+    IDEM_RETURN_IF_ERROR(j->UpdateOperation(
+        *tx, biz_key, OperationStatus::kCompensated, absl::InfinitePast(), "",
+        absl::StrCat("resolved by hand: ", AV(note), " (was: ", AV(op.last_error), ")"), now));
+    if (!op.object_key.empty()) IDEM_RETURN_IF_ERROR(j->UnlockObject(*tx, op.object_key, biz_key));
+    IDEM_RETURN_IF_ERROR(tx->Commit());
+  }
+  return impl_->Load(*j, biz_key);
+}
+
 absl::StatusOr<OperationState> StepRunner::Get(std::string_view biz_key) {
   IDEM_ASSIGN_OR_RETURN(const Journal* j, impl_->Ready());
   return impl_->Load(*j, biz_key);
@@ -498,7 +527,11 @@ absl::StatusOr<Unit> StepRunner::Impl::Finish(const Journal& j, StoreTransaction
                                               std::string_view last_error, absl::Time now) {
   IDEM_RETURN_IF_ERROR(
       j.UpdateOperation(tx, op.biz_key, status, absl::InfinitePast(), "", last_error, now));
-  if (!op.object_key.empty()) IDEM_RETURN_IF_ERROR(j.UnlockObject(tx, op.object_key, op.biz_key));
+  // A half-undone operation keeps its object locked until a person resolves it
+  // (Resolve): an order change must not run over a refund nobody has settled.
+  if (!op.object_key.empty() && status != OperationStatus::kCompensationRequired) {
+    IDEM_RETURN_IF_ERROR(j.UnlockObject(tx, op.object_key, op.biz_key));
+  }
   IDEM_RETURN_IF_ERROR(tx.Commit());
   switch (status) {
     case OperationStatus::kSuccess:

@@ -408,6 +408,31 @@ TEST_F(StepsCliTest, StuckListsCompensationRequired) {
   EXPECT_EQ(o["steps"][1]["name"], "charge");
 }
 
+// A person who settled a COMPENSATION_REQUIRED operation says so; it leaves the
+// list and becomes COMPENSATED.
+TEST_F(StepsCliTest, StuckResolveSettlesACompensationRequiredOperation) {
+  OperationState op = RunOnce(Undoable(), "K-manual", "{}", &past_);
+  ASSERT_EQ(op.status, OperationStatus::kCompensationRequired);
+
+  ExpectOneLineFailure(Idem({"stuck", "--store", url_, "--resolve", "K-manual"}), 2);
+  ExpectOneLineFailure(Idem({"stuck", "--store", url_, "--note", "x"}), 2);
+  Exec r = Idem({"stuck", "--store", url_, "--resolve", "K-none", "--note", "x"});
+  ExpectOneLineFailure(r, 1);
+  EXPECT_THAT(r.err, HasSubstr("no operation with biz_key K-none"));
+
+  r = Idem({"stuck", "--store", url_, "--resolve", "K-manual", "--note",
+            "charge refunded by hand, ticket 42"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "resolved K-manual: COMPENSATED\n");
+  r = Idem({"stuck", "--store", url_});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("no stuck operations in "));
+
+  r = Idem({"stuck", "--store", url_, "--resolve", "K-manual", "--note", "again"});
+  ExpectOneLineFailure(r, 1);
+  EXPECT_THAT(r.err, HasSubstr("is COMPENSATED"));
+}
+
 TEST_F(StepsCliTest, StuckListsOldestFirstUpToTheLimit) {
   testing::FakeClock older(past_.Now() - absl::Minutes(10));
   ASSERT_EQ(RunOnce(Undoable(), "K-newer", "{}", &past_).status,

@@ -34,9 +34,11 @@ namespace {
 
 using ::idem::testing::FakeClock;
 using ::idem::testing::StatusIs;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 // String concatenation over std::string_view and integers (Debian's Abseil has an
 // absl::string_view of its own, which absl::StrCat does not take std::string_view for).
@@ -985,6 +987,40 @@ TEST_P(StepsConformanceTest, CompensationThatKeepsFailingRequiresAPerson) {
   ASSERT_OK_AND_ASSIGN(int resumed, runner->ResumeDue());
   EXPECT_EQ(resumed, 0);
   EXPECT_EQ(TotalCalls(), calls);
+}
+
+// A half-undone operation keeps its object locked until a person resolves it: an
+// order change must not run over a refund nobody has settled.
+TEST_P(StepsConformanceTest, CompensationRequiredKeepsTheObjectLockUntilResolved) {
+  auto runner = NewRunner(Options(true), {Refund()});
+  auto nowait = NewRunner(Options(false), {Refund()});
+  Always("A", "exec:3", Fail(absl::StatusCode::kInvalidArgument));
+  Always("A", "comp:1", Fail(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK_AND_ASSIGN(OperationState a, runner->Run(Req("A", "refund", "in", "order-1")));
+  ASSERT_EQ(OpStatus(a), "COMPENSATION_REQUIRED");
+
+  ASSERT_OK_AND_ASSIGN(OperationState b, nowait->Run(Req("B", "refund", "in", "order-1")));
+  EXPECT_EQ(OpStatus(b), "PENDING");
+  EXPECT_EQ(b.blocked_by, "A");
+  EXPECT_EQ(FirstCall("B"), -1);
+
+  // Only a COMPENSATION_REQUIRED operation is resolved, and only with a note.
+  EXPECT_THAT(runner->Resolve("A", ""), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(runner->Resolve("nope", "x"), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_OK_AND_ASSIGN(OperationState resolved,
+                       runner->Resolve("A", "reversal cancelled at the channel by ops"));
+  EXPECT_EQ(OpStatus(resolved), "COMPENSATED");
+  EXPECT_THAT(resolved.last_error, HasSubstr("resolved by hand: reversal cancelled at the "
+                                             "channel by ops"));
+  EXPECT_THAT(runner->Resolve("A", "again"), StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK_AND_ASSIGN(std::vector<OperationState> stuck, runner->ListStuck());
+  EXPECT_THAT(BizKeys(stuck), Not(Contains("A")));
+
+  clock_.Advance(kPastEverything);
+  ASSERT_OK_AND_ASSIGN(int resumed, nowait->ResumeDue());
+  EXPECT_EQ(resumed, 1);
+  EXPECT_EQ(OpStatus(MustGet(*runner, "B")), "SUCCESS");
+  EXPECT_THAT(nowait->Resolve("B", "x"), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST_P(StepsConformanceTest, FinalCompensationFailureRequiresAPerson) {
