@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/absl_compat.h"
 #include "idem/fingerprint.h"
 #include "idem/status.h"
@@ -224,17 +225,73 @@ absl::StatusOr<bool> Journal::InsertOperation(Transaction& tx, const OperationSt
                Int(1), Micros(lease_until), Key(state.blocked_by), Value(Blob{}),
                Micros(state.created_at), Micros(state.updated_at)}));
   if (inserted == 0) return false;
-  for (const StepRecord& step : state.steps) {
-    IDEM_RETURN_IF_ERROR(
-        tx.Exec(absl::StrCat("INSERT INTO idem_steps (biz_key, ", AV(kStepColumns),
-                             ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                {Key(state.biz_key), Int(step.step_seq), Value(step.name),
-                 StatusValue(step.status), Value(step.request_id), Value(Blob{}), Int(0), Int(0),
-                 Int(0), Value(Blob{}), Micros(state.created_at)})
-            .status());
+  // Every step row in one statement: one round trip however many steps.
+  std::string sql = absl::StrCat("INSERT INTO idem_steps (biz_key, ", AV(kStepColumns), ") VALUES ");
+  std::vector<Value> params;
+  params.reserve(state.steps.size() * 11);
+  for (size_t i = 0; i < state.steps.size(); ++i) {
+    const StepRecord& step = state.steps[i];
+    absl::StrAppend(&sql, i == 0 ? "" : ", ", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    for (Value v : {Key(state.biz_key), Int(step.step_seq), Value(step.name),
+                    StatusValue(step.status), Value(step.request_id), Value(Blob{}), Int(0),
+                    Int(0), Int(0), Value(Blob{}), Micros(state.created_at)}) {
+      params.push_back(std::move(v));
+    }
   }
+  IDEM_RETURN_IF_ERROR(tx.Exec(sql, params).status());
   return true;
 }
+
+namespace {
+
+// The operation columns (kOperationColumns order) starting at `r[at]`.
+absl::StatusOr<OperationRow> ParseOperation(const std::vector<Value>& r, size_t at) {
+  if (r.size() < at + 12) return absl::DataLossError("step journal: idem_operations has a bad shape");
+  OperationRow row;
+  OperationState& s = row.state;
+  s.biz_key = Str(r[at + 0]);
+  s.type = Str(r[at + 1]);
+  s.object_key = Str(r[at + 2]);
+  IDEM_ASSIGN_OR_RETURN(s.status, ParseOperationStatus(Str(r[at + 3])));
+  s.input = Str(r[at + 4]);
+  IDEM_ASSIGN_OR_RETURN(int64_t next, IntOf(r[at + 5], "next_retry_at"));
+  s.next_retry_at = FromMicros(next);
+  IDEM_ASSIGN_OR_RETURN(row.lease_token, IntOf(r[at + 6], "lease_token"));
+  IDEM_ASSIGN_OR_RETURN(int64_t lease, IntOf(r[at + 7], "lease_until"));
+  s.lease_until = FromMicros(lease);
+  s.blocked_by = Str(r[at + 8]);
+  s.last_error = Str(r[at + 9]);
+  IDEM_ASSIGN_OR_RETURN(int64_t created, IntOf(r[at + 10], "created_at"));
+  s.created_at = FromMicros(created);
+  IDEM_ASSIGN_OR_RETURN(int64_t updated, IntOf(r[at + 11], "updated_at"));
+  s.updated_at = FromMicros(updated);
+  return row;
+}
+
+// The step columns (kStepColumns order) starting at `r[at]`; their
+// compensate_failures in `*comp`.
+absl::StatusOr<StepRecord> ParseStep(const std::vector<Value>& r, size_t at, int* comp) {
+  if (r.size() < at + 10) return absl::DataLossError("step journal: idem_steps has a bad shape");
+  StepRecord s;
+  IDEM_ASSIGN_OR_RETURN(int64_t seq, IntOf(r[at + 0], "step_seq"));
+  s.step_seq = static_cast<int>(seq);
+  s.name = Str(r[at + 1]);
+  IDEM_ASSIGN_OR_RETURN(s.status, ParseStepStatus(Str(r[at + 2])));
+  s.request_id = Str(r[at + 3]);
+  s.payload = Str(r[at + 4]);
+  IDEM_ASSIGN_OR_RETURN(int64_t retries, IntOf(r[at + 5], "retry_count"));
+  s.retry_count = static_cast<int>(retries);
+  IDEM_ASSIGN_OR_RETURN(int64_t failures, IntOf(r[at + 6], "compensate_failures"));
+  *comp = static_cast<int>(failures);
+  IDEM_ASSIGN_OR_RETURN(int64_t next, IntOf(r[at + 7], "next_retry_at"));
+  s.next_retry_at = FromMicros(next);
+  s.last_error = Str(r[at + 8]);
+  IDEM_ASSIGN_OR_RETURN(int64_t updated, IntOf(r[at + 9], "updated_at"));
+  s.updated_at = FromMicros(updated);
+  return s;
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<OperationRow>> Journal::SelectOperations(
     Transaction& tx, std::string_view where_and_tail, std::vector<Value> params) const {
@@ -245,28 +302,43 @@ absl::StatusOr<std::vector<OperationRow>> Journal::SelectOperations(
   std::vector<OperationRow> out;
   out.reserve(rows.rows.size());
   for (const std::vector<Value>& r : rows.rows) {
-    if (r.size() != 12) return absl::DataLossError("step journal: idem_operations has a bad shape");
-    OperationRow row;
-    OperationState& s = row.state;
-    s.biz_key = Str(r[0]);
-    s.type = Str(r[1]);
-    s.object_key = Str(r[2]);
-    IDEM_ASSIGN_OR_RETURN(s.status, ParseOperationStatus(Str(r[3])));
-    s.input = Str(r[4]);
-    IDEM_ASSIGN_OR_RETURN(int64_t next, IntOf(r[5], "next_retry_at"));
-    s.next_retry_at = FromMicros(next);
-    IDEM_ASSIGN_OR_RETURN(row.lease_token, IntOf(r[6], "lease_token"));
-    IDEM_ASSIGN_OR_RETURN(int64_t lease, IntOf(r[7], "lease_until"));
-    s.lease_until = FromMicros(lease);
-    s.blocked_by = Str(r[8]);
-    s.last_error = Str(r[9]);
-    IDEM_ASSIGN_OR_RETURN(int64_t created, IntOf(r[10], "created_at"));
-    s.created_at = FromMicros(created);
-    IDEM_ASSIGN_OR_RETURN(int64_t updated, IntOf(r[11], "updated_at"));
-    s.updated_at = FromMicros(updated);
+    IDEM_ASSIGN_OR_RETURN(OperationRow row, ParseOperation(r, 0));
     out.push_back(std::move(row));
   }
   return out;
+}
+
+absl::StatusOr<std::optional<OperationRow>> Journal::LoadJournal(
+    Transaction& tx, std::string_view biz_key, bool for_update,
+    std::vector<int>* compensate_failures) const {
+  // One round trip for the operation and its steps. An inner join: every
+  // operation has its steps (inserted with it), and PostgreSQL cannot lock the
+  // nullable side of an outer join.
+  std::string columns;
+  for (absl::string_view c : absl::StrSplit(AV(kOperationColumns), ", ")) {
+    absl::StrAppend(&columns, columns.empty() ? "" : ", ", "o.", c);
+  }
+  for (absl::string_view c : absl::StrSplit(AV(kStepColumns), ", ")) {
+    absl::StrAppend(&columns, ", s.", c);
+  }
+  const char* lock = dialect_ == Dialect::kSqlite || !for_update ? "" : " FOR UPDATE";
+  IDEM_ASSIGN_OR_RETURN(
+      Rows rows,
+      tx.Query(absl::StrCat("SELECT ", columns,
+                            " FROM idem_operations o JOIN idem_steps s ON s.biz_key = o.biz_key"
+                            " WHERE o.biz_key = ? ORDER BY s.step_seq",
+                            lock),
+               {Key(biz_key)}));
+  if (compensate_failures != nullptr) compensate_failures->clear();
+  if (rows.rows.empty()) return std::nullopt;
+  IDEM_ASSIGN_OR_RETURN(OperationRow row, ParseOperation(rows.rows[0], 0));
+  for (const std::vector<Value>& r : rows.rows) {
+    int comp = 0;
+    IDEM_ASSIGN_OR_RETURN(StepRecord step, ParseStep(r, 12, &comp));
+    row.state.steps.push_back(std::move(step));
+    if (compensate_failures != nullptr) compensate_failures->push_back(comp);
+  }
+  return row;
 }
 
 absl::StatusOr<std::optional<OperationRow>> Journal::LoadOperation(Transaction& tx,
@@ -289,23 +361,9 @@ absl::StatusOr<std::vector<StepRecord>> Journal::LoadSteps(
   std::vector<StepRecord> out;
   if (compensate_failures != nullptr) compensate_failures->clear();
   for (const std::vector<Value>& r : rows.rows) {
-    if (r.size() != 10) return absl::DataLossError("step journal: idem_steps has a bad shape");
-    StepRecord s;
-    IDEM_ASSIGN_OR_RETURN(int64_t seq, IntOf(r[0], "step_seq"));
-    s.step_seq = static_cast<int>(seq);
-    s.name = Str(r[1]);
-    IDEM_ASSIGN_OR_RETURN(s.status, ParseStepStatus(Str(r[2])));
-    s.request_id = Str(r[3]);
-    s.payload = Str(r[4]);
-    IDEM_ASSIGN_OR_RETURN(int64_t retries, IntOf(r[5], "retry_count"));
-    s.retry_count = static_cast<int>(retries);
-    IDEM_ASSIGN_OR_RETURN(int64_t comp, IntOf(r[6], "compensate_failures"));
-    IDEM_ASSIGN_OR_RETURN(int64_t next, IntOf(r[7], "next_retry_at"));
-    s.next_retry_at = FromMicros(next);
-    s.last_error = Str(r[8]);
-    IDEM_ASSIGN_OR_RETURN(int64_t updated, IntOf(r[9], "updated_at"));
-    s.updated_at = FromMicros(updated);
-    if (compensate_failures != nullptr) compensate_failures->push_back(static_cast<int>(comp));
+    int comp = 0;
+    IDEM_ASSIGN_OR_RETURN(StepRecord s, ParseStep(r, 0, &comp));
+    if (compensate_failures != nullptr) compensate_failures->push_back(comp);
     out.push_back(std::move(s));
   }
   return out;

@@ -70,6 +70,13 @@ class Journal {
                                                             std::string_view biz_key,
                                                             bool for_update = true) const;
 
+  // The operation row with its steps (in order), in one read, or std::nullopt;
+  // with `for_update`, locked for this transaction. The steps' compensation
+  // counters go to `compensate_failures` (same order), when non-null.
+  absl::StatusOr<std::optional<OperationRow>> LoadJournal(
+      Transaction& tx, std::string_view biz_key, bool for_update,
+      std::vector<int>* compensate_failures) const;
+
   // The steps of `biz_key` in order, with their internal compensation counters
   // in `compensate_failures` (same order), when non-null.
   absl::StatusOr<std::vector<StepRecord>> LoadSteps(Transaction& tx, std::string_view biz_key,

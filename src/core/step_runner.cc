@@ -154,11 +154,10 @@ struct StepRunner::Impl {
   absl::StatusOr<OperationState> Load(const Journal& j, std::string_view biz_key) {
     IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store().Begin());
     IDEM_ASSIGN_OR_RETURN(std::optional<OperationRow> row,
-                          j.LoadOperation(*tx, biz_key, /*for_update=*/false));
+                          j.LoadJournal(*tx, biz_key, /*for_update=*/false, nullptr));
     if (!row.has_value()) {
       return absl::NotFoundError(absl::StrCat("no operation with biz_key ", AV(biz_key)));
     }
-    IDEM_ASSIGN_OR_RETURN(row->state.steps, j.LoadSteps(*tx, biz_key, nullptr));
     tx->Rollback();
     return std::move(row->state);
   }
@@ -471,13 +470,15 @@ absl::StatusOr<Unit> StepRunner::Impl::RunUnit(const Journal& j, const Operation
   const absl::Time now = Now();
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store().Begin());
   IDEM_RETURN_IF_ERROR(Fence(j, *tx, biz_key, token, now));
-  IDEM_ASSIGN_OR_RETURN(std::optional<OperationRow> row, j.LoadOperation(*tx, biz_key));
+  std::vector<int> comp;
+  IDEM_ASSIGN_OR_RETURN(std::optional<OperationRow> row,
+                        j.LoadJournal(*tx, biz_key, /*for_update=*/true, &comp));
   if (!row.has_value()) {
     return absl::DataLossError(absl::StrCat("operation ", AV(biz_key), " vanished while running"));
   }
   OperationState& op = row->state;
-  std::vector<int> comp;
-  IDEM_ASSIGN_OR_RETURN(std::vector<StepRecord> steps, j.LoadSteps(*tx, biz_key, &comp));
+  std::vector<StepRecord> steps = std::move(op.steps);
+  op.steps.clear();
   // A step's journal row (its status, request_id) belongs to that step only: a
   // type whose step list changed under open operations must not run them.
   bool same_steps = steps.size() == type.steps.size();
