@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "benchmark/benchmark.h"
+#include "bench_common.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
 
@@ -89,22 +90,6 @@ void BM_Duplicate(benchmark::State& state, Tier tier) {
   }
 }
 
-class RecordingReporter : public benchmark::ConsoleReporter {
- public:
-  RecordingReporter() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      if (run.error_occurred || run.run_type != Run::RT_Iteration) continue;
-      micros_[run.run_name.function_name] = run.GetAdjustedRealTime();
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-  const std::map<std::string, double>& micros() const { return micros_; }
-
- private:
-  std::map<std::string, double> micros_;
-};
-
 void PrintTable(const std::map<std::string, double>& us) {
   auto it = us.find("duplicate/nocache");
   const double base = it == us.end() ? -1 : it->second;
@@ -142,7 +127,7 @@ int main(int argc, char** argv) {
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  RecordingReporter reporter;
+  idem::bench::RecordingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   PrintTable(reporter.micros());

@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "benchmark/benchmark.h"
+#include "bench_common.h"
 #include "idem/idem.h"
 
 namespace {
@@ -193,28 +194,6 @@ void BM_Replayed(benchmark::State& state, std::string synchronous) {
   }
 }
 
-// Console output as usual, and each benchmark's time per iteration (µs) kept for
-// the ratio table.
-class RecordingReporter : public benchmark::ConsoleReporter {
- public:
-  // Colors only on a terminal, as the library's own default reporter does.
-  RecordingReporter() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
-
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      if (run.error_occurred || run.run_type != Run::RT_Iteration) continue;
-      // Every benchmark here reports in microseconds (Unit(kMicrosecond)).
-      // Keyed by the registered name, without the "/min_time:…/real_time" suffixes.
-      micros_[run.run_name.function_name] = run.GetAdjustedRealTime();
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-  const std::map<std::string, double>& micros() const { return micros_; }
-
- private:
-  std::map<std::string, double> micros_;
-};
-
 void PrintTable(const std::map<std::string, double>& us) {
   auto get = [&us](const std::string& name) -> double {
     auto it = us.find(name);
@@ -268,7 +247,7 @@ int main(int argc, char** argv) {
 
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  RecordingReporter reporter;
+  idem::bench::RecordingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   PrintTable(reporter.micros());

@@ -23,10 +23,15 @@
 
 #include "absl/strings/str_format.h"
 #include "benchmark/benchmark.h"
+#include "bench_common.h"
 #include "idem/idem.h"
 #include "idem/steps.h"
 
 namespace {
+
+using idem::bench::NextKey;
+using idem::bench::Results;
+using idem::bench::TimeEach;
 
 struct Target {
   std::string name;
@@ -38,16 +43,6 @@ struct Target {
 std::vector<std::unique_ptr<Target>>& Targets() {
   static auto* targets = new std::vector<std::unique_ptr<Target>>();
   return *targets;
-}
-
-std::map<std::string, double>& Results() {
-  static auto* results = new std::map<std::string, double>();
-  return *results;
-}
-
-std::string NextKey(const std::string& prefix) {
-  static std::atomic<long> n{0};
-  return prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(n.fetch_add(1));
 }
 
 absl::Status InsertRow(idem::Transaction& tx, const std::string& table, const std::string& key,
@@ -71,26 +66,8 @@ idem::OperationType ThreeSteps(const std::string& table) {
   return type;
 }
 
-template <typename Once>
-void TimeEach(benchmark::State& state, Target* t, const char* variant, Once once) {
-  double seconds = 0;
-  for (auto _ : state) {
-    const std::string key = NextKey(variant);
-    auto start = std::chrono::steady_clock::now();
-    absl::Status s = once(key);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!s.ok()) {
-      state.SkipWithError(std::string(s.message()).c_str());
-      return;
-    }
-  }
-  if (state.iterations() > 0) {
-    Results()[t->name + "/" + variant] = 1e6 * seconds / static_cast<double>(state.iterations());
-  }
-}
-
 void BM_Bare(benchmark::State& state, Target* t) {
-  TimeEach(state, t, "bare", [t](const std::string& key) -> absl::Status {
+  TimeEach(state, t->name + "/bare", "bare", [t](const std::string& key) -> absl::Status {
     absl::StatusOr<std::unique_ptr<idem::StoreTransaction>> tx = t->store->Begin();
     if (!tx.ok()) return tx.status();
     for (int i = 1; i <= 3; ++i) {
@@ -102,7 +79,7 @@ void BM_Bare(benchmark::State& state, Target* t) {
 }
 
 void BM_Steps(benchmark::State& state, Target* t) {
-  TimeEach(state, t, "steps", [t](const std::string& key) -> absl::Status {
+  TimeEach(state, t->name + "/steps", "steps", [t](const std::string& key) -> absl::Status {
     absl::StatusOr<idem::OperationState> op =
         t->runner->Run({.type = "bench", .biz_key = key, .input = "{}"});
     if (!op.ok()) return op.status();

@@ -30,9 +30,14 @@
 
 #include "absl/strings/str_format.h"
 #include "benchmark/benchmark.h"
+#include "bench_common.h"
 #include "idem/idem.h"
 
 namespace {
+
+using idem::bench::NextKey;
+using idem::bench::Results;
+using idem::bench::TimeEach;
 
 struct Target {
   std::string name;
@@ -43,16 +48,6 @@ struct Target {
 std::vector<Target>& Targets() {
   static auto* targets = new std::vector<Target>();
   return *targets;
-}
-
-std::map<std::string, double>& Results() {
-  static auto* results = new std::map<std::string, double>();
-  return *results;
-}
-
-std::string NextKey(const std::string& prefix) {
-  static std::atomic<long> n{0};
-  return prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(n.fetch_add(1));
 }
 
 absl::Status InsertLedger(idem::Transaction& tx, const std::string& ledger,
@@ -95,43 +90,19 @@ absl::Status GuardedFirstOnce(idem::Guard& guard, Target* t, const std::string& 
       }));
 }
 
-void Record(benchmark::State& state, const std::string& name) {
-  if (state.iterations() > 0) {
-    Results()[name] = 1e6 * state.counters["seconds"] / static_cast<double>(state.iterations());
-  }
-}
-
-// Times `once` per iteration (key made outside the timed part).
-template <typename Once>
-void TimeEach(benchmark::State& state, Target* t, const char* variant, Once once) {
-  double seconds = 0;
-  for (auto _ : state) {
-    const std::string key = NextKey(variant);
-    auto start = std::chrono::steady_clock::now();
-    absl::Status s = once(key);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!s.ok()) {
-      state.SkipWithError(std::string(s.message()).c_str());
-      return;
-    }
-  }
-  state.counters["seconds"] = seconds;
-  Record(state, t->name + "/" + variant);
-}
-
 void BM_Bare(benchmark::State& state, Target* t) {
-  TimeEach(state, t, "bare", [t](const std::string& key) { return BareOnce(t, key); });
+  TimeEach(state, t->name + "/bare", "bare", [t](const std::string& key) { return BareOnce(t, key); });
 }
 
 void BM_Guarded(benchmark::State& state, Target* t) {
   idem::Guard guard(*t->store);
-  TimeEach(state, t, "guarded",
+  TimeEach(state, t->name + "/guarded", "guarded",
            [&](const std::string& key) { return GuardedOnce(guard, t, key); });
 }
 
 void BM_GuardedFirst(benchmark::State& state, Target* t) {
   idem::Guard guard(*t->store);
-  TimeEach(state, t, "guarded+first",
+  TimeEach(state, t->name + "/guarded+first", "first",
            [&](const std::string& key) { return GuardedFirstOnce(guard, t, key); });
 }
 
@@ -189,8 +160,9 @@ void BM_Replayed(benchmark::State& state, Target* t) {
       return;
     }
   }
-  state.counters["seconds"] = seconds;
-  Record(state, t->name + "/replayed");
+  if (state.iterations() > 0) {
+    Results()[t->name + "/replayed"] = 1e6 * seconds / static_cast<double>(state.iterations());
+  }
 }
 
 bool AddTarget(const std::string& name, const char* env) {
