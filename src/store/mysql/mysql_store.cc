@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -133,19 +134,71 @@ absl::Status CheckSizes(const Record& r) {
   return absl::OkStatus();
 }
 
+// The claim INSERT as SQL text for Connection::RunBatch: every value a literal
+// (bytes as hex, never quoted text), the same statement as kInsertRecord.
+std::string ClaimText(const Record& r) {
+  return absl::StrCat("INSERT INTO idem_records (tenant, idem_key, biz_type, fingerprint, state, "
+                      "token, lease_until, result, error, created_at, updated_at) VALUES (",
+                      mysql::HexLiteral(r.tenant), ", ", mysql::HexLiteral(r.key), ", ",
+                      mysql::HexLiteral(r.biz_type), ", ", mysql::HexLiteral(r.fingerprint), ", ",
+                      static_cast<int>(r.state), ", ", r.token, ", ", ToMicros(r.lease_until), ", ",
+                      mysql::HexLiteral(r.result), ", ", mysql::HexLiteral(r.error), ", ",
+                      ToMicros(r.created_at), ", ", ToMicros(r.updated_at),
+                      ") ON DUPLICATE KEY UPDATE idem_key = idem_key");
+}
+
+// A state no record has: the CHECK constraint refuses it. The result UPDATE of
+// ReplaceAndCommit writes it when the row is not at the expected token and state,
+// so that the statement fails and the COMMIT behind it in the batch never runs.
+constexpr int kFenceViolation = 127;
+
+// The result write of ReplaceAndCommit as SQL text. `state` is assigned first, so
+// that its IF reads the row's token and state before this UPDATE changes them
+// (MySQL assigns left to right; MariaDB's SIMULTANEOUS_ASSIGNMENT reads old values).
+std::string ReplaceText(const Record& r, int64_t expected_token, RecordState expected_state) {
+  return absl::StrCat(
+      "UPDATE idem_records SET state = IF(token = ", expected_token,
+      " AND state = ", static_cast<int>(expected_state), ", ", static_cast<int>(r.state), ", ",
+      kFenceViolation, "), biz_type = ", mysql::HexLiteral(r.biz_type),
+      ", fingerprint = ", mysql::HexLiteral(r.fingerprint), ", token = ", r.token,
+      ", lease_until = ", ToMicros(r.lease_until), ", result = ", mysql::HexLiteral(r.result),
+      ", error = ", mysql::HexLiteral(r.error), ", updated_at = ", ToMicros(r.updated_at),
+      " WHERE tenant = ", mysql::HexLiteral(r.tenant), " AND idem_key = ", mysql::HexLiteral(r.key));
+}
+
+// Records with more bytes than this go through prepared statements instead of a
+// text batch (hex doubles them; max_allowed_packet is 16 MiB by default).
+constexpr size_t kMaxBatchRecordBytes = 1 << 20;
+
+size_t RecordBytes(const Record& r) {
+  return r.tenant.size() + r.key.size() + r.biz_type.size() + r.fingerprint.size() +
+         r.result.size() + r.error.size();
+}
+
+// MySQL error numbers of a violated CHECK constraint (MariaDB, MySQL 8.0.16+).
+constexpr unsigned int kMariadbCheckFailed = 4025;  // ER_CONSTRAINT_FAILED
+constexpr unsigned int kMysqlCheckFailed = 3819;    // ER_CHECK_CONSTRAINT_VIOLATED
+
+// START TRANSACTION is deferred to the transaction's first round trip: a claim
+// that opens the transaction goes out with it in one batch, and the Guard's
+// result UPDATE goes out with the COMMIT, so a guarded transaction takes as many
+// round trips as the same transaction without the guard.
 class MysqlTransaction final : public StoreTransaction {
  public:
-  explicit MysqlTransaction(ConnectionPool::Lease lease) : lease_(std::move(lease)) {}
+  MysqlTransaction(ConnectionPool& pool, ConnectionPool::Lease lease)
+      : pool_(pool), lease_(std::move(lease)) {}
   ~MysqlTransaction() override { Rollback(); }
 
   absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
+    IDEM_RETURN_IF_ERROR(Start());
     empty_ = false;
     return Track(lease_->Exec(sql, params));
   }
 
   absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
+    IDEM_RETURN_IF_ERROR(Start());
     empty_ = false;
     return Track(lease_->Query(sql, params));
   }
@@ -164,7 +217,27 @@ class MysqlTransaction final : public StoreTransaction {
                             Bytes(r.error),
                             Int(ToMicros(r.created_at)),
                             Int(ToMicros(r.updated_at))};
-    absl::StatusOr<int64_t> inserted = lease_->Exec(kInsertRecord, params);
+    // The claim that opens the transaction rides with its START TRANSACTION.
+    const bool batched = deferred_ && RecordBytes(r) <= kMaxBatchRecordBytes;
+    const std::string batch = batched ? absl::StrCat("START TRANSACTION; ", ClaimText(r)) : "";
+    absl::StatusOr<int64_t> inserted = absl::UnknownError("claim not run");
+    auto claim_batch = [&](Connection& c) {
+      Connection::Batch b = c.RunBatch(batch);
+      if (b.status.ok() && b.affected.size() != 2) {
+        b.status = absl::InternalError(absl::StrCat("mysql: the claim batch answered ",
+                                                    b.affected.size(), " results; expected 2"));
+      }
+      inserted = b.status.ok() ? absl::StatusOr<int64_t>(b.affected[1]) : b.status;
+      return b.status;
+    };
+    if (batched) {
+      absl::Status started = Start(claim_batch);
+      if (!lease_) return started;  // no connection could be had (Start ended the transaction)
+      // Otherwise `inserted` holds the batch's outcome, a failure included.
+    } else {
+      IDEM_RETURN_IF_ERROR(Start());
+      inserted = lease_->Exec(kInsertRecord, params);
+    }
     // Claims of one key queued behind a holder that rolls back can deadlock each
     // other on the vanished row (InnoDB's duplicate-key locking), and InnoDB
     // then rolls the victim's transaction back. When the claim was the first
@@ -173,8 +246,12 @@ class MysqlTransaction final : public StoreTransaction {
     for (int i = 0;
          i < kClaimDeadlockRetries && empty_ && !inserted.ok() && lease_->last_error() == 1213;
          ++i) {
-      IDEM_RETURN_IF_ERROR(Track(lease_->ExecText("START TRANSACTION")));
-      inserted = lease_->Exec(kInsertRecord, params);
+      if (batched) {
+        claim_batch(*lease_).IgnoreError();  // its outcome is in `inserted`
+      } else {
+        IDEM_RETURN_IF_ERROR(Track(lease_->ExecText("START TRANSACTION")));
+        inserted = lease_->Exec(kInsertRecord, params);
+      }
     }
     empty_ = false;
     if (!inserted.ok() && lease_->last_error() == 1205) {
@@ -187,7 +264,10 @@ class MysqlTransaction final : public StoreTransaction {
       return contended;
     }
     IDEM_ASSIGN_OR_RETURN(int64_t affected, Track(std::move(inserted)));
-    if (affected == 1) return std::nullopt;
+    if (affected == 1) {
+      held_.emplace(r.tenant, r.key);
+      return std::nullopt;
+    }
     if (affected != 0) {
       return absl::InternalError(absl::StrCat("claim insert reported ", affected,
                                               " affected rows; expected 1 (new) or 0 (duplicate)"));
@@ -201,6 +281,7 @@ class MysqlTransaction final : public StoreTransaction {
     if (!existing.has_value()) {
       return absl::InternalError("claim insert found a duplicate but the record is not there");
     }
+    held_.emplace(r.tenant, r.key);
     return existing;
   }
 
@@ -208,6 +289,7 @@ class MysqlTransaction final : public StoreTransaction {
                                RecordState expected_state) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
     IDEM_RETURN_IF_ERROR(CheckSizes(r));
+    IDEM_RETURN_IF_ERROR(Start());
     empty_ = false;
     const Value params[] = {
         Bytes(r.biz_type), Bytes(r.fingerprint),         Int(static_cast<int>(r.state)),
@@ -225,13 +307,51 @@ class MysqlTransaction final : public StoreTransaction {
     return !rows.rows.empty();
   }
 
+  // One round trip when this transaction holds the row's lock (it claimed or
+  // loaded it): the UPDATE and the COMMIT in one batch. The UPDATE fails on a
+  // row that is not at the expected token and state (kFenceViolation against the
+  // CHECK constraint), and the server then skips the COMMIT. The row cannot be
+  // missing: this transaction locked it. Otherwise, or on a server that ignores
+  // CHECK constraints, Replace then Commit.
+  absl::StatusOr<bool> ReplaceAndCommit(const Record& r, int64_t expected_token,
+                                        RecordState expected_state) override {
+    if (!CheckOpen().ok() || deferred_ || !held_.contains({r.tenant, r.key}) ||
+        !lease_->enforces_check_constraints() || !CheckSizes(r).ok() ||
+        RecordBytes(r) > kMaxBatchRecordBytes) {
+      return StoreTransaction::ReplaceAndCommit(r, expected_token, expected_state);
+    }
+    Connection::Batch b =
+        lease_->RunBatch(absl::StrCat(ReplaceText(r, expected_token, expected_state), "; COMMIT"));
+    if (b.status.ok()) {
+      done_ = true;
+      lease_.Release();
+      return true;
+    }
+    absl::Status s = b.status;
+    if (lease_->broken()) {
+      // The COMMIT may or may not have reached the server. Retrying through the
+      // Guard is safe either way: it replays what did commit.
+      s = absl::UnavailableError(absl::StrCat(s.message(), " (the commit outcome is unknown)"));
+    } else if (b.affected.empty() && (lease_->last_error() == kMariadbCheckFailed ||
+                                      lease_->last_error() == kMysqlCheckFailed)) {
+      Rollback();
+      return false;  // the row had moved on; the COMMIT did not run
+    }
+    Rollback();
+    return s;
+  }
+
   absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,
                                              std::string_view key) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
+    IDEM_RETURN_IF_ERROR(Start());
     empty_ = false;
     // Locking read: a Load in a write transaction precedes a Replace (complete,
     // fail), and two of them for one key must take turns, not both succeed.
-    return Track(LoadRecord(*lease_, kSelectRecordForUpdate, tenant, key));
+    absl::StatusOr<std::optional<Record>> out =
+        Track(LoadRecord(*lease_, kSelectRecordForUpdate, tenant, key));
+    if (out.ok() && out->has_value()) held_.emplace(std::string(tenant), std::string(key));
+    return out;
   }
 
   absl::Status Commit() override {
@@ -240,6 +360,12 @@ class MysqlTransaction final : public StoreTransaction {
       absl::Status s = failed_;
       Rollback();
       return s;
+    }
+    if (deferred_) {
+      // No statement ran: START TRANSACTION never went out, nothing to commit.
+      done_ = true;
+      lease_.Release();
+      return absl::OkStatus();
     }
     absl::Status s = lease_->ExecText("COMMIT");
     if (!s.ok()) {
@@ -259,7 +385,7 @@ class MysqlTransaction final : public StoreTransaction {
   void Rollback() override {
     if (done_) return;
     done_ = true;
-    if (!lease_->broken() && !lease_->ExecText("ROLLBACK").ok()) {
+    if (lease_ && !deferred_ && !lease_->broken() && !lease_->ExecText("ROLLBACK").ok()) {
       // A session whose transaction state is unknown must not go back to the pool.
       lease_->MarkBroken();
     }
@@ -272,6 +398,37 @@ class MysqlTransaction final : public StoreTransaction {
     return failed_;
   }
 
+  // The transaction's first round trip: START TRANSACTION, or `first` when given
+  // (a batch that begins with it). A pooled connection that went stale while
+  // idle (a server restart, a KILL) fails before anything happened on the server,
+  // so the round trip runs again on another connection, and the other idle ones
+  // (likely stale too) are closed; a failure on a connection made just now is the
+  // server's real answer. A failure that is not about the connection is returned
+  // with the transaction as the server left it (Rollback ends it).
+  absl::Status Start(const std::function<absl::Status(Connection&)>& first = {}) {
+    if (!deferred_) return absl::OkStatus();
+    deferred_ = false;
+    auto run = [&first](Connection& c) {
+      return first ? first(c) : c.ExecText("START TRANSACTION");
+    };
+    const int attempts = pool_.options().pool + 1;
+    absl::Status s;
+    for (int i = 0; i < attempts; ++i) {
+      s = run(*lease_);
+      if (s.ok() || !lease_->broken() || lease_.fresh()) break;
+      lease_.Release();
+      pool_.DropIdle();
+      absl::StatusOr<ConnectionPool::Lease> other = pool_.Acquire();
+      if (!other.ok()) {
+        s = other.status();
+        break;
+      }
+      lease_ = *std::move(other);
+    }
+    if (!s.ok() && (!lease_ || lease_->broken())) failed_ = s;  // nothing to go on with
+    return s;
+  }
+
   // After a deadlock InnoDB has rolled the whole transaction back, after a lock
   // wait timeout it may have (innodb_rollback_on_timeout), and after a lost
   // connection the session is gone: further statements would run outside the
@@ -282,17 +439,21 @@ class MysqlTransaction final : public StoreTransaction {
     if (!result.ok()) {
       const absl::Status& s = idem::internal::AsStatus(result);
       if (s.code() == absl::StatusCode::kAborted || s.code() == absl::StatusCode::kUnavailable ||
-          lease_->broken()) {
+          !lease_ || lease_->broken()) {
         failed_ = s;
       }
     }
     return result;
   }
 
+  ConnectionPool& pool_;
   ConnectionPool::Lease lease_;
+  bool deferred_ = true;  // START TRANSACTION has not gone out yet
   bool done_ = false;
   bool empty_ = true;  // no statement has run in this transaction yet
   absl::Status failed_;
+  // Rows this transaction inserted or locked: (tenant, key).
+  std::set<std::pair<std::string, std::string>> held_;
 };
 
 class MysqlStore final : public Store {
@@ -300,9 +461,9 @@ class MysqlStore final : public Store {
   explicit MysqlStore(MysqlOptions options) : pool_(std::move(options)) {}
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
-    IDEM_ASSIGN_OR_RETURN(ConnectionPool::Lease lease,
-                          Acquire([](Connection& c) { return c.ExecText("START TRANSACTION"); }));
-    return std::make_unique<MysqlTransaction>(std::move(lease));
+    // START TRANSACTION goes out with the first statement (MysqlTransaction).
+    IDEM_ASSIGN_OR_RETURN(ConnectionPool::Lease lease, pool_.Acquire());
+    return std::make_unique<MysqlTransaction>(pool_, std::move(lease));
   }
 
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,

@@ -20,6 +20,7 @@
 
 #include "core/absl_compat.h"
 #include "idem/idem.h"
+#include "store/mysql/mysql_conn.h"
 #include "store/mysql/mysql_error.h"
 #include "store/mysql/mysql_test_db.h"
 #include "store/mysql/mysql_url.h"
@@ -622,6 +623,165 @@ TEST_F(MysqlStoreTest, GuardedHandlerSharesTheTransaction) {
   absl::StatusOr<Result> cached = guard.Run({.biz_type = "refund", .key = "O-2"}, handler);
   ASSERT_OK(cached);
   EXPECT_EQ(cached->outcome, Outcome::kCachedFailure);
+}
+
+// START TRANSACTION rides with the claim and the result UPDATE with the COMMIT,
+// so the guard adds statements to the business transaction but no round trip.
+TEST_F(MysqlStoreTest, GuardedFirstArrivalTakesAsManyRoundTripsAsTheBareTransaction) {
+  Sql("CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount BIGINT NOT NULL)");
+  Guard guard(*store_);
+  auto bare = [&](const std::string& key) {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    ASSERT_OK(tx->Exec("INSERT INTO ledger VALUES (?, ?)", {Value(key), Value(1)}));
+    ASSERT_OK(tx->Commit());
+  };
+  auto guarded = [&](const std::string& key) {
+    absl::StatusOr<Result> r = guard.Run(
+        {.biz_type = "refund", .key = key}, [&](Transaction& tx) -> absl::StatusOr<std::string> {
+          IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO ledger VALUES (?, ?)", {Value(key), Value(1)}));
+          return std::string("ok");
+        });
+    ASSERT_OK(r);
+    EXPECT_EQ(r->outcome, Outcome::kExecuted);
+  };
+  bare("warm-bare");  // prepares the INSERT on the pooled connection
+  guarded("warm-guarded");
+  for (int i = 0; i < 3; ++i) {
+    uint64_t before = mysql::RoundTrips();
+    bare(absl::StrCat("bare-", i));
+    const uint64_t bare_trips = mysql::RoundTrips() - before;
+    EXPECT_EQ(bare_trips, 3u);  // START TRANSACTION, INSERT, COMMIT
+    before = mysql::RoundTrips();
+    guarded(absl::StrCat("guarded-", i));
+    EXPECT_EQ(mysql::RoundTrips() - before, bare_trips) << "run " << i;
+  }
+  // A transaction that runs nothing sends nothing.
+  const uint64_t before = mysql::RoundTrips();
+  std::unique_ptr<StoreTransaction> idle = *store_->Begin();
+  ASSERT_OK(idle->Commit());
+  std::unique_ptr<StoreTransaction> dropped = *store_->Begin();
+  dropped->Rollback();
+  EXPECT_EQ(mysql::RoundTrips() - before, 0u);
+}
+
+// The COMMIT batched behind the result UPDATE must never commit when the UPDATE
+// did not move the record: the handler's rows and the claim are all gone.
+TEST_F(MysqlStoreTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
+  Sql("CREATE TABLE h (x INT)");
+  auto count = [&] {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    absl::StatusOr<Rows> rows = tx->Query("SELECT count(*) FROM h");
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    tx->Rollback();
+    return rows.ok() ? rows->rows[0][0].as_int() : -1;
+  };
+  Record claim = Fresh("K");
+  Record done = claim;
+  done.state = RecordState::kSucceeded;
+  done.result = "r";
+  done.lease_until = absl::InfinitePast();
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(tx->Exec("INSERT INTO h VALUES (1)"));
+    const uint64_t before = mysql::RoundTrips();
+    absl::StatusOr<bool> moved =
+        tx->ReplaceAndCommit(done, /*expected_token=*/7, RecordState::kProcessing);
+    // The batch, then the ROLLBACK of the transaction the server left open.
+    EXPECT_EQ(mysql::RoundTrips() - before, 2u);
+    ASSERT_OK(moved);
+    EXPECT_FALSE(*moved);
+    EXPECT_THAT(tx->Exec("SELECT 1"), StatusIs(absl::StatusCode::kFailedPrecondition));
+  }
+  EXPECT_EQ(count(), 0);
+  EXPECT_EQ(*store_->Get("default", "K"), std::nullopt);
+
+  // Through the Guard: the handler itself moves its record on (as a concurrent
+  // takeover would), so the result write matches nothing.
+  Guard guard(*store_);
+  absl::StatusOr<Result> r = guard.Run(
+      {.biz_type = "refund", .key = "G"}, [](Transaction& tx) -> absl::StatusOr<std::string> {
+        IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO h VALUES (2)").status());
+        IDEM_RETURN_IF_ERROR(tx.Exec("UPDATE idem_records SET token = token + 1 WHERE idem_key = ?",
+                                     {Value(Blob{"G"})})
+                                 .status());
+        return "ok";
+      });
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kAborted));
+  EXPECT_EQ(count(), 0);
+  EXPECT_EQ(*store_->Get("default", "G"), std::nullopt);
+
+  // And when it moves: committed together, in one round trip, every byte kept.
+  std::string every_byte;
+  for (int c = 0; c < 256; ++c) every_byte.push_back(static_cast<char>(c));
+  done.result = every_byte + "'; COMMIT; --";
+  done.error = "";
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(tx->Exec("INSERT INTO h VALUES (3)"));
+    const uint64_t before = mysql::RoundTrips();
+    absl::StatusOr<bool> moved = tx->ReplaceAndCommit(done, 1, RecordState::kProcessing);
+    EXPECT_EQ(mysql::RoundTrips() - before, 1u);
+    ASSERT_OK(moved);
+    EXPECT_TRUE(*moved);
+  }
+  EXPECT_EQ(count(), 1);
+  absl::StatusOr<std::optional<Record>> got = store_->Get("default", "K");
+  ASSERT_OK(got);
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->state, RecordState::kSucceeded);
+  EXPECT_EQ((*got)->result, done.result);
+
+  // A result too large for a text batch goes through prepared statements, intact.
+  Record big = Fresh("BIG");
+  Record big_done = big;
+  big_done.state = RecordState::kSucceeded;
+  big_done.result = std::string(1536 * 1024, '\xab');
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    ASSERT_OK(tx->InsertOrLoad(big));
+    absl::StatusOr<bool> moved = tx->ReplaceAndCommit(big_done, 1, RecordState::kProcessing);
+    ASSERT_OK(moved);
+    EXPECT_TRUE(*moved);
+  }
+  got = store_->Get("default", "BIG");
+  ASSERT_OK(got);
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->result, big_done.result);
+}
+
+// The first round trip of a transaction (a claim batch or a START TRANSACTION)
+// on pooled connections that went stale goes to a new connection.
+TEST_F(MysqlStoreTest, FirstStatementOnStaleConnectionsMovesToANewOne) {
+  std::unique_ptr<Store> store = Open("pool=2");
+  ASSERT_NE(store, nullptr);
+  Sql("CREATE TABLE t (id INT PRIMARY KEY)");
+  Guard guard(*store);
+  auto kill_idle = [&] {
+    std::unique_ptr<StoreTransaction> a = *store->Begin();
+    std::unique_ptr<StoreTransaction> b = *store->Begin();
+    const std::vector<int64_t> ids = {ConnectionId(*a), ConnectionId(*b)};
+    ASSERT_OK(a->Commit());
+    ASSERT_OK(b->Commit());
+    for (int64_t id : ids) Kill(id);
+  };
+  kill_idle();
+  absl::StatusOr<Result> r = guard.Run({.biz_type = "refund", .key = "S-1"},
+                                       [](Transaction& tx) -> absl::StatusOr<std::string> {
+                                         IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO t VALUES (1)"));
+                                         return std::string("done");
+                                       });
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kExecuted);
+  kill_idle();
+  std::unique_ptr<StoreTransaction> tx = *store->Begin();
+  ASSERT_OK(tx->Exec("INSERT INTO t VALUES (2)"));
+  ASSERT_OK(tx->Commit());
+  tx = *store->Begin();
+  absl::StatusOr<Rows> rows = tx->Query("SELECT count(*) FROM t");
+  ASSERT_OK(rows);
+  EXPECT_EQ(rows->rows[0][0].as_int(), 2);
 }
 
 }  // namespace
