@@ -15,6 +15,7 @@
 //   step journal: created
 //   tables: idem_journal_version, idem_object_locks, idem_operations, idem_records,
 //           idem_schema_version, idem_steps   (one line)
+//   procedures: idem_claim_v1, idem_finish_v1   (MySQL/MariaDB only)
 //   action: created
 //
 // action is one of created, upgraded, unchanged, would create, would upgrade.
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +67,8 @@ struct MigrateFlags {
 struct SchemaState {
   int64_t version = 0;  // 0: no idem schema
   std::vector<std::string> tables;
+  // MySQL/MariaDB only: idem's stored procedures (idem_claim_v1, idem_finish_v1).
+  std::optional<std::vector<std::string>> procedures;
 };
 
 std::string AsString(const Value& v) {
@@ -130,6 +134,13 @@ absl::StatusOr<SchemaState> ProbeMysql(std::string_view url) {
       "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND "
       "table_name LIKE 'idem\\\\_%' ORDER BY 1",
       &state));
+  IDEM_ASSIGN_OR_RETURN(
+      Rows procedures,
+      conn->Query("SELECT routine_name FROM information_schema.routines WHERE routine_schema = "
+                  "DATABASE() AND routine_type = 'PROCEDURE' AND routine_name LIKE 'idem\\\\_%' "
+                  "ORDER BY 1"));
+  state.procedures.emplace();
+  for (const std::vector<Value>& row : procedures.rows) state.procedures->push_back(AsString(row[0]));
   return state;
 }
 
@@ -257,9 +268,12 @@ int RunMigrate(const MigrateFlags& flags) {
   std::string display = flags.store;
   if (flags.dry_run) {
     after.version = kBuildSchemaVersion;
-    action = before->version == kBuildSchemaVersion ? "unchanged"
-             : before->version == 0                 ? "would create"
-                                                    : "would upgrade";
+    const bool missing_procedures =
+        before->procedures.has_value() && before->procedures->size() < 2;
+    action = before->version == 0                   ? "would create"
+             : before->version != kBuildSchemaVersion ? "would upgrade"
+             : missing_procedures                     ? "would upgrade"
+                                                      : "unchanged";
   } else {
     // The store's own open is the migration: one code path for serve and migrate.
     absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(flags.store);
@@ -272,9 +286,10 @@ int RunMigrate(const MigrateFlags& flags) {
     absl::StatusOr<SchemaState> now = Probe(backend, flags.store);
     if (!now.ok()) return Fail(now.status(), "reading the schema after opening");
     after = *now;
-    action = after.version == before->version ? "unchanged"
-             : before->version == 0           ? "created"
-                                              : "upgraded";
+    action = after.version == before->version
+                 ? (after.procedures == before->procedures ? "unchanged" : "upgraded")
+             : before->version == 0 ? "created"
+                                    : "upgraded";
   }
   if (display == flags.store && backend == "postgres") display = postgres::RedactUrl(flags.store);
   if (display == flags.store && backend == "mysql") {
@@ -294,6 +309,16 @@ int RunMigrate(const MigrateFlags& flags) {
                                                      : "created");
   std::printf("tables: %s\n",
               after.tables.empty() ? "(none)" : absl::StrJoin(after.tables, ", ").c_str());
+  if (after.procedures.has_value()) {
+    // Without them (a user without CREATE ROUTINE) the store works, with two more
+    // round trips per guarded transaction.
+    std::printf("procedures: %s\n",
+                !after.procedures->empty() ? absl::StrJoin(*after.procedures, ", ").c_str()
+                : flags.dry_run
+                    ? "(none)"
+                    : "(none: this user may not CREATE ROUTINE; guarded transactions take two "
+                      "more round trips)");
+  }
   std::printf("action: %s%s\n", action.c_str(), flags.dry_run ? " (dry run: nothing changed)" : "");
   std::fflush(stdout);
   return kExitOk;

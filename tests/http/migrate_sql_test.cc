@@ -5,10 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 
 #include "conformance/store_factory.h"
 #include "http/idem_process.h"
+#include "idem/idem.h"
 #include "testing/temp_dir.h"
 
 namespace idem::testing {
@@ -38,6 +40,13 @@ void ExpectCreateThenNoOp(const std::string& url, const std::string& backend,
     EXPECT_THAT(first.out, Not(HasSubstr(url.substr(colon + 1, at - colon - 1))));
   }
 
+  if (backend == "mysql") {
+    EXPECT_THAT(dry.out, HasSubstr("procedures: (none)\n"));
+    EXPECT_THAT(first.out, HasSubstr("procedures: idem_claim_v1, idem_finish_v1\n"));
+  } else {
+    EXPECT_THAT(first.out, Not(HasSubstr("procedures:")));
+  }
+
   RunResult second = RunIdem({"migrate", "--store", url}, scratch);
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_THAT(second.out, HasSubstr("schema version: 1 -> 1\n"));
@@ -56,6 +65,30 @@ TEST(MigratePostgres, CreatesThenIsANoOp) {
 TEST(MigrateMysql, CreatesThenIsANoOp) {
   TempDir dir;
   ExpectCreateThenNoOp(MysqlTestUrl(dir.path()), "mysql", dir.path());
+}
+
+// A database whose schema predates the procedures (or whose procedures were
+// dropped) gets them from migrate, reported as an upgrade.
+TEST(MigrateMysql, AddsMissingProcedures) {
+  TempDir dir;
+  const std::string url = MysqlTestUrl(dir.path());
+  ASSERT_EQ(RunIdem({"migrate", "--store", url}, dir.path()).exit_code, 0);
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = (*store)->Begin();
+    ASSERT_TRUE(tx.ok()) << tx.status();
+    ASSERT_TRUE((*tx)->Exec("DROP PROCEDURE idem_finish_v1").ok());
+    ASSERT_TRUE((*tx)->Commit().ok());
+  }
+  RunResult dry = RunIdem({"migrate", "--store", url, "--dry-run"}, dir.path());
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_THAT(dry.out, HasSubstr("procedures: idem_claim_v1\n"));
+  EXPECT_THAT(dry.out, HasSubstr("action: would upgrade"));
+  RunResult fixed = RunIdem({"migrate", "--store", url}, dir.path());
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.err;
+  EXPECT_THAT(fixed.out, HasSubstr("procedures: idem_claim_v1, idem_finish_v1\n"));
+  EXPECT_THAT(fixed.out, HasSubstr("action: upgraded\n"));
 }
 
 TEST(MigrateMysql, MissingDatabaseIsAnOperationalFailure) {

@@ -153,17 +153,12 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const MysqlOptions&
       IDEM_RETURN_IF_ERROR(SetOption(m, MYSQL_OPT_SSL_CA, o.ssl_ca.c_str(), "ssl_ca"));
     }
   }
-  // No CLIENT_FOUND_ROWS, on purpose: it would make the duplicate of
+  // client_flag 0 on purpose: CLIENT_FOUND_ROWS would make the duplicate of
   // INSERT … ON DUPLICATE KEY UPDATE k = k report 1 row, the same as an insert,
   // and the claim could no longer tell first arrival from a duplicate.
-  // CLIENT_MULTI_STATEMENTS lets RunBatch send idem's own statements together
-  // (START TRANSACTION with the claim, the result UPDATE with the COMMIT); a
-  // caller's SQL always goes through prepared statements, which take one
-  // statement only.
   if (mysql_real_connect(m, o.socket.empty() ? o.host.c_str() : nullptr, o.user.c_str(),
                          o.has_password ? o.password.c_str() : nullptr, o.database.c_str(), o.port,
-                         o.socket.empty() ? nullptr : o.socket.c_str(),
-                         CLIENT_MULTI_STATEMENTS) == nullptr) {
+                         o.socket.empty() ? nullptr : o.socket.c_str(), 0) == nullptr) {
     conn->broken_ = true;
     return ToStatus(mysql_errno(m), mysql_sqlstate(m), mysql_error(m),
                     absl::StrCat("cannot connect to ", o.redacted_url));
@@ -171,10 +166,6 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const MysqlOptions&
   if ((m->client_flag & CLIENT_FOUND_ROWS) != 0) {
     return absl::InternalError("mysql connection has CLIENT_FOUND_ROWS set; claims need it off");
   }
-  const char* info = mysql_get_server_info(m);
-  const unsigned long version = mysql_get_server_version(m);
-  const bool mariadb = info != nullptr && std::strstr(info, "MariaDB") != nullptr;
-  conn->enforces_checks_ = mariadb ? version >= 100201 : version >= 80016;
   return conn;
 }
 
@@ -248,49 +239,7 @@ absl::StatusOr<Rows> Connection::Query(std::string_view sql, absl::Span<const Va
 
 absl::Status Connection::ExecText(std::string_view sql) { return RunText(sql, nullptr).status(); }
 
-Connection::Batch Connection::RunBatch(std::string_view sql) {
-  Batch out;
-  if (broken_) {
-    out.status = absl::UnavailableError("mysql connection is lost");
-    return out;
-  }
-  CountRoundTrip();
-  if (mysql_real_query(mysql_, sql.data(), sql.size()) != 0) {
-    out.status = ConnError("query");
-    return out;
-  }
-  while (true) {
-    if (MYSQL_RES* res = mysql_store_result(mysql_); res != nullptr) {
-      mysql_free_result(res);  // none of idem's batch statements returns rows
-    } else if (mysql_field_count(mysql_) != 0) {
-      out.status = ConnError("store result");
-      return out;
-    }
-    out.affected.push_back(static_cast<int64_t>(mysql_affected_rows(mysql_)));
-    const int more = mysql_next_result(mysql_);
-    if (more < 0) break;
-    if (more > 0) {
-      out.status = ConnError("query");  // the next statement failed; the rest did not run
-      return out;
-    }
-  }
-  return out;
-}
-
 uint64_t RoundTrips() { return round_trips.load(std::memory_order_relaxed); }
-
-std::string HexLiteral(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(3 + 2 * bytes.size());
-  out += "X'";
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  out.push_back('\'');
-  return out;
-}
 
 absl::StatusOr<int64_t> Connection::Run(std::string_view sql, absl::Span<const Value> params,
                                         Rows* rows) {

@@ -13,7 +13,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,21 +49,6 @@ class Connection {
   // (START TRANSACTION, COMMIT, ROLLBACK, SET).
   absl::Status ExecText(std::string_view sql);
 
-  // Several statements separated by ';' in one round trip (the session is opened
-  // with CLIENT_MULTI_STATEMENTS). Only for SQL idem builds itself, with every
-  // value a literal (HexLiteral, integers): never for a caller's text. The server
-  // stops at the first failing statement: `affected` holds the affected rows of
-  // those that completed, in order, and `status` the failure (OK when all ran).
-  struct Batch {
-    std::vector<int64_t> affected;
-    absl::Status status;
-  };
-  Batch RunBatch(std::string_view sql);
-
-  // True when the server enforces CHECK constraints (MariaDB 10.2.1+, MySQL
-  // 8.0.16+); older servers and some MySQL-compatible ones parse and ignore them.
-  bool enforces_check_constraints() const { return enforces_checks_; }
-
   // The MySQL error number of the last failed call (0 after a success is not
   // guaranteed; read it only right after an error).
   unsigned int last_error() const { return last_error_; }
@@ -91,7 +75,6 @@ class Connection {
 
   MYSQL* mysql_;
   bool broken_ = false;
-  bool enforces_checks_ = false;
   unsigned int last_error_ = 0;
   // Least recently used at the front; bounded so a caller issuing ever-new SQL
   // text cannot exhaust the server's max_prepared_stmt_count.
@@ -100,12 +83,8 @@ class Connection {
 };
 
 // Round trips to any MySQL server by this process so far (statement prepares,
-// executions, text queries and batches), for tests and benchmarks that check what
-// an operation costs.
+// executions and text queries), for tests and benchmarks that check what an
+// operation costs.
 uint64_t RoundTrips();
-
-// `bytes` as a MySQL hexadecimal literal, X'…': a binary string that no
-// character set, sql_mode or quoting rule can alter, safe to embed in SQL text.
-std::string HexLiteral(std::string_view bytes);
 
 }  // namespace idem::mysql

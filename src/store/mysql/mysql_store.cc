@@ -1,8 +1,8 @@
 #include "store/mysql/mysql_store.h"
 
 #include <functional>
+#include <atomic>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -134,59 +134,79 @@ absl::Status CheckSizes(const Record& r) {
   return absl::OkStatus();
 }
 
-// The claim INSERT as SQL text for Connection::RunBatch: every value a literal
-// (bytes as hex, never quoted text), the same statement as kInsertRecord.
-std::string ClaimText(const Record& r) {
-  return absl::StrCat("INSERT INTO idem_records (tenant, idem_key, biz_type, fingerprint, state, "
-                      "token, lease_until, result, error, created_at, updated_at) VALUES (",
-                      mysql::HexLiteral(r.tenant), ", ", mysql::HexLiteral(r.key), ", ",
-                      mysql::HexLiteral(r.biz_type), ", ", mysql::HexLiteral(r.fingerprint), ", ",
-                      static_cast<int>(r.state), ", ", r.token, ", ", ToMicros(r.lease_until), ", ",
-                      mysql::HexLiteral(r.result), ", ", mysql::HexLiteral(r.error), ", ",
-                      ToMicros(r.created_at), ", ", ToMicros(r.updated_at),
-                      ") ON DUPLICATE KEY UPDATE idem_key = idem_key");
-}
+// Stored procedures that give a guarded transaction as many round trips as the
+// same transaction without the guard, every value a bound parameter of CALL (SPEC
+// §2): idem_claim_v1 begins the transaction and claims the key, answering the
+// existing record (locked) on a duplicate; idem_finish_v1 writes the result and
+// commits only when the record was still at the expected token and state
+// (ROW_COUNT counts changed rows, so a write of identical values is told apart
+// by reading the row). Created with the schema when the user may (CREATE
+// ROUTINE); without them every call takes the classic statements. The _v1
+// suffix versions them: a change makes new names, old servers keep working.
+constexpr const char* kClaimProcedure = "idem_claim_v1";
+constexpr const char* kFinishProcedure = "idem_finish_v1";
+constexpr const char* kCreateClaimProcedure = R"sql(
+CREATE PROCEDURE idem_claim_v1(
+  IN p_tenant VARBINARY(255), IN p_key VARBINARY(255), IN p_biz_type VARBINARY(255),
+  IN p_fingerprint VARBINARY(255), IN p_state TINYINT, IN p_token BIGINT,
+  IN p_lease_until BIGINT, IN p_result LONGBLOB, IN p_error LONGBLOB,
+  IN p_created_at BIGINT, IN p_updated_at BIGINT)
+  MODIFIES SQL DATA SQL SECURITY INVOKER
+  COMMENT 'idem: START TRANSACTION and the claim of a key in one round trip'
+BEGIN
+  START TRANSACTION;
+  INSERT INTO idem_records (tenant, idem_key, biz_type, fingerprint, state, token,
+                            lease_until, result, error, created_at, updated_at)
+    VALUES (p_tenant, p_key, p_biz_type, p_fingerprint, p_state, p_token, p_lease_until,
+            p_result, p_error, p_created_at, p_updated_at)
+    ON DUPLICATE KEY UPDATE idem_key = idem_key;
+  IF ROW_COUNT() = 1 THEN
+    SELECT 1 AS inserted;
+  ELSE
+    SELECT 0 AS inserted, tenant, idem_key, biz_type, fingerprint, state, token, lease_until,
+           result, error, created_at, updated_at
+      FROM idem_records WHERE tenant = p_tenant AND idem_key = p_key FOR UPDATE;
+  END IF;
+END)sql";
+constexpr const char* kCreateFinishProcedure = R"sql(
+CREATE PROCEDURE idem_finish_v1(
+  IN p_tenant VARBINARY(255), IN p_key VARBINARY(255), IN p_expected_token BIGINT,
+  IN p_expected_state TINYINT, IN p_biz_type VARBINARY(255), IN p_fingerprint VARBINARY(255),
+  IN p_state TINYINT, IN p_token BIGINT, IN p_lease_until BIGINT, IN p_result LONGBLOB,
+  IN p_error LONGBLOB, IN p_updated_at BIGINT)
+  MODIFIES SQL DATA SQL SECURITY INVOKER
+  COMMENT 'idem: the result write and the COMMIT in one round trip, only if still ours'
+BEGIN
+  UPDATE idem_records SET biz_type = p_biz_type, fingerprint = p_fingerprint, state = p_state,
+                          token = p_token, lease_until = p_lease_until, result = p_result,
+                          error = p_error, updated_at = p_updated_at
+    WHERE tenant = p_tenant AND idem_key = p_key AND token = p_expected_token
+      AND state = p_expected_state;
+  IF ROW_COUNT() = 1 OR EXISTS (SELECT 1 FROM idem_records WHERE tenant = p_tenant
+                                  AND idem_key = p_key AND token = p_expected_token
+                                  AND state = p_expected_state) THEN
+    COMMIT;
+    SELECT 1 AS moved;
+  ELSE
+    SELECT 0 AS moved;
+  END IF;
+END)sql";
+constexpr const char* kCallClaim = "CALL idem_claim_v1(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+constexpr const char* kCallFinish = "CALL idem_finish_v1(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
-// A state no record has: the CHECK constraint refuses it. The result UPDATE of
-// ReplaceAndCommit writes it when the row is not at the expected token and state,
-// so that the statement fails and the COMMIT behind it in the batch never runs.
-constexpr int kFenceViolation = 127;
-
-// The result write of ReplaceAndCommit as SQL text. `state` is assigned first, so
-// that its IF reads the row's token and state before this UPDATE changes them
-// (MySQL assigns left to right; MariaDB's SIMULTANEOUS_ASSIGNMENT reads old values).
-std::string ReplaceText(const Record& r, int64_t expected_token, RecordState expected_state) {
-  return absl::StrCat(
-      "UPDATE idem_records SET state = IF(token = ", expected_token,
-      " AND state = ", static_cast<int>(expected_state), ", ", static_cast<int>(r.state), ", ",
-      kFenceViolation, "), biz_type = ", mysql::HexLiteral(r.biz_type),
-      ", fingerprint = ", mysql::HexLiteral(r.fingerprint), ", token = ", r.token,
-      ", lease_until = ", ToMicros(r.lease_until), ", result = ", mysql::HexLiteral(r.result),
-      ", error = ", mysql::HexLiteral(r.error), ", updated_at = ", ToMicros(r.updated_at),
-      " WHERE tenant = ", mysql::HexLiteral(r.tenant), " AND idem_key = ", mysql::HexLiteral(r.key));
-}
-
-// Records with more bytes than this go through prepared statements instead of a
-// text batch (hex doubles them; max_allowed_packet is 16 MiB by default).
-constexpr size_t kMaxBatchRecordBytes = 1 << 20;
-
-size_t RecordBytes(const Record& r) {
-  return r.tenant.size() + r.key.size() + r.biz_type.size() + r.fingerprint.size() +
-         r.result.size() + r.error.size();
-}
-
-// MySQL error numbers of a violated CHECK constraint (MariaDB, MySQL 8.0.16+).
-constexpr unsigned int kMariadbCheckFailed = 4025;  // ER_CONSTRAINT_FAILED
-constexpr unsigned int kMysqlCheckFailed = 3819;    // ER_CHECK_CONSTRAINT_VIOLATED
+constexpr unsigned int kNoSuchProcedure = 1305;  // ER_SP_DOES_NOT_EXIST
 
 // START TRANSACTION is deferred to the transaction's first round trip: a claim
-// that opens the transaction goes out with it in one batch, and the Guard's
-// result UPDATE goes out with the COMMIT, so a guarded transaction takes as many
-// round trips as the same transaction without the guard.
+// that opens the transaction is one CALL of idem_claim_v1 (which begins it), and
+// the Guard's result write with the COMMIT is one CALL of idem_finish_v1, so a
+// guarded transaction takes as many round trips as the same one without the guard.
 class MysqlTransaction final : public StoreTransaction {
  public:
-  MysqlTransaction(ConnectionPool& pool, ConnectionPool::Lease lease)
-      : pool_(pool), lease_(std::move(lease)) {}
+  // `procedures`: whether idem_claim_v1/idem_finish_v1 exist (shared by the
+  // store's transactions; cleared when a CALL finds them gone).
+  MysqlTransaction(ConnectionPool& pool, ConnectionPool::Lease lease,
+                   std::atomic<bool>& procedures)
+      : pool_(pool), lease_(std::move(lease)), procedures_(procedures) {}
   ~MysqlTransaction() override { Rollback(); }
 
   absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params) override {
@@ -217,27 +237,20 @@ class MysqlTransaction final : public StoreTransaction {
                             Bytes(r.error),
                             Int(ToMicros(r.created_at)),
                             Int(ToMicros(r.updated_at))};
-    // The claim that opens the transaction rides with its START TRANSACTION.
-    const bool batched = deferred_ && RecordBytes(r) <= kMaxBatchRecordBytes;
-    const std::string batch = batched ? absl::StrCat("START TRANSACTION; ", ClaimText(r)) : "";
-    absl::StatusOr<int64_t> inserted = absl::UnknownError("claim not run");
-    auto claim_batch = [&](Connection& c) {
-      Connection::Batch b = c.RunBatch(batch);
-      if (b.status.ok() && b.affected.size() != 2) {
-        b.status = absl::InternalError(absl::StrCat("mysql: the claim batch answered ",
-                                                    b.affected.size(), " results; expected 2"));
+    if (deferred_ && procedures_.load(std::memory_order_relaxed)) {
+      absl::StatusOr<std::optional<Record>> claimed = ClaimByProcedure(params);
+      if (claimed.ok() || !lease_ || lease_->broken() ||
+          lease_->last_error() != kNoSuchProcedure) {
+        return claimed;
       }
-      inserted = b.status.ok() ? absl::StatusOr<int64_t>(b.affected[1]) : b.status;
-      return b.status;
-    };
-    if (batched) {
-      absl::Status started = Start(claim_batch);
-      if (!lease_) return started;  // no connection could be had (Start ended the transaction)
-      // Otherwise `inserted` holds the batch's outcome, a failure included.
-    } else {
-      IDEM_RETURN_IF_ERROR(Start());
-      inserted = lease_->Exec(kInsertRecord, params);
+      // Dropped since the store opened. The CALL failed before its START
+      // TRANSACTION ran: nothing began, so begin the classic way.
+      procedures_.store(false, std::memory_order_relaxed);
+      deferred_ = true;
+      empty_ = true;
     }
+    IDEM_RETURN_IF_ERROR(Start());
+    absl::StatusOr<int64_t> inserted = lease_->Exec(kInsertRecord, params);
     // Claims of one key queued behind a holder that rolls back can deadlock each
     // other on the vanished row (InnoDB's duplicate-key locking), and InnoDB
     // then rolls the victim's transaction back. When the claim was the first
@@ -246,28 +259,13 @@ class MysqlTransaction final : public StoreTransaction {
     for (int i = 0;
          i < kClaimDeadlockRetries && empty_ && !inserted.ok() && lease_->last_error() == 1213;
          ++i) {
-      if (batched) {
-        claim_batch(*lease_).IgnoreError();  // its outcome is in `inserted`
-      } else {
-        IDEM_RETURN_IF_ERROR(Track(lease_->ExecText("START TRANSACTION")));
-        inserted = lease_->Exec(kInsertRecord, params);
-      }
+      IDEM_RETURN_IF_ERROR(Track(lease_->ExecText("START TRANSACTION")));
+      inserted = lease_->Exec(kInsertRecord, params);
     }
     empty_ = false;
-    if (!inserted.ok() && lease_->last_error() == 1205) {
-      // The claim's INSERT touches only this key's row: waiting past the lock
-      // timeout means another open transaction is claiming the same key.
-      absl::Status contended = ClaimContendedError(absl::StrCat(
-          "mysql: the key is held by another open transaction (a claim in progress) past "
-          "innodb_lock_wait_timeout; retry later: ", inserted.status().message()));
-      failed_ = contended;  // the transaction refuses further statements, as for any 1205
-      return contended;
-    }
+    if (!inserted.ok() && lease_->last_error() == 1205) return Contended(inserted.status());
     IDEM_ASSIGN_OR_RETURN(int64_t affected, Track(std::move(inserted)));
-    if (affected == 1) {
-      held_.emplace(r.tenant, r.key);
-      return std::nullopt;
-    }
+    if (affected == 1) return std::nullopt;
     if (affected != 0) {
       return absl::InternalError(absl::StrCat("claim insert reported ", affected,
                                               " affected rows; expected 1 (new) or 0 (duplicate)"));
@@ -281,7 +279,6 @@ class MysqlTransaction final : public StoreTransaction {
     if (!existing.has_value()) {
       return absl::InternalError("claim insert found a duplicate but the record is not there");
     }
-    held_.emplace(r.tenant, r.key);
     return existing;
   }
 
@@ -307,35 +304,55 @@ class MysqlTransaction final : public StoreTransaction {
     return !rows.rows.empty();
   }
 
-  // One round trip when this transaction holds the row's lock (it claimed or
-  // loaded it): the UPDATE and the COMMIT in one batch. The UPDATE fails on a
-  // row that is not at the expected token and state (kFenceViolation against the
-  // CHECK constraint), and the server then skips the COMMIT. The row cannot be
-  // missing: this transaction locked it. Otherwise, or on a server that ignores
-  // CHECK constraints, Replace then Commit.
+  // One round trip: CALL idem_finish_v1, which writes the result and commits only
+  // when the record was still at the expected token and state. Without the
+  // procedures, Replace then Commit.
   absl::StatusOr<bool> ReplaceAndCommit(const Record& r, int64_t expected_token,
                                         RecordState expected_state) override {
-    if (!CheckOpen().ok() || deferred_ || !held_.contains({r.tenant, r.key}) ||
-        !lease_->enforces_check_constraints() || !CheckSizes(r).ok() ||
-        RecordBytes(r) > kMaxBatchRecordBytes) {
+    if (!CheckOpen().ok() || deferred_ || !procedures_.load(std::memory_order_relaxed) ||
+        !CheckSizes(r).ok()) {
       return StoreTransaction::ReplaceAndCommit(r, expected_token, expected_state);
     }
-    Connection::Batch b =
-        lease_->RunBatch(absl::StrCat(ReplaceText(r, expected_token, expected_state), "; COMMIT"));
-    if (b.status.ok()) {
-      done_ = true;
-      lease_.Release();
-      return true;
-    }
-    absl::Status s = b.status;
-    if (lease_->broken()) {
-      // The COMMIT may or may not have reached the server. Retrying through the
-      // Guard is safe either way: it replays what did commit.
-      s = absl::UnavailableError(absl::StrCat(s.message(), " (the commit outcome is unknown)"));
-    } else if (b.affected.empty() && (lease_->last_error() == kMariadbCheckFailed ||
-                                      lease_->last_error() == kMysqlCheckFailed)) {
+    const Value params[] = {Bytes(r.tenant),
+                            Bytes(r.key),
+                            Int(expected_token),
+                            Int(static_cast<int>(expected_state)),
+                            Bytes(r.biz_type),
+                            Bytes(r.fingerprint),
+                            Int(static_cast<int>(r.state)),
+                            Int(r.token),
+                            Int(ToMicros(r.lease_until)),
+                            Bytes(r.result),
+                            Bytes(r.error),
+                            Int(ToMicros(r.updated_at))};
+    absl::StatusOr<Rows> called = lease_->Query(kCallFinish, params);
+    if (called.ok()) {
+      if (called->rows.size() != 1 || called->rows[0].size() != 1 ||
+          !called->rows[0][0].is_int()) {
+        // What happened to the COMMIT cannot be told: never guess "committed".
+        lease_->MarkBroken();
+        Rollback();
+        return absl::UnavailableError(
+            absl::StrCat("mysql: ", kFinishProcedure, " answered ", called->rows.size(),
+                         " rows, not one number (the commit outcome is unknown)"));
+      }
+      if (called->rows[0][0].as_int() == 1) {
+        done_ = true;  // committed by the procedure
+        lease_.Release();
+        return true;
+      }
       Rollback();
-      return false;  // the row had moved on; the COMMIT did not run
+      return false;  // the record had moved on: nothing committed
+    }
+    absl::Status s = called.status();
+    if (lease_->broken()) {
+      // The COMMIT may or may not have run. Retrying through the Guard is safe
+      // either way: it replays what did commit.
+      s = absl::UnavailableError(absl::StrCat(s.message(), " (the commit outcome is unknown)"));
+    } else if (lease_->last_error() == kNoSuchProcedure) {
+      // Dropped since the store opened; the CALL ran nothing.
+      procedures_.store(false, std::memory_order_relaxed);
+      return StoreTransaction::ReplaceAndCommit(r, expected_token, expected_state);
     }
     Rollback();
     return s;
@@ -348,10 +365,7 @@ class MysqlTransaction final : public StoreTransaction {
     empty_ = false;
     // Locking read: a Load in a write transaction precedes a Replace (complete,
     // fail), and two of them for one key must take turns, not both succeed.
-    absl::StatusOr<std::optional<Record>> out =
-        Track(LoadRecord(*lease_, kSelectRecordForUpdate, tenant, key));
-    if (out.ok() && out->has_value()) held_.emplace(std::string(tenant), std::string(key));
-    return out;
+    return Track(LoadRecord(*lease_, kSelectRecordForUpdate, tenant, key));
   }
 
   absl::Status Commit() override {
@@ -398,8 +412,53 @@ class MysqlTransaction final : public StoreTransaction {
     return failed_;
   }
 
+  // The claim's INSERT touches only this key's row: waiting past the lock timeout
+  // means another open transaction is claiming the same key.
+  absl::Status Contended(const absl::Status& s) {
+    failed_ = ClaimContendedError(absl::StrCat(
+        "mysql: the key is held by another open transaction (a claim in progress) past "
+        "innodb_lock_wait_timeout; retry later: ",
+        s.message()));
+    return failed_;  // the transaction refuses further statements, as for any 1205
+  }
+
+  // The claim that opens the transaction: one CALL of idem_claim_v1.
+  absl::StatusOr<std::optional<Record>> ClaimByProcedure(absl::Span<const Value> params) {
+    absl::StatusOr<Rows> called = absl::UnknownError("claim not run");
+    auto call = [&](Connection& c) {
+      called = c.Query(kCallClaim, params);
+      return called.status();
+    };
+    absl::Status started = Start(call);
+    if (!lease_) return started;  // no connection could be had (Start ended the transaction)
+    // As in InsertOrLoad: a deadlock victim's transaction is gone; begin it again.
+    for (int i = 0; i < kClaimDeadlockRetries && !called.ok() && !lease_->broken() &&
+                    lease_->last_error() == 1213;
+         ++i) {
+      call(*lease_).IgnoreError();  // its outcome is in `called`
+    }
+    if (!called.ok() && !lease_->broken() && lease_->last_error() == kNoSuchProcedure) {
+      return called.status();  // the caller falls back; nothing began
+    }
+    empty_ = false;
+    if (!called.ok() && lease_->last_error() == 1205) return Contended(called.status());
+    IDEM_ASSIGN_OR_RETURN(Rows rows, Track(std::move(called)));
+    if (rows.rows.empty()) {
+      return absl::InternalError("claim insert found a duplicate but the record is not there");
+    }
+    std::vector<Value>& row = rows.rows[0];
+    if (rows.rows.size() != 1 || row.empty() || !row[0].is_int()) {
+      return absl::InternalError(absl::StrCat("mysql: ", kClaimProcedure, " answered ",
+                                              rows.rows.size(), " rows of ", row.size(),
+                                              " columns; expected one row"));
+    }
+    if (row[0].as_int() == 1) return std::nullopt;
+    row.erase(row.begin());
+    return ReadRecord(row);
+  }
+
   // The transaction's first round trip: START TRANSACTION, or `first` when given
-  // (a batch that begins with it). A pooled connection that went stale while
+  // (a CALL that begins the transaction). A pooled connection that went stale while
   // idle (a server restart, a KILL) fails before anything happened on the server,
   // so the round trip runs again on another connection, and the other idle ones
   // (likely stale too) are closed; a failure on a connection made just now is the
@@ -448,22 +507,22 @@ class MysqlTransaction final : public StoreTransaction {
 
   ConnectionPool& pool_;
   ConnectionPool::Lease lease_;
+  std::atomic<bool>& procedures_;
   bool deferred_ = true;  // START TRANSACTION has not gone out yet
   bool done_ = false;
   bool empty_ = true;  // no statement has run in this transaction yet
   absl::Status failed_;
-  // Rows this transaction inserted or locked: (tenant, key).
-  std::set<std::pair<std::string, std::string>> held_;
 };
 
 class MysqlStore final : public Store {
  public:
-  explicit MysqlStore(MysqlOptions options) : pool_(std::move(options)) {}
+  MysqlStore(MysqlOptions options, bool procedures)
+      : pool_(std::move(options)), procedures_(procedures) {}
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
     // START TRANSACTION goes out with the first statement (MysqlTransaction).
     IDEM_ASSIGN_OR_RETURN(ConnectionPool::Lease lease, pool_.Acquire());
-    return std::make_unique<MysqlTransaction>(pool_, std::move(lease));
+    return std::make_unique<MysqlTransaction>(pool_, std::move(lease), procedures_);
   }
 
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
@@ -510,6 +569,7 @@ class MysqlStore final : public Store {
   }
 
   ConnectionPool pool_;
+  std::atomic<bool> procedures_;  // idem_claim_v1 and idem_finish_v1 exist
 };
 
 absl::Status CheckVersion(const Rows& rows, const MysqlOptions& o) {
@@ -522,7 +582,47 @@ absl::Status CheckVersion(const Rows& rows, const MysqlOptions& o) {
   return absl::OkStatus();
 }
 
-absl::Status CreateSchema(Connection& conn, const MysqlOptions& o) {
+// How many of idem's procedures the database has (0, 1 or 2).
+absl::StatusOr<int64_t> CountProcedures(Connection& conn) {
+  IDEM_ASSIGN_OR_RETURN(
+      Rows rows, conn.Query("SELECT COUNT(*) FROM information_schema.routines WHERE "
+                            "routine_schema = DATABASE() AND routine_type = 'PROCEDURE' AND "
+                            "routine_name IN (?, ?)",
+                            {Value(kClaimProcedure), Value(kFinishProcedure)}));
+  if (rows.rows.empty() || !rows.rows[0][0].is_int()) {
+    return absl::InternalError("mysql: counting idem's procedures answered no number");
+  }
+  return rows.rows[0][0].as_int();
+}
+
+// MySQL error numbers that mean "this user may not create routines here".
+bool IsPrivilegeError(unsigned int err) {
+  return err == 1044 ||  // ER_DBACCESS_DENIED_ERROR
+         err == 1142 ||  // ER_TABLEACCESS_DENIED_ERROR
+         err == 1227 ||  // ER_SPECIFIC_ACCESS_DENIED_ERROR
+         err == 1370 ||  // ER_PROCACCESS_DENIED_ERROR
+         err == 1419;    // ER_BINLOG_CREATE_ROUTINE_NEED_SUPER
+}
+
+// Creates the procedures that are missing; the caller holds 'idem_schema'. False
+// when the user may not create routines: the store then works without them.
+absl::StatusOr<bool> CreateProcedures(Connection& conn) {
+  for (const auto& [name, ddl] : {std::pair{kClaimProcedure, kCreateClaimProcedure},
+                                  std::pair{kFinishProcedure, kCreateFinishProcedure}}) {
+    IDEM_ASSIGN_OR_RETURN(Rows found,
+                          conn.Query("SELECT 1 FROM information_schema.routines WHERE "
+                                     "routine_schema = DATABASE() AND routine_name = ?",
+                                     {Value(name)}));
+    if (!found.rows.empty()) continue;
+    absl::Status s = conn.ExecText(ddl);
+    if (s.ok() || conn.last_error() == 1304) continue;  // 1304: made by another process
+    if (IsPrivilegeError(conn.last_error())) return false;
+    return absl::Status(s.code(), absl::StrCat("creating procedure ", name, ": ", s.message()));
+  }
+  return true;
+}
+
+absl::StatusOr<bool> CreateSchema(Connection& conn, const MysqlOptions& o) {
   // Bound the metadata-lock wait of the DDL (the server default is a year).
   IDEM_RETURN_IF_ERROR(conn.ExecText("SET SESSION lock_wait_timeout = 10"));
   // Serializes processes that start together on an empty database, so that
@@ -543,12 +643,14 @@ absl::Status CreateSchema(Connection& conn, const MysqlOptions& o) {
   } else {
     IDEM_RETURN_IF_ERROR(CheckVersion(rows, o));
   }
+  IDEM_ASSIGN_OR_RETURN(bool procedures, CreateProcedures(conn));
   // Best effort: the lock also goes away with the connection, closed right after.
   conn.Query("SELECT RELEASE_LOCK('idem_schema')").IgnoreError();
-  return absl::OkStatus();
+  return procedures;
 }
 
-absl::Status EnsureSchema(const MysqlOptions& o) {
+// Creates or checks the schema; answers whether idem's procedures are there.
+absl::StatusOr<bool> EnsureSchema(const MysqlOptions& o) {
   // A connection of its own, closed afterwards, so its session settings (the DDL
   // lock wait) and named lock never reach the pool.
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Connection::Open(o));
@@ -556,23 +658,27 @@ absl::Status EnsureSchema(const MysqlOptions& o) {
   // another process holds long transactions on the tables.
   absl::StatusOr<Rows> rows = conn->Query("SELECT version FROM idem_schema_version");
   if (rows.ok() && !rows->rows.empty() && conn->Query("SELECT 1 FROM idem_records LIMIT 0").ok()) {
-    return CheckVersion(*rows, o);
+    IDEM_RETURN_IF_ERROR(CheckVersion(*rows, o));
+    IDEM_ASSIGN_OR_RETURN(int64_t procedures, CountProcedures(*conn));
+    if (procedures == 2) return true;
+  } else if (conn->broken()) {
+    return rows.status();
   }
-  if (conn->broken()) return rows.status();
-  absl::Status s = CreateSchema(*conn, o);
+  absl::StatusOr<bool> s = CreateSchema(*conn, o);
   if (!s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("creating the idem schema in mysql database '",
-                                               o.database, "': ", s.message()));
+    return absl::Status(s.status().code(),
+                        absl::StrCat("creating the idem schema in mysql database '", o.database,
+                                     "': ", s.status().message()));
   }
-  return absl::OkStatus();
+  return s;
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Store>> OpenMysqlStore(std::string_view url) {
   IDEM_ASSIGN_OR_RETURN(MysqlOptions options, mysql::ParseMysqlUrl(url));
-  IDEM_RETURN_IF_ERROR(EnsureSchema(options));
-  return std::make_unique<MysqlStore>(std::move(options));
+  IDEM_ASSIGN_OR_RETURN(bool procedures, EnsureSchema(options));
+  return std::make_unique<MysqlStore>(std::move(options), procedures);
 }
 
 }  // namespace idem

@@ -664,8 +664,8 @@ TEST_F(MysqlStoreTest, GuardedFirstArrivalTakesAsManyRoundTripsAsTheBareTransact
   EXPECT_EQ(mysql::RoundTrips() - before, 0u);
 }
 
-// The COMMIT batched behind the result UPDATE must never commit when the UPDATE
-// did not move the record: the handler's rows and the claim are all gone.
+// idem_finish_v1 commits only when its UPDATE moved the record: otherwise the
+// handler's rows and the claim are all gone.
 TEST_F(MysqlStoreTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
   Sql("CREATE TABLE h (x INT)");
   auto count = [&] {
@@ -681,13 +681,22 @@ TEST_F(MysqlStoreTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
   done.result = "r";
   done.lease_until = absl::InfinitePast();
   {
+    // Prepares the CALLs on the pooled connection, so the counts below are exact.
+    Record warm = Fresh("warm");
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    ASSERT_OK(tx->InsertOrLoad(warm));
+    Record warm_done = warm;
+    warm_done.state = RecordState::kSucceeded;
+    ASSERT_OK(tx->ReplaceAndCommit(warm_done, 1, RecordState::kProcessing));
+  }
+  {
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
     ASSERT_OK(tx->InsertOrLoad(claim));
     ASSERT_OK(tx->Exec("INSERT INTO h VALUES (1)"));
     const uint64_t before = mysql::RoundTrips();
     absl::StatusOr<bool> moved =
         tx->ReplaceAndCommit(done, /*expected_token=*/7, RecordState::kProcessing);
-    // The batch, then the ROLLBACK of the transaction the server left open.
+    // The CALL, then the ROLLBACK of the transaction the procedure left open.
     EXPECT_EQ(mysql::RoundTrips() - before, 2u);
     ASSERT_OK(moved);
     EXPECT_FALSE(*moved);
@@ -733,7 +742,7 @@ TEST_F(MysqlStoreTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
   EXPECT_EQ((*got)->state, RecordState::kSucceeded);
   EXPECT_EQ((*got)->result, done.result);
 
-  // A result too large for a text batch goes through prepared statements, intact.
+  // A large result (bound, as every value) arrives intact.
   Record big = Fresh("BIG");
   Record big_done = big;
   big_done.state = RecordState::kSucceeded;
@@ -782,6 +791,57 @@ TEST_F(MysqlStoreTest, FirstStatementOnStaleConnectionsMovesToANewOne) {
   absl::StatusOr<Rows> rows = tx->Query("SELECT count(*) FROM t");
   ASSERT_OK(rows);
   EXPECT_EQ(rows->rows[0][0].as_int(), 2);
+}
+
+// Without idem's procedures (dropped, or a user without CREATE ROUTINE) the store
+// takes the classic statements, with the same outcomes; opening it again makes them.
+TEST_F(MysqlStoreTest, WorksWithoutItsProceduresAndRecreatesThem) {
+  Sql("CREATE TABLE t (id VARCHAR(16) PRIMARY KEY)");
+  Guard guard(*store_);
+  int runs = 0;
+  auto run = [&](const std::string& key) {
+    return guard.Run({.biz_type = "refund", .key = key},
+                     [&](Transaction& tx) -> absl::StatusOr<std::string> {
+                       ++runs;
+                       IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO t VALUES (?)", {Value(key)}));
+                       return std::string("done ") + key;
+                     });
+  };
+  ASSERT_OK(run("before"));
+  Sql("DROP PROCEDURE idem_claim_v1");
+  Sql("DROP PROCEDURE idem_finish_v1");
+  for (const char* key : {"A", "A", "B"}) {
+    absl::StatusOr<Result> r = run(key);
+    ASSERT_OK(r);
+    EXPECT_EQ(r->value, std::string("done ") + key);
+  }
+  EXPECT_EQ(runs, 3);  // "before", A once, B once
+  // Classic statements: START TRANSACTION, claim INSERT, handler, UPDATE, COMMIT.
+  uint64_t before = mysql::RoundTrips();
+  ASSERT_OK(run("C"));
+  EXPECT_EQ(mysql::RoundTrips() - before, 5u);
+
+  std::unique_ptr<Store> reopened = Open("");
+  ASSERT_NE(reopened, nullptr);
+  Guard again(*reopened);
+  auto run_again = [&](const std::string& key) {
+    return again.Run({.biz_type = "refund", .key = key},
+                     [&](Transaction& tx) -> absl::StatusOr<std::string> {
+                       ++runs;
+                       IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO t VALUES (?)", {Value(key)}));
+                       return std::string("done ") + key;
+                     });
+  };
+  ASSERT_OK(run_again("warm"));  // prepares the CALLs
+  before = mysql::RoundTrips();
+  absl::StatusOr<Result> d = run_again("D");
+  ASSERT_OK(d);
+  EXPECT_EQ(d->outcome, Outcome::kExecuted);
+  EXPECT_EQ(mysql::RoundTrips() - before, 3u);
+  absl::StatusOr<Result> a = run_again("A");
+  ASSERT_OK(a);
+  EXPECT_EQ(a->outcome, Outcome::kReplayed);
+  EXPECT_EQ(a->value, "done A");
 }
 
 }  // namespace
