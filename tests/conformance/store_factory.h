@@ -118,6 +118,11 @@ inline std::vector<Backend> SqlBackends() {
        "synchronous=normal"},
       {"postgres", PostgresUrl, ""},
       {"mysql", MysqlTestUrl, ""},
+      // Without idem's stored procedures: the classic statements (a user without
+      // CREATE ROUTINE, TiDB, sharded Vitess).
+      {"mysql_classic",
+       [](const std::string& dir) { return WithParams(MysqlTestUrl(dir), "procedures=off"); },
+       ""},
       {"sqlite_cached", [](const std::string& dir) { return "sqlite://" + dir + "/idem.db"; },
        "synchronous=normal", WrapWithCache},
   };

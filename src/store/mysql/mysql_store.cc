@@ -643,7 +643,10 @@ absl::StatusOr<bool> CreateSchema(Connection& conn, const MysqlOptions& o) {
   } else {
     IDEM_RETURN_IF_ERROR(CheckVersion(rows, o));
   }
-  IDEM_ASSIGN_OR_RETURN(bool procedures, CreateProcedures(conn));
+  bool procedures = false;
+  if (o.procedures) {
+    IDEM_ASSIGN_OR_RETURN(procedures, CreateProcedures(conn));
+  }
   // Best effort: the lock also goes away with the connection, closed right after.
   conn.Query("SELECT RELEASE_LOCK('idem_schema')").IgnoreError();
   return procedures;
@@ -659,6 +662,7 @@ absl::StatusOr<bool> EnsureSchema(const MysqlOptions& o) {
   absl::StatusOr<Rows> rows = conn->Query("SELECT version FROM idem_schema_version");
   if (rows.ok() && !rows->rows.empty() && conn->Query("SELECT 1 FROM idem_records LIMIT 0").ok()) {
     IDEM_RETURN_IF_ERROR(CheckVersion(*rows, o));
+    if (!o.procedures) return false;
     IDEM_ASSIGN_OR_RETURN(int64_t procedures, CountProcedures(*conn));
     if (procedures == 2) return true;
   } else if (conn->broken()) {

@@ -47,7 +47,8 @@ std::string Message(const absl::Status& s) { return std::string(s.message()); }
 TEST(MysqlUrlTest, ParsesEveryPart) {
   absl::StatusOr<MysqlOptions> o = ParseMysqlUrl(
       "mysql://app%40eu:p%40ss%3Aw%2Frd%25@db.example:3307/idem%2Dprod?pool=3&pool_wait_ms=10&"
-      "lock_wait_timeout_s=4&connect_timeout_s=7&io_timeout_s=9&ssl=verify&ssl_ca=%2Fca.pem");
+      "lock_wait_timeout_s=4&connect_timeout_s=7&io_timeout_s=9&ssl=verify&ssl_ca=%2Fca.pem&"
+      "procedures=off");
   ASSERT_OK(o);
   EXPECT_EQ(o->user, "app@eu");
   EXPECT_EQ(o->password, "p@ss:w/rd%");
@@ -62,6 +63,8 @@ TEST(MysqlUrlTest, ParsesEveryPart) {
   EXPECT_EQ(o->io_timeout_s, 9);
   EXPECT_EQ(o->ssl, mysql::SslMode::kVerify);
   EXPECT_EQ(o->ssl_ca, "/ca.pem");
+  EXPECT_FALSE(o->procedures);
+  EXPECT_TRUE(ParseMysqlUrl("mysql://u@h/d")->procedures);
   EXPECT_THAT(o->redacted_url, Not(HasSubstr("p%40ss")));
   EXPECT_THAT(o->redacted_url,
               HasSubstr("mysql://app%40eu:***@db.example:3307/idem%2Dprod?pool=3"));
@@ -116,6 +119,7 @@ TEST(MysqlUrlTest, ErrorsNameWhatIsWrongAndNeverThePassword) {
       {"mysql://u@h/d?lock_wait_timeout_s=-1", "lock_wait_timeout_s='-1'"},
       {"mysql://u@h/d?lock_wait_timeout_s=40", "io_timeout_s (30) must be greater"},
       {"mysql://u@h/d?ssl=maybe", "disabled, required or verify"},
+      {"mysql://u@h/d?procedures=yes", "procedures='yes' must be on or off"},
       {"mysql://u@h/d?ssl_ca=%2Fca", "needs ssl=required or verify"},
       {"mysql://u@h/d?fsync=1", "unknown mysql URL parameter 'fsync'"},
   };

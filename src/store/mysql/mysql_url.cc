@@ -135,11 +135,17 @@ absl::Status ParseParams(std::string_view query, MysqlOptions& o) {
       }
     } else if (name == "ssl_ca") {
       o.ssl_ca = value;
+    } else if (name == "procedures") {
+      if (value != "on" && value != "off") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("mysql URL parameter procedures='", value, "' must be on or off"));
+      }
+      o.procedures = value == "on";
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown mysql URL parameter '", AV(name),
           "' (known: pool, pool_wait_ms, lock_wait_timeout_s, connect_timeout_s, io_timeout_s, "
-          "socket, ssl, ssl_ca)"));
+          "socket, ssl, ssl_ca, procedures)"));
     }
   }
   // A socket read must outlast the longest server-side wait we ask for, or a claim

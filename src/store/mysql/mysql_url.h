@@ -52,6 +52,9 @@ struct MysqlOptions {
   int io_timeout_s = 30;
   SslMode ssl = SslMode::kDisabled;
   std::string ssl_ca;
+  // Create and call idem's stored procedures (docs/operations.md §3); off: the
+  // classic statements only, for servers or policies without stored procedures.
+  bool procedures = true;
 
   // The URL with the password replaced by "***" (Store::url()).
   std::string redacted_url;
