@@ -13,6 +13,9 @@
 # The test users may create databases/schemas (tests isolate themselves that way).
 # Only servers whose binaries are installed are started unless IDEM_SERVICES lists
 # them (default: "postgres mysql redis"); a listed server that is missing is an error.
+# The servers skip fsync (throwaway data, fast tests) unless IDEM_SERVICES_DURABLE=1,
+# which keeps the servers' durable defaults (PostgreSQL fsync and synchronous_commit
+# on, InnoDB flushing its log at every commit): what benchmarks of commit cost need.
 #
 # PostgreSQL refuses to run as root: as root it runs as the user `postgres` (created
 # by the Debian package; `idem-pg` is created when that user is missing); as
@@ -23,6 +26,11 @@ set -euo pipefail
 readonly PG_BIN=/usr/lib/postgresql/15/bin
 readonly WAIT_SECONDS=${IDEM_SERVICES_WAIT:-60}
 readonly STOP_SECONDS=20
+readonly DURABLE=${IDEM_SERVICES_DURABLE:-0}
+[[ $DURABLE == 0 || $DURABLE == 1 ]] || {
+  echo "services.sh: IDEM_SERVICES_DURABLE must be 0 or 1, not '$DURABLE'" >&2
+  exit 2
+}
 
 die() {
   echo "services.sh: $*" >&2
@@ -170,12 +178,13 @@ start_postgres() {
     log_tail "initdb" "$PG_BASE/initdb.log"
     return 1
   fi
-  # Throwaway data: durability off for speed; enough connections for parallel
-  # tests that each open pools.
+  # Throwaway data: durability off for speed (unless IDEM_SERVICES_DURABLE=1);
+  # enough connections for parallel tests that each open pools.
+  local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+  [[ $DURABLE == 1 ]] && durability=""
   if ! as_pg_user "$PG_BIN/pg_ctl" -D "$PG_BASE/data" -l "$log" -w -t "$WAIT_SECONDS" start -o \
       "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$PG_BASE \
-       -c max_connections=300 -c shared_buffers=32MB -c fsync=off \
-       -c synchronous_commit=off -c full_page_writes=off" >"$PG_BASE/pg_ctl.log" 2>&1; then
+       -c max_connections=300 -c shared_buffers=32MB $durability" >"$PG_BASE/pg_ctl.log" 2>&1; then
     cat "$PG_BASE/pg_ctl.log" >&2
     log_tail "postgres" "$log"
     return 1
@@ -223,11 +232,13 @@ start_mysql() {
     log_tail "mariadb-install-db" "$base/install.log"
     return 1
   fi
+  local flush=0  # the log is written at commit and flushed once a second
+  [[ $DURABLE == 1 ]] && flush=1
   # stdin/stdout closed so the caller's pipes do not wait on the server.
   setsid mariadbd --no-defaults --datadir="$base/data" --socket="$base/mysqld.sock" \
     --port="$port" --bind-address=127.0.0.1 "${user_flag[@]}" --pid-file="$base/mariadbd.pid" \
     --log-error="$log" --skip-name-resolve --innodb-buffer-pool-size=64M \
-    --innodb-flush-log-at-trx-commit=0 --max-connections=300 </dev/null >>"$log" 2>&1 &
+    --innodb-flush-log-at-trx-commit=$flush --max-connections=300 </dev/null >>"$log" 2>&1 &
   local launcher=$!
   if ! wait_until "$WAIT_SECONDS" mariadb-admin --no-defaults --socket="$base/mysqld.sock" \
       -u "$(mysql_admin)" ping; then
