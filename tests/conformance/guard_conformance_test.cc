@@ -402,6 +402,28 @@ TEST_P(SqlGuardConformanceTest, FinalErrorRollsBackBusinessRowsButCachesFailure)
   EXPECT_EQ(again->outcome, Outcome::kCachedFailure);
 }
 
+// The result write must find the record as the claim left it. When it does not
+// (here the handler itself moves it on, as a concurrent takeover would), nothing of
+// the transaction commits: not the business rows, not the record. PostgreSQL and
+// MySQL send that write with the COMMIT in one round trip; this holds there too.
+TEST_P(SqlGuardConformanceTest, ResultWriteOnAMovedRecordCommitsNothing) {
+  absl::StatusOr<Result> r =
+      guard_->Run(Req("G"), [&](Transaction& tx) -> absl::StatusOr<std::string> {
+        ++runs_;
+        IDEM_RETURN_IF_ERROR(
+            tx.Exec("INSERT INTO ledger (order_no, amount) VALUES (?, ?)", {Value("G"), Value(1)})
+                .status());
+        IDEM_RETURN_IF_ERROR(tx.Exec("UPDATE idem_records SET token = token + 1 WHERE idem_key = ?",
+                                     {Value(Blob{"G"})})
+                                 .status());
+        return std::string("ok");
+      });
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kAborted));
+  EXPECT_EQ(runs_.load(), 1);
+  EXPECT_EQ(LedgerRows(), 0);
+  EXPECT_THAT(guard_->Get(Req("G")), StatusIs(absl::StatusCode::kNotFound));
+}
+
 // Run with a first statement (sent with the claim where the store can): the same
 // outcomes as Run; on a duplicate the statement's effect is rolled back and the
 // handler is not called.

@@ -709,21 +709,6 @@ TEST_F(MysqlStoreTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
   EXPECT_EQ(count(), 0);
   EXPECT_EQ(*store_->Get("default", "K"), std::nullopt);
 
-  // Through the Guard: the handler itself moves its record on (as a concurrent
-  // takeover would), so the result write matches nothing.
-  Guard guard(*store_);
-  absl::StatusOr<Result> r = guard.Run(
-      {.biz_type = "refund", .key = "G"}, [](Transaction& tx) -> absl::StatusOr<std::string> {
-        IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO h VALUES (2)").status());
-        IDEM_RETURN_IF_ERROR(tx.Exec("UPDATE idem_records SET token = token + 1 WHERE idem_key = ?",
-                                     {Value(Blob{"G"})})
-                                 .status());
-        return "ok";
-      });
-  EXPECT_THAT(r, StatusIs(absl::StatusCode::kAborted));
-  EXPECT_EQ(count(), 0);
-  EXPECT_EQ(*store_->Get("default", "G"), std::nullopt);
-
   // And when it moves: committed together, in one round trip, every byte kept.
   std::string every_byte;
   for (int c = 0; c < 256; ++c) every_byte.push_back(static_cast<char>(c));

@@ -675,21 +675,6 @@ TEST_F(PostgresStoreTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
   EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM h"), 0);
   EXPECT_EQ(*store->Get("default", "K"), std::nullopt);
 
-  // Through the Guard: the handler itself moves its record on (as a concurrent
-  // takeover would), so the result write matches nothing.
-  Guard guard(*store);
-  absl::StatusOr<Result> r = guard.Run(
-      {.biz_type = "refund", .key = "G"}, [](Transaction& tx) -> absl::StatusOr<std::string> {
-        IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO h VALUES (2)").status());
-        IDEM_RETURN_IF_ERROR(tx.Exec("UPDATE idem_records SET token = token + 1 WHERE idem_key = ?",
-                                     {Value(Blob{"G"})})
-                                 .status());
-        return "ok";
-      });
-  EXPECT_THAT(r, StatusIs(absl::StatusCode::kAborted));
-  EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM h"), 0);
-  EXPECT_EQ(*store->Get("default", "G"), std::nullopt);
-
   // And when it moves: committed together.
   {
     std::unique_ptr<StoreTransaction> tx = *store->Begin();
