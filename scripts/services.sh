@@ -253,7 +253,9 @@ start_mysql() {
 setup_mysql() {
   local pass
   pass=$(random_password)
-  # ALL ON *.* (without GRANT OPTION): tests create a database per test.
+  # ALL ON *.* (without GRANT OPTION): tests create a database per test. A second
+  # user, idem_noroutine (same password), may do all a store needs but CREATE
+  # ROUTINE: tests of the store without its procedures (docs/operations.md §3).
   if ! mariadb --no-defaults --socket="$DIR/mysql/mysqld.sock" -u "$(mysql_admin)" \
       >"$DIR/mysql/setup.log" 2>&1 <<SQL; then
 CREATE DATABASE idem_test;
@@ -261,6 +263,9 @@ CREATE USER 'idem'@'127.0.0.1' IDENTIFIED BY '$pass';
 CREATE USER 'idem'@'localhost' IDENTIFIED BY '$pass';
 GRANT ALL PRIVILEGES ON *.* TO 'idem'@'127.0.0.1';
 GRANT ALL PRIVILEGES ON *.* TO 'idem'@'localhost';
+CREATE USER 'idem_noroutine'@'127.0.0.1' IDENTIFIED BY '$pass';
+GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER, EXECUTE, LOCK TABLES,
+  CREATE TEMPORARY TABLES ON *.* TO 'idem_noroutine'@'127.0.0.1';
 SQL
     log_tail "mariadb setup" "$DIR/mysql/setup.log"
     return 1
