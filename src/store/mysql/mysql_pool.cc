@@ -58,4 +58,18 @@ void ConnectionPool::DropIdle() {
   }
 }
 
+absl::Status ConnectionPool::RunFirstUse(Lease* lease,
+                                         const std::function<absl::Status(Connection&)>& first) {
+  absl::Status s = first(**lease);
+  for (int i = 0; i < options_.pool && !s.ok() && (*lease)->broken() && !lease->fresh(); ++i) {
+    lease->Release();
+    DropIdle();
+    absl::StatusOr<Lease> other = Acquire();
+    if (!other.ok()) return other.status();
+    *lease = *std::move(other);
+    s = first(**lease);
+  }
+  return s;
+}
+
 }  // namespace idem::mysql

@@ -11,6 +11,7 @@
 // Thread safety: safe for concurrent use. The pool must outlive every Lease.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -73,6 +74,15 @@ class ConnectionPool {
 
   // Closes every idle connection (e.g. after one of them showed the server restarted).
   void DropIdle();
+
+  // Runs `first` on *lease, the first use of a pooled connection. One that sat
+  // idle across a server restart or a KILL fails with a connection error before
+  // anything happened on the server, so `first` runs again on another connection
+  // (the other idle ones are likely stale too and are closed), up to `pool` times;
+  // a failure on a connection made just now is the server's real answer. Returns
+  // `first`'s last status, *lease holding the connection it ran on; or the error
+  // of acquiring a replacement, *lease then empty.
+  absl::Status RunFirstUse(Lease* lease, const std::function<absl::Status(Connection&)>& first);
 
   const MysqlOptions& options() const { return options_; }
 

@@ -1,6 +1,7 @@
 #include "store/mysql/mysql_store.h"
 
 #include <functional>
+#include <array>
 #include <atomic>
 #include <optional>
 #include <string>
@@ -83,6 +84,16 @@ absl::Time FromMicros(int64_t us) {
 
 Value Bytes(const std::string& s) { return Value(Blob{s}); }
 Value Int(int64_t v) { return Value(static_cast<long long>(v)); }
+
+// The parameters of kReplaceRecord and of CALL idem_finish_v1 (same order): the
+// new record's fields, then the row's (tenant, key) and the expected token and state.
+std::array<Value, 12> ReplaceParams(const Record& r, int64_t expected_token,
+                                    RecordState expected_state) {
+  return {Bytes(r.biz_type), Bytes(r.fingerprint),         Int(static_cast<int>(r.state)),
+          Int(r.token),      Int(ToMicros(r.lease_until)), Bytes(r.result),
+          Bytes(r.error),    Int(ToMicros(r.updated_at)),  Bytes(r.tenant),
+          Bytes(r.key),      Int(expected_token),          Int(static_cast<int>(expected_state))};
+}
 
 std::string BytesOf(const Value& v) {
   if (v.is_blob()) return v.as_blob();
@@ -170,10 +181,10 @@ BEGIN
 END)sql";
 constexpr const char* kCreateFinishProcedure = R"sql(
 CREATE PROCEDURE idem_finish_v1(
-  IN p_tenant VARBINARY(255), IN p_key VARBINARY(255), IN p_expected_token BIGINT,
-  IN p_expected_state TINYINT, IN p_biz_type VARBINARY(255), IN p_fingerprint VARBINARY(255),
-  IN p_state TINYINT, IN p_token BIGINT, IN p_lease_until BIGINT, IN p_result LONGBLOB,
-  IN p_error LONGBLOB, IN p_updated_at BIGINT)
+  IN p_biz_type VARBINARY(255), IN p_fingerprint VARBINARY(255), IN p_state TINYINT,
+  IN p_token BIGINT, IN p_lease_until BIGINT, IN p_result LONGBLOB, IN p_error LONGBLOB,
+  IN p_updated_at BIGINT, IN p_tenant VARBINARY(255), IN p_key VARBINARY(255),
+  IN p_expected_token BIGINT, IN p_expected_state TINYINT)
   MODIFIES SQL DATA SQL SECURITY INVOKER
   COMMENT 'idem: the result write and the COMMIT in one round trip, only if still ours'
 BEGIN
@@ -288,11 +299,7 @@ class MysqlTransaction final : public StoreTransaction {
     IDEM_RETURN_IF_ERROR(CheckSizes(r));
     IDEM_RETURN_IF_ERROR(Start());
     empty_ = false;
-    const Value params[] = {
-        Bytes(r.biz_type), Bytes(r.fingerprint),         Int(static_cast<int>(r.state)),
-        Int(r.token),      Int(ToMicros(r.lease_until)), Bytes(r.result),
-        Bytes(r.error),    Int(ToMicros(r.updated_at)),  Bytes(r.tenant),
-        Bytes(r.key),      Int(expected_token),          Int(static_cast<int>(expected_state))};
+    const std::array<Value, 12> params = ReplaceParams(r, expected_token, expected_state);
     IDEM_ASSIGN_OR_RETURN(int64_t changed, Track(lease_->Exec(kReplaceRecord, params)));
     if (changed > 0) return true;
     if (r.token != expected_token || r.state != expected_state) return false;
@@ -313,18 +320,7 @@ class MysqlTransaction final : public StoreTransaction {
         !CheckSizes(r).ok()) {
       return StoreTransaction::ReplaceAndCommit(r, expected_token, expected_state);
     }
-    const Value params[] = {Bytes(r.tenant),
-                            Bytes(r.key),
-                            Int(expected_token),
-                            Int(static_cast<int>(expected_state)),
-                            Bytes(r.biz_type),
-                            Bytes(r.fingerprint),
-                            Int(static_cast<int>(r.state)),
-                            Int(r.token),
-                            Int(ToMicros(r.lease_until)),
-                            Bytes(r.result),
-                            Bytes(r.error),
-                            Int(ToMicros(r.updated_at))};
+    const std::array<Value, 12> params = ReplaceParams(r, expected_token, expected_state);
     absl::StatusOr<Rows> called = lease_->Query(kCallFinish, params);
     if (called.ok()) {
       if (called->rows.size() != 1 || called->rows[0].size() != 1 ||
@@ -458,32 +454,17 @@ class MysqlTransaction final : public StoreTransaction {
   }
 
   // The transaction's first round trip: START TRANSACTION, or `first` when given
-  // (a CALL that begins the transaction). A pooled connection that went stale while
-  // idle (a server restart, a KILL) fails before anything happened on the server,
-  // so the round trip runs again on another connection, and the other idle ones
-  // (likely stale too) are closed; a failure on a connection made just now is the
-  // server's real answer. A failure that is not about the connection is returned
-  // with the transaction as the server left it (Rollback ends it).
+  // (a CALL that begins the transaction), moved off connections that went stale
+  // while idle (ConnectionPool::RunFirstUse). A failure that is not about the
+  // connection is returned with the transaction as the server left it (Rollback
+  // ends it).
   absl::Status Start(const std::function<absl::Status(Connection&)>& first = {}) {
     if (!deferred_) return absl::OkStatus();
     deferred_ = false;
     auto run = [&first](Connection& c) {
       return first ? first(c) : c.ExecText("START TRANSACTION");
     };
-    const int attempts = pool_.options().pool + 1;
-    absl::Status s;
-    for (int i = 0; i < attempts; ++i) {
-      s = run(*lease_);
-      if (s.ok() || !lease_->broken() || lease_.fresh()) break;
-      lease_.Release();
-      pool_.DropIdle();
-      absl::StatusOr<ConnectionPool::Lease> other = pool_.Acquire();
-      if (!other.ok()) {
-        s = other.status();
-        break;
-      }
-      lease_ = *std::move(other);
-    }
+    const absl::Status s = pool_.RunFirstUse(&lease_, run);
     if (!s.ok() && (!lease_ || lease_->broken())) failed_ = s;  // nothing to go on with
     return s;
   }
@@ -548,24 +529,12 @@ class MysqlStore final : public Store {
   std::string_view url() const override { return pool_.options().redacted_url; }
 
  private:
-  // Takes a pooled connection and runs `first_use` on it. A connection that sat
-  // idle across a server restart or a KILL fails on first use with a connection
-  // error before anything happened on the server, so the call is repeated on
-  // another connection (the other idle ones are likely stale too and are closed);
-  // a failure on a connection made just now is the server's real answer.
+  // Takes a pooled connection and runs `first_use` on it (ConnectionPool::RunFirstUse).
   absl::StatusOr<ConnectionPool::Lease> Acquire(
       const std::function<absl::Status(Connection&)>& first_use) {
-    const int attempts = pool_.options().pool + 1;
-    absl::Status last;
-    for (int i = 0; i < attempts; ++i) {
-      IDEM_ASSIGN_OR_RETURN(ConnectionPool::Lease lease, pool_.Acquire());
-      last = first_use(*lease);
-      if (last.ok()) return lease;
-      if (!lease->broken() || lease.fresh()) return last;
-      lease.Release();
-      pool_.DropIdle();
-    }
-    return last;
+    IDEM_ASSIGN_OR_RETURN(ConnectionPool::Lease lease, pool_.Acquire());
+    IDEM_RETURN_IF_ERROR(pool_.RunFirstUse(&lease, first_use));
+    return lease;
   }
 
   ConnectionPool pool_;
