@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The Quick start's first command as a new user meets it: scripts/run.sh on a
+# machine without the test and bench packages. GTest and Google Benchmark are made
+# unfindable, so a `find_package` of a test-only package on the run path fails this
+# test (it did on a fresh Debian 12: "Could NOT find GTest").
+#   first_run_test.sh SOURCE_DIR BUILD_DIR
+# Also checks that the user's own flags win over run.sh's (--listen, --store), and
+# leaves BUILD_DIR (a Release build, prefix /usr) for the install and package tests.
+set -euo pipefail
+src=$1
+build=$2
+work=$(mktemp -d)
+pid=
+cleanup() {
+  [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+export BUILD_DIR=$build CMAKE_BUILD_TYPE=Release
+export IDEM_CMAKE_ARGS="-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON -DCMAKE_INSTALL_PREFIX=/usr"
+# run.sh's stdout is the server's; its first line is "listening on HOST:PORT".
+"$src/scripts/run.sh" --listen 127.0.0.1:0 --store "sqlite://$work/idem.db" \
+  >"$work/stdout" 2>"$work/stderr" &
+pid=$!
+for _ in $(seq 1 1200); do  # the build comes first: up to 20 minutes on 2 cores
+  grep -q '^listening on' "$work/stdout" 2>/dev/null && break
+  kill -0 "$pid" 2>/dev/null || { tail -30 "$work/stderr" >&2; fail "run.sh exited before listening"; }
+  sleep 1
+done
+line=$(head -1 "$work/stdout")
+[[ "$line" =~ ^listening\ on\ 127\.0\.0\.1:([0-9]+)$ ]] || fail "first stdout line is '$line'"
+port=${BASH_REMATCH[1]}
+[[ "$port" != 7070 ]] || fail "run.sh's own --listen won over the user's"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")
+[[ "$code" == 200 ]] || fail "/readyz answered $code"
+[[ -f "$work/idem.db" ]] || fail "the user's --store was not used"
+grep -q 'development tenant "dev", token: ' "$work/stderr" || fail "no development tenant line"
+
+# The build had no test or bench package: it says so and has no test targets.
+targets=$(ninja -C "$build" -t targets all)
+for t in core_test http_serve_test guard_bench; do
+  ! grep -q "^$t:" <<<"$targets" || fail "target $t exists in a build without GTest/benchmark"
+done
+grep -q '^src/cli/idem:' <<<"$targets" || fail "no idem target"
+echo "first run: listening on 127.0.0.1:$port, /readyz 200, no test targets"
