@@ -1,12 +1,19 @@
-# idem_add_test(NAME name SOURCES a.cc ... LIBS x ... LABELS unit [ENV K=V ...])
+# idem_add_test(NAME name SOURCES a.cc ... LIBS x ... LABELS unit [ENV K=V ...]
+#               [PROPERTIES prop value ...])
 # Builds one GoogleTest binary and registers each of its tests with CTest, labelled
 # so a developer can run one slice (ctest -L unit|conformance|crash|http).
+# PROPERTIES are further CTest properties for every discovered test (e.g.
+# FIXTURES_REQUIRED a FIXTURES_SETUP b); they are applied at discovery time. They go
+# ENVIRONMENT is added only when ENV is given: an empty value would vanish from the
+# list and pair ENVIRONMENT with the next property's name.
 function(idem_add_test)
-  cmake_parse_arguments(T "" "NAME" "SOURCES;LIBS;LABELS;ENV" ${ARGN})
+  cmake_parse_arguments(T "" "NAME" "SOURCES;LIBS;LABELS;ENV;PROPERTIES" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} idem_testing GTest::gmock GTest::gtest_main)
   target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
-  gtest_discover_tests(${T_NAME}
-    PROPERTIES LABELS "${T_LABELS}" ENVIRONMENT "${T_ENV}" TIMEOUT 300
-    DISCOVERY_TIMEOUT 60)
+  set(props LABELS "${T_LABELS}" TIMEOUT 300 ${T_PROPERTIES})
+  if(T_ENV)
+    list(APPEND props ENVIRONMENT "${T_ENV}")
+  endif()
+  gtest_discover_tests(${T_NAME} PROPERTIES ${props} DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -3,6 +3,7 @@
 # are not installed yet. Idempotent and quiet when nothing is missing.
 #   scripts/deps.sh          build + test dependencies (compiler, libraries, servers)
 #   scripts/deps.sh --build  only what building and running `idem` needs
+#   scripts/deps.sh --package  that, and what building the Debian package needs
 set -euo pipefail
 
 build_pkgs=(
@@ -10,15 +11,21 @@ build_pkgs=(
   libabsl-dev libsqlite3-dev libssl-dev libboost-dev libpq-dev libmariadb-dev libhiredis-dev
   libsimdjson-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libtomlplusplus-dev
 )
+package_pkgs=(help2man dpkg-dev file)
 test_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   postgresql-15 mariadb-server redis-server
+  python3 python3-pytest python3-jsonschema python3-yaml
+  "${package_pkgs[@]}"
 )
 
 pkgs=("${build_pkgs[@]}")
-if [[ "${1:-}" != "--build" ]]; then
-  pkgs+=("${test_pkgs[@]}")
-fi
+case "${1:-}" in
+  --build) ;;
+  --package) pkgs+=("${package_pkgs[@]}") ;;
+  "") pkgs+=("${test_pkgs[@]}") ;;
+  *) echo "deps.sh: unknown option '$1' (use --build, --package or nothing)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do

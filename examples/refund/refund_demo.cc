@@ -157,7 +157,7 @@ class ChannelProcess {
     IDEM_ASSIGN_OR_RETURN(
         Child c,
         Spawn(o.self_exe,
-              {"demo", "channel", "--listen", "127.0.0.1:0", "--fault-rate",
+              {"channel", "--listen", "127.0.0.1:0", "--fault-rate",
                absl::StrCat(o.fault_rate), "--seed", absl::StrCat(o.seed), "--response-delay-ms",
                absl::StrCat(absl::ToInt64Milliseconds(kChannelFaultDelay))},
               /*capture_stdout=*/true, /*kill_pipes=*/false));
@@ -332,7 +332,7 @@ absl::Status RunWithStepMachine(const DemoOptions& o, const std::string& store_u
     IDEM_ASSIGN_OR_RETURN(
         Child c,
         Spawn(o.self_exe,
-              {"demo", "refund-runner", "--store", store_url, "--channel", channel.url(),
+              {"refund-runner", "--store", store_url, "--channel", channel.url(),
                "--run-id", run_id, "--orders", absl::StrCat(o.orders), "--fault-rate",
                absl::StrCat(o.fault_rate), "--seed", absl::StrCat(o.seed * 1000003 + generation)},
               /*capture_stdout=*/false, /*kill_pipes=*/true));

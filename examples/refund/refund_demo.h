@@ -31,7 +31,7 @@ struct DemoOptions {
   uint64_t seed = 1;
   std::string store;   // empty: a fresh SQLite file in a temporary directory
   bool naive = false;  // the seed's offset-keyed dedupe instead of the step machine
-  std::string self_exe = "/proc/self/exe";      // the `idem` binary, for the child processes
+  std::string self_exe = "/proc/self/exe";      // idem-demo (`idem demo`), for the child processes
   absl::Duration deadline = absl::Minutes(10);  // give up (an error) after this
 };
 

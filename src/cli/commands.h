@@ -8,6 +8,10 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -16,13 +20,27 @@ class App;
 namespace idem::cli {
 
 using CommandFn = std::function<int()>;
+using AddCommandFn = CommandFn (*)(CLI::App& root);
+
+// Parses `argv` for a root command `idem` with `commands` as its subcommands (and
+// --config, --version), runs the chosen one and returns the exit status. Usage
+// errors print one `idem: …` line and return 2. `listed_only` are (name, help) of
+// subcommands that --help and usage errors list but that are run elsewhere (the
+// external ones, cli/external.h). The `idem` binary and the example programs behind
+// its external subcommands (idem-demo, idem-worker) share it, so their messages and
+// exit codes agree.
+int RunCommandLine(int argc, char** argv, std::initializer_list<AddCommandFn> commands,
+                   const std::vector<std::pair<std::string, std::string>>& listed_only = {});
 
 CommandFn AddServeCommand(CLI::App& root);    // serve.cc
 CommandFn AddInspectCommand(CLI::App& root);  // inspect.cc
 CommandFn AddTtlCommand(CLI::App& root);      // ttl.cc
 CommandFn AddMigrateCommand(CLI::App& root);  // migrate.cc
 CommandFn AddStuckCommand(CLI::App& root);    // stuck.cc
-CommandFn AddWorkerCommand(CLI::App& root);   // worker.cc
-CommandFn AddDemoCommand(CLI::App& root);     // demo.cc
+
+// The refund example's commands live in examples/refund/cli and are their own
+// programs (idem-demo, idem-worker), run by `idem demo` and `idem worker` (external.h).
+CommandFn AddWorkerCommand(CLI::App& root);   // examples/refund/cli/worker.cc
+CommandFn AddDemoCommand(CLI::App& root);     // examples/refund/cli/demo.cc
 
 }  // namespace idem::cli

@@ -1,200 +1,97 @@
-// The `idem` binary (SPEC §12): one root command with git-style subcommands.
-//
-// main() owns the parts every subcommand shares: the --config TOML file, --version,
-// and the exit status contract (0 success and --help, 1 operational failure,
-// 2 bad usage, each failure with one `idem: …` line on stderr). CLI11 reports
-// usage errors with its own exit codes (100+); they are all mapped to 2 here.
-#include <cstdio>
-#include <exception>
-#include <memory>
+// The `idem` binary (SPEC §12): one root command with git-style subcommands. The
+// built-in ones are here; `idem NAME` for any other NAME runs the program idem-NAME
+// when one is installed beside it (cli/external.h: the refund example's `demo` and
+// `worker`). What the subcommands share (--config, --version, exit statuses) is
+// RunCommandLine (cli/command_line.cc).
 #include <string>
-#include <string_view>
 #include <utility>
+#include <string_view>
 #include <vector>
 
-#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/commands.h"
+#include "cli/external.h"
 #include "cli/reason.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
-#include "spdlog/spdlog.h"
-
-#ifndef IDEM_VERSION
-#define IDEM_VERSION "unknown"
-#endif
+#include "core/absl_compat.h"
 
 namespace idem::cli {
 namespace {
 
+constexpr std::string_view kBuiltins[] = {"serve", "inspect", "ttl", "migrate", "stuck"};
 
-constexpr std::string_view kFooter =
-    "Configuration: every option can also be set in the TOML file given with\n"
-    "--config, in a section named after the subcommand, using the option's long\n"
-    "name without dashes:\n"
-    "  [serve]\n"
-    "  listen = \"127.0.0.1:0\"\n"
-    "  tenant = [\"a:tok\"]\n"
-    "Command-line options override the file. Unknown sections and keys are errors.\n"
-    "\n"
-    "Exit status: 0 success, 1 operational failure, 2 bad usage.";
-
-// CLI11 names config problems after its INI heritage ("INI was not able to parse
-// ttl.bogus"); say what is wrong in the user's terms.
-std::string DescribeConfigError(const CLI::ConfigError& e, std::string_view config_file) {
-  std::string what = e.what();
-  constexpr std::string_view kPrefix = "INI was not able to parse ";
-  std::string where =
-      config_file.empty() ? std::string("config file") : "config file " + std::string(config_file);
-  if (std::string_view(what).starts_with(kPrefix)) {
-    std::string item = what.substr(kPrefix.size());
-    constexpr std::string_view kSectionOpen = ".++";
-    if (std::string_view(item).ends_with(kSectionOpen)) {
-      return where + ": unknown section [" + item.substr(0, item.size() - kSectionOpen.size()) +
-             "] (sections are subcommand names)";
-    }
-    return where + ": unknown key '" + item +
-           "' (keys are option names without dashes, in the subcommand's section)";
+bool IsBuiltin(std::string_view name) {
+  for (std::string_view b : kBuiltins) {
+    if (b == name) return true;
   }
-  return where + ": " + what;
+  return false;
 }
 
-// The innermost subcommand on the command line (`idem demo refund` → refund), or
-// `root` when none was given.
-const CLI::App* Innermost(const CLI::App& root) {
-  const CLI::App* where = &root;
-  for (bool deeper = true; deeper;) {
-    deeper = false;
-    for (const CLI::App* sub : where->get_subcommands()) {
-      where = sub;
-      deeper = true;
+// External subcommands the documentation promises: what provides them (for a clear
+// message when they are not installed) and their line in `idem --help`.
+struct KnownExternal {
+  std::string_view name;
+  std::string_view what;
+  std::string_view help;
+};
+constexpr KnownExternal kKnownExternals[] = {
+    {"demo", "the refund example's demo (examples/refund, built with IDEM_BUILD_EXAMPLES)",
+     "Runnable demonstrations (see `idem demo refund`; the refund example's idem-demo)"},
+    {"worker", "the refund example's step worker (examples/refund, built with IDEM_BUILD_EXAMPLES)",
+     "Resume due step operations of the refund example (its idem-worker)"},
+};
+
+// The external subcommands found, as help entries: CLI11 lists them with the
+// built-in ones (and in "a subcommand is required"); they are never parsed, since
+// Main runs the program before CLI11 sees the command line.
+std::vector<std::pair<std::string, std::string>> ExternalHelp() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& name : ListExternalCommands()) {
+    if (IsBuiltin(name)) continue;
+    std::string help = absl::StrCat("The program idem-", name);
+    for (const KnownExternal& known : kKnownExternals) {
+      if (known.name == name) help = std::string(known.help);
+    }
+    out.emplace_back(name, std::move(help));
+  }
+  return out;
+}
+
+
+int Main(int argc, char** argv) {
+  // The subcommand is the first argument that is not the root's --config FILE.
+  int i = 1;
+  while (i < argc) {
+    std::string_view a = argv[i];
+    if (a == "--config") {
+      i += 2;
+    } else if (a.starts_with("--config=")) {
+      ++i;
+    } else {
       break;
     }
   }
-  return where;
-}
-
-// "idem demo refund" for `where`.
-std::string CommandPath(const CLI::App* where) {
-  std::string path;
-  for (const CLI::App* a = where; a != nullptr; a = a->get_parent()) {
-    path = a->get_name() + (path.empty() ? "" : " ") + path;
-  }
-  return path;
-}
-
-// A usage error, in one line. CLI11's messages are mostly fine; a few are sharpened.
-std::string DescribeParseError(const CLI::ParseError& e, const CLI::App& root,
-                               std::string_view config_file) {
-  if (const auto* config = dynamic_cast<const CLI::ConfigError*>(&e)) {
-    return DescribeConfigError(*config, config_file);
-  }
-  if (dynamic_cast<const CLI::FileError*>(&e) != nullptr) {
-    return "cannot read config file " + std::string(config_file) + " (missing or unreadable)";
-  }
-  std::string what = e.what();
-  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
-    const CLI::App* where = Innermost(root);
-    // Subcommands fall through to the root (so --config may follow them): their
-    // extras may be counted there.
-    std::vector<std::string> extras = where->remaining();
-    if (extras.empty()) extras = root.remaining();
-    if (where != &root && !extras.empty()) {
-      const std::string path = CommandPath(where);
-      return (extras.front().starts_with("-") ? "unknown option '" : "unexpected argument '") +
-             extras.front() + "' (see " + path + " --help)";
+  if (i < argc && argv[i][0] != '-' && !IsBuiltin(argv[i])) {
+    if (std::optional<std::string> path = FindExternalCommand(argv[i])) {
+      return ExecExternalCommand(*path, argc, argv, i);
+    }
+    for (const KnownExternal& known : kKnownExternals) {
+      if (known.name == argv[i]) {
+        // StrCat, not operator+: GCC 12 at -O3 misreports -Wrestrict on "'" + string.
+        PrintReason(absl::StrCat("'", AV(known.name), "' is ", AV(known.what),
+                                 " and is not installed here: no program idem-", AV(known.name),
+                                 " in ", absl::StrJoin(ExternalCommandDirs(), " or ")));
+        return kExitFailure;
+      }
     }
   }
-  if (what == "A subcommand is required" || what.starts_with("Requires at most")) {
-    std::vector<std::string> remaining = root.remaining();
-    if (!remaining.empty() && !remaining.front().starts_with("-")) {
-      return "unknown subcommand '" + remaining.front() + "' (see idem --help)";
-    }
-    if (!remaining.empty()) {
-      return "unknown option '" + remaining.front() + "' (see idem --help)";
-    }
-    // The innermost subcommand given (e.g. `idem demo`) is the one missing its own.
-    const CLI::App* where = Innermost(root);
-    std::string names;
-    for (const CLI::App* sub : where->get_subcommands([](const CLI::App*) { return true; })) {
-      if (sub->get_group().empty()) continue;  // hidden (internal) subcommands
-      names += names.empty() ? "" : ", ";
-      names += sub->get_name();
-    }
-    if (where != &root) {
-      const std::string path = CommandPath(where);
-      return path + " needs a subcommand: " + names + " (see " + path + " --help)";
-    }
-    return "a subcommand is required: " + names + " (see idem --help)";
-  }
-  return what + " (see --help)";
-}
-
-int Run(int argc, char** argv) {
-  // Logs go to stderr: stdout carries results (`serve`'s "listening on" line, migrate's
-  // report) that scripts read, and a parent that reads only serve's first stdout
-  // line must not see the server block on a full pipe once the logs fill it.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("idem"));
-  CLI::App root("idem: exactly-once effects on at-least-once delivery", "idem");
-  // Set before the subcommands are added: they copy these settings from the root.
-  root.allow_config_extras(CLI::config_extras_mode::error);
-  root.fallthrough();  // root options (--config) may also follow the subcommand
-  root.require_subcommand(1, 1);
-  root.set_version_flag("--version", "idem " IDEM_VERSION, "Print the version and exit");
-  CLI::Option* config =
-      root.set_config("--config", "", "TOML file setting any option; see below", false);
-  config->type_name("FILE");
-
-  std::vector<std::pair<CLI::App*, CommandFn>> commands;
-  auto add = [&](CommandFn (*add_command)(CLI::App&)) {
-    CommandFn fn = add_command(root);
-    std::vector<CLI::App*> subs = root.get_subcommands([](const CLI::App*) { return true; });
-    commands.emplace_back(subs.back(), std::move(fn));
-  };
-  add(&AddServeCommand);
-  add(&AddInspectCommand);
-  add(&AddTtlCommand);
-  add(&AddMigrateCommand);
-  add(&AddStuckCommand);
-  add(&AddWorkerCommand);
-  add(&AddDemoCommand);
-  // After the subcommands: they copy the root's footer when they are added, and
-  // this one is about the root.
-  root.footer(std::string(kFooter));
-
-  try {
-    root.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
-      // --help, --help-all, --version: CLI11 prints them; the exit status is 0.
-      root.exit(e);
-      return kExitOk;
-    }
-    // Read the raw value: a config error is thrown before option callbacks run.
-    std::string config_file = config->results().empty() ? "" : config->results().back();
-    PrintReason(DescribeParseError(e, root, config_file));
-    return kExitUsage;
-  }
-
-  for (auto& [app, fn] : commands) {
-    if (app->parsed()) return fn();
-  }
-  // require_subcommand(1, 1) makes this unreachable unless a subcommand was added
-  // without a function.
-  PrintReason("internal error: the chosen subcommand has no implementation");
-  return kExitFailure;
+  return RunCommandLine(argc, argv,
+                        {&AddServeCommand, &AddInspectCommand, &AddTtlCommand, &AddMigrateCommand,
+                         &AddStuckCommand},
+                        ExternalHelp());
 }
 
 }  // namespace
 }  // namespace idem::cli
 
-int main(int argc, char** argv) {
-  // No exception may escape (STYLE.md); one from a dependency is an operational
-  // failure of this run, reported in one line.
-  try {
-    return idem::cli::Run(argc, argv);
-  } catch (const std::exception& e) {
-    idem::cli::PrintReason(std::string("internal error: ") + e.what());
-  } catch (...) {
-    idem::cli::PrintReason("internal error: unknown exception");
-  }
-  return idem::cli::kExitFailure;
-}
+int main(int argc, char** argv) { return idem::cli::Main(argc, argv); }

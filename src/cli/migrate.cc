@@ -45,10 +45,15 @@
 #include "core/absl_compat.h"
 #include "idem/idem.h"
 #include "idem/steps.h"
+#include "store/store_url.h"
+#if IDEM_HAVE_MYSQL
 #include "store/mysql/mysql_conn.h"
 #include "store/mysql/mysql_url.h"
+#endif
+#if IDEM_HAVE_POSTGRES
 #include "store/postgres/pg_conn.h"
 #include "store/postgres/pg_url.h"
+#endif
 
 namespace idem::cli {
 namespace {
@@ -108,6 +113,10 @@ absl::Status ReadSchema(QueryFn query, std::string_view list_sql, SchemaState* s
 }
 
 absl::StatusOr<SchemaState> ProbePostgres(std::string_view url) {
+#if !IDEM_HAVE_POSTGRES
+  (void)url;
+  return OpenStore("postgres://").status();  // the build's "not compiled in" answer
+#else
   IDEM_ASSIGN_OR_RETURN(postgres::Options options, postgres::ParseUrl(url));
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<postgres::Connection> conn,
                         postgres::Connection::Open(options.connect));
@@ -120,9 +129,14 @@ absl::StatusOr<SchemaState> ProbePostgres(std::string_view url) {
       "current_schema() AND table_name LIKE 'idem\\_%' ORDER BY 1",
       &state));
   return state;
+#endif
 }
 
 absl::StatusOr<SchemaState> ProbeMysql(std::string_view url) {
+#if !IDEM_HAVE_MYSQL
+  (void)url;
+  return OpenStore("mysql://").status();  // the build's "not compiled in" answer
+#else
   IDEM_ASSIGN_OR_RETURN(mysql::MysqlOptions options, mysql::ParseMysqlUrl(url));
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<mysql::Connection> conn,
                         mysql::Connection::Open(options));
@@ -142,6 +156,7 @@ absl::StatusOr<SchemaState> ProbeMysql(std::string_view url) {
   state.procedures.emplace();
   for (const std::vector<Value>& row : procedures.rows) state.procedures->push_back(AsString(row[0]));
   return state;
+#endif
 }
 
 // The file path of a sqlite:// URL (without its query), or an error for one that
@@ -247,7 +262,7 @@ int Fail(const absl::Status& status, std::string_view what) {
 int RunMigrate(const MigrateFlags& flags) {
   const std::string backend = Backend(flags.store);
   if (backend.empty()) {
-    PrintReason("migrate: --store '" + flags.store +
+    PrintReason("migrate: --store '" + store::RedactUrl(flags.store) +
                 "' must be sqlite://PATH, postgres://…, postgresql://…, mysql://… or mariadb://…");
     return kExitUsage;
   }
@@ -291,12 +306,14 @@ int RunMigrate(const MigrateFlags& flags) {
              : before->version == 0 ? "created"
                                     : "upgraded";
   }
-  if (display == flags.store && backend == "postgres") display = postgres::RedactUrl(flags.store);
+  if (display == flags.store && backend == "postgres") display = store::RedactUrl(flags.store);
+#if IDEM_HAVE_MYSQL
   if (display == flags.store && backend == "mysql") {
     absl::StatusOr<mysql::MysqlOptions> o = mysql::ParseMysqlUrl(
         flags.store.starts_with("mariadb://") ? "mysql://" + flags.store.substr(10) : flags.store);
     if (o.ok()) display = o->redacted_url;
   }
+#endif
 
   std::printf("backend: %s\n", backend.c_str());
   std::printf("store: %s\n", display.c_str());

@@ -30,7 +30,6 @@
 #include "absl/strings/numbers.h"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/signal_set.hpp"
-#include "cli/builtin_operations.h"
 #include "cli/commands.h"
 #include "cli/reason.h"
 #include "idem/cache.h"
@@ -38,8 +37,8 @@
 #include "http/api.h"
 #include "http/metrics.h"
 #include "http/server.h"
+#include "store/store_url.h"
 #include "idem/idem.h"
-#include "idem/steps.h"
 #include "spdlog/spdlog.h"
 
 namespace idem::cli {
@@ -48,8 +47,6 @@ namespace {
 
 struct ServeFlags {
   std::string listen = "127.0.0.1:7070";
-  std::string refund_channel;
-  std::string worker_interval = "1s";
   std::string store = "sqlite://./idem.db";
   std::vector<std::string> tenants;
   uint64_t max_body = 1 << 20;
@@ -160,7 +157,8 @@ int RunServe(const ServeFlags& flags) {
 
   absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(flags.store);
   if (!store.ok()) {
-    PrintReason("serve: cannot open store " + flags.store + ": " + Str(store.status().message()));
+    PrintReason("serve: cannot open store " + store::RedactUrl(flags.store) + ": " +
+                Str(store.status().message()));
     return kExitFailure;
   }
 
@@ -180,7 +178,7 @@ int RunServe(const ServeFlags& flags) {
     absl::StatusOr<std::unique_ptr<Store>> cached =
         NewCachingStore(*std::move(store), std::move(cache_options));
     if (!cached.ok()) {
-      PrintReason("serve: --cache '" + flags.cache + "': " + Str(cached.status().message()));
+      PrintReason("serve: --cache '" + store::RedactUrl(flags.cache) + "': " + Str(cached.status().message()));
       return kExitUsage;
     }
     store = std::move(cached);
@@ -200,39 +198,6 @@ int RunServe(const ServeFlags& flags) {
   Guard guard(**store);
   http::Metrics metrics;
 
-  // The step worker (SPEC §4) for the operation types this binary knows.
-  std::unique_ptr<BuiltinOperations> builtins;
-  std::unique_ptr<StepRunner> step_runner;
-  std::unique_ptr<Worker> step_worker;
-  if (!flags.refund_channel.empty()) {
-    absl::StatusOr<absl::Duration> interval =
-        ParseTtlDuration(flags.worker_interval, "--worker-interval");
-    if (!interval.ok() || *interval <= absl::ZeroDuration()) {
-      PrintReason(interval.ok() ? "serve: --worker-interval must be positive"
-                                : "serve: " + Str(interval.status().message()));
-      return kExitUsage;
-    }
-    absl::StatusOr<std::unique_ptr<BuiltinOperations>> made =
-        BuiltinOperations::Create(flags.refund_channel);
-    if (!made.ok()) {
-      PrintReason("serve: --refund-channel: " + Str(made.status().message()));
-      return kExitUsage;
-    }
-    builtins = *std::move(made);
-    step_runner = std::make_unique<StepRunner>(**store);
-    absl::Status s = builtins->RegisterWith(*step_runner);
-    if (s.ok()) s = step_runner->Migrate();
-    if (!s.ok()) {
-      PrintReason("serve: step worker: " + Str(s.message()));
-      return kExitFailure;
-    }
-    step_worker = std::make_unique<Worker>(*step_runner, WorkerOptions{.interval = *interval});
-    StepRunner* runner = step_runner.get();
-    Worker* worker = step_worker.get();
-    metrics.AddSection([runner, worker] {
-      return http::RenderStepMetrics(runner->stats(), worker->passes(), worker->resumed());
-    });
-  }
   http::Api api(guard, **store, metrics, api_options);
   http::Server server(api, server_options);
 
@@ -260,12 +225,7 @@ int RunServe(const ServeFlags& flags) {
     if (!ec) spdlog::info("signal {}: shutting down", signo);
     server.Shutdown();
   });
-  if (step_worker) {
-    step_worker->Start();
-    spdlog::info("step worker: resuming refund operations every {}", flags.worker_interval);
-  }
   signal_ioc.run();
-  if (step_worker) step_worker->Stop();
   server.Wait();
   spdlog::info("stopped");
   return kExitOk;
@@ -304,12 +264,6 @@ CommandFn AddServeCommand(CLI::App& root) {
       ->capture_default_str();
   sub->add_option("--cache-ttl,--cache_ttl", flags->cache_ttl,
                   "How long finished records stay cached (keep it below the retention TTL)")
-      ->capture_default_str();
-  sub->add_option("--refund-channel,--refund_channel", flags->refund_channel,
-                  "Run the step worker for the refund example's operations against this payment "
-                  "channel (http://HOST:PORT); see idem worker");
-  sub->add_option("--worker-interval,--worker_interval", flags->worker_interval,
-                  "Time between step-worker passes")
       ->capture_default_str();
   sub->add_option("--fail-open,--fail_open", flags->fail_open,
                   "UNSAFE, for low-value traffic only: while the store is down, claims of this "

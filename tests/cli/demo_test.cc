@@ -342,7 +342,8 @@ TEST_F(DemoTest, StoppedDemoLeavesNoChildProcesses) {
       if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
       std::string cmd = ReadFile(e.path().string() + "/cmdline");
       for (char& c : cmd) c = c == '\0' ? ' ' : c;
-      if (cmd.find(" demo channel ") != std::string::npos &&
+      // The demo is the program idem-demo (`idem demo` runs it); so is its channel.
+      if (cmd.find("idem-demo channel ") != std::string::npos &&
           cmd.find("--seed " + seed + " ") != std::string::npos) {
         ++n;
       }

@@ -9,14 +9,8 @@
 set -euo pipefail
 src=$1
 build=$2
-work=$(mktemp -d)
-pid=
-cleanup() {
-  [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=common.sh
+source "$(dirname "$0")/common.sh"
 
 export BUILD_DIR=$build CMAKE_BUILD_TYPE=Release
 export IDEM_CMAKE_ARGS="-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON -DCMAKE_INSTALL_PREFIX=/usr"
@@ -24,11 +18,7 @@ export IDEM_CMAKE_ARGS="-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FI
 "$src/scripts/run.sh" --listen 127.0.0.1:0 --store "sqlite://$work/idem.db" \
   >"$work/stdout" 2>"$work/stderr" &
 pid=$!
-for _ in $(seq 1 1200); do  # the build comes first: up to 20 minutes on 2 cores
-  grep -q '^listening on' "$work/stdout" 2>/dev/null && break
-  kill -0 "$pid" 2>/dev/null || { tail -30 "$work/stderr" >&2; fail "run.sh exited before listening"; }
-  sleep 1
-done
+wait_listening "$work/stdout" "$work/stderr" 12000  # the build comes first: up to 20 min
 line=$(head -1 "$work/stdout")
 [[ "$line" =~ ^listening\ on\ 127\.0\.0\.1:([0-9]+)$ ]] || fail "first stdout line is '$line'"
 port=${BASH_REMATCH[1]}

@@ -1,10 +1,31 @@
 // A small synchronous HTTP/1.1 client for the `idem serve` tests (Boost.Beast), and
 // a raw-socket helper for malformed requests.
+//
+// Recording: when the environment variable IDEM_HTTP_RECORD_DIR is set, every final
+// (non-1xx) response a Client reads is appended, with the request it answers, as one
+// JSON line to $IDEM_HTTP_RECORD_DIR/<pid>.jsonl. tests/http/openapi_check.py then
+// validates each recorded exchange against docs/openapi.yaml, so the document cannot
+// drift from what the server answers. One file per process, so test processes that
+// CTest runs in parallel never share a file; threads of one process append whole
+// lines under a mutex. Tokens are never written, only whether an Authorization header
+// was sent.
+//
+// Thread safety: a Client is used by one thread at a time; Fetch() and recording may
+// run on many threads at once.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
 #include <chrono>
+#include <cstdlib>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -12,6 +33,11 @@
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
+
+#if __has_include(<gtest/gtest.h>)
+#include <gtest/gtest.h>
+#define IDEM_HTTP_RECORD_HAS_GTEST 1
+#endif
 
 namespace idem::http::testing {
 
@@ -27,6 +53,155 @@ struct ClientResponse {
     return it == headers.end() ? "" : it->second;
   }
 };
+
+namespace recording {
+
+// Request bodies longer than this are recorded by size only (the 413 tests send 1 MiB).
+inline constexpr size_t kMaxRecordedRequestBody = 64 << 10;
+
+// What a response answers: the request as the test wrote it.
+struct Exchange {
+  std::string method;
+  std::string target;
+  std::string body;
+  bool authorization = false;
+  bool raw = false;  // written with WriteRaw()
+};
+
+// Length of the valid UTF-8 sequence at s[i], or 0 when the bytes there are not one.
+inline size_t Utf8SequenceLength(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+  }
+  // Overlong forms, surrogates and code points past U+10FFFF.
+  if (n == 2 && c < 0xC2) return 0;
+  if (n == 3 && ((c == 0xE0 && b(i + 1) < 0xA0) || (c == 0xED && b(i + 1) >= 0xA0))) return 0;
+  if (n == 4 && ((c == 0xF0 && b(i + 1) < 0x90) || c > 0xF4 || (c == 0xF4 && b(i + 1) >= 0x90))) {
+    return 0;
+  }
+  return n;
+}
+
+// Appends `s` as a JSON string literal; bytes that are not UTF-8 become U+FFFD.
+inline void AppendJsonString(std::string* out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  *out += '"';
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '"' || c == '\\') {
+      *out += '\\';
+      *out += static_cast<char>(c);
+    } else if (c == '\n') {
+      *out += "\\n";
+    } else if (c == '\r') {
+      *out += "\\r";
+    } else if (c == '\t') {
+      *out += "\\t";
+    } else if (c < 0x20 || c == 0x7F) {
+      *out += "\\u00";
+      *out += kHex[c >> 4];
+      *out += kHex[c & 0xF];
+    } else if (c < 0x80) {
+      *out += static_cast<char>(c);
+    } else if (size_t n = Utf8SequenceLength(s, i); n > 0) {
+      out->append(s.substr(i, n));
+      i += n;
+      continue;
+    } else {
+      *out += "\\ufffd";
+    }
+    ++i;
+  }
+  *out += '"';
+}
+
+// The directory to record into, or "" when recording is off.
+inline std::string RecordDir() {
+  const char* dir = std::getenv("IDEM_HTTP_RECORD_DIR");
+  return dir != nullptr ? dir : "";
+}
+
+// Appends one JSON line for `exchange` answered by `response` (a final response).
+// Failures to write are ignored on purpose: the checker fails on missing records.
+inline void Record(const Exchange& exchange, const ClientResponse& response) {
+  const std::string dir = RecordDir();
+  if (dir.empty()) return;
+  std::string line = "{\"method\":";
+  AppendJsonString(&line, exchange.method);
+  line += ",\"target\":";
+  AppendJsonString(&line, exchange.target);
+  if (exchange.body.size() <= kMaxRecordedRequestBody) {
+    line += ",\"request_body\":";
+    AppendJsonString(&line, exchange.body);
+  }
+  line += ",\"request_body_bytes\":" + std::to_string(exchange.body.size());
+  line += exchange.authorization ? ",\"authorization\":true" : ",\"authorization\":false";
+  line += exchange.raw ? ",\"raw\":true" : ",\"raw\":false";
+  line += ",\"status\":" + std::to_string(response.status);
+  line += ",\"content_type\":";
+  AppendJsonString(&line, response.header("content-type"));
+  line += ",\"headers\":{";
+  bool first = true;
+  for (const auto& [name, value] : response.headers) {
+    if (!first) line += ',';
+    first = false;
+    AppendJsonString(&line, name);
+    line += ':';
+    AppendJsonString(&line, value);
+  }
+  line += "},\"body\":";
+  AppendJsonString(&line, response.body);
+#ifdef IDEM_HTTP_RECORD_HAS_GTEST
+  if (const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+      info != nullptr) {
+    line += ",\"test\":";
+    AppendJsonString(&line, std::string(info->test_suite_name()) + "." + info->name());
+  }
+#endif
+  line += "}\n";
+
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  mkdir(dir.c_str(), 0755);  // usually there already (the CTest fixture makes it)
+  const std::string path = dir + "/" + std::to_string(getpid()) + ".jsonl";
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  for (size_t done = 0; done < line.size();) {
+    ssize_t n = write(fd, line.data() + done, line.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  close(fd);
+}
+
+// The request in raw bytes that start with a request line ("POST /x HTTP/1.1\r\n...");
+// its method is empty when they do not start with one.
+inline Exchange ParseRawRequest(std::string_view bytes) {
+  Exchange e;
+  e.raw = true;
+  size_t line_end = bytes.find("\r\n");
+  std::string_view line = bytes.substr(0, line_end);
+  size_t sp1 = line.find(' ');
+  size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp1 == std::string_view::npos || sp2 == std::string_view::npos ||
+      line.substr(sp2 + 1).substr(0, 5) != "HTTP/") {
+    return e;
+  }
+  e.method = std::string(line.substr(0, sp1));
+  e.target = std::string(line.substr(sp1 + 1, sp2 - sp1 - 1));
+  size_t head_end = bytes.find("\r\n\r\n");
+  std::string head(bytes.substr(0, head_end));
+  for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  e.authorization = head.find("\r\nauthorization:") != std::string::npos;
+  if (head_end != std::string_view::npos) e.body = std::string(bytes.substr(head_end + 4));
+  return e;
+}
+
+}  // namespace recording
 
 class Client {
  public:
@@ -62,6 +237,9 @@ class Client {
       out.error = "write: " + ec.message();
       return out;
     }
+    recording::Exchange sent{.method = method, .target = target, .body = body};
+    sent.authorization = req.find(http::field::authorization) != req.end();
+    pending_.push_back(std::move(sent));
     return Read();
   }
 
@@ -74,6 +252,7 @@ class Client {
     http::read(stream_, buffer_, parser, ec);
     if (ec) {
       out.error = "read: " + ec.message();
+      if (!pending_.empty()) pending_.pop_front();
       return out;
     }
     auto& res = parser.get();
@@ -85,11 +264,29 @@ class Client {
     }
     out.body = res.body();
     out.keep_alive = res.keep_alive();
+    // A 1xx (100 Continue) is interim, not the answer: the request still waits for one.
+    if (out.status >= 200) {
+      recording::Exchange answered;
+      if (!pending_.empty()) {
+        answered = std::move(pending_.front());
+        pending_.pop_front();
+      }
+      recording::Record(answered, out);
+    }
     return out;
   }
 
-  // Writes raw bytes (for malformed requests).
+  // Writes raw bytes (for malformed requests). Bytes that start with a request line
+  // begin a new request for recording; others continue the last one (a body sent
+  // after 100 Continue).
   bool WriteRaw(const std::string& bytes) {
+    recording::Exchange e = recording::ParseRawRequest(bytes);
+    if (!e.method.empty() || pending_.empty()) {
+      if (e.method.empty()) e.body = bytes;
+      pending_.push_back(std::move(e));
+    } else {
+      pending_.back().body += bytes;
+    }
     boost::beast::error_code ec;
     boost::asio::write(stream_, boost::asio::buffer(bytes), ec);
     return !ec;
@@ -109,6 +306,8 @@ class Client {
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;
   bool connected_ = false;
+  // Requests written and not yet answered, oldest first (for recording).
+  std::deque<recording::Exchange> pending_;
 };
 
 // One request on a fresh connection.

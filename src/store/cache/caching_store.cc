@@ -8,6 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 #include "store/cache/record_codec.h"
+#if IDEM_HAVE_REDIS
+#include "store/redis/redis_client.h"
+#endif
 
 namespace idem {
 namespace cache {
@@ -147,7 +150,7 @@ class CachingTransaction final : public StoreTransaction {
 }  // namespace
 
 CachingStore::CachingStore(std::unique_ptr<Store> inner, CacheOptions options,
-                           std::unique_ptr<redis::RedisClient> redis)
+                           std::unique_ptr<cache::SharedTier> redis)
     : inner_(std::move(inner)),
       options_(std::move(options)),
       l1_(options_.l1_entries > 0 ? std::make_unique<LruCache>(options_.l1_entries) : nullptr),
@@ -160,8 +163,12 @@ absl::StatusOr<std::unique_ptr<CachingStore>> CachingStore::Make(std::unique_ptr
   if (options.ttl <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("NewCachingStore: ttl must be positive");
   }
-  std::unique_ptr<redis::RedisClient> redis;
+  std::unique_ptr<cache::SharedTier> redis;
   if (!options.redis_url.empty()) {
+#if !IDEM_HAVE_REDIS
+    return absl::NotFoundError(
+        "NewCachingStore: the Redis tier is not compiled into this build (IDEM_WITH_REDIS=OFF)");
+#else
     absl::StatusOr<redis::RedisAddress> address = redis::ParseRedisUrl(options.redis_url);
     if (!address.ok()) return address.status();
     redis = std::make_unique<redis::RedisClient>(
@@ -169,6 +176,7 @@ absl::StatusOr<std::unique_ptr<CachingStore>> CachingStore::Make(std::unique_ptr
         redis::RedisClientOptions{.connect_timeout = options.redis_connect_timeout,
                                   .command_timeout = options.redis_command_timeout,
                                   .pool_size = options.redis_pool_size});
+#endif
   }
   return std::unique_ptr<CachingStore>(
       new CachingStore(std::move(inner), std::move(options), std::move(redis)));

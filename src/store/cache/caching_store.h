@@ -21,7 +21,7 @@
 #include "idem/cache.h"
 #include "idem/store.h"
 #include "store/cache/lru_cache.h"
-#include "store/redis/redis_client.h"
+#include "store/cache/shared_tier.h"
 
 namespace idem::cache {
 
@@ -51,7 +51,7 @@ class CachingStore final : public Store {
 
  private:
   CachingStore(std::unique_ptr<Store> inner, CacheOptions options,
-               std::unique_ptr<redis::RedisClient> redis);
+               std::unique_ptr<cache::SharedTier> redis);
 
   // Whether Redis may be asked now (not within redis_retry_after of an error).
   bool RedisUsable(absl::Time now) const;
@@ -60,7 +60,7 @@ class CachingStore final : public Store {
   const std::unique_ptr<Store> inner_;
   const CacheOptions options_;
   const std::unique_ptr<LruCache> l1_;               // null: L1 disabled
-  const std::unique_ptr<redis::RedisClient> redis_;  // null: L2 disabled
+  const std::unique_ptr<cache::SharedTier> redis_;  // null: L2 disabled
 
   std::atomic<uint64_t> l1_hits_{0};
   std::atomic<uint64_t> l2_hits_{0};

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
+#include "store/store_url.h"
 
 namespace idem::postgres {
 namespace {
@@ -39,41 +40,14 @@ size_t SchemeEnd(std::string_view url) {
 
 }  // namespace
 
-std::string RedactUrl(std::string_view url) {
-  const size_t start = SchemeEnd(url);
-  if (start == std::string_view::npos) return std::string(url);
-  std::string_view rest = url.substr(start);
-  std::string_view query;
-  if (size_t q = rest.find('?'); q != std::string_view::npos) {
-    query = rest.substr(q + 1);
-    rest = rest.substr(0, q);
-  }
-  std::string out(url.substr(0, start));
-  const size_t slash = rest.find('/');
-  const std::string_view authority = rest.substr(0, slash);
-  if (size_t at = authority.rfind('@'); at != std::string_view::npos) {
-    std::string_view userinfo = authority.substr(0, at);
-    userinfo = userinfo.substr(0, userinfo.find(':'));
-    absl::StrAppend(&out, AV(userinfo), AV(rest.substr(at)));
-  } else {
-    absl::StrAppend(&out, AV(rest));
-  }
-  std::vector<absl::string_view> kept;
-  for (absl::string_view item : absl::StrSplit(AV(query), '&', absl::SkipEmpty())) {
-    if (!SV(item).starts_with("password=")) kept.push_back(item);
-  }
-  if (!kept.empty()) absl::StrAppend(&out, "?", absl::StrJoin(kept, "&"));
-  return out;
-}
-
 absl::StatusOr<Options> ParseUrl(std::string_view url) {
   const size_t start = SchemeEnd(url);
   if (start == std::string_view::npos) {
     return absl::InvalidArgumentError(
-        absl::StrCat("not a postgres:// or postgresql:// URL: '", AV(RedactUrl(url)), "'"));
+        absl::StrCat("not a postgres:// or postgresql:// URL: '", AV(store::RedactUrl(url)), "'"));
   }
   Options o;
-  o.connect.display = RedactUrl(url);
+  o.connect.display = store::RedactUrl(url);
   std::string_view base = url;
   std::string_view query;
   if (size_t q = url.find('?'); q != std::string_view::npos) {

@@ -1,5 +1,5 @@
-// Parsing of postgres:// URLs: idem's own parameters, the libpq connection URI,
-// and the password-free form shown in url() and messages. Not part of the public
+// Parsing of postgres:// URLs: idem's own parameters and the libpq connection URI
+// (the password-free form shown in url() and messages is store::RedactUrl). Not part of the public
 // API; the parameters are documented in postgres_store.h.
 //
 // Thread safety: plain functions.
@@ -24,8 +24,5 @@ struct Options {
 // libpq's own parser (no connection is made). Errors: kInvalidArgument naming the
 // scheme, parameter or libpq complaint.
 absl::StatusOr<Options> ParseUrl(std::string_view url);
-
-// `url` without its password (user:password@ and a password= parameter).
-std::string RedactUrl(std::string_view url);
 
 }  // namespace idem::postgres

@@ -22,6 +22,7 @@
 #include "idem/store.h"
 #include "store/postgres/pg_conn.h"
 #include "store/postgres/pg_url.h"
+#include "store/store_url.h"
 #include "testing/status_matchers.h"
 
 namespace idem {
@@ -100,11 +101,11 @@ TEST(PostgresUrlTest, ParsesIdemParametersAndPassesTheRestToLibpq) {
 }
 
 TEST(PostgresUrlTest, RedactsPasswords) {
-  EXPECT_EQ(postgres::RedactUrl("postgres://u:p%40ss@h/db"), "postgres://u@h/db");
-  EXPECT_EQ(postgres::RedactUrl("postgresql://u@h/db?password=x&pool=2"),
+  EXPECT_EQ(store::RedactUrl("postgres://u:p%40ss@h/db"), "postgres://u@h/db");
+  EXPECT_EQ(store::RedactUrl("postgresql://u@h/db?password=x&pool=2"),
             "postgresql://u@h/db?pool=2");
-  EXPECT_EQ(postgres::RedactUrl("postgres://h"), "postgres://h");
-  EXPECT_EQ(postgres::RedactUrl("postgres:///db?host=/run/x"), "postgres:///db?host=/run/x");
+  EXPECT_EQ(store::RedactUrl("postgres://h"), "postgres://h");
+  EXPECT_EQ(store::RedactUrl("postgres:///db?host=/run/x"), "postgres:///db?host=/run/x");
 }
 
 TEST(PostgresUrlTest, UnreachableServerIsUnavailable) {

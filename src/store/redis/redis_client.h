@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "store/cache/shared_tier.h"
 
 struct redisContext;  // hiredis; kept out of every header a user includes
 
@@ -41,20 +42,20 @@ struct RedisClientOptions {
   int pool_size = 8;  // idle connections kept; more may be open at once under load
 };
 
-class RedisClient {
+class RedisClient : public cache::SharedTier {
  public:
   RedisClient(RedisAddress address, RedisClientOptions options);
-  ~RedisClient();
+  ~RedisClient() override;
   RedisClient(const RedisClient&) = delete;
   RedisClient& operator=(const RedisClient&) = delete;
 
   // GET key: the value, or std::nullopt when the key is absent. kUnavailable when
   // Redis cannot be reached or does not answer within the timeouts. Blocks at most
   // connect_timeout + command_timeout.
-  absl::StatusOr<std::optional<std::string>> Get(std::string_view key);
+  absl::StatusOr<std::optional<std::string>> Get(std::string_view key) override;
 
   // SET key value PX ttl. Errors as Get(). Both strings are binary-safe.
-  absl::Status SetPx(std::string_view key, std::string_view value, absl::Duration ttl);
+  absl::Status SetPx(std::string_view key, std::string_view value, absl::Duration ttl) override;
 
  private:
   struct ContextDeleter {

@@ -20,7 +20,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "cli/builtin_operations.h"
+#include "refund/cli/builtin_operations.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/reason.h"

@@ -1,4 +1,4 @@
-#include "cli/builtin_operations.h"
+#include "refund/cli/builtin_operations.h"
 
 #include "refund/refund_operation.h"
 
