@@ -1,14 +1,21 @@
 # idem_add_test(NAME name SOURCES a.cc ... LIBS x ... LABELS unit [ENV K=V ...]
-#               [PROPERTIES prop value ...])
+#               [PROPERTIES prop value ...] [IDEM_BIN])
 # Builds one GoogleTest binary and registers each of its tests with CTest, labelled
 # so a developer can run one slice (ctest -L unit|conformance|crash|http).
 # PROPERTIES are further CTest properties for every discovered test (e.g.
 # FIXTURES_REQUIRED a FIXTURES_SETUP b); they are applied at discovery time. They go
 # ENVIRONMENT is added only when ENV is given: an empty value would vanish from the
 # list and pair ENVIRONMENT with the next property's name.
+# IDEM_BIN: a black-box test of the `idem` binary: it is built first, its path is
+# compiled in (IDEM_BIN_DEFAULT) and set in the environment (IDEM_BIN).
 function(idem_add_test)
-  cmake_parse_arguments(T "" "NAME" "SOURCES;LIBS;LABELS;ENV;PROPERTIES" ${ARGN})
+  cmake_parse_arguments(T "IDEM_BIN" "NAME" "SOURCES;LIBS;LABELS;ENV;PROPERTIES" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
+  if(T_IDEM_BIN)
+    list(APPEND T_ENV "IDEM_BIN=$<TARGET_FILE:idem>")
+    target_compile_definitions(${T_NAME} PRIVATE IDEM_BIN_DEFAULT="$<TARGET_FILE:idem>")
+    add_dependencies(${T_NAME} idem)
+  endif()
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} idem_testing GTest::gmock GTest::gtest_main)
   target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
   set(props LABELS "${T_LABELS}" TIMEOUT 300 ${T_PROPERTIES})

@@ -101,8 +101,10 @@ class Guard {
   // runs `handler` in the same transaction and commits its writes with the result.
   // Returns kExecuted, kReplayed, kInProgress, kKeyReused, kFingerprintMismatch or
   // kCachedFailure as values. Errors: kInvalidArgument for a bad key/biz_type/tenant
-  // (the handler does not run); kUnavailable when the store cannot be reached or
-  // stays locked (fail closed: the handler does not run); the handler's own error
+  // (the handler does not run); kUnavailable when the store cannot be reached, stays
+  // locked or is unusable (any failure of idem's own statements is the store's fault,
+  // IsStoreFault: a missing table, a read-only or deleted file, permission denied;
+  // fail closed: the handler does not run, nothing is cached); the handler's own error
   // on its first failure (retryable ones leave no record). A key whose final state
   // the store already knows (Store::LookupDecided, e.g. a cache tier) is answered
   // without a transaction; any other key is decided by the database. Blocks.

@@ -20,6 +20,11 @@ namespace idem {
 
 struct StoreOptions {
   const Clock* clock = Clock::Real();  // not owned; must outlive the Store
+  // Open without creating or changing anything, for tools that only look (SPEC
+  // §12: inspect, stuck): no schema is made or upgraded, a SQLite file is opened
+  // read-only (a read-only file works), and a database without idem's tables is
+  // kFailedPrecondition "no idem schema here". Writes through such a store fail.
+  bool read_only = false;
 };
 
 // Opens the Store named by `url`: memory://, sqlite://PATH (sqlite://./idem.db,
@@ -28,7 +33,8 @@ struct StoreOptions {
 // Creates the schema when missing. Returns kInvalidArgument for a malformed URL or
 // an unknown parameter, kNotFound for a backend that was not compiled in,
 // kUnavailable when the database cannot be opened or created, kFailedPrecondition
-// when the file is not an idem database (corrupt, or a newer schema).
+// when the file is not an idem database (corrupt, or a newer schema), or, with
+// options.read_only, when it holds no idem schema.
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
                                                  const StoreOptions& options = {});
 

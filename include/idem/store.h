@@ -34,9 +34,11 @@ class Transaction {
 
   // Runs one SQL statement with `?` placeholders bound to `params`, in this
   // transaction. Returns the number of rows changed. Errors: kInvalidArgument for
-  // bad SQL or a constraint violation, kUnavailable for a lost or locked database
-  // (retryable), kAborted for a deadlock or serialization failure (retryable),
-  // kUnimplemented on a store without SQL (memory://). Blocks on the database.
+  // bad SQL (a syntax error, wrong parameter count) or a constraint violation (final,
+  // the caller's); kUnavailable for a lost or locked database and for the store's
+  // faults (IsStoreFault: a missing table or column, no privilege, a read-only or
+  // full database; retryable); kAborted for a deadlock or serialization failure
+  // (retryable); kUnimplemented on a store without SQL (memory://). Blocks.
   virtual absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params = {}) = 0;
 
   // Runs a query, as Exec, and returns its rows.
@@ -80,6 +82,25 @@ absl::Status ClaimContendedError(std::string_view message);
 
 // True for a status made by ClaimContendedError (or carrying its payload).
 bool IsClaimContended(const absl::Status& status);
+
+// The status payload that marks an error as the store's fault, not the request's
+// (SPEC §3): a missing or wrong schema, permission denied, disk full, a read-only,
+// deleted or replaced database file, a lost connection. Such an error is always
+// kUnavailable: fail closed and retry later (HTTP 503), never answer it as a defect
+// of the input (400), never cache it as the request's failure, never compensate a
+// step because of it.
+inline constexpr std::string_view kStoreFaultPayload = "type.idem.dev/store-fault";
+
+// Returns a kUnavailable status with `message` and kStoreFaultPayload.
+absl::Status StoreFaultError(std::string_view message);
+
+// `status` as the store's fault: kUnavailable with the same message and
+// kStoreFaultPayload. OK stays OK; kAborted (a deadlock or serialization failure:
+// retry the whole transaction) and a ClaimContendedError stay as they are.
+absl::Status AsStoreFault(const absl::Status& status);
+
+// True for a status that carries kStoreFaultPayload.
+bool IsStoreFault(const absl::Status& status);
 
 // The backend side of a transaction: record operations for the Guard.
 class StoreTransaction : public Transaction {
@@ -170,6 +191,10 @@ class Store {
 
   // True when Transaction::Exec/Query run SQL on this store.
   virtual bool SupportsSql() const = 0;
+
+  // True for a store opened with StoreOptions::read_only: nothing may create or
+  // change its tables (the step runner checks its journal instead of creating it).
+  virtual bool read_only() const { return false; }
 
   // The URL this store was opened with, with any password removed.
   virtual std::string_view url() const = 0;

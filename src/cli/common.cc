@@ -57,6 +57,10 @@ absl::Status CheckSqliteFileExists(std::string_view url) {
                                 std::string(path) + " does not exist");
 }
 
+absl::StatusOr<std::unique_ptr<Store>> OpenReadOnlyStore(std::string_view url) {
+  return OpenStore(url, StoreOptions{.read_only = true});
+}
+
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(std::string_view url) {
   if (absl::Status s = CheckSqliteFileExists(url); !s.ok()) return s;
   return OpenStore(url);

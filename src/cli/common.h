@@ -36,10 +36,15 @@ void PutTime(nlohmann::json& j, const std::string& name, absl::Time t);
 // error. Returns OK when the URL is not a sqlite file URL or the file exists.
 absl::Status CheckSqliteFileExists(std::string_view url);
 
-// OpenStore for a command that reads or resumes what is there (inspect, stuck,
-// worker): CheckSqliteFileExists first, so a missing SQLite file is kUnavailable
-// and is not created.
+// OpenStore for a command that resumes what is there (worker): CheckSqliteFileExists
+// first, so a missing SQLite file is kUnavailable and is not created.
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(std::string_view url);
+
+// OpenStore for a command that only looks (inspect, stuck; SPEC §12): read-only
+// (StoreOptions::read_only), so it creates and changes nothing, works on a
+// read-only SQLite file and answers kFailedPrecondition "no idem schema here" for a
+// database without idem's tables.
+absl::StatusOr<std::unique_ptr<Store>> OpenReadOnlyStore(std::string_view url);
 
 // The exit status for a failure to open a store: 2 (usage) for a malformed URL
 // or a backend not compiled in, 1 otherwise.

@@ -94,7 +94,7 @@ int RunInspect(const InspectFlags& flags) {
       return kExitUsage;
     }
   }
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(flags.store);
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenReadOnlyStore(flags.store);
   if (!store.ok()) {
     PrintReason(store.status().message());
     return ExitCodeForStoreError(store.status());

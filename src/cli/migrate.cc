@@ -24,6 +24,10 @@
 // store without a schema such as memory:// or sqlite://:memory:).
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdint>
@@ -228,6 +232,23 @@ absl::StatusOr<SchemaState> ProbeSqlite(std::string_view url) {
   return state;
 }
 
+// OK when a real migrate could create or change the SQLite file of `url`: the file
+// (if it exists) and its directory (for the file, its -wal and -shm) are writable.
+absl::Status CheckSqliteWritable(std::string_view url) {
+  IDEM_ASSIGN_OR_RETURN(std::string path, SqlitePath(url));
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  for (const std::string& p : {path, dir}) {
+    struct stat st;
+    if (p == path && stat(p.c_str(), &st) != 0) continue;  // not there yet: its dir decides
+    if (access(p.c_str(), W_OK) != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot write '", p, "': ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The backend name of `url`'s scheme: sqlite, postgres, mysql, memory or "".
 std::string Backend(std::string_view url) {
   const size_t sep = url.find("://");
@@ -254,7 +275,9 @@ absl::StatusOr<SchemaState> Probe(const std::string& backend, std::string_view u
 std::string VersionText(int64_t v) { return v == 0 ? "0 (none)" : std::to_string(v); }
 
 // Exit status for a failed step: a malformed URL is bad usage, the rest operational.
-int Fail(const absl::Status& status, std::string_view what) {
+int Fail(const absl::Status& raw, std::string_view what, std::string_view url) {
+  // The drivers may quote the URL, password included (libpq on a malformed URI).
+  const absl::Status status = store::RedactSecretsIn(raw, url);
   PrintReason(absl::StrCat("migrate: ", AV(what), ": ", status.message()));
   return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
 }
@@ -271,7 +294,7 @@ int RunMigrate(const MigrateFlags& flags) {
     return kExitUsage;
   }
   absl::StatusOr<SchemaState> before = Probe(backend, flags.store);
-  if (!before.ok()) return Fail(before.status(), "reading the schema");
+  if (!before.ok()) return Fail(before.status(), "reading the schema", flags.store);
   if (before->version > kBuildSchemaVersion) {
     PrintReason(absl::StrCat("migrate: the store holds idem schema version ", before->version,
                              ", newer than this build's ", kBuildSchemaVersion, "; upgrade idem"));
@@ -289,17 +312,24 @@ int RunMigrate(const MigrateFlags& flags) {
              : before->version != kBuildSchemaVersion ? "would upgrade"
              : missing_procedures                     ? "would upgrade"
                                                       : "unchanged";
+    // A dry run that says "would create" must mean the real run can write.
+    if (backend == "sqlite" && action != "unchanged") {
+      if (absl::Status s = CheckSqliteWritable(flags.store); !s.ok()) {
+        PrintReason(absl::StrCat("migrate: --dry-run: the real run would fail: ", s.message()));
+        return kExitFailure;
+      }
+    }
   } else {
     // The store's own open is the migration: one code path for serve and migrate.
     absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(flags.store);
-    if (!store.ok()) return Fail(store.status(), "opening the store");
+    if (!store.ok()) return Fail(store.status(), "opening the store", flags.store);
     display = std::string((*store)->url());
     // The step journal (SPEC §4) too, so a server or worker whose database user
     // may not run DDL finds every table it needs.
     StepRunner journal(**store);
-    if (absl::Status s = journal.Migrate(); !s.ok()) return Fail(s, "creating the step journal");
+    if (absl::Status s = journal.Migrate(); !s.ok()) return Fail(s, "creating the step journal", flags.store);
     absl::StatusOr<SchemaState> now = Probe(backend, flags.store);
-    if (!now.ok()) return Fail(now.status(), "reading the schema after opening");
+    if (!now.ok()) return Fail(now.status(), "reading the schema after opening", flags.store);
     after = *now;
     action = after.version == before->version
                  ? (after.procedures == before->procedures ? "unchanged" : "upgraded")
@@ -314,6 +344,8 @@ int RunMigrate(const MigrateFlags& flags) {
     if (o.ok()) display = o->redacted_url;
   }
 #endif
+  // Whatever is left unredacted (sqlite:// with a secret-looking parameter) is now.
+  if (display == flags.store) display = store::RedactUrl(flags.store);
 
   std::printf("backend: %s\n", backend.c_str());
   std::printf("store: %s\n", display.c_str());

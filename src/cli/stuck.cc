@@ -104,7 +104,9 @@ int RunStuck(const StuckFlags& flags) {
     PrintReason("stuck: --note goes with --resolve BIZ_KEY");
     return kExitUsage;
   }
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(flags.store);
+  // Listing only looks; --resolve writes (the operation's settlement).
+  absl::StatusOr<std::unique_ptr<Store>> store =
+      flags.resolve.empty() ? OpenReadOnlyStore(flags.store) : OpenExistingStore(flags.store);
   if (!store.ok()) {
     PrintReason(store.status().message());
     return ExitCodeForStoreError(store.status());

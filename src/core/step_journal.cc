@@ -178,6 +178,28 @@ std::string RequestIdFor(std::string_view biz_key, int step_seq) {
   return absl::StrCat("idem-", AV(Fingerprint(material).substr(0, 32)));
 }
 
+absl::Status Journal::Check(Store& store) const {
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
+  absl::StatusOr<Rows> rows = tx->Query("SELECT MAX(version) FROM idem_journal_version");
+  if (!rows.ok()) {
+    if (!IsStoreFault(rows.status())) return rows.status();
+    return absl::FailedPreconditionError(
+        absl::StrCat("no idem step journal here (", rows.status().message(), ")"));
+  }
+  int64_t version = 0;
+  if (!rows->rows.empty() && !rows->rows[0].empty() && !rows->rows[0][0].is_null()) {
+    IDEM_ASSIGN_OR_RETURN(version, IntOf(rows->rows[0][0], "version"));
+  }
+  if (version == 0) return absl::FailedPreconditionError("no idem step journal here");
+  if (version > kJournalVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the step journal has version ", version, ", newer than this idem's ", kJournalVersion,
+        ": upgrade idem"));
+  }
+  tx->Rollback();
+  return absl::OkStatus();
+}
+
 absl::Status Journal::Migrate(Store& store) const {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
   if (dialect_ == Dialect::kPostgres) {

@@ -59,6 +59,11 @@ class Journal {
   // kFailedPrecondition for a journal of a newer idem.
   absl::Status Migrate(Store& store) const;
 
+  // Checks, without creating or changing anything, that the journal is there and
+  // not newer than this idem: kFailedPrecondition ("no idem step journal here", or
+  // a newer version) otherwise. For read-only stores.
+  absl::Status Check(Store& store) const;
+
   // Inserts a new operation row (lease token 1) and its step rows unless
   // `state.biz_key` exists. Returns whether it inserted.
   absl::StatusOr<bool> InsertOperation(Transaction& tx, const OperationState& state,

@@ -135,7 +135,8 @@ struct StepRunner::Impl {
     if (journal.has_value()) return &*journal;
     IDEM_ASSIGN_OR_RETURN(steps::Dialect dialect, steps::DialectOf(store()));
     Journal j(dialect);
-    IDEM_RETURN_IF_ERROR(j.Migrate(store()));
+    // A read-only store (inspection tools) must not get the journal's tables made.
+    IDEM_RETURN_IF_ERROR(store().read_only() ? j.Check(store()) : j.Migrate(store()));
     journal.emplace(j);
     return &*journal;
   }
@@ -679,9 +680,15 @@ absl::StatusOr<Unit> StepRunner::Impl::StepFailed(const Journal& j, const Step& 
   u.status = unknown ? StepStatus::kUnknown : StepStatus::kFailed;
   u.retry_count = attempts;
   u.last_error = message;
+  // A store fault (a missing table, a read-only or lost database: SPEC §3) is not the
+  // step's failure: retry it, and past the budget escalate to a person, as for an
+  // unobserved outcome; never compensate because of it (that would undo a real
+  // effect, e.g. cancel a refund that went through, for a broken database).
+  const bool store_fault = IsStoreFault(error);
   // An unobserved outcome is always worth another look (a query), until attempts run out.
-  const bool again = (unknown || ClassifyStatus(error) == RetryClass::kRetryable) &&
-                     attempts < def.retry.max_attempts;
+  const bool again =
+      (unknown || store_fault || ClassifyStatus(error) == RetryClass::kRetryable) &&
+      attempts < def.retry.max_attempts;
   if (again) u.next_retry_at = now + def.retry.Backoff(rec.retry_count, *runner.options_.random);
   // A commit whose outcome was unknown may have made the step SUCCESS: keep that.
   IDEM_ASSIGN_OR_RETURN(bool wrote, j.UpdateStep(*tx, op.biz_key, u, {StepStatus::kSuccess}, now));
@@ -696,6 +703,13 @@ absl::StatusOr<Unit> StepRunner::Impl::StepFailed(const Journal& j, const Step& 
     IDEM_RETURN_IF_ERROR(tx->Commit());
     Bump(counters.step_retries);
     return Unit{UnitKind::kWait, u.next_retry_at};
+  }
+  if (store_fault) {
+    return Finish(j, *tx, op, OperationStatus::kCompensationRequired,
+                  absl::StrCat(message, " (a store error past the retry budget: nothing was "
+                                        "compensated; fix the store, then settle the "
+                                        "operation by hand)"),
+                  now);
   }
   IDEM_RETURN_IF_ERROR(j.UpdateOperation(*tx, op.biz_key, OperationStatus::kCompensating, now, "",
                                          message, now));

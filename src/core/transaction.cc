@@ -21,6 +21,29 @@ bool IsClaimContended(const absl::Status& status) {
          status.GetPayload(AV(kClaimContendedPayload)).has_value();
 }
 
+absl::Status StoreFaultError(std::string_view message) {
+  absl::Status s = absl::UnavailableError(AV(message));
+  s.SetPayload(AV(kStoreFaultPayload), absl::Cord("1"));
+  return s;
+}
+
+absl::Status AsStoreFault(const absl::Status& status) {
+  if (status.ok() || status.code() == absl::StatusCode::kAborted || IsClaimContended(status) ||
+      IsStoreFault(status)) {
+    return status;
+  }
+  absl::Status s = absl::UnavailableError(status.message());
+  status.ForEachPayload([&s](absl::string_view url, const absl::Cord& payload) {
+    s.SetPayload(url, payload);
+  });
+  s.SetPayload(AV(kStoreFaultPayload), absl::Cord("1"));
+  return s;
+}
+
+bool IsStoreFault(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(AV(kStoreFaultPayload)).has_value();
+}
+
 namespace {
 
 absl::Status CheckIdentifier(std::string_view what, std::string_view name) {

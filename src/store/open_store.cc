@@ -27,8 +27,9 @@ namespace {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
-                                                 const StoreOptions& /*options*/) {
+namespace {
+
+absl::StatusOr<std::unique_ptr<Store>> OpenByScheme(std::string_view url, bool read_only) {
   const size_t sep = url.find("://");
   if (sep == std::string_view::npos || sep == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -41,23 +42,34 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
     }
     return NewMemoryStore();
   }
-  if (scheme == "sqlite") return OpenSqliteStore(url);
+  if (scheme == "sqlite") return OpenSqliteStore(url, read_only);
   if (scheme == "postgres" || scheme == "postgresql") {
 #if IDEM_HAVE_POSTGRES
-    return OpenPostgresStore(url);
+    return OpenPostgresStore(url, read_only);
 #else
     return NotCompiledIn("postgres", "IDEM_WITH_POSTGRES");
 #endif
   }
   if (scheme == "mysql" || scheme == "mariadb") {
 #if IDEM_HAVE_MYSQL
-    return OpenMysqlStore(url);
+    return OpenMysqlStore(url, read_only);
 #else
     return NotCompiledIn("mysql", "IDEM_WITH_MYSQL");
 #endif
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown store scheme '", AV(scheme), "' in '", AV(store::RedactUrl(url)), "'; use memory://, sqlite://PATH, postgres://… or mysql://…"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
+                                                 const StoreOptions& options) {
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenByScheme(url, options.read_only);
+  // Drivers may quote the URL they were given (libpq does, on a malformed URI):
+  // no message leaves here with a secret of the URL in it.
+  if (!store.ok()) return store::RedactSecretsIn(store.status(), url);
+  return store;
 }
 
 }  // namespace idem

@@ -1,17 +1,112 @@
 #include "store/store_url.h"
 
+#include <charconv>
 #include <string>
 #include <string_view>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
 
 namespace idem::store {
 namespace {
 
-bool IsSecretParam(std::string_view item) {
-  const std::string_view name = item.substr(0, item.find('='));
+bool IsSecretName(std::string_view name) {
   for (std::string_view secret : {"password", "pass", "passwd", "secret"}) {
     if (name == secret) return true;
   }
   return false;
+}
+
+bool IsSecretParam(std::string_view item) { return IsSecretName(item.substr(0, item.find('='))); }
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Percent-decodes `in`; false on a malformed escape.
+bool Decode(std::string_view in, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out->push_back(in[i]);
+      continue;
+    }
+    if (i + 2 >= in.size()) return false;
+    const int hi = HexValue(in[i + 1]), lo = HexValue(in[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    out->push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return true;
+}
+
+// In an authority without '@', the position after a ':' whose suffix is not a port
+// (digits), i.e. a password written without its host; npos when there is none.
+size_t NonPortSuffix(std::string_view authority) {
+  if (authority.starts_with("[")) return std::string_view::npos;  // [v6]:port
+  const size_t colon = authority.find(':');
+  if (colon == std::string_view::npos || colon + 1 >= authority.size()) return std::string_view::npos;
+  for (char c : authority.substr(colon + 1)) {
+    if (c < '0' || c > '9') return colon + 1;
+  }
+  return std::string_view::npos;
+}
+
+// The secrets written in `url`, raw as written: the userinfo's password and the
+// values of secret parameters.
+std::vector<std::string_view> RawSecrets(std::string_view url) {
+  std::vector<std::string_view> out;
+  const size_t sep = url.find("://");
+  std::string_view rest = sep == std::string_view::npos ? url : url.substr(sep + 3);
+  std::string_view query;
+  if (size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  const std::string_view authority =
+      sep == std::string_view::npos ? rest : rest.substr(0, rest.find('/'));
+  if (size_t at = authority.rfind('@'); at != std::string_view::npos) {
+    const std::string_view userinfo = authority.substr(0, at);
+    if (size_t colon = userinfo.find(':'); colon != std::string_view::npos) {
+      if (colon + 1 < userinfo.size()) out.push_back(userinfo.substr(colon + 1));
+    } else if (sep == std::string_view::npos && !userinfo.empty()) {
+      out.push_back(userinfo);
+    }
+  } else if (size_t secret = NonPortSuffix(authority); secret != std::string_view::npos) {
+    out.push_back(authority.substr(secret));
+  }
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view item = query.substr(0, amp);
+    const size_t eq = item.find('=');
+    if (eq != std::string_view::npos && IsSecretName(item.substr(0, eq)) && eq + 1 < item.size()) {
+      out.push_back(item.substr(eq + 1));
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return out;
+}
+
+// Splits "?query" off `*rest`; the query without its '?', or nullopt when none.
+std::optional<std::string_view> SplitQuery(std::string_view* rest) {
+  const size_t q = rest->find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view query = rest->substr(q + 1);
+  *rest = rest->substr(0, q);
+  return query;
+}
+
+void ReplaceAll(std::string& text, std::string_view what) {
+  if (what.empty()) return;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 3)) {
+    text.replace(at, what.size(), "***");
+  }
 }
 
 }  // namespace
@@ -25,19 +120,18 @@ std::string RedactUrl(std::string_view url) {
   }
   const size_t start = sep + 3;
   std::string_view rest = url.substr(start);
-  std::string_view query;
-  bool has_query = false;
-  if (size_t q = rest.find('?'); q != std::string_view::npos) {
-    query = rest.substr(q + 1);
-    rest = rest.substr(0, q);
-    has_query = true;
-  }
+  const std::optional<std::string_view> given_query = SplitQuery(&rest);
+  const bool has_query = given_query.has_value();
+  std::string_view query = given_query.value_or("");
   std::string out(url.substr(0, start));
   const std::string_view authority = rest.substr(0, rest.find('/'));
   if (size_t at = authority.rfind('@'); at != std::string_view::npos) {
     std::string_view userinfo = authority.substr(0, at);
     out.append(userinfo.substr(0, userinfo.find(':')));
     out.append(rest.substr(at));
+  } else if (size_t secret = NonPortSuffix(authority); secret != std::string_view::npos) {
+    // "user:password" with the '@host' left out: what follows ':' is no port.
+    out.append(authority.substr(0, secret)).append("***").append(rest.substr(authority.size()));
   } else {
     out.append(rest);
   }
@@ -56,6 +150,170 @@ std::string RedactUrl(std::string_view url) {
     if (!kept.empty()) out.append("?").append(kept);
   }
   return out;
+}
+
+std::string RedactSecretsIn(std::string_view text, std::string_view url) {
+  std::string out(text);
+  for (std::string_view raw : RawSecrets(url)) {
+    std::string decoded;
+    // The longer form first, so that a decoded secret inside the raw one is caught too.
+    if (Decode(raw, &decoded) && decoded.size() > raw.size()) ReplaceAll(out, decoded);
+    ReplaceAll(out, raw);
+    if (Decode(raw, &decoded)) ReplaceAll(out, decoded);
+  }
+  return out;
+}
+
+absl::Status RedactSecretsIn(const absl::Status& status, std::string_view url) {
+  if (status.ok()) return status;
+  absl::Status out(status.code(), RedactSecretsIn(SV(status.message()), url));
+  status.ForEachPayload(
+      [&out](absl::string_view type, const absl::Cord& payload) { out.SetPayload(type, payload); });
+  return out;
+}
+
+const std::string* StoreUrl::Param(std::string_view name) const {
+  const std::string* found = nullptr;
+  for (const auto& [k, v] : params) {
+    if (k == name) found = &v;
+  }
+  return found;
+}
+
+absl::StatusOr<int64_t> StoreUrl::IntParam(std::string_view name, int64_t fallback, int64_t lo,
+                                           int64_t hi) const {
+  const std::string* v = Param(name);
+  if (v == nullptr) return fallback;
+  int64_t out = 0;
+  auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
+  if (v->empty() || ec != std::errc() || ptr != v->data() + v->size() || out < lo || out > hi) {
+    return absl::InvalidArgumentError(absl::StrCat(scheme, " URL parameter ", AV(name), "='",
+                                                   IsSecretName(name) ? "***" : *v,
+                                                   "' must be an integer in ", lo, "..", hi));
+  }
+  return out;
+}
+
+absl::StatusOr<bool> StoreUrl::BoolParam(std::string_view name, bool fallback) const {
+  const std::string* v = Param(name);
+  if (v == nullptr) return fallback;
+  const std::string lower = absl::AsciiStrToLower(*v);
+  if (lower == "on" || lower == "true" || lower == "1" || lower == "yes") return true;
+  if (lower == "off" || lower == "false" || lower == "0" || lower == "no") return false;
+  return absl::InvalidArgumentError(absl::StrCat(scheme, " URL parameter ", AV(name), "='", *v,
+                                                 "' must be on or off"));
+}
+
+absl::Status StoreUrl::OnlyParams(std::initializer_list<std::string_view> known) const {
+  for (const auto& [k, v] : params) {
+    bool ok = false;
+    std::string names;
+    for (std::string_view n : known) {
+      ok = ok || n == k;
+      absl::StrAppend(&names, names.empty() ? "" : ", ", AV(n));
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown ", scheme, " URL parameter '", k, "' in '", redacted,
+                       "' (known: ", names.empty() ? "none" : names, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view scheme,
+                                       std::initializer_list<std::string_view> aliases) {
+  StoreUrl u;
+  u.redacted = RedactUrl(url);
+  auto bad = [&](std::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(AV(scheme), " URL '", u.redacted, "': ",
+                                                   AV(what)));
+  };
+  const size_t sep = url.find("://");
+  std::string given = sep == std::string_view::npos
+                          ? std::string()
+                          : absl::AsciiStrToLower(AV(url.substr(0, sep)));
+  bool scheme_ok = given == scheme;
+  for (std::string_view alias : aliases) scheme_ok = scheme_ok || given == alias;
+  if (!scheme_ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a ", AV(scheme), ":// URL: '", u.redacted, "'"));
+  }
+  u.scheme = std::string(scheme);
+  std::string_view rest = url.substr(sep + 3);
+  const std::optional<std::string_view> given_query = SplitQuery(&rest);
+  const bool has_query = given_query.has_value();
+  std::string_view query = given_query.value_or("");
+  if (rest.find('#') != std::string_view::npos) return bad("a fragment ('#') is not allowed");
+  const size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  if (slash != std::string_view::npos && !Decode(rest.substr(slash + 1), &u.path)) {
+    return bad("malformed percent escape in the path");
+  }
+  if (size_t at = authority.rfind('@'); at != std::string_view::npos) {
+    std::string_view userinfo = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    const size_t colon = userinfo.find(':');
+    if (!Decode(userinfo.substr(0, colon), &u.user)) return bad("malformed percent escape in the user");
+    if (colon != std::string_view::npos) {
+      std::string pw;
+      if (!Decode(userinfo.substr(colon + 1), &pw)) {
+        return bad("malformed percent escape in the password");
+      }
+      u.password = std::move(pw);
+    }
+  }
+  std::string_view port;
+  bool has_port = false;
+  if (authority.starts_with("[")) {
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos) return bad("an IPv6 host has no closing ']'");
+    u.host = std::string(authority.substr(1, close - 1));
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty() && !after.starts_with(":")) return bad("unexpected text after ']'");
+    if (!after.empty()) {
+      port = after.substr(1);
+      has_port = true;
+    }
+    if (u.host.empty()) return bad("an empty IPv6 host '[]'");
+  } else {
+    const size_t colon = authority.rfind(':');
+    if (colon != std::string_view::npos) {
+      port = authority.substr(colon + 1);
+      authority = authority.substr(0, colon);
+      has_port = true;
+    }
+    if (authority.find_first_of("[]") != std::string_view::npos) return bad("a stray '[' or ']'");
+    if (!Decode(authority, &u.host)) return bad("malformed percent escape in the host");
+  }
+  if (has_port) {
+    int p = 0;
+    auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+    if (port.empty() || ec != std::errc() || ptr != port.data() + port.size() || p < 1 ||
+        p > 65535) {
+      return bad(absl::StrCat("port '", AV(port), "' must be 1..65535"));
+    }
+    u.port = p;
+  }
+  if (has_query) {
+    while (!query.empty()) {
+      const size_t amp = query.find('&');
+      const std::string_view item = query.substr(0, amp);
+      if (!item.empty()) {
+        const size_t eq = item.find('=');
+        std::string k, v;
+        if (!Decode(item.substr(0, eq), &k) ||
+            (eq != std::string_view::npos && !Decode(item.substr(eq + 1), &v))) {
+          return bad("malformed percent escape in a parameter");
+        }
+        if (k.empty()) return bad("a parameter without a name");
+        u.params.emplace_back(std::move(k), std::move(v));
+      }
+      if (amp == std::string_view::npos) break;
+      query.remove_prefix(amp + 1);
+    }
+  }
+  return u;
 }
 
 }  // namespace idem::store

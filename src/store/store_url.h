@@ -1,11 +1,21 @@
-// What every store URL shares, for every backend and every message that names one.
-// Not part of the public API.
+// What every store URL shares, for every backend and every message that names one:
+// one parser for the authority form (scheme://user:password@host:port/path?k=v&…,
+// IPv6 hosts in brackets) and the redaction every message, log line and problem
+// detail goes through. Not part of the public API.
 //
-// Thread safety: plain functions.
+// Thread safety: plain functions and values.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace idem::store {
 
@@ -15,5 +25,45 @@ namespace idem::store {
 // (it never fails): a URL without "://" is returned unchanged only when it has no
 // '@' (else everything up to the last '@' is dropped).
 std::string RedactUrl(std::string_view url);
+
+// `text` (a driver's message, which may quote the URL it was given) with every
+// secret of `url` in it (the password, raw and percent-decoded, and the values of
+// its secret parameters) replaced by "***".
+std::string RedactSecretsIn(std::string_view text, std::string_view url);
+
+// `status` with RedactSecretsIn applied to its message (code and payloads kept).
+absl::Status RedactSecretsIn(const absl::Status& status, std::string_view url);
+
+// A parsed URL of the authority form. Every string is percent-decoded.
+struct StoreUrl {
+  std::string scheme;                   // lower case, without "://"
+  std::string user;
+  std::optional<std::string> password;  // set when the userinfo has a ':'
+  std::string host;                     // without the brackets of an IPv6 address
+  std::optional<int> port;              // 1..65535 when given
+  std::string path;                     // after the authority's '/', without it
+  std::vector<std::pair<std::string, std::string>> params;  // the query, in order
+  std::string redacted;                 // RedactUrl of the original
+
+  // The value of the last `name` parameter, or nullptr.
+  const std::string* Param(std::string_view name) const;
+
+  // The integer value of `name` in [lo, hi], `fallback` when it is absent.
+  // kInvalidArgument naming the parameter and the range otherwise.
+  absl::StatusOr<int64_t> IntParam(std::string_view name, int64_t fallback, int64_t lo,
+                                   int64_t hi) const;
+
+  // on/off, true/false, 1/0, yes/no; `fallback` when absent; else kInvalidArgument.
+  absl::StatusOr<bool> BoolParam(std::string_view name, bool fallback) const;
+
+  // kInvalidArgument naming the first parameter that is not in `known`.
+  absl::Status OnlyParams(std::initializer_list<std::string_view> known) const;
+};
+
+// Parses `url`, which must have the scheme `scheme` (or one of `aliases`). Errors:
+// kInvalidArgument naming what is wrong (the scheme, a bad percent escape, an
+// unclosed '[', a port that is not 1..65535), with the URL redacted.
+absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view scheme,
+                                       std::initializer_list<std::string_view> aliases = {});
 
 }  // namespace idem::store

@@ -39,3 +39,90 @@ TEST(RedactUrlTest, MalformedInputStillLosesItsSecret) {
 
 }  // namespace
 }  // namespace idem::store
+
+namespace idem::store {
+namespace {
+
+TEST(RedactUrlTest, APasswordWithoutItsHostIsStillHidden) {
+  EXPECT_EQ(RedactUrl("mysql://idem:s3cret"), "mysql://idem:***");
+  EXPECT_EQ(RedactUrl("mysql://db:3306/app"), "mysql://db:3306/app");  // a port stays
+}
+
+TEST(RedactSecretsInTest, ReplacesThePasswordWhereverADriverQuotedIt) {
+  const std::string url = "postgres://idem:p%40ss-w0rd@[::1/db?password=other";
+  EXPECT_EQ(RedactSecretsIn("bad URI \"postgres://idem:p%40ss-w0rd@[::1/db\"; p@ss-w0rd; other", url),
+            "bad URI \"postgres://idem:***@[::1/db\"; ***; ***");
+  EXPECT_EQ(RedactSecretsIn("nothing secret here", "sqlite:///tmp/a.db"), "nothing secret here");
+  absl::Status s = RedactSecretsIn(absl::UnavailableError("at p%40ss-w0rd"), url);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "at ***");
+}
+
+TEST(ParseStoreUrlTest, ReadsEveryPart) {
+  absl::StatusOr<StoreUrl> u =
+      ParseStoreUrl("MySQL://us%3Ar:p%40ss@db.internal:3307/app%20db?pool=4&procedures=off&x", "mysql");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->scheme, "mysql");
+  EXPECT_EQ(u->user, "us:r");
+  EXPECT_EQ(u->password, "p@ss");
+  EXPECT_EQ(u->host, "db.internal");
+  EXPECT_EQ(u->port, 3307);
+  EXPECT_EQ(u->path, "app db");
+  ASSERT_EQ(u->params.size(), 3u);
+  EXPECT_EQ(*u->Param("pool"), "4");
+  EXPECT_EQ(*u->Param("x"), "");
+  EXPECT_EQ(u->Param("nope"), nullptr);
+  EXPECT_EQ(*u->IntParam("pool", 8, 1, 64), 4);
+  EXPECT_EQ(*u->IntParam("missing", 8, 1, 64), 8);
+  EXPECT_EQ(*u->BoolParam("procedures", true), false);
+  EXPECT_EQ(u->redacted, "MySQL://us%3Ar@db.internal:3307/app%20db?pool=4&procedures=off&x");
+}
+
+TEST(ParseStoreUrlTest, TakesIpv6HostsInBrackets) {
+  absl::StatusOr<StoreUrl> u = ParseStoreUrl("redis://:pw@[::1]:6380/2", "redis");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->host, "::1");
+  EXPECT_EQ(u->port, 6380);
+  EXPECT_EQ(u->password, "pw");
+  EXPECT_EQ(u->path, "2");
+  u = ParseStoreUrl("redis://[fe80::1]", "redis");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->host, "fe80::1");
+  EXPECT_FALSE(u->port.has_value());
+}
+
+TEST(ParseStoreUrlTest, ErrorsNameWhatIsWrongAndNeverThePassword) {
+  struct Case {
+    std::string url;
+    std::string says;
+  } cases[] = {
+      {"redis://:s3cret@[::1", "no closing ']'"},
+      {"redis://:s3cret@[::1]x", "after ']'"},
+      {"redis://:s3cret@host:0", "port '0' must be 1..65535"},
+      {"redis://:s3cret@host:99999", "must be 1..65535"},
+      {"redis://:s3cret@host:", "port '' must be"},
+      {"redis://:s3cret@ho%zzst", "percent escape in the host"},
+      {"redis://:s3cret@host/#frag", "fragment"},
+      {"redis://:s3cret@host?=1", "without a name"},
+      {"postgres://:s3cret@host", "not a redis:// URL"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<StoreUrl> u = ParseStoreUrl(c.url, "redis");
+    ASSERT_FALSE(u.ok()) << c.url;
+    EXPECT_EQ(u.status().code(), absl::StatusCode::kInvalidArgument) << c.url;
+    EXPECT_NE(u.status().message().find(c.says), absl::string_view::npos)
+        << c.url << ": " << u.status();
+    EXPECT_EQ(u.status().message().find("s3cret"), absl::string_view::npos) << u.status();
+  }
+  absl::StatusOr<StoreUrl> u = ParseStoreUrl("redis://h?pool=x&password=s3cret", "redis");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->IntParam("pool", 1, 1, 9).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(u->IntParam("password", 1, 1, 9).status().message().find("s3cret"), absl::string_view::npos);
+  absl::Status unknown = u->OnlyParams({"pool"});
+  EXPECT_NE(unknown.message().find("unknown redis URL parameter 'password'"), absl::string_view::npos)
+      << unknown;
+  EXPECT_EQ(unknown.message().find("s3cret"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace idem::store

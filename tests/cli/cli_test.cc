@@ -347,7 +347,7 @@ TEST_F(CliTest, InspectMissingKeyExitsOne) {
 TEST_F(CliTest, InspectMissingSqliteFileExitsOneAndCreatesNothing) {
   Exec r = Idem({"inspect", "--store", "sqlite://./nope.db", "--key", "K-1"});
   ExpectOneLineFailure(r, 1);
-  EXPECT_EQ(r.err, "idem: store sqlite://./nope.db: database file ./nope.db does not exist\n");
+  EXPECT_EQ(r.err, "idem: no idem schema here: sqlite database './nope.db' does not exist\n");
   EXPECT_FALSE(std::filesystem::exists(dir_.file("nope.db")));
 }
 

@@ -484,7 +484,7 @@ TEST_F(StepsCliTest, StuckMissingSqliteFileExitsOneAndCreatesNothing) {
   Exec r = Idem({"stuck", "--store", "sqlite://" + missing});
   ExpectOneLineFailure(r, 1);
   EXPECT_EQ(r.err,
-            "idem: store sqlite://" + missing + ": database file " + missing + " does not exist\n");
+            "idem: no idem schema here: sqlite database '" + missing + "' does not exist\n");
   EXPECT_FALSE(std::filesystem::exists(missing));
 
   // The default store is ./idem.db: missing in the empty working directory too.

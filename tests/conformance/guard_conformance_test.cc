@@ -402,6 +402,59 @@ TEST_P(SqlGuardConformanceTest, FinalErrorRollsBackBusinessRowsButCachesFailure)
   EXPECT_EQ(again->outcome, Outcome::kCachedFailure);
 }
 
+// SPEC §3: a missing schema is the store's fault. With the record table gone
+// (dropped, renamed, a wrong database), every guard call fails closed with
+// kUnavailable marked IsStoreFault (HTTP 503), never kInvalidArgument (400, which a
+// client does not retry: the message would be dropped); Ping fails too (/readyz).
+TEST_P(SqlGuardConformanceTest, MissingRecordTableIsTheStoresFault) {
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    ASSERT_OK(tx->Exec("ALTER TABLE idem_records RENAME TO idem_records_moved"));
+    ASSERT_OK(tx->Commit());
+  }
+  auto store_fault = [](const absl::Status& s) {
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
+    EXPECT_TRUE(IsStoreFault(s)) << s;
+  };
+  store_fault(guard_->Run(Req("O-1"), Counting(R"({"ok":1})")).status());
+  EXPECT_EQ(runs_.load(), 0);
+  store_fault(guard_->Claim(Req("O-2"), absl::Seconds(30)).status());
+  store_fault(guard_->Complete(Req("O-2"), 1, "{}"));
+  store_fault(guard_->Fail(Req("O-2"), 1, false, "{}"));
+  store_fault(guard_->Get(Req("O-2")).status());
+  store_fault(store_->Ping());
+  // Put back, the store serves again without a reopen.
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    ASSERT_OK(tx->Exec("ALTER TABLE idem_records_moved RENAME TO idem_records"));
+    ASSERT_OK(tx->Commit());
+  }
+  EXPECT_OK(store_->Ping());
+  absl::StatusOr<Result> r = guard_->Run(Req("O-1"), Counting(R"({"ok":1})"));
+  ASSERT_OK(r);
+  EXPECT_EQ(r->outcome, Outcome::kExecuted);
+}
+
+// A handler whose own table is missing meets a store fault too: it is retryable,
+// so nothing is cached and the retry runs the handler again once the table is
+// back; a statement that is wrong in itself (a constraint violation) stays final.
+TEST_P(SqlGuardConformanceTest, HandlersMissingTableIsRetryableAndCachesNothing) {
+  auto handler = [&](Transaction& tx) -> absl::StatusOr<std::string> {
+    ++runs_;
+    IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO ledger_that_is_not_there (order_no) VALUES (?)",
+                                 {Value("O-1")}));
+    return std::string("{}");
+  };
+  absl::Status s = guard_->Run(Req("O-1"), handler).status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(IsStoreFault(s)) << s;
+  EXPECT_THAT(guard_->Get(Req("O-1")), StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<Result> again = guard_->Run(Req("O-1"), Counting(R"({"ok":1})"));
+  ASSERT_OK(again);
+  EXPECT_EQ(again->outcome, Outcome::kExecuted);
+  EXPECT_EQ(runs_.load(), 2);
+}
+
 // The result write must find the record as the claim left it. When it does not
 // (here the handler itself moves it on, as a concurrent takeover would), nothing of
 // the transaction commits: not the business rows, not the record. PostgreSQL and
@@ -479,8 +532,16 @@ TEST_P(SqlGuardConformanceTest, FirstStatementErrorCountsAsTheHandlers) {
   EXPECT_EQ(handler_runs, 0);
   EXPECT_EQ(LedgerRows(), 1);
   // Bad SQL is the caller's mistake, reported as the handler's final error too.
-  EXPECT_THAT(guard_->Run(Req("K-2"), Statement{"INSERT INTO no_such_table VALUES (1)", {}}, handler),
+  EXPECT_THAT(guard_->Run(Req("K-2"), Statement{"INSERT INTO ledger VALUS (1)", {}}, handler),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(handler_runs, 0);
+  // A missing table is the store's: retryable, nothing cached (SPEC §3).
+  absl::Status missing =
+      guard_->Run(Req("K-3"), Statement{"INSERT INTO no_such_table VALUES (1)", {}}, handler)
+          .status();
+  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(IsStoreFault(missing)) << missing;
+  EXPECT_THAT(guard_->Get(Req("K-3")), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(handler_runs, 0);
 }
 

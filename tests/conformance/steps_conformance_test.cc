@@ -888,6 +888,34 @@ TEST_P(StepsConformanceTest, ExhaustedRetriesCompensateDoneStepsInReverseOrder) 
   EXPECT_THAT(BizKeys(stuck), IsEmpty());
 }
 
+// SPEC §3/§4: a store error is not the step's failure. A local step whose table is
+// missing (here: renamed after the channel reversal went through) is retried, and
+// past its budget the operation goes to a person: the reversal is never cancelled
+// because the database was broken (the seed's refund incident, the other way round).
+TEST_P(StepsConformanceTest, StoreErrorInAStepNeverCompensates) {
+  OperationType type{.name = "refund",
+                     .steps = {External(1, "channel_reversal"),
+                               Ledger(2, "ledger", /*max_attempts=*/3), Ledger(3, "invoice")}};
+  auto runner = NewRunner(Options(true), {type});
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store_->Begin());
+    ASSERT_OK(tx->Exec("ALTER TABLE ledger RENAME TO ledger_moved"));
+    ASSERT_OK(tx->Commit());
+  }
+  ASSERT_OK_AND_ASSIGN(OperationState op, runner->Run(Req("R-1")));
+  EXPECT_EQ(OpStatus(op), "COMPENSATION_REQUIRED");
+  EXPECT_THAT(StepStatuses(op), ElementsAre("SUCCESS", "FAILED", "PENDING"));
+  EXPECT_THAT(Attempts("R-1", "exec:2"), ElementsAre(1, 2, 3));
+  EXPECT_THAT(Sequence("R-1", "comp"), IsEmpty());
+  const std::string rid = op.steps.at(0).request_id;
+  EXPECT_EQ(channel_.Cancels(rid), 0);
+  EXPECT_EQ(channel_.Effects(rid), 1);
+  EXPECT_THAT(op.last_error, HasSubstr("nothing was compensated"));
+  // A person sees it.
+  ASSERT_OK_AND_ASSIGN(std::vector<OperationState> stuck, runner->ListStuck());
+  EXPECT_THAT(BizKeys(stuck), ElementsAre("R-1"));
+}
+
 TEST_P(StepsConformanceTest, FinalFailureCompensatesWithoutRetrying) {
   OperationType type{
       .name = "refund",

@@ -37,6 +37,7 @@ class CachingStore final : public Store {
                                                       std::string_view key) override;
   absl::Status Ping() override { return inner_->Ping(); }
   bool SupportsSql() const override { return inner_->SupportsSql(); }
+  bool read_only() const override { return inner_->read_only(); }
   std::string_view url() const override { return inner_->url(); }
 
   CacheStats stats() const;

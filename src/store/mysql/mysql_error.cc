@@ -5,6 +5,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "idem/store.h"
 
 namespace idem::mysql {
 
@@ -43,6 +44,14 @@ absl::Status ToStatus(unsigned int err, std::string_view sqlstate, std::string_v
   const std::string text =
       absl::StrCat(AV(context), ": mysql error ", err, " (", AV(sqlstate), "): ", AV(message));
   switch (err) {
+    // A missing or wrong schema, or no privilege on a table: the store's fault
+    // (SPEC §3), whatever the statement.
+    case 1146:  // ER_NO_SUCH_TABLE
+    case 1054:  // ER_BAD_FIELD_ERROR
+    case 1142:  // ER_TABLEACCESS_DENIED_ERROR
+    case 1143:  // ER_COLUMNACCESS_DENIED_ERROR
+    case 1036:  // ER_OPEN_AS_READONLY
+      return StoreFaultError(text);
     // Constraint violations and bad data are final (SPEC §5): retrying the same
     // statement cannot succeed.
     case 1022:  // ER_DUP_KEY
@@ -63,9 +72,7 @@ absl::Status ToStatus(unsigned int err, std::string_view sqlstate, std::string_v
     case 1366:  // ER_TRUNCATED_WRONG_VALUE_FOR_FIELD
     case 1406:  // ER_DATA_TOO_LONG
     // The SQL itself is wrong.
-    case 1054:  // ER_BAD_FIELD_ERROR
     case 1064:  // ER_PARSE_ERROR
-    case 1146:  // ER_NO_SUCH_TABLE
     case 1149:  // ER_SYNTAX_ERROR
     case 1210:  // ER_WRONG_ARGUMENTS
     case 1295:  // ER_UNSUPPORTED_PS
@@ -92,8 +99,6 @@ absl::Status ToStatus(unsigned int err, std::string_view sqlstate, std::string_v
     case 1045:  // ER_ACCESS_DENIED_ERROR
     case 1044:  // ER_DBACCESS_DENIED_ERROR
     case 1095:  // ER_KILL_DENIED_ERROR
-    case 1142:  // ER_TABLEACCESS_DENIED_ERROR
-    case 1143:  // ER_COLUMNACCESS_DENIED_ERROR
     case 1227:  // ER_SPECIFIC_ACCESS_DENIED_ERROR
     case 1370:  // ER_PROCACCESS_DENIED_ERROR
     case 1698:  // ER_ACCESS_DENIED_NO_PASSWORD_ERROR
@@ -101,10 +106,11 @@ absl::Status ToStatus(unsigned int err, std::string_view sqlstate, std::string_v
     case 1049:  // ER_BAD_DB_ERROR: someone has to create the database
       return absl::FailedPreconditionError(text);
     case 1021:  // ER_DISK_FULL
+    case 1114:  // ER_RECORD_FILE_FULL
+      return StoreFaultError(text);
     case 1037:  // ER_OUTOFMEMORY
     case 1038:  // ER_OUT_OF_SORTMEMORY
     case 1041:  // ER_OUT_OF_RESOURCES
-    case 1114:  // ER_RECORD_FILE_FULL
     case 1135:  // ER_CANT_CREATE_THREAD
     case 1226:  // ER_USER_LIMIT_REACHED
       return absl::ResourceExhaustedError(text);
@@ -125,17 +131,17 @@ absl::Status ToStatus(unsigned int err, std::string_view sqlstate, std::string_v
     case 1180:  // ER_ERROR_DURING_COMMIT
     case 1181:  // ER_ERROR_DURING_ROLLBACK
     case 1030:  // ER_GET_ERRNO from the storage engine
-      return absl::UnavailableError(text);
+      return StoreFaultError(text);
     default:
       break;
   }
-  if (IsConnectionError(err) || (err >= 2000 && err < 3000)) return absl::UnavailableError(text);
+  if (IsConnectionError(err) || (err >= 2000 && err < 3000)) return StoreFaultError(text);
   const std::string_view cls = sqlstate.substr(0, 2);
   if (cls == "23" || cls == "22" || cls == "42" || cls == "21") {
     return absl::InvalidArgumentError(text);
   }
   if (cls == "40") return absl::AbortedError(text);
-  if (cls == "08") return absl::UnavailableError(text);
+  if (cls == "08") return StoreFaultError(text);
   if (cls == "28") return absl::PermissionDeniedError(text);
   // Unclassified: not retried automatically, but not called the caller's fault.
   return absl::UnknownError(text);

@@ -12,6 +12,7 @@
 #include "core/absl_compat.h"
 #include "idem/status.h"
 #include "store/mysql/mysql_conn.h"
+#include "store/sql/statements.h"
 #include "store/mysql/mysql_pool.h"
 #include "store/mysql/mysql_url.h"
 
@@ -478,8 +479,11 @@ class MysqlTransaction final : public StoreTransaction {
   T Track(T result) {
     if (!result.ok()) {
       const absl::Status& s = idem::internal::AsStatus(result);
-      if (s.code() == absl::StatusCode::kAborted || s.code() == absl::StatusCode::kUnavailable ||
-          !lease_ || lease_->broken()) {
+      // A store fault of one statement (a missing table, no privilege) leaves the
+      // session and its transaction as they were; a lost connection shows as broken.
+      if (s.code() == absl::StatusCode::kAborted ||
+          (s.code() == absl::StatusCode::kUnavailable && !IsStoreFault(s)) || !lease_ ||
+          lease_->broken()) {
         failed_ = s;
       }
     }
@@ -519,14 +523,14 @@ class MysqlStore final : public Store {
   }
 
   absl::Status Ping() override {
-    return Acquire([](Connection& c) {
-             return c.Query("SELECT version FROM idem_schema_version").status();
-           })
-        .status();
+    return AsStoreFault(
+        Acquire([](Connection& c) { return c.Query(sql::kPing).status(); }).status());
   }
 
   bool SupportsSql() const override { return true; }
   std::string_view url() const override { return pool_.options().redacted_url; }
+  bool read_only() const override { return read_only_; }
+  void set_read_only(bool read_only) { read_only_ = read_only; }
 
  private:
   // Takes a pooled connection and runs `first_use` on it (ConnectionPool::RunFirstUse).
@@ -539,6 +543,7 @@ class MysqlStore final : public Store {
 
   ConnectionPool pool_;
   std::atomic<bool> procedures_;  // idem_claim_v1 and idem_finish_v1 exist
+  bool read_only_ = false;
 };
 
 absl::Status CheckVersion(const Rows& rows, const MysqlOptions& o) {
@@ -621,6 +626,41 @@ absl::StatusOr<bool> CreateSchema(Connection& conn, const MysqlOptions& o) {
   return procedures;
 }
 
+// The checks of a schema that is there (`version_rows`: its version row): not newer
+// than this build, not damaged. Answers whether idem's procedures are there (false
+// when the URL turned them off).
+absl::StatusOr<bool> CheckExisting(Connection& conn, const Rows& version_rows,
+                                   const MysqlOptions& o) {
+  IDEM_RETURN_IF_ERROR(CheckVersion(version_rows, o));
+  if (absl::Status ping = conn.Query(sql::kPing).status(); !ping.ok()) {
+    if (conn.broken()) return ping;
+    return sql::DamagedSchemaError(absl::StrCat("mysql database '", o.database, "'"), ping);
+  }
+  if (!o.procedures) return false;
+  IDEM_ASSIGN_OR_RETURN(int64_t procedures, CountProcedures(conn));
+  return procedures == 2;
+}
+
+// A read-only open: checks the schema, creates nothing; answers whether idem's
+// procedures are there.
+absl::StatusOr<bool> CheckSchema(const MysqlOptions& o) {
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Connection::Open(o));
+  absl::StatusOr<Rows> rows = conn->Query("SELECT version FROM idem_schema_version");
+  if (!rows.ok()) {
+    if (conn->broken() || rows.status().message().find("mysql error 1146 ") ==
+                              absl::string_view::npos) {
+      return rows.status();
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no idem schema here: mysql database '", o.database, "' has no idem tables"));
+  }
+  if (rows->rows.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no idem schema here: mysql database '", o.database, "' has no idem schema version"));
+  }
+  return CheckExisting(*conn, *rows, o);
+}
+
 // Creates or checks the schema; answers whether idem's procedures are there.
 absl::StatusOr<bool> EnsureSchema(const MysqlOptions& o) {
   // A connection of its own, closed afterwards, so its session settings (the DDL
@@ -629,11 +669,9 @@ absl::StatusOr<bool> EnsureSchema(const MysqlOptions& o) {
   // An existing schema needs neither DDL nor the named lock: a store opens while
   // another process holds long transactions on the tables.
   absl::StatusOr<Rows> rows = conn->Query("SELECT version FROM idem_schema_version");
-  if (rows.ok() && !rows->rows.empty() && conn->Query("SELECT 1 FROM idem_records LIMIT 0").ok()) {
-    IDEM_RETURN_IF_ERROR(CheckVersion(*rows, o));
-    if (!o.procedures) return false;
-    IDEM_ASSIGN_OR_RETURN(int64_t procedures, CountProcedures(*conn));
-    if (procedures == 2) return true;
+  if (rows.ok() && !rows->rows.empty()) {
+    IDEM_ASSIGN_OR_RETURN(bool procedures, CheckExisting(*conn, *rows, o));
+    if (procedures || !o.procedures) return procedures;  // else: make the procedures
   } else if (conn->broken()) {
     return rows.status();
   }
@@ -648,10 +686,12 @@ absl::StatusOr<bool> EnsureSchema(const MysqlOptions& o) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> OpenMysqlStore(std::string_view url) {
+absl::StatusOr<std::unique_ptr<Store>> OpenMysqlStore(std::string_view url, bool read_only) {
   IDEM_ASSIGN_OR_RETURN(MysqlOptions options, mysql::ParseMysqlUrl(url));
-  IDEM_ASSIGN_OR_RETURN(bool procedures, EnsureSchema(options));
-  return std::make_unique<MysqlStore>(std::move(options), procedures);
+  IDEM_ASSIGN_OR_RETURN(bool procedures, read_only ? CheckSchema(options) : EnsureSchema(options));
+  auto store = std::make_unique<MysqlStore>(std::move(options), procedures);
+  store->set_read_only(read_only);
+  return store;
 }
 
 }  // namespace idem

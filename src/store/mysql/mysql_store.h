@@ -19,11 +19,13 @@
 // with `?` placeholders: Blob binds as binary, text as utf8mb4. Exec returns
 // MySQL's affected rows, which count rows changed, not rows matched. DDL commits
 // the transaction implicitly (a MySQL rule), so keep it out of guarded handlers.
-// Errors map as STYLE.md says: constraint violations, bad SQL and unknown tables →
-// kInvalidArgument; deadlock → kAborted (the server rolled the transaction back);
-// lock wait timeout and lost connections → kUnavailable; access denied →
-// kPermissionDenied. After a kAborted or kUnavailable statement the transaction
-// only answers that error again: the server may already have rolled it back.
+// Errors map as STYLE.md says: constraint violations and bad SQL → kInvalidArgument;
+// deadlock → kAborted (the server rolled the transaction back); lock wait timeout
+// and lost connections → kUnavailable; a missing table or column, no privilege on a
+// table, a read-only server, a full disk → kUnavailable marked IsStoreFault (SPEC
+// §3); rejected credentials → kPermissionDenied. After a kAborted, a lock wait
+// timeout or a lost connection the transaction only answers that error again: the
+// server may already have rolled it back.
 //
 // Thread safety: safe for concurrent use; each transaction holds one pooled
 // connection from Begin() to Commit()/Rollback().
@@ -42,6 +44,8 @@ namespace idem {
 // server cannot be reached; kPermissionDenied for rejected credentials;
 // kFailedPrecondition when the database does not exist or holds a newer idem
 // schema. Blocks on the server (connect, schema check).
-absl::StatusOr<std::unique_ptr<Store>> OpenMysqlStore(std::string_view url);
+// `read_only`: see StoreOptions::read_only.
+absl::StatusOr<std::unique_ptr<Store>> OpenMysqlStore(std::string_view url,
+                                                      bool read_only = false);
 
 }  // namespace idem

@@ -1,6 +1,10 @@
 #include "store/postgres/pg_conn.h"
 
+#include <poll.h>
+
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <bit>
 #include <charconv>
 #include <cstdlib>
@@ -11,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
+#include "idem/store.h"
 
 namespace idem::postgres {
 namespace {
@@ -162,7 +167,16 @@ uint64_t RoundTrips() { return round_trips.load(std::memory_order_relaxed); }
 absl::Status StatusFromSqlState(std::string_view state, std::string message) {
   absl::Status status;
   const std::string_view cls = state.substr(0, 2);
-  if (state == "42501") {
+  // The store's fault (SPEC §3), whatever the statement: a missing or wrong schema
+  // (undefined table, column or function, a wrong database or schema), no privilege
+  // on a table, a read-only transaction (a standby), lost connections, resources
+  // (disk full), shutdown and system errors. (28xxx, rejected credentials, comes at
+  // connect time: kPermissionDenied, for the operator.)
+  if (state == "42P01" || state == "42703" || state == "42501" || state == "42883" ||
+      cls == "3D" || cls == "3F" || state == "25006" || cls == "08" || cls == "53" ||
+      cls == "58" || (cls == "57" && state != "57014")) {
+    status = StoreFaultError(message);
+  } else if (cls == "28") {
     status = absl::PermissionDeniedError(message);
   } else if (state == "55P03" || state == "57014") {
     status = absl::UnavailableError(
@@ -174,15 +188,11 @@ absl::Status StatusFromSqlState(std::string_view state, std::string message) {
     // A protocol violation is a bug on this side, not a network problem.
     status = absl::InternalError(message);
   } else if (cls == "23" || cls == "22" || cls == "42" || cls == "54" || cls == "0A" ||
-             cls == "2B" || cls == "44" || cls == "3F" || cls == "3D" || cls == "26" ||
+             cls == "2B" || cls == "44" || cls == "26" ||
              cls == "P0" || cls == "21") {
     status = absl::InvalidArgumentError(message);
   } else if (cls == "40") {
     status = absl::AbortedError(message);
-  } else if (cls == "08" || cls == "53" || cls == "57" || cls == "58") {
-    status = absl::UnavailableError(message);
-  } else if (cls == "28") {
-    status = absl::PermissionDeniedError(message);
   } else if (cls == "25") {
     status = absl::FailedPreconditionError(message);
   } else if (state == "XX001" || state == "XX002") {
@@ -316,7 +326,45 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const ConnectSpec& 
     return absl::UnavailableError(message);
   }
   PQsetNoticeProcessor(conn, IgnoreNotice, nullptr);
-  return std::unique_ptr<Connection>(new Connection(conn, spec.display));
+  return std::unique_ptr<Connection>(new Connection(conn, spec.display, spec.io_timeout_ms));
+}
+
+absl::Status Connection::AwaitInput(std::string_view context) {
+  if (io_timeout_ms_ <= 0) return absl::OkStatus();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(io_timeout_ms_);
+  while (PQisBusy(conn_)) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{PQsocket(conn_), POLLIN, 0};
+    const int n = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) {
+      // The session is in an unknown state: never reuse it (the pool closes it).
+      broken_ = true;
+      return StoreFaultError(absl::StrCat("postgres ", display_, ": ", AV(context),
+                                          ": no answer within io_timeout_ms=", io_timeout_ms_,
+                                          "; the connection is given up"));
+    }
+    // An error here (a reset) is what PQgetResult reports next.
+    if (n < 0 || PQconsumeInput(conn_) == 0) return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Result> Connection::SendAndWait(bool sent, std::string_view context) {
+  if (!sent) return Result(nullptr);
+  Result last;
+  for (;;) {
+    IDEM_RETURN_IF_ERROR(AwaitInput(context));
+    PGresult* r = PQgetResult(conn_);
+    if (r == nullptr) break;
+    last.reset(r);
+    const ExecStatusType st = PQresultStatus(r);
+    // COPY hands the session over; there is no end of results to wait for.
+    if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) break;
+  }
+  return last;
 }
 
 Connection::~Connection() { PQfinish(conn_); }
@@ -330,7 +378,7 @@ absl::Status Connection::ErrorStatus(const PGresult* result, std::string_view co
     std::string message =
         TrimMessage(result != nullptr ? PQresultErrorMessage(result) : PQerrorMessage(conn_));
     if (message.empty()) message = TrimMessage(PQerrorMessage(conn_));
-    return absl::UnavailableError(
+    return StoreFaultError(
         absl::StrCat("postgres ", display_, ": ", AV(context), ": connection lost: ", message));
   }
   std::string message =
@@ -358,7 +406,7 @@ absl::Status Connection::ExecScript(const char* sql, std::string* tag) {
     sql = script.c_str();
   }
   CountRoundTrip();
-  Result res(PQexec(conn_, sql));
+  IDEM_ASSIGN_OR_RETURN(Result res, SendAndWait(PQsendQuery(conn_, sql) == 1, "exec"));
   const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
   if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return ErrorStatus(res.get(), "exec");
   if (tag != nullptr) *tag = PQcmdStatus(res.get());
@@ -389,12 +437,18 @@ absl::StatusOr<Result> Connection::Run(std::string_view sql, int nparams,
     }
     const std::string text(sql);
     CountRoundTrip();
-    res.reset(PQexecParams(conn_, text.c_str(), nparams, b.types.data(), b.values.data(),
-                           b.lengths.data(), b.formats.data(), result_format));
+    IDEM_ASSIGN_OR_RETURN(
+        res, SendAndWait(PQsendQueryParams(conn_, text.c_str(), nparams, b.types.data(),
+                                           b.values.data(), b.lengths.data(), b.formats.data(),
+                                           result_format) == 1,
+                         "exec"));
   } else {
     CountRoundTrip();
-    res.reset(PQexecPrepared(conn_, it->second.c_str(), nparams, b.values.data(), b.lengths.data(),
-                             b.formats.data(), result_format));
+    IDEM_ASSIGN_OR_RETURN(
+        res, SendAndWait(PQsendQueryPrepared(conn_, it->second.c_str(), nparams, b.values.data(),
+                                             b.lengths.data(), b.formats.data(),
+                                             result_format) == 1,
+                         "exec"));
   }
   return Finish(std::move(res));
 }
@@ -534,6 +588,7 @@ PipedMany Connection::PipelineMany(absl::Span<const PipedStatement> statements, 
   bool copy = false;
   int seen_syncs = 0;
   while (seen_syncs < syncs) {
+    if (absl::Status waited = AwaitInput("pipeline"); !waited.ok()) return fail(waited);
     PGresult* r = PQgetResult(conn_);
     if (r == nullptr) {
       if (!have || PQstatus(conn_) != CONNECTION_OK) break;

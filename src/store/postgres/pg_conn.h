@@ -90,6 +90,11 @@ struct ConnectSpec {
   std::vector<std::string> keywords;
   std::vector<std::string> values;
   std::string display;  // the URL with the password removed, for messages
+  // The longest wait for an answer of the server (per round trip) before the
+  // connection is given up as lost (kUnavailable, a store fault) and closed: a peer
+  // that went silent without a reset otherwise pins the connection forever.
+  // 0: no bound.
+  int io_timeout_ms = 0;
 };
 
 class Connection {
@@ -151,7 +156,16 @@ class Connection {
   int backend_pid() const { return PQbackendPID(conn_); }
 
  private:
-  Connection(PGconn* conn, std::string display) : conn_(conn), display_(std::move(display)) {}
+  Connection(PGconn* conn, std::string display, int io_timeout_ms)
+      : conn_(conn), display_(std::move(display)), io_timeout_ms_(io_timeout_ms) {}
+
+  // Waits until a result can be read without blocking, at most io_timeout_ms_. On
+  // a timeout marks the connection broken and returns the store fault to answer.
+  absl::Status AwaitInput(std::string_view context);
+
+  // PQexec/PQexecParams/PQexecPrepared with the wait bounded: `send` is the PQsend*
+  // call; returns the last result, as PQexec does (null when libpq itself failed).
+  absl::StatusOr<Result> SendAndWait(bool sent, std::string_view context);
 
   // The status for a failed `result` (may be null when libpq itself failed).
   absl::Status ErrorStatus(const PGresult* result, std::string_view context);
@@ -167,6 +181,7 @@ class Connection {
 
   PGconn* conn_;
   const std::string display_;
+  const int io_timeout_ms_;
   bool broken_ = false;
   uint64_t next_statement_ = 0;
   // SQL text + parameter type signature → server-side statement name.

@@ -17,6 +17,8 @@ namespace idem::postgres {
 namespace {
 
 constexpr int kDefaultConnectTimeoutSeconds = 2;
+// The longest wait for one answer of the server; see ConnectSpec::io_timeout_ms.
+constexpr int kDefaultIoTimeoutMs = 10000;
 
 absl::StatusOr<int> ParseInt(std::string_view name, std::string_view value, int lo, int hi) {
   int out = 0;
@@ -55,6 +57,7 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
     query = url.substr(q + 1);
   }
   bool has_connect_timeout = false;
+  bool has_io_timeout = false;
   std::vector<absl::string_view> libpq_params;
   for (absl::string_view item : absl::StrSplit(AV(query), '&', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> kv =
@@ -66,6 +69,9 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
       IDEM_ASSIGN_OR_RETURN(o.pool_timeout_ms, ParseInt(key, value, 0, 600000));
     } else if (key == "lock_timeout_ms") {
       IDEM_ASSIGN_OR_RETURN(o.lock_timeout_ms, ParseInt(key, value, 0, 600000));
+    } else if (key == "io_timeout_ms") {
+      IDEM_ASSIGN_OR_RETURN(o.connect.io_timeout_ms, ParseInt(key, value, 0, 3600000));
+      has_io_timeout = true;
     } else {
       if (key == "connect_timeout") {
         // libpq reads a malformed number as "no timeout"; say so instead.
@@ -75,8 +81,25 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
       libpq_params.push_back(item);
     }
   }
+  if (!has_io_timeout) o.connect.io_timeout_ms = kDefaultIoTimeoutMs;
+  // The server's statement_timeout, below the client's io timeout: the server
+  // cancels a statement (57014, retryable) before the client gives the connection
+  // up. Added to the URL's own `options` when it has one (it would replace ours).
+  const int io = o.connect.io_timeout_ms;
+  const std::string statement_timeout =
+      io > 0 ? absl::StrCat("-c statement_timeout=", io > 1000 ? io - 500 : io) : "";
+  bool has_options = false;
+  std::vector<std::string> params;
+  for (absl::string_view item : libpq_params) {
+    std::string p(item);
+    if (SV(item).starts_with("options=") && !statement_timeout.empty()) {
+      absl::StrAppend(&p, "%20-c%20statement_timeout%3D", io > 1000 ? io - 500 : io);
+      has_options = true;
+    }
+    params.push_back(std::move(p));
+  }
   std::string uri(base);
-  if (!libpq_params.empty()) absl::StrAppend(&uri, "?", absl::StrJoin(libpq_params, "&"));
+  if (!params.empty()) absl::StrAppend(&uri, "?", absl::StrJoin(params, "&"));
 
   char* error = nullptr;
   PQconninfoOption* parsed = PQconninfoParse(uri.c_str(), &error);
@@ -87,7 +110,8 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
     return absl::InvalidArgumentError(absl::StrCat("postgres URL '", o.connect.display,
                                                    "': ", message,
                                                    " (idem's own parameters: pool, "
-                                                   "pool_timeout_ms, lock_timeout_ms)"));
+                                                   "pool_timeout_ms, lock_timeout_ms, "
+                                                   "io_timeout_ms)"));
   }
   PQconninfoFree(parsed);
 
@@ -96,6 +120,22 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
   if (!has_connect_timeout) {
     o.connect.keywords.push_back("connect_timeout");
     o.connect.values.push_back(absl::StrCat(kDefaultConnectTimeoutSeconds));
+  }
+  if (io > 0) {
+    // Bounds below the client's: the kernel gives up on data the peer never
+    // acknowledges (tcp_user_timeout) and probes an idle peer (keepalives). A URL's
+    // own values win (they come last).
+    std::vector<std::pair<std::string, std::string>> defaults = {
+        {"keepalives", "1"},
+        {"keepalives_idle", "10"},
+        {"keepalives_interval", "3"},
+        {"keepalives_count", "3"},
+        {"tcp_user_timeout", absl::StrCat(io)}};
+    if (!has_options) defaults.emplace_back("options", statement_timeout);
+    for (auto& [k, v] : defaults) {
+      o.connect.keywords.push_back(k);
+      o.connect.values.push_back(std::move(v));
+    }
   }
   o.connect.keywords.push_back("fallback_application_name");
   o.connect.values.push_back("idem");

@@ -17,6 +17,7 @@ struct Options {
   int pool = 8;
   int pool_timeout_ms = 2000;
   int lock_timeout_ms = 2000;
+  bool read_only = false;  // StoreOptions::read_only (not a URL parameter)
   ConnectSpec connect;  // what libpq gets; connect.display is the redacted URL
 };
 

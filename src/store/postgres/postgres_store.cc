@@ -11,6 +11,7 @@
 #include "core/absl_compat.h"
 #include "idem/status.h"
 #include "store/postgres/pg_conn.h"
+#include "store/sql/statements.h"
 #include "store/postgres/pg_pool.h"
 #include "store/postgres/pg_url.h"
 
@@ -522,13 +523,14 @@ class PostgresStore final : public Store {
     for (int attempt = 0;; ++attempt) {
       IDEM_ASSIGN_OR_RETURN(Pool::Lease lease, pool_.Acquire());
       absl::StatusOr<postgres::Result> out =
-          lease->Run("SELECT max(version) FROM idem_schema_version", 0, {}, false);
-      if (out.ok() || !RetryOnFresh(attempt, lease)) return out.status();
+          lease->Run(sql::kPing, 0, {}, false);
+      if (out.ok() || !RetryOnFresh(attempt, lease)) return AsStoreFault(out.status());
     }
   }
 
   bool SupportsSql() const override { return true; }
   std::string_view url() const override { return options_.connect.display; }
+  bool read_only() const override { return options_.read_only; }
 
  private:
   // A pooled connection can have died while idle (server restart, terminated
@@ -562,7 +564,12 @@ absl::Status CreateSchema(Connection& conn, std::string_view display) {
   // error outside any transaction, so it costs nothing.)
   {
     absl::StatusOr<postgres::Result> res = conn.Run(kVersion, 0, {}, false);
-    if (res.ok() && !PQgetisnull(res->get(), 0, 0)) return CheckVersion(res->get(), display);
+    if (res.ok() && !PQgetisnull(res->get(), 0, 0)) {
+      IDEM_RETURN_IF_ERROR(CheckVersion(res->get(), display));
+      absl::Status ping = conn.Run(sql::kPing, 0, {}, false).status();
+      if (ping.ok() || conn.broken()) return ping;
+      return sql::DamagedSchemaError(absl::StrCat("postgres database '", AV(display), "'"), ping);
+    }
     if (conn.broken()) return res.status();
   }
   absl::Status s = conn.ExecScript("BEGIN");
@@ -588,12 +595,34 @@ absl::Status CreateSchema(Connection& conn, std::string_view display) {
   return absl::OkStatus();
 }
 
+// A read-only open: the schema must be there; nothing is created or changed.
+absl::Status CheckSchema(Connection& conn, std::string_view display) {
+  absl::StatusOr<postgres::Result> res =
+      conn.Run("SELECT max(version) FROM idem_schema_version", 0, {}, false);
+  if (!res.ok()) {
+    absl::optional<absl::Cord> state = res.status().GetPayload(AV(postgres::kSqlStatePayload));
+    if (conn.broken() || !state.has_value() || *state != "42P01") return res.status();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no idem schema here: postgres database '", AV(display), "' has no idem tables"));
+  }
+  if (PQgetisnull(res->get(), 0, 0)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no idem schema here: postgres database '", AV(display), "' has no idem schema version"));
+  }
+  IDEM_RETURN_IF_ERROR(CheckVersion(res->get(), display));
+  absl::Status ping = conn.Run(sql::kPing, 0, {}, false).status();
+  if (ping.ok() || conn.broken()) return ping;
+  return sql::DamagedSchemaError(absl::StrCat("postgres database '", AV(display), "'"), ping);
+}
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url) {
+absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url, bool read_only) {
   IDEM_ASSIGN_OR_RETURN(postgres::Options options, postgres::ParseUrl(url));
+  options.read_only = read_only;
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Connection::Open(options.connect));
-  IDEM_RETURN_IF_ERROR(CreateSchema(*conn, options.connect.display));
+  IDEM_RETURN_IF_ERROR(read_only ? CheckSchema(*conn, options.connect.display)
+                                 : CreateSchema(*conn, options.connect.display));
   auto store = std::make_unique<PostgresStore>(std::move(options));
   store->Seed(std::move(conn));
   return store;

@@ -46,6 +46,8 @@ namespace idem {
 // kInvalidArgument for a malformed URL or parameter, kUnavailable when the server
 // cannot be reached, kPermissionDenied when it refuses the credentials,
 // kFailedPrecondition when the database does not exist or has a newer idem schema.
-absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url);
+// `read_only`: see StoreOptions::read_only.
+absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url,
+                                                         bool read_only = false);
 
 }  // namespace idem

@@ -135,19 +135,30 @@ TEST(PostgresSqlStateTest, MapsToWhatTheCallerShouldDo) {
   using C = absl::StatusCode;
   const std::pair<const char*, C> cases[] = {
       {"23505", C::kInvalidArgument},  {"23503", C::kInvalidArgument},
-      {"42601", C::kInvalidArgument},  {"42P01", C::kInvalidArgument},
+      {"42601", C::kInvalidArgument},  {"42P01", C::kUnavailable},
       {"22P02", C::kInvalidArgument},  {"40001", C::kAborted},
       {"40P01", C::kAborted},          {"55P03", C::kUnavailable},
       {"57014", C::kUnavailable},      {"57P01", C::kUnavailable},
       {"08006", C::kUnavailable},      {"53300", C::kUnavailable},
       {"25P02", C::kAborted},          {"28P01", C::kPermissionDenied},
-      {"42501", C::kPermissionDenied}, {"XX001", C::kDataLoss},
-      {"XX000", C::kInternal},
+      {"42501", C::kUnavailable},      {"XX001", C::kDataLoss},
+      {"XX000", C::kInternal},         {"42703", C::kUnavailable},
+      {"3D000", C::kUnavailable},      {"25006", C::kUnavailable},
+      {"53100", C::kUnavailable},
   };
   for (const auto& [state, code] : cases) {
     absl::Status s = postgres::StatusFromSqlState(state, "m");
     EXPECT_EQ(s.code(), code) << state;
     EXPECT_EQ(SqlState(s), state);
+  }
+  // A missing table or column, no privilege, a wrong database, a standby, a full
+  // disk, a lost server: the store's fault (SPEC §3), whatever the statement.
+  for (const char* state : {"42P01", "42703", "42501", "3D000", "3F000", "25006", "53100",
+                            "08006", "57P01", "58030"}) {
+    EXPECT_TRUE(IsStoreFault(postgres::StatusFromSqlState(state, "m"))) << state;
+  }
+  for (const char* state : {"23505", "42601", "22P02", "40001", "55P03", "57014", "28P01"}) {
+    EXPECT_FALSE(IsStoreFault(postgres::StatusFromSqlState(state, "m"))) << state;
   }
 }
 

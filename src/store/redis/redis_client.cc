@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "idem/status.h"
+#include "store/store_url.h"
 
 namespace idem::redis {
 namespace {
@@ -59,39 +61,24 @@ absl::StatusOr<ReplyPtr> Command(redisContext* c, std::initializer_list<std::str
 }  // namespace
 
 absl::StatusOr<RedisAddress> ParseRedisUrl(std::string_view url) {
-  constexpr std::string_view kScheme = "redis://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("redis URL '", AV(url), "' must start with redis://"));
+  IDEM_ASSIGN_OR_RETURN(store::StoreUrl u, store::ParseStoreUrl(url, "redis"));
+  IDEM_RETURN_IF_ERROR(u.OnlyParams({}));
+  if (u.host.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("redis URL '", u.redacted, "' has no host"));
   }
-  std::string_view rest = url.substr(kScheme.size());
   RedisAddress a;
-  if (size_t at = rest.rfind('@'); at != std::string_view::npos) {
-    std::string_view userinfo = rest.substr(0, at);
-    if (size_t colon = userinfo.find(':'); colon != std::string_view::npos) {
-      a.password = std::string(userinfo.substr(colon + 1));
-    } else {
-      a.password = std::string(userinfo);
+  a.host = u.host;
+  a.port = u.port.value_or(6379);
+  // redis://:password@host (AUTH password) and redis://password@host both name it.
+  a.password = u.password.has_value() ? *u.password : u.user;
+  if (!u.path.empty()) {
+    int db = -1;
+    if (!ParseInt(u.path, db) || db < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("redis URL '", u.redacted, "': db '", u.path, "' must be a number >= 0"));
     }
-    rest = rest.substr(at + 1);
+    a.db = db;
   }
-  if (size_t slash = rest.find('/'); slash != std::string_view::npos) {
-    std::string_view db = rest.substr(slash + 1);
-    if (!db.empty() && (!ParseInt(db, a.db) || a.db < 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("bad redis db in '", AV(url), "'"));
-    }
-    rest = rest.substr(0, slash);
-  }
-  if (size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
-    if (!ParseInt(rest.substr(colon + 1), a.port) || a.port <= 0 || a.port > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat("bad redis port in '", AV(url), "'"));
-    }
-    rest = rest.substr(0, colon);
-  }
-  if (rest.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("redis URL '", AV(url), "' has no host"));
-  }
-  a.host = std::string(rest);
   return a;
 }
 

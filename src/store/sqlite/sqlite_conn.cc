@@ -5,6 +5,7 @@
 #include "core/absl_compat.h"
 #include "absl/strings/str_cat.h"
 #include "idem/status.h"
+#include "idem/store.h"
 
 namespace idem::sqlite {
 namespace {
@@ -21,33 +22,45 @@ absl::Status ToStatus(int rc, sqlite3* db, std::string_view context) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
       return absl::UnavailableError(absl::StrCat(message, " (locked past the busy timeout)"));
+    case SQLITE_ERROR: {
+      // A missing table or column is a missing or wrong schema: the store's fault
+      // (SPEC §3), not the statement's. SQLite gives them no code of their own.
+      const char* text = db != nullptr ? sqlite3_errmsg(db) : "";
+      const std::string_view what(text != nullptr ? text : "");
+      if (what.starts_with("no such table") || what.starts_with("no such column")) {
+        return StoreFaultError(message);
+      }
+      return absl::InvalidArgumentError(message);
+    }
     case SQLITE_CONSTRAINT:
     case SQLITE_MISMATCH:
     case SQLITE_RANGE:
-    case SQLITE_ERROR:
     case SQLITE_TOOBIG:
       return absl::InvalidArgumentError(message);
+    case SQLITE_NOMEM:
+      return absl::ResourceExhaustedError(message);
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT:
     case SQLITE_FORMAT:
+      // Not an idem (or any) database: nobody should retry before someone looks.
+      // (The Guard still answers it as the store's fault, AsStoreFault.)
       return absl::FailedPreconditionError(message);
-    case SQLITE_READONLY:
-    case SQLITE_PERM:
-    case SQLITE_AUTH:
-      return absl::PermissionDeniedError(message);
-    case SQLITE_NOMEM:
-      return absl::ResourceExhaustedError(message);
-    default:  // CANTOPEN, IOERR, FULL, PROTOCOL, INTERRUPT, ...
-      return absl::UnavailableError(message);
+    default:
+      // READONLY, PERM, AUTH (the
+      // file may not be written), CANTOPEN, IOERR, FULL (disk full), PROTOCOL, ...:
+      // the store's fault.
+      return StoreFaultError(message);
   }
 }
 
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const std::string& path,
                                                              std::string_view synchronous,
-                                                             int busy_timeout_ms) {
+                                                             int busy_timeout_ms, bool read_only) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           (read_only ? SQLITE_OPEN_READONLY
+                                      : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+                               SQLITE_OPEN_NOMUTEX,
                            nullptr);
   if (rc != SQLITE_OK) {
     absl::Status status = ToStatus(rc, db, absl::StrCat("cannot open sqlite database '", path, "'"));
@@ -57,8 +70,10 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const std::string& 
   std::unique_ptr<Connection> conn(new Connection(db));
   sqlite3_extended_result_codes(db, 1);
   sqlite3_busy_timeout(db, busy_timeout_ms);
-  std::string pragmas = absl::StrCat("PRAGMA journal_mode=WAL; PRAGMA synchronous=", AV(synchronous),
-                                     "; PRAGMA foreign_keys=ON;");
+  std::string pragmas =
+      read_only ? std::string("PRAGMA query_only=ON;")
+                : absl::StrCat("PRAGMA journal_mode=WAL; PRAGMA synchronous=", AV(synchronous),
+                               "; PRAGMA foreign_keys=ON;");
   if (absl::Status s = conn->ExecScript(pragmas.c_str()); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("sqlite database '", path, "': ", s.message()));
   }

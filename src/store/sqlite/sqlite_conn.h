@@ -23,10 +23,13 @@ absl::Status ToStatus(int rc, sqlite3* db, std::string_view context);
 
 class Connection {
  public:
-  // Opens `path` with the given pragmas. Errors as OpenSqliteStore.
+  // Opens `path` with the given pragmas. `read_only`: opens an existing file only,
+  // for reading, and sets no pragma that writes (journal_mode). Errors as
+  // OpenSqliteStore.
   static absl::StatusOr<std::unique_ptr<Connection>> Open(const std::string& path,
                                                           std::string_view synchronous,
-                                                          int busy_timeout_ms);
+                                                          int busy_timeout_ms,
+                                                          bool read_only = false);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;

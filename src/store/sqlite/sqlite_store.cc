@@ -1,5 +1,7 @@
 #include "store/sqlite/sqlite_store.h"
 
+#include <sys/stat.h>
+
 #include <charconv>
 #include <chrono>
 #include <mutex>
@@ -13,7 +15,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "idem/status.h"
+#include "idem/store.h"
 #include "store/sqlite/sqlite_conn.h"
+#include "store/sql/statements.h"
 
 namespace idem {
 namespace {
@@ -90,6 +94,7 @@ absl::StatusOr<std::optional<Record>> LoadRecord(sqlite::Connection& conn,
 
 struct Options {
   std::string path;
+  bool read_only = false;
   std::string synchronous = "FULL";
   int busy_timeout_ms = 5000;
   int readers = 4;
@@ -146,12 +151,58 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
   return o;
 }
 
-class SqliteStore;
+// The database file a store opened, by identity (device and inode), not by name:
+// a file deleted or replaced under a running store (rm, a restore copied over it,
+// another volume mounted there) would otherwise take writes into an unlinked inode
+// that vanishes at exit, or mix two databases, and the next start would acquire
+// completed keys again. Checked before every transaction starts and commits.
+class FileIdentity {
+ public:
+  // For ":memory:" (no file) Check() always answers OK.
+  static absl::StatusOr<FileIdentity> Of(const std::string& path) {
+    FileIdentity id;
+    id.path_ = path;
+    if (path == ":memory:") return id;
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      return StoreFaultError(absl::StrCat("sqlite database '", path, "' vanished while opening"));
+    }
+    id.dev_ = st.st_dev;
+    id.ino_ = st.st_ino;
+    id.file_ = true;
+    return id;
+  }
+
+  // OK while `path` still names the file that was opened; else a store fault: the
+  // store stops acknowledging anything.
+  absl::Status Check() const {
+    if (!file_) return absl::OkStatus();
+    struct stat st;
+    if (stat(path_.c_str(), &st) != 0) {
+      return StoreFaultError(absl::StrCat(
+          "sqlite database '", path_, "' was deleted while idem had it open: nothing is "
+          "acknowledged until it is back (restore the file, then restart idem)"));
+    }
+    if (st.st_dev != dev_ || st.st_ino != ino_) {
+      return StoreFaultError(absl::StrCat(
+          "sqlite database '", path_, "' was replaced by another file while idem had it open: "
+          "nothing is acknowledged (restart idem to open the new file)"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string path_;
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
+  bool file_ = false;
+};
 
 class SqliteTransaction final : public StoreTransaction {
  public:
-  SqliteTransaction(sqlite::Connection& conn, std::unique_lock<std::timed_mutex> lock)
-      : conn_(conn), lock_(std::move(lock)) {}
+  SqliteTransaction(sqlite::Connection& conn, std::unique_lock<std::timed_mutex> lock,
+                    const FileIdentity& file)
+      : conn_(conn), lock_(std::move(lock)), file_(file) {}
   ~SqliteTransaction() override { Rollback(); }
 
   absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params) override {
@@ -219,7 +270,9 @@ class SqliteTransaction final : public StoreTransaction {
 
   absl::Status Commit() override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
-    absl::Status s = conn_.Exec("COMMIT").status();
+    // The file may have gone since Begin: then nothing of this commits.
+    absl::Status s = file_.Check();
+    if (s.ok()) s = conn_.Exec("COMMIT").status();
     if (!s.ok()) {
       Rollback();
       return s;
@@ -248,27 +301,35 @@ class SqliteTransaction final : public StoreTransaction {
 
   sqlite::Connection& conn_;
   std::unique_lock<std::timed_mutex> lock_;
+  const FileIdentity& file_;
   bool done_ = false;
 };
 
 class SqliteStore final : public Store {
  public:
-  SqliteStore(std::string url, Options options, std::unique_ptr<sqlite::Connection> writer)
-      : url_(std::move(url)), options_(std::move(options)), writer_(std::move(writer)) {}
+  SqliteStore(std::string url, Options options, std::unique_ptr<sqlite::Connection> writer,
+              FileIdentity file)
+      : url_(std::move(url)),
+        options_(std::move(options)),
+        writer_(std::move(writer)),
+        file_(std::move(file)) {}
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
+    IDEM_RETURN_IF_ERROR(file_.Check());
     std::unique_lock<std::timed_mutex> lock(writer_mu_, std::defer_lock);
     if (!lock.try_lock_for(std::chrono::milliseconds(options_.busy_timeout_ms))) {
       return absl::UnavailableError(absl::StrCat("sqlite store ", url_,
                                                  ": write lock not free within ",
                                                  options_.busy_timeout_ms, " ms"));
     }
-    IDEM_RETURN_IF_ERROR(writer_->Exec("BEGIN IMMEDIATE"));
-    return std::make_unique<SqliteTransaction>(*writer_, std::move(lock));
+    // A read-only store takes no write lock (it could not): its transactions read.
+    IDEM_RETURN_IF_ERROR(writer_->Exec(options_.read_only ? "BEGIN" : "BEGIN IMMEDIATE"));
+    return std::make_unique<SqliteTransaction>(*writer_, std::move(lock), file_);
   }
 
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
                                             std::string_view key) override {
+    IDEM_RETURN_IF_ERROR(file_.Check());
     if (IsMemory()) {
       std::unique_lock<std::timed_mutex> lock(writer_mu_);
       return LoadRecord(*writer_, tenant, key);
@@ -281,14 +342,16 @@ class SqliteStore final : public Store {
 
   absl::Status Ping() override {
     if (IsMemory()) return absl::OkStatus();
+    IDEM_RETURN_IF_ERROR(file_.Check());
     IDEM_ASSIGN_OR_RETURN(std::unique_ptr<sqlite::Connection> reader, TakeReader());
-    absl::StatusOr<Rows> rows = reader->Query("SELECT version FROM idem_schema_version");
+    absl::StatusOr<Rows> rows = reader->Query(sql::kPing);
     ReturnReader(std::move(reader));
-    return rows.status();
+    return AsStoreFault(rows.status());
   }
 
   bool SupportsSql() const override { return true; }
   std::string_view url() const override { return url_; }
+  bool read_only() const override { return options_.read_only; }
 
  private:
   bool IsMemory() const { return options_.path == ":memory:"; }
@@ -302,7 +365,8 @@ class SqliteStore final : public Store {
         return conn;
       }
     }
-    return sqlite::Connection::Open(options_.path, options_.synchronous, options_.busy_timeout_ms);
+    return sqlite::Connection::Open(options_.path, options_.synchronous, options_.busy_timeout_ms,
+                                    options_.read_only);
   }
 
   void ReturnReader(std::unique_ptr<sqlite::Connection> conn) {
@@ -316,6 +380,7 @@ class SqliteStore final : public Store {
   std::unique_ptr<sqlite::Connection> writer_;
   absl::Mutex readers_mu_;
   std::vector<std::unique_ptr<sqlite::Connection>> readers_ ABSL_GUARDED_BY(readers_mu_);
+  const FileIdentity file_;
 };
 
 absl::Status CheckVersion(const Rows& rows, const std::string& path) {
@@ -335,7 +400,13 @@ absl::Status CreateSchema(sqlite::Connection& conn, const std::string& path) {
                                                     nullptr, nullptr) == SQLITE_OK;
   if (exists) {
     absl::StatusOr<Rows> rows = conn.Query("SELECT version FROM idem_schema_version");
-    if (rows.ok() && !rows->rows.empty()) return CheckVersion(*rows, path);
+    if (rows.ok() && !rows->rows.empty()) {
+      IDEM_RETURN_IF_ERROR(CheckVersion(*rows, path));
+      if (absl::Status ping = conn.Query(sql::kPing).status(); !ping.ok()) {
+        return sql::DamagedSchemaError(absl::StrCat("sqlite database '", path, "'"), ping);
+      }
+      return absl::OkStatus();
+    }
   }
   IDEM_RETURN_IF_ERROR(conn.ExecScript("BEGIN IMMEDIATE"));
   absl::Status s = conn.ExecScript(kSchema);
@@ -358,15 +429,48 @@ absl::Status CreateSchema(sqlite::Connection& conn, const std::string& path) {
   return absl::OkStatus();
 }
 
+// A read-only open: the schema must be there; nothing is created or changed.
+absl::Status CheckSchema(sqlite::Connection& conn, const std::string& path) {
+  const bool exists = sqlite3_table_column_metadata(conn.db(), nullptr, "idem_schema_version",
+                                                    "version", nullptr, nullptr, nullptr,
+                                                    nullptr, nullptr) == SQLITE_OK;
+  if (!exists) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no idem schema here: sqlite database '", path, "' has no idem tables"));
+  }
+  IDEM_ASSIGN_OR_RETURN(Rows rows, conn.Query("SELECT version FROM idem_schema_version"));
+  if (rows.rows.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no idem schema here: sqlite database '", path, "' has no idem schema version"));
+  }
+  IDEM_RETURN_IF_ERROR(CheckVersion(rows, path));
+  if (absl::Status ping = conn.Query(sql::kPing).status(); !ping.ok()) {
+    return sql::DamagedSchemaError(absl::StrCat("sqlite database '", path, "'"), ping);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(std::string_view url) {
+absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(std::string_view url, bool read_only) {
   IDEM_ASSIGN_OR_RETURN(Options options, ParseUrl(url));
+  options.read_only = read_only;
+  if (read_only && options.path != ":memory:") {
+    struct stat st;
+    if (stat(options.path.c_str(), &st) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "no idem schema here: sqlite database '", options.path, "' does not exist"));
+    }
+  }
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<sqlite::Connection> writer,
                         sqlite::Connection::Open(options.path, options.synchronous,
-                                                 options.busy_timeout_ms));
-  IDEM_RETURN_IF_ERROR(CreateSchema(*writer, options.path));
-  return std::make_unique<SqliteStore>(std::string(url), std::move(options), std::move(writer));
+                                                 options.busy_timeout_ms, read_only));
+  IDEM_RETURN_IF_ERROR(read_only && options.path != ":memory:"
+                           ? CheckSchema(*writer, options.path)
+                           : CreateSchema(*writer, options.path));
+  IDEM_ASSIGN_OR_RETURN(FileIdentity file, FileIdentity::Of(options.path));
+  return std::make_unique<SqliteStore>(std::string(url), std::move(options), std::move(writer),
+                                       std::move(file));
 }
 
 }  // namespace idem

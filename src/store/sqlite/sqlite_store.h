@@ -25,6 +25,8 @@ namespace idem {
 // schema. Errors: kInvalidArgument for a malformed URL or parameter, kUnavailable
 // when the file cannot be opened or created, kFailedPrecondition when the file is
 // not a SQLite database or has a newer idem schema.
-absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(std::string_view url);
+// `read_only`: see StoreOptions::read_only.
+absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(std::string_view url,
+                                                       bool read_only = false);
 
 }  // namespace idem

@@ -1,4 +1,5 @@
 // SQLite-specific behaviour: URLs, start-up failures, lock timeouts (fail closed).
+#include <cstdio>
 #include <fstream>
 
 #include <gmock/gmock.h>
@@ -30,6 +31,39 @@ TEST(SqliteStoreTest, UrlErrorsNameWhatIsWrong) {
   EXPECT_THAT(OpenStore("nosuch://x"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(OpenStore("idem.db"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_OK(OpenStore("sqlite://:memory:?synchronous=normal&busy_timeout_ms=100&readers=2"));
+}
+
+// The file deleted or replaced under a running store (SPEC §3): it stops
+// acknowledging, with a store fault, instead of writing into an unlinked inode that
+// vanishes (after a restart a completed key would be acquired again: a duplicate).
+TEST(SqliteStoreTest, DeletedOrReplacedFileStopsAcknowledging) {
+  for (const bool replace : {false, true}) {
+    testing::TempDir dir;
+    const std::string path = dir.file("idem.db");
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore("sqlite://" + path);
+    ASSERT_OK(store);
+    Guard guard(**store);
+    const Request req{.biz_type = "refund", .key = "K-1"};
+    ASSERT_OK(guard.Claim(req, absl::Seconds(30)));
+    for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
+    if (replace) {
+      // Another idem database takes the name (a restore copied over it).
+      ASSERT_OK(OpenStore("sqlite://" + path));
+    }
+    for (const absl::Status& s :
+         {guard.Complete(req, 1, "{}"), guard.Claim(req, absl::Seconds(30)).status(),
+          guard.Get(req).status(), (*store)->Ping()}) {
+      EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
+      EXPECT_TRUE(IsStoreFault(s)) << s;
+      EXPECT_THAT(Message(s), HasSubstr(replace ? "was replaced" : "was deleted"));
+    }
+    // Nothing was written under the name by the old store.
+    absl::StatusOr<std::unique_ptr<Store>> fresh = OpenStore("sqlite://" + path);
+    ASSERT_OK(fresh);
+    absl::StatusOr<std::optional<Record>> got = (*fresh)->Get("", "K-1");
+    ASSERT_OK(got);
+    EXPECT_FALSE(got->has_value());
+  }
 }
 
 TEST(SqliteStoreTest, UnwritablePathIsUnavailable) {
@@ -121,7 +155,11 @@ TEST(SqliteStoreTest, OneStatementPerCallAndParameterCount) {
   EXPECT_THAT(two, StatusIs(absl::StatusCode::kInvalidArgument));
   ASSERT_OK(tx->Exec("CREATE TABLE a (x INT)"));
   EXPECT_THAT(tx->Exec("INSERT INTO a VALUES (?)", {}), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(tx->Exec("INSERT INTO nope VALUES (1)"), StatusIs(absl::StatusCode::kInvalidArgument));
+  // A missing table is the store's fault (SPEC §3), not the statement's.
+  absl::Status missing = tx->Exec("INSERT INTO nope VALUES (1)").status();
+  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(IsStoreFault(missing)) << missing;
+  EXPECT_THAT(tx->Exec("INSERT INTO a VALUS (1)"), StatusIs(absl::StatusCode::kInvalidArgument));
   ASSERT_OK(tx->Exec("INSERT INTO a VALUES (?)", {Value(Blob{std::string("\0\1", 2)})}));
   absl::StatusOr<Rows> rows = tx->Query("SELECT x FROM a");
   ASSERT_OK(rows);
