@@ -39,7 +39,14 @@ class Transaction {
   // faults (IsStoreFault: a missing table or column, no privilege, a read-only or
   // full database; retryable); kAborted for a deadlock or serialization failure
   // (retryable); kUnimplemented on a store without SQL (memory://). Blocks.
+  // After a failed Exec or Query only Rollback is defined on every backend
+  // (PostgreSQL refuses anything else until then, SQLite and MySQL would go on): a
+  // caller that means to go on after an expected failure uses TryExec.
   virtual absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params = {}) = 0;
+
+  // Exec under a savepoint: on an error the statement's effects are undone and the
+  // transaction stays usable, on every backend. Returns Exec's result and errors.
+  absl::StatusOr<int64_t> TryExec(std::string_view sql, absl::Span<const Value> params = {});
 
   // Runs a query, as Exec, and returns its rows.
   virtual absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params = {}) = 0;
@@ -62,7 +69,29 @@ class Transaction {
       std::string_view table, std::string_view id_column, const Value& id,
       std::string_view version_column, int64_t expected_version,
       absl::Span<const std::pair<std::string, Value>> assignments);
+
+  // Dedupe journal (SPEC §3, seed 1 §3.3), the seed's third tool for consumers:
+  //   INSERT INTO <table> (<biz_id_column>, <event_type_column>) VALUES (biz_id, event_type)
+  // in this transaction, where `table` has a unique key over the two columns.
+  // Returns true when the row is new (the event was not processed yet: do its
+  // effect here, in the same transaction), false when it was there (a duplicate:
+  // skip it). Either way the transaction stays usable: the insert runs under a
+  // savepoint, so a duplicate does not abort a PostgreSQL transaction. Identifiers
+  // must be plain SQL names, else kInvalidArgument; other errors as Exec.
+  absl::StatusOr<bool> RecordEvent(std::string_view table, std::string_view biz_id_column,
+                                   const Value& biz_id, std::string_view event_type_column,
+                                   const Value& event_type);
 };
+
+// The status payload the SQL backends attach to the kInvalidArgument of a statement
+// that broke a unique or primary key (SQLite, PostgreSQL 23505, MySQL 1062).
+inline constexpr std::string_view kUniqueViolationPayload = "type.idem.dev/unique-violation";
+
+// True for a status carrying kUniqueViolationPayload.
+bool IsUniqueViolation(const absl::Status& status);
+
+// `status` with kUniqueViolationPayload attached.
+absl::Status MarkUniqueViolation(absl::Status status);
 
 // A SQL statement with `?` placeholders and its bound values, known before it
 // runs (Guard::Run's first statement).

@@ -40,6 +40,15 @@ absl::Status AsStoreFault(const absl::Status& status) {
   return s;
 }
 
+bool IsUniqueViolation(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(AV(kUniqueViolationPayload)).has_value();
+}
+
+absl::Status MarkUniqueViolation(absl::Status status) {
+  status.SetPayload(AV(kUniqueViolationPayload), absl::Cord("1"));
+  return status;
+}
+
 bool IsStoreFault(const absl::Status& status) {
   return !status.ok() && status.GetPayload(AV(kStoreFaultPayload)).has_value();
 }
@@ -98,6 +107,36 @@ absl::StatusOr<bool> Transaction::UpdateVersioned(
   params.push_back(Value(static_cast<long long>(expected_version)));
   IDEM_ASSIGN_OR_RETURN(int64_t changed, Exec(sql, params));
   return changed > 0;
+}
+
+absl::StatusOr<bool> Transaction::RecordEvent(std::string_view table,
+                                              std::string_view biz_id_column, const Value& biz_id,
+                                              std::string_view event_type_column,
+                                              const Value& event_type) {
+  IDEM_RETURN_IF_ERROR(CheckIdentifier("table", table));
+  IDEM_RETURN_IF_ERROR(CheckIdentifier("biz_id column", biz_id_column));
+  IDEM_RETURN_IF_ERROR(CheckIdentifier("event_type column", event_type_column));
+  const std::string sql = absl::StrCat("INSERT INTO ", AV(table), " (", AV(biz_id_column), ", ",
+                                       AV(event_type_column), ") VALUES (?, ?)");
+  const Value params[] = {biz_id, event_type};
+  absl::StatusOr<int64_t> inserted = TryExec(sql, params);
+  if (inserted.ok()) return true;
+  if (IsUniqueViolation(inserted.status())) return false;
+  return inserted.status();
+}
+
+absl::StatusOr<int64_t> Transaction::TryExec(std::string_view sql, absl::Span<const Value> params) {
+  // SAVEPOINT/ROLLBACK TO is standard SQL on all three backends; it confines a
+  // failure to the statement (PostgreSQL would otherwise abort the transaction).
+  IDEM_RETURN_IF_ERROR(Exec("SAVEPOINT idem_try").status());
+  absl::StatusOr<int64_t> done = Exec(sql, params);
+  if (done.ok()) {
+    IDEM_RETURN_IF_ERROR(Exec("RELEASE SAVEPOINT idem_try").status());
+    return done;
+  }
+  IDEM_RETURN_IF_ERROR(Exec("ROLLBACK TO SAVEPOINT idem_try").status());
+  IDEM_RETURN_IF_ERROR(Exec("RELEASE SAVEPOINT idem_try").status());
+  return done.status();
 }
 
 }  // namespace idem

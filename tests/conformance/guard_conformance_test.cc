@@ -613,6 +613,108 @@ TEST_P(SqlGuardConformanceTest, StateMachineAndVersionHelpers) {
   ASSERT_OK(tx->Commit());
 }
 
+// The dedupe journal (SPEC §3, seed 1 §3.3): a consumer records (biz_id,
+// event_type) in its own transaction; a duplicate answers false and leaves the
+// transaction usable on every backend (PostgreSQL would otherwise abort it, 25P02).
+TEST_P(SqlGuardConformanceTest, RecordEventDedupesInTheCallersTransaction) {
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    ASSERT_OK(tx->Exec(
+        "CREATE TABLE event_journal (biz_id VARCHAR(64) NOT NULL, event_type VARCHAR(32) NOT "
+        "NULL, PRIMARY KEY (biz_id, event_type))"));
+    ASSERT_OK(tx->Commit());
+  }
+  auto record = [](Transaction& tx, const char* biz_id, const char* event) {
+    return tx.RecordEvent("event_journal", "biz_id", Value(biz_id), "event_type", Value(event));
+  };
+  // "new", "dup" or the error.
+  auto seen = [&](Transaction& tx, const char* biz_id, const char* event) -> std::string {
+    absl::StatusOr<bool> r = record(tx, biz_id, event);
+    if (!r.ok()) return r.status().ToString();
+    return *r ? "new" : "dup";
+  };
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    EXPECT_EQ(seen(*tx, "O-1", "paid"), "new");
+    EXPECT_EQ(seen(*tx, "O-1", "paid"), "dup");
+    EXPECT_EQ(seen(*tx, "O-1", "refunded"), "new");
+    // Still usable after the duplicate: the effect and the commit go through.
+    ASSERT_OK(tx->Exec("INSERT INTO ledger (order_no, amount) VALUES (?, ?)",
+                       {Value("O-1"), Value(5)}));
+    ASSERT_OK(tx->Commit());
+  }
+  // Through the guard's transaction, as a consumer's handler would.
+  auto handler = [&](Transaction& tx) -> absl::StatusOr<std::string> {
+    IDEM_ASSIGN_OR_RETURN(bool fresh, record(tx, "O-1", "paid"));
+    IDEM_ASSIGN_OR_RETURN(bool other, record(tx, "O-2", "paid"));
+    return absl::StrCat(fresh ? "fresh" : "dup", ",", other ? "fresh" : "dup");
+  };
+  absl::StatusOr<Result> r = guard_->Run(Req("E-1"), handler);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->value, "dup,fresh");
+  EXPECT_EQ(LedgerRows(), 1);
+  std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+  absl::StatusOr<Rows> rows = tx->Query("SELECT COUNT(*) FROM event_journal");
+  ASSERT_OK(rows);
+  EXPECT_EQ(rows->rows[0][0].as_int(), 3);
+  // Bad identifiers and other errors are errors, not duplicates.
+  EXPECT_THAT(tx->RecordEvent("event journal", "biz_id", Value("x"), "event_type", Value("y")),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::StatusOr<bool> missing =
+      tx->RecordEvent("no_such_journal", "biz_id", Value("x"), "event_type", Value("y"));
+  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(IsStoreFault(missing.status()));
+  // ... and the transaction survives them too.
+  EXPECT_EQ(seen(*tx, "O-3", "paid"), "new");
+  ASSERT_OK(tx->Commit());
+}
+
+// The contract for a failed statement (include/idem/store.h), on every backend:
+// after TryExec fails the transaction goes on and commits what came before and
+// after, without the failed statement's effects; after Exec fails, Rollback leaves
+// nothing of the transaction.
+TEST_P(SqlGuardConformanceTest, FailedStatementContract) {
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    ASSERT_OK(tx->Exec("INSERT INTO ledger (order_no, amount) VALUES (?, ?)",
+                       {Value("A"), Value(1)}));
+    // A duplicate key, then a statement that writes a row and then fails.
+    absl::StatusOr<int64_t> dup =
+        tx->TryExec("INSERT INTO ledger (order_no, amount) VALUES (?, ?)", {Value("A"), Value(2)});
+    EXPECT_THAT(dup, StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_TRUE(IsUniqueViolation(dup.status())) << dup.status();
+    EXPECT_THAT(tx->TryExec("INSERT INTO ledger (order_no, amount) VALUES ('B', 1), ('A', 3)"),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    ASSERT_OK(tx->TryExec("INSERT INTO ledger (order_no, amount) VALUES (?, ?)",
+                          {Value("C"), Value(4)}));
+    ASSERT_OK(tx->Commit());
+  }
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    absl::StatusOr<Rows> rows = tx->Query("SELECT order_no FROM ledger ORDER BY order_no");
+    ASSERT_OK(rows);
+    ASSERT_EQ(rows->rows.size(), 2u);  // A and C: nothing of the failed ones (not B)
+    EXPECT_EQ(rows->rows[0][0], Value("A"));
+    EXPECT_EQ(rows->rows[1][0], Value("C"));
+    tx->Rollback();
+  }
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    ASSERT_OK(tx->Exec("INSERT INTO ledger (order_no, amount) VALUES ('D', 1)"));
+    EXPECT_FALSE(tx->Exec("INSERT INTO ledger (order_no, amount) VALUES ('A', 9)").ok());
+    tx->Rollback();
+  }
+  EXPECT_EQ(LedgerRows(), 2);  // D went with the rollback
+}
+
+TEST(RecordEventTest, MemoryStoreHasNoSql) {
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore("memory://");
+  ASSERT_OK(store);
+  std::unique_ptr<StoreTransaction> tx = *(*store)->Begin();
+  EXPECT_THAT(tx->RecordEvent("j", "a", Value("x"), "b", Value("y")),
+              StatusIs(absl::StatusCode::kUnimplemented));
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBackends, GuardConformanceTest,
                          ::testing::ValuesIn(testing::AllBackends()),
                          [](const auto& info) { return info.param.name; });

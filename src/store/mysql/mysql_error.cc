@@ -58,6 +58,7 @@ absl::Status ToStatus(unsigned int err, std::string_view sqlstate, std::string_v
     case 1062:  // ER_DUP_ENTRY
     case 1169:  // ER_DUP_UNIQUE
     case 1586:  // ER_DUP_ENTRY_WITH_KEY_NAME
+      return MarkUniqueViolation(absl::InvalidArgumentError(text));
     case 1216:  // ER_NO_REFERENCED_ROW
     case 1217:  // ER_ROW_IS_REFERENCED
     case 1451:  // ER_ROW_IS_REFERENCED_2

@@ -201,6 +201,7 @@ absl::Status StatusFromSqlState(std::string_view state, std::string message) {
     status = absl::InternalError(message);
   }
   status.SetPayload(AV(kSqlStatePayload), absl::Cord(AV(state)));
+  if (state == "23505") status = MarkUniqueViolation(std::move(status));
   return status;
 }
 

@@ -33,6 +33,10 @@ absl::Status ToStatus(int rc, sqlite3* db, std::string_view context) {
       return absl::InvalidArgumentError(message);
     }
     case SQLITE_CONSTRAINT:
+      if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY) {
+        return MarkUniqueViolation(absl::InvalidArgumentError(message));
+      }
+      return absl::InvalidArgumentError(message);
     case SQLITE_MISMATCH:
     case SQLITE_RANGE:
     case SQLITE_TOOBIG:
