@@ -103,7 +103,11 @@ absl::StatusOr<std::string> PercentDecode(std::string_view segment) {
 }
 
 Api::Api(Guard& guard, Store& store, Metrics& metrics, ApiOptions options)
-    : guard_(guard), store_(store), metrics_(metrics), options_(std::move(options)) {
+    : guard_(guard),
+      store_(store),
+      metrics_(metrics),
+      options_(std::move(options)),
+      health_(*guard.options().clock) {
   for (const std::string& biz_type : options_.fail_open) metrics_.DeclareFailOpen(biz_type);
 }
 
@@ -193,10 +197,13 @@ Reply Api::Handle(const HttpRequest& request) {
       return Final(route, BodyTooLarge(options_.max_body_bytes));
     }
 
-    if (path == "/v1/claims") return Claims(request, tenant->name);
-    if (path == "/v1/claims/complete") return Complete(request, tenant->name);
-    if (path == "/v1/claims/fail") return Fail(request, tenant->name);
-    return GetRecord(biz_enc, key_enc, tenant->name);
+    Reply reply = path == "/v1/claims"            ? Claims(request, tenant->name)
+                  : path == "/v1/claims/complete" ? Complete(request, tenant->name)
+                  : path == "/v1/claims/fail"     ? Fail(request, tenant->name)
+                                                  : GetRecord(biz_enc, key_enc, tenant->name);
+    // Answered by the store (a 503 went through StatusReply, which marks it down).
+    if (reply.response.status < 500) health_.Up();
+    return reply;
   } catch (const std::exception& e) {
     // Handlers catch their dependencies' exceptions; this is the last net.
     return Final("other", MakeProblem(500, "internal", "Internal error", e.what()));
@@ -206,11 +213,13 @@ Reply Api::Handle(const HttpRequest& request) {
 Reply Api::Ready() {
   absl::Status s = store_.Ping();
   if (s.ok()) {
+    health_.Up();
     HttpResponse r;
     r.body = R"({"status":"ready"})";
     return Final("/readyz", std::move(r));
   }
   metrics_.CountStoreError();
+  health_.Down(s);
   HttpResponse r = MakeProblem(503, "store_unavailable", "Store unavailable",
                                absl::StrCat("the store does not answer: ", s.message()));
   r.headers.emplace_back("Retry-After", "1");
@@ -240,6 +249,7 @@ Reply Api::StatusReply(const absl::Status& status, std::string_view action) {
     case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kResourceExhausted: {
       metrics_.CountStoreError();
+      health_.Down(status);
       HttpResponse r =
           MakeProblem(503, "store_unavailable", "Store unavailable", detail, "unavailable");
       r.headers.emplace_back("Retry-After", "1");

@@ -50,6 +50,7 @@
 #include <string_view>
 #include <vector>
 
+#include "http/store_health.h"
 #include "absl/time/time.h"
 #include "http/metrics.h"
 #include "http/types.h"
@@ -135,6 +136,7 @@ class Api {
   Store& store_;
   Metrics& metrics_;
   const ApiOptions options_;
+  StoreHealth health_;
 };
 
 // Percent-decodes one path segment ("%2F" -> "/"); kInvalidArgument for a bad escape.

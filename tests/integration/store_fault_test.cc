@@ -80,6 +80,17 @@ void MissingSchemaIs503(const std::string& url, const std::string& scratch) {
   EXPECT_EQ(Fetch(serve.port(), "GET", "/readyz").status, 200);
   EXPECT_EQ(Claim(serve.port(), "K-2").status, 201);
   EXPECT_EQ(serve.Stop(), 0);
+  // One log line when the store went down and one when it came back, not one per
+  // refused request (SPEC §10).
+  const std::string log = serve.stderr_text();
+  auto count = [&](const std::string& what) {
+    int n = 0;
+    for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("store unavailable: "), 1) << log;
+  EXPECT_EQ(count("store available again after "), 1) << log;
+  EXPECT_THAT(log, ::testing::HasSubstr("5 request(s) were refused")) << log;
 }
 
 TEST(StoreFault, SqliteMissingSchemaIs503) {
