@@ -248,17 +248,19 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   if (slash != std::string_view::npos && !Decode(rest.substr(slash + 1), &u.path)) {
-    return bad("malformed percent escape in the path");
+    return bad("bad percent-escape in the path (write % as %25)");
   }
   if (size_t at = authority.rfind('@'); at != std::string_view::npos) {
     std::string_view userinfo = authority.substr(0, at);
     authority = authority.substr(at + 1);
     const size_t colon = userinfo.find(':');
-    if (!Decode(userinfo.substr(0, colon), &u.user)) return bad("malformed percent escape in the user");
+    if (!Decode(userinfo.substr(0, colon), &u.user)) {
+      return bad("bad percent-escape in the user (write % as %25)");
+    }
     if (colon != std::string_view::npos) {
       std::string pw;
       if (!Decode(userinfo.substr(colon + 1), &pw)) {
-        return bad("malformed percent escape in the password");
+        return bad("bad percent-escape in the password (write % as %25)");
       }
       u.password = std::move(pw);
     }
@@ -267,10 +269,12 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
   bool has_port = false;
   if (authority.starts_with("[")) {
     const size_t close = authority.find(']');
-    if (close == std::string_view::npos) return bad("an IPv6 host has no closing ']'");
+    if (close == std::string_view::npos) return bad("unclosed '[' in the host");
     u.host = std::string(authority.substr(1, close - 1));
     std::string_view after = authority.substr(close + 1);
-    if (!after.empty() && !after.starts_with(":")) return bad("unexpected text after ']'");
+    if (!after.empty() && !after.starts_with(":")) {
+      return bad("unexpected text after ']' (the IPv6 address)");
+    }
     if (!after.empty()) {
       port = after.substr(1);
       has_port = true;
@@ -284,8 +288,12 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
       has_port = true;
     }
     if (authority.find_first_of("[]") != std::string_view::npos) return bad("a stray '[' or ']'");
-    if (!Decode(authority, &u.host)) return bad("malformed percent escape in the host");
+    if (authority.find(':') != std::string_view::npos) {
+      return bad("the host has several ':'; write IPv6 as [::1]:PORT");
+    }
+    if (!Decode(authority, &u.host)) return bad("bad percent-escape in the host (write % as %25)");
   }
+  if (has_port && port.empty()) return bad("empty port after ':'");
   if (has_port) {
     int p = 0;
     auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
@@ -304,7 +312,7 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
         std::string k, v;
         if (!Decode(item.substr(0, eq), &k) ||
             (eq != std::string_view::npos && !Decode(item.substr(eq + 1), &v))) {
-          return bad("malformed percent escape in a parameter");
+          return bad("bad percent-escape in a parameter (write % as %25)");
         }
         if (k.empty()) return bad("a parameter without a name");
         u.params.emplace_back(std::move(k), std::move(v));

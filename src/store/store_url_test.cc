@@ -96,12 +96,13 @@ TEST(ParseStoreUrlTest, ErrorsNameWhatIsWrongAndNeverThePassword) {
     std::string url;
     std::string says;
   } cases[] = {
-      {"redis://:s3cret@[::1", "no closing ']'"},
+      {"redis://:s3cret@[::1", "unclosed '['"},
       {"redis://:s3cret@[::1]x", "after ']'"},
       {"redis://:s3cret@host:0", "port '0' must be 1..65535"},
       {"redis://:s3cret@host:99999", "must be 1..65535"},
-      {"redis://:s3cret@host:", "port '' must be"},
-      {"redis://:s3cret@ho%zzst", "percent escape in the host"},
+      {"redis://:s3cret@host:", "empty port"},
+      {"redis://:s3cret@::1", "write IPv6 as [::1]"},
+      {"redis://:s3cret@ho%zzst", "percent-escape in the host"},
       {"redis://:s3cret@host/#frag", "fragment"},
       {"redis://:s3cret@host?=1", "without a name"},
       {"postgres://:s3cret@host", "not a redis:// URL"},

@@ -67,7 +67,7 @@ TEST(MysqlUrlTest, ParsesEveryPart) {
   EXPECT_TRUE(ParseMysqlUrl("mysql://u@h/d")->procedures);
   EXPECT_THAT(o->redacted_url, Not(HasSubstr("p%40ss")));
   EXPECT_THAT(o->redacted_url,
-              HasSubstr("mysql://app%40eu:***@db.example:3307/idem%2Dprod?pool=3"));
+              HasSubstr("mysql://app%40eu@db.example:3307/idem%2Dprod?pool=3"));
 }
 
 TEST(MysqlUrlTest, DefaultsAndVariants) {
@@ -212,8 +212,8 @@ TEST_F(MysqlStoreTest, UrlHidesThePassword) {
   ASSERT_OK(o);
   EXPECT_EQ(store_->url(), o->redacted_url);
   if (o->has_password && !o->password.empty()) {
-    EXPECT_THAT(std::string(store_->url()), Not(HasSubstr(":" + o->password + "@")));
-    EXPECT_THAT(std::string(store_->url()), HasSubstr(":***@"));
+    EXPECT_THAT(std::string(store_->url()), Not(HasSubstr(o->password)));
+    EXPECT_THAT(std::string(store_->url()), HasSubstr(o->user + "@"));
   }
   EXPECT_TRUE(store_->SupportsSql());
   EXPECT_OK(store_->Ping());
@@ -248,7 +248,7 @@ TEST_F(MysqlStoreTest, StartUpFailuresAreClassified) {
       OpenMysqlStore(absl::StrCat("mysql://u:p@127.0.0.1:", port, "/d?connect_timeout_s=2"))
           .status();
   EXPECT_THAT(down, StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(Message(down), HasSubstr("mysql://u:***@127.0.0.1"));
+  EXPECT_THAT(Message(down), HasSubstr("mysql://u@127.0.0.1"));
 }
 
 TEST_F(MysqlStoreTest, SchemaIsCreatedOnceByRacingOpeners) {
