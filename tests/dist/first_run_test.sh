@@ -5,7 +5,8 @@
 # test (it did on a fresh Debian 12: "Could NOT find GTest").
 #   first_run_test.sh SOURCE_DIR BUILD_DIR
 # Also checks that the user's own flags win over run.sh's (--listen, --store), and
-# leaves BUILD_DIR (a Release build, prefix /usr) for the install and package tests.
+# leaves BUILD_DIR (a Release build, prefix /usr, then built in full) for the install
+# and package tests.
 set -euo pipefail
 src=$1
 build=$2
@@ -34,4 +35,7 @@ for t in core_test http_serve_test guard_bench; do
   ! grep -q "^$t:" <<<"$targets" || fail "target $t exists in a build without GTest/benchmark"
 done
 grep -q '^src/cli/idem:' <<<"$targets" || fail "no idem target"
+# The install and package tests (dist_build fixture) need all of it built: run.sh
+# built only `idem`; the libraries, the examples' programs and the man pages follow.
+ninja -C "$build" >"$work/build-all.log" || { tail -30 "$work/build-all.log" >&2; fail "building all of $build"; }
 echo "first run: listening on 127.0.0.1:$port, /readyz 200, no test targets"
