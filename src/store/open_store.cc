@@ -25,10 +25,6 @@ namespace {
                                           AV(option), "=ON)"));
 }
 
-}  // namespace
-
-namespace {
-
 absl::StatusOr<std::unique_ptr<Store>> OpenByScheme(std::string_view url, bool read_only) {
   const size_t sep = url.find("://");
   if (sep == std::string_view::npos || sep == 0) {
