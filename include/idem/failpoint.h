@@ -2,7 +2,9 @@
 //
 // IDEM_FAILPOINT("guard.after_claim") does nothing unless the failpoint is armed,
 // either by the environment variable IDEM_FAILPOINTS="name=action[,name=action]"
-// read once at first use, or by ArmFailpoint(). Actions: `kill` (SIGKILL the
+// read once at first use (only in builds with IDEM_FAILPOINTS_FROM_ENV, on when the
+// tests are built and off otherwise, so an installed binary ignores it), or by
+// ArmFailpoint(). Actions: `kill` (SIGKILL the
 // process at that point), `abort` (std::abort); `kill@N` / `abort@N` fire on the
 // Nth hit and let the earlier ones pass. The disarmed cost is one relaxed
 // atomic load.

@@ -1,5 +1,6 @@
 // Unit tests of the small core pieces: keys, fingerprints, failpoints, outcomes.
 #include <csignal>
+#include <cstdlib>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -76,6 +77,21 @@ TEST(FailpointDeathTest, KillFiresOnTheNthHit) {
         std::exit(0);
       },
       ::testing::KilledBySignal(SIGKILL), "survived two hits");
+}
+
+// This build has the tests, so IDEM_FAILPOINTS arms failpoints (the crash tests and
+// docs/steps.md use it); the packaged binary ignores it (tests/dist/package_test.sh).
+TEST(FailpointDeathTest, EnvironmentArmsThemInABuildWithTests) {
+  // The variable is read once per process: the child must be a fresh one (the
+  // threadsafe style re-runs the binary for this test alone).
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("IDEM_FAILPOINTS", "test.point=abort@2", 1);
+        HitTwice();
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGABRT), "");
 }
 
 TEST(FailpointDeathTest, ArmedThenDisarmedDoesNotFire) {

@@ -63,6 +63,9 @@ namespace internal {
 void LoadFailpointsFromEnvOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
+#if !IDEM_FAILPOINTS_FROM_ENV
+    return;  // a build without tests (the installed binary) ignores the variable
+#endif
     const char* env = std::getenv("IDEM_FAILPOINTS");
     if (env == nullptr || *env == '\0') return;
     absl::MutexLock lock(&g_mu);

@@ -63,11 +63,20 @@ zcat "$root/usr/share/man/man1/idem-serve.1.gz" | grep -q 'SPEC §11' || fail "i
 zcat "$root/usr/share/man/man1/idem.1.gz" | grep -q 'serve' || fail "idem(1) lacks serve"
 # The packaged config is valid: serve starts on it (the command line overrides its
 # listen and store, which point at the service's own directories).
-"$root/usr/bin/idem" serve --config "$root/etc/idem/idem.toml" --listen 127.0.0.1:0 \
+# IDEM_FAILPOINTS is for the crash tests of a test build: the packaged binary ignores
+# it (else a variable could SIGKILL a production server after every claim).
+IDEM_FAILPOINTS=guard.after_claim_commit=kill \
+  "$root/usr/bin/idem" serve --config "$root/etc/idem/idem.toml" --listen 127.0.0.1:0 \
   --store "sqlite://$work/idem.db" >"$work/serve.out" 2>"$work/serve.err" &
 pid=$!
 wait_listening "$work/serve.out" "$work/serve.err" 100
 grep -q '^listening on 127.0.0.1:' "$work/serve.out" || fail "serve on the packaged config did not listen"
+port=$(sed -n 's/^listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$work/serve.out")
+token=$(sed -n 's/^development tenant "dev", token: //p' "$work/serve.err")
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$port/v1/claims" \
+  -H "Authorization: Bearer $token" -d '{"biz_type":"refund","key":"K-1"}')
+[[ "$code" == 201 ]] || fail "claim on the packaged server answered $code"
+kill -0 "$pid" 2>/dev/null || fail "IDEM_FAILPOINTS killed the packaged server"
 # The completion script loads and completes subcommands from the installed idem.
 out=$(bash -c 'source "$1"; COMP_WORDS=("$2" se); COMP_CWORD=1; _idem; echo "${COMPREPLY[*]}"' _ \
   "$root/usr/share/bash-completion/completions/idem" "$root/usr/bin/idem")
