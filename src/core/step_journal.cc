@@ -178,6 +178,25 @@ std::string RequestIdFor(std::string_view biz_key, int step_seq) {
   return absl::StrCat("idem-", AV(Fingerprint(material).substr(0, 32)));
 }
 
+namespace {
+
+// The journal version in `rows` (SELECT MAX(version) …; 0 when there is none).
+// kFailedPrecondition for a journal of a newer idem.
+absl::StatusOr<int64_t> JournalVersionOf(const Rows& rows) {
+  int64_t version = 0;
+  if (!rows.rows.empty() && !rows.rows[0].empty() && !rows.rows[0][0].is_null()) {
+    IDEM_ASSIGN_OR_RETURN(version, IntOf(rows.rows[0][0], "version"));
+  }
+  if (version > kJournalVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the step journal has version ", version, ", newer than this idem's ", kJournalVersion,
+        ": upgrade idem"));
+  }
+  return version;
+}
+
+}  // namespace
+
 absl::Status Journal::Check(Store& store) const {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
   absl::StatusOr<Rows> rows = tx->Query("SELECT MAX(version) FROM idem_journal_version");
@@ -186,16 +205,8 @@ absl::Status Journal::Check(Store& store) const {
     return absl::FailedPreconditionError(
         absl::StrCat("no idem step journal here (", rows.status().message(), ")"));
   }
-  int64_t version = 0;
-  if (!rows->rows.empty() && !rows->rows[0].empty() && !rows->rows[0][0].is_null()) {
-    IDEM_ASSIGN_OR_RETURN(version, IntOf(rows->rows[0][0], "version"));
-  }
+  IDEM_ASSIGN_OR_RETURN(int64_t version, JournalVersionOf(*rows));
   if (version == 0) return absl::FailedPreconditionError("no idem step journal here");
-  if (version > kJournalVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the step journal has version ", version, ", newer than this idem's ", kJournalVersion,
-        ": upgrade idem"));
-  }
   tx->Rollback();
   return absl::OkStatus();
 }
@@ -217,15 +228,7 @@ absl::Status Journal::Migrate(Store& store) const {
     }
   }
   IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query("SELECT MAX(version) FROM idem_journal_version"));
-  int64_t version = 0;
-  if (!rows.rows.empty() && !rows.rows[0].empty()) {
-    IDEM_ASSIGN_OR_RETURN(version, IntOf(rows.rows[0][0], "version"));
-  }
-  if (version > kJournalVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the step journal has version ", version, ", newer than this idem's ", kJournalVersion,
-        ": upgrade idem"));
-  }
+  IDEM_ASSIGN_OR_RETURN(int64_t version, JournalVersionOf(rows));
   if (version == 0) {
     IDEM_RETURN_IF_ERROR(tx->Exec("INSERT INTO idem_journal_version (version) VALUES (?)",
                                   {Int(kJournalVersion)})

@@ -45,6 +45,18 @@ bool Decode(std::string_view in, std::string* out) {
   return true;
 }
 
+// The non-empty "k=v" items of a query (the part after '?').
+std::vector<std::string_view> QueryItems(std::string_view query) {
+  std::vector<std::string_view> items;
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    if (amp != 0) items.push_back(query.substr(0, amp));
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return items;
+}
+
 // In an authority without '@', the position after a ':' whose suffix is not a port
 // (digits), i.e. a password written without its host; npos when there is none.
 size_t NonPortSuffix(std::string_view authority) {
@@ -80,15 +92,11 @@ std::vector<std::string_view> RawSecrets(std::string_view url) {
   } else if (size_t secret = NonPortSuffix(authority); secret != std::string_view::npos) {
     out.push_back(authority.substr(secret));
   }
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view item = query.substr(0, amp);
+  for (std::string_view item : QueryItems(query)) {
     const size_t eq = item.find('=');
     if (eq != std::string_view::npos && IsSecretName(item.substr(0, eq)) && eq + 1 < item.size()) {
       out.push_back(item.substr(eq + 1));
     }
-    if (amp == std::string_view::npos) break;
-    query.remove_prefix(amp + 1);
   }
   return out;
 }
@@ -121,8 +129,8 @@ std::string RedactUrl(std::string_view url) {
   const size_t start = sep + 3;
   std::string_view rest = url.substr(start);
   const std::optional<std::string_view> given_query = SplitQuery(&rest);
-  const bool has_query = given_query.has_value();
-  std::string_view query = given_query.value_or("");
+  const bool query_given = given_query.has_value();
+  const std::string_view query = given_query.value_or("");
   std::string out(url.substr(0, start));
   const std::string_view authority = rest.substr(0, rest.find('/'));
   if (size_t at = authority.rfind('@'); at != std::string_view::npos) {
@@ -135,17 +143,12 @@ std::string RedactUrl(std::string_view url) {
   } else {
     out.append(rest);
   }
-  if (has_query) {
+  if (query_given) {
     std::string kept;
-    while (!query.empty()) {
-      const size_t amp = query.find('&');
-      const std::string_view item = query.substr(0, amp);
-      if (!item.empty() && !IsSecretParam(item)) {
-        kept.append(kept.empty() ? "" : "&");
-        kept.append(item);
-      }
-      if (amp == std::string_view::npos) break;
-      query.remove_prefix(amp + 1);
+    for (std::string_view item : QueryItems(query)) {
+      if (IsSecretParam(item)) continue;
+      kept.append(kept.empty() ? "" : "&");
+      kept.append(item);
     }
     if (!kept.empty()) out.append("?").append(kept);
   }
@@ -155,11 +158,8 @@ std::string RedactUrl(std::string_view url) {
 std::string RedactSecretsIn(std::string_view text, std::string_view url) {
   std::string out(text);
   for (std::string_view raw : RawSecrets(url)) {
-    std::string decoded;
-    // The longer form first, so that a decoded secret inside the raw one is caught too.
-    if (Decode(raw, &decoded) && decoded.size() > raw.size()) ReplaceAll(out, decoded);
     ReplaceAll(out, raw);
-    if (Decode(raw, &decoded)) ReplaceAll(out, decoded);
+    if (std::string decoded; Decode(raw, &decoded)) ReplaceAll(out, decoded);
   }
   return out;
 }
@@ -241,9 +241,7 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
   }
   u.scheme = std::string(scheme);
   std::string_view rest = url.substr(sep + 3);
-  const std::optional<std::string_view> given_query = SplitQuery(&rest);
-  const bool has_query = given_query.has_value();
-  std::string_view query = given_query.value_or("");
+  const std::string_view query = SplitQuery(&rest).value_or("");
   if (rest.find('#') != std::string_view::npos) return bad("a fragment ('#') is not allowed");
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
@@ -303,23 +301,15 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
     }
     u.port = p;
   }
-  if (has_query) {
-    while (!query.empty()) {
-      const size_t amp = query.find('&');
-      const std::string_view item = query.substr(0, amp);
-      if (!item.empty()) {
-        const size_t eq = item.find('=');
-        std::string k, v;
-        if (!Decode(item.substr(0, eq), &k) ||
-            (eq != std::string_view::npos && !Decode(item.substr(eq + 1), &v))) {
-          return bad("bad percent-escape in a parameter (write % as %25)");
-        }
-        if (k.empty()) return bad("a parameter without a name");
-        u.params.emplace_back(std::move(k), std::move(v));
-      }
-      if (amp == std::string_view::npos) break;
-      query.remove_prefix(amp + 1);
+  for (std::string_view item : QueryItems(query)) {
+    const size_t eq = item.find('=');
+    std::string k, v;
+    if (!Decode(item.substr(0, eq), &k) ||
+        (eq != std::string_view::npos && !Decode(item.substr(eq + 1), &v))) {
+      return bad("bad percent-escape in a parameter (write % as %25)");
     }
+    if (k.empty()) return bad("a parameter without a name");
+    u.params.emplace_back(std::move(k), std::move(v));
   }
   return u;
 }

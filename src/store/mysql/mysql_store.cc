@@ -632,10 +632,8 @@ absl::StatusOr<bool> CreateSchema(Connection& conn, const MysqlOptions& o) {
 absl::StatusOr<bool> CheckExisting(Connection& conn, const Rows& version_rows,
                                    const MysqlOptions& o) {
   IDEM_RETURN_IF_ERROR(CheckVersion(version_rows, o));
-  if (absl::Status ping = conn.Query(sql::kPing).status(); !ping.ok()) {
-    if (conn.broken()) return ping;
-    return sql::DamagedSchemaError(absl::StrCat("mysql database '", o.database, "'"), ping);
-  }
+  IDEM_RETURN_IF_ERROR(sql::IntactSchema(absl::StrCat("mysql database '", o.database, "'"),
+                                         conn.Query(sql::kPing).status(), conn.broken()));
   if (!o.procedures) return false;
   IDEM_ASSIGN_OR_RETURN(int64_t procedures, CountProcedures(conn));
   return procedures == 2;
@@ -651,12 +649,10 @@ absl::StatusOr<bool> CheckSchema(const MysqlOptions& o) {
                               absl::string_view::npos) {
       return rows.status();
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no idem schema here: mysql database '", o.database, "' has no idem tables"));
+    return sql::NoSchemaError(absl::StrCat("mysql database '", o.database, "'"), true);
   }
   if (rows->rows.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no idem schema here: mysql database '", o.database, "' has no idem schema version"));
+    return sql::NoSchemaError(absl::StrCat("mysql database '", o.database, "'"), false);
   }
   return CheckExisting(*conn, *rows, o);
 }

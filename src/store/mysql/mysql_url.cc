@@ -14,16 +14,11 @@
 namespace idem::mysql {
 namespace {
 
-absl::StatusOr<int> ParseInt(std::string_view name, std::string_view value, int lo, int hi) {
-  int out = 0;
-  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
-  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || out < lo ||
-      out > hi) {
-    return absl::InvalidArgumentError(absl::StrCat("mysql URL parameter ", AV(name), "='",
-                                                   AV(value), "' must be an integer in ", lo, "..",
-                                                   hi));
-  }
-  return out;
+// `name`'s value in [lo, hi], through the shared parser's typed getter.
+absl::Status IntInto(const store::StoreUrl& u, std::string_view name, int lo, int hi, int* out) {
+  IDEM_ASSIGN_OR_RETURN(int64_t v, u.IntParam(name, *out, lo, hi));
+  *out = static_cast<int>(v);
+  return absl::OkStatus();
 }
 
 absl::Status ParseParams(const store::StoreUrl& u, MysqlOptions& o) {
@@ -35,15 +30,15 @@ absl::Status ParseParams(const store::StoreUrl& u, MysqlOptions& o) {
           absl::StrCat("mysql URL parameter '", AV(name), "' is given twice"));
     }
     if (name == "pool") {
-      IDEM_ASSIGN_OR_RETURN(o.pool, ParseInt(name, value, 1, 256));
+      IDEM_RETURN_IF_ERROR(IntInto(u, name, 1, 256, &o.pool));
     } else if (name == "pool_wait_ms") {
-      IDEM_ASSIGN_OR_RETURN(o.pool_wait_ms, ParseInt(name, value, 0, 600000));
+      IDEM_RETURN_IF_ERROR(IntInto(u, name, 0, 600000, &o.pool_wait_ms));
     } else if (name == "lock_wait_timeout_s") {
-      IDEM_ASSIGN_OR_RETURN(o.lock_wait_timeout_s, ParseInt(name, value, 1, 3600));
+      IDEM_RETURN_IF_ERROR(IntInto(u, name, 1, 3600, &o.lock_wait_timeout_s));
     } else if (name == "connect_timeout_s") {
-      IDEM_ASSIGN_OR_RETURN(o.connect_timeout_s, ParseInt(name, value, 1, 600));
+      IDEM_RETURN_IF_ERROR(IntInto(u, name, 1, 600, &o.connect_timeout_s));
     } else if (name == "io_timeout_s") {
-      IDEM_ASSIGN_OR_RETURN(o.io_timeout_s, ParseInt(name, value, 1, 86400));
+      IDEM_RETURN_IF_ERROR(IntInto(u, name, 1, 86400, &o.io_timeout_s));
     } else if (name == "socket") {
       if (value.empty()) return absl::InvalidArgumentError("mysql URL parameter socket is empty");
       o.socket = value;

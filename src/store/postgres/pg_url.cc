@@ -86,14 +86,15 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
   // cancels a statement (57014, retryable) before the client gives the connection
   // up. Added to the URL's own `options` when it has one (it would replace ours).
   const int io = o.connect.io_timeout_ms;
+  const int statement_timeout_ms = io > 1000 ? io - 500 : io;
   const std::string statement_timeout =
-      io > 0 ? absl::StrCat("-c statement_timeout=", io > 1000 ? io - 500 : io) : "";
+      io > 0 ? absl::StrCat("-c statement_timeout=", statement_timeout_ms) : "";
   bool has_options = false;
   std::vector<std::string> params;
   for (absl::string_view item : libpq_params) {
     std::string p(item);
     if (SV(item).starts_with("options=") && !statement_timeout.empty()) {
-      absl::StrAppend(&p, "%20-c%20statement_timeout%3D", io > 1000 ? io - 500 : io);
+      absl::StrAppend(&p, "%20-c%20statement_timeout%3D", statement_timeout_ms);
       has_options = true;
     }
     params.push_back(std::move(p));

@@ -558,18 +558,22 @@ absl::Status CheckVersion(const PGresult* res, std::string_view display) {
   return absl::OkStatus();
 }
 
+// A schema found in place (`version`: its version row): not newer than this build
+// and not damaged.
+absl::Status CheckExisting(Connection& conn, const PGresult* version, std::string_view display) {
+  IDEM_RETURN_IF_ERROR(CheckVersion(version, display));
+  absl::Status ping = conn.Run(sql::kPing, 0, {}, false).status();
+  return sql::IntactSchema(absl::StrCat("postgres database '", AV(display), "'"), ping,
+                           conn.broken());
+}
+
 absl::Status CreateSchema(Connection& conn, std::string_view display) {
   constexpr std::string_view kVersion = "SELECT max(version) FROM idem_schema_version";
   // Fast path without the lock: the tables usually exist. (A missing table is an
   // error outside any transaction, so it costs nothing.)
   {
     absl::StatusOr<postgres::Result> res = conn.Run(kVersion, 0, {}, false);
-    if (res.ok() && !PQgetisnull(res->get(), 0, 0)) {
-      IDEM_RETURN_IF_ERROR(CheckVersion(res->get(), display));
-      absl::Status ping = conn.Run(sql::kPing, 0, {}, false).status();
-      if (ping.ok() || conn.broken()) return ping;
-      return sql::DamagedSchemaError(absl::StrCat("postgres database '", AV(display), "'"), ping);
-    }
+    if (res.ok() && !PQgetisnull(res->get(), 0, 0)) return CheckExisting(conn, res->get(), display);
     if (conn.broken()) return res.status();
   }
   absl::Status s = conn.ExecScript("BEGIN");
@@ -597,22 +601,16 @@ absl::Status CreateSchema(Connection& conn, std::string_view display) {
 
 // A read-only open: the schema must be there; nothing is created or changed.
 absl::Status CheckSchema(Connection& conn, std::string_view display) {
+  const std::string where = absl::StrCat("postgres database '", AV(display), "'");
   absl::StatusOr<postgres::Result> res =
       conn.Run("SELECT max(version) FROM idem_schema_version", 0, {}, false);
   if (!res.ok()) {
     absl::optional<absl::Cord> state = res.status().GetPayload(AV(postgres::kSqlStatePayload));
     if (conn.broken() || !state.has_value() || *state != "42P01") return res.status();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no idem schema here: postgres database '", AV(display), "' has no idem tables"));
+    return sql::NoSchemaError(where, /*no_tables=*/true);
   }
-  if (PQgetisnull(res->get(), 0, 0)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no idem schema here: postgres database '", AV(display), "' has no idem schema version"));
-  }
-  IDEM_RETURN_IF_ERROR(CheckVersion(res->get(), display));
-  absl::Status ping = conn.Run(sql::kPing, 0, {}, false).status();
-  if (ping.ok() || conn.broken()) return ping;
-  return sql::DamagedSchemaError(absl::StrCat("postgres database '", AV(display), "'"), ping);
+  if (PQgetisnull(res->get(), 0, 0)) return sql::NoSchemaError(where, /*no_tables=*/false);
+  return CheckExisting(conn, res->get(), display);
 }
 
 }  // namespace

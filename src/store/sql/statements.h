@@ -28,4 +28,20 @@ inline absl::Status DamagedSchemaError(std::string_view where, const absl::Statu
       "holds every key's record), or drop idem_schema_version to start with no records"));
 }
 
+// `ping` (kPing's result on a schema whose version was found) as the open answers
+// it: OK, the connection's own error when it was `lost` meanwhile (no sign of
+// damage), else DamagedSchemaError.
+inline absl::Status IntactSchema(std::string_view where, const absl::Status& ping, bool lost) {
+  if (ping.ok() || lost) return ping;
+  return DamagedSchemaError(where, ping);
+}
+
+// The answer of a read-only open (StoreOptions::read_only) on a database without
+// idem's schema: no tables at all, or the tables without a version row.
+inline absl::Status NoSchemaError(std::string_view where, bool no_tables) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "no idem schema here: ", AV(where), no_tables ? " has no idem tables"
+                                                    : " has no idem schema version"));
+}
+
 }  // namespace idem::sql

@@ -392,6 +392,14 @@ absl::Status CheckVersion(const Rows& rows, const std::string& path) {
   return absl::OkStatus();
 }
 
+// A schema found in place (`rows`: its version): not newer than this build and
+// not damaged.
+absl::Status CheckExisting(sqlite::Connection& conn, const Rows& rows, const std::string& path) {
+  IDEM_RETURN_IF_ERROR(CheckVersion(rows, path));
+  return sql::IntactSchema(absl::StrCat("sqlite database '", path, "'"),
+                           conn.Query(sql::kPing).status(), /*lost=*/false);
+}
+
 absl::Status CreateSchema(sqlite::Connection& conn, const std::string& path) {
   // An existing schema needs no write lock: a store opens while another process
   // holds a long write transaction.
@@ -400,13 +408,7 @@ absl::Status CreateSchema(sqlite::Connection& conn, const std::string& path) {
                                                     nullptr, nullptr) == SQLITE_OK;
   if (exists) {
     absl::StatusOr<Rows> rows = conn.Query("SELECT version FROM idem_schema_version");
-    if (rows.ok() && !rows->rows.empty()) {
-      IDEM_RETURN_IF_ERROR(CheckVersion(*rows, path));
-      if (absl::Status ping = conn.Query(sql::kPing).status(); !ping.ok()) {
-        return sql::DamagedSchemaError(absl::StrCat("sqlite database '", path, "'"), ping);
-      }
-      return absl::OkStatus();
-    }
+    if (rows.ok() && !rows->rows.empty()) return CheckExisting(conn, *rows, path);
   }
   IDEM_RETURN_IF_ERROR(conn.ExecScript("BEGIN IMMEDIATE"));
   absl::Status s = conn.ExecScript(kSchema);
@@ -434,20 +436,11 @@ absl::Status CheckSchema(sqlite::Connection& conn, const std::string& path) {
   const bool exists = sqlite3_table_column_metadata(conn.db(), nullptr, "idem_schema_version",
                                                     "version", nullptr, nullptr, nullptr,
                                                     nullptr, nullptr) == SQLITE_OK;
-  if (!exists) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no idem schema here: sqlite database '", path, "' has no idem tables"));
-  }
+  const std::string where = absl::StrCat("sqlite database '", path, "'");
+  if (!exists) return sql::NoSchemaError(where, /*no_tables=*/true);
   IDEM_ASSIGN_OR_RETURN(Rows rows, conn.Query("SELECT version FROM idem_schema_version"));
-  if (rows.rows.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no idem schema here: sqlite database '", path, "' has no idem schema version"));
-  }
-  IDEM_RETURN_IF_ERROR(CheckVersion(rows, path));
-  if (absl::Status ping = conn.Query(sql::kPing).status(); !ping.ok()) {
-    return sql::DamagedSchemaError(absl::StrCat("sqlite database '", path, "'"), ping);
-  }
-  return absl::OkStatus();
+  if (rows.rows.empty()) return sql::NoSchemaError(where, /*no_tables=*/false);
+  return CheckExisting(conn, rows, path);
 }
 
 }  // namespace
