@@ -4,7 +4,10 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
+
+#include "absl/status/status.h"
 
 #include "absl/status/statusor.h"
 #include "idem/clock.h"
@@ -25,6 +28,10 @@ struct StoreOptions {
   // read-only (a read-only file works), and a database without idem's tables is
   // kFailedPrecondition "no idem schema here". Writes through such a store fail.
   bool read_only = false;
+  // With read_only: false lets the open succeed on a database without idem's
+  // schema (or, for SQLite, without a file), for Store::DescribeSchema to say so
+  // (`idem migrate --dry-run`); only DescribeSchema is of use on such a store.
+  bool require_schema = true;
 };
 
 // Opens the Store named by `url`: memory://, sqlite://PATH (sqlite://./idem.db,
@@ -37,5 +44,14 @@ struct StoreOptions {
 // options.read_only, when it holds no idem schema.
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
                                                  const StoreOptions& options = {});
+
+// `url` without its secrets, for messages and logs: the password of
+// `user:password@` and parameters named password, pass, passwd or secret are
+// dropped. Never fails (malformed URLs too).
+std::string RedactStoreUrl(std::string_view url);
+
+// `status` with every secret of `url` in its message (the password, raw and
+// percent-decoded; secret parameters) replaced by "***"; code and payloads kept.
+absl::Status RedactStoreSecrets(const absl::Status& status, std::string_view url);
 
 }  // namespace idem

@@ -2,7 +2,7 @@
 // guarded handler shares with them (SPEC §3, §13).
 //
 // Get one with idem::OpenStore(url) (include/idem/idem.h). Backends: memory://
-// (reference, no SQL), sqlite://PATH; later postgres:// and mysql://.
+// (reference, no SQL), sqlite://PATH, postgres://, mysql://.
 //
 // A handler sees only `Transaction` (its SQL runs in the same transaction as the
 // dedupe record). `StoreTransaction` and `Store` are the backend interface the
@@ -188,6 +188,52 @@ class StoreTransaction : public Transaction {
   virtual void Rollback() = 0;
 };
 
+// What differs between the SQL databases behind the stores, for the SQL that
+// idem's own layers run inside a store's transactions (the step journal, SPEC §4).
+// A SQL store supplies one (Store::sql_dialect()); code above the store asks it
+// instead of guessing the database from a URL. Immutable; lives as long as the
+// program.
+class SqlDialect {
+ public:
+  virtual ~SqlDialect() = default;
+
+  // "sqlite", "postgres" or "mysql" (MySQL and MariaDB).
+  virtual std::string_view name() const = 0;
+
+  // `insert` (INSERT INTO t (…) VALUES (…)) made to keep a row that is already
+  // there under the same `key` column: the statement then counts 0 rows. Never
+  // INSERT IGNORE, which would also count an over-long value as "already there".
+  virtual std::string KeepExisting(std::string_view insert, std::string_view key) const = 0;
+
+  // The suffix of a read that locks the rows it returns until the transaction
+  // ends; "" where a write transaction holds the whole database (SQLite).
+  virtual std::string_view ForUpdate() const = 0;
+
+  // As ForUpdate, skipping rows other transactions hold (work queues).
+  virtual std::string_view ForUpdateSkipLocked() const = 0;
+
+  // True when INSERT … ON CONFLICT (k) DO UPDATE SET … RETURNING … works; false
+  // where only ON DUPLICATE KEY UPDATE exists (MySQL).
+  virtual bool UpsertReturning() const = 0;
+
+  // The statements that make the step journal's tables where they are missing,
+  // to run in order in one transaction (the first may take a lock that serializes
+  // processes creating them together).
+  virtual const std::vector<std::string>& JournalSchema() const = 0;
+};
+
+// What a database holds of idem's schema (Store::DescribeSchema; `idem migrate`).
+struct SchemaInfo {
+  int64_t version = 0;        // 0: no idem schema there
+  int64_t build_version = 0;  // the version this build creates and reads
+  std::vector<std::string> tables;  // idem's tables (idem_*), sorted
+  // MySQL/MariaDB only: idem's stored procedures there (idem_claim_v1, …).
+  std::optional<std::vector<std::string>> procedures;
+  // OK when the store's user may create what is missing; else why not (what a
+  // real `migrate` would fail on).
+  absl::Status writable;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -218,8 +264,18 @@ class Store {
   // Returns OK when the store answers (readiness), kUnavailable otherwise.
   virtual absl::Status Ping() = 0;
 
+  // The SQL dialect of this store's transactions, or nullptr when it runs no SQL
+  // (memory://).
+  virtual const SqlDialect* sql_dialect() const { return nullptr; }
+
   // True when Transaction::Exec/Query run SQL on this store.
-  virtual bool SupportsSql() const = 0;
+  virtual bool SupportsSql() const { return sql_dialect() != nullptr; }
+
+  // What the store's database holds of idem's schema, read without changing
+  // anything. kUnimplemented for a store without a schema (memory://).
+  virtual absl::StatusOr<SchemaInfo> DescribeSchema() {
+    return absl::UnimplementedError("this store has no schema (it lives inside one process)");
+  }
 
   // True for a store opened with StoreOptions::read_only: nothing may create or
   // change its tables (the step runner checks its journal instead of creating it).

@@ -37,7 +37,6 @@
 #include "http/api.h"
 #include "http/metrics.h"
 #include "http/server.h"
-#include "store/store_url.h"
 #include "idem/idem.h"
 #include "spdlog/spdlog.h"
 
@@ -157,7 +156,7 @@ int RunServe(const ServeFlags& flags) {
 
   absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(flags.store);
   if (!store.ok()) {
-    PrintReason("serve: cannot open store " + store::RedactUrl(flags.store) + ": " +
+    PrintReason("serve: cannot open store " + RedactStoreUrl(flags.store) + ": " +
                 Str(store.status().message()));
     return kExitFailure;
   }
@@ -178,7 +177,7 @@ int RunServe(const ServeFlags& flags) {
     absl::StatusOr<std::unique_ptr<Store>> cached =
         NewCachingStore(*std::move(store), std::move(cache_options));
     if (!cached.ok()) {
-      PrintReason("serve: --cache '" + store::RedactUrl(flags.cache) + "': " + Str(cached.status().message()));
+      PrintReason("serve: --cache '" + RedactStoreUrl(flags.cache) + "': " + Str(cached.status().message()));
       return kExitUsage;
     }
     store = std::move(cached);

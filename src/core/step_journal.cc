@@ -10,18 +10,13 @@
 #include "core/absl_compat.h"
 #include "idem/fingerprint.h"
 #include "idem/status.h"
+#include "core/columns.h"
 
 namespace idem::steps {
 namespace {
 
 constexpr int kJournalVersion = 1;
 
-int64_t ToMicros(absl::Time t) {
-  return t == absl::InfinitePast() ? 0 : absl::ToUnixMicros(t);
-}
-absl::Time FromMicros(int64_t us) {
-  return us == 0 ? absl::InfinitePast() : absl::FromUnixMicros(us);
-}
 Value Int(int64_t v) { return Value(static_cast<long long>(v)); }
 Value Micros(absl::Time t) { return Int(ToMicros(t)); }
 // Keys are opaque bytes (SPEC §2): bound as blobs everywhere, stored in
@@ -31,21 +26,7 @@ Value Key(std::string_view k) { return Value(Blob{std::string(k)}); }
 
 // Column values come back as text or as blobs depending on the backend's column
 // type (MariaDB VARBINARY, PostgreSQL BYTEA); both read as bytes here.
-std::string Str(const Value& v) {
-  if (v.is_text()) return v.as_text();
-  if (v.is_blob()) return v.as_blob();
-  return std::string();
-}
-
-absl::StatusOr<int64_t> IntOf(const Value& v, std::string_view column) {
-  if (v.is_int()) return v.as_int();
-  if (v.is_null()) return 0;
-  if (v.is_text()) {
-    int64_t out = 0;
-    if (absl::SimpleAtoi(AV(v.as_text()), &out)) return out;
-  }
-  return absl::DataLossError(absl::StrCat("step journal: column ", AV(column), " is not an integer"));
-}
+std::string Str(const Value& v) { return BytesOf(v); }
 
 absl::StatusOr<StepStatus> ParseStepStatus(std::string_view s) {
   for (StepStatus st : {StepStatus::kPending, StepStatus::kSuccess, StepStatus::kFailed,
@@ -76,99 +57,16 @@ constexpr std::string_view kStepColumns =
     "step_seq, name, status, request_id, payload, retry_count, compensate_failures, "
     "next_retry_at, last_error, updated_at";
 
-struct Ddl {
-  std::vector<std::string> statements;
-};
-
-Ddl SchemaFor(Dialect d) {
-  switch (d) {
-    case Dialect::kSqlite:
-      return {{
-          "CREATE TABLE IF NOT EXISTS idem_journal_version (version INTEGER NOT NULL)",
-          "CREATE TABLE IF NOT EXISTS idem_operations ("
-          " biz_key BLOB PRIMARY KEY, op_type TEXT NOT NULL, object_key BLOB NOT NULL,"
-          " status TEXT NOT NULL, input BLOB, next_retry_at INTEGER NOT NULL,"
-          " lease_token INTEGER NOT NULL, lease_until INTEGER NOT NULL,"
-          " blocked_by BLOB NOT NULL, last_error BLOB, created_at INTEGER NOT NULL,"
-          " updated_at INTEGER NOT NULL, writes INTEGER NOT NULL DEFAULT 0)",
-          "CREATE INDEX IF NOT EXISTS idem_operations_due"
-          " ON idem_operations (status, next_retry_at)",
-          "CREATE TABLE IF NOT EXISTS idem_steps ("
-          " biz_key BLOB NOT NULL, step_seq INTEGER NOT NULL, name TEXT NOT NULL,"
-          " status TEXT NOT NULL, request_id TEXT NOT NULL, payload BLOB,"
-          " retry_count INTEGER NOT NULL, compensate_failures INTEGER NOT NULL,"
-          " next_retry_at INTEGER NOT NULL, last_error BLOB, updated_at INTEGER NOT NULL,"
-          " PRIMARY KEY (biz_key, step_seq))",
-          "CREATE INDEX IF NOT EXISTS idem_steps_due ON idem_steps (status, next_retry_at)",
-          "CREATE TABLE IF NOT EXISTS idem_object_locks ("
-          " object_key BLOB PRIMARY KEY, holder BLOB NOT NULL, acquired_at INTEGER NOT NULL)",
-      }};
-    case Dialect::kPostgres:
-      return {{
-          "CREATE TABLE IF NOT EXISTS idem_journal_version (version INTEGER NOT NULL)",
-          "CREATE TABLE IF NOT EXISTS idem_operations ("
-          " biz_key BYTEA PRIMARY KEY, op_type TEXT NOT NULL, object_key BYTEA NOT NULL,"
-          " status TEXT NOT NULL, input BYTEA, next_retry_at BIGINT NOT NULL,"
-          " lease_token BIGINT NOT NULL, lease_until BIGINT NOT NULL,"
-          " blocked_by BYTEA NOT NULL, last_error BYTEA, created_at BIGINT NOT NULL,"
-          " updated_at BIGINT NOT NULL, writes BIGINT NOT NULL DEFAULT 0)",
-          "CREATE INDEX IF NOT EXISTS idem_operations_due"
-          " ON idem_operations (status, next_retry_at)",
-          "CREATE TABLE IF NOT EXISTS idem_steps ("
-          " biz_key BYTEA NOT NULL, step_seq INTEGER NOT NULL, name TEXT NOT NULL,"
-          " status TEXT NOT NULL, request_id TEXT NOT NULL, payload BYTEA,"
-          " retry_count INTEGER NOT NULL, compensate_failures INTEGER NOT NULL,"
-          " next_retry_at BIGINT NOT NULL, last_error BYTEA, updated_at BIGINT NOT NULL,"
-          " PRIMARY KEY (biz_key, step_seq))",
-          "CREATE INDEX IF NOT EXISTS idem_steps_due ON idem_steps (status, next_retry_at)",
-          "CREATE TABLE IF NOT EXISTS idem_object_locks ("
-          " object_key BYTEA PRIMARY KEY, holder BYTEA NOT NULL, acquired_at BIGINT NOT NULL)",
-      }};
-    case Dialect::kMysql:
-      // VARBINARY keys: a case-insensitive collation would make "R-1" and "r-1"
-      // one operation.
-      return {{
-          "CREATE TABLE IF NOT EXISTS idem_journal_version (version INT NOT NULL) ENGINE=InnoDB",
-          "CREATE TABLE IF NOT EXISTS idem_operations ("
-          " biz_key VARBINARY(255) NOT NULL PRIMARY KEY, op_type VARBINARY(64) NOT NULL,"
-          " object_key VARBINARY(255) NOT NULL, status VARCHAR(32) NOT NULL, input LONGBLOB,"
-          " next_retry_at BIGINT NOT NULL, lease_token BIGINT NOT NULL,"
-          " lease_until BIGINT NOT NULL, blocked_by VARBINARY(255) NOT NULL,"
-          " last_error BLOB, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,"
-          " writes BIGINT NOT NULL DEFAULT 0,"
-          " INDEX idem_operations_due (status, next_retry_at)) ENGINE=InnoDB",
-          "CREATE TABLE IF NOT EXISTS idem_steps ("
-          " biz_key VARBINARY(255) NOT NULL, step_seq INT NOT NULL, name VARCHAR(64) NOT NULL,"
-          " status VARCHAR(16) NOT NULL, request_id VARCHAR(64) NOT NULL, payload LONGBLOB,"
-          " retry_count INT NOT NULL, compensate_failures INT NOT NULL,"
-          " next_retry_at BIGINT NOT NULL, last_error BLOB, updated_at BIGINT NOT NULL,"
-          " PRIMARY KEY (biz_key, step_seq), INDEX idem_steps_due (status, next_retry_at))"
-          " ENGINE=InnoDB",
-          "CREATE TABLE IF NOT EXISTS idem_object_locks ("
-          " object_key VARBINARY(255) NOT NULL PRIMARY KEY, holder VARBINARY(255) NOT NULL,"
-          " acquired_at BIGINT NOT NULL) ENGINE=InnoDB",
-      }};
-  }
-  return {};
-}
-
 }  // namespace
 
-absl::StatusOr<Dialect> DialectOf(const Store& store) {
-  std::string_view url = store.url();
-  if (!store.SupportsSql()) {
+absl::StatusOr<const SqlDialect*> DialectOf(const Store& store) {
+  const SqlDialect* dialect = store.sql_dialect();
+  if (dialect == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "steps need a SQL store (sqlite://, postgres://, mysql://); ", AV(url), " has no SQL"));
+        "steps need a SQL store (sqlite://, postgres://, mysql://); ", AV(store.url()),
+        " has no SQL"));
   }
-  if (absl::StartsWith(AV(url), "sqlite:")) return Dialect::kSqlite;
-  if (absl::StartsWith(AV(url), "postgres://") || absl::StartsWith(AV(url), "postgresql://")) {
-    return Dialect::kPostgres;
-  }
-  if (absl::StartsWith(AV(url), "mysql://") || absl::StartsWith(AV(url), "mariadb://")) {
-    return Dialect::kMysql;
-  }
-  return absl::FailedPreconditionError(
-      absl::StrCat("steps: no journal dialect for store ", AV(url)));
+  return dialect;
 }
 
 std::string RequestIdFor(std::string_view biz_key, int step_seq) {
@@ -213,15 +111,7 @@ absl::Status Journal::Check(Store& store) const {
 
 absl::Status Journal::Migrate(Store& store) const {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
-  if (dialect_ == Dialect::kPostgres) {
-    // CREATE TABLE IF NOT EXISTS races on the catalog when processes start
-    // together; a transaction-scoped advisory lock per schema serializes them.
-    IDEM_RETURN_IF_ERROR(
-        tx->Query("SELECT pg_advisory_xact_lock(1768187245, "
-                  "hashtext('steps:' || coalesce(current_schema(), '')))")
-            .status());
-  }
-  for (const std::string& sql : SchemaFor(dialect_).statements) {
+  for (const std::string& sql : dialect_->JournalSchema()) {
     absl::Status s = tx->Exec(sql).status();
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("creating the step journal: ", s.message()));
@@ -239,12 +129,12 @@ absl::Status Journal::Migrate(Store& store) const {
 
 absl::StatusOr<bool> Journal::InsertOperation(Transaction& tx, const OperationState& state,
                                               absl::Time lease_until) const {
-  const std::string tail = dialect_ == Dialect::kMysql ? " ON DUPLICATE KEY UPDATE biz_key = biz_key"
-                                                       : " ON CONFLICT DO NOTHING";
   IDEM_ASSIGN_OR_RETURN(
       int64_t inserted,
-      tx.Exec(absl::StrCat("INSERT INTO idem_operations (", AV(kOperationColumns),
-                           ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", tail),
+      tx.Exec(dialect_->KeepExisting(absl::StrCat("INSERT INTO idem_operations (",
+                                                  AV(kOperationColumns),
+                                                  ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                                     "biz_key"),
               {Key(state.biz_key), Value(state.type), Key(state.object_key),
                StatusValue(state.status), Value(Blob{state.input}), Micros(state.next_retry_at),
                Int(1), Micros(lease_until), Key(state.blocked_by), Value(Blob{}),
@@ -346,13 +236,13 @@ absl::StatusOr<std::optional<OperationRow>> Journal::LoadJournal(
   for (absl::string_view c : absl::StrSplit(AV(kStepColumns), ", ")) {
     absl::StrAppend(&columns, ", s.", c);
   }
-  const char* lock = dialect_ == Dialect::kSqlite || !for_update ? "" : " FOR UPDATE";
+  const std::string_view lock = for_update ? dialect_->ForUpdate() : "";
   IDEM_ASSIGN_OR_RETURN(
       Rows rows,
       tx.Query(absl::StrCat("SELECT ", columns,
                             " FROM idem_operations o JOIN idem_steps s ON s.biz_key = o.biz_key"
                             " WHERE o.biz_key = ? ORDER BY s.step_seq",
-                            lock),
+                            AV(lock)),
                {Key(biz_key)}));
   if (compensate_failures != nullptr) compensate_failures->clear();
   if (rows.rows.empty()) return std::nullopt;
@@ -369,9 +259,9 @@ absl::StatusOr<std::optional<OperationRow>> Journal::LoadJournal(
 absl::StatusOr<std::optional<OperationRow>> Journal::LoadOperation(Transaction& tx,
                                                                    std::string_view biz_key,
                                                                    bool for_update) const {
-  const char* lock = dialect_ == Dialect::kSqlite || !for_update ? "" : " FOR UPDATE";
+  const std::string_view lock = for_update ? dialect_->ForUpdate() : "";
   IDEM_ASSIGN_OR_RETURN(std::vector<OperationRow> rows,
-                        SelectOperations(tx, absl::StrCat("WHERE biz_key = ?", lock),
+                        SelectOperations(tx, absl::StrCat("WHERE biz_key = ?", AV(lock)),
                                          {Key(biz_key)}));
   if (rows.empty()) return std::nullopt;
   return std::move(rows[0]);
@@ -455,7 +345,7 @@ absl::StatusOr<bool> Journal::UpdateStep(Transaction& tx, std::string_view biz_k
 
 absl::StatusOr<std::string> Journal::LockObject(Transaction& tx, std::string_view object_key,
                                                 std::string_view holder, absl::Time now) const {
-  if (dialect_ != Dialect::kMysql) {
+  if (dialect_->UpsertReturning()) {
     // One statement: a no-op update of an existing row locks it and returns its
     // holder. INSERT … DO NOTHING then SELECT would race on PostgreSQL: the holder
     // may delete the row in between, and READ COMMITTED's next snapshot sees none.
@@ -473,12 +363,14 @@ absl::StatusOr<std::string> Journal::LockObject(Transaction& tx, std::string_vie
   // it reads the holder that keeps it.
   IDEM_ASSIGN_OR_RETURN(
       int64_t inserted,
-      tx.Exec("INSERT INTO idem_object_locks (object_key, holder, acquired_at) VALUES (?, ?, ?)"
-              " ON DUPLICATE KEY UPDATE object_key = object_key",
+      tx.Exec(dialect_->KeepExisting("INSERT INTO idem_object_locks (object_key, holder, "
+                                     "acquired_at) VALUES (?, ?, ?)",
+                                     "object_key"),
               {Key(object_key), Key(holder), Micros(now)}));
   if (inserted == 1) return std::string(holder);
   IDEM_ASSIGN_OR_RETURN(
-      Rows rows, tx.Query("SELECT holder FROM idem_object_locks WHERE object_key = ? FOR UPDATE",
+      Rows rows, tx.Query(absl::StrCat("SELECT holder FROM idem_object_locks WHERE object_key = ?",
+                                       AV(dialect_->ForUpdate())),
                           {Key(object_key)}));
   if (rows.rows.empty() || rows.rows[0].empty()) {
     return absl::InternalError(
@@ -508,12 +400,12 @@ absl::StatusOr<std::vector<OperationRow>> Journal::SelectDue(Transaction& tx,
     params.push_back(Value(t));
   }
   params.push_back(Int(limit));
-  const char* lock = dialect_ == Dialect::kSqlite ? "" : " FOR UPDATE SKIP LOCKED";
+  const std::string_view lock = dialect_->ForUpdateSkipLocked();
   return SelectOperations(
       tx,
       absl::StrCat("WHERE status IN (?, ?) AND next_retry_at <= ? AND lease_until <= ?"
                    " AND op_type IN (",
-                   absl::StrJoin(marks, ", "), ") ORDER BY next_retry_at LIMIT ?", lock),
+                   absl::StrJoin(marks, ", "), ") ORDER BY next_retry_at LIMIT ?", AV(lock)),
       std::move(params));
 }
 

@@ -1,6 +1,7 @@
 // The step journal's SQL (SPEC §4): the operation, step and object-lock tables
-// of StepRunner, written through the Store's Transaction in the three SQL
-// dialects idem supports. Internal to src/core.
+// of StepRunner, written through the Store's Transaction. What differs between
+// the databases (locking reads, keep-existing inserts, the tables' DDL) comes from
+// the store's SqlDialect. Internal to src/core.
 //
 // Tables (times are unix microseconds, 0 = none):
 //   idem_operations   one row per operation; its status, input, lease (a token
@@ -27,11 +28,9 @@
 
 namespace idem::steps {
 
-enum class Dialect { kSqlite, kPostgres, kMysql };
-
-// The dialect of `store`, from its URL scheme. kFailedPrecondition for a store
-// without SQL (memory://) or an unknown scheme.
-absl::StatusOr<Dialect> DialectOf(const Store& store);
+// The SQL dialect of `store`. kFailedPrecondition for a store without SQL
+// (memory://).
+absl::StatusOr<const SqlDialect*> DialectOf(const Store& store);
 
 // An operation row, with the lease fields StepRunner fences its writes on.
 struct OperationRow {
@@ -52,8 +51,8 @@ struct StepUpdate {
 
 class Journal {
  public:
-  explicit Journal(Dialect dialect) : dialect_(dialect) {}
-  Dialect dialect() const { return dialect_; }
+  explicit Journal(const SqlDialect& dialect) : dialect_(&dialect) {}
+  const SqlDialect& dialect() const { return *dialect_; }
 
   // Creates the tables when missing and checks the journal version.
   // kFailedPrecondition for a journal of a newer idem.
@@ -130,7 +129,7 @@ class Journal {
   absl::StatusOr<std::vector<OperationRow>> SelectOperations(Transaction& tx,
                                                              std::string_view where_and_tail,
                                                              std::vector<Value> params) const;
-  Dialect dialect_;
+  const SqlDialect* dialect_;  // the store's, which lives as long as the program
 };
 
 // "idem-" + 32 hex digits of SHA-256(biz_key, NUL, step_seq).

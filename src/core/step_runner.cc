@@ -133,8 +133,8 @@ struct StepRunner::Impl {
   absl::StatusOr<const Journal*> Ready() {
     absl::MutexLock lock(&mu);
     if (journal.has_value()) return &*journal;
-    IDEM_ASSIGN_OR_RETURN(steps::Dialect dialect, steps::DialectOf(store()));
-    Journal j(dialect);
+    IDEM_ASSIGN_OR_RETURN(const SqlDialect* dialect, steps::DialectOf(store()));
+    Journal j(*dialect);
     // A read-only store (inspection tools) must not get the journal's tables made.
     IDEM_RETURN_IF_ERROR(store().read_only() ? j.Check(store()) : j.Migrate(store()));
     journal.emplace(j);

@@ -25,7 +25,7 @@ namespace {
                                           AV(option), "=ON)"));
 }
 
-absl::StatusOr<std::unique_ptr<Store>> OpenByScheme(std::string_view url, bool read_only) {
+absl::StatusOr<std::unique_ptr<Store>> OpenByScheme(std::string_view url, sql::SchemaMode mode) {
   const size_t sep = url.find("://");
   if (sep == std::string_view::npos || sep == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -38,17 +38,17 @@ absl::StatusOr<std::unique_ptr<Store>> OpenByScheme(std::string_view url, bool r
     }
     return NewMemoryStore();
   }
-  if (scheme == "sqlite") return OpenSqliteStore(url, read_only);
+  if (scheme == "sqlite") return OpenSqliteStore(url, mode);
   if (scheme == "postgres" || scheme == "postgresql") {
 #if IDEM_HAVE_POSTGRES
-    return OpenPostgresStore(url, read_only);
+    return OpenPostgresStore(url, mode);
 #else
     return NotCompiledIn("postgres", "IDEM_WITH_POSTGRES");
 #endif
   }
   if (scheme == "mysql" || scheme == "mariadb") {
 #if IDEM_HAVE_MYSQL
-    return OpenMysqlStore(url, read_only);
+    return OpenMysqlStore(url, mode);
 #else
     return NotCompiledIn("mysql", "IDEM_WITH_MYSQL");
 #endif
@@ -61,11 +61,17 @@ absl::StatusOr<std::unique_ptr<Store>> OpenByScheme(std::string_view url, bool r
 
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
                                                  const StoreOptions& options) {
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenByScheme(url, options.read_only);
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenByScheme(url, {.read_only = options.read_only, .require_schema = options.require_schema});
   // Drivers may quote the URL they were given (libpq does, on a malformed URI):
   // no message leaves here with a secret of the URL in it.
   if (!store.ok()) return store::RedactSecretsIn(store.status(), url);
   return store;
+}
+
+std::string RedactStoreUrl(std::string_view url) { return store::RedactUrl(url); }
+
+absl::Status RedactStoreSecrets(const absl::Status& status, std::string_view url) {
+  return store::RedactSecretsIn(status, url);
 }
 
 }  // namespace idem

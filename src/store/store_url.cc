@@ -8,6 +8,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "idem/status.h"
 
 namespace idem::store {
 namespace {
@@ -184,11 +185,17 @@ absl::StatusOr<int64_t> StoreUrl::IntParam(std::string_view name, int64_t fallba
                                            int64_t hi) const {
   const std::string* v = Param(name);
   if (v == nullptr) return fallback;
+  return ParseIntParam(scheme, name, *v, lo, hi);
+}
+
+absl::StatusOr<int64_t> ParseIntParam(std::string_view scheme, std::string_view name,
+                                      std::string_view value, int64_t lo, int64_t hi) {
   int64_t out = 0;
-  auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
-  if (v->empty() || ec != std::errc() || ptr != v->data() + v->size() || out < lo || out > hi) {
-    return absl::InvalidArgumentError(absl::StrCat(scheme, " URL parameter ", AV(name), "='",
-                                                   IsSecretName(name) ? "***" : *v,
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || out < lo ||
+      out > hi) {
+    return absl::InvalidArgumentError(absl::StrCat(AV(scheme), " URL parameter ", AV(name), "='",
+                                                   IsSecretName(name) ? "***" : AV(value),
                                                    "' must be an integer in ", lo, "..", hi));
   }
   return out;
@@ -221,14 +228,14 @@ absl::Status StoreUrl::OnlyParams(std::initializer_list<std::string_view> known)
   return absl::OkStatus();
 }
 
-absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view scheme,
-                                       std::initializer_list<std::string_view> aliases) {
+namespace {
+
+// The start of the scheme's form: `url` up to "://" names `scheme` or an alias.
+absl::StatusOr<StoreUrl> Begin(std::string_view url, std::string_view scheme,
+                               std::initializer_list<std::string_view> aliases,
+                               std::string_view* rest, std::string_view* query) {
   StoreUrl u;
   u.redacted = RedactUrl(url);
-  auto bad = [&](std::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat(AV(scheme), " URL '", u.redacted, "': ",
-                                                   AV(what)));
-  };
   const size_t sep = url.find("://");
   std::string given = sep == std::string_view::npos
                           ? std::string()
@@ -240,8 +247,45 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
         absl::StrCat("not a ", AV(scheme), ":// URL: '", u.redacted, "'"));
   }
   u.scheme = std::string(scheme);
-  std::string_view rest = url.substr(sep + 3);
-  const std::string_view query = SplitQuery(&rest).value_or("");
+  *rest = url.substr(sep + 3);
+  *query = SplitQuery(rest).value_or("");
+  return u;
+}
+
+absl::Status Bad(const StoreUrl& u, std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(u.scheme, " URL '", u.redacted, "': ", AV(what)));
+}
+
+// Fills u->params from `query`.
+absl::Status ParseParams(std::string_view query, StoreUrl* u) {
+  for (std::string_view item : QueryItems(query)) {
+    const size_t eq = item.find('=');
+    std::string k, v;
+    if (!Decode(item.substr(0, eq), &k) ||
+        (eq != std::string_view::npos && !Decode(item.substr(eq + 1), &v))) {
+      return Bad(*u, "bad percent-escape in a parameter (write % as %25)");
+    }
+    if (k.empty()) return Bad(*u, "a parameter without a name");
+    u->params.emplace_back(std::move(k), std::move(v));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<StoreUrl> ParsePathUrl(std::string_view url, std::string_view scheme) {
+  std::string_view rest, query;
+  IDEM_ASSIGN_OR_RETURN(StoreUrl u, Begin(url, scheme, {}, &rest, &query));
+  u.path = std::string(rest);
+  IDEM_RETURN_IF_ERROR(ParseParams(query, &u));
+  return u;
+}
+
+absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view scheme,
+                                       std::initializer_list<std::string_view> aliases) {
+  std::string_view rest, query;
+  IDEM_ASSIGN_OR_RETURN(StoreUrl u, Begin(url, scheme, aliases, &rest, &query));
+  auto bad = [&](std::string_view what) { return Bad(u, what); };
   if (rest.find('#') != std::string_view::npos) return bad("a fragment ('#') is not allowed");
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
@@ -301,16 +345,7 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
     }
     u.port = p;
   }
-  for (std::string_view item : QueryItems(query)) {
-    const size_t eq = item.find('=');
-    std::string k, v;
-    if (!Decode(item.substr(0, eq), &k) ||
-        (eq != std::string_view::npos && !Decode(item.substr(eq + 1), &v))) {
-      return bad("bad percent-escape in a parameter (write % as %25)");
-    }
-    if (k.empty()) return bad("a parameter without a name");
-    u.params.emplace_back(std::move(k), std::move(v));
-  }
+  IDEM_RETURN_IF_ERROR(ParseParams(query, &u));
   return u;
 }
 

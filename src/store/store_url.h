@@ -66,4 +66,14 @@ struct StoreUrl {
 absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view scheme,
                                        std::initializer_list<std::string_view> aliases = {});
 
+// The path form (sqlite://PATH?k=v&…): everything between "://" and '?' is the
+// path, as written (not percent-decoded); host, user and port are empty.
+absl::StatusOr<StoreUrl> ParsePathUrl(std::string_view url, std::string_view scheme);
+
+// `value` of the URL parameter `name` as an integer in [lo, hi]; kInvalidArgument
+// naming the parameter and the range otherwise (StoreUrl::IntParam; also for
+// parsers that hand the rest of a URL to a driver).
+absl::StatusOr<int64_t> ParseIntParam(std::string_view scheme, std::string_view name,
+                                      std::string_view value, int64_t lo, int64_t hi);
+
 }  // namespace idem::store

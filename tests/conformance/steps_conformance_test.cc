@@ -166,7 +166,7 @@ class SwitchableStore final : public Store {
   absl::Status Ping() override {
     return down_.load() ? absl::UnavailableError("store is down (test)") : inner_.Ping();
   }
-  bool SupportsSql() const override { return inner_.SupportsSql(); }
+  const SqlDialect* sql_dialect() const override { return inner_.sql_dialect(); }
   std::string_view url() const override { return inner_.url(); }
 
  private:

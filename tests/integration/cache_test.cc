@@ -51,7 +51,7 @@ class CountingStore final : public Store {
     return inner_->Get(t, k);
   }
   absl::Status Ping() override { return inner_->Ping(); }
-  bool SupportsSql() const override { return inner_->SupportsSql(); }
+  const SqlDialect* sql_dialect() const override { return inner_->sql_dialect(); }
   std::string_view url() const override { return inner_->url(); }
 
  private:

@@ -36,7 +36,8 @@ class CachingStore final : public Store {
   absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,
                                                       std::string_view key) override;
   absl::Status Ping() override { return inner_->Ping(); }
-  bool SupportsSql() const override { return inner_->SupportsSql(); }
+  const SqlDialect* sql_dialect() const override { return inner_->sql_dialect(); }
+  absl::StatusOr<SchemaInfo> DescribeSchema() override { return inner_->DescribeSchema(); }
   bool read_only() const override { return inner_->read_only(); }
   std::string_view url() const override { return inner_->url(); }
 

@@ -56,6 +56,8 @@ class Connection {
   // True once an error said the connection is gone; the pool then drops it.
   bool broken() const { return broken_; }
   void MarkBroken() { broken_ = true; }
+  // Whether the connection may wait idle in a pool (sql::Pool).
+  bool Reusable() const { return !broken_; }
 
   // The server's id for this session (SELECT CONNECTION_ID(), KILL).
   unsigned long thread_id() const { return mysql_thread_id(mysql_); }

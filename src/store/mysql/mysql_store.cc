@@ -12,40 +12,19 @@
 #include "core/absl_compat.h"
 #include "idem/status.h"
 #include "store/mysql/mysql_conn.h"
-#include "store/sql/statements.h"
-#include "store/mysql/mysql_pool.h"
 #include "store/mysql/mysql_url.h"
+#include "store/sql/dialect.h"
+#include "store/sql/pool.h"
+#include "store/sql/records.h"
+#include "store/sql/schema.h"
 
 namespace idem {
 namespace {
 
 using mysql::Connection;
-using mysql::ConnectionPool;
 using mysql::MysqlOptions;
 
-constexpr int kSchemaVersion = 1;
-
-// Keys, tenants, biz types and fingerprints are bytes (VARBINARY): no collation
-// may fold two different keys into one.
-constexpr const char* kCreateVersion =
-    "CREATE TABLE IF NOT EXISTS idem_schema_version (version INT NOT NULL) ENGINE=InnoDB";
-constexpr const char* kCreateRecords = R"sql(
-CREATE TABLE IF NOT EXISTS idem_records (
-  tenant      VARBINARY(255) NOT NULL,
-  idem_key    VARBINARY(255) NOT NULL,
-  biz_type    VARBINARY(255) NOT NULL,
-  fingerprint VARBINARY(255) NOT NULL DEFAULT '',
-  state       TINYINT        NOT NULL,
-  token       BIGINT         NOT NULL,
-  lease_until BIGINT         NOT NULL DEFAULT 0,
-  result      LONGBLOB,
-  error       LONGBLOB,
-  created_at  BIGINT         NOT NULL,
-  updated_at  BIGINT         NOT NULL,
-  PRIMARY KEY (tenant, idem_key),
-  CONSTRAINT idem_records_state CHECK (state IN (0, 1, 2, 3))
-) ENGINE=InnoDB
-)sql";
+using ConnectionPool = sql::Pool<Connection>;
 
 constexpr size_t kMaxFieldBytes = 255;  // the VARBINARY(255) columns
 
@@ -53,79 +32,20 @@ constexpr size_t kMaxFieldBytes = 255;  // the VARBINARY(255) columns
 // as a deadlock victim (see InsertOrLoad).
 constexpr int kClaimDeadlockRetries = 5;
 
-#define IDEM_RECORD_COLUMNS                                                             \
-  "tenant, idem_key, biz_type, fingerprint, state, token, lease_until, result, error, " \
-  "created_at, updated_at"
-
-constexpr const char* kSelectRecord =
-    "SELECT " IDEM_RECORD_COLUMNS " FROM idem_records WHERE tenant = ? AND idem_key = ?";
-constexpr const char* kSelectRecordForUpdate = "SELECT " IDEM_RECORD_COLUMNS
-                                               " FROM idem_records WHERE tenant = ? AND "
-                                               "idem_key = ? FOR UPDATE";
-// Never INSERT IGNORE: it also turns errors such as an over-long value into "0
-// rows", which would read as a duplicate (seed 1 §3.1).
-constexpr const char* kInsertRecord =
-    "INSERT INTO idem_records (" IDEM_RECORD_COLUMNS
-    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE idem_key = idem_key";
-constexpr const char* kReplaceRecord =
-    "UPDATE idem_records SET biz_type = ?, fingerprint = ?, state = ?, token = ?, "
-    "lease_until = ?, result = ?, error = ?, updated_at = ? "
-    "WHERE tenant = ? AND idem_key = ? AND token = ? AND state = ?";
+const std::string kSelectRecordForUpdate = absl::StrCat(AV(sql::kSelectRecord), " FOR UPDATE");
+const std::string kInsertRecord = sql::MysqlDialect().KeepExisting(sql::kInsertRecord, "idem_key");
 constexpr const char* kMatchRecord =
     "SELECT 1 FROM idem_records WHERE tenant = ? AND idem_key = ? AND token = ? AND state = ? "
     "FOR UPDATE";
 
-#undef IDEM_RECORD_COLUMNS
-
-// Times are unix microseconds; 0 stands for "none" (absl::InfinitePast()).
-int64_t ToMicros(absl::Time t) { return t == absl::InfinitePast() ? 0 : absl::ToUnixMicros(t); }
-absl::Time FromMicros(int64_t us) {
-  return us == 0 ? absl::InfinitePast() : absl::FromUnixMicros(us);
-}
-
 Value Bytes(const std::string& s) { return Value(Blob{s}); }
 Value Int(int64_t v) { return Value(static_cast<long long>(v)); }
 
-// The parameters of kReplaceRecord and of CALL idem_finish_v1 (same order): the
-// new record's fields, then the row's (tenant, key) and the expected token and state.
-std::array<Value, 12> ReplaceParams(const Record& r, int64_t expected_token,
-                                    RecordState expected_state) {
-  return {Bytes(r.biz_type), Bytes(r.fingerprint),         Int(static_cast<int>(r.state)),
-          Int(r.token),      Int(ToMicros(r.lease_until)), Bytes(r.result),
-          Bytes(r.error),    Int(ToMicros(r.updated_at)),  Bytes(r.tenant),
-          Bytes(r.key),      Int(expected_token),          Int(static_cast<int>(expected_state))};
-}
-
-std::string BytesOf(const Value& v) {
-  if (v.is_blob()) return v.as_blob();
-  if (v.is_text()) return v.as_text();
-  return std::string();
-}
-int64_t IntOf(const Value& v) { return v.is_int() ? v.as_int() : 0; }
-
-absl::StatusOr<Record> ReadRecord(const std::vector<Value>& row) {
-  if (row.size() != 11) return absl::InternalError("idem_records row has the wrong column count");
-  Record r;
-  r.tenant = BytesOf(row[0]);
-  r.key = BytesOf(row[1]);
-  r.biz_type = BytesOf(row[2]);
-  r.fingerprint = BytesOf(row[3]);
-  r.state = static_cast<RecordState>(IntOf(row[4]));
-  r.token = IntOf(row[5]);
-  r.lease_until = FromMicros(IntOf(row[6]));
-  r.result = BytesOf(row[7]);
-  r.error = BytesOf(row[8]);
-  r.created_at = FromMicros(IntOf(row[9]));
-  r.updated_at = FromMicros(IntOf(row[10]));
-  return r;
-}
-
-absl::StatusOr<std::optional<Record>> LoadRecord(Connection& conn, const char* sql,
+absl::StatusOr<std::optional<Record>> LoadRecord(Connection& conn, std::string_view sql,
                                                  std::string_view tenant, std::string_view key) {
-  const Value params[] = {Value(Blob{std::string(tenant)}), Value(Blob{std::string(key)})};
-  IDEM_ASSIGN_OR_RETURN(Rows rows, conn.Query(sql, params));
+  IDEM_ASSIGN_OR_RETURN(Rows rows, conn.Query(sql, sql::KeyParams(tenant, key)));
   if (rows.rows.empty()) return std::nullopt;
-  IDEM_ASSIGN_OR_RETURN(Record r, ReadRecord(rows.rows[0]));
+  IDEM_ASSIGN_OR_RETURN(Record r, sql::RecordFromRow(rows.rows[0]));
   return r;
 }
 
@@ -238,17 +158,7 @@ class MysqlTransaction final : public StoreTransaction {
   absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& r) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
     IDEM_RETURN_IF_ERROR(CheckSizes(r));
-    const Value params[] = {Bytes(r.tenant),
-                            Bytes(r.key),
-                            Bytes(r.biz_type),
-                            Bytes(r.fingerprint),
-                            Int(static_cast<int>(r.state)),
-                            Int(r.token),
-                            Int(ToMicros(r.lease_until)),
-                            Bytes(r.result),
-                            Bytes(r.error),
-                            Int(ToMicros(r.created_at)),
-                            Int(ToMicros(r.updated_at))};
+    const auto params = sql::RecordParams(r);
     if (deferred_ && procedures_.load(std::memory_order_relaxed)) {
       absl::StatusOr<std::optional<Record>> claimed = ClaimByProcedure(params);
       if (claimed.ok() || !lease_ || lease_->broken() ||
@@ -300,8 +210,8 @@ class MysqlTransaction final : public StoreTransaction {
     IDEM_RETURN_IF_ERROR(CheckSizes(r));
     IDEM_RETURN_IF_ERROR(Start());
     empty_ = false;
-    const std::array<Value, 12> params = ReplaceParams(r, expected_token, expected_state);
-    IDEM_ASSIGN_OR_RETURN(int64_t changed, Track(lease_->Exec(kReplaceRecord, params)));
+    const auto params = sql::ReplaceParams(r, expected_token, expected_state);
+    IDEM_ASSIGN_OR_RETURN(int64_t changed, Track(lease_->Exec(sql::kReplaceRecord, params)));
     if (changed > 0) return true;
     if (r.token != expected_token || r.state != expected_state) return false;
     // MySQL counts rows changed, not matched: a write of identical values reports
@@ -321,7 +231,7 @@ class MysqlTransaction final : public StoreTransaction {
         !CheckSizes(r).ok()) {
       return StoreTransaction::ReplaceAndCommit(r, expected_token, expected_state);
     }
-    const std::array<Value, 12> params = ReplaceParams(r, expected_token, expected_state);
+    const auto params = sql::ReplaceParams(r, expected_token, expected_state);
     absl::StatusOr<Rows> called = lease_->Query(kCallFinish, params);
     if (called.ok()) {
       if (called->rows.size() != 1 || called->rows[0].size() != 1 ||
@@ -451,7 +361,7 @@ class MysqlTransaction final : public StoreTransaction {
     }
     if (row[0].as_int() == 1) return std::nullopt;
     row.erase(row.begin());
-    return ReadRecord(row);
+    return sql::RecordFromRow(row);
   }
 
   // The transaction's first round trip: START TRANSACTION, or `first` when given
@@ -502,7 +412,13 @@ class MysqlTransaction final : public StoreTransaction {
 class MysqlStore final : public Store {
  public:
   MysqlStore(MysqlOptions options, bool procedures)
-      : pool_(std::move(options)), procedures_(procedures) {}
+      : options_(std::move(options)),
+        pool_([this] { return Connection::Open(options_); }, options_.pool,
+              absl::Milliseconds(options_.pool_wait_ms),
+              absl::StrCat("mysql store ", options_.redacted_url, ": all ", options_.pool,
+                           " connections stayed busy for ", options_.pool_wait_ms,
+                           " ms (raise pool= or pool_wait_ms=, or look for long transactions)")),
+        procedures_(procedures) {}
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
     // START TRANSACTION goes out with the first statement (MysqlTransaction).
@@ -515,7 +431,7 @@ class MysqlStore final : public Store {
     std::optional<Record> out;
     IDEM_ASSIGN_OR_RETURN(ConnectionPool::Lease lease, Acquire([&](Connection& c) {
                             absl::StatusOr<std::optional<Record>> r =
-                                LoadRecord(c, kSelectRecord, tenant, key);
+                                LoadRecord(c, sql::kSelectRecord, tenant, key);
                             if (r.ok()) out = *std::move(r);
                             return r.status();
                           }));
@@ -527,8 +443,9 @@ class MysqlStore final : public Store {
         Acquire([](Connection& c) { return c.Query(sql::kPing).status(); }).status());
   }
 
-  bool SupportsSql() const override { return true; }
-  std::string_view url() const override { return pool_.options().redacted_url; }
+  const SqlDialect* sql_dialect() const override { return &sql::MysqlDialect(); }
+  absl::StatusOr<SchemaInfo> DescribeSchema() override;
+  std::string_view url() const override { return options_.redacted_url; }
   bool read_only() const override { return read_only_; }
   void set_read_only(bool read_only) { read_only_ = read_only; }
 
@@ -541,33 +458,11 @@ class MysqlStore final : public Store {
     return lease;
   }
 
+  const MysqlOptions options_;
   ConnectionPool pool_;
   std::atomic<bool> procedures_;  // idem_claim_v1 and idem_finish_v1 exist
   bool read_only_ = false;
 };
-
-absl::Status CheckVersion(const Rows& rows, const MysqlOptions& o) {
-  const Value& v = rows.rows[0][0];
-  if (!v.is_int() || v.as_int() > kSchemaVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("mysql database '", o.database, "' has an idem schema newer than this build (",
-                     kSchemaVersion, "); upgrade idem"));
-  }
-  return absl::OkStatus();
-}
-
-// How many of idem's procedures the database has (0, 1 or 2).
-absl::StatusOr<int64_t> CountProcedures(Connection& conn) {
-  IDEM_ASSIGN_OR_RETURN(
-      Rows rows, conn.Query("SELECT COUNT(*) FROM information_schema.routines WHERE "
-                            "routine_schema = DATABASE() AND routine_type = 'PROCEDURE' AND "
-                            "routine_name IN (?, ?)",
-                            {Value(kClaimProcedure), Value(kFinishProcedure)}));
-  if (rows.rows.empty() || !rows.rows[0][0].is_int()) {
-    return absl::InternalError("mysql: counting idem's procedures answered no number");
-  }
-  return rows.rows[0][0].as_int();
-}
 
 // MySQL error numbers that mean "this user may not create routines here".
 bool IsPrivilegeError(unsigned int err) {
@@ -596,97 +491,111 @@ absl::StatusOr<bool> CreateProcedures(Connection& conn) {
   return true;
 }
 
-absl::StatusOr<bool> CreateSchema(Connection& conn, const MysqlOptions& o) {
-  // Bound the metadata-lock wait of the DDL (the server default is a year).
-  IDEM_RETURN_IF_ERROR(conn.ExecText("SET SESSION lock_wait_timeout = 10"));
-  // Serializes processes that start together on an empty database, so that
-  // exactly one of them inserts the version row. Closing the connection also
-  // releases the lock, so an error path cannot leave it held.
-  IDEM_ASSIGN_OR_RETURN(Rows got, conn.Query("SELECT GET_LOCK('idem_schema', 10)"));
-  if (got.rows.empty() || !got.rows[0][0].is_int() || got.rows[0][0].as_int() != 1) {
-    return absl::UnavailableError(
-        "mysql store: another process held the lock 'idem_schema' for 10 s while creating the "
-        "schema");
-  }
-  IDEM_RETURN_IF_ERROR(conn.ExecText(kCreateVersion));
-  IDEM_RETURN_IF_ERROR(conn.ExecText(kCreateRecords));
-  IDEM_ASSIGN_OR_RETURN(Rows rows, conn.Query("SELECT version FROM idem_schema_version"));
-  if (rows.rows.empty()) {
-    const Value v[] = {Value(kSchemaVersion)};
-    IDEM_RETURN_IF_ERROR(conn.Exec("INSERT INTO idem_schema_version (version) VALUES (?)", v));
-  } else {
-    IDEM_RETURN_IF_ERROR(CheckVersion(rows, o));
-  }
-  bool procedures = false;
-  if (o.procedures) {
-    IDEM_ASSIGN_OR_RETURN(procedures, CreateProcedures(conn));
-  }
-  // Best effort: the lock also goes away with the connection, closed right after.
-  conn.Query("SELECT RELEASE_LOCK('idem_schema')").IgnoreError();
-  return procedures;
-}
+// The schema on one connection (sql::OpenSchema, sql::DescribeSchema). DDL commits
+// by itself in MySQL: creation is serialized by the named lock 'idem_schema'
+// instead of a transaction, so that exactly one process inserts the version row.
+class MysqlSchema final : public sql::SchemaSession {
+ public:
+  explicit MysqlSchema(Connection& conn) : conn_(conn) {}
 
-// The checks of a schema that is there (`version_rows`: its version row): not newer
-// than this build, not damaged. Answers whether idem's procedures are there (false
-// when the URL turned them off).
-absl::StatusOr<bool> CheckExisting(Connection& conn, const Rows& version_rows,
-                                   const MysqlOptions& o) {
-  IDEM_RETURN_IF_ERROR(CheckVersion(version_rows, o));
-  IDEM_RETURN_IF_ERROR(sql::IntactSchema(absl::StrCat("mysql database '", o.database, "'"),
-                                         conn.Query(sql::kPing).status(), conn.broken()));
-  if (!o.procedures) return false;
-  IDEM_ASSIGN_OR_RETURN(int64_t procedures, CountProcedures(conn));
-  return procedures == 2;
-}
-
-// A read-only open: checks the schema, creates nothing; answers whether idem's
-// procedures are there.
-absl::StatusOr<bool> CheckSchema(const MysqlOptions& o) {
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Connection::Open(o));
-  absl::StatusOr<Rows> rows = conn->Query("SELECT version FROM idem_schema_version");
-  if (!rows.ok()) {
-    if (conn->broken() || rows.status().message().find("mysql error 1146 ") ==
-                              absl::string_view::npos) {
-      return rows.status();
+  absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
+    return conn_.Query(sql, params);
+  }
+  bool broken() const override { return conn_.broken(); }
+  bool IsNoTable(const absl::Status&) const override {
+    return conn_.last_error() == 1146;  // ER_NO_SUCH_TABLE
+  }
+  absl::Status BeginCreate() override {
+    // Bound the metadata-lock wait of the DDL (the server default is a year).
+    IDEM_RETURN_IF_ERROR(conn_.ExecText("SET SESSION lock_wait_timeout = 10"));
+    IDEM_ASSIGN_OR_RETURN(Rows got, conn_.Query("SELECT GET_LOCK('idem_schema', 10)"));
+    if (got.rows.empty() || !got.rows[0][0].is_int() || got.rows[0][0].as_int() != 1) {
+      return absl::UnavailableError(
+          "another process held the lock 'idem_schema' for 10 s while creating the schema");
     }
-    return sql::NoSchemaError(absl::StrCat("mysql database '", o.database, "'"), true);
+    return absl::OkStatus();
   }
-  if (rows->rows.empty()) {
-    return sql::NoSchemaError(absl::StrCat("mysql database '", o.database, "'"), false);
+  absl::Status EndCreate(bool) override {
+    // Closing the connection also releases the lock, so no error path leaves it held.
+    return conn_.Query("SELECT RELEASE_LOCK('idem_schema')").status();
   }
-  return CheckExisting(*conn, *rows, o);
+  absl::Status CheckCanCreate() override {
+    // The grantee as information_schema writes it: 'user'@'host'.
+    constexpr std::string_view kGrantee =
+        "CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', "
+        "SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')";
+    IDEM_ASSIGN_OR_RETURN(
+        Rows rows,
+        conn_.Query(absl::StrCat(
+            "SELECT DATABASE() IS NULL, CURRENT_USER(), (SELECT COUNT(*) FROM "
+            "information_schema.user_privileges WHERE privilege_type = 'CREATE' AND grantee = ",
+            AV(kGrantee), ") + (SELECT COUNT(*) FROM information_schema.schema_privileges WHERE "
+            "privilege_type = 'CREATE' AND DATABASE() LIKE table_schema AND grantee = ",
+            AV(kGrantee), ")")));
+    if (rows.rows.size() != 1 || rows.rows[0].size() != 3) {
+      return absl::InternalError("mysql: the privilege check answered no row");
+    }
+    const std::vector<Value>& row = rows.rows[0];
+    IDEM_ASSIGN_OR_RETURN(int64_t no_database, sql::IntOf(row[0], "database"));
+    IDEM_ASSIGN_OR_RETURN(int64_t grants, sql::IntOf(row[2], "grants"));
+    if (no_database != 0) return absl::FailedPreconditionError("the URL names no database");
+    if (grants > 0) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(
+        "user ", sql::BytesOf(row[1]), " has no CREATE privilege on this database"));
+  }
+
+ private:
+  Connection& conn_;
+};
+
+// The names of idem's procedures in the database, sorted.
+absl::StatusOr<std::vector<std::string>> ListProcedures(Connection& conn) {
+  IDEM_ASSIGN_OR_RETURN(
+      Rows rows, conn.Query("SELECT routine_name FROM information_schema.routines WHERE "
+                            "routine_schema = DATABASE() AND routine_type = 'PROCEDURE' AND "
+                            "routine_name IN (?, ?) ORDER BY 1",
+                            {Value(kClaimProcedure), Value(kFinishProcedure)}));
+  std::vector<std::string> out;
+  for (const std::vector<Value>& row : rows.rows) out.push_back(sql::BytesOf(row[0]));
+  return out;
 }
 
-// Creates or checks the schema; answers whether idem's procedures are there.
-absl::StatusOr<bool> EnsureSchema(const MysqlOptions& o) {
+// Opens (creates, checks) the schema; answers whether idem's procedures are there.
+absl::StatusOr<bool> OpenMysqlSchema(const MysqlOptions& o, sql::SchemaMode mode) {
   // A connection of its own, closed afterwards, so its session settings (the DDL
   // lock wait) and named lock never reach the pool.
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Connection::Open(o));
-  // An existing schema needs neither DDL nor the named lock: a store opens while
-  // another process holds long transactions on the tables.
-  absl::StatusOr<Rows> rows = conn->Query("SELECT version FROM idem_schema_version");
-  if (rows.ok() && !rows->rows.empty()) {
-    IDEM_ASSIGN_OR_RETURN(bool procedures, CheckExisting(*conn, *rows, o));
-    if (procedures || !o.procedures) return procedures;  // else: make the procedures
-  } else if (conn->broken()) {
-    return rows.status();
+  MysqlSchema session(*conn);
+  const std::string where = absl::StrCat("mysql database '", o.database, "'");
+  IDEM_RETURN_IF_ERROR(sql::OpenSchema(session, sql::MysqlDialect(), where, mode));
+  if (!o.procedures) return false;
+  IDEM_ASSIGN_OR_RETURN(std::vector<std::string> procedures, ListProcedures(*conn));
+  if (procedures.size() == 2 || mode.read_only) return procedures.size() == 2;
+  absl::Status s = session.BeginCreate();
+  absl::StatusOr<bool> made = s.ok() ? CreateProcedures(*conn) : absl::StatusOr<bool>(s);
+  if (s.ok()) session.EndCreate(made.ok()).IgnoreError();  // best effort: see EndCreate
+  if (!made.ok()) {
+    return absl::Status(made.status().code(), absl::StrCat(where, ": ", made.status().message()));
   }
-  absl::StatusOr<bool> s = CreateSchema(*conn, o);
-  if (!s.ok()) {
-    return absl::Status(s.status().code(),
-                        absl::StrCat("creating the idem schema in mysql database '", o.database,
-                                     "': ", s.status().message()));
-  }
-  return s;
+  return made;
+}
+
+absl::StatusOr<SchemaInfo> MysqlStore::DescribeSchema() {
+  IDEM_ASSIGN_OR_RETURN(ConnectionPool::Lease lease,
+                        Acquire([](Connection& c) { return c.ExecText("DO 0"); }));
+  MysqlSchema session(*lease);
+  IDEM_ASSIGN_OR_RETURN(SchemaInfo info, sql::DescribeSchema(session, sql::MysqlDialect()));
+  IDEM_ASSIGN_OR_RETURN(info.procedures, ListProcedures(*lease));
+  return info;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> OpenMysqlStore(std::string_view url, bool read_only) {
+absl::StatusOr<std::unique_ptr<Store>> OpenMysqlStore(std::string_view url, sql::SchemaMode mode) {
   IDEM_ASSIGN_OR_RETURN(MysqlOptions options, mysql::ParseMysqlUrl(url));
-  IDEM_ASSIGN_OR_RETURN(bool procedures, read_only ? CheckSchema(options) : EnsureSchema(options));
+  IDEM_ASSIGN_OR_RETURN(bool procedures, OpenMysqlSchema(options, mode));
   auto store = std::make_unique<MysqlStore>(std::move(options), procedures);
-  store->set_read_only(read_only);
+  store->set_read_only(mode.read_only);
   return store;
 }
 

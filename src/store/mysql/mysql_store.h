@@ -36,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "idem/store.h"
+#include "store/sql/schema.h"
 
 namespace idem {
 
@@ -44,8 +45,8 @@ namespace idem {
 // server cannot be reached; kPermissionDenied for rejected credentials;
 // kFailedPrecondition when the database does not exist or holds a newer idem
 // schema. Blocks on the server (connect, schema check).
-// `read_only`: see StoreOptions::read_only.
+// `mode`: StoreOptions::read_only and require_schema.
 absl::StatusOr<std::unique_ptr<Store>> OpenMysqlStore(std::string_view url,
-                                                      bool read_only = false);
+                                                      sql::SchemaMode mode = {});
 
 }  // namespace idem

@@ -132,6 +132,14 @@ class Connection {
   // Forgets deferred statements that never went out (nothing to undo on the server).
   void DropDeferred() { deferred_.clear(); }
 
+  // Whether the connection may wait idle in a pool (sql::Pool): not broken and
+  // outside any transaction (the server rolls back one whose connection closes).
+  // A deferred BEGIN that never went out opened nothing: it is dropped.
+  bool Reusable() {
+    DropDeferred();
+    return !broken() && transaction_status() == PQTRANS_IDLE;
+  }
+
   // One round trip: the deferred statements, the statement (as Run), a sync point,
   // then `then` (one statement without parameters, e.g. "COMMIT") and a second
   // sync point. The sync point makes an error of the statement end its part of

@@ -2,7 +2,6 @@
 
 #include <libpq-fe.h>
 
-#include <charconv>
 #include <utility>
 #include <vector>
 
@@ -20,16 +19,8 @@ constexpr int kDefaultConnectTimeoutSeconds = 2;
 // The longest wait for one answer of the server; see ConnectSpec::io_timeout_ms.
 constexpr int kDefaultIoTimeoutMs = 10000;
 
-absl::StatusOr<int> ParseInt(std::string_view name, std::string_view value, int lo, int hi) {
-  int out = 0;
-  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
-  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || out < lo ||
-      out > hi) {
-    return absl::InvalidArgumentError(absl::StrCat("postgres URL parameter ", AV(name), "='",
-                                                   AV(value), "' must be an integer in ", lo, "..",
-                                                   hi));
-  }
-  return out;
+absl::StatusOr<int64_t> ParseInt(std::string_view name, std::string_view value, int lo, int hi) {
+  return store::ParseIntParam("postgres", name, value, lo, hi);
 }
 
 // Position of the scheme's end ("://") for postgres:// and postgresql://, or npos.

@@ -11,60 +11,32 @@
 #include "core/absl_compat.h"
 #include "idem/status.h"
 #include "store/postgres/pg_conn.h"
-#include "store/sql/statements.h"
-#include "store/postgres/pg_pool.h"
 #include "store/postgres/pg_url.h"
+#include "store/sql/dialect.h"
+#include "store/sql/pool.h"
+#include "store/sql/records.h"
+#include "store/sql/schema.h"
 
 namespace idem {
 namespace {
 
 using postgres::Connection;
-using postgres::Pool;
 
-constexpr int kSchemaVersion = 1;
+using Pool = sql::Pool<Connection>;
 
 // Payload on the kUnavailable of a claim that waited past lock_timeout for a row
 // another open transaction holds (that transaction's claim is in progress).
 using ::idem::kClaimContendedPayload;
 
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS idem_schema_version (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS idem_records (
-  tenant      TEXT     NOT NULL,
-  idem_key    BYTEA    NOT NULL,
-  biz_type    TEXT     NOT NULL,
-  fingerprint TEXT     NOT NULL DEFAULT '',
-  state       SMALLINT NOT NULL CHECK (state IN (0, 1, 2, 3)),
-  token       BIGINT   NOT NULL,
-  lease_until BIGINT   NOT NULL,
-  result      BYTEA,
-  error       BYTEA,
-  created_at  BIGINT   NOT NULL,
-  updated_at  BIGINT   NOT NULL,
-  PRIMARY KEY (tenant, idem_key)
-);
-)sql";
+constexpr int kNumColumns = sql::kRecordColumnCount;
 
-// Serializes schema creation of processes starting together (CREATE TABLE IF NOT
-// EXISTS alone races on the catalog's unique indexes). Two-key form, so it cannot
-// collide with an application's single-bigint advisory locks; the second key is the
-// schema, so stores in different schemas do not wait for each other.
-constexpr const char* kSchemaLock =
-    "SELECT pg_advisory_xact_lock(1768187245 /* 'idem' */, "
-    "hashtext(coalesce(current_schema(), '')))";
 
-constexpr std::string_view kColumns =
-    "tenant, idem_key, biz_type, fingerprint, state, token, lease_until, result, error, "
-    "created_at, updated_at";
-constexpr int kNumColumns = 11;
-
-// Times are unix microseconds; 0 stands for "none" (absl::InfinitePast()).
-int64_t ToMicros(absl::Time t) { return t == absl::InfinitePast() ? 0 : absl::ToUnixMicros(t); }
-absl::Time FromMicros(int64_t us) {
-  return us == 0 ? absl::InfinitePast() : absl::FromUnixMicros(us);
+// `sql` (one of src/store/sql's, written with ?) numbered for libpq ($1, $2, …).
+std::string Numbered(std::string_view sql) {
+  int n = 0;
+  absl::StatusOr<std::string> out = postgres::RewritePlaceholders(sql, &n);
+  return out.ok() ? *std::move(out) : std::string(sql);  // idem's own constants: always ok
 }
-
-Value Int(int64_t v) { return Value(static_cast<long long>(v)); }
 
 // Binary-format column decoding (the record statements ask for binary results).
 std::string Bytes(const PGresult* res, int row, int col) {
@@ -85,38 +57,18 @@ absl::StatusOr<int64_t> BinaryInt(const PGresult* res, int row, int col) {
 }
 
 absl::StatusOr<Record> ReadRecord(const PGresult* res, int row, int first) {
-  Record r;
-  r.tenant = Bytes(res, row, first + 0);
-  r.key = Bytes(res, row, first + 1);
-  r.biz_type = Bytes(res, row, first + 2);
-  r.fingerprint = Bytes(res, row, first + 3);
-  IDEM_ASSIGN_OR_RETURN(int64_t state, BinaryInt(res, row, first + 4));
-  if (state < 0 || state > 3) {
-    return absl::DataLossError(absl::StrCat("postgres: record has unknown state ", state));
-  }
-  r.state = static_cast<RecordState>(state);
-  IDEM_ASSIGN_OR_RETURN(r.token, BinaryInt(res, row, first + 5));
-  IDEM_ASSIGN_OR_RETURN(int64_t lease, BinaryInt(res, row, first + 6));
-  r.lease_until = FromMicros(lease);
-  r.result = Bytes(res, row, first + 7);
-  r.error = Bytes(res, row, first + 8);
-  IDEM_ASSIGN_OR_RETURN(int64_t created, BinaryInt(res, row, first + 9));
-  IDEM_ASSIGN_OR_RETURN(int64_t updated, BinaryInt(res, row, first + 10));
-  r.created_at = FromMicros(created);
-  r.updated_at = FromMicros(updated);
-  return r;
+  return sql::ReadRecord([&](int i) { return Bytes(res, row, first + i); },
+                         [&](int i) { return BinaryInt(res, row, first + i); });
 }
 
 // Reads the record of (tenant, key); `lock` adds FOR UPDATE.
 absl::StatusOr<std::optional<Record>> SelectRecord(Connection& conn, std::string_view tenant,
                                                    std::string_view key, bool lock) {
-  static const std::string plain = absl::StrCat("SELECT ", AV(kColumns),
-                                                " FROM idem_records WHERE tenant = $1 AND "
-                                                "idem_key = $2");
+  static const std::string plain = Numbered(sql::kSelectRecord);
   static const std::string locking = plain + " FOR UPDATE";
-  const Value params[] = {Value(tenant), Value(Blob{std::string(key)})};
-  IDEM_ASSIGN_OR_RETURN(postgres::Result res,
-                        conn.Run(lock ? locking : plain, 2, params, /*binary_results=*/true));
+  IDEM_ASSIGN_OR_RETURN(postgres::Result res, conn.Run(lock ? locking : plain, 2,
+                                                       sql::KeyParams(tenant, key),
+                                                       /*binary_results=*/true));
   if (PQntuples(res.get()) == 0) return std::nullopt;
   IDEM_ASSIGN_OR_RETURN(Record r, ReadRecord(res.get(), 0, 0));
   return r;
@@ -144,10 +96,10 @@ constexpr std::string_view kReplaceOrFail =
     "SELECT 1 / count(*) FROM moved";
 constexpr std::string_view kDivisionByZero = "22012";
 
-constexpr std::string_view kReplace =
-    "UPDATE idem_records SET biz_type = $1, fingerprint = $2, state = $3, token = $4, "
-    "lease_until = $5, result = $6, error = $7, updated_at = $8 "
-    "WHERE tenant = $9 AND idem_key = $10 AND token = $11 AND state = $12";
+const std::string& ReplaceSql() {
+  static const std::string sql = Numbered(sql::kReplaceRecord);
+  return sql;
+}
 
 class PostgresTransaction final : public StoreTransaction {
  public:
@@ -199,7 +151,7 @@ class PostgresTransaction final : public StoreTransaction {
       return loaded;
     }
     return Step([&]() -> absl::StatusOr<std::optional<Record>> {
-      const std::vector<Value> claim_params = ClaimParams(r);
+      const auto claim_params = sql::RecordParams(r);
       const postgres::PipedStatement statements[] = {
           {ClaimSql(), kNumColumns, claim_params, /*binary_results=*/true},
           {*rewritten, nparams, next.params, /*binary_results=*/false}};
@@ -221,9 +173,9 @@ class PostgresTransaction final : public StoreTransaction {
 
   absl::StatusOr<bool> Replace(const Record& r, int64_t expected_token,
                                RecordState expected_state) override {
-    const std::vector<Value> params = ReplaceParams(r, expected_token, expected_state);
+    const auto params = sql::ReplaceParams(r, expected_token, expected_state);
     absl::StatusOr<postgres::Result> res =
-        Step([&] { return lease_->Run(kReplace, 12, params, true); });
+        Step([&] { return lease_->Run(ReplaceSql(), 12, params, true); });
     IDEM_RETURN_IF_ERROR(res.status());
     return RowsChanged(res->get()) == 1;
   }
@@ -240,7 +192,7 @@ class PostgresTransaction final : public StoreTransaction {
       Rollback();
       return FailedEarlier();
     }
-    const std::vector<Value> params = ReplaceParams(r, expected_token, expected_state);
+    const auto params = sql::ReplaceParams(r, expected_token, expected_state);
     postgres::Piped piped =
         lease_->RunThen(kReplaceOrFail, 12, params, /*binary_results=*/false, "COMMIT");
     const bool lost = lease_->broken();
@@ -332,11 +284,11 @@ class PostgresTransaction final : public StoreTransaction {
  private:
   static const std::string& ClaimSql() {
     static const std::string sql =
-        absl::StrCat("WITH ins AS (INSERT INTO idem_records (", AV(kColumns),
+        absl::StrCat("WITH ins AS (INSERT INTO idem_records (", AV(sql::kRecordColumns),
                      ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
                      " ON CONFLICT (tenant, idem_key) DO NOTHING RETURNING 1),"
                      " cur AS (SELECT ",
-                     AV(kColumns),
+                     AV(sql::kRecordColumns),
                      " FROM idem_records WHERE tenant = $1 AND idem_key = $2"
                      " AND NOT EXISTS (SELECT 1 FROM ins) FOR UPDATE)"
                      " SELECT n.inserted, cur.* FROM (SELECT count(*) AS inserted FROM ins) n"
@@ -344,22 +296,8 @@ class PostgresTransaction final : public StoreTransaction {
     return sql;
   }
 
-  static std::vector<Value> ClaimParams(const Record& r) {
-    return {Value(r.tenant),
-            Value(Blob{r.key}),
-            Value(r.biz_type),
-            Value(r.fingerprint),
-            Int(static_cast<int>(r.state)),
-            Int(r.token),
-            Int(ToMicros(r.lease_until)),
-            Value(Blob{r.result}),
-            Value(Blob{r.error}),
-            Int(ToMicros(r.created_at)),
-            Int(ToMicros(r.updated_at))};
-  }
-
   absl::StatusOr<std::optional<Record>> Claim(const Record& r) {
-    const std::vector<Value> params = ClaimParams(r);
+    const auto params = sql::RecordParams(r);
     return ClaimFrom(r, lease_->Run(ClaimSql(), kNumColumns, params, /*binary_results=*/true));
   }
 
@@ -367,7 +305,7 @@ class PostgresTransaction final : public StoreTransaction {
   // statement it may take.
   absl::StatusOr<std::optional<Record>> ClaimFrom(const Record& r,
                                                   absl::StatusOr<postgres::Result> res) {
-    const std::vector<Value> params = ClaimParams(r);
+    const auto params = sql::RecordParams(r);
     for (int attempt = 0; attempt < 3; ++attempt) {
       if (attempt > 0) res = lease_->Run(ClaimSql(), kNumColumns, params, /*binary_results=*/true);
       if (!res.ok()) return Contended(res.status());
@@ -393,15 +331,6 @@ class PostgresTransaction final : public StoreTransaction {
     return absl::AbortedError(
         "postgres: a statement of this transaction failed earlier, so it was rolled back "
         "instead of committed; retry");
-  }
-
-  static std::vector<Value> ReplaceParams(const Record& r, int64_t expected_token,
-                                          RecordState expected_state) {
-    return {
-        Value(r.biz_type),    Value(r.fingerprint),         Int(static_cast<int>(r.state)),
-        Int(r.token),         Int(ToMicros(r.lease_until)), Value(Blob{r.result}),
-        Value(Blob{r.error}), Int(ToMicros(r.updated_at)),  Value(r.tenant),
-        Value(Blob{r.key}),   Int(expected_token),          Int(static_cast<int>(expected_state))};
   }
 
   // Runs `op` (the transaction's next statement or statements) and then After().
@@ -495,7 +424,9 @@ class PostgresStore final : public Store {
         begin_({"BEGIN ISOLATION LEVEL READ COMMITTED",
                 absl::StrCat("SET LOCAL lock_timeout = ", options_.lock_timeout_ms)}),
         pool_([this] { return Connection::Open(options_.connect); }, options_.pool,
-              absl::Milliseconds(options_.pool_timeout_ms)) {}
+              absl::Milliseconds(options_.pool_timeout_ms),
+              absl::StrCat("postgres: all ", options_.pool, " pooled connections stayed busy for ",
+                           options_.pool_timeout_ms, " ms (raise pool= or pool_timeout_ms=)")) {}
 
   void Seed(std::unique_ptr<Connection> conn) { pool_.Seed(std::move(conn)); }
 
@@ -528,7 +459,8 @@ class PostgresStore final : public Store {
     }
   }
 
-  bool SupportsSql() const override { return true; }
+  const SqlDialect* sql_dialect() const override { return &sql::PostgresDialect(); }
+  absl::StatusOr<SchemaInfo> DescribeSchema() override;
   std::string_view url() const override { return options_.connect.display; }
   bool read_only() const override { return options_.read_only; }
 
@@ -548,79 +480,69 @@ class PostgresStore final : public Store {
   Pool pool_;
 };
 
-absl::Status CheckVersion(const PGresult* res, std::string_view display) {
-  const int64_t version = PQgetisnull(res, 0, 0) ? 0 : std::atoll(PQgetvalue(res, 0, 0));
-  if (version > kSchemaVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "postgres database '", AV(display), "' has an idem schema newer than this build (",
-        kSchemaVersion, "); upgrade idem"));
-  }
-  return absl::OkStatus();
-}
+// The schema on one connection (sql::OpenSchema, sql::DescribeSchema).
+class PostgresSchema final : public sql::SchemaSession {
+ public:
+  explicit PostgresSchema(Connection& conn) : conn_(conn) {}
 
-// A schema found in place (`version`: its version row): not newer than this build
-// and not damaged.
-absl::Status CheckExisting(Connection& conn, const PGresult* version, std::string_view display) {
-  IDEM_RETURN_IF_ERROR(CheckVersion(version, display));
-  absl::Status ping = conn.Run(sql::kPing, 0, {}, false).status();
-  return sql::IntactSchema(absl::StrCat("postgres database '", AV(display), "'"), ping,
-                           conn.broken());
-}
-
-absl::Status CreateSchema(Connection& conn, std::string_view display) {
-  constexpr std::string_view kVersion = "SELECT max(version) FROM idem_schema_version";
-  // Fast path without the lock: the tables usually exist. (A missing table is an
-  // error outside any transaction, so it costs nothing.)
-  {
-    absl::StatusOr<postgres::Result> res = conn.Run(kVersion, 0, {}, false);
-    if (res.ok() && !PQgetisnull(res->get(), 0, 0)) return CheckExisting(conn, res->get(), display);
-    if (conn.broken()) return res.status();
+  absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
+    return conn_.Query(sql, params);
   }
-  absl::Status s = conn.ExecScript("BEGIN");
-  if (s.ok()) s = conn.ExecScript(kSchemaLock);
-  if (s.ok()) s = conn.ExecScript(kSchema);
-  if (s.ok()) {
-    absl::StatusOr<postgres::Result> res = conn.Run(kVersion, 0, {}, false);
-    if (!res.ok()) {
-      s = res.status();
-    } else if (PQgetisnull(res->get(), 0, 0)) {
-      const Value v[] = {Value(kSchemaVersion)};
-      s = conn.Run("INSERT INTO idem_schema_version (version) VALUES ($1)", 1, v, false).status();
-    } else {
-      s = CheckVersion(res->get(), display);
+  bool broken() const override { return conn_.broken(); }
+  bool IsNoTable(const absl::Status& s) const override {
+    absl::optional<absl::Cord> state = s.GetPayload(AV(postgres::kSqlStatePayload));
+    return state.has_value() && *state == "42P01";  // undefined_table
+  }
+  absl::Status BeginCreate() override {
+    IDEM_RETURN_IF_ERROR(conn_.ExecScript("BEGIN"));
+    return conn_.ExecScript(std::string(sql::PostgresDialect().spec().schema_lock).c_str());
+  }
+  absl::Status EndCreate(bool commit) override {
+    return conn_.ExecScript(commit ? "COMMIT" : "ROLLBACK");
+  }
+  absl::Status CheckCanCreate() override {
+    IDEM_ASSIGN_OR_RETURN(
+        Rows rows,
+        conn_.Query("SELECT CASE WHEN current_schema() IS NULL THEN -1 WHEN "
+                    "has_schema_privilege(current_schema(), 'CREATE') THEN 1 ELSE 0 END, "
+                    "current_user::text, coalesce(current_schema(), '')::text",
+                    {}));
+    if (rows.rows.size() != 1 || rows.rows[0].size() != 3) {
+      return absl::InternalError("postgres: the privilege check answered no row");
     }
+    const std::vector<Value>& row = rows.rows[0];
+    IDEM_ASSIGN_OR_RETURN(int64_t can, sql::IntOf(row[0], "privilege"));
+    if (can == 1) return absl::OkStatus();
+    if (can < 0) {
+      return absl::FailedPreconditionError(
+          "no schema to create tables in: the search_path names no existing schema");
+    }
+    return absl::PermissionDeniedError(absl::StrCat("user ", sql::BytesOf(row[1]),
+                                                    " may not create tables in schema ",
+                                                    sql::BytesOf(row[2])));
   }
-  if (s.ok()) s = conn.ExecScript("COMMIT");
-  if (!s.ok()) {
-    if (!conn.broken()) conn.ExecScript("ROLLBACK").IgnoreError();  // best effort
-    return absl::Status(s.code(), absl::StrCat("postgres database '", AV(display),
-                                               "': creating the idem schema: ", s.message()));
-  }
-  return absl::OkStatus();
-}
 
-// A read-only open: the schema must be there; nothing is created or changed.
-absl::Status CheckSchema(Connection& conn, std::string_view display) {
-  const std::string where = absl::StrCat("postgres database '", AV(display), "'");
-  absl::StatusOr<postgres::Result> res =
-      conn.Run("SELECT max(version) FROM idem_schema_version", 0, {}, false);
-  if (!res.ok()) {
-    absl::optional<absl::Cord> state = res.status().GetPayload(AV(postgres::kSqlStatePayload));
-    if (conn.broken() || !state.has_value() || *state != "42P01") return res.status();
-    return sql::NoSchemaError(where, /*no_tables=*/true);
-  }
-  if (PQgetisnull(res->get(), 0, 0)) return sql::NoSchemaError(where, /*no_tables=*/false);
-  return CheckExisting(conn, res->get(), display);
+ private:
+  Connection& conn_;
+};
+
+absl::StatusOr<SchemaInfo> PostgresStore::DescribeSchema() {
+  IDEM_ASSIGN_OR_RETURN(Pool::Lease lease, pool_.Acquire());
+  PostgresSchema session(*lease);
+  return sql::DescribeSchema(session, sql::PostgresDialect());
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url, bool read_only) {
+absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url,
+                                                         sql::SchemaMode mode) {
   IDEM_ASSIGN_OR_RETURN(postgres::Options options, postgres::ParseUrl(url));
-  options.read_only = read_only;
+  options.read_only = mode.read_only;
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Connection::Open(options.connect));
-  IDEM_RETURN_IF_ERROR(read_only ? CheckSchema(*conn, options.connect.display)
-                                 : CreateSchema(*conn, options.connect.display));
+  PostgresSchema session(*conn);
+  IDEM_RETURN_IF_ERROR(sql::OpenSchema(
+      session, sql::PostgresDialect(),
+      absl::StrCat("postgres database '", options.connect.display, "'"), mode));
   auto store = std::make_unique<PostgresStore>(std::move(options));
   store->Seed(std::move(conn));
   return store;

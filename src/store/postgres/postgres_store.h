@@ -38,6 +38,7 @@
 
 #include "absl/status/statusor.h"
 #include "idem/store.h"
+#include "store/sql/schema.h"
 
 namespace idem {
 
@@ -46,8 +47,8 @@ namespace idem {
 // kInvalidArgument for a malformed URL or parameter, kUnavailable when the server
 // cannot be reached, kPermissionDenied when it refuses the credentials,
 // kFailedPrecondition when the database does not exist or has a newer idem schema.
-// `read_only`: see StoreOptions::read_only.
+// `mode`: StoreOptions::read_only and require_schema.
 absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url,
-                                                         bool read_only = false);
+                                                         sql::SchemaMode mode = {});
 
 }  // namespace idem

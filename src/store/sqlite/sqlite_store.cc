@@ -1,8 +1,11 @@
 #include "store/sqlite/sqlite_store.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include <charconv>
+#include <cerrno>
+#include <cstring>
+
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -12,45 +15,18 @@
 #include "core/absl_compat.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/sql/dialect.h"
+#include "store/sql/records.h"
+#include "store/sql/schema.h"
 #include "store/sqlite/sqlite_conn.h"
-#include "store/sql/statements.h"
+#include "store/store_url.h"
 
 namespace idem {
 namespace {
-
-constexpr int kSchemaVersion = 1;
-
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS idem_schema_version (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS idem_records (
-  tenant      TEXT    NOT NULL,
-  idem_key    BLOB    NOT NULL,
-  biz_type    TEXT    NOT NULL,
-  fingerprint TEXT    NOT NULL DEFAULT '',
-  state       INTEGER NOT NULL CHECK (state IN (0, 1, 2, 3)),
-  token       INTEGER NOT NULL,
-  lease_until INTEGER NOT NULL,
-  result      BLOB,
-  error       BLOB,
-  created_at  INTEGER NOT NULL,
-  updated_at  INTEGER NOT NULL,
-  PRIMARY KEY (tenant, idem_key)
-) WITHOUT ROWID;
-)sql";
-
-constexpr std::string_view kColumns =
-    "tenant, idem_key, biz_type, fingerprint, state, token, lease_until, result, error, "
-    "created_at, updated_at";
-
-// Times are unix microseconds; 0 stands for "none" (absl::InfinitePast()).
-int64_t ToMicros(absl::Time t) { return t == absl::InfinitePast() ? 0 : absl::ToUnixMicros(t); }
-absl::Time FromMicros(int64_t us) {
-  return us == 0 ? absl::InfinitePast() : absl::FromUnixMicros(us);
-}
 
 std::string ColumnBytes(sqlite3_stmt* stmt, int i) {
   const void* p = sqlite3_column_blob(stmt, i);
@@ -58,32 +34,16 @@ std::string ColumnBytes(sqlite3_stmt* stmt, int i) {
   return std::string(static_cast<const char*>(p), sqlite3_column_bytes(stmt, i));
 }
 
-Record ReadRecord(sqlite3_stmt* stmt) {
-  Record r;
-  r.tenant = ColumnBytes(stmt, 0);
-  r.key = ColumnBytes(stmt, 1);
-  r.biz_type = ColumnBytes(stmt, 2);
-  r.fingerprint = ColumnBytes(stmt, 3);
-  r.state = static_cast<RecordState>(sqlite3_column_int(stmt, 4));
-  r.token = sqlite3_column_int64(stmt, 5);
-  r.lease_until = FromMicros(sqlite3_column_int64(stmt, 6));
-  r.result = ColumnBytes(stmt, 7);
-  r.error = ColumnBytes(stmt, 8);
-  r.created_at = FromMicros(sqlite3_column_int64(stmt, 9));
-  r.updated_at = FromMicros(sqlite3_column_int64(stmt, 10));
-  return r;
-}
-
 absl::StatusOr<std::optional<Record>> LoadRecord(sqlite::Connection& conn,
                                                  std::string_view tenant, std::string_view key) {
-  static const std::string sql =
-      absl::StrCat("SELECT ", AV(kColumns), " FROM idem_records WHERE tenant = ? AND idem_key = ?");
-  const Value params[] = {Value(tenant), Value(Blob{std::string(key)})};
-  IDEM_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, conn.Prepare(sql, params));
+  IDEM_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, conn.Prepare(sql::kSelectRecord,
+                                                          sql::KeyParams(tenant, key)));
   int rc = sqlite3_step(stmt);
-  std::optional<Record> out;
+  absl::StatusOr<std::optional<Record>> out = std::nullopt;
   if (rc == SQLITE_ROW) {
-    out = ReadRecord(stmt);
+    out = sql::ReadRecord(
+        [&](int i) { return ColumnBytes(stmt, i); },
+        [&](int i) -> absl::StatusOr<int64_t> { return sqlite3_column_int64(stmt, i); });
     rc = SQLITE_DONE;
   }
   absl::Status status = sqlite::ToStatus(rc, conn.db(), "load record");
@@ -100,54 +60,26 @@ struct Options {
   int readers = 4;
 };
 
-absl::StatusOr<int> ParseInt(std::string_view name, std::string_view value, int lo, int hi) {
-  int out = 0;
-  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
-  if (ec != std::errc() || ptr != value.data() + value.size() || out < lo || out > hi) {
-    return absl::InvalidArgumentError(absl::StrCat("sqlite URL parameter ", AV(name), "='", AV(value),
-                                                   "' must be an integer in ", lo, "..", hi));
-  }
-  return out;
-}
-
 absl::StatusOr<Options> ParseUrl(std::string_view url) {
-  constexpr std::string_view kScheme = "sqlite://";
-  if (!url.starts_with(kScheme)) {
-    return absl::InvalidArgumentError(absl::StrCat("not a sqlite:// URL: '", AV(url), "'"));
-  }
-  std::string_view rest = url.substr(kScheme.size());
-  std::string_view query;
-  if (size_t q = rest.find('?'); q != std::string_view::npos) {
-    query = rest.substr(q + 1);
-    rest = rest.substr(0, q);
-  }
-  if (rest.empty()) {
+  IDEM_ASSIGN_OR_RETURN(store::StoreUrl u, store::ParsePathUrl(url, "sqlite"));
+  if (u.path.empty()) {
     return absl::InvalidArgumentError(
         "sqlite URL has no path; use sqlite://./idem.db, sqlite:///abs/path.db or "
         "sqlite://:memory:");
   }
+  IDEM_RETURN_IF_ERROR(u.OnlyParams({"synchronous", "busy_timeout_ms", "readers"}));
   Options o;
-  o.path = std::string(rest);
-  for (absl::string_view item : absl::StrSplit(AV(query), '&', absl::SkipEmpty())) {
-    std::pair<absl::string_view, absl::string_view> kv =
-        absl::StrSplit(item, absl::MaxSplits('=', 1));
-    if (kv.first == "synchronous") {
-      std::string v = absl::AsciiStrToUpper(kv.second);
-      if (v != "FULL" && v != "NORMAL" && v != "OFF" && v != "EXTRA") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "sqlite URL parameter synchronous='", kv.second, "' must be full, normal, off or extra"));
-      }
-      o.synchronous = v;
-    } else if (kv.first == "busy_timeout_ms") {
-      IDEM_ASSIGN_OR_RETURN(o.busy_timeout_ms, ParseInt(SV(kv.first), SV(kv.second), 0, 600000));
-    } else if (kv.first == "readers") {
-      IDEM_ASSIGN_OR_RETURN(o.readers, ParseInt(SV(kv.first), SV(kv.second), 1, 64));
-    } else {
+  o.path = u.path;
+  if (const std::string* v = u.Param("synchronous"); v != nullptr) {
+    o.synchronous = absl::AsciiStrToUpper(*v);
+    if (o.synchronous != "FULL" && o.synchronous != "NORMAL" && o.synchronous != "OFF" &&
+        o.synchronous != "EXTRA") {
       return absl::InvalidArgumentError(absl::StrCat(
-          "unknown sqlite URL parameter '", kv.first,
-          "' (known: synchronous, busy_timeout_ms, readers)"));
+          "sqlite URL parameter synchronous='", *v, "' must be full, normal, off or extra"));
     }
   }
+  IDEM_ASSIGN_OR_RETURN(o.busy_timeout_ms, u.IntParam("busy_timeout_ms", 5000, 0, 600000));
+  IDEM_ASSIGN_OR_RETURN(o.readers, u.IntParam("readers", 4, 1, 64));
   return o;
 }
 
@@ -216,21 +148,9 @@ class SqliteTransaction final : public StoreTransaction {
 
   absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& r) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
-    static const std::string sql = absl::StrCat(
-        "INSERT INTO idem_records (", AV(kColumns),
-        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, idem_key) DO NOTHING");
-    const Value params[] = {Value(r.tenant),
-                            Value(Blob{r.key}),
-                            Value(r.biz_type),
-                            Value(r.fingerprint),
-                            Value(static_cast<int>(r.state)),
-                            Value(static_cast<long long>(r.token)),
-                            Value(static_cast<long long>(ToMicros(r.lease_until))),
-                            Value(Blob{r.result}),
-                            Value(Blob{r.error}),
-                            Value(static_cast<long long>(ToMicros(r.created_at))),
-                            Value(static_cast<long long>(ToMicros(r.updated_at)))};
-    IDEM_ASSIGN_OR_RETURN(int64_t inserted, conn_.Exec(sql, params));
+    static const std::string sql =
+        sql::SqliteDialect().KeepExisting(sql::kInsertRecord, "idem_key");
+    IDEM_ASSIGN_OR_RETURN(int64_t inserted, conn_.Exec(sql, sql::RecordParams(r)));
     if (inserted == 1) return std::nullopt;
     IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, LoadRecord(conn_, r.tenant, r.key));
     if (!existing.has_value()) {
@@ -242,23 +162,9 @@ class SqliteTransaction final : public StoreTransaction {
   absl::StatusOr<bool> Replace(const Record& r, int64_t expected_token,
                                RecordState expected_state) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
-    static constexpr std::string_view sql =
-        "UPDATE idem_records SET biz_type = ?, fingerprint = ?, state = ?, token = ?, "
-        "lease_until = ?, result = ?, error = ?, updated_at = ? "
-        "WHERE tenant = ? AND idem_key = ? AND token = ? AND state = ?";
-    const Value params[] = {Value(r.biz_type),
-                            Value(r.fingerprint),
-                            Value(static_cast<int>(r.state)),
-                            Value(static_cast<long long>(r.token)),
-                            Value(static_cast<long long>(ToMicros(r.lease_until))),
-                            Value(Blob{r.result}),
-                            Value(Blob{r.error}),
-                            Value(static_cast<long long>(ToMicros(r.updated_at))),
-                            Value(r.tenant),
-                            Value(Blob{r.key}),
-                            Value(static_cast<long long>(expected_token)),
-                            Value(static_cast<int>(expected_state))};
-    IDEM_ASSIGN_OR_RETURN(int64_t changed, conn_.Exec(sql, params));
+    IDEM_ASSIGN_OR_RETURN(int64_t changed,
+                          conn_.Exec(sql::kReplaceRecord,
+                                     sql::ReplaceParams(r, expected_token, expected_state)));
     return changed == 1;
   }
 
@@ -349,7 +255,8 @@ class SqliteStore final : public Store {
     return AsStoreFault(rows.status());
   }
 
-  bool SupportsSql() const override { return true; }
+  const SqlDialect* sql_dialect() const override { return &sql::SqliteDialect(); }
+  absl::StatusOr<SchemaInfo> DescribeSchema() override;
   std::string_view url() const override { return url_; }
   bool read_only() const override { return options_.read_only; }
 
@@ -383,85 +290,80 @@ class SqliteStore final : public Store {
   const FileIdentity file_;
 };
 
-absl::Status CheckVersion(const Rows& rows, const std::string& path) {
-  if (!rows.rows[0][0].is_int() || rows.rows[0][0].as_int() > kSchemaVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sqlite database '", path, "' has an idem schema newer than this build (",
-        kSchemaVersion, "); upgrade idem"));
-  }
-  return absl::OkStatus();
-}
+// The schema on one connection (sql::OpenSchema, sql::DescribeSchema).
+class SqliteSchema final : public sql::SchemaSession {
+ public:
+  SqliteSchema(sqlite::Connection& conn, const std::string& path) : conn_(conn), path_(path) {}
 
-// A schema found in place (`rows`: its version): not newer than this build and
-// not damaged.
-absl::Status CheckExisting(sqlite::Connection& conn, const Rows& rows, const std::string& path) {
-  IDEM_RETURN_IF_ERROR(CheckVersion(rows, path));
-  return sql::IntactSchema(absl::StrCat("sqlite database '", path, "'"),
-                           conn.Query(sql::kPing).status(), /*lost=*/false);
-}
-
-absl::Status CreateSchema(sqlite::Connection& conn, const std::string& path) {
-  // An existing schema needs no write lock: a store opens while another process
-  // holds a long write transaction.
-  const bool exists = sqlite3_table_column_metadata(conn.db(), nullptr, "idem_schema_version",
-                                                    "version", nullptr, nullptr, nullptr,
-                                                    nullptr, nullptr) == SQLITE_OK;
-  if (exists) {
-    absl::StatusOr<Rows> rows = conn.Query("SELECT version FROM idem_schema_version");
-    if (rows.ok() && !rows->rows.empty()) return CheckExisting(conn, *rows, path);
+  absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
+    return conn_.Query(sql, params);
   }
-  IDEM_RETURN_IF_ERROR(conn.ExecScript("BEGIN IMMEDIATE"));
-  absl::Status s = conn.ExecScript(kSchema);
-  if (s.ok()) {
-    absl::StatusOr<Rows> rows = conn.Query("SELECT version FROM idem_schema_version");
-    if (!rows.ok()) {
-      s = rows.status();
-    } else if (rows->rows.empty()) {
-      const Value v[] = {Value(kSchemaVersion)};
-      s = conn.Exec("INSERT INTO idem_schema_version (version) VALUES (?)", v).status();
-    } else {
-      s = CheckVersion(*rows, path);
+  bool broken() const override { return false; }
+  bool IsNoTable(const absl::Status& s) const override {
+    return absl::StrContains(s.message(), "no such table");
+  }
+  absl::Status BeginCreate() override { return conn_.ExecScript("BEGIN IMMEDIATE"); }
+  absl::Status EndCreate(bool commit) override {
+    return conn_.ExecScript(commit ? "COMMIT" : "ROLLBACK");
+  }
+
+  // The file (if it exists) and its directory (for the file, its -wal and -shm)
+  // must be writable.
+  absl::Status CheckCanCreate() override {
+    if (path_ == ":memory:") return absl::OkStatus();
+    const size_t slash = path_.rfind('/');
+    const std::string dir =
+        slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
+    for (const std::string& p : {path_, dir}) {
+      struct stat st;
+      if (p == path_ && stat(p.c_str(), &st) != 0) continue;  // not there yet: its dir decides
+      if (access(p.c_str(), W_OK) != 0) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("cannot write '", p, "': ", std::strerror(errno)));
+      }
     }
+    return absl::OkStatus();
   }
-  if (s.ok()) s = conn.ExecScript("COMMIT");
-  if (!s.ok()) {
-    conn.ExecScript("ROLLBACK").IgnoreError();  // best effort; the open fails anyway
-    return absl::Status(s.code(), absl::StrCat("sqlite database '", path, "': ", s.message()));
-  }
-  return absl::OkStatus();
-}
 
-// A read-only open: the schema must be there; nothing is created or changed.
-absl::Status CheckSchema(sqlite::Connection& conn, const std::string& path) {
-  const bool exists = sqlite3_table_column_metadata(conn.db(), nullptr, "idem_schema_version",
-                                                    "version", nullptr, nullptr, nullptr,
-                                                    nullptr, nullptr) == SQLITE_OK;
-  const std::string where = absl::StrCat("sqlite database '", path, "'");
-  if (!exists) return sql::NoSchemaError(where, /*no_tables=*/true);
-  IDEM_ASSIGN_OR_RETURN(Rows rows, conn.Query("SELECT version FROM idem_schema_version"));
-  if (rows.rows.empty()) return sql::NoSchemaError(where, /*no_tables=*/false);
-  return CheckExisting(conn, rows, path);
+ private:
+  sqlite::Connection& conn_;
+  const std::string& path_;
+};
+
+absl::StatusOr<SchemaInfo> SqliteStore::DescribeSchema() {
+  std::unique_lock<std::timed_mutex> lock(writer_mu_);
+  SqliteSchema session(*writer_, options_.path);
+  return sql::DescribeSchema(session, sql::SqliteDialect());
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(std::string_view url, bool read_only) {
+absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(std::string_view url, sql::SchemaMode mode) {
   IDEM_ASSIGN_OR_RETURN(Options options, ParseUrl(url));
-  options.read_only = read_only;
-  if (read_only && options.path != ":memory:") {
+  options.read_only = mode.read_only;
+  std::string open_path = options.path;
+  if (mode.read_only && options.path != ":memory:") {
     struct stat st;
     if (stat(options.path.c_str(), &st) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "no idem schema here: sqlite database '", options.path, "' does not exist"));
+      if (mode.require_schema) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "no idem schema here: sqlite database '", options.path, "' does not exist"));
+      }
+      // Nothing to read, and a read-only open must not create the file: an empty
+      // database in memory answers DescribeSchema (no tables), the real path its
+      // writability.
+      open_path = ":memory:";
     }
+  } else {
+    mode.read_only = false;  // :memory: has nothing to keep unchanged
   }
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<sqlite::Connection> writer,
-                        sqlite::Connection::Open(options.path, options.synchronous,
-                                                 options.busy_timeout_ms, read_only));
-  IDEM_RETURN_IF_ERROR(read_only && options.path != ":memory:"
-                           ? CheckSchema(*writer, options.path)
-                           : CreateSchema(*writer, options.path));
-  IDEM_ASSIGN_OR_RETURN(FileIdentity file, FileIdentity::Of(options.path));
+                        sqlite::Connection::Open(open_path, options.synchronous,
+                                                 options.busy_timeout_ms, options.read_only));
+  SqliteSchema session(*writer, options.path);
+  IDEM_RETURN_IF_ERROR(sql::OpenSchema(session, sql::SqliteDialect(),
+                                       absl::StrCat("sqlite database '", options.path, "'"), mode));
+  IDEM_ASSIGN_OR_RETURN(FileIdentity file, FileIdentity::Of(open_path));
   return std::make_unique<SqliteStore>(std::string(url), std::move(options), std::move(writer),
                                        std::move(file));
 }

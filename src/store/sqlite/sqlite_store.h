@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "idem/clock.h"
 #include "idem/store.h"
+#include "store/sql/schema.h"
 
 namespace idem {
 
@@ -25,8 +26,8 @@ namespace idem {
 // schema. Errors: kInvalidArgument for a malformed URL or parameter, kUnavailable
 // when the file cannot be opened or created, kFailedPrecondition when the file is
 // not a SQLite database or has a newer idem schema.
-// `read_only`: see StoreOptions::read_only.
+// `mode`: StoreOptions::read_only and require_schema.
 absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(std::string_view url,
-                                                       bool read_only = false);
+                                                       sql::SchemaMode mode = {});
 
 }  // namespace idem

@@ -1,0 +1,44 @@
+// Column values as every SQL table of idem stores them, for the SQL backends and
+// the step journal: times are unix microseconds in a 64-bit integer, 0 standing
+// for "none" (absl::InfinitePast()); names and keys come back as text or as blobs
+// depending on the column type (BLOB, BYTEA, VARBINARY). Internal.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "core/absl_compat.h"
+#include "idem/value.h"
+
+namespace idem {
+
+inline int64_t ToMicros(absl::Time t) {
+  return t == absl::InfinitePast() ? 0 : absl::ToUnixMicros(t);
+}
+inline absl::Time FromMicros(int64_t us) {
+  return us == 0 ? absl::InfinitePast() : absl::FromUnixMicros(us);
+}
+
+// A column value as bytes (text and blobs alike; "" for NULL and numbers).
+inline std::string BytesOf(const Value& v) {
+  if (v.is_text()) return v.as_text();
+  if (v.is_blob()) return v.as_blob();
+  return std::string();
+}
+
+// A column value as an integer: an int, or decimal text; 0 for NULL. kDataLoss
+// naming `column` otherwise.
+inline absl::StatusOr<int64_t> IntOf(const Value& v, std::string_view column) {
+  if (v.is_int()) return v.as_int();
+  if (v.is_null()) return 0;
+  int64_t out = 0;
+  if (v.is_text() && absl::SimpleAtoi(AV(v.as_text()), &out)) return out;
+  return absl::DataLossError(absl::StrCat("column ", AV(column), " is not an integer"));
+}
+
+}  // namespace idem

@@ -1,0 +1,88 @@
+// The record table (SPEC §3) as every SQL backend reads and writes it: the
+// statements, their parameter lists and the mapping of a row to a Record. Written
+// with `?` placeholders (PostgreSQL's connection numbers them). Not part of the
+// public API.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "idem/record.h"
+#include "idem/status.h"
+#include "idem/value.h"
+#include "core/columns.h"
+
+namespace idem::sql {
+
+#define IDEM_SQL_RECORD_COLUMNS                                                         \
+  "tenant, idem_key, biz_type, fingerprint, state, token, lease_until, result, error, " \
+  "created_at, updated_at"
+
+inline constexpr std::string_view kRecordColumns = IDEM_SQL_RECORD_COLUMNS;
+inline constexpr int kRecordColumnCount = 11;
+
+inline constexpr std::string_view kSelectRecord =
+    "SELECT " IDEM_SQL_RECORD_COLUMNS " FROM idem_records WHERE tenant = ? AND idem_key = ?";
+
+// The INSERT of a new record (RecordParams), before SqlDialect::KeepExisting.
+inline constexpr std::string_view kInsertRecord =
+    "INSERT INTO idem_records (" IDEM_SQL_RECORD_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+#undef IDEM_SQL_RECORD_COLUMNS
+
+// Moves a record on, only from the expected token and state (ReplaceParams).
+inline constexpr std::string_view kReplaceRecord =
+    "UPDATE idem_records SET biz_type = ?, fingerprint = ?, state = ?, token = ?, "
+    "lease_until = ?, result = ?, error = ?, updated_at = ? "
+    "WHERE tenant = ? AND idem_key = ? AND token = ? AND state = ?";
+
+// kInsertRecord's parameters: `r` in kRecordColumns order.
+std::array<Value, kRecordColumnCount> RecordParams(const Record& r);
+
+// kReplaceRecord's parameters: `r`'s new fields, then its (tenant, key) and the
+// token and state the row must still have.
+std::array<Value, 12> ReplaceParams(const Record& r, int64_t expected_token,
+                                    RecordState expected_state);
+
+// The (tenant, key) parameters of kSelectRecord.
+std::array<Value, 2> KeyParams(std::string_view tenant, std::string_view key);
+
+// A record from the columns of one row in kRecordColumns order, whatever the
+// driver: `bytes(i)` answers column i as bytes, `integer(i)` as an
+// absl::StatusOr<int64_t>. kDataLoss for a state that is not one of SPEC §3's.
+template <typename BytesAt, typename IntAt>
+absl::StatusOr<Record> ReadRecord(BytesAt bytes, IntAt integer) {
+  Record r;
+  r.tenant = bytes(0);
+  r.key = bytes(1);
+  r.biz_type = bytes(2);
+  r.fingerprint = bytes(3);
+  IDEM_ASSIGN_OR_RETURN(int64_t state, integer(4));
+  if (state < 0 || state > 3) {
+    return absl::DataLossError(absl::StrCat("idem_records: a record has unknown state ", state));
+  }
+  r.state = static_cast<RecordState>(state);
+  IDEM_ASSIGN_OR_RETURN(r.token, integer(5));
+  IDEM_ASSIGN_OR_RETURN(int64_t lease, integer(6));
+  r.result = bytes(7);
+  r.error = bytes(8);
+  IDEM_ASSIGN_OR_RETURN(int64_t created, integer(9));
+  IDEM_ASSIGN_OR_RETURN(int64_t updated, integer(10));
+  r.lease_until = FromMicros(lease);
+  r.created_at = FromMicros(created);
+  r.updated_at = FromMicros(updated);
+  return r;
+}
+
+// ReadRecord over a row of Values (Transaction::Query's shape).
+absl::StatusOr<Record> RecordFromRow(absl::Span<const Value> row);
+
+using ::idem::BytesOf;
+using ::idem::IntOf;
+
+}  // namespace idem::sql
