@@ -83,8 +83,7 @@ int RunMigrate(const MigrateFlags& flags) {
   std::string backend;
   absl::StatusOr<SchemaInfo> before = Describe(url, &backend);
   if (before.status().code() == absl::StatusCode::kUnimplemented) {
-    PrintReason(absl::StrCat("migrate: ", RedactStoreUrl(url), " has no schema to migrate (",
-                             before.status().message(), ")"));
+    PrintReason(absl::StrCat("migrate: ", RedactStoreUrl(url), ": ", before.status().message()));
     return kExitUsage;
   }
   if (!before.ok()) return Fail(before.status(), "reading the schema", url);

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -62,6 +64,31 @@ TEST(MigratePostgres, CreatesThenIsANoOp) {
   ExpectCreateThenNoOp(PostgresUrl(dir.path()), "postgres", dir.path());
 }
 
+// --dry-run says "would create" only when the real run could: a user that may not
+// create tables in the store's schema is told so (exit 1), and nothing is made.
+TEST(MigratePostgres, DryRunChecksTheCreatePrivilege) {
+  TempDir dir;
+  const std::string url = PostgresUrl(dir.path());  // an empty schema of its own
+  std::string schema;
+  std::getline(std::ifstream(dir.path() + "/postgres_schema"), schema);
+  ASSERT_FALSE(schema.empty());
+  {
+    absl::StatusOr<std::unique_ptr<Store>> admin = OpenStore(std::getenv("IDEM_TEST_POSTGRES_URL"));
+    ASSERT_TRUE(admin.ok()) << admin.status();
+    std::unique_ptr<StoreTransaction> tx = *(*admin)->Begin();
+    ASSERT_TRUE(tx->Exec("REVOKE CREATE ON SCHEMA " + schema + " FROM CURRENT_USER").ok());
+    ASSERT_TRUE(tx->Commit().ok());
+  }
+  RunResult dry = RunIdem({"migrate", "--store", url, "--dry-run"}, dir.path());
+  EXPECT_EQ(dry.exit_code, 1) << dry.out;
+  EXPECT_THAT(dry.err, HasSubstr("the real run would fail"));
+  EXPECT_THAT(dry.err, HasSubstr("may not create tables in schema " + schema));
+  RunResult real = RunIdem({"migrate", "--store", url}, dir.path());
+  EXPECT_EQ(real.exit_code, 1) << real.out;
+  RunResult again = RunIdem({"migrate", "--store", url, "--dry-run"}, dir.path());
+  EXPECT_THAT(again.err, HasSubstr("the real run would fail")) << "the failed run made tables";
+}
+
 TEST(MigrateMysql, CreatesThenIsANoOp) {
   TempDir dir;
   ExpectCreateThenNoOp(MysqlTestUrl(dir.path()), "mysql", dir.path());
@@ -99,6 +126,10 @@ TEST(MigrateMysql, UserWithoutCreateRoutineWorksWithoutProcedures) {
   const size_t user = url.find("://idem:");
   ASSERT_NE(user, std::string::npos) << "the test URL's user is not idem";
   const std::string restricted = url.substr(0, user) + "://idem_noroutine:" + url.substr(user + 8);
+  // Its CREATE privilege (granted on *.*) is what --dry-run checks.
+  RunResult dry = RunIdem({"migrate", "--store", restricted, "--dry-run"}, dir.path());
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_THAT(dry.out, HasSubstr("action: would create"));
   RunResult r = RunIdem({"migrate", "--store", restricted}, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("procedures: (none: this user may not CREATE ROUTINE"));

@@ -494,14 +494,9 @@ absl::StatusOr<bool> CreateProcedures(Connection& conn) {
 // The schema on one connection (sql::OpenSchema, sql::DescribeSchema). DDL commits
 // by itself in MySQL: creation is serialized by the named lock 'idem_schema'
 // instead of a transaction, so that exactly one process inserts the version row.
-class MysqlSchema final : public sql::SchemaSession {
+class MysqlSchema final : public sql::SchemaOn<Connection> {
  public:
-  explicit MysqlSchema(Connection& conn) : conn_(conn) {}
-
-  absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
-    return conn_.Query(sql, params);
-  }
-  bool broken() const override { return conn_.broken(); }
+  using SchemaOn::SchemaOn;
   bool IsNoTable(const absl::Status&) const override {
     return conn_.last_error() == 1146;  // ER_NO_SUCH_TABLE
   }
@@ -544,8 +539,6 @@ class MysqlSchema final : public sql::SchemaSession {
         "user ", sql::BytesOf(row[1]), " has no CREATE privilege on this database"));
   }
 
- private:
-  Connection& conn_;
 };
 
 // The names of idem's procedures in the database, sorted.

@@ -481,14 +481,9 @@ class PostgresStore final : public Store {
 };
 
 // The schema on one connection (sql::OpenSchema, sql::DescribeSchema).
-class PostgresSchema final : public sql::SchemaSession {
+class PostgresSchema final : public sql::SchemaOn<Connection> {
  public:
-  explicit PostgresSchema(Connection& conn) : conn_(conn) {}
-
-  absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
-    return conn_.Query(sql, params);
-  }
-  bool broken() const override { return conn_.broken(); }
+  using SchemaOn::SchemaOn;
   bool IsNoTable(const absl::Status& s) const override {
     absl::optional<absl::Cord> state = s.GetPayload(AV(postgres::kSqlStatePayload));
     return state.has_value() && *state == "42P01";  // undefined_table
@@ -522,8 +517,6 @@ class PostgresSchema final : public sql::SchemaSession {
                                                     sql::BytesOf(row[2])));
   }
 
- private:
-  Connection& conn_;
 };
 
 absl::StatusOr<SchemaInfo> PostgresStore::DescribeSchema() {

@@ -45,6 +45,27 @@ class SchemaSession {
   virtual absl::Status CheckCanCreate() = 0;
 };
 
+// The part of a SchemaSession every driver's connection gives alike: its
+// Query(sql, params) and, where it has one, broken().
+template <typename Conn>
+class SchemaOn : public SchemaSession {
+ public:
+  explicit SchemaOn(Conn& conn) : conn_(conn) {}
+  absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
+    return conn_.Query(sql, params);
+  }
+  bool broken() const override {
+    if constexpr (requires(const Conn& c) { c.broken(); }) {
+      return conn_.broken();
+    } else {
+      return false;
+    }
+  }
+
+ protected:
+  Conn& conn_;
+};
+
 // How a store opens its schema (StoreOptions).
 struct SchemaMode {
   bool read_only = false;      // create and change nothing

@@ -291,14 +291,10 @@ class SqliteStore final : public Store {
 };
 
 // The schema on one connection (sql::OpenSchema, sql::DescribeSchema).
-class SqliteSchema final : public sql::SchemaSession {
+class SqliteSchema final : public sql::SchemaOn<sqlite::Connection> {
  public:
-  SqliteSchema(sqlite::Connection& conn, const std::string& path) : conn_(conn), path_(path) {}
+  SqliteSchema(sqlite::Connection& conn, const std::string& path) : SchemaOn(conn), path_(path) {}
 
-  absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
-    return conn_.Query(sql, params);
-  }
-  bool broken() const override { return false; }
   bool IsNoTable(const absl::Status& s) const override {
     return absl::StrContains(s.message(), "no such table");
   }
@@ -326,7 +322,6 @@ class SqliteSchema final : public sql::SchemaSession {
   }
 
  private:
-  sqlite::Connection& conn_;
   const std::string& path_;
 };
 
