@@ -1,7 +1,10 @@
 // The Guard/Store contract of SPEC §2–§3, run against every backend.
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -721,6 +724,54 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, GuardConformanceTest,
 INSTANTIATE_TEST_SUITE_P(SqlBackends, SqlGuardConformanceTest,
                          ::testing::ValuesIn(testing::SqlBackends()),
                          [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace idem
+
+namespace idem {
+namespace {
+
+// Tenants and keys longer than any small-string buffer, read back from many
+// threads at once: a store that binds a parameter which dies before its statement
+// runs (a temporary) reads freed memory and answers "no record" for a key it has.
+// (The sqlite:// store did, for Store::Get and every claim of an existing key.)
+TEST_P(GuardConformanceTest, LongTenantsAndKeysReadBackUnderConcurrency) {
+  constexpr int kThreads = 6;
+  constexpr int kKeys = 40;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kKeys; ++i) {
+        Record r;
+        r.tenant = "tenant-" + std::string(40, static_cast<char>('a' + t));
+        r.key = "key-" + std::to_string(t) + "-" + std::to_string(i) + std::string(60, 'k');
+        r.biz_type = "refund";
+        r.state = RecordState::kSucceeded;
+        r.token = 1;
+        r.result = "result-" + r.key;
+        r.created_at = r.updated_at = absl::FromUnixSeconds(1700000000);
+        absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store_->Begin();
+        if (!tx.ok() || !(*tx)->InsertOrLoad(r).ok() || !(*tx)->Commit().ok()) {
+          failures.fetch_add(1);
+          continue;
+        }
+        absl::StatusOr<std::optional<Record>> got =
+            store_->Get(std::string(r.tenant), std::string(r.key));
+        if (!got.ok() || !got->has_value() || (*got)->result != r.result) failures.fetch_add(1);
+        absl::StatusOr<std::unique_ptr<StoreTransaction>> again = store_->Begin();
+        if (!again.ok()) {
+          failures.fetch_add(1);
+          continue;
+        }
+        absl::StatusOr<std::optional<Record>> dup = (*again)->InsertOrLoad(r);
+        if (!dup.ok() || !dup->has_value() || (*dup)->key != r.key) failures.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
 
 }  // namespace
 }  // namespace idem

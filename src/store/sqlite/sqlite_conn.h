@@ -35,7 +35,8 @@ class Connection {
   Connection& operator=(const Connection&) = delete;
 
   // Prepares (or reuses) the statement for `sql`, resets it and binds `params`.
-  // REQUIRES: the returned statement is used before the next Prepare of the same SQL.
+  // REQUIRES: the returned statement is used before the next Prepare of the same SQL,
+  // and `params` outlive its steps (they are bound without a copy).
   absl::StatusOr<sqlite3_stmt*> Prepare(std::string_view sql, absl::Span<const Value> params);
 
   // Runs `sql` to completion; returns sqlite3_changes().

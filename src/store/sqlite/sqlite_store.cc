@@ -36,8 +36,9 @@ std::string ColumnBytes(sqlite3_stmt* stmt, int i) {
 
 absl::StatusOr<std::optional<Record>> LoadRecord(sqlite::Connection& conn,
                                                  std::string_view tenant, std::string_view key) {
-  IDEM_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, conn.Prepare(sql::kSelectRecord,
-                                                          sql::KeyParams(tenant, key)));
+  // Bound without a copy: the values must outlive the statement's steps.
+  const auto params = sql::KeyParams(tenant, key);
+  IDEM_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, conn.Prepare(sql::kSelectRecord, params));
   int rc = sqlite3_step(stmt);
   absl::StatusOr<std::optional<Record>> out = std::nullopt;
   if (rc == SQLITE_ROW) {
