@@ -24,6 +24,7 @@
 #include "store/postgres/pg_url.h"
 #include "store/store_url.h"
 #include "testing/status_matchers.h"
+#include "testing/wait_until.h"
 
 namespace idem {
 namespace {
@@ -205,14 +206,20 @@ class PostgresStoreTest : public ::testing::Test {
       if (rows.ok()) killed = static_cast<int64_t>(rows->rows.size());
       EXPECT_OK(tx->Commit());
     }
-    for (int i = 0; i < 100; ++i) {
-      std::unique_ptr<StoreTransaction> tx = *admin_->Begin();
-      absl::StatusOr<Rows> rows = tx->Query(
-          "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?", {Value(app)});
-      if (rows.ok() && rows->rows[0][0].as_int() == 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    EXPECT_TRUE(testing::WaitUntil([&] { return Sessions(app) == 0; }))
+        << "sessions of " << app << " outlived pg_terminate_backend";
     return killed;
+  }
+
+  // How many sessions of `app` (application_name) there are; with `waiting`, only
+  // those waiting for a lock.
+  int64_t Sessions(const std::string& app, bool waiting = false) {
+    std::unique_ptr<StoreTransaction> tx = *admin_->Begin();
+    absl::StatusOr<Rows> rows =
+        tx->Query(std::string("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?") +
+                      (waiting ? " AND wait_event_type = 'Lock'" : ""),
+                  {Value(app)});
+    return rows.ok() ? rows->rows[0][0].as_int() : -1;
   }
 
   int64_t CountRows(Store& store, const std::string& sql) {
@@ -416,7 +423,8 @@ TEST_F(PostgresStoreTest, SqlStatesFromTheServer) {
 }
 
 TEST_F(PostgresStoreTest, DeadlockIsAborted) {
-  std::unique_ptr<Store> store = Open("lock_timeout_ms=10000");
+  const std::string app = RandomName("idem_pgdeadlock_");
+  std::unique_ptr<Store> store = Open("lock_timeout_ms=60000&application_name=" + app);
   ASSERT_NE(store, nullptr);
   {
     std::unique_ptr<StoreTransaction> tx = *store->Begin();
@@ -430,7 +438,9 @@ TEST_F(PostgresStoreTest, DeadlockIsAborted) {
   ASSERT_OK(b->Exec("UPDATE d SET v = 1 WHERE id = 2"));
   absl::Status from_a;
   std::thread t([&] { from_a = a->Exec("UPDATE d SET v = 2 WHERE id = 2").status(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // a waits for b's row; b's next statement closes the cycle.
+  EXPECT_TRUE(testing::WaitUntil([&] { return Sessions(app, /*waiting=*/true) == 1; }))
+      << "a never waited for b's row";
   absl::Status from_b = b->Exec("UPDATE d SET v = 2 WHERE id = 1").status();
   if (!from_b.ok()) b->Rollback();  // lets a go on
   t.join();
@@ -488,14 +498,18 @@ TEST_F(PostgresStoreTest, ClaimHeldPastLockTimeoutFailsClosed) {
 // queued behind, after our statement's snapshot. The claim must still return it
 // (locked), not nothing and not an error.
 TEST_F(PostgresStoreTest, ClaimQueuedBehindACommittingInsertLoadsAndLocksIt) {
-  std::unique_ptr<Store> store = Open("lock_timeout_ms=5000");
+  const std::string app = RandomName("idem_pgqueue_");
+  // A lock timeout far beyond the wait below, which ends as soon as the claim queues.
+  std::unique_ptr<Store> store = Open("lock_timeout_ms=60000&application_name=" + app);
   ASSERT_NE(store, nullptr);
   std::unique_ptr<StoreTransaction> first = *store->Begin();
   ASSERT_OK(first->InsertOrLoad(MakeRecord("K")));
   absl::StatusOr<std::optional<Record>> seen;
   std::unique_ptr<StoreTransaction> second = *store->Begin();
   std::thread t([&] { seen = second->InsertOrLoad(MakeRecord("K", 9)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The corner needs the claim queued behind `first` before it commits.
+  EXPECT_TRUE(testing::WaitUntil([&] { return Sessions(app, /*waiting=*/true) == 1; }))
+      << "the second claim never waited for the first";
   ASSERT_OK(first->Commit());
   t.join();
   ASSERT_OK(seen);
