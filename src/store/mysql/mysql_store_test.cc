@@ -403,7 +403,10 @@ TEST_F(MysqlStoreTest, DeadlockIsAbortedForTheVictim) {
   ASSERT_OK(b->Exec("UPDATE t SET v = 2 WHERE id = 2"));
   absl::Status from_a;
   std::thread t([&] { from_a = a->Exec("UPDATE t SET v = 1 WHERE id = 2").status(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let A block on B's row
+  // Usually lets A block on B's row first; if not, B blocks on A's and A's statement
+  // closes the cycle. Either way InnoDB picks one victim, and both branches below
+  // check it, so the sleep decides which branch runs, never the verdict.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   absl::Status from_b = b->Exec("UPDATE t SET v = 2 WHERE id = 1").status();
   if (from_b.ok()) {
     // B could not have got row 1 while A held it, unless A was chosen as the victim.
