@@ -33,6 +33,7 @@
 #include "nlohmann/json.hpp"
 #include "testing/idem_cli.h"
 #include "testing/temp_dir.h"
+#include "testing/wait_until.h"
 
 #ifdef IDEM_DEMO_SQL_SERVERS
 #include "conformance/store_factory.h"  // PostgresUrl, MysqlTestUrl: fail when unset
@@ -350,13 +351,13 @@ TEST_F(DemoTest, StoppedDemoLeavesNoChildProcesses) {
     }
     return n;
   };
-  for (int i = 0; i < 100 && children() == 0; ++i) usleep(50 * 1000);
+  ::idem::testing::WaitUntil([&] { return children() > 0; });
   ASSERT_EQ(children(), 1) << "the demo's channel did not start";
   kill(pid, SIGTERM);
   int wstatus = 0;
   ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(wstatus));
-  for (int i = 0; i < 40 && children() > 0; ++i) usleep(50 * 1000);
+  ::idem::testing::WaitUntil([&] { return children() == 0; });
   EXPECT_EQ(children(), 0) << "the fake channel outlived the demo";
 }
 

@@ -28,6 +28,7 @@
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
+#include "testing/wait_until.h"
 
 namespace idem {
 namespace {
@@ -1531,17 +1532,17 @@ TEST_P(StepsConformanceTest, WorkerResumesDueOperationsInTheBackground) {
   Worker worker(*runner, WorkerOptions{.interval = absl::Milliseconds(5), .batch = 10});
   worker.Start();
   worker.Start();  // idempotent
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (absl::Now() < deadline) {
-    if (IsFinal(MustGet(*runner, "R-1").status) && IsFinal(MustGet(*runner, "R-2").status)) break;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    return IsFinal(MustGet(*runner, "R-1").status) && IsFinal(MustGet(*runner, "R-2").status);
+  })) << "the worker did not finish both operations";
   worker.Stop();
   EXPECT_EQ(OpStatus(MustGet(*runner, "R-1")), "SUCCESS");
   EXPECT_EQ(OpStatus(MustGet(*runner, "R-2")), "SUCCESS");
   EXPECT_GE(worker.resumed(), 2);
   EXPECT_GE(worker.passes(), 1);
   const int64_t passes = worker.passes();
+  // Six intervals: a worker still running would have made more passes (the check
+  // can only miss a failure on a stalled machine, never fail a correct worker).
   absl::SleepFor(absl::Milliseconds(30));
   EXPECT_EQ(worker.passes(), passes);  // stopped
   worker.Stop();                       // idempotent

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -15,11 +16,17 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/time/time.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
 #include "store/mysql/mysql_test_db.h"
+#include "testing/wait_until.h"
 
 namespace idem::testing {
+
+// The lock timeout Backend::short_lock_timeout sets: short, so a test that waits it
+// out is quick, and whole seconds, MySQL's unit.
+inline constexpr absl::Duration kShortLockTimeout = absl::Seconds(1);
 
 struct Backend {
   std::string name;  // a GoogleTest-friendly name
@@ -29,6 +36,20 @@ struct Backend {
   std::string fast_params;
   // Wraps the opened store (a decorator such as the cache tier); null: none.
   std::function<absl::StatusOr<std::unique_ptr<Store>>(std::unique_ptr<Store>)> wrap;
+  // URL parameters that make a transaction waiting for another's lock give up
+  // after kShortLockTimeout. "" for a backend where two stores never share data
+  // (memory://: every open is a new, empty store), so no lock can be contended.
+  std::string short_lock_timeout;
+  // True when one writer locks the whole database (SQLite): a second transaction is
+  // refused at Begin() whatever key it means to claim, so the Guard cannot tell a
+  // claim in progress from any other writer and answers kUnavailable. The server
+  // backends lock the key's row and tell it (Outcome::kInProgress).
+  bool locks_whole_database = false;
+  // Ends every server session of the stores opened with `url` (a URL this backend's
+  // `url` made), as an operator's KILL or a failover would, and returns once they
+  // are gone. Returns how many sessions it ended, or -1 after reporting a test
+  // failure. Null for a backend without a server (memory://, SQLite).
+  std::function<int64_t(const std::string& url)> kill_sessions;
 };
 
 // Opens `url` (made by backend.url) and applies backend.wrap, if any.
@@ -54,12 +75,27 @@ inline std::string WithParams(const std::string& url, const std::string& params)
   return url + (url.find('?') == std::string::npos ? "?" : "&") + params;
 }
 
+// The value of the query parameter `name` in `url`, or "" when it has none.
+inline std::string UrlParam(const std::string& url, const std::string& name) {
+  const size_t q = url.find('?');
+  if (q == std::string::npos) return "";
+  for (size_t at = q + 1; at < url.size();) {
+    size_t end = url.find('&', at);
+    if (end == std::string::npos) end = url.size();
+    const std::string item = url.substr(at, end - at);
+    if (item.rfind(name + "=", 0) == 0) return item.substr(name.size() + 1);
+    at = end + 1;
+  }
+  return "";
+}
+
 // PostgreSQL from IDEM_TEST_POSTGRES_URL (scripts/services.sh start DIR; source
 // DIR/env.sh). Every test directory gets a schema of its own on the shared test
 // database, selected with libpq's options=-csearch_path, so each test starts empty.
 // The schema's name is kept in the directory: every store a test opens (also in a
 // forked child) lands in the same schema. Schemas are not dropped; the test server
-// is thrown away by scripts/services.sh.
+// is thrown away by scripts/services.sh. The sessions carry the schema's name as
+// their application_name, so KillPostgresSessions finds this test's and no other's.
 inline std::string PostgresUrl(const std::string& dir) {
   const char* base = std::getenv("IDEM_TEST_POSTGRES_URL");
   if (base == nullptr || *base == '\0') {
@@ -90,7 +126,46 @@ inline std::string PostgresUrl(const std::string& dir) {
     }
     std::ofstream(marker) << schema << "\n";
   }
-  return WithParams(base, "options=-csearch_path%3D" + schema);
+  return WithParams(base, "options=-csearch_path%3D" + schema + "&application_name=" + schema);
+}
+
+// Backend::kill_sessions for PostgreSQL: pg_terminate_backend on every session whose
+// application_name is the one PostgresUrl put in `url`.
+inline int64_t KillPostgresSessions(const std::string& url) {
+  const std::string app = UrlParam(url, "application_name");
+  const char* base = std::getenv("IDEM_TEST_POSTGRES_URL");
+  if (app.empty() || base == nullptr) {
+    ADD_FAILURE() << "not a URL of PostgresUrl, or IDEM_TEST_POSTGRES_URL is not set";
+    return -1;
+  }
+  absl::StatusOr<std::unique_ptr<Store>> admin = OpenStore(base);
+  if (!admin.ok()) {
+    ADD_FAILURE() << "cannot open IDEM_TEST_POSTGRES_URL: " << admin.status();
+    return -1;
+  }
+  auto query = [&](const std::string& sql) -> absl::StatusOr<Rows> {
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, (*admin)->Begin());
+    IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query(sql, {Value(app)}));
+    IDEM_RETURN_IF_ERROR(tx->Commit());
+    return rows;
+  };
+  absl::StatusOr<Rows> killed =
+      query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ?");
+  if (!killed.ok()) {
+    ADD_FAILURE() << "pg_terminate_backend: " << killed.status();
+    return -1;
+  }
+  absl::StatusOr<Rows> left;
+  if (!WaitUntil([&] {
+        left = query("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?");
+        return left.ok() && left->rows[0][0].as_int() == 0;
+      })) {
+    ADD_FAILURE() << "the sessions of " << app << " outlived pg_terminate_backend: "
+                  << (left.ok() ? std::to_string(left->rows[0][0].as_int()) + " left"
+                                : left.status().ToString());
+    return -1;
+  }
+  return static_cast<int64_t>(killed->rows.size());
 }
 
 // MariaDB/MySQL from IDEM_TEST_MYSQL_URL: a database of its own per test (named
@@ -111,30 +186,98 @@ inline std::string MysqlTestUrl(const std::string& dir) {
   return *url;
 }
 
+// Backend::kill_sessions for MariaDB/MySQL: KILL every other session on the test's
+// own database (MysqlTestUrl gives each test one), from a store of its own there.
+inline int64_t KillMysqlSessions(const std::string& url) {
+  absl::StatusOr<std::unique_ptr<Store>> admin = OpenStore(WithParams(url, "pool=1"));
+  if (!admin.ok()) {
+    ADD_FAILURE() << "cannot open the test database: " << admin.status();
+    return -1;
+  }
+  // pool=1: every transaction below runs on the same connection, CONNECTION_ID().
+  auto others = [&]() -> absl::StatusOr<std::vector<int64_t>> {
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, (*admin)->Begin());
+    IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query("SELECT CAST(ID AS SIGNED) FROM "
+                                               "information_schema.PROCESSLIST WHERE DB = "
+                                               "DATABASE() AND ID <> CONNECTION_ID()"));
+    IDEM_RETURN_IF_ERROR(tx->Commit());
+    std::vector<int64_t> ids;
+    for (const std::vector<Value>& row : rows.rows) ids.push_back(row[0].as_int());
+    return ids;
+  };
+  absl::StatusOr<std::vector<int64_t>> ids = others();
+  if (!ids.ok()) {
+    ADD_FAILURE() << "cannot list the sessions: " << ids.status();
+    return -1;
+  }
+  for (int64_t id : *ids) {
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = (*admin)->Begin();
+    absl::Status s = tx.status();
+    if (s.ok()) s = (*tx)->Exec("KILL " + std::to_string(id)).status();
+    if (s.ok()) s = (*tx)->Commit();
+    if (!s.ok()) {
+      ADD_FAILURE() << "KILL " << id << ": " << s;
+      return -1;
+    }
+  }
+  absl::StatusOr<std::vector<int64_t>> left;
+  if (!WaitUntil([&] {
+        left = others();
+        return left.ok() && left->empty();
+      })) {
+    ADD_FAILURE() << "sessions outlived KILL: "
+                  << (left.ok() ? std::to_string(left->size()) + " left"
+                                : left.status().ToString());
+    return -1;
+  }
+  return static_cast<int64_t>(ids->size());
+}
+
 // The backends with SQL (Transaction::Exec/Query): business rows live there.
 inline std::vector<Backend> SqlBackends() {
+  auto sqlite = [](const std::string& dir) { return "sqlite://" + dir + "/idem.db"; };
+  const std::string sqlite_lock =
+      "busy_timeout_ms=" + std::to_string(absl::ToInt64Milliseconds(kShortLockTimeout));
+  const std::string postgres_lock =
+      "lock_timeout_ms=" + std::to_string(absl::ToInt64Milliseconds(kShortLockTimeout));
+  const std::string mysql_lock =
+      "lock_wait_timeout_s=" + std::to_string(absl::ToInt64Seconds(kShortLockTimeout));
   return {
-      {"sqlite", [](const std::string& dir) { return "sqlite://" + dir + "/idem.db"; },
-       "synchronous=normal"},
-      {"postgres", PostgresUrl, ""},
-      {"mysql", MysqlTestUrl, ""},
+      {.name = "sqlite",
+       .url = sqlite,
+       .fast_params = "synchronous=normal",
+       .short_lock_timeout = sqlite_lock,
+       .locks_whole_database = true},
+      {.name = "postgres",
+       .url = PostgresUrl,
+       .short_lock_timeout = postgres_lock,
+       .kill_sessions = KillPostgresSessions},
+      {.name = "mysql",
+       .url = MysqlTestUrl,
+       .short_lock_timeout = mysql_lock,
+       .kill_sessions = KillMysqlSessions},
       // Without idem's stored procedures: the classic statements (a user without
       // CREATE ROUTINE, TiDB, sharded Vitess).
-      {"mysql_classic",
-       [](const std::string& dir) { return WithParams(MysqlTestUrl(dir), "procedures=off"); },
-       ""},
-      {"sqlite_cached", [](const std::string& dir) { return "sqlite://" + dir + "/idem.db"; },
-       "synchronous=normal", WrapWithCache},
+      {.name = "mysql_classic",
+       .url =
+           [](const std::string& dir) { return WithParams(MysqlTestUrl(dir), "procedures=off"); },
+       .short_lock_timeout = mysql_lock,
+       .kill_sessions = KillMysqlSessions},
+      {.name = "sqlite_cached",
+       .url = sqlite,
+       .fast_params = "synchronous=normal",
+       .wrap = WrapWithCache,
+       .short_lock_timeout = sqlite_lock,
+       .locks_whole_database = true},
   };
 }
 
 // Every backend: the reference memory:// store and the SQL ones.
 inline std::vector<Backend> AllBackends() {
-  std::vector<Backend> all = {
-      {"memory", [](const std::string&) { return std::string("memory://"); }}};
+  auto memory = [](const std::string&) { return std::string("memory://"); };
+  std::vector<Backend> all = {{.name = "memory", .url = memory}};
   for (Backend& b : SqlBackends()) all.push_back(std::move(b));
-  all.push_back({"memory_cached", [](const std::string&) { return std::string("memory://"); }, "",
-                 WrapWithCache});
+  all.push_back({.name = "memory_cached", .url = memory, .wrap = WrapWithCache});
   return all;
 }
 

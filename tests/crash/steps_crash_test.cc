@@ -14,6 +14,7 @@
 // (execute, query, compensate) is also appended to a log file, which survives the
 // SIGKILL, so the parent can count exactly how often each ran.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,8 +28,6 @@
 #include <tuple>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "conformance/store_factory.h"
 #include "idem/failpoint.h"
 #include "idem/idem.h"
@@ -36,6 +35,7 @@
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
+#include "testing/wait_until.h"
 
 namespace idem {
 namespace {
@@ -384,16 +384,20 @@ TEST_P(StepsCrashTest, KilledRunnerThenResumeDoesEveryStepOnce) {
   // Worker passes take over exactly the operation the dead runner held. The
   // server rolls back the child's open transaction once it sees the connection
   // close; until then ResumeDue skips the still-locked row (SKIP LOCKED), so a
-  // pass that finds nothing is repeated for a while.
+  // pass that finds nothing is repeated until it does (how soon is the server's).
   const int expected_resumed = kill.has_value() ? 1 : 0;
   int resumed = 0;
-  for (int pass = 0; pass < 200; ++pass) {
+  absl::Status pass_error;
+  EXPECT_TRUE(::idem::testing::WaitUntil([&] {
     absl::StatusOr<int> n = runner.ResumeDue();
-    ASSERT_OK(n);
+    if (!n.ok()) {
+      pass_error = n.status();
+      return true;
+    }
     resumed += *n;
-    if (resumed >= expected_resumed) break;
-    usleep(10 * 1000);
-  }
+    return resumed >= expected_resumed;
+  })) << "the dead runner's operation was never resumed";
+  ASSERT_OK(pass_error);
   EXPECT_EQ(resumed, expected_resumed);
   if (kill.has_value()) {
     absl::StatusOr<OperationState> op = runner.Get(BizKey(kill->op));

@@ -1,5 +1,10 @@
 // The Beast server in-process: keep-alive, 100-continue, limits, asynchronous
 // waits and graceful shutdown, over a memory:// store.
+//
+// The Api runs on a fake clock, so a claim's wait (wait_ms) never runs out on its
+// own: a waiting claim is answered only by what the test does (a completion, a
+// shutdown). The tests wait for conditions (the waits counter, an answer) with
+// generous deadlines instead of sleeping and measuring elapsed time.
 #include "http/server.h"
 
 #include <gmock/gmock.h>
@@ -8,12 +13,14 @@
 #include <chrono>
 #include <future>
 #include <memory>
-#include <thread>
+#include <string>
 #include <vector>
 
 #include "http/client.h"
 #include "idem/idem.h"
+#include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
+#include "testing/wait_until.h"
 
 namespace idem::http {
 namespace {
@@ -21,6 +28,8 @@ namespace {
 using ::idem::http::testing::Client;
 using ::idem::http::testing::ClientResponse;
 using ::idem::http::testing::Fetch;
+using ::idem::testing::kGenerousDeadline;
+using ::idem::testing::WaitUntil;
 using ::testing::HasSubstr;
 
 class ServerTest : public ::testing::Test {
@@ -31,6 +40,7 @@ class ServerTest : public ::testing::Test {
     ApiOptions o;
     o.tenants = {{"acme", "tok-a"}};
     o.max_body_bytes = 1000;
+    o.clock = &clock_;
     api_ = std::make_unique<Api>(*guard_, *store_, metrics_, o);
     ServerOptions so;
     so.port = 0;
@@ -53,6 +63,17 @@ class ServerTest : public ::testing::Test {
     return R"({"biz_type":"t","key":")" + key + "\"" + extra + "}";
   }
 
+  // Claims that met a live lease and started waiting (idem_claim_waits_total).
+  uint64_t Waits() const {
+    const std::string text = metrics_.Render();
+    const std::string name = "\nidem_claim_waits_total ";
+    const size_t at = text.find(name);
+    return at == std::string::npos ? 0 : std::stoull(text.substr(at + name.size()));
+  }
+
+  // Starts at the real time so Retry-After stays meaningful against the Guard's
+  // (real) lease times; it only moves when a test advances it.
+  ::idem::testing::FakeClock clock_{absl::Now()};
   std::unique_ptr<Store> store_;
   std::unique_ptr<Guard> guard_;
   Metrics metrics_;
@@ -125,21 +146,30 @@ TEST_F(ServerTest, WaitingClaimsDoNotBlockTheServer) {
       return Fetch(port_, "POST", "/v1/claims", ClaimBody("K", R"(,"wait_ms":10000)"), "tok-a");
     }));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(Fetch(port_, "GET", "/healthz").status, 200);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  ASSERT_TRUE(WaitUntil([&] { return Waits() == 10; })) << metrics_.Render();
+  // With all ten waiting, the server still answers another request. A server whose
+  // waiters held its threads would answer only once they were (the fake clock never
+  // ends their wait), so the request would not come back at all.
+  auto health = std::async(std::launch::async, [&] { return Fetch(port_, "GET", "/healthz"); });
+  const bool answered = health.wait_for(kGenerousDeadline) == std::future_status::ready;
+  EXPECT_TRUE(answered) << "GET /healthz got no answer while claims were waiting";
+  if (!answered) clock_.Advance(absl::Hours(1));  // ends the waits, so the test can finish
+  EXPECT_EQ(health.get().status, 200);
+  for (auto& w : waiters) {
+    EXPECT_EQ(w.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+        << "a waiter was answered before the holder completed";
+  }
   ClientResponse done =
       Fetch(port_, "POST", "/v1/claims/complete",
             R"({"biz_type":"t","key":"K","token":1,"result":{"n" : 1}})", "tok-a");
   ASSERT_EQ(done.status, 200) << done.body;
+  // Replayed, not 409: the completion woke them, their wait never ran out.
   for (auto& w : waiters) {
     ClientResponse r = w.get();
     EXPECT_EQ(r.status, 200) << r.error << r.body;
     EXPECT_EQ(r.body, R"({"outcome":"replayed","result":{"n" : 1}})");
     EXPECT_EQ(r.header("idempotent-replayed"), "true");
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 TEST_F(ServerTest, GracefulShutdownAnswersInFlightAndClosesIdle) {
@@ -149,16 +179,18 @@ TEST_F(ServerTest, GracefulShutdownAnswersInFlightAndClosesIdle) {
   auto waiter = std::async(std::launch::async, [&] {
     return Fetch(port_, "POST", "/v1/claims", ClaimBody("K", R"(,"wait_ms":20000)"), "tok-a");
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitUntil([&] { return Waits() == 1; })) << metrics_.Render();
   server_->Shutdown();
+  // The fake clock never ends the wait: only the shutdown can answer it.
+  const bool answered = waiter.wait_for(kGenerousDeadline) == std::future_status::ready;
+  EXPECT_TRUE(answered) << "Shutdown() did not answer the waiting claim";
+  if (!answered) clock_.Advance(absl::Hours(1));  // ends the wait, so the test can finish
   ClientResponse r = waiter.get();
   EXPECT_EQ(r.status, 409) << r.error;
   EXPECT_THAT(r.body, HasSubstr(R"("outcome":"in_progress")"));
   EXPECT_FALSE(r.keep_alive);
-  EXPECT_TRUE(idle.ClosedByPeer());
+  EXPECT_TRUE(idle.ClosedByPeer(kGenerousDeadline));
   server_->Wait();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
   Client late(port_);
   EXPECT_FALSE(late.connected());
   server_.reset();

@@ -32,6 +32,7 @@
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
+#include "testing/wait_until.h"
 
 namespace idem {
 namespace {
@@ -106,13 +107,9 @@ class OwnRedis {
     }
     redis::RedisClient probe(redis::RedisAddress{.host = "127.0.0.1", .port = port_},
                              redis::RedisClientOptions{});
-    for (int i = 0; i < 200; ++i) {
-      if (probe.Get("probe").ok()) {
-        ready_ = true;
-        break;
-      }
-      usleep(20000);
-    }
+    ready_ = ::idem::testing::WaitUntil([&] { return probe.Get("probe").ok(); },
+                                        ::idem::testing::kGenerousDeadline,
+                                        std::chrono::milliseconds(20));
   }
   ~OwnRedis() { Kill(); }
   void Kill() {

@@ -1,7 +1,11 @@
 // MySQL/MariaDB-specific behaviour of the mysql:// store: URLs, start-up failures,
-// error mapping, the claim's affected-rows logic, lock waits, pool recovery after
-// KILL, and byte-exact values. Needs IDEM_TEST_MYSQL_URL (see CMakeLists.txt) and
-// fails without it: a skipped integration test looks like a passing one.
+// error mapping, the claim's affected-rows logic, what a lock wait timeout leaves of
+// a transaction, stale connections, procedures, round trips and byte-exact values.
+// The contract every backend keeps (a newer schema refused, a lock held past the
+// timeout failing closed, the pool recovering after KILL, a final write that does
+// not move committing nothing) is tests/conformance/store_contract_test.cc. Needs
+// IDEM_TEST_MYSQL_URL (see CMakeLists.txt) and fails without it: a skipped
+// integration test looks like a passing one.
 #include "store/mysql/mysql_store.h"
 
 #include <gmock/gmock.h>
@@ -278,13 +282,6 @@ TEST_F(MysqlStoreTest, SchemaIsCreatedOnceByRacingOpeners) {
   EXPECT_EQ(rows->rows[0][0].as_int(), 1);
 }
 
-TEST_F(MysqlStoreTest, NewerSchemaIsRefused) {
-  Sql("UPDATE idem_schema_version SET version = 99");
-  absl::Status s = OpenMysqlStore(url_).status();
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(Message(s), HasSubstr("newer"));
-}
-
 TEST_F(MysqlStoreTest, InsertOrLoadTellsFirstArrivalFromDuplicateByAffectedRows) {
   const Record r = Fresh("K-1");
   {
@@ -361,6 +358,11 @@ TEST_F(MysqlStoreTest, ErrorsMapToWhatTheCallerShouldDo) {
   EXPECT_EQ(rows->rows[1][0], Value("O-4"));
 }
 
+// A lock wait timeout (1205) is kUnavailable, and it ends the transaction: the
+// server may have rolled the waiter back (innodb_rollback_on_timeout), so the store
+// refuses every later statement and the commit rather than go on outside it. That
+// the wait fails closed at all, and when, is the conformance suite's
+// ClaimHeldPastTheLockTimeoutFailsClosed and RowLockedPastTheLockTimeoutIsUnavailable.
 TEST_F(MysqlStoreTest, LockWaitTimeoutIsUnavailableAndEndsTheTransaction) {
   std::unique_ptr<Store> quick = Open("lock_wait_timeout_s=1");
   ASSERT_NE(quick, nullptr);
@@ -371,14 +373,10 @@ TEST_F(MysqlStoreTest, LockWaitTimeoutIsUnavailableAndEndsTheTransaction) {
   std::unique_ptr<StoreTransaction> holder = *quick->Begin();
   ASSERT_FALSE(holder->InsertOrLoad(Fresh("K"))->has_value());
   std::unique_ptr<StoreTransaction> waiter = *quick->Begin();
-  const auto start = std::chrono::steady_clock::now();
   absl::Status s = waiter->InsertOrLoad(Fresh("K")).status();
-  const auto waited = std::chrono::steady_clock::now() - start;
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(Message(s), HasSubstr("1205"));
   EXPECT_TRUE(IsClaimContended(s));
-  EXPECT_GE(waited, std::chrono::milliseconds(900));
-  EXPECT_LT(waited, std::chrono::seconds(10));
   // The server may have rolled the waiter back; it refuses to go on outside it.
   EXPECT_THAT(waiter->Exec("UPDATE t SET v = 9 WHERE id = 1"),
               StatusIs(absl::StatusCode::kUnavailable));
@@ -405,7 +403,10 @@ TEST_F(MysqlStoreTest, DeadlockIsAbortedForTheVictim) {
   ASSERT_OK(b->Exec("UPDATE t SET v = 2 WHERE id = 2"));
   absl::Status from_a;
   std::thread t([&] { from_a = a->Exec("UPDATE t SET v = 1 WHERE id = 2").status(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let A block on B's row
+  // Usually lets A block on B's row first; if not, B blocks on A's and A's statement
+  // closes the cycle. Either way InnoDB picks one victim, and both branches below
+  // check it, so the sleep decides which branch runs, never the verdict.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   absl::Status from_b = b->Exec("UPDATE t SET v = 2 WHERE id = 1").status();
   if (from_b.ok()) {
     // B could not have got row 1 while A held it, unless A was chosen as the victim.
@@ -468,53 +469,6 @@ TEST_F(MysqlStoreTest, ContendedClaimsWithRollbacksRunEachEffectOnce) {
   absl::StatusOr<Rows> records = tx->Query("SELECT COUNT(*) FROM idem_records WHERE state = 1");
   ASSERT_OK(records);
   EXPECT_EQ(records->rows[0][0].as_int(), executed.load());
-}
-
-TEST_F(MysqlStoreTest, PoolRecoversAfterItsConnectionsAreKilled) {
-  std::unique_ptr<Store> store = Open("pool=2");
-  ASSERT_NE(store, nullptr);
-  Sql("CREATE TABLE t (id INT PRIMARY KEY)");
-  Guard guard(*store);
-  // Open both connections, note their ids, return them to the pool idle.
-  std::vector<int64_t> ids;
-  {
-    std::unique_ptr<StoreTransaction> a = *store->Begin();
-    std::unique_ptr<StoreTransaction> b = *store->Begin();
-    ids = {ConnectionId(*a), ConnectionId(*b)};
-    ASSERT_OK(a->Commit());
-    ASSERT_OK(b->Commit());
-  }
-  for (int64_t id : ids) Kill(id);
-  // Every entry point works again without reopening the store.
-  EXPECT_OK(store->Ping());
-  EXPECT_OK(store->Get("default", "nope"));
-  absl::StatusOr<Result> r = guard.Run({.biz_type = "refund", .key = "R-1"},
-                                       [](Transaction& tx) -> absl::StatusOr<std::string> {
-                                         IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO t VALUES (1)"));
-                                         return std::string("done");
-                                       });
-  ASSERT_OK(r);
-  EXPECT_EQ(r->outcome, Outcome::kExecuted);
-
-  // A connection killed in the middle of a transaction: that transaction fails
-  // as retryable, nothing of it commits, and the next one runs on a new connection.
-  std::unique_ptr<StoreTransaction> tx = *store->Begin();
-  ASSERT_OK(tx->Exec("INSERT INTO t VALUES (2)"));
-  Kill(ConnectionId(*tx));
-  EXPECT_THAT(tx->Exec("INSERT INTO t VALUES (3)"), StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(tx->Commit(), StatusIs(absl::StatusCode::kUnavailable));
-  std::unique_ptr<StoreTransaction> after = *store->Begin();
-  absl::StatusOr<Rows> rows = after->Query("SELECT id FROM t ORDER BY id");
-  ASSERT_OK(rows);
-  ASSERT_EQ(rows->rows.size(), 1u);
-  EXPECT_EQ(rows->rows[0][0].as_int(), 1);
-  ASSERT_OK(after->Commit());
-  absl::StatusOr<Result> replay =
-      guard.Run({.biz_type = "refund", .key = "R-1"},
-                [](Transaction&) -> absl::StatusOr<std::string> { return std::string("again"); });
-  ASSERT_OK(replay);
-  EXPECT_EQ(replay->outcome, Outcome::kReplayed);
-  EXPECT_EQ(replay->value, "done");
 }
 
 TEST_F(MysqlStoreTest, BusyPoolFailsClosedAfterTheWait) {
@@ -670,17 +624,12 @@ TEST_F(MysqlStoreTest, GuardedFirstArrivalTakesAsManyRoundTripsAsTheBareTransact
   EXPECT_EQ(mysql::RoundTrips() - before, 0u);
 }
 
-// idem_finish_v1 commits only when its UPDATE moved the record: otherwise the
-// handler's rows and the claim are all gone.
-TEST_F(MysqlStoreTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
-  Sql("CREATE TABLE h (x INT)");
-  auto count = [&] {
-    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    absl::StatusOr<Rows> rows = tx->Query("SELECT count(*) FROM h");
-    EXPECT_TRUE(rows.ok()) << rows.status();
-    tx->Rollback();
-    return rows.ok() ? rows->rows[0][0].as_int() : -1;
-  };
+// idem_finish_v1's round trips (the contract, that a final write that does not move
+// the record commits nothing, is the conformance suite's
+// ReplaceAndCommitThatDoesNotMoveCommitsNothing): one CALL when it moves; when it
+// does not, the CALL and then the ROLLBACK of the transaction the procedure left
+// open.
+TEST_F(MysqlStoreTest, ReplaceAndCommitRoundTrips) {
   Record claim = Fresh("K");
   Record done = claim;
   done.state = RecordState::kSucceeded;
@@ -698,57 +647,27 @@ TEST_F(MysqlStoreTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
   {
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
     ASSERT_OK(tx->InsertOrLoad(claim));
-    ASSERT_OK(tx->Exec("INSERT INTO h VALUES (1)"));
     const uint64_t before = mysql::RoundTrips();
     absl::StatusOr<bool> moved =
         tx->ReplaceAndCommit(done, /*expected_token=*/7, RecordState::kProcessing);
-    // The CALL, then the ROLLBACK of the transaction the procedure left open.
     EXPECT_EQ(mysql::RoundTrips() - before, 2u);
     ASSERT_OK(moved);
     EXPECT_FALSE(*moved);
-    EXPECT_THAT(tx->Exec("SELECT 1"), StatusIs(absl::StatusCode::kFailedPrecondition));
   }
-  EXPECT_EQ(count(), 0);
   EXPECT_EQ(*store_->Get("default", "K"), std::nullopt);
-
-  // And when it moves: committed together, in one round trip, every byte kept.
-  std::string every_byte;
-  for (int c = 0; c < 256; ++c) every_byte.push_back(static_cast<char>(c));
-  done.result = every_byte + "'; COMMIT; --";
-  done.error = "";
   {
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
     ASSERT_OK(tx->InsertOrLoad(claim));
-    ASSERT_OK(tx->Exec("INSERT INTO h VALUES (3)"));
     const uint64_t before = mysql::RoundTrips();
     absl::StatusOr<bool> moved = tx->ReplaceAndCommit(done, 1, RecordState::kProcessing);
     EXPECT_EQ(mysql::RoundTrips() - before, 1u);
     ASSERT_OK(moved);
     EXPECT_TRUE(*moved);
   }
-  EXPECT_EQ(count(), 1);
   absl::StatusOr<std::optional<Record>> got = store_->Get("default", "K");
   ASSERT_OK(got);
   ASSERT_TRUE(got->has_value());
   EXPECT_EQ((*got)->state, RecordState::kSucceeded);
-  EXPECT_EQ((*got)->result, done.result);
-
-  // A large result (bound, as every value) arrives intact.
-  Record big = Fresh("BIG");
-  Record big_done = big;
-  big_done.state = RecordState::kSucceeded;
-  big_done.result = std::string(1536 * 1024, '\xab');
-  {
-    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    ASSERT_OK(tx->InsertOrLoad(big));
-    absl::StatusOr<bool> moved = tx->ReplaceAndCommit(big_done, 1, RecordState::kProcessing);
-    ASSERT_OK(moved);
-    EXPECT_TRUE(*moved);
-  }
-  got = store_->Get("default", "BIG");
-  ASSERT_OK(got);
-  ASSERT_TRUE(got->has_value());
-  EXPECT_EQ((*got)->result, big_done.result);
 }
 
 // The first round trip of a transaction (a claim batch or a START TRANSACTION)

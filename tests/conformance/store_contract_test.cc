@@ -1,0 +1,349 @@
+// The Store contract every backend keeps (SPEC §3, include/idem/store.h), where the
+// backend tests used to check it each on their own: a schema newer than the build
+// is refused, a lock held past the lock timeout fails closed, the pool survives its
+// sessions being killed, and the Guard's final write commits nothing when it does
+// not move the record. Public API only; what differs between backends comes from
+// the hooks in store_factory.h (Backend). A backend that cannot have the situation
+// (no SQL, no second store on the same data, no server) skips with the reason.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "conformance/store_factory.h"
+#include "idem/idem.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
+
+namespace idem {
+namespace {
+
+using ::idem::testing::kShortLockTimeout;
+using ::idem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class StoreContractTest : public ::testing::TestWithParam<testing::Backend> {
+ protected:
+  void SetUp() override { url_ = GetParam().url(dir_.path()); }
+
+  // A store on this test's data, with `params` added to its URL.
+  std::unique_ptr<Store> Open(const std::string& params = "") {
+    absl::StatusOr<std::unique_ptr<Store>> store =
+        testing::OpenBackendStore(GetParam(), testing::WithParams(url_, params));
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+  }
+
+  // Runs `sql` in a transaction of its own and commits.
+  static absl::Status Exec(Store& store, const std::string& sql) {
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
+    IDEM_RETURN_IF_ERROR(tx->Exec(sql).status());
+    return tx->Commit();
+  }
+
+  // The first value of the first row of `sql`, read in a transaction of its own.
+  static int64_t Scalar(Store& store, const std::string& sql) {
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
+    EXPECT_TRUE(tx.ok()) << tx.status();
+    if (!tx.ok()) return -1;
+    absl::StatusOr<Rows> rows = (*tx)->Query(sql);
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    (*tx)->Rollback();
+    return rows.ok() && !rows->rows.empty() ? rows->rows[0][0].as_int() : -1;
+  }
+
+  // How far a transaction that waits for another's lock gets: the first error of
+  // Begin() and then `step`, or OK. SQLite refuses at Begin() (one writer per
+  // database), the server backends at the statement that meets the lock; either
+  // way the transaction is rolled back here.
+  template <typename Step>
+  static absl::Status Contend(Store& store, Step step) {
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
+    if (!tx.ok()) return tx.status();
+    absl::Status s = step(**tx);
+    (*tx)->Rollback();
+    return s;
+  }
+
+  static Record Claim(std::string key, int64_t token = 1) {
+    const absl::Time now = absl::FromUnixMicros(1700000000123456);
+    return Record{.tenant = "default",
+                  .biz_type = "refund",
+                  .key = std::move(key),
+                  .fingerprint = "fp",
+                  .state = RecordState::kProcessing,
+                  .token = token,
+                  .lease_until = now + absl::Seconds(30),
+                  .created_at = now,
+                  .updated_at = now};
+  }
+
+  static Record Done(const Record& claim, std::string result) {
+    Record done = claim;
+    done.state = RecordState::kSucceeded;
+    done.result = std::move(result);
+    done.lease_until = absl::InfinitePast();
+    return done;
+  }
+
+  // False for a backend where two stores never share data (memory://: every open
+  // is a new, empty store), so no lock can be contended.
+  bool SharesData() const { return !GetParam().short_lock_timeout.empty(); }
+
+  testing::TempDir dir_;
+  std::string url_;
+};
+
+// ---- schema versions ----
+
+// A database whose schema a newer idem wrote is refused, not used or "repaired":
+// this build does not know what the newer schema means (SPEC §3). Nothing a retry
+// fixes, so kFailedPrecondition, and the message says why.
+TEST_P(StoreContractTest, NewerSchemaIsRefused) {
+  {
+    std::unique_ptr<Store> store = Open();
+    ASSERT_NE(store, nullptr);
+    if (!store->SupportsSql()) GTEST_SKIP() << GetParam().name << " has no SQL, so no schema";
+    ASSERT_OK(Exec(*store, "UPDATE idem_schema_version SET version = 99"));
+  }
+  absl::Status s = testing::OpenBackendStore(GetParam(), url_).status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("newer"));
+}
+
+// ---- lock timeouts: fail closed ----
+
+// A claim that meets another transaction's uncommitted claim of the same key waits
+// for it, up to the store's lock timeout; then it fails closed and the handler never
+// runs. Once the holder is gone the key is free again.
+TEST_P(StoreContractTest, ClaimHeldPastTheLockTimeoutFailsClosed) {
+  if (!SharesData()) {
+    GTEST_SKIP() << "every open of " << GetParam().name << " is a store of its own";
+  }
+  std::unique_ptr<Store> holder = Open();
+  std::unique_ptr<Store> store = Open(GetParam().short_lock_timeout);
+  ASSERT_NE(holder, nullptr);
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> held, holder->Begin());
+  ASSERT_OK_AND_ASSIGN(std::optional<Record> none, held->InsertOrLoad(Claim("K")));
+  ASSERT_FALSE(none.has_value());
+
+  Guard guard(*store);
+  int runs = 0;
+  Handler handler = [&](Transaction&) -> absl::StatusOr<std::string> {
+    ++runs;
+    return std::string("v");
+  };
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<Result> r = guard.Run({.biz_type = "refund", .key = "K"}, handler);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  if (GetParam().locks_whole_database) {
+    EXPECT_THAT(r, StatusIs(absl::StatusCode::kUnavailable));
+  } else {
+    ASSERT_OK(r);
+    EXPECT_EQ(r->outcome, Outcome::kInProgress);
+  }
+  EXPECT_EQ(runs, 0);
+  // It waited for the lock rather than giving up at once (a lower bound: load only
+  // makes it longer) ...
+  EXPECT_GE(waited, absl::ToChronoMilliseconds(kShortLockTimeout / 2));
+  // ... and gave up after about the lock timeout instead of waiting for the holder,
+  // which here never finishes (the point: a claim never hangs). The bound is 20
+  // times the timeout, so a loaded machine passes.
+  EXPECT_LT(waited, absl::ToChronoMilliseconds(kShortLockTimeout * 20));
+
+  // At the Store level: kUnavailable (retry later); the server backends also mark it
+  // as a claim in progress, which is how the Guard above told it.
+  absl::Status raw =
+      Contend(*store, [](StoreTransaction& tx) { return tx.InsertOrLoad(Claim("K", 9)).status(); });
+  EXPECT_THAT(raw, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(IsClaimContended(raw), !GetParam().locks_whole_database) << raw;
+
+  held->Rollback();
+  absl::StatusOr<Result> after = guard.Run({.biz_type = "refund", .key = "K"}, handler);
+  ASSERT_OK(after);
+  EXPECT_EQ(after->outcome, Outcome::kExecuted);
+  EXPECT_EQ(runs, 1);
+}
+
+// The caller's own rows: a statement waiting for a row another transaction has
+// changed gives up after the lock timeout with kUnavailable (retry the whole
+// transaction), and changes nothing.
+TEST_P(StoreContractTest, RowLockedPastTheLockTimeoutIsUnavailable) {
+  if (!SharesData()) {
+    GTEST_SKIP() << "every open of " << GetParam().name << " is a store of its own";
+  }
+  std::unique_ptr<Store> holder = Open();
+  std::unique_ptr<Store> store = Open(GetParam().short_lock_timeout);
+  ASSERT_NE(holder, nullptr);
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(Exec(*holder, "CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)"));
+  ASSERT_OK(Exec(*holder, "INSERT INTO t VALUES (1, 0)"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> a, holder->Begin());
+  ASSERT_OK(a->Exec("UPDATE t SET v = 1 WHERE id = 1"));
+
+  absl::Status s = Contend(*store, [](StoreTransaction& tx) {
+    return tx.Exec("UPDATE t SET v = 2 WHERE id = 1").status();
+  });
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
+  ASSERT_OK(a->Commit());
+  EXPECT_EQ(Scalar(*store, "SELECT v FROM t WHERE id = 1"), 1);
+  // The store that waited serves again.
+  ASSERT_OK(Exec(*store, "UPDATE t SET v = 2 WHERE id = 1"));
+  EXPECT_EQ(Scalar(*holder, "SELECT v FROM t WHERE id = 1"), 2);
+}
+
+// ---- lost sessions ----
+
+// The server ends every session of a store's pool (an operator's KILL, a failover,
+// a restarted proxy). The transaction that was open fails retryably and commits
+// nothing; every entry point then works again on fresh sessions without reopening
+// the store, and what was committed before is still there.
+TEST_P(StoreContractTest, PoolRecoversAfterItsSessionsAreKilled) {
+  if (!GetParam().kill_sessions) GTEST_SKIP() << GetParam().name << " has no server sessions";
+  // pool=N is every server backend's pool size.
+  const std::string pool = "pool=3";
+  std::unique_ptr<Store> store = Open(pool);
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(Exec(*store, "CREATE TABLE t (id INTEGER PRIMARY KEY)"));
+  Guard guard(*store);
+  absl::StatusOr<Result> first = guard.Run(
+      {.biz_type = "refund", .key = "R-1"}, [](Transaction& tx) -> absl::StatusOr<std::string> {
+        IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO t VALUES (1)").status());
+        return std::string("done");
+      });
+  ASSERT_OK(first);
+  ASSERT_EQ(first->outcome, Outcome::kExecuted);
+  // Every connection of the pool open: one inside a transaction that changed a row
+  // and has not committed, two back in the pool idle.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> open_tx, store->Begin());
+  ASSERT_OK(open_tx->Exec("INSERT INTO t VALUES (2)"));
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> a, store->Begin());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> b, store->Begin());
+    ASSERT_OK(a->Query("SELECT 1"));
+    ASSERT_OK(b->Query("SELECT 1"));
+    ASSERT_OK(a->Commit());
+    ASSERT_OK(b->Commit());
+  }
+
+  // The pool's connections and no more (pool= bounds it).
+  EXPECT_EQ(GetParam().kill_sessions(url_), 3);
+
+  EXPECT_THAT(open_tx->Exec("INSERT INTO t VALUES (3)"), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(open_tx->Commit(), StatusIs(absl::StatusCode::kUnavailable));
+  open_tx.reset();
+  // The dead sessions are replaced without the caller seeing them.
+  EXPECT_OK(store->Ping());
+  EXPECT_OK(store->Get("default", "nope"));
+  absl::StatusOr<Result> next = guard.Run(
+      {.biz_type = "refund", .key = "R-4"}, [](Transaction& tx) -> absl::StatusOr<std::string> {
+        IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO t VALUES (4)").status());
+        return std::string("four");
+      });
+  ASSERT_OK(next);
+  EXPECT_EQ(next->outcome, Outcome::kExecuted);
+  EXPECT_EQ(Scalar(*store, "SELECT COUNT(*) FROM t"), 2);  // 1 and 4; nothing of 2 or 3
+  EXPECT_EQ(Scalar(*store, "SELECT COUNT(*) FROM t WHERE id IN (2, 3)"), 0);
+  absl::StatusOr<Result> replay =
+      guard.Run({.biz_type = "refund", .key = "R-1"},
+                [](Transaction&) -> absl::StatusOr<std::string> { return std::string("again"); });
+  ASSERT_OK(replay);
+  EXPECT_EQ(replay->outcome, Outcome::kReplayed);
+  EXPECT_EQ(replay->value, "done");
+  // Replacing the dead sessions did not grow the pool past its bound.
+  EXPECT_LE(GetParam().kill_sessions(url_), 3);
+}
+
+// ---- the Guard's final write ----
+
+// StoreTransaction::ReplaceAndCommit commits only when it moved the record. When the
+// record had moved on (another holder's token, another state), nothing of the
+// transaction is committed: not the claim, not the caller's rows (PostgreSQL and
+// MySQL send the write with the COMMIT in one round trip; this holds there too).
+// Either way the transaction has ended. When it moves, the record and the rows
+// commit together, with the result byte for byte.
+TEST_P(StoreContractTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
+  std::unique_ptr<Store> store = Open();
+  ASSERT_NE(store, nullptr);
+  const bool sql = store->SupportsSql();
+  if (sql) {
+    ASSERT_OK(Exec(*store, "CREATE TABLE h (x INTEGER)"));
+  }
+  const Record claim = Claim("K");
+  Record done = Done(claim, "r");
+
+  for (const auto& [token, state] : {std::pair{int64_t{7}, RecordState::kProcessing},
+                                     std::pair{int64_t{1}, RecordState::kSucceeded}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "expected token " << token << ", state " << RecordStateName(state));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
+    ASSERT_OK_AND_ASSIGN(std::optional<Record> none, tx->InsertOrLoad(claim));
+    ASSERT_FALSE(none.has_value());
+    if (sql) {
+      ASSERT_OK(tx->Exec("INSERT INTO h VALUES (1)"));
+    }
+    absl::StatusOr<bool> moved = tx->ReplaceAndCommit(done, token, state);
+    ASSERT_OK(moved);
+    EXPECT_FALSE(*moved);
+    if (sql) {
+      EXPECT_THAT(tx->Exec("SELECT 1"), StatusIs(absl::StatusCode::kFailedPrecondition));
+    }
+    tx.reset();
+    EXPECT_EQ(*store->Get("default", "K"), std::nullopt);
+    if (sql) {
+      EXPECT_EQ(Scalar(*store, "SELECT COUNT(*) FROM h"), 0);
+    }
+  }
+
+  // It moves: committed together, every byte of the result kept (also what would be
+  // SQL if it were pasted into a statement).
+  std::string every_byte;
+  for (int c = 0; c < 256; ++c) every_byte.push_back(static_cast<char>(c));
+  done.result = every_byte + "'; COMMIT; --";
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
+    ASSERT_OK(tx->InsertOrLoad(claim));
+    if (sql) {
+      ASSERT_OK(tx->Exec("INSERT INTO h VALUES (3)"));
+    }
+    absl::StatusOr<bool> moved = tx->ReplaceAndCommit(done, 1, RecordState::kProcessing);
+    ASSERT_OK(moved);
+    EXPECT_TRUE(*moved);
+    if (sql) {
+      EXPECT_THAT(tx->Exec("SELECT 1"), StatusIs(absl::StatusCode::kFailedPrecondition));
+    }
+  }
+  if (sql) {
+    EXPECT_EQ(Scalar(*store, "SELECT COUNT(*) FROM h"), 1);
+  }
+  ASSERT_OK_AND_ASSIGN(std::optional<Record> got, store->Get("default", "K"));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->state, RecordState::kSucceeded);
+  EXPECT_EQ(got->token, 1);
+  EXPECT_EQ(got->result, done.result);
+
+  // A large result (bound like every value, never spliced into SQL) arrives intact.
+  const Record big = Claim("BIG");
+  const Record big_done = Done(big, std::string(1536 * 1024, '\xab'));
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
+    ASSERT_OK(tx->InsertOrLoad(big));
+    absl::StatusOr<bool> moved = tx->ReplaceAndCommit(big_done, 1, RecordState::kProcessing);
+    ASSERT_OK(moved);
+    EXPECT_TRUE(*moved);
+  }
+  ASSERT_OK_AND_ASSIGN(got, store->Get("default", "BIG"));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->result, big_done.result);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, StoreContractTest,
+                         ::testing::ValuesIn(testing::AllBackends()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace idem
