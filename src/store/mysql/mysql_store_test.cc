@@ -28,6 +28,7 @@
 #include "store/mysql/mysql_error.h"
 #include "store/mysql/mysql_test_db.h"
 #include "store/mysql/mysql_url.h"
+#include "testing/records.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 
@@ -194,16 +195,7 @@ class MysqlStoreTest : public ::testing::Test {
   }
 
   static Record Fresh(std::string key, std::string biz_type = "refund") {
-    const absl::Time now = absl::FromUnixMicros(1700000000123456);
-    return Record{.tenant = "default",
-                  .biz_type = std::move(biz_type),
-                  .key = std::move(key),
-                  .fingerprint = "fp",
-                  .state = RecordState::kProcessing,
-                  .token = 1,
-                  .lease_until = now + absl::Seconds(30),
-                  .created_at = now,
-                  .updated_at = now};
+    return testing::ClaimRecord(std::move(key), 1, std::move(biz_type));
   }
 
   testing::TempDir dir_;

@@ -26,6 +26,7 @@
 #include "store/postgres/pg_conn.h"
 #include "store/postgres/pg_url.h"
 #include "store/store_url.h"
+#include "testing/records.h"
 #include "testing/status_matchers.h"
 #include "testing/wait_until.h"
 
@@ -54,16 +55,7 @@ std::string RandomName(const std::string& prefix) {
 }
 
 Record MakeRecord(std::string key, int64_t token = 1) {
-  const absl::Time now = absl::FromUnixMicros(1700000000123456);
-  return Record{.tenant = "default",
-                .biz_type = "refund",
-                .key = std::move(key),
-                .fingerprint = "fp",
-                .state = RecordState::kProcessing,
-                .token = token,
-                .lease_until = now + absl::Seconds(30),
-                .created_at = now,
-                .updated_at = now};
+  return testing::ClaimRecord(std::move(key), token);
 }
 
 // ---- no server needed ----
