@@ -82,17 +82,7 @@ class CachingTransaction final : public StoreTransaction {
 
   absl::Status Commit() override {
     absl::Status s = inner_->Commit();
-    if (s.ok()) {
-      for (auto& [name, record] : written_) {
-        if (IsFinal(record)) {
-          store_.Fill(record);
-        } else {
-          store_.Forget(record.tenant, record.key);
-        }
-      }
-    }
-    written_.clear();
-    FillReads();
+    Ended(s.ok());
     return s;
   }
 
@@ -101,28 +91,34 @@ class CachingTransaction final : public StoreTransaction {
   absl::StatusOr<bool> ReplaceAndCommit(const Record& record, int64_t expected_token,
                                         RecordState expected_state) override {
     absl::StatusOr<bool> moved = inner_->ReplaceAndCommit(record, expected_token, expected_state);
-    if (moved.ok() && *moved) {
-      Wrote(record);
-      for (auto& [name, written] : written_) {
-        if (IsFinal(written)) {
-          store_.Fill(written);
-        } else {
-          store_.Forget(written.tenant, written.key);
-        }
-      }
-    }
-    written_.clear();  // the transaction has ended either way
-    FillReads();
+    if (moved.ok() && *moved) Wrote(record);
+    Ended(moved.ok() && *moved);  // the transaction has ended either way
     return moved;
   }
 
   void Rollback() override {
     inner_->Rollback();
+    Ended(/*committed=*/false);
+  }
+
+ private:
+  // The transaction has ended. When it committed, the tiers learn what it wrote
+  // (final records are filled, the others forgotten); either way what it read
+  // final before it is filled.
+  void Ended(bool committed) {
+    for (auto& [name, record] : written_) {
+      if (!committed) {
+        break;
+      } else if (IsFinal(record)) {
+        store_.Fill(record);
+      } else {
+        store_.Forget(record.tenant, record.key);
+      }
+    }
     written_.clear();
     FillReads();
   }
 
- private:
   // A write supersedes what this transaction read of the same key.
   void Wrote(const Record& record) {
     std::erase_if(

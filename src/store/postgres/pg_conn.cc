@@ -417,7 +417,7 @@ absl::Status Connection::ExecScript(const char* sql, std::string* tag) {
 absl::StatusOr<Result> Connection::Run(std::string_view sql, int nparams,
                                        absl::Span<const Value> params, bool binary_results) {
   if (!deferred_.empty()) {
-    return std::move(Pipeline(sql, nparams, params, binary_results, nullptr).result);
+    return std::move(RunThen(sql, nparams, params, binary_results, nullptr).result);
   }
   if (static_cast<int>(params.size()) != nparams) {
     return absl::InvalidArgumentError(absl::StrCat("statement has ", nparams, " parameters but ",
@@ -434,7 +434,7 @@ absl::StatusOr<Result> Connection::Run(std::string_view sql, int nparams,
   if (it == statements_.end()) {
     if (statements_.size() < kMaxCachedStatements) {
       // PREPARE and execute in one round trip rather than two.
-      return std::move(Pipeline(sql, nparams, params, binary_results, nullptr).result);
+      return std::move(RunThen(sql, nparams, params, binary_results, nullptr).result);
     }
     const std::string text(sql);
     CountRoundTrip();
@@ -468,13 +468,8 @@ absl::StatusOr<Result> Connection::Finish(Result res) {
 
 Piped Connection::RunThen(std::string_view sql, int nparams, absl::Span<const Value> params,
                           bool binary_results, const char* then) {
-  return Pipeline(sql, nparams, params, binary_results, then);
-}
-
-Piped Connection::Pipeline(std::string_view sql, int nparams, absl::Span<const Value> params,
-                           bool binary_results, const char* then) {
   const PipedStatement one{sql, nparams, params, binary_results};
-  PipedMany many = PipelineMany(absl::MakeConstSpan(&one, 1), then);
+  PipedMany many = RunMany(absl::MakeConstSpan(&one, 1), then);
   Piped out;
   out.result = std::move(many.results.front());
   out.then_status = std::move(many.then_status);
@@ -482,11 +477,7 @@ Piped Connection::Pipeline(std::string_view sql, int nparams, absl::Span<const V
   return out;
 }
 
-PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements) {
-  return PipelineMany(statements, nullptr);
-}
-
-PipedMany Connection::PipelineMany(absl::Span<const PipedStatement> statements, const char* then) {
+PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements, const char* then) {
   PipedMany out;
   out.results.reserve(statements.size());
   for (size_t i = 0; i < statements.size(); ++i) out.results.emplace_back(absl::UnknownError("not run"));

@@ -141,17 +141,18 @@ class Connection {
   }
 
   // One round trip: the deferred statements, the statement (as Run), a sync point,
-  // then `then` (one statement without parameters, e.g. "COMMIT") and a second
-  // sync point. The sync point makes an error of the statement end its part of
+  // then `then` (one statement without parameters, e.g. "COMMIT"; null: none) and
+  // a second sync point. The sync point makes an error of the statement end its part of
   // the pipeline only: `then` still runs, so a COMMIT meets the failed transaction
   // and answers ROLLBACK instead of being skipped with the transaction left open.
   Piped RunThen(std::string_view sql, int nparams, absl::Span<const Value> params,
                 bool binary_results, const char* then);
 
   // One round trip: the deferred statements, then `statements` in order (each as
-  // Run), then one sync point. A failure skips the statements after it (they get
-  // its error). Used to send a claim together with the statement that follows it.
-  PipedMany RunMany(absl::Span<const PipedStatement> statements);
+  // Run), then one sync point (and `then`, as for RunThen). A failure skips the
+  // statements after it (they get its error). Used to send a claim together with
+  // the statement that follows it.
+  PipedMany RunMany(absl::Span<const PipedStatement> statements, const char* then = nullptr);
 
   // True once the connection is lost (server restart, pg_terminate_backend,
   // network): the pool must not hand it out again.
@@ -181,11 +182,6 @@ class Connection {
   // The status of a statement's `result` as Run answers it.
   absl::StatusOr<Result> Finish(Result res);
 
-  // Sends the deferred statements, the statement and `then` (may be null) in
-  // pipeline mode with one round trip; see RunThen.
-  Piped Pipeline(std::string_view sql, int nparams, absl::Span<const Value> params,
-                 bool binary_results, const char* then);
-  PipedMany PipelineMany(absl::Span<const PipedStatement> statements, const char* then);
 
   PGconn* conn_;
   const std::string display_;

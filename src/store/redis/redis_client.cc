@@ -4,7 +4,6 @@
 #include <sys/time.h>
 
 #include <algorithm>
-#include <charconv>
 #include <initializer_list>
 #include <utility>
 #include <vector>
@@ -20,12 +19,6 @@ namespace {
 timeval AsTimeval(absl::Duration d) {
   if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
   return absl::ToTimeval(d);
-}
-
-bool ParseInt(std::string_view s, int& out) {
-  if (s.empty()) return false;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && ptr == s.data() + s.size();
 }
 
 // A reply owned for the length of one call.
@@ -72,12 +65,7 @@ absl::StatusOr<RedisAddress> ParseRedisUrl(std::string_view url) {
   // redis://:password@host (AUTH password) and redis://password@host both name it.
   a.password = u.password.has_value() ? *u.password : u.user;
   if (!u.path.empty()) {
-    int db = -1;
-    if (!ParseInt(u.path, db) || db < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("redis URL '", u.redacted, "': db '", u.path, "' must be a number >= 0"));
-    }
-    a.db = db;
+    IDEM_ASSIGN_OR_RETURN(a.db, store::ParseIntParam("redis", "db (the path)", u.path, 0, 1 << 20));
   }
   return a;
 }

@@ -34,13 +34,13 @@ absl::Status CheckExisting(SchemaSession& session, int64_t version, std::string_
   return DamagedSchemaError(where, ping);
 }
 
-absl::Status Create(SchemaSession& session, const Dialect& dialect) {
+absl::Status Create(SchemaSession& session, const Dialect& dialect, std::string_view where) {
   for (const std::string& ddl : dialect.RecordSchema()) {
     IDEM_RETURN_IF_ERROR(session.Query(ddl).status());
   }
   IDEM_ASSIGN_OR_RETURN(Rows rows, session.Query(kVersion));
   IDEM_ASSIGN_OR_RETURN(int64_t version, VersionIn(rows));
-  if (version != 0) return CheckVersion(version, "the database");  // made by another process
+  if (version != 0) return CheckVersion(version, where);  // made by another process
   const Value v[] = {Value(static_cast<long long>(kSchemaVersion))};
   return session.Query("INSERT INTO idem_schema_version (version) VALUES (?)", v).status();
 }
@@ -64,7 +64,7 @@ absl::Status OpenSchema(SchemaSession& session, const Dialect& dialect, std::str
     return NoSchemaError(where, rows.ok() ? "has no idem schema version" : "has no idem tables");
   }
   absl::Status s = session.BeginCreate();
-  if (s.ok()) s = Create(session, dialect);
+  if (s.ok()) s = Create(session, dialect, where);
   if (s.ok()) {
     s = session.EndCreate(/*commit=*/true);
   } else if (!session.broken()) {
@@ -90,7 +90,9 @@ absl::StatusOr<SchemaInfo> DescribeSchema(SchemaSession& session, const Dialect&
     IDEM_ASSIGN_OR_RETURN(info.version, VersionIn(rows));
   }
   info.writable = session.CheckCanCreate();
-  if (session.broken()) return info.writable;  // the connection went: no answer
+  if (session.broken()) {  // the connection went: no answer
+    return info.writable.ok() ? absl::UnavailableError("the connection was lost") : info.writable;
+  }
   return info;
 }
 
