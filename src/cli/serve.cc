@@ -16,7 +16,9 @@
 // SIGTERM/SIGINT shut down gracefully (exit 0). Exit status: 1 when the store cannot
 // be opened or the address cannot be bound; 2 for malformed options.
 #include <sys/random.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -51,6 +53,7 @@ struct ServeFlags {
   uint64_t max_body = 1 << 20;
   int threads = 16;
   int io_threads = 2;
+  int max_connections = 0;  // 0: sized from the descriptor limit (ConnectionCap)
   bool metrics_token = false;
   std::vector<std::string> fail_open;
   std::string cache;            // redis://host:port, empty: no Redis tier
@@ -122,6 +125,34 @@ absl::Status ParseTenants(const std::vector<std::string>& specs,
   return absl::OkStatus();
 }
 
+// Descriptors left to everything but client connections: the store's connections
+// (pool= is at most 1024, usually 8), the database files, logs, the listener.
+constexpr rlim_t kReservedDescriptors = 128;
+
+// Raises the soft descriptor limit to the hard one (a systemd default is 1,024
+// soft, 524,288 hard) and answers the connection cap: `requested`, or when 0 the
+// limit minus kReservedDescriptors. A requested cap past what the limit allows is
+// kept (the server then sheds at EMFILE) with a warning.
+int ConnectionCap(int requested) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return requested > 0 ? requested : 1024;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  const rlim_t files = std::min<rlim_t>(lim.rlim_cur, 1 << 24);
+  const int derived =
+      static_cast<int>(files > kReservedDescriptors + 16 ? files - kReservedDescriptors : 16);
+  if (requested == 0) return derived;
+  if (requested > derived) {
+    spdlog::warn("--max-connections {} is more than the descriptor limit ({}) leaves for "
+                 "connections ({}); past it new connections are shed as they arrive",
+                 requested, static_cast<uint64_t>(files), derived);
+  }
+  return requested;
+}
+
 int RunServe(const ServeFlags& flags) {
   http::ServerOptions server_options;
   if (!ParseListen(flags.listen, &server_options.host, &server_options.port)) {
@@ -153,6 +184,11 @@ int RunServe(const ServeFlags& flags) {
   server_options.max_body_bytes = flags.max_body;
   server_options.worker_threads = flags.threads;
   server_options.io_threads = flags.io_threads;
+  if (flags.max_connections < 0) {
+    PrintReason("serve: --max-connections must be 1 or more (0: from the descriptor limit)");
+    return kExitUsage;
+  }
+  server_options.max_connections = ConnectionCap(flags.max_connections);
 
   absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(flags.store);
   if (!store.ok()) {
@@ -212,8 +248,9 @@ int RunServe(const ServeFlags& flags) {
   if (address.find(':') != std::string::npos) address = "[" + address + "]";
   std::printf("listening on %s:%u\n", address.c_str(), static_cast<unsigned>(server.port()));
   std::fflush(stdout);
-  spdlog::info("serving store {} for {} tenant(s) on {}:{}", (*store)->url(),
-               api_options.tenants.size(), address, server.port());
+  spdlog::info("serving store {} for {} tenant(s) on {}:{}, at most {} connections at once",
+               (*store)->url(), api_options.tenants.size(), address, server.port(),
+               server_options.max_connections);
   for (const std::string& biz_type : api_options.fail_open) {
     spdlog::warn("biz_type \"{}\" is fail-open: while the store is down its claims are let "
                  "through unrecorded, so duplicates may pass (UNSAFE)",
@@ -249,6 +286,10 @@ CommandFn AddServeCommand(CLI::App& root) {
   sub->add_option("--threads", flags->threads, "Worker threads running store calls")
       ->capture_default_str();
   sub->add_option("--io-threads", flags->io_threads, "Threads running network I/O")
+      ->capture_default_str();
+  sub->add_option("--max-connections", flags->max_connections,
+                  "Connections served at once; past it new ones are answered 503 and closed "
+                  "(0: the descriptor limit, raised to its hard maximum, minus 128)")
       ->capture_default_str();
   sub->add_flag("--metrics-token", flags->metrics_token,
                 "Require a tenant's bearer token on /metrics");

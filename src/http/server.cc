@@ -1,5 +1,11 @@
 #include "http/server.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <map>
 #include <optional>
 #include <utility>
@@ -11,8 +17,12 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/post.hpp"
+#include "boost/asio/read.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/write.hpp"
 #include "boost/asio/strand.hpp"
 #include "boost/asio/thread_pool.hpp"
+#include "core/absl_compat.h"
 #include "http/connection.h"
 #include "spdlog/spdlog.h"
 
@@ -21,17 +31,66 @@ namespace idem::http {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
+// The answer to a connection past the cap (or met while out of descriptors).
+constexpr std::string_view kBusyBody =
+    "{\"type\":\"about:blank\",\"title\":\"Too many connections\",\"status\":503,"
+    "\"detail\":\"the server has as many connections open as it serves; retry shortly\"}";
+const std::string& BusyAnswer() {
+  static const std::string answer = absl::StrCat(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
+      "Retry-After: 1\r\nConnection: close\r\nContent-Length: ",
+      kBusyBody.size(), "\r\n\r\n", AV(kBusyBody));
+  return answer;
+}
+
+// A connection refused past the cap: the answer goes out, then the socket is
+// half-closed and drained until the client closes (or 2 s), so that the client's
+// unread request does not turn the close into a reset that loses the answer.
+struct Refused : std::enable_shared_from_this<Refused> {
+  explicit Refused(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+
+  void Start() {
+    auto self = shared_from_this();
+    asio::async_write(socket, asio::buffer(BusyAnswer()),
+                      [self](boost::system::error_code ec, std::size_t) {
+                        if (ec) return self->Close();
+                        self->socket.shutdown(tcp::socket::shutdown_send, ec);
+                        self->timer.expires_after(std::chrono::seconds(2));
+                        self->timer.async_wait([self](boost::system::error_code) { self->Close(); });
+                        self->Drain();
+                      });
+  }
+  void Drain() {
+    auto self = shared_from_this();
+    socket.async_read_some(asio::buffer(buf), [self](boost::system::error_code ec, std::size_t) {
+      if (ec) return self->Close();
+      self->Drain();
+    });
+  }
+  void Close() {
+    boost::system::error_code ignored;
+    timer.cancel();
+    socket.close(ignored);
+  }
+
+  tcp::socket socket;
+  asio::steady_timer timer;
+  char buf[512];
+};
+
 class ServerImpl {
  public:
   ServerImpl(Api& api, ServerOptions options)
       : api_(api),
         options_(std::move(options)),
         pool_(static_cast<std::size_t>(std::max(1, options_.worker_threads))),
-        acceptor_(asio::make_strand(ioc_)) {}
+        acceptor_(asio::make_strand(ioc_)),
+        accept_timer_(acceptor_.get_executor()) {}
 
   ~ServerImpl() {
     Shutdown();
     Wait();
+    if (spare_fd_ >= 0) ::close(spare_fd_);
   }
 
   absl::Status Start() {
@@ -53,6 +112,7 @@ class ServerImpl {
           absl::StrCat("cannot listen on ", options_.host, ":", options_.port, ": ", ec.message()));
     }
     bound_ = acceptor_.local_endpoint(ec);
+    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     {
       absl::MutexLock lock(&mu_);
       work_.emplace(ioc_.get_executor());
@@ -73,6 +133,7 @@ class ServerImpl {
     asio::post(acceptor_.get_executor(), [this] {
       boost::system::error_code ec;
       acceptor_.close(ec);
+      accept_timer_.cancel();
     });
     // Take references under the lock but act outside it: dropping the last reference
     // runs the connection's deleter, which takes mu_.
@@ -108,25 +169,98 @@ class ServerImpl {
   void OnAccept(boost::system::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
     if (ec) {
-      spdlog::warn("accept failed: {}", ec.message());
-    } else if (!stopping_.load()) {
-      uint64_t id = next_id_++;
-      // The deleter unregisters the connection when its last handler is done.
-      std::shared_ptr<Connection> conn(
-          new Connection(std::move(socket), ServerShared{api_, options_, ioc_, pool_, stopping_}),
-          [this, id](Connection* c) {
-            delete c;
-            absl::MutexLock lock(&mu_);
-            connections_.erase(id);
-            if (stopping_.load() && connections_.empty()) work_.reset();
-          });
-      {
-        absl::MutexLock lock(&mu_);
-        connections_.emplace(id, conn);
+      // Out of descriptors the failure repeats for as long as its cause lasts:
+      // answer what is pending through the reserve descriptor, then wait a little
+      // before accepting again, instead of spinning on the error.
+      const bool out_of_descriptors =
+          ec == asio::error::no_descriptors ||
+          ec == boost::system::errc::too_many_files_open_in_system;
+      if (out_of_descriptors) ShedPending();
+      Note(&accept_errors_,
+           out_of_descriptors
+               ? absl::StrCat("out of file descriptors (", ec.message(),
+                              "): accepting pauses 100 ms at a time, waiting clients are "
+                              "answered 503; raise the descriptor limit or lower "
+                              "--max-connections")
+               : absl::StrCat("accept failed: ", ec.message()));
+      accept_timer_.expires_after(std::chrono::milliseconds(100));
+      accept_timer_.async_wait([this](boost::system::error_code wait) {
+        if (!wait && !stopping_.load()) Accept();
+      });
+      return;
+    }
+    if (!stopping_.load()) {
+      if (options_.max_connections > 0 && LiveConnections() >= options_.max_connections) {
+        std::make_shared<Refused>(std::move(socket))->Start();
+        Note(&refused_, absl::StrCat("connection limit (", options_.max_connections,
+                                     ") reached: new connections are answered 503"));
+      } else {
+        Serve(std::move(socket));
       }
-      conn->Start();
     }
     if (!stopping_.load()) Accept();
+  }
+
+  void Serve(tcp::socket socket) {
+    uint64_t id = next_id_++;
+    // The deleter unregisters the connection when its last handler is done.
+    std::shared_ptr<Connection> conn(
+        new Connection(std::move(socket), ServerShared{api_, options_, ioc_, pool_, stopping_}),
+        [this, id](Connection* c) {
+          delete c;
+          absl::MutexLock lock(&mu_);
+          connections_.erase(id);
+          if (stopping_.load() && connections_.empty()) work_.reset();
+        });
+    {
+      absl::MutexLock lock(&mu_);
+      connections_.emplace(id, conn);
+    }
+    conn->Start();
+  }
+
+  int LiveConnections() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(connections_.size());
+  }
+
+  // Answers the connections waiting in the backlog while no descriptor is free:
+  // the reserve descriptor is given up for one accept at a time, each gets the 503
+  // and is closed, then the reserve is taken back.
+  void ShedPending() {
+    if (spare_fd_ < 0) return;
+    ::close(spare_fd_);
+    spare_fd_ = -1;
+    const int listener = acceptor_.native_handle();
+    for (int i = 0; i < 256; ++i) {
+      pollfd p{listener, POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0) break;
+      const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      const std::string& answer = BusyAnswer();
+      // Best effort: a full send buffer or a gone client only loses this answer.
+      (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::shutdown(fd, SHUT_WR);
+      ::close(fd);
+      ++refused_.count;
+    }
+    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+
+  // A condition that repeats under load (accept failures, refusals): counted, and
+  // logged at most once a second with how often it happened since the last line.
+  struct Repeated {
+    uint64_t count = 0;     // since the last line
+    absl::Time last_line = absl::InfinitePast();
+  };
+  void Note(Repeated* r, const std::string& what) {
+    ++r->count;
+    const absl::Time now = absl::Now();
+    if (now - r->last_line < absl::Seconds(1)) return;
+    spdlog::warn("{} ({} times since the last such line; open connections: {})", what, r->count,
+                 LiveConnections());
+    r->count = 0;
+    r->last_line = now;
   }
 
   Api& api_;
@@ -143,6 +277,10 @@ class ServerImpl {
       ABSL_GUARDED_BY(mu_);
   asio::thread_pool pool_;
   tcp::acceptor acceptor_;
+  asio::steady_timer accept_timer_;  // the back-off after a failed accept
+  int spare_fd_ = -1;                // the descriptor kept in reserve (ShedPending)
+  Repeated accept_errors_;           // accept strand only
+  Repeated refused_;                 // accept strand only
   tcp::endpoint bound_;
   std::atomic<bool> started_{false};
   std::vector<std::thread> threads_;

@@ -44,6 +44,12 @@ struct ServerOptions {
   absl::Duration idle_timeout = absl::Seconds(60);    // keep-alive connection idle
   absl::Duration io_timeout = absl::Seconds(30);      // reading a body, writing an answer
   absl::Duration wait_poll = absl::Milliseconds(15);  // re-poll period of waiting claims
+  // Connections served at once (0: no cap). Past it a new connection is answered
+  // 503 "Connection: close" at once, never left to time out. When the process runs
+  // out of file descriptors anyway (EMFILE/ENFILE), pending connections are
+  // answered the same way through a descriptor kept in reserve, accepting backs off
+  // instead of spinning, and the failure is logged at most once a second.
+  int max_connections = 0;
 };
 
 class ServerImpl;

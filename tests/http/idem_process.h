@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,6 +100,10 @@ class ServeProcess {
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     pid_ = fork();
     if (pid_ == 0) {
+      if (nofile_limit_ > 0) {
+        const rlimit lim{nofile_limit_, nofile_limit_};
+        setrlimit(RLIMIT_NOFILE, &lim);
+      }
       dup2(fds[1], STDOUT_FILENO);
       int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(err, STDERR_FILENO);
@@ -148,9 +153,14 @@ class ServeProcess {
   int WaitExit() { return Stop(0); }
 
   uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string stderr_text() const { return ReadWholeFile(stderr_path_); }
 
+  // Before Start(): the server runs with RLIMIT_NOFILE = n (soft and hard).
+  void set_nofile_limit(rlim_t n) { nofile_limit_ = n; }
+
  private:
+  rlim_t nofile_limit_ = 0;
   std::string stderr_path_;
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
