@@ -32,6 +32,14 @@ struct StoreOptions {
   // schema (or, for SQLite, without a file), for Store::DescribeSchema to say so
   // (`idem migrate --dry-run`); only DescribeSchema is of use on such a store.
   bool require_schema = true;
+  // When a database server (postgres://, mysql://) cannot be reached at open
+  // (kUnavailable: down, refusing, unreachable), succeed anyway with a store that answers every call kUnavailable
+  // (a store fault, SPEC §3) and opens the real store on the first call after the
+  // database answers, trying at most once a second. A server then starts before its
+  // database and reports not-ready until it is there. Every other failure (a bad
+  // URL, wrong credentials, a newer or damaged schema, an embedded file that cannot
+  // be opened) still fails the open.
+  bool open_when_reachable = false;
 };
 
 // Opens the Store named by `url`: memory://, sqlite://PATH (sqlite://./idem.db,

@@ -54,6 +54,7 @@ struct ServeFlags {
   int threads = 16;
   int io_threads = 2;
   int max_connections = 0;  // 0: sized from the descriptor limit (ConnectionCap)
+  bool require_store_at_start = false;
   bool metrics_token = false;
   std::vector<std::string> fail_open;
   std::string cache;            // redis://host:port, empty: no Redis tier
@@ -190,11 +191,19 @@ int RunServe(const ServeFlags& flags) {
   }
   server_options.max_connections = ConnectionCap(flags.max_connections);
 
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(flags.store);
+  // A database that is down at start is waited for (readiness 503 until it
+  // answers), as one that goes down later is; what no wait fixes fails here.
+  absl::StatusOr<std::unique_ptr<Store>> store =
+      OpenStore(flags.store, {.open_when_reachable = !flags.require_store_at_start});
   if (!store.ok()) {
     PrintReason("serve: cannot open store " + RedactStoreUrl(flags.store) + ": " +
                 Str(store.status().message()));
     return kExitFailure;
+  }
+  if (absl::Status ping = (*store)->Ping(); !ping.ok() && IsStoreFault(ping)) {
+    spdlog::warn("store {} is not reachable: {}; serving anyway: /readyz and requests answer "
+                 "503 until it is (--require-store-at-start refuses to start instead)",
+                 RedactStoreUrl(flags.store), Str(ping.message()));
   }
 
   // Cache tiers (SPEC §6): L1 on by default, Redis with --cache. They answer only
@@ -291,6 +300,9 @@ CommandFn AddServeCommand(CLI::App& root) {
                   "Connections served at once; past it new ones are answered 503 and closed "
                   "(0: the descriptor limit, raised to its hard maximum, minus 128)")
       ->capture_default_str();
+  sub->add_flag("--require-store-at-start", flags->require_store_at_start,
+                "Exit 1 when the store cannot be reached at start (default: start, and answer "
+                "503 until it can)");
   sub->add_flag("--metrics-token", flags->metrics_token,
                 "Require a tenant's bearer token on /metrics");
   // "--fail_open" too: the TOML key the docs name is fail_open (CLI11 matches config

@@ -1,7 +1,14 @@
 // OpenStore: the one place where URL schemes meet backends. Backends are listed
 // here explicitly (STYLE.md: no registration by static initializers).
+#include <atomic>
+#include <optional>
+#include <string>
+
 #include "core/absl_compat.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "idem/status.h"
 #include "idem/idem.h"
 #include "store/memory/memory_store.h"
 #include "store/sqlite/sqlite_store.h"
@@ -57,6 +64,98 @@ absl::StatusOr<std::unique_ptr<Store>> OpenByScheme(std::string_view url, sql::S
       "unknown store scheme '", AV(scheme), "' in '", AV(store::RedactUrl(url)), "'; use memory://, sqlite://PATH, postgres://… or mysql://…"));
 }
 
+// A store whose database was not reachable at open (StoreOptions::
+// open_when_reachable): every call is a store fault until an open succeeds; the
+// first call at least a second after the last try opens it, and from then on every
+// call goes to the real store. Concurrent callers never wait for an open in
+// progress: they get the fault at once.
+class LateStore final : public Store {
+ public:
+  LateStore(std::string url, StoreOptions options, const absl::Status& first)
+      : url_(std::move(url)),
+        redacted_(store::RedactUrl(url_)),
+        options_(options),
+        last_error_(first),
+        last_try_(absl::Now()) {
+    options_.open_when_reachable = false;
+  }
+
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
+    IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
+    return s->Begin();
+  }
+  absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
+                                            std::string_view key) override {
+    IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
+    return s->Get(tenant, key);
+  }
+  absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,
+                                                      std::string_view key) override {
+    Store* s = ready_.load(std::memory_order_acquire);  // advisory: never opens
+    if (s == nullptr) return std::nullopt;
+    return s->LookupDecided(tenant, key);
+  }
+  absl::Status Ping() override {
+    IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
+    return s->Ping();
+  }
+  const SqlDialect* sql_dialect() const override {
+    Store* s = ready_.load(std::memory_order_acquire);
+    return s != nullptr ? s->sql_dialect() : nullptr;
+  }
+  bool SupportsSql() const override {
+    Store* s = ready_.load(std::memory_order_acquire);
+    return s != nullptr && s->SupportsSql();
+  }
+  absl::StatusOr<SchemaInfo> DescribeSchema() override {
+    IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
+    return s->DescribeSchema();
+  }
+  bool read_only() const override { return options_.read_only; }
+  std::string_view url() const override {
+    Store* s = ready_.load(std::memory_order_acquire);
+    return s != nullptr ? s->url() : std::string_view(redacted_);
+  }
+
+ private:
+  absl::StatusOr<Store*> Inner() {
+    if (Store* s = ready_.load(std::memory_order_acquire); s != nullptr) return s;
+    {
+      absl::MutexLock lock(&mu_);
+      if (inner_ != nullptr) return inner_.get();
+      if (opening_ || absl::Now() - last_try_ < absl::Seconds(1)) return Fault();
+      opening_ = true;
+      last_try_ = absl::Now();
+    }
+    absl::StatusOr<std::unique_ptr<Store>> opened = OpenStore(url_, options_);
+    absl::MutexLock lock(&mu_);
+    opening_ = false;
+    if (!opened.ok()) {
+      last_error_ = opened.status();
+      return Fault();
+    }
+    inner_ = *std::move(opened);
+    ready_.store(inner_.get(), std::memory_order_release);
+    return inner_.get();
+  }
+
+  absl::Status Fault() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return StoreFaultError(absl::StrCat("the store ", redacted_,
+                                        " has not been reachable since idem started: ",
+                                        last_error_.message()));
+  }
+
+  const std::string url_;
+  const std::string redacted_;
+  StoreOptions options_;
+  std::atomic<Store*> ready_{nullptr};  // inner_.get() once opened
+  absl::Mutex mu_;
+  std::unique_ptr<Store> inner_ ABSL_GUARDED_BY(mu_);
+  bool opening_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_try_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
@@ -64,7 +163,17 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
   absl::StatusOr<std::unique_ptr<Store>> store = OpenByScheme(url, {.read_only = options.read_only, .require_schema = options.require_schema});
   // Drivers may quote the URL they were given (libpq does, on a malformed URI):
   // no message leaves here with a secret of the URL in it.
-  if (!store.ok()) return store::RedactSecretsIn(store.status(), url);
+  if (!store.ok()) {
+    absl::Status redacted = store::RedactSecretsIn(store.status(), url);
+    const std::string_view scheme = url.substr(0, url.find("://"));
+    const bool server = scheme == "postgres" || scheme == "postgresql" || scheme == "mysql" ||
+                        scheme == "mariadb";
+    if (options.open_when_reachable && server &&
+        redacted.code() == absl::StatusCode::kUnavailable) {
+      return std::make_unique<LateStore>(std::string(url), options, redacted);
+    }
+    return redacted;
+  }
   return store;
 }
 

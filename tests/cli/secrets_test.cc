@@ -69,7 +69,9 @@ TEST(Secrets, NoCommandShowsThePassword) {
   TempDir dir;
   std::vector<std::vector<std::string>> runs;
   for (const std::string& url : FailingStoreUrls()) {
-    runs.push_back({"serve", "--listen", "127.0.0.1:0", "--store", url});
+    // Without the flag serve starts and waits for an unreachable server (its
+    // start-up warning is checked in serve_store_down_test).
+    runs.push_back({"serve", "--listen", "127.0.0.1:0", "--store", url, "--require-store-at-start"});
     runs.push_back({"migrate", "--store", url});
     runs.push_back({"migrate", "--dry-run", "--store", url});
     runs.push_back({"inspect", "--store", url, "--tenant", "t", "--biz-type", "b", "--key", "k"});

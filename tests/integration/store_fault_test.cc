@@ -208,3 +208,61 @@ TEST(StoreFault, MysqlMissingSchemaIs503) {
 
 }  // namespace
 }  // namespace idem::testing
+
+namespace idem::testing {
+namespace {
+
+// issue 10 §5: `idem serve` starts while its database server is down (the store
+// used to be opened once, so a server booted before its database exited 1), says
+// so in one line without the password, answers /readyz and requests 503, and
+// serves once the database answers, without a restart. --require-store-at-start
+// keeps the old refusal.
+void StartsWithTheDatabaseDown(const std::string& direct_url, const std::string& scratch) {
+  absl::StatusOr<store::StoreUrl> parsed =
+      store::ParseStoreUrl(direct_url, direct_url.substr(0, direct_url.find("://")));
+  ASSERT_TRUE(parsed.ok() && parsed->port.has_value()) << direct_url;
+  ASSERT_TRUE(parsed->password.has_value() && !parsed->password->empty());
+  std::unique_ptr<FaultProxy> proxy = FaultProxy::Start(*parsed->port);
+  ASSERT_NE(proxy, nullptr);
+  proxy->SetMode(FaultProxy::Mode::kReset);  // the database refuses every connection
+  const std::string url = ViaPort(direct_url, proxy->port());
+
+  ServeProcess strict(scratch + "/strict.err");
+  EXPECT_EQ(strict.Start({"--listen", "127.0.0.1:0", "--store", url, "--tenant", "t:tok",
+                          "--require-store-at-start"}),
+            "");
+  EXPECT_EQ(strict.WaitExit(), 1) << strict.stderr_text();
+
+  ServeProcess serve(scratch + "/serve.err");
+  ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store", url, "--tenant", "t:tok"}),
+              ::testing::StartsWith("listening on "))
+      << serve.stderr_text();
+  EXPECT_EQ(Fetch(serve.port(), "GET", "/readyz").status, 503);
+  ClientResponse refused = Claim(serve.port(), "K-1");
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_EQ(refused.header("retry-after"), "1");
+
+  proxy->SetMode(FaultProxy::Mode::kPass);
+  EXPECT_TRUE(WaitUntil([&] { return Fetch(serve.port(), "GET", "/readyz").status == 200; }))
+      << serve.stderr_text();
+  EXPECT_EQ(Claim(serve.port(), "K-1").status, 201);
+  EXPECT_EQ(Claim(serve.port(), "K-1").status, 409);  // the claim above holds it
+  EXPECT_EQ(serve.Stop(), 0);
+  const std::string log = serve.stderr_text();
+  EXPECT_THAT(log, ::testing::HasSubstr("is not reachable")) << log;
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr(*parsed->password))) << log;
+  EXPECT_THAT(strict.stderr_text(), ::testing::Not(::testing::HasSubstr(*parsed->password)));
+}
+
+TEST(StoreFault, PostgresServeStartsWithTheDatabaseDown) {
+  TempDir dir;
+  StartsWithTheDatabaseDown(PostgresUrl(dir.path()) + "&connect_timeout=1", dir.path());
+}
+
+TEST(StoreFault, MysqlServeStartsWithTheDatabaseDown) {
+  TempDir dir;
+  StartsWithTheDatabaseDown(MysqlTestUrl(dir.path()) + "?connect_timeout_s=1", dir.path());
+}
+
+}  // namespace
+}  // namespace idem::testing
