@@ -1,5 +1,7 @@
 #include "http/api.h"
 
+#include "spdlog/spdlog.h"
+
 #include <string>
 #include <utility>
 
@@ -206,8 +208,16 @@ Reply Api::Handle(const HttpRequest& request) {
     return reply;
   } catch (const std::exception& e) {
     // Handlers catch their dependencies' exceptions; this is the last net.
-    return Final("other", MakeProblem(500, "internal", "Internal error", e.what()));
+    return Internal("request", e.what());
   }
+}
+
+Reply Api::Internal(std::string_view action, std::string_view cause) {
+  metrics_.CountStoreError();
+  // The cause names internals (a database, a file, a library): the log only.
+  spdlog::error("{}: internal error: {}", action, cause);
+  return Final("", MakeProblem(500, "internal", "Internal error",
+                               "internal error; the cause is in the server's log"));
 }
 
 Reply Api::Ready() {
@@ -221,13 +231,13 @@ Reply Api::Ready() {
   metrics_.CountStoreError();
   health_.Down(s);
   HttpResponse r = MakeProblem(503, "store_unavailable", "Store unavailable",
-                               absl::StrCat("the store does not answer: ", s.message()));
+                               "the store does not answer (the cause is in the server's log)");
   r.headers.emplace_back("Retry-After", "1");
   return Final("/readyz", std::move(r));
 }
 
 Reply Api::StatusReply(const absl::Status& status, std::string_view action) {
-  std::string detail = absl::StrCat(AV(action), ": ", status.message());
+  const std::string detail = absl::StrCat(AV(action), ": ", status.message());
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
       return Final("",
@@ -250,14 +260,16 @@ Reply Api::StatusReply(const absl::Status& status, std::string_view action) {
     case absl::StatusCode::kResourceExhausted: {
       metrics_.CountStoreError();
       health_.Down(status);
-      HttpResponse r =
-          MakeProblem(503, "store_unavailable", "Store unavailable", detail, "unavailable");
+      // The cause (a database host, a driver's words) goes to the log, once per
+      // outage (StoreHealth), never to the client.
+      HttpResponse r = MakeProblem(503, "store_unavailable", "Store unavailable",
+                                   absl::StrCat(AV(action), ": store unavailable; retry"),
+                                   "unavailable");
       r.headers.emplace_back("Retry-After", "1");
       return Final("", std::move(r), "unavailable");
     }
     default:
-      metrics_.CountStoreError();
-      return Final("", MakeProblem(500, "internal", "Internal error", detail));
+      return Internal(action, status.ToString());
   }
 }
 

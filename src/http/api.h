@@ -125,6 +125,9 @@ class Api {
   const Tenant* Authenticate(std::string_view authorization) const;
   // Turns a non-OK guard/store status into a problem response; counts store errors.
   Reply StatusReply(const absl::Status& status, std::string_view action);
+  // 500 for a failure that is nobody's but idem's: logged with its cause, which
+  // the answer does not repeat.
+  Reply Internal(std::string_view action, std::string_view cause);
   absl::Status ValidateIds(std::string_view biz_type, std::string_view key) const;
   bool IsFailOpen(std::string_view biz_type) const;
   // The degraded 201 of a fail-open claim whose store call failed with `status`.

@@ -1,10 +1,14 @@
 #include "http/connection.h"
 
 #include <chrono>
+#include <cstdint>
+#include <random>
+#include <string>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/post.hpp"
 #include "spdlog/spdlog.h"
@@ -18,6 +22,26 @@ namespace bhttp = boost::beast::http;
 
 std::chrono::steady_clock::duration Chrono(absl::Duration d) {
   return absl::ToChronoNanoseconds(d);
+}
+
+// A client's X-Request-Id is kept when it is 1-128 of [A-Za-z0-9._:-] (it goes
+// into logs and JSON unescaped); otherwise, and when absent, one is made: 32 hex
+// digits from a per-thread generator (unique, not secret).
+std::string RequestIdFrom(std::string_view given) {
+  bool ok = !given.empty() && given.size() <= 128;
+  for (char c : given) {
+    ok = ok && (absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
+                c == ':' || c == '-');
+  }
+  if (ok) return std::string(given);
+  thread_local std::mt19937_64 random(std::random_device{}());
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  for (int half = 0; half < 2; ++half) {
+    uint64_t bits = random();
+    for (int i = 0; i < 16; ++i, bits >>= 4) id[half * 16 + i] = kHex[bits & 0xf];
+  }
+  return id;
 }
 
 }  // namespace
@@ -63,6 +87,8 @@ void Connection::OnHeader(beast::error_code ec) {
   state_ = State::kBusy;
   const auto& req = parser_->get();
   version_ = req.version();
+  auto given_id = req["X-Request-Id"];
+  request_id_ = RequestIdFrom(std::string_view(given_id.data(), given_id.size()));
   auto expect = req[bhttp::field::expect];
   if (absl::EqualsIgnoreCase(absl::string_view(expect.data(), expect.size()), "100-continue") &&
       !parser_->is_done()) {
@@ -90,6 +116,7 @@ void Connection::ReadBody() {
 }
 
 void Connection::OnReadError(beast::error_code ec) {
+  if (state_ == State::kIdle) request_id_ = RequestIdFrom("");  // no header was read
   Reply reply;
   reply.route = "other";
   if (ec == bhttp::error::body_limit) {
@@ -121,6 +148,7 @@ void Connection::OnBody(beast::error_code ec) {
   request.target = std::string(req.target());
   auto auth = req[bhttp::field::authorization];
   request.authorization = std::string(auth.data(), auth.size());
+  request.request_id = request_id_;
   request.body = std::move(req.body());
   Dispatch(std::move(request));
 }
@@ -172,10 +200,18 @@ void Connection::Send(const Reply& reply, bool force_close) {
   response_->set(bhttp::field::server, "idem");
   response_->set(bhttp::field::content_type, reply.response.content_type);
   for (const auto& [name, value] : reply.response.headers) response_->set(name, value);
+  response_->set("X-Request-Id", request_id_);
   response_->body() = reply.response.body;
+  // Every problem body is one JSON object (ProblemResponse); the request id goes in
+  // as its last member, so a client can quote it (the id needs no escaping).
+  if (reply.response.content_type == "application/problem+json" &&
+      response_->body().ends_with('}')) {
+    response_->body().insert(response_->body().size() - 1,
+                             absl::StrCat(",\"request_id\":\"", request_id_, "\""));
+  }
   response_->keep_alive(!close);
   response_->prepare_payload();
-  spdlog::debug("http {} {}", reply.route, reply.response.status);
+  spdlog::debug("http {} {} request id {}", reply.route, reply.response.status, request_id_);
   stream_.expires_after(Chrono(shared_.options.io_timeout));
   bhttp::async_write(stream_, *response_,
                      [self = shared_from_this(), close](beast::error_code ec, std::size_t) {

@@ -72,6 +72,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   unsigned version_ = 11;
   bool keep_alive_ = true;
   std::optional<Reply> waiting_reply_;
+  // The current request's id (HttpRequest::request_id); set when its header is in.
+  std::string request_id_;
 };
 
 }  // namespace idem::http

@@ -127,7 +127,9 @@ Reply Api::Poll(const WaitingClaim& waiting) {
   try {
     return ClaimAnswer(waiting.request, waiting.lease, waiting.deadline);
   } catch (const std::exception& e) {
-    return Make(kClaimsRoute, MakeProblem(500, "internal", "Internal error", e.what()));
+    Reply r = Internal("claim", e.what());
+    r.route = kClaimsRoute;
+    return r;
   }
 }
 

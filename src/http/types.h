@@ -16,6 +16,9 @@ struct HttpRequest {
   std::string target;         // origin-form: "/v1/records/refund/R-1?x=y"
   std::string authorization;  // the Authorization header; empty when absent
   std::string body;
+  // The client's X-Request-Id when it is a sane token, else one made up; echoed in
+  // the answer's X-Request-Id and in every problem body (`request_id`).
+  std::string request_id;
 };
 
 struct HttpResponse {

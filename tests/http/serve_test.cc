@@ -393,3 +393,26 @@ TEST_F(ServeStartupTest, WithoutTenantsADevTenantIsPrinted) {
 
 }  // namespace
 }  // namespace idem::http
+
+namespace idem::http {
+namespace {
+
+// X-Request-Id (issue 10 §2): a client's sane id is echoed, in the header and in a
+// problem body; a missing or unsafe one is replaced by one the server makes.
+TEST_F(ServeTest, RequestIdIsEchoedOrMade) {
+  Client c(port_);
+  ClientResponse given = c.Send("GET", "/v1/records/refund/none", "", "tok-a",
+                                {{"X-Request-Id", "trace-42.a:b_c"}});
+  EXPECT_EQ(given.status, 404);
+  EXPECT_EQ(given.header("x-request-id"), "trace-42.a:b_c");
+  EXPECT_EQ(J(given).value("request_id", ""), "trace-42.a:b_c") << given.body;
+  ClientResponse unsafe =
+      c.Send("GET", "/healthz", "", "", {{"X-Request-Id", "bad id\"<script>"}});
+  EXPECT_THAT(unsafe.header("x-request-id"), MatchesRegex("[0-9a-f]{32}"));
+  ClientResponse made = c.Send("GET", "/healthz");
+  EXPECT_THAT(made.header("x-request-id"), MatchesRegex("[0-9a-f]{32}"));
+  EXPECT_NE(made.header("x-request-id"), unsafe.header("x-request-id"));
+}
+
+}  // namespace
+}  // namespace idem::http

@@ -63,6 +63,7 @@ void MissingSchemaIs503(const std::string& url, const std::string& scratch) {
     EXPECT_EQ(r.header("content-type"), "application/problem+json");
     EXPECT_EQ(r.header("retry-after"), "1");
     EXPECT_EQ(json::parse(r.body).value("outcome", ""), "unavailable") << r.body;
+    EXPECT_THAT(r.body, ::testing::Not(::testing::HasSubstr("idem_records"))) << "the cause leaks";
   }
   ClientResponse complete = Fetch(serve.port(), "POST", "/v1/claims/complete",
                                   R"({"biz_type":"refund","key":"K-1","token":1,"result":{}})",
@@ -241,6 +242,14 @@ void StartsWithTheDatabaseDown(const std::string& direct_url, const std::string&
   ClientResponse refused = Claim(serve.port(), "K-1");
   EXPECT_EQ(refused.status, 503) << refused.body;
   EXPECT_EQ(refused.header("retry-after"), "1");
+  // A tenant learns that the store is down, never where it is (host, port, user):
+  // the cause is in the log, under the request id the answer quotes.
+  EXPECT_THAT(refused.body, ::testing::Not(::testing::HasSubstr(parsed->host))) << refused.body;
+  EXPECT_THAT(refused.body, ::testing::Not(::testing::HasSubstr(std::to_string(proxy->port()))));
+  EXPECT_FALSE(refused.header("x-request-id").empty());
+  EXPECT_EQ(json::parse(refused.body).value("request_id", ""), refused.header("x-request-id"));
+  ClientResponse readyz = Fetch(serve.port(), "GET", "/readyz");
+  EXPECT_THAT(readyz.body, ::testing::Not(::testing::HasSubstr(parsed->host))) << readyz.body;
 
   proxy->SetMode(FaultProxy::Mode::kPass);
   EXPECT_TRUE(WaitUntil([&] { return Fetch(serve.port(), "GET", "/readyz").status == 200; }))
