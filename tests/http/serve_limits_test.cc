@@ -105,6 +105,14 @@ class ServeLimitsTest : public ::testing::Test {
     for (int fd : idle_) close(fd);
     idle_.clear();
   }
+  // Once connections are gone the same server serves new clients, no restart.
+  static void ExpectServedAgain(uint16_t port) {
+    std::string ok;
+    EXPECT_TRUE(WaitUntil([&] {
+      ok = Healthz(port, std::chrono::seconds(5));
+      return ok.starts_with("HTTP/1.1 200");
+    })) << ok;
+  }
 
   idem::testing::TempDir dir_;
   std::vector<int> idle_;
@@ -127,11 +135,7 @@ TEST_F(ServeLimitsTest, PastTheCapNewConnectionsAre503AtOnce) {
   EXPECT_THAT(busy, HasSubstr("Connection: close"));
   EXPECT_THAT(busy, HasSubstr("Retry-After: 1"));
   CloseIdle();
-  std::string ok;
-  EXPECT_TRUE(WaitUntil([&] {
-    ok = Healthz(serve.port(), std::chrono::seconds(5));
-    return ok.starts_with("HTTP/1.1 200");
-  })) << ok;
+  ExpectServedAgain(serve.port());
   EXPECT_THAT(serve.stderr_text(), HasSubstr("connection limit (4) reached"));
 }
 
@@ -168,11 +172,7 @@ TEST_F(ServeLimitsTest, OutOfDescriptorsAnswersWaitingClientsWithoutSpinning) {
   EXPECT_LT(serve.stderr_text().size(), 64u << 10) << "the log is flooded";
 
   CloseIdle();
-  std::string ok;
-  EXPECT_TRUE(WaitUntil([&] {
-    ok = Healthz(serve.port(), std::chrono::seconds(5));
-    return ok.starts_with("HTTP/1.1 200");
-  })) << ok;
+  ExpectServedAgain(serve.port());
   EXPECT_EQ(serve.Stop(), 0);
 }
 
