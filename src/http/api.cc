@@ -138,20 +138,23 @@ Reply Api::Handle(const HttpRequest& request) {
   try {
     std::string_view path = request.target;
     if (size_t q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
-    const std::string_view method = request.method;
+    // HEAD is GET without the body (RFC 9110 §9.3.2; load balancers probe with
+    // it): answered as GET here, the connection sends the header only.
+    const std::string_view method =
+        request.method == "HEAD" ? std::string_view("GET") : std::string_view(request.method);
 
     if (path == "/healthz") {
-      if (method != "GET") return Final("/healthz", MethodNotAllowed(method, "GET"));
+      if (method != "GET") return Final("/healthz", MethodNotAllowed(request.method, "GET"));
       HttpResponse r;
       r.body = R"({"status":"ok"})";
       return Final("/healthz", std::move(r));
     }
     if (path == "/readyz") {
-      if (method != "GET") return Final("/readyz", MethodNotAllowed(method, "GET"));
+      if (method != "GET") return Final("/readyz", MethodNotAllowed(request.method, "GET"));
       return Ready();
     }
     if (path == "/metrics") {
-      if (method != "GET") return Final("/metrics", MethodNotAllowed(method, "GET"));
+      if (method != "GET") return Final("/metrics", MethodNotAllowed(request.method, "GET"));
       if (options_.metrics_require_token && Authenticate(request.authorization) == nullptr) {
         return Final("/metrics", Unauthorized("/metrics needs a bearer token", false));
       }
@@ -186,7 +189,7 @@ Reply Api::Handle(const HttpRequest& request) {
       biz_enc = rest.substr(0, slash);
       key_enc = rest.substr(slash + 1);
     }
-    if (method != allow) return Final(route, MethodNotAllowed(method, allow));
+    if (method != allow) return Final(route, MethodNotAllowed(request.method, allow));
 
     const Tenant* tenant = Authenticate(request.authorization);
     if (tenant == nullptr) {

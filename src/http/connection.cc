@@ -9,6 +9,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "http/problem.h"
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/post.hpp"
 #include "spdlog/spdlog.h"
@@ -22,6 +25,36 @@ namespace bhttp = boost::beast::http;
 
 std::chrono::steady_clock::duration Chrono(absl::Duration d) {
   return absl::ToChronoNanoseconds(d);
+}
+
+// The origin-form of a request target: an absolute-form one
+// ("http://host:port/v1/claims?x", RFC 9112 §3.2.2, which a server MUST accept) has
+// its scheme and authority dropped; others are returned as they are.
+std::string OriginForm(std::string_view target) {
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() < scheme.size() ||
+        !absl::EqualsIgnoreCase(absl::string_view(target.data(), scheme.size()),
+                                absl::string_view(scheme.data(), scheme.size()))) {
+      continue;
+    }
+    const size_t path = target.find_first_of("/?", scheme.size());
+    if (path == std::string_view::npos) return "/";
+    std::string out(target.substr(path));
+    if (out.front() == '?') out.insert(0, "/");
+    return out;
+  }
+  return std::string(target);
+}
+
+// The first transfer-coding of a Transfer-Encoding value other than chunked
+// (lower case), or "" when there is none.
+std::string UnsupportedCoding(boost::beast::string_view value) {
+  for (absl::string_view coding : absl::StrSplit(absl::string_view(value.data(), value.size()), ',')) {
+    std::string c = absl::AsciiStrToLower(absl::StripAsciiWhitespace(coding));
+    if (const size_t semi = c.find(';'); semi != std::string::npos) c = c.substr(0, semi);
+    if (!c.empty() && c != "chunked") return c;
+  }
+  return "";
 }
 
 // A client's X-Request-Id is kept when it is 1-128 of [A-Za-z0-9._:-] (it goes
@@ -89,6 +122,20 @@ void Connection::OnHeader(beast::error_code ec) {
   version_ = req.version();
   auto given_id = req["X-Request-Id"];
   request_id_ = RequestIdFrom(std::string_view(given_id.data(), given_id.size()));
+  head_ = req.method() == bhttp::verb::head;
+  // Only chunked is a transfer-coding this server decodes; a body in another one
+  // (gzip, deflate, …) would reach the API still encoded (RFC 9112 §6.1: 501).
+  if (std::string coding = UnsupportedCoding(req[bhttp::field::transfer_encoding]);
+      !coding.empty()) {
+    Reply reply;
+    reply.route = "other";
+    reply.response = MakeProblem(501, "unsupported_transfer_coding", "Not Implemented",
+                                 absl::StrCat("transfer-coding \"", coding,
+                                              "\" is not supported; send the body plainly "
+                                              "(Content-Length) or chunked"));
+    Send(reply, /*force_close=*/true);
+    return;
+  }
   auto expect = req[bhttp::field::expect];
   if (absl::EqualsIgnoreCase(absl::string_view(expect.data(), expect.size()), "100-continue") &&
       !parser_->is_done()) {
@@ -145,7 +192,7 @@ void Connection::OnBody(beast::error_code ec) {
   keep_alive_ = req.keep_alive();
   HttpRequest request;
   request.method = std::string(req.method_string());
-  request.target = std::string(req.target());
+  request.target = OriginForm(std::string_view(req.target().data(), req.target().size()));
   auto auth = req[bhttp::field::authorization];
   request.authorization = std::string(auth.data(), auth.size());
   request.request_id = request_id_;
@@ -211,6 +258,11 @@ void Connection::Send(const Reply& reply, bool force_close) {
   }
   response_->keep_alive(!close);
   response_->prepare_payload();
+  if (head_) {  // the header of the GET answer, Content-Length included, no body
+    const size_t length = response_->body().size();
+    response_->body().clear();
+    response_->content_length(length);
+  }
   spdlog::debug("http {} {} request id {}", reply.route, reply.response.status, request_id_);
   stream_.expires_after(Chrono(shared_.options.io_timeout));
   bhttp::async_write(stream_, *response_,

@@ -74,6 +74,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<Reply> waiting_reply_;
   // The current request's id (HttpRequest::request_id); set when its header is in.
   std::string request_id_;
+  bool head_ = false;  // the current request is HEAD: the answer goes without its body
 };
 
 }  // namespace idem::http

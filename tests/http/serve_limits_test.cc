@@ -1,7 +1,9 @@
 // `idem serve` under connection abuse (issue 10 §1): past --max-connections a new
 // client is answered 503 at once; out of file descriptors the server answers
 // waiting clients, does not spin and logs at most about once a second; once
-// connections close, new clients are served again without a restart.
+// connections close, new clients are served again without a restart. And at HTTP's
+// edges (§2), with raw bytes: HEAD, absolute-form targets, unsupported
+// transfer-codings.
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -54,6 +57,29 @@ std::string Healthz(uint16_t port, std::chrono::milliseconds within) {
     const auto deadline = std::chrono::steady_clock::now() + within;
     char buf[512];
     while (out.find("\r\n\r\n") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return out;
+}
+
+// Writes `request` on a new connection and reads until the server closes it or
+// `within` passes; everything read.
+std::string Exchange(uint16_t port, const std::string& request,
+                     std::chrono::milliseconds within = std::chrono::seconds(10)) {
+  const int fd = Connect(port);
+  if (fd < 0) return "";
+  std::string out;
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+      static_cast<ssize_t>(request.size())) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
       pollfd p{fd, POLLIN, 0};
       if (poll(&p, 1, 50) <= 0) continue;
       const ssize_t n = recv(fd, buf, sizeof buf, 0);
@@ -174,6 +200,64 @@ TEST_F(ServeLimitsTest, OutOfDescriptorsAnswersWaitingClientsWithoutSpinning) {
   CloseIdle();
   ExpectServedAgain(serve.port());
   EXPECT_EQ(serve.Stop(), 0);
+}
+
+class ServeHttpTest : public ServeLimitsTest {
+ protected:
+  void SetUp() override {
+    serve_ = std::make_unique<ServeProcess>(dir_.path() + "/serve.log");
+    ASSERT_THAT(serve_->Start({"--listen", "127.0.0.1:0", "--store", "memory://", "--tenant",
+                               "t:tok"}),
+                StartsWith("listening on "));
+  }
+  std::unique_ptr<ServeProcess> serve_;
+};
+
+// Load balancers health-check with HEAD (it used to be 405): the GET answer's
+// status and headers, Content-Length included, and no body.
+TEST_F(ServeHttpTest, HeadIsGetWithoutTheBody) {
+  const std::string get =
+      Exchange(serve_->port(), "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+  const std::string head =
+      Exchange(serve_->port(), "HEAD /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+  ASSERT_THAT(get, StartsWith("HTTP/1.1 200")) << get;
+  EXPECT_THAT(head, StartsWith("HTTP/1.1 200")) << head;
+  const std::string body = get.substr(get.find("\r\n\r\n") + 4);
+  EXPECT_THAT(head, HasSubstr("Content-Length: " + std::to_string(body.size())));
+  EXPECT_TRUE(head.ends_with("\r\n\r\n")) << "HEAD answered with a body: " << head;
+  const std::string record = Exchange(
+      serve_->port(),
+      "HEAD /v1/records/refund/none HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer tok\r\n"
+      "Connection: close\r\n\r\n");
+  EXPECT_THAT(record, StartsWith("HTTP/1.1 404")) << record;
+  EXPECT_TRUE(record.ends_with("\r\n\r\n")) << record;
+}
+
+// RFC 9112 §3.2.2: a server MUST accept the absolute-form (it used to be 404).
+TEST_F(ServeHttpTest, AbsoluteFormTargetsAreRouted) {
+  const std::string r = Exchange(
+      serve_->port(),
+      "GET http://127.0.0.1:7070/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 200")) << r;
+}
+
+// A body in a coding the server does not decode was handed to the API still
+// encoded ("not valid JSON"); it is 501 now, and the connection closes.
+TEST_F(ServeHttpTest, UnsupportedTransferCodingIs501) {
+  const std::string r = Exchange(
+      serve_->port(),
+      "POST /v1/claims HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer tok\r\n"
+      "Content-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+      "5\r\nxxxxx\r\n0\r\n\r\n");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 501")) << r;
+  EXPECT_THAT(r, HasSubstr("transfer-coding \\\"gzip\\\" is not supported")) << r;
+  EXPECT_THAT(r, HasSubstr("Connection: close")) << r;
+  const std::string chunked = Exchange(
+      serve_->port(),
+      "POST /v1/claims HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer tok\r\n"
+      "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+      "22\r\n{\"biz_type\":\"refund\",\"key\":\"K-42\"}\r\n0\r\n\r\n");
+  EXPECT_THAT(chunked, StartsWith("HTTP/1.1 201")) << chunked;
 }
 
 }  // namespace
