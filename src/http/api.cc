@@ -134,6 +134,16 @@ const Tenant* Api::Authenticate(std::string_view authorization) const {
   return found;
 }
 
+std::optional<HttpResponse> Api::BeforeBody(std::string_view target,
+                                            std::string_view authorization) const {
+  if (!absl::StartsWith(AV(target), "/v1/") || Authenticate(authorization) != nullptr) {
+    return std::nullopt;
+  }
+  return authorization.empty()
+             ? Unauthorized("missing Authorization: Bearer <token>", false)
+             : Unauthorized("the bearer token is malformed or unknown", true);
+}
+
 Reply Api::Handle(const HttpRequest& request) {
   try {
     std::string_view path = request.target;

@@ -45,6 +45,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -102,6 +103,14 @@ class Api {
 
   // Re-tries a waiting claim. Blocks on the store. Never throws.
   Reply Poll(const WaitingClaim& waiting);
+
+  // Checked when a request's header is in and it has a body still to come: the
+  // answer that ends it there, before any of the body is read or a 100 Continue
+  // sent (401 for an API route without a valid bearer token), or nullopt to read
+  // on. So an unauthenticated client cannot make the server hold its body.
+  // Does not block; never throws.
+  std::optional<HttpResponse> BeforeBody(std::string_view target,
+                                         std::string_view authorization) const;
 
   // Answers for conditions found before a request reaches Handle() (the server's
   // parser): 413 body too large, 400 malformed HTTP, 431 header too large.

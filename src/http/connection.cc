@@ -136,6 +136,19 @@ void Connection::OnHeader(beast::error_code ec) {
     Send(reply, /*force_close=*/true);
     return;
   }
+  if (!parser_->is_done()) {  // a body is to come: authenticate before reading it
+    auto auth = req[bhttp::field::authorization];
+    std::optional<HttpResponse> refused = shared_.api.BeforeBody(
+        OriginForm(std::string_view(req.target().data(), req.target().size())),
+        std::string_view(auth.data(), auth.size()));
+    if (refused.has_value()) {
+      Reply reply;
+      reply.route = "other";
+      reply.response = *std::move(refused);
+      Send(reply, /*force_close=*/true);  // the body is drained unread (DrainAndClose)
+      return;
+    }
+  }
   auto expect = req[bhttp::field::expect];
   if (absl::EqualsIgnoreCase(absl::string_view(expect.data(), expect.size()), "100-continue") &&
       !parser_->is_done()) {
