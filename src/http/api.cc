@@ -134,14 +134,23 @@ const Tenant* Api::Authenticate(std::string_view authorization) const {
   return found;
 }
 
-std::optional<HttpResponse> Api::BeforeBody(std::string_view target,
-                                            std::string_view authorization) const {
+std::optional<Reply> Api::BeforeBody(std::string_view target,
+                                     std::string_view authorization) const {
   if (!absl::StartsWith(AV(target), "/v1/") || Authenticate(authorization) != nullptr) {
     return std::nullopt;
   }
-  return authorization.empty()
-             ? Unauthorized("missing Authorization: Bearer <token>", false)
-             : Unauthorized("the bearer token is malformed or unknown", true);
+  std::string_view path = target.substr(0, target.find('?'));
+  // The route label Handle() would count it under.
+  std::string route = path == "/v1/claims" || path == "/v1/claims/complete" ||
+                              path == "/v1/claims/fail"
+                          ? std::string(path)
+                      : absl::StartsWith(AV(path), AV(kRecordsPrefix))
+                          ? "/v1/records/{biz_type}/{key}"
+                          : "other";
+  return Final(std::move(route),
+               authorization.empty()
+                   ? Unauthorized("missing Authorization: Bearer <token>", false)
+                   : Unauthorized("the bearer token is malformed or unknown", true));
 }
 
 Reply Api::Handle(const HttpRequest& request) {

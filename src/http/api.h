@@ -109,8 +109,7 @@ class Api {
   // sent (401 for an API route without a valid bearer token), or nullopt to read
   // on. So an unauthenticated client cannot make the server hold its body.
   // Does not block; never throws.
-  std::optional<HttpResponse> BeforeBody(std::string_view target,
-                                         std::string_view authorization) const;
+  std::optional<Reply> BeforeBody(std::string_view target, std::string_view authorization) const;
 
   // Answers for conditions found before a request reaches Handle() (the server's
   // parser): 413 body too large, 400 malformed HTTP, 431 header too large.

@@ -138,14 +138,11 @@ void Connection::OnHeader(beast::error_code ec) {
   }
   if (!parser_->is_done()) {  // a body is to come: authenticate before reading it
     auto auth = req[bhttp::field::authorization];
-    std::optional<HttpResponse> refused = shared_.api.BeforeBody(
+    std::optional<Reply> refused = shared_.api.BeforeBody(
         OriginForm(std::string_view(req.target().data(), req.target().size())),
         std::string_view(auth.data(), auth.size()));
     if (refused.has_value()) {
-      Reply reply;
-      reply.route = "other";
-      reply.response = *std::move(refused);
-      Send(reply, /*force_close=*/true);  // the body is drained unread (DrainAndClose)
+      Send(*refused, /*force_close=*/true);  // the body is drained unread (DrainAndClose)
       return;
     }
   }
