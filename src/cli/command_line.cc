@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "cli/logging.h"
 #include "cli/commands.h"
 #include "cli/reason.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -143,6 +144,14 @@ int Run(int argc, char** argv, std::initializer_list<AddCommandFn> commands_to_a
   CLI::Option* config =
       root.set_config("--config", "", "TOML file setting any option; see below", false);
   config->type_name("FILE");
+  std::string log_level = "info";
+  std::string log_format = "text";
+  root.add_option("--log-level", log_level,
+                  "Least severe log lines written: trace, debug, info, warn, error, critical, off")
+      ->capture_default_str();
+  root.add_option("--log-format", log_format,
+                  "text, or json: one object per line (time, level, msg) for log collectors")
+      ->capture_default_str();
 
   std::vector<std::pair<CLI::App*, CommandFn>> commands;
   auto add = [&](CommandFn (*add_command)(CLI::App&)) {
@@ -170,6 +179,10 @@ int Run(int argc, char** argv, std::initializer_list<AddCommandFn> commands_to_a
     return kExitUsage;
   }
 
+  if (absl::Status s = ConfigureLogging(log_level, log_format); !s.ok()) {
+    PrintReason(std::string(s.message().data(), s.message().size()));
+    return kExitUsage;
+  }
   for (auto& [app, fn] : commands) {
     if (app->parsed()) return fn();
   }

@@ -227,6 +227,7 @@ Reply Api::Handle(const HttpRequest& request) {
                                                   : GetRecord(biz_enc, key_enc, tenant->name);
     // Answered by the store (a 503 went through StatusReply, which marks it down).
     if (reply.response.status < 500) health_.Up();
+    reply.tenant = tenant->name;
     return reply;
   } catch (const std::exception& e) {
     // Handlers catch their dependencies' exceptions; this is the last net.

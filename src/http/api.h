@@ -89,6 +89,8 @@ struct Reply {
   std::string route;
   // The guard outcome the response reports ("acquired", "lease_lost", ...), or "".
   std::string outcome;
+  // The authenticated tenant, for the access log; "" before authentication.
+  std::string tenant;
   // Non-null while a claim is waiting: `response` is what to send if the wait must
   // end now (409 in_progress); otherwise call Api::Poll(*waiting) again shortly.
   std::shared_ptr<const WaitingClaim> waiting;

@@ -123,6 +123,8 @@ void Connection::OnHeader(beast::error_code ec) {
   auto given_id = req["X-Request-Id"];
   request_id_ = RequestIdFrom(std::string_view(given_id.data(), given_id.size()));
   head_ = req.method() == bhttp::verb::head;
+  method_ = std::string(req.method_string());
+  started_ = std::chrono::steady_clock::now();
   // Only chunked is a transfer-coding this server decodes; a body in another one
   // (gzip, deflate, …) would reach the API still encoded (RFC 9112 §6.1: 501).
   if (std::string coding = UnsupportedCoding(req[bhttp::field::transfer_encoding]);
@@ -173,7 +175,11 @@ void Connection::ReadBody() {
 }
 
 void Connection::OnReadError(beast::error_code ec) {
-  if (state_ == State::kIdle) request_id_ = RequestIdFrom("");  // no header was read
+  if (state_ == State::kIdle) {  // no header was read
+    request_id_ = RequestIdFrom("");
+    method_ = "-";
+    started_ = std::chrono::steady_clock::now();
+  }
   Reply reply;
   reply.route = "other";
   if (ec == bhttp::error::body_limit) {
@@ -273,7 +279,17 @@ void Connection::Send(const Reply& reply, bool force_close) {
     response_->body().clear();
     response_->content_length(length);
   }
-  spdlog::debug("http {} {} request id {}", reply.route, reply.response.status, request_id_);
+  // The access log: one line per answer, never the token or the body.
+  if (spdlog::should_log(spdlog::level::info)) {
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_)
+            .count();
+    spdlog::info("access method={} route={} status={} outcome={} latency_ms={:.3f} tenant={} "
+                 "request_id={}",
+                 method_, reply.route, reply.response.status,
+                 reply.outcome.empty() ? "-" : reply.outcome, ms,
+                 reply.tenant.empty() ? "-" : reply.tenant, request_id_);
+  }
   stream_.expires_after(Chrono(shared_.options.io_timeout));
   bhttp::async_write(stream_, *response_,
                      [self = shared_from_this(), close](beast::error_code ec, std::size_t) {

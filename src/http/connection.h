@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,6 +76,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The current request's id (HttpRequest::request_id); set when its header is in.
   std::string request_id_;
   bool head_ = false;  // the current request is HEAD: the answer goes without its body
+  std::string method_;  // the current request's, for the access log
+  std::chrono::steady_clock::time_point started_;  // when its header was in
 };
 
 }  // namespace idem::http

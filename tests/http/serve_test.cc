@@ -37,6 +37,8 @@ using ::idem::http::testing::ClientResponse;
 using ::idem::http::testing::Fetch;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
+using ::testing::Not;
+using ::idem::testing::RunResult;
 using json = nlohmann::json;
 
 using IdemProcess = ::idem::testing::ServeProcess;
@@ -412,6 +414,61 @@ TEST_F(ServeTest, RequestIdIsEchoedOrMade) {
   ClientResponse made = c.Send("GET", "/healthz");
   EXPECT_THAT(made.header("x-request-id"), MatchesRegex("[0-9a-f]{32}"));
   EXPECT_NE(made.header("x-request-id"), unsafe.header("x-request-id"));
+}
+
+}  // namespace
+}  // namespace idem::http
+
+namespace idem::http {
+namespace {
+
+// Logs an operator can use (issue 10 §4): --log-format json writes one JSON object
+// per line; every answer has an access line (method, route, status, outcome,
+// latency, tenant, request id) that never holds the token; --log-level warn
+// silences the access lines; a bad level is a usage error.
+TEST(ServeLogTest, JsonAccessLogWithoutSecrets) {
+  idem::testing::TempDir dir;
+  {
+    IdemProcess serve(dir.file("json.err"));
+    ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store", "memory://", "--tenant",
+                             "acme:tok-secret-1", "--log-format", "json"}),
+                MatchesRegex("listening on .*"));
+    Client c(serve.port());
+    ASSERT_EQ(c.Send("POST", "/v1/claims", R"({"biz_type":"refund","key":"K-1"})",
+                     "tok-secret-1", {{"X-Request-Id", "req-7"}})
+                  .status,
+              201);
+    ASSERT_EQ(serve.Stop(), 0);
+    const std::string log = serve.stderr_text();
+    EXPECT_THAT(log, Not(HasSubstr("tok-secret-1")));
+    std::istringstream lines(log);
+    int access = 0;
+    for (std::string line; std::getline(lines, line);) {
+      json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      ASSERT_FALSE(j.is_discarded()) << "not one JSON object: " << line;
+      ASSERT_TRUE(j.contains("time") && j.contains("level") && j.contains("msg")) << line;
+      const std::string msg = j["msg"];
+      if (msg.starts_with("access ")) {
+        ++access;
+        EXPECT_THAT(msg, HasSubstr("method=POST route=/v1/claims status=201 outcome=acquired"));
+        EXPECT_THAT(msg, HasSubstr("tenant=acme request_id=req-7"));
+        EXPECT_THAT(msg, MatchesRegex(".*latency_ms=[0-9]+\\.[0-9]{3}.*"));
+      }
+    }
+    EXPECT_EQ(access, 1) << log;
+  }
+  {
+    IdemProcess quiet(dir.file("warn.err"));
+    ASSERT_THAT(quiet.Start({"--listen", "127.0.0.1:0", "--store", "memory://", "--tenant",
+                             "acme:tok", "--log-level", "warn"}),
+                MatchesRegex("listening on .*"));
+    EXPECT_EQ(Fetch(quiet.port(), "GET", "/healthz").status, 200);
+    ASSERT_EQ(quiet.Stop(), 0);
+    EXPECT_THAT(quiet.stderr_text(), Not(HasSubstr("access ")));
+  }
+  RunResult bad = ::idem::testing::RunIdem({"serve", "--log-level", "loud"}, dir.path());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--log-level 'loud' must be"));
 }
 
 }  // namespace

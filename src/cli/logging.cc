@@ -1,0 +1,62 @@
+#include "cli/logging.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+#include "spdlog/pattern_formatter.h"
+#include "spdlog/spdlog.h"
+
+namespace idem::cli {
+namespace {
+
+// %* in the JSON pattern: the message as the inside of a JSON string.
+class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (char c : msg.payload) {
+      const auto u = static_cast<unsigned char>(c);
+      if (c == '"' || c == '\\') {
+        dest.push_back('\\');
+        dest.push_back(c);
+      } else if (c == '\n') {
+        dest.append(std::string_view("\\n"));
+      } else if (u < 0x20) {
+        const char esc[] = {'\\', 'u', '0', '0', kHex[u >> 4], kHex[u & 0xf]};
+        dest.append(esc, esc + sizeof esc);
+      } else {
+        dest.push_back(c);  // UTF-8 passes through; invalid bytes as they are
+      }
+    }
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonEscapedMessage>();
+  }
+};
+
+}  // namespace
+
+absl::Status ConfigureLogging(std::string_view level, std::string_view format) {
+  const spdlog::level::level_enum parsed = spdlog::level::from_str(std::string(level));
+  // from_str answers `off` for any name it does not know: only "off" means it.
+  if (parsed == spdlog::level::off && level != "off") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--log-level '", AV(level), "' must be trace, debug, info, warn, error, critical or off"));
+  }
+  spdlog::set_level(parsed);
+  if (format == "json") {
+    auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+    formatter->add_flag<JsonEscapedMessage>('*').set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"%*"})");
+    spdlog::set_formatter(std::move(formatter));
+  } else if (format != "text") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log-format '", AV(format), "' must be text or json"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace idem::cli
