@@ -14,6 +14,133 @@ namespace {
 
 namespace od = simdjson::ondemand;
 
+// True for a JSON number token (RFC 8259 §6), whatever its magnitude.
+bool IsNumberToken(std::string_view t) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t start = i;
+    while (i < t.size() && t[i] >= '0' && t[i] <= '9') ++i;
+    return i > start;
+  };
+  if (i < t.size() && t[i] == '-') ++i;
+  if (i < t.size() && t[i] == '0') {
+    ++i;
+  } else if (!digits()) {
+    return false;
+  }
+  if (i < t.size() && t[i] == '.' && (++i, !digits())) return false;
+  if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    if (i < t.size() && (t[i] == '+' || t[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == t.size();
+}
+
+// Walks one value with simdjson's on-demand API, checking every part of it (the
+// whole input's UTF-8 is checked when the document starts) but reading numbers as
+// tokens, never converting them. Nesting is bounded by the parser's depth limit.
+simdjson::error_code WalkValue(od::value v) {
+  od::json_type type;
+  if (auto e = v.type().get(type)) return e;
+  switch (type) {
+    case od::json_type::object: {
+      od::object o;
+      if (auto e = v.get_object().get(o)) return e;
+      for (auto field : o) {
+        std::string_view key;
+        if (auto e = field.unescaped_key().get(key)) return e;
+        if (auto e = WalkValue(field.value())) return e;
+      }
+      return simdjson::SUCCESS;
+    }
+    case od::json_type::array: {
+      od::array a;
+      if (auto e = v.get_array().get(a)) return e;
+      for (auto element : a) {
+        od::value inner;
+        if (auto e = std::move(element).get(inner)) return e;
+        if (auto e = WalkValue(inner)) return e;
+      }
+      return simdjson::SUCCESS;
+    }
+    case od::json_type::string: {
+      std::string_view text;
+      return v.get_string().get(text);
+    }
+    case od::json_type::number: {
+      std::string_view token = v.raw_json_token();
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\t' ||
+                                token.back() == '\n' || token.back() == '\r')) {
+        token.remove_suffix(1);
+      }
+      return IsNumberToken(token) ? simdjson::SUCCESS : simdjson::NUMBER_ERROR;
+    }
+    case od::json_type::boolean: {
+      bool b = false;
+      return v.get_bool().get(b);
+    }
+    case od::json_type::null: {
+      bool null = false;
+      if (auto e = v.is_null().get(null)) return e;
+      return null ? simdjson::SUCCESS : simdjson::N_ATOM_ERROR;
+    }
+  }
+  return simdjson::TAPE_ERROR;
+}
+
+// IsValidJson's and ValidateObject's check for a body simdjson's DOM refused only
+// for a number's size (1e400, 18446744073709551616): the same grammar, numbers
+// unconverted. `object`: the top value must be an object.
+bool ValidWithBigNumbers(std::string_view bytes, bool object) {
+  if (!object) {  // a number alone: the whole text, trimmed, is its token
+    const size_t first = bytes.find_first_not_of(" \t\r\n");
+    const size_t last = bytes.find_last_not_of(" \t\r\n");
+    if (first != std::string_view::npos && bytes[first] != '{' && bytes[first] != '[') {
+      return IsNumberToken(bytes.substr(first, last - first + 1));
+    }
+  }
+  simdjson::padded_string padded(bytes);
+  od::parser parser;
+  // First pass: where the top value ends; only whitespace may follow it.
+  {
+    od::document doc;
+    od::value root;
+    od::json_type type;
+    if (parser.iterate(padded).get(doc) || doc.get_value().get(root) ||
+        root.type().get(type) || (object && type != od::json_type::object)) {
+      return false;
+    }
+    std::string_view raw;
+    if (type == od::json_type::object) {
+      od::object o;
+      if (root.get_object().get(o) || o.raw_json().get(raw)) return false;
+    } else if (type == od::json_type::array) {
+      od::array a;
+      if (root.get_array().get(a) || a.raw_json().get(raw)) return false;
+    } else {
+      raw = root.raw_json_token();
+    }
+    const size_t end = static_cast<size_t>(raw.data() - padded.data()) + raw.size();
+    if (end > bytes.size() ||
+        bytes.substr(end).find_first_not_of(" \t\r\n") != std::string_view::npos) {
+      return false;
+    }
+  }
+  // Second pass: every part of the value.
+  od::document doc;
+  od::value root;
+  if (parser.iterate(padded).get(doc) || doc.get_value().get(root)) return false;
+  return !WalkValue(root);
+}
+
+absl::Status ValidateWithoutNumbers(std::string_view body) {
+  if (!ValidWithBigNumbers(body, /*object=*/true)) {
+    return absl::InvalidArgumentError("request body is not valid JSON (or not a JSON object)");
+  }
+  return absl::OkStatus();
+}
+
 // Rejects anything that is not one well-formed JSON object in valid UTF-8. The
 // on-demand pass that follows skips over nested values without checking them, so
 // this full pass is what makes the raw `result`/`error` bytes trustworthy.
@@ -24,6 +151,13 @@ absl::Status ValidateObject(std::string_view body) {
   simdjson::dom::parser parser;
   simdjson::dom::element root;
   auto error = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/true).get(root);
+  if (error == simdjson::NUMBER_ERROR || error == simdjson::NUMBER_OUT_OF_RANGE) {
+    // Valid JSON whose numbers do not fit int64/uint64/double (1e400,
+    // 18446744073709551616): SPEC §11 stores any JSON value byte-for-byte, and
+    // complete comes after the effect, so it must not be refused. The grammar is
+    // checked without converting numbers.
+    return ValidateWithoutNumbers(body);
+  }
   if (error) {
     return absl::InvalidArgumentError(
         absl::StrCat("request body is not valid JSON: ", simdjson::error_message(error)));
@@ -232,7 +366,11 @@ bool IsValidJson(std::string_view bytes) {
   if (bytes.empty()) return false;
   simdjson::dom::parser parser;
   simdjson::dom::element root;
-  return !parser.parse(bytes.data(), bytes.size(), true).get(root);
+  const simdjson::error_code error = parser.parse(bytes.data(), bytes.size(), true).get(root);
+  if (error == simdjson::NUMBER_ERROR || error == simdjson::NUMBER_OUT_OF_RANGE) {
+    return ValidWithBigNumbers(bytes, /*object=*/false);  // numbers past double/int64
+  }
+  return !error;
 }
 
 std::string RawJsonOrString(std::string_view bytes) {

@@ -91,6 +91,28 @@ TEST(ParseCompleteBody, ScalarResultsKeepTheirSpelling) {
   }
 }
 
+// Numbers past int64/uint64/double are valid JSON and kept as written; what is
+// not JSON, or nests past the parser's 1,024 levels, is still refused.
+TEST(ParseCompleteBody, BigNumbersKeepTheirSpelling) {
+  for (std::string raw : {"1e400", "-1e-400", "18446744073709551616", "1E+999",
+                          R"({"a":[1e400,{"b":-123456789012345678901234567890}]})"}) {
+    ASSERT_OK_AND_ASSIGN(
+        CompleteBody b,
+        ParseCompleteBody(R"({"result": )" + raw + R"(, "biz_type":"r","key":"k","token":1})"));
+    EXPECT_EQ(b.result, raw);
+    EXPECT_TRUE(IsValidJson(raw)) << raw;
+  }
+  for (std::string bad : {"1e400x", "01e400", "1e", "-", "[1e400", "{\"a\":1e400}}", "1e400 2"}) {
+    EXPECT_THAT(ParseCompleteBody(R"({"result": )" + bad + R"(, "biz_type":"r","key":"k","token":1})"),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << bad;
+    EXPECT_FALSE(IsValidJson(bad)) << bad;
+  }
+  const std::string deep = std::string(1100, '[') + "1e400" + std::string(1100, ']');
+  EXPECT_THAT(ParseCompleteBody(R"({"result": )" + deep + R"(, "biz_type":"r","key":"k","token":1})"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(ParseCompleteBody, RejectsBadToken) {
   // 0 parses: it is the token of a degraded fail-open claim, which Api checks.
   for (const char* token : {"-1", "1.5", "\"1\"", "99999999999999999999"}) {

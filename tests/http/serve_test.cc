@@ -473,3 +473,30 @@ TEST(ServeLogTest, JsonAccessLogWithoutSecrets) {
 
 }  // namespace
 }  // namespace idem::http
+
+namespace idem::http {
+namespace {
+
+// SPEC §11 stores any JSON value byte-for-byte. Numbers past int64/double were
+// refused as "not valid JSON" (simdjson converts numbers), and complete comes
+// after the effect, so the client could not retry that away.
+TEST_F(ServeTest, BigNumbersInAResultAreStoredAndReplayedByteForByte) {
+  for (const std::string& result :
+       {std::string(R"({"big":18446744073709551616,"huge":1e400,"tiny":-1e-400,"n":[1E+999]})"),
+        std::string("1e400"), std::string("-123456789012345678901234567890")}) {
+    const std::string key = "BIG-" + std::to_string(result.size());
+    ClientResponse c = Claim(key);
+    ASSERT_EQ(c.status, 201) << c.body;
+    ClientResponse done = Complete(key, 1, result);
+    ASSERT_EQ(done.status, 200) << done.body;
+    ClientResponse replay = Claim(key);
+    ASSERT_EQ(replay.status, 200) << replay.body;
+    EXPECT_THAT(replay.body, HasSubstr("\"result\":" + result)) << replay.body;
+  }
+  // Still refused: what is not JSON at all, and a body that is not an object.
+  EXPECT_EQ(Complete("BIG-x", 1, "1e400x").status, 400);
+  EXPECT_EQ(Post("/v1/claims/complete", "[1e400]").status, 400);
+}
+
+}  // namespace
+}  // namespace idem::http
