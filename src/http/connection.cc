@@ -106,13 +106,45 @@ void Connection::ReadHeader() {
   parser_.emplace();
   parser_->body_limit(shared_.options.max_body_bytes);
   parser_->header_limit(static_cast<std::uint32_t>(shared_.options.max_header_bytes));
+  if (buffer_.size() > 0) {  // a pipelined request is already here
+    ReadRestOfHeader();
+    return;
+  }
+  // Idle between requests: wait up to idle_timeout for a first byte, then give the
+  // header its own deadline.
   stream_.expires_after(Chrono(shared_.options.idle_timeout));
+  stream_.async_read_some(buffer_.prepare(8192), [self = shared_from_this()](
+                                                     beast::error_code ec, std::size_t n) {
+    self->buffer_.commit(n);
+    if (ec) {
+      self->OnReadError(ec);  // EOF, reset, idle timeout: closes quietly
+    } else {
+      self->ReadRestOfHeader();
+    }
+  });
+}
+
+void Connection::ReadRestOfHeader() {
+  in_header_ = true;
+  header_expired_ = false;
+  // A timer of our own, not the stream's expiry: that one closes the socket, and
+  // the 408 still has to go out on it.
+  stream_.expires_never();
+  timer_.expires_after(Chrono(shared_.options.header_timeout));
+  timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (ec || !self->in_header_) return;
+    self->header_expired_ = true;
+    beast::error_code ignored;
+    self->stream_.socket().cancel(ignored);  // OnHeader sees operation_aborted
+  });
   bhttp::async_read_header(
       stream_, buffer_, *parser_,
       [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnHeader(ec); });
 }
 
 void Connection::OnHeader(beast::error_code ec) {
+  in_header_ = false;
+  timer_.cancel();
   if (ec) {
     OnReadError(ec);
     return;
@@ -182,7 +214,12 @@ void Connection::OnReadError(beast::error_code ec) {
   }
   Reply reply;
   reply.route = "other";
-  if (ec == bhttp::error::body_limit) {
+  if (header_expired_ && ec == asio::error::operation_aborted) {
+    // A header begun and not finished in time (RFC 9110 §15.5.9).
+    header_expired_ = false;
+    reply.response = MakeProblem(408, "request_timeout", "Request Timeout",
+                                 "the request header did not arrive in time");
+  } else if (ec == bhttp::error::body_limit) {
     reply.response = Api::BodyTooLarge(shared_.options.max_body_bytes);
   } else if (ec == bhttp::error::header_limit) {
     reply.response = Api::HeaderTooLarge();

@@ -48,6 +48,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   using Response = boost::beast::http::response<boost::beast::http::string_body>;
 
   void ReadHeader();
+  // After the first byte of a request: the rest of its header, within
+  // header_timeout.
+  void ReadRestOfHeader();
   void OnHeader(boost::beast::error_code ec);
   void ReadBody();
   void OnBody(boost::beast::error_code ec);
@@ -76,6 +79,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The current request's id (HttpRequest::request_id); set when its header is in.
   std::string request_id_;
   bool head_ = false;  // the current request is HEAD: the answer goes without its body
+  bool in_header_ = false;  // between a request's first byte and the end of its header
+  bool header_expired_ = false;  // header_timeout passed: the read was cancelled (408)
   std::string method_;  // the current request's, for the access log
   std::chrono::steady_clock::time_point started_;  // when its header was in
 };

@@ -42,6 +42,10 @@ struct ServerOptions {
   size_t max_body_bytes = 1 << 20;
   size_t max_header_bytes = 16 << 10;
   absl::Duration idle_timeout = absl::Seconds(60);    // keep-alive connection idle
+  // From a request's first byte to the end of its header (else 408 and close): a
+  // client that trickles a header (slowloris) holds a connection this long, not
+  // for idle_timeout.
+  absl::Duration header_timeout = absl::Seconds(10);
   absl::Duration io_timeout = absl::Seconds(30);      // reading a body, writing an answer
   absl::Duration wait_poll = absl::Milliseconds(15);  // re-poll period of waiting claims
   // Connections served at once (0: no cap). Past it a new connection is answered

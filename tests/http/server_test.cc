@@ -14,6 +14,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "http/client.h"
@@ -47,6 +48,8 @@ class ServerTest : public ::testing::Test {
     so.io_threads = 1;
     so.worker_threads = 4;
     so.max_body_bytes = 1000;
+    so.header_timeout = absl::Milliseconds(300);
+    so.idle_timeout = absl::Seconds(60);
     server_ = std::make_unique<Server>(*api_, so);
     ASSERT_OK(server_->Start());
     port_ = server_->port();
@@ -135,6 +138,24 @@ TEST_F(ServerTest, MalformedHttpIs400AndCloses) {
   EXPECT_EQ(r.status, 400) << r.error;
   EXPECT_EQ(r.header("content-type"), "application/problem+json");
   EXPECT_TRUE(c.ClosedByPeer());
+}
+
+// A header trickled in (slowloris) is cut off at header_timeout with 408, not
+// held for the keep-alive idle timeout (60 s here) and then dropped silently. A
+// connection idle between requests is not: the deadline starts at the first byte.
+TEST_F(ServerTest, SlowHeaderIs408AtTheHeaderDeadline) {
+  Client slow(port_);
+  ASSERT_TRUE(slow.WriteRaw("GET /healthz HTTP/1.1\r\nHost: x\r\n"));  // never finished
+  ClientResponse r = slow.Read();  // the client's own limit is 40 s
+  EXPECT_EQ(r.status, 408) << r.error;
+  EXPECT_EQ(r.header("connection"), "close");
+  EXPECT_TRUE(slow.ClosedByPeer());
+
+  Client idle(port_);
+  ClientResponse first = idle.Send("GET", "/healthz");
+  ASSERT_EQ(first.status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // idle past header_timeout
+  EXPECT_EQ(idle.Send("GET", "/healthz").status, 200) << "an idle connection was cut";
 }
 
 TEST_F(ServerTest, WaitingClaimsDoNotBlockTheServer) {
