@@ -47,17 +47,21 @@ int Connect(uint16_t port) {
   return fd;
 }
 
-// Sends GET /healthz on a new connection and returns the first bytes of the answer
-// read within `within` ("" when none came: the client was left to time out).
-std::string Healthz(uint16_t port, std::chrono::milliseconds within) {
+// Writes `request` on a new connection and reads until the server closes it,
+// `within` passes or (with `until_header`) an answer's header is in; what was read
+// ("" when nothing came: the client was left to time out).
+std::string Exchange(uint16_t port, const std::string& request,
+                     std::chrono::milliseconds within = std::chrono::seconds(10),
+                     bool until_header = false) {
   const int fd = Connect(port);
   if (fd < 0) return "";
-  const std::string req = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
   std::string out;
-  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+      static_cast<ssize_t>(request.size())) {
     const auto deadline = std::chrono::steady_clock::now() + within;
-    char buf[512];
-    while (out.find("\r\n\r\n") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < deadline &&
+           !(until_header && out.find("\r\n\r\n") != std::string::npos)) {
       pollfd p{fd, POLLIN, 0};
       if (poll(&p, 1, 50) <= 0) continue;
       const ssize_t n = recv(fd, buf, sizeof buf, 0);
@@ -69,27 +73,10 @@ std::string Healthz(uint16_t port, std::chrono::milliseconds within) {
   return out;
 }
 
-// Writes `request` on a new connection and reads until the server closes it or
-// `within` passes; everything read.
-std::string Exchange(uint16_t port, const std::string& request,
-                     std::chrono::milliseconds within = std::chrono::seconds(10)) {
-  const int fd = Connect(port);
-  if (fd < 0) return "";
-  std::string out;
-  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
-      static_cast<ssize_t>(request.size())) {
-    const auto deadline = std::chrono::steady_clock::now() + within;
-    char buf[4096];
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{fd, POLLIN, 0};
-      if (poll(&p, 1, 50) <= 0) continue;
-      const ssize_t n = recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-  }
-  close(fd);
-  return out;
+// GET /healthz on a new connection: the answer's first bytes, read within `within`.
+std::string Healthz(uint16_t port, std::chrono::milliseconds within) {
+  return Exchange(port, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n", within,
+                  /*until_header=*/true);
 }
 
 // User + system CPU seconds the process `pid` has used.
