@@ -55,6 +55,7 @@ struct ServeFlags {
   int io_threads = 2;
   int max_connections = 0;  // 0: sized from the descriptor limit (ConnectionCap)
   bool require_store_at_start = false;
+  std::string header_timeout = "10s";
   bool metrics_token = false;
   std::vector<std::string> fail_open;
   std::string cache;            // redis://host:port, empty: no Redis tier
@@ -189,6 +190,15 @@ int RunServe(const ServeFlags& flags) {
     PrintReason("serve: --max-connections must be 1 or more (0: from the descriptor limit)");
     return kExitUsage;
   }
+  absl::StatusOr<absl::Duration> header_timeout =
+      ParseTtlDuration(flags.header_timeout, "--header-timeout");
+  if (!header_timeout.ok() || *header_timeout <= absl::ZeroDuration() ||
+      *header_timeout > absl::Hours(1)) {
+    PrintReason("serve: --header-timeout '" + flags.header_timeout +
+                "' must be a duration from 1ms to 1h (e.g. 10s, 500ms)");
+    return kExitUsage;
+  }
+  server_options.header_timeout = *header_timeout;
   server_options.max_connections = ConnectionCap(flags.max_connections);
 
   // A database that is down at start is waited for (readiness 503 until it
@@ -299,6 +309,9 @@ CommandFn AddServeCommand(CLI::App& root) {
   sub->add_option("--max-connections", flags->max_connections,
                   "Connections served at once; past it new ones are answered 503 and closed "
                   "(0: the descriptor limit, raised to its hard maximum, minus 128)")
+      ->capture_default_str();
+  sub->add_option("--header-timeout", flags->header_timeout,
+                  "Time from a request's first byte to the end of its header (else 408)")
       ->capture_default_str();
   sub->add_flag("--require-store-at-start", flags->require_store_at_start,
                 "Exit 1 when the store cannot be reached at start (default: start, and answer "

@@ -357,7 +357,10 @@ TEST_F(ServeStartupTest, BadFlagsAreExit2WithOneLine) {
         std::vector<std::string>{"--listen", "127.0.0.1:70000"},
         std::vector<std::string>{"--tenant", "no-colon"},
         std::vector<std::string>{"--tenant", "a:x", "--tenant", "a:y"},
-        std::vector<std::string>{"--threads", "0"}}) {
+        std::vector<std::string>{"--threads", "0"},
+        std::vector<std::string>{"--max-connections", "-1"},
+        std::vector<std::string>{"--header-timeout", "0s"},
+        std::vector<std::string>{"--header-timeout", "soon"}}) {
     std::string err;
     EXPECT_EQ(Run(args, &err), 2) << args[1];
     EXPECT_EQ(CountLines(err), 1) << err;
