@@ -62,4 +62,10 @@ std::string RedactStoreUrl(std::string_view url);
 // percent-decoded; secret parameters) replaced by "***"; code and payloads kept.
 absl::Status RedactStoreSecrets(const absl::Status& status, std::string_view url);
 
+// `url` with `password` written into it (percent-encoded), for a password kept off
+// the command line (`idem serve --store-password-file`, IDEM_STORE_PASSWORD):
+// "postgres://idem@db/x" → "postgres://idem:PASSWORD@db/x". kInvalidArgument when
+// the URL already has a password or takes none (sqlite://, memory://).
+absl::StatusOr<std::string> StoreUrlWithPassword(std::string_view url, std::string_view password);
+
 }  // namespace idem

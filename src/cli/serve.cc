@@ -1,11 +1,14 @@
 // `idem serve`: the HTTP API of SPEC §11 over a store.
 //
-//   idem serve --listen 127.0.0.1:7070 --store sqlite://./idem.db --tenant acme:SECRET
+//   idem serve --listen 127.0.0.1:7070 --store sqlite://./idem.db --tenants-file FILE
 //
 // The first line on stdout is exactly "listening on HOST:PORT" (the bound port, also
 // when --listen asked for port 0), flushed at once, so scripts and tests can wait
-// for it. Logs go to stderr. Without --tenant a development tenant "dev" with a
-// fresh random token is created and its token printed on stderr.
+// for it. Logs go to stderr. Without any tenant (--tenant, --tenants-file,
+// IDEM_TENANTS; cli/secrets.h) a development tenant "dev" with a fresh random token
+// is created and its token printed on stderr. Secrets stay off the command line:
+// tenants as token hashes, the store password from --store-password-file or
+// IDEM_STORE_PASSWORD; one left in `ps` or in a file others may read is warned about.
 //
 // Store down: claims, complete, fail and record reads answer 503 (fail closed), and
 // /readyz is 503, until the store answers again; no restart is needed. --fail-open
@@ -15,10 +18,10 @@
 //
 // SIGTERM/SIGINT shut down gracefully (exit 0). Exit status: 1 when the store cannot
 // be opened or the address cannot be bound; 2 for malformed options.
-#include <sys/random.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -34,6 +37,7 @@
 #include "boost/asio/signal_set.hpp"
 #include "cli/commands.h"
 #include "cli/reason.h"
+#include "cli/secrets.h"
 #include "idem/cache.h"
 #include "idem/ttl.h"
 #include "http/api.h"
@@ -50,6 +54,9 @@ struct ServeFlags {
   std::string listen = "127.0.0.1:7070";
   std::string store = "sqlite://./idem.db";
   std::vector<std::string> tenants;
+  std::string tenants_file;
+  std::string store_password_file;
+  const CLI::Option* config = nullptr;  // the root's --config, for the file's name
   uint64_t max_body = 1 << 20;
   int threads = 16;
   int io_threads = 2;
@@ -80,51 +87,6 @@ bool ParseListen(const std::string& listen, std::string* host, uint16_t* port) {
   *host = h;
   *port = static_cast<uint16_t>(n);
   return true;
-}
-
-// 128 bits from the kernel's CSPRNG, as hex.
-bool RandomToken(std::string* out) {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n <= 0) return false;
-    got += static_cast<size_t>(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  out->clear();
-  for (unsigned char b : bytes) {
-    *out += kHex[b >> 4];
-    *out += kHex[b & 0xF];
-  }
-  return true;
-}
-
-absl::Status ParseTenants(const std::vector<std::string>& specs,
-                          std::vector<http::Tenant>* tenants) {
-  std::set<std::string> names, tokens;
-  for (const std::string& spec : specs) {
-    size_t colon = spec.find(':');
-    if (colon == std::string::npos) {
-      return absl::InvalidArgumentError("--tenant '" + spec + "' must be NAME:TOKEN");
-    }
-    http::Tenant t{spec.substr(0, colon), spec.substr(colon + 1)};
-    if (absl::Status s = ValidateTenant(t.name); !s.ok()) {
-      return absl::InvalidArgumentError("--tenant '" + spec + "': " + Str(s.message()));
-    }
-    if (t.token.empty() || t.token.find_first_of(" \t\r\n") != std::string::npos) {
-      return absl::InvalidArgumentError("--tenant '" + t.name +
-                                        ":...': the token must be non-empty, without spaces");
-    }
-    if (!names.insert(t.name).second) {
-      return absl::InvalidArgumentError("--tenant: tenant '" + t.name + "' is given twice");
-    }
-    if (!tokens.insert(t.token).second) {
-      return absl::InvalidArgumentError("--tenant: two tenants share a token");
-    }
-    tenants->push_back(std::move(t));
-  }
-  return absl::OkStatus();
 }
 
 // Descriptors left to everything but client connections: the store's connections
@@ -169,11 +131,34 @@ int RunServe(const ServeFlags& flags) {
     PrintReason("serve: --max-body must be between 1 and 1073741824 bytes");
     return kExitUsage;
   }
+  // Secrets (issue 10 §3): kept off the command line where they can be, warned
+  // about where other local users can read them.
+  const std::string config_file =
+      flags.config != nullptr && !flags.config->results().empty() ? flags.config->results().back()
+                                                                   : "";
+  std::vector<std::string> warnings;
+  const char* tenants_env = std::getenv("IDEM_TENANTS");
   http::ApiOptions api_options;
-  if (absl::Status s = ParseTenants(flags.tenants, &api_options.tenants); !s.ok()) {
-    PrintReason("serve: " + Str(s.message()));
-    return kExitUsage;
+  absl::StatusOr<std::vector<http::Tenant>> tenants = LoadTenants(
+      {.specs = flags.tenants,
+       .file = flags.tenants_file,
+       .env = tenants_env != nullptr ? tenants_env : "",
+       .config_file = config_file},
+      &warnings);
+  if (!tenants.ok()) {
+    PrintReason("serve: " + Str(tenants.status().message()));
+    return tenants.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                         : kExitFailure;
   }
+  api_options.tenants = *std::move(tenants);
+  absl::StatusOr<std::string> store_url = StoreUrlWithSecret(
+      flags.store, flags.store_password_file, "IDEM_STORE_PASSWORD", config_file, &warnings);
+  if (!store_url.ok()) {
+    PrintReason("serve: " + Str(store_url.status().message()));
+    return store_url.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                           : kExitFailure;
+  }
+  for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   for (const std::string& biz_type : flags.fail_open) {
     if (absl::Status s = ValidateBizType(biz_type, KeyLimits{}); !s.ok()) {
       PrintReason("serve: --fail-open '" + biz_type + "': " + Str(s.message()));
@@ -204,16 +189,16 @@ int RunServe(const ServeFlags& flags) {
   // A database that is down at start is waited for (readiness 503 until it
   // answers), as one that goes down later is; what no wait fixes fails here.
   absl::StatusOr<std::unique_ptr<Store>> store =
-      OpenStore(flags.store, {.open_when_reachable = !flags.require_store_at_start});
+      OpenStore(*store_url, {.open_when_reachable = !flags.require_store_at_start});
   if (!store.ok()) {
-    PrintReason("serve: cannot open store " + RedactStoreUrl(flags.store) + ": " +
-                Str(store.status().message()));
+    PrintReason("serve: cannot open store " + RedactStoreUrl(*store_url) + ": " +
+                Str(RedactStoreSecrets(store.status(), *store_url).message()));
     return kExitFailure;
   }
   if (absl::Status ping = (*store)->Ping(); !ping.ok() && IsStoreFault(ping)) {
     spdlog::warn("store {} is not reachable: {}; serving anyway: /readyz and requests answer "
                  "503 until it is (--require-store-at-start refuses to start instead)",
-                 RedactStoreUrl(flags.store), Str(ping.message()));
+                 RedactStoreUrl(*store_url), Str(RedactStoreSecrets(ping, *store_url).message()));
   }
 
   // Cache tiers (SPEC §6): L1 on by default, Redis with --cache. They answer only
@@ -239,14 +224,14 @@ int RunServe(const ServeFlags& flags) {
   }
 
   if (api_options.tenants.empty()) {
-    http::Tenant dev{"dev", ""};
-    if (!RandomToken(&dev.token)) {
+    std::string token;
+    if (!NewToken(&token)) {
       PrintReason("serve: cannot read the system random source for a development token");
       return kExitFailure;
     }
-    std::fprintf(stderr, "development tenant \"dev\", token: %s\n", dev.token.c_str());
+    std::fprintf(stderr, "development tenant \"dev\", token: %s\n", token.c_str());
     std::fflush(stderr);
-    api_options.tenants.push_back(std::move(dev));
+    api_options.tenants.push_back(http::Tenant::WithToken("dev", token));
   }
 
   Guard guard(**store);
@@ -293,13 +278,27 @@ CommandFn AddServeCommand(CLI::App& root) {
   CLI::App* sub = root.add_subcommand("serve", "Run the HTTP API (SPEC §11)");
   sub->add_option("--listen", flags->listen, "Address to listen on, HOST:PORT (port 0: any)")
       ->capture_default_str();
-  sub->add_option("--store", flags->store, "Store URL: sqlite://PATH, postgres://…, mysql://… or memory://")
+  flags->config = root.get_config_ptr();
+  sub->add_option("--store", flags->store,
+                  "Store URL: sqlite://PATH, postgres://…, mysql://… or memory:// (also "
+                  "IDEM_STORE); keep a password out of it with --store-password-file")
+      ->envname("IDEM_STORE")
       ->capture_default_str();
+  sub->add_option("--store-password-file", flags->store_password_file,
+                  "File holding the store's password on one line, written into the --store "
+                  "URL (else IDEM_STORE_PASSWORD; keeps it out of ps)")
+      ->type_name("FILE");
   sub->add_option("--tenant", flags->tenants,
-                  "A tenant and its bearer token, NAME:TOKEN (repeatable); without any, a "
-                  "development tenant \"dev\" with a random token is created")
-      ->type_name("NAME:TOKEN")
+                  "A tenant and its token's hash, NAME:sha256:HEX (idem token hash), or for "
+                  "development NAME:TOKEN (visible in ps; warned); repeatable. Also "
+                  "IDEM_TENANTS. Without any tenant, a development tenant \"dev\" with a random "
+                  "token is created")
+      ->type_name("NAME:HASH")
       ->allow_extra_args(false);
+  sub->add_option("--tenants-file", flags->tenants_file,
+                  "File of tenants, one \"NAME sha256:HEX\" per line (idem token new makes "
+                  "both), '#' comments")
+      ->type_name("FILE");
   sub->add_option("--max-body", flags->max_body, "Largest request body in bytes (else 413)")
       ->capture_default_str();
   sub->add_option("--threads", flags->threads, "Worker threads running store calls")

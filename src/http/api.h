@@ -61,9 +61,15 @@
 
 namespace idem::http {
 
+// A tenant and its bearer token, kept only as the token's SHA-256 (64 lowercase hex
+// digits, what `idem token hash` prints after "sha256:"): Authenticate hashes the
+// token a request presents and compares digests, so no token is held in memory.
 struct Tenant {
   std::string name;
-  std::string token;
+  std::string token_sha256;
+
+  // For tests and development: the tenant whose token is `token`.
+  static Tenant WithToken(std::string name, std::string_view token);
 };
 
 struct ApiOptions {

@@ -183,4 +183,8 @@ absl::Status RedactStoreSecrets(const absl::Status& status, std::string_view url
   return store::RedactSecretsIn(status, url);
 }
 
+absl::StatusOr<std::string> StoreUrlWithPassword(std::string_view url, std::string_view password) {
+  return store::WithPassword(url, password);
+}
+
 }  // namespace idem

@@ -1,5 +1,6 @@
 #include "store/store_url.h"
 
+#include <algorithm>
 #include <charconv>
 #include <string>
 #include <string_view>
@@ -153,6 +154,40 @@ std::string RedactUrl(std::string_view url) {
     }
     if (!kept.empty()) out.append("?").append(kept);
   }
+  return out;
+}
+
+absl::StatusOr<std::string> WithPassword(std::string_view url, std::string_view password) {
+  const size_t sep = url.find("://");
+  const std::string scheme = absl::AsciiStrToLower(AV(url.substr(0, sep)));
+  if (sep == std::string_view::npos || scheme == "sqlite" || scheme == "memory" ||
+      scheme == "rocksdb") {
+    return absl::InvalidArgumentError("a password was given for store URL '" + RedactUrl(url) +
+                                      "', which takes none (only server URLs do)");
+  }
+  const size_t start = sep + 3;
+  const size_t end = std::min(url.find_first_of("/?#", start), url.size());
+  const std::string_view authority = url.substr(start, end - start);
+  const size_t at = authority.rfind('@');
+  const std::string_view userinfo = at == std::string_view::npos ? "" : authority.substr(0, at);
+  if (userinfo.find(':') != std::string_view::npos) {
+    return absl::InvalidArgumentError("store URL '" + RedactUrl(url) +
+                                      "' already has a password; give it in one place only");
+  }
+  std::string out = absl::StrCat(AV(url.substr(0, start)), AV(userinfo), ":");
+  for (unsigned char c : password) {  // RFC 3986 unreserved characters stay as they are
+    if (absl::ascii_isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+    }
+  }
+  out += '@';
+  out += authority.substr(at == std::string_view::npos ? 0 : at + 1);
+  out += url.substr(end);
   return out;
 }
 

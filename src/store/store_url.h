@@ -34,6 +34,13 @@ std::string RedactSecretsIn(std::string_view text, std::string_view url);
 // `status` with RedactSecretsIn applied to its message (code and payloads kept).
 absl::Status RedactSecretsIn(const absl::Status& status, std::string_view url);
 
+// `url` with `password` written into its userinfo (percent-encoded), so that a
+// password kept out of the command line (a file, the environment) reaches the
+// backend: "postgres://idem@db/x" → "postgres://idem:PW@db/x"; no user → ":PW@".
+// kInvalidArgument when `url` has no "scheme://", is a path URL (sqlite://,
+// memory://, rocksdb://: they have no password) or already carries a password.
+absl::StatusOr<std::string> WithPassword(std::string_view url, std::string_view password);
+
 // A parsed URL of the authority form. Every string is percent-decoded.
 struct StoreUrl {
   std::string scheme;                   // lower case, without "://"

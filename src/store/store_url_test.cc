@@ -58,6 +58,31 @@ TEST(RedactSecretsInTest, ReplacesThePasswordWhereverADriverQuotedIt) {
   EXPECT_EQ(s.message(), "at ***");
 }
 
+TEST(WithPasswordTest, WritesThePasswordIntoTheUserinfoEncoded) {
+  EXPECT_EQ(*WithPassword("postgres://idem@db:5432/app?pool=2", "s3cret"),
+            "postgres://idem:s3cret@db:5432/app?pool=2");
+  EXPECT_EQ(*WithPassword("mysql://idem@[::1]:3306/app", "p@ss:w/rd %"),
+            "mysql://idem:p%40ss%3Aw%2Frd%20%25@[::1]:3306/app");
+  EXPECT_EQ(*WithPassword("redis://127.0.0.1:6379/0", "pw"), "redis://:pw@127.0.0.1:6379/0");
+  EXPECT_EQ(*WithPassword("postgres://db", "pw"), "postgres://:pw@db");
+  // What the backend's parser reads back is the password as given.
+  absl::StatusOr<StoreUrl> parsed =
+      ParseStoreUrl(*WithPassword("mysql://idem@db/app", "p@ss:w/rd %?&#"), "mysql");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->password, "p@ss:w/rd %?&#");
+  EXPECT_EQ(parsed->host, "db");
+}
+
+TEST(WithPasswordTest, RefusesATwiceGivenPasswordAndPathUrls) {
+  absl::StatusOr<std::string> twice = WithPassword("postgres://idem:old@db/app", "new");
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(twice.status().message().find("already has a password"), absl::string_view::npos);
+  EXPECT_EQ(twice.status().message().find("old"), absl::string_view::npos);
+  for (const char* url : {"sqlite://./idem.db", "memory://", "rocksdb:///var/idem", "db/app"}) {
+    EXPECT_EQ(WithPassword(url, "pw").status().code(), absl::StatusCode::kInvalidArgument) << url;
+  }
+}
+
 TEST(ParseStoreUrlTest, ReadsEveryPart) {
   absl::StatusOr<StoreUrl> u =
       ParseStoreUrl("MySQL://us%3Ar:p%40ss@db.internal:3307/app%20db?pool=4&procedures=off&x", "mysql");

@@ -44,7 +44,7 @@ class ApiTest : public ::testing::Test {
   void Build(Store& store) {
     guard_ = std::make_unique<Guard>(store, GuardOptions{.clock = &clock_});
     ApiOptions o;
-    o.tenants = {{"acme", "tok-a"}, {"beta", "tok-b"}};
+    o.tenants = {Tenant::WithToken("acme", "tok-a"), Tenant::WithToken("beta", "tok-b")};
     o.clock = &clock_;
     o.max_body_bytes = 4096;
     api_ = std::make_unique<Api>(*guard_, store, metrics_, o);

@@ -46,7 +46,8 @@ struct RunResult {
   std::string err;
 };
 
-// Runs `idem args...` with stdout and stderr captured in files under `scratch_dir`.
+// Runs `idem args...` with stdin from /dev/null, stdout and stderr captured in files
+// under `scratch_dir`.
 inline RunResult RunIdem(const std::vector<std::string>& args, const std::string& scratch_dir) {
   static int counter = 0;
   const std::string base = scratch_dir + "/run" + std::to_string(getpid()) + "_" +
@@ -56,8 +57,10 @@ inline RunResult RunIdem(const std::vector<std::string>& args, const std::string
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   pid_t pid = fork();
   if (pid == 0) {
+    int in = open("/dev/null", O_RDONLY);  // never the test's own stdin
     int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(in, STDIN_FILENO);
     dup2(out, STDOUT_FILENO);
     dup2(err, STDERR_FILENO);
     std::vector<char*> argv;

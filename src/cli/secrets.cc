@@ -1,0 +1,256 @@
+#include "cli/secrets.h"
+
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
+#include "core/absl_compat.h"
+#include "idem/fingerprint.h"
+#include "idem/idem.h"
+#include "idem/key.h"
+
+namespace idem::cli {
+namespace {
+
+constexpr std::string_view kHashPrefix = "sha256:";
+
+std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
+
+// "sha256:" + 64 hex digits (either case): the digest, lower case.
+std::optional<std::string> DigestOf(std::string_view hash) {
+  if (!hash.starts_with(kHashPrefix)) return std::nullopt;
+  std::string hex = Str(absl::AsciiStrToLower(AV(hash.substr(kHashPrefix.size()))));
+  if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return std::nullopt;
+  }
+  return hex;
+}
+
+// Checks every tenant once all are read: names and tokens each appear once.
+class TenantSet {
+ public:
+  absl::Status Add(std::string_view where, std::string name, std::string digest) {
+    if (absl::Status s = ValidateTenant(name); !s.ok()) {
+      return absl::InvalidArgumentError(std::string(where) + ": tenant '" + name + "': " +
+                                        Str(s.message()));
+    }
+    if (!names_.insert(name).second) {
+      return absl::InvalidArgumentError(std::string(where) + ": tenant '" + name + "' is given twice");
+    }
+    if (!digests_.insert(digest).second) {
+      return absl::InvalidArgumentError(std::string(where) + ": tenant '" + name +
+                                        "' has the same token as another tenant");
+    }
+    tenants_.push_back(http::Tenant{std::move(name), std::move(digest)});
+    return absl::OkStatus();
+  }
+  std::vector<http::Tenant> Take() { return std::move(tenants_); }
+
+ private:
+  std::set<std::string> names_, digests_;
+  std::vector<http::Tenant> tenants_;
+};
+
+// One NAME:TOKEN or NAME:sha256:HEX entry (--tenant, IDEM_TENANTS). Sets
+// `*plaintext_elsewhere` for a token not found on the command line.
+absl::Status AddSpec(std::string_view where, std::string_view spec, TenantSet* set,
+                     std::vector<std::string>* warnings, bool* plaintext_elsewhere) {
+  const size_t colon = spec.find(':');
+  if (colon == std::string_view::npos) {
+    // Not quoted: without its "NAME:" the entry may be a bare token.
+    return absl::InvalidArgumentError(std::string(where) +
+                                      ": an entry must be NAME:TOKEN or NAME:sha256:HEX "
+                                      "(no ':' found)");
+  }
+  std::string name(spec.substr(0, colon));
+  const std::string_view secret = spec.substr(colon + 1);
+  if (std::optional<std::string> digest = DigestOf(secret)) {
+    return set->Add(where, std::move(name), *std::move(digest));
+  }
+  if (secret.starts_with(kHashPrefix)) {
+    return absl::InvalidArgumentError(std::string(where) + ": tenant '" + name +
+                                      "': a sha256: hash must have 64 hex digits");
+  }
+  if (secret.empty() || secret.find_first_of(" \t\r\n") != std::string_view::npos) {
+    return absl::InvalidArgumentError(std::string(where) + ": tenant '" + name +
+                                      "': the token must be non-empty, without spaces");
+  }
+  if (OnCommandLine(secret)) {
+    warnings->push_back("the token of tenant '" + name +
+                        "' is on the command line, where every local user can read it (ps); "
+                        "give its hash instead (--tenant " + name +
+                        ":sha256:…, or --tenants-file; `idem token hash` prints it)");
+  } else {
+    *plaintext_elsewhere = true;
+  }
+  return set->Add(where, std::move(name), Fingerprint(secret));
+}
+
+absl::Status AddFile(const std::string& path, TenantSet* set) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::UnavailableError("cannot read --tenants-file " + path + ": " +
+                                  std::strerror(errno));
+  }
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const std::string where = path + ":" + std::to_string(number);
+    std::string_view text = line;
+    text = text.substr(0, text.find('#'));
+    std::vector<absl::string_view> words =
+        absl::StrSplit(AV(text), absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    if (words.empty()) continue;
+    std::optional<std::string> digest;
+    if (words.size() == 2) digest = DigestOf(SV(words[1]));
+    if (!digest) {
+      // Never quote the line: it may hold a plaintext token written by mistake.
+      return absl::InvalidArgumentError(
+          where + ": expected \"NAME sha256:HEX\" (64 hex digits; `idem token hash` prints "
+                  "the hash of a token, `idem token new` makes a token)");
+    }
+    if (absl::Status s = set->Add(where, Str(words[0]), *std::move(digest)); !s.ok()) return s;
+  }
+  if (in.bad()) return absl::UnavailableError("cannot read --tenants-file " + path);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool NewToken(std::string* out) {
+  unsigned char bytes[32];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->clear();
+  for (unsigned char b : bytes) {
+    *out += kHex[b >> 4];
+    *out += kHex[b & 0xF];
+  }
+  return true;
+}
+
+std::string TokenHash(std::string_view token) {
+  return std::string(kHashPrefix) + Fingerprint(token);
+}
+
+absl::StatusOr<std::vector<http::Tenant>> LoadTenants(const TenantSources& sources,
+                                                      std::vector<std::string>* warnings) {
+  TenantSet set;
+  bool in_config = false;  // a plaintext --tenant not on the command line: from --config
+  for (const std::string& spec : sources.specs) {
+    if (absl::Status s = AddSpec("--tenant", spec, &set, warnings, &in_config); !s.ok()) return s;
+  }
+  if (in_config && !sources.config_file.empty()) {
+    if (std::string w = LooseFileWarning(sources.config_file,
+                                         "config file " + sources.config_file +
+                                             ", which holds a tenant token,");
+        !w.empty()) {
+      warnings->push_back(std::move(w));
+    }
+  }
+  if (!sources.file.empty()) {
+    if (absl::Status s = AddFile(sources.file, &set); !s.ok()) return s;
+    if (std::string w = LooseFileWarning(sources.file, "tenants file " + sources.file); !w.empty()) {
+      warnings->push_back(std::move(w));
+    }
+  }
+  for (absl::string_view spec :
+       absl::StrSplit(AV(sources.env), absl::ByAnyChar(", \t\r\n"), absl::SkipEmpty())) {
+    bool unused = false;
+    if (absl::Status s = AddSpec("IDEM_TENANTS", SV(spec), &set, warnings, &unused); !s.ok()) {
+      return s;
+    }
+  }
+  return set.Take();
+}
+
+absl::StatusOr<std::string> StoreUrlWithSecret(const std::string& url,
+                                               const std::string& password_file,
+                                               const char* env_name,
+                                               const std::string& config_file,
+                                               std::vector<std::string>* warnings) {
+  const char* env = std::getenv(env_name);
+  const bool from_env = env != nullptr && *env != '\0';
+  if (!password_file.empty() && from_env) {
+    return absl::InvalidArgumentError(std::string("the store password is given twice: ") +
+                                      "--store-password-file and " + env_name +
+                                      "; keep one");
+  }
+  if (!password_file.empty()) {
+    absl::StatusOr<std::string> password =
+        ReadSecretFile(password_file, "--store-password-file", warnings);
+    if (!password.ok()) return password.status();
+    return StoreUrlWithPassword(url, *password);
+  }
+  if (from_env) return StoreUrlWithPassword(url, env);
+  if (RedactStoreUrl(url) == url) return url;  // no secret in it
+  if (OnCommandLine(url)) {
+    warnings->push_back("the --store URL carries a password on the command line, where every "
+                        "local user can read it (ps); use --store-password-file FILE or " +
+                        std::string(env_name) + " instead");
+  } else if (const char* store_env = std::getenv("IDEM_STORE");
+             !config_file.empty() && (store_env == nullptr || url != store_env)) {
+    if (std::string w = LooseFileWarning(config_file, "config file " + config_file +
+                                                          ", which holds the store password,");
+        !w.empty()) {
+      warnings->push_back(std::move(w));
+    }
+  }
+  return url;
+}
+
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path, std::string_view what,
+                                           std::vector<std::string>* warnings) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::UnavailableError("cannot read " + std::string(what) + " " + path + ": " +
+                                  std::strerror(errno));
+  }
+  std::stringstream content;
+  content << in.rdbuf();
+  std::string secret = content.str();
+  if (secret.ends_with("\n")) secret.pop_back();
+  if (secret.ends_with("\r")) secret.pop_back();
+  if (secret.empty() || secret.find('\n') != std::string::npos) {
+    return absl::InvalidArgumentError(std::string(what) + " " + path +
+                                      " must hold the secret on one line");
+  }
+  if (std::string w = LooseFileWarning(path, std::string(what) + " " + path); !w.empty()) {
+    warnings->push_back(std::move(w));
+  }
+  return secret;
+}
+
+std::string LooseFileWarning(const std::string& path, std::string_view what) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || (st.st_mode & (S_IRWXG | S_IRWXO)) == 0) return "";
+  char mode[8];
+  std::snprintf(mode, sizeof(mode), "%03o", static_cast<unsigned>(st.st_mode & 0777));
+  return std::string(what) + " may be read by group or others (mode " + mode +
+         "); make it private: chmod 600 " + path;
+}
+
+bool OnCommandLine(std::string_view secret) {
+  if (secret.empty()) return false;
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::stringstream content;
+  content << in.rdbuf();
+  return content.str().find(secret) != std::string::npos;
+}
+
+}  // namespace idem::cli

@@ -1,0 +1,80 @@
+// Secrets kept off the command line (issue 10 §3): where `idem serve` takes its
+// tenants' tokens and the store's password from, and the checks that warn when a
+// secret is where other local users can read it.
+//
+// Tenants come from any mix of
+//   --tenant NAME:sha256:HEX    the token's SHA-256 (`idem token hash`); not a secret
+//   --tenant NAME:TOKEN         the token itself: development only, since every local
+//                               user sees it in `ps` (a warning says so)
+//   --tenants-file FILE         one "NAME sha256:HEX" per line; '#' starts a comment
+//   IDEM_TENANTS                entries as for --tenant, separated by commas or
+//                               whitespace (an environment is readable by the
+//                               process's user and root only)
+// and are kept only as token digests (http::Tenant).
+//
+// Thread safety: plain functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "http/api.h"
+
+namespace idem::cli {
+
+// A new bearer token: 256 bits from the kernel's CSPRNG as 64 hex digits. False
+// when the random source cannot be read.
+bool NewToken(std::string* out);
+
+// "sha256:" followed by the 64 lowercase hex digits of SHA-256(token).
+std::string TokenHash(std::string_view token);
+
+struct TenantSources {
+  std::vector<std::string> specs;  // --tenant, from the command line or --config
+  std::string file;                // --tenants-file, "" for none
+  std::string env;                 // the value of IDEM_TENANTS, "" for none
+  std::string config_file;         // the --config file, "" for none
+};
+
+// Every tenant of `sources`, each checked (a valid name, a token without spaces or
+// a well-formed hash, no name or token twice across all sources). Errors are
+// kInvalidArgument naming the source (the option, "FILE:LINE", IDEM_TENANTS) and
+// never a token; a tenants file that cannot be read is kUnavailable. `warnings`
+// gets one line per plaintext token found in this process's command line, and one
+// for a tenants file, or a config file that holds a plaintext token, that group or
+// others may read.
+absl::StatusOr<std::vector<http::Tenant>> LoadTenants(const TenantSources& sources,
+                                                      std::vector<std::string>* warnings);
+
+// `url` (--store) with its password from `password_file` or else the environment
+// variable `env_name`, when either is set (StoreUrlWithPassword); both set, or a
+// URL that already has a password, is kInvalidArgument; an unreadable file is
+// kUnavailable. A URL that carries a secret itself adds a warning to `warnings`
+// when it is on this process's command line, or when it came from `config_file`
+// and that file is readable by group or others.
+absl::StatusOr<std::string> StoreUrlWithSecret(const std::string& url,
+                                               const std::string& password_file,
+                                               const char* env_name,
+                                               const std::string& config_file,
+                                               std::vector<std::string>* warnings);
+
+// The content of the secret file `path` (one trailing newline dropped), named
+// `what` in errors ("--store-password-file"): kUnavailable when it cannot be read,
+// kInvalidArgument when it is empty or has more than one line. Adds a warning to
+// `warnings` when group or others may read it.
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path, std::string_view what,
+                                           std::vector<std::string>* warnings);
+
+// A warning line when the file `path` may be read by group or others (`what`
+// names it: "tenants file /etc/idem/tenants"), "" otherwise or when it cannot be
+// examined (reading it then reports the problem).
+std::string LooseFileWarning(const std::string& path, std::string_view what);
+
+// Whether `secret` (non-empty) appears in this process's /proc/self/cmdline, i.e.
+// in what `ps` shows every local user.
+bool OnCommandLine(std::string_view secret);
+
+}  // namespace idem::cli
