@@ -53,6 +53,7 @@
 
 #include "http/store_health.h"
 #include "absl/time/time.h"
+#include "http/handler.h"
 #include "http/metrics.h"
 #include "http/types.h"
 #include "idem/clock.h"
@@ -89,35 +90,23 @@ struct WaitingClaim {
   absl::Time deadline;
 };
 
-struct Reply {
-  HttpResponse response;
-  // The route template, for metrics ("/v1/claims", "/healthz", "other", ...).
-  std::string route;
-  // The guard outcome the response reports ("acquired", "lease_lost", ...), or "".
-  std::string outcome;
-  // The authenticated tenant, for the access log; "" before authentication.
-  std::string tenant;
-  // Non-null while a claim is waiting: `response` is what to send if the wait must
-  // end now (409 in_progress); otherwise call Api::Poll(*waiting) again shortly.
-  std::shared_ptr<const WaitingClaim> waiting;
-};
-
-class Api {
+class Api : public Handler {
  public:
   Api(Guard& guard, Store& store, Metrics& metrics, ApiOptions options);
 
   // Routes and answers `request`. Blocks on the store. Never throws.
-  Reply Handle(const HttpRequest& request);
+  Reply Handle(const HttpRequest& request) override;
 
   // Re-tries a waiting claim. Blocks on the store. Never throws.
-  Reply Poll(const WaitingClaim& waiting);
+  Reply Poll(const WaitingClaim& waiting) override;
 
   // Checked when a request's header is in and it has a body still to come: the
   // answer that ends it there, before any of the body is read or a 100 Continue
   // sent (401 for an API route without a valid bearer token), or nullopt to read
   // on. So an unauthenticated client cannot make the server hold its body.
   // Does not block; never throws.
-  std::optional<Reply> BeforeBody(std::string_view target, std::string_view authorization) const;
+  std::optional<Reply> BeforeBody(std::string_view target,
+                                  std::string_view authorization) const override;
 
   // Answers for conditions found before a request reaches Handle() (the server's
   // parser): 413 body too large, 400 malformed HTTP, 431 header too large.
@@ -125,7 +114,7 @@ class Api {
   static HttpResponse BadHttp(std::string_view what);
   static HttpResponse HeaderTooLarge();
 
-  Metrics& metrics() { return metrics_; }
+  Metrics& metrics() override { return metrics_; }
   const ApiOptions& options() const { return options_; }
 
  private:

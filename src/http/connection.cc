@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "http/api.h"
 #include "http/problem.h"
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/post.hpp"
@@ -249,6 +250,11 @@ void Connection::OnBody(beast::error_code ec) {
   auto auth = req[bhttp::field::authorization];
   request.authorization = std::string(auth.data(), auth.size());
   request.request_id = request_id_;
+  if (shared_.api.wants_headers()) {
+    for (const auto& field : req) {
+      request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    }
+  }
   request.body = std::move(req.body());
   Dispatch(std::move(request));
 }
@@ -297,9 +303,14 @@ void Connection::Send(const Reply& reply, bool force_close) {
   const bool close = force_close || !keep_alive_ || shared_.stopping.load();
   response_ =
       std::make_shared<Response>(static_cast<bhttp::status>(reply.response.status), version_);
-  response_->set(bhttp::field::server, "idem");
-  response_->set(bhttp::field::content_type, reply.response.content_type);
-  for (const auto& [name, value] : reply.response.headers) response_->set(name, value);
+  // insert, not set: a proxied answer may repeat a header (Link, Vary, ...).
+  for (const auto& [name, value] : reply.response.headers) response_->insert(name, value);
+  if (response_->find(bhttp::field::server) == response_->end()) {
+    response_->set(bhttp::field::server, "idem");
+  }
+  if (!reply.response.content_type.empty()) {
+    response_->set(bhttp::field::content_type, reply.response.content_type);
+  }
   response_->set("X-Request-Id", request_id_);
   response_->body() = reply.response.body;
   // Every problem body is one JSON object (ProblemResponse); the request id goes in

@@ -19,14 +19,14 @@
 #include "boost/asio/thread_pool.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
-#include "http/api.h"
+#include "http/handler.h"
 #include "http/server.h"
 
 namespace idem::http {
 
 // What connections share with the Server that owns them.
 struct ServerShared {
-  Api& api;
+  Handler& api;
   const ServerOptions& options;
   boost::asio::io_context& ioc;
   boost::asio::thread_pool& pool;

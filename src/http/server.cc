@@ -80,7 +80,7 @@ struct Refused : std::enable_shared_from_this<Refused> {
 
 class ServerImpl {
  public:
-  ServerImpl(Api& api, ServerOptions options)
+  ServerImpl(Handler& api, ServerOptions options)
       : api_(api),
         options_(std::move(options)),
         pool_(static_cast<std::size_t>(std::max(1, options_.worker_threads))),
@@ -263,7 +263,7 @@ class ServerImpl {
     r->last_line = now;
   }
 
-  Api& api_;
+  Handler& api_;
   const ServerOptions options_;
   // Declared before ioc_ so that they outlive any handler ioc_ destroys.
   absl::Mutex mu_;
@@ -287,8 +287,8 @@ class ServerImpl {
   uint64_t next_id_ = 0;  // accept strand only
 };
 
-Server::Server(Api& api, ServerOptions options)
-    : impl_(std::make_unique<ServerImpl>(api, std::move(options))) {}
+Server::Server(Handler& handler, ServerOptions options)
+    : impl_(std::make_unique<ServerImpl>(handler, std::move(options))) {}
 
 Server::~Server() = default;
 

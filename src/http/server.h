@@ -1,6 +1,7 @@
 // Server: the HTTP/1.1 front of `idem serve`. Accepts connections on an io_context
 // run by a few I/O threads, reads requests with Boost.Beast (keep-alive, 100-continue,
-// a body limit), runs the blocking Api calls on a separate worker pool and writes the
+// a body limit), runs the blocking Handler calls (the API, or the proxy) on a separate
+// worker pool and writes the
 // answers back on each connection's strand. A claim that waits (wait_ms) re-polls on
 // a steady_timer, so no thread blocks while it waits.
 //
@@ -17,7 +18,7 @@
 // connection is gone.
 //
 // Thread safety: Start() once; Shutdown() and port()/address() from any thread;
-// Wait() from one thread. `api` must outlive the Server.
+// Wait() from one thread. `handler` must outlive the Server.
 #pragma once
 
 #include <atomic>
@@ -30,7 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "http/api.h"
+#include "http/handler.h"
 
 namespace idem::http {
 
@@ -38,7 +39,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";  // an IP address or a resolvable name
   uint16_t port = 7070;            // 0: the kernel picks one; see port()
   int io_threads = 2;
-  int worker_threads = 16;  // threads that run Api calls (they block on the store)
+  int worker_threads = 16;  // threads that run Handler calls (they block on the store)
   size_t max_body_bytes = 1 << 20;
   size_t max_header_bytes = 16 << 10;
   absl::Duration idle_timeout = absl::Seconds(60);    // keep-alive connection idle
@@ -60,7 +61,7 @@ class ServerImpl;
 
 class Server {
  public:
-  Server(Api& api, ServerOptions options);
+  Server(Handler& handler, ServerOptions options);
   // Shuts down and waits.
   ~Server();
 

@@ -19,11 +19,14 @@ struct HttpRequest {
   // The client's X-Request-Id when it is a sane token, else one made up; echoed in
   // the answer's X-Request-Id and in every problem body (`request_id`).
   std::string request_id;
+  // Every header as received, in order; filled only for a Handler that wants them
+  // (Handler::wants_headers).
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 struct HttpResponse {
   int status = 200;
-  std::string content_type = "application/json";
+  std::string content_type = "application/json";  // "": no Content-Type header
   // Extra headers (Retry-After, Idempotent-Replayed, WWW-Authenticate, Allow, ...).
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;

@@ -5,6 +5,7 @@
 // own: a waiting claim is answered only by what the test does (a completion, a
 // shutdown). The tests wait for conditions (the waits counter, an answer) with
 // generous deadlines instead of sleeping and measuring elapsed time.
+#include "http/api.h"
 #include "http/server.h"
 
 #include <gmock/gmock.h>
@@ -39,7 +40,7 @@ class ServerTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(store_, OpenStore("memory://"));
     guard_ = std::make_unique<Guard>(*store_);
     ApiOptions o;
-    o.tenants = {{"acme", "tok-a"}};
+    o.tenants = {Tenant::WithToken("acme", "tok-a")};
     o.max_body_bytes = 1000;
     o.clock = &clock_;
     api_ = std::make_unique<Api>(*guard_, *store_, metrics_, o);

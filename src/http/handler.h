@@ -1,0 +1,57 @@
+// Handler: what the Server (server.h) asks of the application behind it, the idem
+// API (api.h) or the Idempotency-Key proxy (proxy.h), and the Reply it answers with.
+//
+// Thread safety: Handle, Poll and BeforeBody are called concurrently, from the
+// Server's worker threads (Handle, Poll) and I/O threads (BeforeBody).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "http/metrics.h"
+#include "http/types.h"
+
+namespace idem::http {
+
+// A request that waits (a claim with wait_ms); opaque to the Server.
+struct WaitingClaim;
+
+struct Reply {
+  HttpResponse response;
+  // The route template, for metrics ("/v1/claims", "/healthz", "other", ...).
+  std::string route;
+  // The guard outcome the response reports ("acquired", "lease_lost", ...), or "".
+  std::string outcome;
+  // The authenticated tenant, for the access log; "" before authentication.
+  std::string tenant;
+  // Non-null while a claim is waiting: `response` is what to send if the wait must
+  // end now (409 in_progress); otherwise call Handler::Poll(*waiting) again shortly.
+  std::shared_ptr<const WaitingClaim> waiting;
+};
+
+class Handler {
+ public:
+  virtual ~Handler() = default;
+
+  // Answers `request`. May block (on the store, on an upstream). Never throws.
+  virtual Reply Handle(const HttpRequest& request) = 0;
+
+  // Re-tries a request that waits (Reply::waiting). May block. Never throws.
+  virtual Reply Poll(const WaitingClaim& waiting) = 0;
+
+  // Checked when a request's header is in and it has a body still to come: the
+  // answer that ends it there, before any of the body is read or a 100 Continue
+  // sent, or nullopt to read on. Does not block; never throws.
+  virtual std::optional<Reply> BeforeBody(std::string_view target,
+                                          std::string_view authorization) const = 0;
+
+  // Whether HttpRequest::headers is to be filled (the proxy forwards them; the API
+  // needs none, and filling them costs allocations).
+  virtual bool wants_headers() const { return false; }
+
+  virtual Metrics& metrics() = 0;
+};
+
+}  // namespace idem::http
