@@ -18,11 +18,9 @@
 //
 // SIGTERM/SIGINT shut down gracefully (exit 0). Exit status: 1 when the store cannot
 // be opened or the address cannot be bound; 2 for malformed options.
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -32,12 +30,12 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
-#include "boost/asio/io_context.hpp"
-#include "boost/asio/signal_set.hpp"
+#include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/reason.h"
 #include "cli/secrets.h"
+#include "cli/server_command.h"
+#include "core/absl_compat.h"
 #include "idem/cache.h"
 #include "idem/ttl.h"
 #include "http/api.h"
@@ -51,18 +49,9 @@ namespace {
 
 
 struct ServeFlags {
-  std::string listen = "127.0.0.1:7070";
-  std::string store = "sqlite://./idem.db";
+  ServerFlags server{.listen = "127.0.0.1:7070"};
   std::vector<std::string> tenants;
   std::string tenants_file;
-  std::string store_password_file;
-  const CLI::Option* config = nullptr;  // the root's --config, for the file's name
-  uint64_t max_body = 1 << 20;
-  int threads = 16;
-  int io_threads = 2;
-  int max_connections = 0;  // 0: sized from the descriptor limit (ConnectionCap)
-  bool require_store_at_start = false;
-  std::string header_timeout = "10s";
   bool metrics_token = false;
   std::vector<std::string> fail_open;
   std::string cache;            // redis://host:port, empty: no Redis tier
@@ -72,70 +61,14 @@ struct ServeFlags {
 
 std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
 
-// "HOST:PORT", "[v6]:PORT".
-bool ParseListen(const std::string& listen, std::string* host, uint16_t* port) {
-  size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
-  std::string h = listen.substr(0, colon);
-  std::string p = listen.substr(colon + 1);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  uint32_t n = 0;
-  if (h.empty() || p.empty() || !absl::SimpleAtoi(absl::string_view(p.data(), p.size()), &n) ||
-      n > 65535 || p.find_first_not_of("0123456789") != std::string::npos) {
-    return false;
-  }
-  *host = h;
-  *port = static_cast<uint16_t>(n);
-  return true;
-}
-
-// Descriptors left to everything but client connections: the store's connections
-// (pool= is at most 1024, usually 8), the database files, logs, the listener.
-constexpr rlim_t kReservedDescriptors = 128;
-
-// Raises the soft descriptor limit to the hard one (a systemd default is 1,024
-// soft, 524,288 hard) and answers the connection cap: `requested`, or when 0 the
-// limit minus kReservedDescriptors. A requested cap past what the limit allows is
-// kept (the server then sheds at EMFILE) with a warning.
-int ConnectionCap(int requested) {
-  rlimit lim{};
-  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return requested > 0 ? requested : 1024;
-  if (lim.rlim_cur < lim.rlim_max) {
-    rlimit raised = lim;
-    raised.rlim_cur = lim.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
-  }
-  const rlim_t files = std::min<rlim_t>(lim.rlim_cur, 1 << 24);
-  const int derived =
-      static_cast<int>(files > kReservedDescriptors + 16 ? files - kReservedDescriptors : 16);
-  if (requested == 0) return derived;
-  if (requested > derived) {
-    spdlog::warn("--max-connections {} is more than the descriptor limit ({}) leaves for "
-                 "connections ({}); past it new connections are shed as they arrive",
-                 requested, static_cast<uint64_t>(files), derived);
-  }
-  return requested;
-}
-
 int RunServe(const ServeFlags& flags) {
-  http::ServerOptions server_options;
-  if (!ParseListen(flags.listen, &server_options.host, &server_options.port)) {
-    PrintReason("serve: --listen '" + flags.listen + "' must be HOST:PORT (port 0-65535)");
-    return kExitUsage;
-  }
-  if (flags.threads < 1 || flags.threads > 1024 || flags.io_threads < 1 || flags.io_threads > 256) {
-    PrintReason("serve: --threads must be 1-1024 and --io-threads 1-256");
-    return kExitUsage;
-  }
-  if (flags.max_body < 1 || flags.max_body > (uint64_t{1} << 30)) {
-    PrintReason("serve: --max-body must be between 1 and 1073741824 bytes");
+  absl::StatusOr<http::ServerOptions> server_options = ServerOptionsOf(flags.server);
+  if (!server_options.ok()) {
+    PrintReason("serve: " + Str(server_options.status().message()));
     return kExitUsage;
   }
   // Secrets (issue 10 §3): kept off the command line where they can be, warned
   // about where other local users can read them.
-  const std::string config_file =
-      flags.config != nullptr && !flags.config->results().empty() ? flags.config->results().back()
-                                                                   : "";
   std::vector<std::string> warnings;
   const char* tenants_env = std::getenv("IDEM_TENANTS");
   http::ApiOptions api_options;
@@ -143,22 +76,15 @@ int RunServe(const ServeFlags& flags) {
       {.specs = flags.tenants,
        .file = flags.tenants_file,
        .env = tenants_env != nullptr ? tenants_env : "",
-       .config_file = config_file},
+       .config_file = ConfigFile(flags.server)},
       &warnings);
+  for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   if (!tenants.ok()) {
     PrintReason("serve: " + Str(tenants.status().message()));
     return tenants.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
                                                                          : kExitFailure;
   }
   api_options.tenants = *std::move(tenants);
-  absl::StatusOr<std::string> store_url = StoreUrlWithSecret(
-      flags.store, flags.store_password_file, "IDEM_STORE_PASSWORD", config_file, &warnings);
-  if (!store_url.ok()) {
-    PrintReason("serve: " + Str(store_url.status().message()));
-    return store_url.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                           : kExitFailure;
-  }
-  for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   for (const std::string& biz_type : flags.fail_open) {
     if (absl::Status s = ValidateBizType(biz_type, KeyLimits{}); !s.ok()) {
       PrintReason("serve: --fail-open '" + biz_type + "': " + Str(s.message()));
@@ -166,40 +92,12 @@ int RunServe(const ServeFlags& flags) {
     }
     api_options.fail_open.insert(biz_type);
   }
-  api_options.max_body_bytes = flags.max_body;
+  api_options.max_body_bytes = flags.server.max_body;
   api_options.metrics_require_token = flags.metrics_token;
-  server_options.max_body_bytes = flags.max_body;
-  server_options.worker_threads = flags.threads;
-  server_options.io_threads = flags.io_threads;
-  if (flags.max_connections < 0) {
-    PrintReason("serve: --max-connections must be 1 or more (0: from the descriptor limit)");
-    return kExitUsage;
-  }
-  absl::StatusOr<absl::Duration> header_timeout =
-      ParseTtlDuration(flags.header_timeout, "--header-timeout");
-  if (!header_timeout.ok() || *header_timeout <= absl::ZeroDuration() ||
-      *header_timeout > absl::Hours(1)) {
-    PrintReason("serve: --header-timeout '" + flags.header_timeout +
-                "' must be a duration from 1ms to 1h (e.g. 10s, 500ms)");
-    return kExitUsage;
-  }
-  server_options.header_timeout = *header_timeout;
-  server_options.max_connections = ConnectionCap(flags.max_connections);
 
-  // A database that is down at start is waited for (readiness 503 until it
-  // answers), as one that goes down later is; what no wait fixes fails here.
-  absl::StatusOr<std::unique_ptr<Store>> store =
-      OpenStore(*store_url, {.open_when_reachable = !flags.require_store_at_start});
-  if (!store.ok()) {
-    PrintReason("serve: cannot open store " + RedactStoreUrl(*store_url) + ": " +
-                Str(RedactStoreSecrets(store.status(), *store_url).message()));
-    return kExitFailure;
-  }
-  if (absl::Status ping = (*store)->Ping(); !ping.ok() && IsStoreFault(ping)) {
-    spdlog::warn("store {} is not reachable: {}; serving anyway: /readyz and requests answer "
-                 "503 until it is (--require-store-at-start refuses to start instead)",
-                 RedactStoreUrl(*store_url), Str(RedactStoreSecrets(ping, *store_url).message()));
-  }
+  int exit_code = kExitOk;
+  std::unique_ptr<Store> store = OpenServerStore("serve", flags.server, &exit_code);
+  if (store == nullptr) return exit_code;
 
   // Cache tiers (SPEC §6): L1 on by default, Redis with --cache. They answer only
   // keys whose final state the store already decided; losing them changes speed only.
@@ -215,12 +113,12 @@ int RunServe(const ServeFlags& flags) {
     cache_options.ttl = *ttl;
     cache_options.log = [](std::string_view message) { spdlog::warn("cache: {}", message); };
     absl::StatusOr<std::unique_ptr<Store>> cached =
-        NewCachingStore(*std::move(store), std::move(cache_options));
+        NewCachingStore(std::move(store), std::move(cache_options));
     if (!cached.ok()) {
       PrintReason("serve: --cache '" + RedactStoreUrl(flags.cache) + "': " + Str(cached.status().message()));
       return kExitUsage;
     }
-    store = std::move(cached);
+    store = *std::move(cached);
   }
 
   if (api_options.tenants.empty()) {
@@ -234,41 +132,21 @@ int RunServe(const ServeFlags& flags) {
     api_options.tenants.push_back(http::Tenant::WithToken("dev", token));
   }
 
-  Guard guard(**store);
+  Guard guard(*store);
   http::Metrics metrics;
 
-  http::Api api(guard, **store, metrics, api_options);
-  http::Server server(api, server_options);
-
-  // Installed before the listening line, so a signal sent right after it is handled.
-  boost::asio::io_context signal_ioc;
-  boost::asio::signal_set signals(signal_ioc, SIGINT, SIGTERM);
-
-  if (absl::Status s = server.Start(); !s.ok()) {
-    PrintReason("serve: " + Str(s.message()));
-    return kExitFailure;
-  }
-  std::string address = server.address();
-  if (address.find(':') != std::string::npos) address = "[" + address + "]";
-  std::printf("listening on %s:%u\n", address.c_str(), static_cast<unsigned>(server.port()));
-  std::fflush(stdout);
-  spdlog::info("serving store {} for {} tenant(s) on {}:{}, at most {} connections at once",
-               (*store)->url(), api_options.tenants.size(), address, server.port(),
-               server_options.max_connections);
+  http::Api api(guard, *store, metrics, api_options);
+  http::Server server(api, *server_options);
   for (const std::string& biz_type : api_options.fail_open) {
     spdlog::warn("biz_type \"{}\" is fail-open: while the store is down its claims are let "
                  "through unrecorded, so duplicates may pass (UNSAFE)",
                  biz_type);
   }
-
-  signals.async_wait([&](const boost::system::error_code& ec, int signo) {
-    if (!ec) spdlog::info("signal {}: shutting down", signo);
-    server.Shutdown();
-  });
-  signal_ioc.run();
-  server.Wait();
-  spdlog::info("stopped");
-  return kExitOk;
+  return ServeUntilSignal("serve", server,
+                          absl::StrCat("serving store ", AV(store->url()), " for ",
+                                       api_options.tenants.size(), " tenant(s), at most ",
+                                       server_options->max_connections,
+                                       " connections at once,"));
 }
 
 }  // namespace
@@ -276,18 +154,7 @@ int RunServe(const ServeFlags& flags) {
 CommandFn AddServeCommand(CLI::App& root) {
   auto flags = std::make_shared<ServeFlags>();
   CLI::App* sub = root.add_subcommand("serve", "Run the HTTP API (SPEC §11)");
-  sub->add_option("--listen", flags->listen, "Address to listen on, HOST:PORT (port 0: any)")
-      ->capture_default_str();
-  flags->config = root.get_config_ptr();
-  sub->add_option("--store", flags->store,
-                  "Store URL: sqlite://PATH, postgres://…, mysql://… or memory:// (also "
-                  "IDEM_STORE); keep a password out of it with --store-password-file")
-      ->envname("IDEM_STORE")
-      ->capture_default_str();
-  sub->add_option("--store-password-file", flags->store_password_file,
-                  "File holding the store's password on one line, written into the --store "
-                  "URL (else IDEM_STORE_PASSWORD; keeps it out of ps)")
-      ->type_name("FILE");
+  AddServerFlags(root, sub, &flags->server);
   sub->add_option("--tenant", flags->tenants,
                   "A tenant and its token's hash, NAME:sha256:HEX (idem token hash), or for "
                   "development NAME:TOKEN (visible in ps; warned); repeatable. Also "
@@ -299,22 +166,6 @@ CommandFn AddServeCommand(CLI::App& root) {
                   "File of tenants, one \"NAME sha256:HEX\" per line (idem token new makes "
                   "both), '#' comments")
       ->type_name("FILE");
-  sub->add_option("--max-body", flags->max_body, "Largest request body in bytes (else 413)")
-      ->capture_default_str();
-  sub->add_option("--threads", flags->threads, "Worker threads running store calls")
-      ->capture_default_str();
-  sub->add_option("--io-threads", flags->io_threads, "Threads running network I/O")
-      ->capture_default_str();
-  sub->add_option("--max-connections", flags->max_connections,
-                  "Connections served at once; past it new ones are answered 503 and closed "
-                  "(0: the descriptor limit, raised to its hard maximum, minus 128)")
-      ->capture_default_str();
-  sub->add_option("--header-timeout", flags->header_timeout,
-                  "Time from a request's first byte to the end of its header (else 408)")
-      ->capture_default_str();
-  sub->add_flag("--require-store-at-start", flags->require_store_at_start,
-                "Exit 1 when the store cannot be reached at start (default: start, and answer "
-                "503 until it can)");
   sub->add_flag("--metrics-token", flags->metrics_token,
                 "Require a tenant's bearer token on /metrics");
   // "--fail_open" too: the TOML key the docs name is fail_open (CLI11 matches config

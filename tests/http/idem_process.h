@@ -97,10 +97,16 @@ class ServeProcess {
   // Starts `idem serve args...` and returns its first stdout line ("" if it exits
   // or stays silent for 30 s).
   std::string Start(const std::vector<std::string>& args) {
-    int fds[2];
-    if (pipe(fds) != 0) return "";
     std::vector<std::string> argv_s = {IdemBinary(), "serve"};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
+    return StartProgram(argv_s);
+  }
+
+  // Starts `argv` (a program that announces "listening on HOST:PORT" first, e.g.
+  // `idem proxy`) and returns its first stdout line, as Start().
+  std::string StartProgram(std::vector<std::string> argv_s) {
+    int fds[2];
+    if (pipe(fds) != 0) return "";
     pid_ = fork();
     if (pid_ == 0) {
       if (nofile_limit_ > 0) {

@@ -1,0 +1,178 @@
+// `idem proxy`: the Idempotency-Key header in front of any HTTP API (SPEC §11,
+// http/proxy.h).
+//
+//   idem proxy --upstream http://127.0.0.1:8080 --listen 127.0.0.1:7080
+//              --store sqlite://./idem-proxy.db [--client-header Authorization]
+//
+// The first line on stdout is "listening on HOST:PORT", as for `idem serve`. Several
+// proxies act as one when they share a server store (postgres://, mysql://).
+//
+// Exit status: 0 after SIGTERM/SIGINT; 1 when the store cannot be opened or the
+// address cannot be bound; 2 for malformed options.
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cli/commands.h"
+#include "cli/reason.h"
+#include "cli/server_command.h"
+#include "core/absl_compat.h"
+#include "http/metrics.h"
+#include "http/proxy.h"
+#include "http/server.h"
+#include "http/upstream.h"
+#include "idem/idem.h"
+#include "idem/ttl.h"
+#include "spdlog/spdlog.h"
+
+namespace idem::cli {
+namespace {
+
+struct ProxyFlags {
+  ServerFlags server{.listen = "127.0.0.1:7080", .store = "sqlite://./idem-proxy.db"};
+  std::string upstream;
+  std::vector<std::string> methods = {"POST", "PATCH"};
+  std::vector<std::string> key_optional;
+  std::string client_header;
+  std::string fingerprint = "raw";
+  std::string lease = "60s";
+  std::string upstream_timeout = "30s";
+  uint64_t max_response = 8 << 20;
+  bool keep_set_cookie = false;
+  std::string biz_type = "http";
+};
+
+std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
+
+int Usage(const std::string& why) {
+  PrintReason("proxy: " + why);
+  return kExitUsage;
+}
+
+int RunProxy(const ProxyFlags& flags) {
+  absl::StatusOr<http::ServerOptions> server_options = ServerOptionsOf(flags.server);
+  if (!server_options.ok()) return Usage(Str(server_options.status().message()));
+  absl::StatusOr<http::UpstreamUrl> upstream_url = http::ParseUpstreamUrl(flags.upstream);
+  if (!upstream_url.ok()) return Usage(Str(upstream_url.status().message()));
+
+  http::ProxyOptions options;
+  options.methods.clear();
+  for (const std::string& list : flags.methods) {
+    for (absl::string_view m : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+      std::string method = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(m));
+      if (method.empty() || method.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ-") !=
+                                std::string::npos) {
+        return Usage("--methods '" + list + "': a method is a word such as POST");
+      }
+      if (method == "GET" || method == "HEAD" || method == "OPTIONS") {
+        return Usage("--methods: " + method + " is safe and needs no key; list the methods "
+                     "with effects (POST, PATCH, PUT, DELETE)");
+      }
+      options.methods.insert(method);
+    }
+  }
+  for (const std::string& prefix : flags.key_optional) {
+    if (!prefix.starts_with("/")) return Usage("--key-optional '" + prefix + "' must start with /");
+    options.optional_prefixes.push_back(prefix);
+  }
+  options.client_header = flags.client_header;
+  if (flags.fingerprint != "raw" && flags.fingerprint != "json") {
+    return Usage("--fingerprint '" + flags.fingerprint + "' must be raw or json");
+  }
+  options.canonical_json = flags.fingerprint == "json";
+  options.keep_set_cookie = flags.keep_set_cookie;
+  if (absl::Status s = ValidateBizType(flags.biz_type, KeyLimits{}); !s.ok()) {
+    return Usage("--biz-type '" + flags.biz_type + "': " + Str(s.message()));
+  }
+  options.biz_type = flags.biz_type;
+  absl::StatusOr<absl::Duration> lease = ParseTtlDuration(flags.lease, "--lease");
+  absl::StatusOr<absl::Duration> timeout =
+      ParseTtlDuration(flags.upstream_timeout, "--upstream-timeout");
+  if (!lease.ok()) return Usage(Str(lease.status().message()));
+  if (!timeout.ok()) return Usage(Str(timeout.status().message()));
+  if (*timeout <= absl::ZeroDuration()) return Usage("--upstream-timeout must be more than 0");
+  if (*lease < absl::Milliseconds(100) || *lease > absl::Hours(1)) {
+    return Usage("--lease must be from 100ms to 1h");
+  }
+  // The lease must outlast the forwarded request, or a retry would be forwarded
+  // while the first is still running upstream.
+  if (*lease <= *timeout) {
+    return Usage("--lease (" + flags.lease + ") must be longer than --upstream-timeout (" +
+                 flags.upstream_timeout + ")");
+  }
+  options.lease = *lease;
+  if (flags.max_response < 1 || flags.max_response > (uint64_t{1} << 30)) {
+    return Usage("--max-response must be between 1 and 1073741824 bytes");
+  }
+
+  int exit_code = kExitOk;
+  std::unique_ptr<Store> store = OpenServerStore("proxy", flags.server, &exit_code);
+  if (store == nullptr) return exit_code;
+  GuardOptions guard_options;
+  guard_options.lease = options.lease;
+  Guard guard(*store, guard_options);
+  http::Metrics metrics;
+  const http::Upstream upstream(*upstream_url,
+                                {.timeout = *timeout, .max_response_bytes = flags.max_response});
+  http::Proxy proxy(guard, upstream, metrics, options);
+  http::Server server(proxy, *server_options);
+  return ServeUntilSignal(
+      "proxy", server,
+      absl::StrCat("proxying to http://", upstream_url->authority, upstream_url->base_path,
+                   " with keys in ", AV(store->url()),
+                   options.client_header.empty() ? " (global keys)"
+                                                 : " (keys per " + options.client_header + ")",
+                   ","));
+}
+
+}  // namespace
+
+CommandFn AddProxyCommand(CLI::App& root) {
+  auto flags = std::make_shared<ProxyFlags>();
+  CLI::App* sub = root.add_subcommand(
+      "proxy", "Put Idempotency-Key semantics in front of an HTTP API (SPEC §11)");
+  sub->add_option("--upstream", flags->upstream, "The API behind the proxy, http://HOST[:PORT][/PATH]")
+      ->type_name("URL")
+      ->required();
+  AddServerFlags(root, sub, &flags->server);
+  sub->add_option("--methods", flags->methods,
+                  "Methods that need an Idempotency-Key (comma-separated or repeated); others "
+                  "pass through untouched")
+      ->capture_default_str()
+      ->delimiter(',');
+  sub->add_option("--key-optional", flags->key_optional,
+                  "A path prefix where a request without a key passes through untouched "
+                  "(repeatable); with a key it is still deduplicated")
+      ->type_name("PREFIX");
+  sub->add_option("--client-header", flags->client_header,
+                  "Keep keys per client, by a digest of this header (e.g. Authorization); "
+                  "without it keys are global")
+      ->type_name("NAME");
+  sub->add_option("--fingerprint", flags->fingerprint,
+                  "How a retry is recognised as the same request: raw (method, target and body "
+                  "bytes) or json (the body's RFC 8785 canonical form: key order and "
+                  "whitespace do not matter)")
+      ->capture_default_str();
+  sub->add_option("--lease", flags->lease,
+                  "How long a forwarded request holds its key; if the proxy dies, the next "
+                  "retry after it is forwarded again. Longer than --upstream-timeout")
+      ->capture_default_str();
+  sub->add_option("--upstream-timeout", flags->upstream_timeout,
+                  "Time for the upstream's whole answer (else 504, and the key is released)")
+      ->capture_default_str();
+  sub->add_option("--max-response", flags->max_response,
+                  "Largest upstream answer body in bytes (else 502, and the key is released)")
+      ->capture_default_str();
+  sub->add_flag("--keep-set-cookie", flags->keep_set_cookie,
+                "Store Set-Cookie with the answer and replay it (default: replays drop it)");
+  sub->add_option("--biz-type", flags->biz_type, "The biz_type of the proxy's records")
+      ->capture_default_str();
+  return [flags] { return RunProxy(*flags); };
+}
+
+}  // namespace idem::cli

@@ -1,0 +1,63 @@
+// What the long-running HTTP commands (`idem serve`, `idem proxy`) share: the
+// server's options, the store opened for a server (password off the command line,
+// started while the database is down), and running until SIGTERM/SIGINT.
+//
+// Thread safety: plain functions, called from main's thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "http/server.h"
+#include "idem/store.h"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace idem::cli {
+
+struct ServerFlags {
+  std::string listen;  // the default is the command's
+  uint64_t max_body = 1 << 20;
+  int threads = 16;
+  int io_threads = 2;
+  int max_connections = 0;  // 0: sized from the descriptor limit
+  std::string header_timeout = "10s";
+  // The store.
+  std::string store = "sqlite://./idem.db";
+  std::string store_password_file;
+  bool require_store_at_start = false;
+  const CLI::Option* config = nullptr;  // the root's --config, for the file's name
+};
+
+// Adds --listen, --max-body, --threads, --io-threads, --max-connections,
+// --header-timeout, --store (also IDEM_STORE), --store-password-file and
+// --require-store-at-start to `sub`; `flags` keeps the values (and their defaults).
+void AddServerFlags(CLI::App& root, CLI::App* sub, ServerFlags* flags);
+
+// The server options of `flags`, after checking them (the soft descriptor limit is
+// raised to the hard one on the way). Errors are kInvalidArgument naming the option.
+absl::StatusOr<http::ServerOptions> ServerOptionsOf(const ServerFlags& flags);
+
+// The --config file given, or "".
+std::string ConfigFile(const ServerFlags& flags);
+
+// Opens flags.store for a server: the password from --store-password-file or
+// IDEM_STORE_PASSWORD, a database that is down at start waited for (unless
+// --require-store-at-start), warnings for secrets in `ps` or readable files logged.
+// On failure prints "CMD: reason" and sets `*exit_code`.
+std::unique_ptr<Store> OpenServerStore(std::string_view cmd, const ServerFlags& flags,
+                                       int* exit_code);
+
+// Starts `server`, prints "listening on HOST:PORT" on stdout (the first line, which
+// scripts wait for), logs `what` and serves until SIGTERM or SIGINT; returns the
+// exit status (1 when the address cannot be bound).
+int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_view what);
+
+}  // namespace idem::cli

@@ -1,0 +1,212 @@
+#include "http/upstream.h"
+
+#include <chrono>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "boost/asio/connect.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
+#include "core/absl_compat.h"
+
+namespace idem::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+
+bool IsHopByHopName(std::string_view name) {
+  for (std::string_view h : {"connection", "keep-alive", "proxy-connection", "te", "trailer",
+                             "transfer-encoding", "upgrade", "proxy-authenticate",
+                             "proxy-authorization"}) {
+    if (absl::EqualsIgnoreCase(AV(name), AV(h))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool IsHopByHop(std::string_view name, std::string_view connection) {
+  if (IsHopByHopName(name)) return true;
+  for (absl::string_view token : absl::StrSplit(AV(connection), ',')) {
+    if (absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(token), AV(name))) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<UpstreamUrl> ParseUpstreamUrl(std::string_view url) {
+  const std::string shown(url);
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--upstream '", shown, "': ", AV(why), " (expected http://HOST[:PORT][/PATH])"));
+  };
+  if (absl::StartsWithIgnoreCase(AV(url), "https://")) {
+    return bad("https is not supported; terminate TLS in front of the upstream or proxy to it "
+               "over a trusted network");
+  }
+  if (!absl::StartsWithIgnoreCase(AV(url), "http://")) return bad("the scheme must be http://");
+  std::string_view rest = url.substr(7);
+  if (rest.find_first_of("?#") != std::string_view::npos) return bad("no query or fragment");
+  const size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  UpstreamUrl out;
+  if (slash != std::string_view::npos) {
+    out.base_path = std::string(rest.substr(slash));
+    while (out.base_path.ends_with("/")) out.base_path.pop_back();
+  }
+  if (authority.find('@') != std::string_view::npos) return bad("no user or password");
+  std::string_view port_text;
+  if (authority.starts_with("[")) {
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos) return bad("unclosed '[' in the host");
+    out.host = std::string(authority.substr(1, close - 1));
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty() && !after.starts_with(":")) return bad("junk after the IPv6 address");
+    if (!after.empty()) port_text = after.substr(1);
+  } else {
+    const size_t colon = authority.find(':');
+    out.host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) port_text = authority.substr(colon + 1);
+  }
+  if (out.host.empty()) return bad("no host");
+  if (!port_text.empty() || authority.ends_with(":")) {
+    uint32_t port = 0;
+    if (port_text.find_first_not_of("0123456789") != std::string_view::npos ||
+        !absl::SimpleAtoi(AV(port_text), &port) || port < 1 || port > 65535) {
+      return bad("the port must be 1-65535");
+    }
+    out.port = static_cast<uint16_t>(port);
+  }
+  const bool v6 = out.host.find(':') != std::string::npos;
+  out.authority = absl::StrCat(v6 ? "[" : "", out.host, v6 ? "]" : "", ":", out.port);
+  return out;
+}
+
+Upstream::Upstream(UpstreamUrl url, UpstreamOptions options)
+    : url_(std::move(url)), options_(options) {}
+
+absl::StatusOr<UpstreamResponse> Upstream::Send(const HttpRequest& request,
+                                                std::string_view target) const {
+  asio::io_context ioc;
+  asio::ip::tcp::resolver resolver(ioc);
+  beast::tcp_stream stream(ioc);
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(options_.timeout);
+  // Runs one asynchronous step to its end or to the deadline; the step's handler
+  // sets `done`. One deadline for the whole exchange.
+  bool done = false;
+  beast::error_code ec;
+  auto finish = [&](beast::error_code e, auto&&...) {
+    ec = e;
+    done = true;
+  };
+  bool expired = false;
+  auto run = [&]() -> bool {
+    ioc.restart();
+    while (!done && ioc.run_one_until(deadline) != 0) {
+    }
+    if (!done) {  // the deadline passed: cancel, and let the step end
+      expired = true;
+      resolver.cancel();
+      beast::error_code ignored;
+      stream.socket().cancel(ignored);
+      ioc.restart();
+      ioc.run();
+    }
+    done = false;
+    return !expired && !ec;
+  };
+  auto timed_out = [&] {
+    return absl::DeadlineExceededError(absl::StrCat("the upstream did not answer within ",
+                                                    absl::FormatDuration(options_.timeout)));
+  };
+
+  asio::ip::tcp::resolver::results_type endpoints;
+  resolver.async_resolve(url_.host, std::to_string(url_.port),
+                         [&](beast::error_code e, asio::ip::tcp::resolver::results_type r) {
+                           endpoints = std::move(r);
+                           finish(e);
+                         });
+  if (!run()) {
+    if (expired) return timed_out();
+    return absl::UnavailableError(absl::StrCat("cannot resolve the upstream host ", url_.host,
+                                               ": ", ec.message()));
+  }
+  stream.expires_at(deadline);
+  stream.async_connect(endpoints, finish);
+  if (!run()) {
+    if (expired || ec == beast::error::timeout) return timed_out();
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to the upstream ", url_.authority, ": ", ec.message()));
+  }
+
+  bhttp::request<bhttp::string_body> req;
+  req.version(11);
+  req.method_string(request.method);
+  req.target(absl::StrCat(url_.base_path, AV(target)));
+  std::string_view connection;
+  for (const auto& [name, value] : request.headers) {
+    if (absl::EqualsIgnoreCase(AV(name), "connection")) connection = value;
+  }
+  for (const auto& [name, value] : request.headers) {
+    if (IsHopByHop(name, connection) || absl::EqualsIgnoreCase(AV(name), "host") ||
+        absl::EqualsIgnoreCase(AV(name), "content-length") ||
+        absl::EqualsIgnoreCase(AV(name), "expect") ||
+        absl::EqualsIgnoreCase(AV(name), "x-request-id")) {
+      continue;
+    }
+    req.insert(name, value);
+  }
+  req.set(bhttp::field::host, url_.authority);
+  req.set("X-Request-Id", request.request_id);
+  req.keep_alive(false);
+  req.body() = request.body;
+  if (!request.body.empty() || request.method == "POST" || request.method == "PUT" ||
+      request.method == "PATCH") {
+    req.prepare_payload();
+  }
+  stream.expires_at(deadline);
+  bhttp::async_write(stream, req, finish);
+  if (!run()) {
+    if (expired || ec == beast::error::timeout) return timed_out();
+    return absl::UnavailableError(
+        absl::StrCat("the connection to the upstream broke while sending: ", ec.message()));
+  }
+
+  beast::flat_buffer buffer;
+  bhttp::response_parser<bhttp::string_body> parser;
+  parser.body_limit(options_.max_response_bytes);
+  parser.header_limit(64 << 10);
+  if (request.method == "HEAD") parser.skip(true);
+  stream.expires_at(deadline);
+  bhttp::async_read(stream, buffer, parser, finish);
+  if (!run()) {
+    if (expired || ec == beast::error::timeout) return timed_out();
+    if (ec == bhttp::error::body_limit) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the upstream's answer is larger than --max-response (", options_.max_response_bytes,
+          " bytes)"));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("no valid answer from the upstream: ", ec.message()));
+  }
+  beast::error_code ignored;
+  stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  auto& res = parser.get();
+  UpstreamResponse out;
+  out.status = static_cast<int>(res.result_int());
+  for (const auto& field : res) {
+    out.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+  }
+  out.body = std::move(res.body());
+  return out;
+}
+
+}  // namespace idem::http

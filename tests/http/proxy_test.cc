@@ -1,0 +1,310 @@
+// `idem proxy` against a real upstream process (idem-test-upstream, over TCP):
+// replays keep the status, end-to-end headers and body with Idempotent-Replayed
+// (and drop Set-Cookie), a reused key with another request is 422, a concurrent
+// retry 409, upstream 5xx / timeouts / refused connections release the key, final
+// 4xx are stored, other methods pass through untouched, a missing key is 400, and
+// the canonical-JSON fingerprint recognises a re-serialised body. Counting effects
+// on the upstream proves what was forwarded.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "http/client.h"
+#include "http/idem_process.h"
+#include "testing/temp_dir.h"
+#include "testing/wait_until.h"
+
+#ifndef IDEM_TEST_UPSTREAM
+#define IDEM_TEST_UPSTREAM ""
+#endif
+
+namespace idem::http {
+namespace {
+
+using ::idem::testing::ServeProcess;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using Header = std::pair<std::string, std::string>;
+
+class ProxyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    upstream_ = std::make_unique<ServeProcess>(dir_.file("upstream.err"));
+    ASSERT_THAT(upstream_->StartProgram({IDEM_TEST_UPSTREAM}), StartsWith("listening on "));
+  }
+
+  // Starts a proxy in front of the upstream; `store` "" is a SQLite file in the
+  // test's directory.
+  std::unique_ptr<ServeProcess> StartProxy(std::vector<std::string> extra = {},
+                                           std::string store = "") {
+    if (store.empty()) store = "sqlite://" + dir_.file("proxy.db");
+    auto proxy = std::make_unique<ServeProcess>(dir_.file("proxy" + std::to_string(++proxies_) + ".err"));
+    std::vector<std::string> argv = {idem::testing::IdemBinary(), "proxy", "--listen", "127.0.0.1:0",
+                                     "--upstream",
+                                     "http://127.0.0.1:" + std::to_string(upstream_->port()),
+                                     "--store", store};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    EXPECT_THAT(proxy->StartProgram(argv), StartsWith("listening on ")) << proxy->stderr_text();
+    return proxy;
+  }
+
+  static testing::ClientResponse Post(const ServeProcess& proxy, const std::string& target,
+                                      const std::string& body, std::vector<Header> headers,
+                                      const std::string& method = "POST") {
+    testing::Client c(proxy.port());
+    return c.Send(method, target, body, "", std::move(headers));
+  }
+
+  int Effects() {
+    testing::ClientResponse r = testing::Fetch(upstream_->port(), "GET", "/count");
+    const size_t colon = r.body.find(':');
+    return colon == std::string::npos ? -1 : std::stoi(r.body.substr(colon + 1));
+  }
+
+  idem::testing::TempDir dir_;
+  std::unique_ptr<ServeProcess> upstream_;
+  int proxies_ = 0;
+};
+
+TEST_F(ProxyTest, ARetryGetsTheStoredAnswerAndTheEffectRunsOnce) {
+  auto proxy = StartProxy();
+  const std::vector<Header> key = {{"Idempotency-Key", "\"order-1\""}};
+  testing::ClientResponse first = Post(*proxy, "/v1/charges?status=201", R"({"amount":5})", key);
+  ASSERT_EQ(first.status, 201) << first.body << first.error;
+  EXPECT_EQ(first.header("idempotent-replayed"), "");
+  EXPECT_EQ(first.header("x-effect"), "1");
+  EXPECT_EQ(first.header("set-cookie"), "sid=1");  // the live answer keeps it
+  EXPECT_EQ(first.header("x-seen-idempotency-key"), "\"order-1\"");  // forwarded as sent
+  EXPECT_THAT(first.body, HasSubstr(R"("effect":1)"));
+  for (int i = 0; i < 3; ++i) {
+    testing::ClientResponse again = Post(*proxy, "/v1/charges?status=201", R"({"amount":5})", key);
+    EXPECT_EQ(again.status, 201);
+    EXPECT_EQ(again.body, first.body);  // byte for byte
+    EXPECT_EQ(again.header("x-effect"), "1");
+    EXPECT_EQ(again.header("content-type"), "application/json");
+    EXPECT_EQ(again.header("server"), "test-upstream");
+    EXPECT_EQ(again.header("idempotent-replayed"), "true");
+    EXPECT_EQ(again.header("set-cookie"), "");  // not stored by default
+    EXPECT_NE(again.header("link"), "");
+  }
+  // The bare-token form of the same key is the same key.
+  testing::ClientResponse bare =
+      Post(*proxy, "/v1/charges?status=201", R"({"amount":5})", {{"Idempotency-Key", "order-1"}});
+  EXPECT_EQ(bare.header("idempotent-replayed"), "true");
+  EXPECT_EQ(Effects(), 1);
+}
+
+TEST_F(ProxyTest, KeepSetCookieReplaysIt) {
+  auto proxy = StartProxy({"--keep-set-cookie"});
+  const std::vector<Header> key = {{"Idempotency-Key", "c-1"}};
+  ASSERT_EQ(Post(*proxy, "/x", "{}", key).status, 201);
+  EXPECT_EQ(Post(*proxy, "/x", "{}", key).header("set-cookie"), "sid=1");
+}
+
+TEST_F(ProxyTest, TheSameKeyWithAnotherRequestIs422) {
+  auto proxy = StartProxy();
+  const std::vector<Header> key = {{"Idempotency-Key", "k-422"}};
+  ASSERT_EQ(Post(*proxy, "/v1/charges", R"({"amount":5})", key).status, 201);
+  testing::ClientResponse other_body = Post(*proxy, "/v1/charges", R"({"amount":6})", key);
+  EXPECT_EQ(other_body.status, 422);
+  EXPECT_EQ(other_body.header("content-type"), "application/problem+json");
+  EXPECT_THAT(other_body.body, HasSubstr("fingerprint_mismatch"));
+  EXPECT_EQ(Post(*proxy, "/v1/refunds", R"({"amount":5})", key).status, 422);  // another path
+  EXPECT_EQ(Post(*proxy, "/v1/charges", R"({"amount":5})", key, "PATCH").status, 422);
+  // Raw fingerprints: a re-serialised body is another request.
+  EXPECT_EQ(Post(*proxy, "/v1/charges", R"({ "amount": 5 })", key).status, 422);
+  EXPECT_EQ(Effects(), 1);
+}
+
+TEST_F(ProxyTest, CanonicalJsonFingerprintIgnoresOrderAndWhitespace) {
+  auto proxy = StartProxy({"--fingerprint", "json"});
+  const std::vector<Header> key = {{"Idempotency-Key", "k-jcs"}};
+  ASSERT_EQ(Post(*proxy, "/pay", R"({"amount":5,"items":[1,2],"note":"A"})", key).status, 201);
+  testing::ClientResponse same =
+      Post(*proxy, "/pay", "{ \"note\" : \"\\u0041\",\n \"items\": [1, 2.0], \"amount\": 5e0 }", key);
+  EXPECT_EQ(same.status, 201);
+  EXPECT_EQ(same.header("idempotent-replayed"), "true");
+  EXPECT_EQ(Post(*proxy, "/pay", R"({"amount":6,"items":[1,2],"note":"A"})", key).status, 422);
+  EXPECT_EQ(Effects(), 1);
+}
+
+TEST_F(ProxyTest, AConcurrentRetryIs409AndThenReplays) {
+  auto proxy = StartProxy();
+  const std::vector<Header> key = {{"Idempotency-Key", "k-slow"}};
+  auto slow = std::async(std::launch::async,
+                         [&] { return Post(*proxy, "/slow?delay_ms=1500", "{}", key); });
+  // The first is in flight once the upstream has counted it.
+  ASSERT_TRUE(idem::testing::WaitUntil([&] { return Effects() == 1; }, std::chrono::seconds(20)));
+  testing::ClientResponse busy = Post(*proxy, "/slow?delay_ms=1500", "{}", key);
+  EXPECT_EQ(busy.status, 409);
+  EXPECT_THAT(busy.body, HasSubstr("in_progress"));
+  EXPECT_GE(std::stoi(busy.header("retry-after")), 1);
+  testing::ClientResponse first = slow.get();
+  EXPECT_EQ(first.status, 201);
+  testing::ClientResponse after = Post(*proxy, "/slow?delay_ms=1500", "{}", key);
+  EXPECT_EQ(after.header("idempotent-replayed"), "true");
+  EXPECT_EQ(after.body, first.body);
+  EXPECT_EQ(Effects(), 1);
+}
+
+TEST_F(ProxyTest, UpstreamFailuresReleaseTheKeyAndFinal4xxAreStored) {
+  auto proxy = StartProxy();
+  // 503 the first time: passed on, released, so the retry is forwarded and stored.
+  const std::vector<Header> k5 = {{"Idempotency-Key", "k-5xx"}};
+  EXPECT_EQ(Post(*proxy, "/flaky?fail_first=1", "{}", k5).status, 503);
+  testing::ClientResponse retried = Post(*proxy, "/flaky?fail_first=1", "{}", k5);
+  EXPECT_EQ(retried.status, 201);
+  EXPECT_EQ(retried.header("idempotent-replayed"), "");
+  EXPECT_EQ(Post(*proxy, "/flaky?fail_first=1", "{}", k5).header("idempotent-replayed"), "true");
+  EXPECT_EQ(Effects(), 2);
+  // A final 4xx is the answer for good.
+  const std::vector<Header> k4 = {{"Idempotency-Key", "k-4xx"}};
+  EXPECT_EQ(Post(*proxy, "/bad?status=400", "{}", k4).status, 400);
+  testing::ClientResponse again = Post(*proxy, "/bad?status=400", "{}", k4);
+  EXPECT_EQ(again.status, 400);
+  EXPECT_EQ(again.header("idempotent-replayed"), "true");
+  EXPECT_EQ(Effects(), 3);
+  // 429 asks the client to retry: released.
+  const std::vector<Header> k429 = {{"Idempotency-Key", "k-429"}};
+  EXPECT_EQ(Post(*proxy, "/busy?status=429", "{}", k429).status, 429);
+  EXPECT_EQ(Post(*proxy, "/busy?status=429", "{}", k429).header("idempotent-replayed"), "");
+  EXPECT_EQ(Effects(), 5);
+  // No answer at all (the upstream drops the connection): 502, released.
+  const std::vector<Header> kd = {{"Idempotency-Key", "k-drop"}};
+  testing::ClientResponse dropped = Post(*proxy, "/drop?drop=1", "{}", kd);
+  EXPECT_EQ(dropped.status, 502);
+  EXPECT_THAT(dropped.body, HasSubstr("upstream_unavailable"));
+  EXPECT_THAT(dropped.body, ::testing::Not(HasSubstr("127.0.0.1")));  // no internals in a 5xx
+  EXPECT_EQ(Post(*proxy, "/drop?drop=1", "{}", kd).status, 502);  // forwarded again
+  EXPECT_EQ(Effects(), 7);
+}
+
+TEST_F(ProxyTest, AnUpstreamTimeoutIs504AndReleasesTheKey) {
+  auto proxy = StartProxy({"--upstream-timeout", "300ms", "--lease", "5s"});
+  const std::vector<Header> key = {{"Idempotency-Key", "k-timeout"}};
+  testing::ClientResponse r = Post(*proxy, "/slow?delay_ms=1000", "{}", key);
+  EXPECT_EQ(r.status, 504);
+  EXPECT_THAT(r.body, HasSubstr("upstream_timeout"));
+  // Released: the retry is forwarded (and answered fast this time).
+  EXPECT_EQ(Post(*proxy, "/slow?delay_ms=1000", "{}", key).status, 504);
+  ASSERT_TRUE(idem::testing::WaitUntil([&] { return Effects() == 2; }, std::chrono::seconds(20)));
+}
+
+TEST_F(ProxyTest, AnUnreachableUpstreamIs502AndAnUnusableStore503) {
+  idem::testing::TempDir other;
+  ServeProcess proxy(dir_.file("down.err"));
+  ASSERT_THAT(proxy.StartProgram({idem::testing::IdemBinary(), "proxy", "--listen", "127.0.0.1:0",
+                                  "--upstream", "http://127.0.0.1:1", "--store",
+                                  "sqlite://" + other.file("p.db")}),
+              StartsWith("listening on "));
+  EXPECT_EQ(Post(proxy, "/x", "{}", {{"Idempotency-Key", "k"}}).status, 502);
+  EXPECT_EQ(testing::Fetch(proxy.port(), "GET", "/x").status, 502);
+  // The store down: nothing forwarded, 503 with Retry-After.
+  std::remove(other.file("p.db").c_str());
+  testing::ClientResponse r = Post(proxy, "/x", "{}", {{"Idempotency-Key", "k2"}});
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(r.header("retry-after"), "1");
+}
+
+TEST_F(ProxyTest, OtherMethodsPassThroughAndKeysAreRequiredWhereConfigured) {
+  auto proxy = StartProxy({"--key-optional", "/public/"});
+  testing::ClientResponse get = testing::Fetch(proxy->port(), "GET", "/count");
+  EXPECT_EQ(get.status, 200);
+  EXPECT_EQ(get.body, R"({"effects":0})");
+  EXPECT_EQ(testing::Fetch(proxy->port(), "HEAD", "/count").status, 200);
+  // PUT and DELETE are not in --methods: forwarded without a key, every time.
+  EXPECT_EQ(Post(*proxy, "/thing", "{}", {}, "PUT").status, 201);
+  EXPECT_EQ(Post(*proxy, "/thing", "{}", {}, "PUT").status, 201);
+  EXPECT_EQ(Effects(), 2);
+  testing::ClientResponse missing = Post(*proxy, "/v1/charges", "{}", {});
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_THAT(missing.body, HasSubstr("missing_idempotency_key"));
+  EXPECT_EQ(Post(*proxy, "/v1/charges", "{}", {}, "PATCH").status, 400);
+  EXPECT_EQ(Effects(), 2);
+  EXPECT_EQ(Post(*proxy, "/public/ping", "{}", {}).status, 201);  // optional here
+  for (const std::string bad : {"\"unclosed", "\"a\" b", "sp ace", "\"\"", "\"\\x\"", "é"}) {
+    testing::ClientResponse r = Post(*proxy, "/v1/charges", "{}", {{"Idempotency-Key", bad}});
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_THAT(r.body, HasSubstr("invalid_idempotency_key")) << bad;
+  }
+  EXPECT_EQ(Effects(), 3);
+}
+
+TEST_F(ProxyTest, KeysArePerClientWithAClientHeader) {
+  auto proxy = StartProxy({"--client-header", "Authorization"});
+  const std::vector<Header> alice = {{"Idempotency-Key", "same"}, {"Authorization", "Bearer alice"}};
+  const std::vector<Header> bob = {{"Idempotency-Key", "same"}, {"Authorization", "Bearer bob"}};
+  EXPECT_EQ(Post(*proxy, "/pay", "{}", alice).header("x-effect"), "1");
+  EXPECT_EQ(Post(*proxy, "/pay", "{}", bob).header("x-effect"), "2");  // not alice's answer
+  EXPECT_EQ(Post(*proxy, "/pay", "{}", alice).header("idempotent-replayed"), "true");
+  testing::ClientResponse anonymous = Post(*proxy, "/pay", "{}", {{"Idempotency-Key", "same"}});
+  EXPECT_EQ(anonymous.status, 400);
+  EXPECT_THAT(anonymous.body, HasSubstr("no Authorization header"));
+  EXPECT_EQ(Effects(), 2);
+}
+
+TEST_F(ProxyTest, TwoProxiesOnOneStoreActAsOne) {
+  const std::string store = "sqlite://" + dir_.file("shared.db");
+  auto a = StartProxy({}, store);
+  auto b = StartProxy({}, store);
+  const std::vector<Header> key = {{"Idempotency-Key", "k-shared"}};
+  testing::ClientResponse first = Post(*a, "/pay", "{}", key);
+  ASSERT_EQ(first.status, 201);
+  testing::ClientResponse via_b = Post(*b, "/pay", "{}", key);
+  EXPECT_EQ(via_b.header("idempotent-replayed"), "true");
+  EXPECT_EQ(via_b.body, first.body);
+  EXPECT_EQ(Effects(), 1);
+}
+
+TEST_F(ProxyTest, AProxyKilledMidRequestLetsTheRetryThroughAfterTheLease) {
+  auto proxy = StartProxy({"--upstream-timeout", "5s", "--lease", "6s"});
+  const std::vector<Header> key = {{"Idempotency-Key", "k-kill"}};
+  auto lost = std::async(std::launch::async,
+                         [&] { return Post(*proxy, "/slow?delay_ms=3000", "{}", key); });
+  ASSERT_TRUE(idem::testing::WaitUntil([&] { return Effects() == 1; }, std::chrono::seconds(20)));
+  proxy->Stop(SIGKILL);
+  lost.get();
+  auto restarted = StartProxy({"--upstream-timeout", "5s", "--lease", "6s"});
+  // Held until the lease ends (409), then forwarded again: the client's retry runs.
+  EXPECT_EQ(Post(*restarted, "/slow?delay_ms=0", "{}", key).status, 422);  // other target
+  EXPECT_EQ(Post(*restarted, "/slow?delay_ms=3000", "{}", key).status, 409);
+  ASSERT_TRUE(idem::testing::WaitUntil(
+      [&] { return Post(*restarted, "/slow?delay_ms=3000", "{}", key).status == 201; },
+      std::chrono::seconds(30)));
+  EXPECT_EQ(Effects(), 2);
+}
+
+TEST(ProxyUsage, BadOptionsAreRefusedNamingTheOption) {
+  idem::testing::TempDir dir;
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{}, "--upstream is required"},
+      {{"--upstream", "https://api.example"}, "https is not supported"},
+      {{"--upstream", "ftp://x"}, "the scheme must be http://"},
+      {{"--upstream", "http://h:99999"}, "the port must be 1-65535"},
+      {{"--upstream", "http://u:pw@h"}, "no user or password"},
+      {{"--upstream", "http://h", "--lease", "10s", "--upstream-timeout", "30s"},
+       "--lease (10s) must be longer than --upstream-timeout (30s)"},
+      {{"--upstream", "http://h", "--methods", "GET"}, "GET is safe and needs no key"},
+      {{"--upstream", "http://h", "--fingerprint", "md5"}, "must be raw or json"},
+      {{"--upstream", "http://h", "--key-optional", "public"}, "must start with /"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"proxy", "--listen", "127.0.0.1:0", "--store", "memory://"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    idem::testing::RunResult r = idem::testing::RunIdem(args, dir.path());
+    EXPECT_EQ(r.exit_code, 2) << c.says << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.says));
+  }
+}
+
+}  // namespace
+}  // namespace idem::http

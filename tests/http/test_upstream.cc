@@ -1,0 +1,120 @@
+// idem-test-upstream: a small real HTTP/1.1 server for the proxy tests (a process
+// of its own, so the proxy talks to it over TCP as to any API). Prints "listening on
+// 127.0.0.1:PORT" first, then serves until killed, one thread per connection.
+//
+//   POST|PATCH|PUT|DELETE /anything?status=N&delay_ms=M&fail_first=K&big=B&drop=1
+//     performs an "effect" (counted per path), sleeps M ms, then answers N (default
+//     201; 503 for the first K requests to that path) with X-Effect: <count>,
+//     Set-Cookie, two Link headers and {"effect":<count>,"path":…,"body":…} (or B
+//     bytes of 'x'); drop=1 closes the connection without an answer.
+//   GET|HEAD /count  → {"effects":<total>}
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+
+std::mutex mu;
+std::map<std::string, int> per_path;
+int total = 0;
+
+std::string Param(const std::string& query, const std::string& name) {
+  size_t at = 0;
+  while (at < query.size()) {
+    size_t amp = query.find('&', at);
+    if (amp == std::string::npos) amp = query.size();
+    const std::string item = query.substr(at, amp - at);
+    if (item.rfind(name + "=", 0) == 0) return item.substr(name.size() + 1);
+    at = amp + 1;
+  }
+  return "";
+}
+
+int IntParam(const std::string& query, const std::string& name, int fallback) {
+  const std::string v = Param(query, name);
+  return v.empty() ? fallback : std::stoi(v);
+}
+
+std::string JsonEscaped(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out += c;
+  }
+  return out;
+}
+
+void Serve(asio::ip::tcp::socket socket) {
+  beast::flat_buffer buffer;
+  beast::error_code ec;
+  for (;;) {
+    bhttp::request<bhttp::string_body> req;
+    bhttp::read(socket, buffer, req, ec);
+    if (ec) return;
+    const std::string target(req.target());
+    const size_t q = target.find('?');
+    const std::string path = target.substr(0, q);
+    const std::string query = q == std::string::npos ? "" : target.substr(q + 1);
+    bhttp::response<bhttp::string_body> res(bhttp::status::ok, req.version());
+    res.set(bhttp::field::server, "test-upstream");
+    if (req.method() == bhttp::verb::get || req.method() == bhttp::verb::head) {
+      std::lock_guard<std::mutex> lock(mu);
+      res.set(bhttp::field::content_type, "application/json");
+      res.body() = "{\"effects\":" + std::to_string(total) + "}";
+    } else {
+      int count = 0, seen = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        count = ++total;
+        seen = ++per_path[path];
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(IntParam(query, "delay_ms", 0)));
+      if (Param(query, "drop") == "1") return;  // the socket closes unanswered
+      int status = IntParam(query, "status", 201);
+      if (seen <= IntParam(query, "fail_first", 0)) status = 503;
+      res.result(static_cast<unsigned>(status));
+      res.set(bhttp::field::content_type, "application/json");
+      res.set("X-Effect", std::to_string(count));
+      res.set("X-Seen-Idempotency-Key", std::string(req["Idempotency-Key"]));
+      res.set(bhttp::field::set_cookie, "sid=" + std::to_string(count));
+      res.insert(bhttp::field::link, "</a>; rel=\"a\"");
+      res.insert(bhttp::field::link, "</b>; rel=\"b\"");
+      const int big = IntParam(query, "big", -1);
+      res.body() = big >= 0 ? std::string(static_cast<size_t>(big), 'x')
+                            : "{\"effect\":" + std::to_string(count) + ",\"method\":\"" +
+                                  std::string(req.method_string()) + "\",\"path\":\"" +
+                                  JsonEscaped(path) + "\",\"body\":\"" +
+                                  JsonEscaped(req.body()) + "\"}";
+    }
+    res.keep_alive(req.keep_alive());
+    res.prepare_payload();
+    bhttp::write(socket, res, ec);
+    if (ec || !req.keep_alive()) return;
+  }
+}
+
+}  // namespace
+
+int main() {
+  asio::io_context ioc;
+  asio::ip::tcp::acceptor acceptor(ioc, {asio::ip::make_address("127.0.0.1"), 0});
+  std::printf("listening on 127.0.0.1:%u\n", static_cast<unsigned>(acceptor.local_endpoint().port()));
+  std::fflush(stdout);
+  for (;;) {
+    asio::ip::tcp::socket socket(ioc);
+    acceptor.accept(socket);
+    std::thread(Serve, std::move(socket)).detach();
+  }
+}
