@@ -51,9 +51,10 @@
 #include <string_view>
 #include <vector>
 
-#include "http/store_health.h"
 #include "absl/time/time.h"
 #include "http/metrics.h"
+#include "http/route.h"
+#include "http/store_health.h"
 #include "http/types.h"
 #include "idem/clock.h"
 #include "idem/guard.h"
@@ -85,8 +86,8 @@ struct WaitingClaim {
 
 struct Reply {
   HttpResponse response;
-  // The route template, for metrics ("/v1/claims", "/healthz", "other", ...).
-  std::string route;
+  // The route the answer is counted under (metrics, the access log).
+  Route route = Route::kOther;
   // The guard outcome the response reports ("acquired", "lease_lost", ...), or "".
   std::string outcome;
   // The authenticated tenant, for the access log; "" before authentication.
@@ -143,7 +144,7 @@ class Api {
   // The degraded 201 of a fail-open claim whose store call failed with `status`.
   Reply FailOpenClaim(const Request& request, const absl::Status& status);
   // complete/fail with token 0: 200 degraded for a fail-open biz_type, else 400.
-  Reply DegradedFinish(std::string_view route, std::string_view biz_type);
+  Reply DegradedFinish(Route route, std::string_view biz_type);
 
   Guard& guard_;
   Store& store_;

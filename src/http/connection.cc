@@ -162,7 +162,7 @@ void Connection::OnHeader(beast::error_code ec) {
   if (std::string coding = UnsupportedCoding(req[bhttp::field::transfer_encoding]);
       !coding.empty()) {
     Reply reply;
-    reply.route = "other";
+    reply.route = Route::kOther;
     reply.response = MakeProblem(501, "unsupported_transfer_coding", "Not Implemented",
                                  absl::StrCat("transfer-coding \"", coding,
                                               "\" is not supported; send the body plainly "
@@ -213,7 +213,7 @@ void Connection::OnReadError(beast::error_code ec) {
     started_ = std::chrono::steady_clock::now();
   }
   Reply reply;
-  reply.route = "other";
+  reply.route = Route::kOther;
   if (header_expired_ && ec == asio::error::operation_aborted) {
     // A header begun and not finished in time (RFC 9110 §15.5.9).
     header_expired_ = false;
@@ -321,11 +321,12 @@ void Connection::Send(const Reply& reply, bool force_close) {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_)
             .count();
-    spdlog::info("access method={} route={} status={} outcome={} latency_ms={:.3f} tenant={} "
-                 "request_id={}",
-                 method_, reply.route, reply.response.status,
-                 reply.outcome.empty() ? "-" : reply.outcome, ms,
-                 reply.tenant.empty() ? "-" : reply.tenant, request_id_);
+    spdlog::info(
+        "access method={} route={} status={} outcome={} latency_ms={:.3f} tenant={} "
+        "request_id={}",
+        method_, RouteName(reply.route), reply.response.status,
+        reply.outcome.empty() ? "-" : reply.outcome, ms, reply.tenant.empty() ? "-" : reply.tenant,
+        request_id_);
   }
   stream_.expires_after(Chrono(shared_.options.io_timeout));
   bhttp::async_write(stream_, *response_,

@@ -24,9 +24,9 @@ std::string EscapeLabel(std::string_view v) {
 
 }  // namespace
 
-void Metrics::CountRequest(std::string_view route, int status, std::string_view outcome) {
+void Metrics::CountRequest(Route route, int status, std::string_view outcome) {
   absl::MutexLock lock(&mu_);
-  ++requests_[{std::string(route), status}];
+  ++requests_[{std::string(RouteName(route)), status}];
   if (!outcome.empty()) {
     auto it = outcomes_.find(outcome);
     if (it == outcomes_.end()) it = outcomes_.emplace(std::string(outcome), 0).first;

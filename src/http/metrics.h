@@ -22,15 +22,15 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "http/route.h"
 #include "idem/steps.h"
 
 namespace idem::http {
 
 class Metrics {
  public:
-  // Counts one answer on `route` (a route template such as "/v1/records/{biz_type}/{key}")
-  // with HTTP `status`, and `outcome` when not empty.
-  void CountRequest(std::string_view route, int status, std::string_view outcome = {});
+  // Counts one answer on `route` with HTTP `status`, and `outcome` when not empty.
+  void CountRequest(Route route, int status, std::string_view outcome = {});
 
   // Counts one failed store call (unavailable, internal, ...).
   void CountStoreError();
