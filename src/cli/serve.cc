@@ -250,7 +250,7 @@ int RunServe(const ServeFlags& flags) {
   }
 
   Guard guard(**store);
-  http::Metrics metrics;
+  http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
 
   http::Api api(guard, **store, metrics, api_options);
   http::Server server(api, server_options);

@@ -177,9 +177,13 @@ Reply Api::Handle(const HttpRequest& request) {
       if (options_.metrics_require_token && Authenticate(request.authorization) == nullptr) {
         return Final(Route::kMetrics, Unauthorized("/metrics needs a bearer token", false));
       }
+      // A failed ping is a failed store call (counted), but not a refused request:
+      // StoreHealth's outage log and its count of refused requests stay as they were.
+      const bool store_up = store_.Ping().ok();
+      if (!store_up) metrics_.CountStoreError();
       HttpResponse r;
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      r.body = metrics_.Render() + RenderCacheStats(store_);
+      r.body = absl::StrCat(metrics_.Render(), RenderStoreUp(store_up), RenderCacheStats(store_));
       return Final(Route::kMetrics, std::move(r));
     }
 

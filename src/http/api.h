@@ -36,7 +36,11 @@
 // biz_type is 400.
 //
 // The caller counts each final answer with Metrics::CountRequest(reply.route,
-// status, reply.outcome) when it sends it.
+// status, reply.outcome, latency) when it sends it. GET /metrics answers
+// Metrics::Render(), then idem_store_up from a Store::Ping() made for that scrape
+// (the truth now, as /readyz tells it; StoreHealth only knows what the last request
+// met, and nothing before the first), then the cache tiers' counters. So a scrape
+// waits for the ping, as /readyz does, bounded by the store's timeouts.
 //
 // Thread safety: an Api is safe for concurrent use. `guard`, `store` and `metrics`
 // must outlive it. Handle() and Poll() block on the store (SQLite), so servers call

@@ -293,7 +293,11 @@ void Connection::OnTimer(beast::error_code) {
 }
 
 void Connection::Send(const Reply& reply, bool force_close) {
-  shared_.api.metrics().CountRequest(reply.route, reply.response.status, reply.outcome);
+  // Counted when the answer is handed to the socket, not when the write completes:
+  // a client that has read it and asks /metrics next finds it counted.
+  const auto latency = std::chrono::steady_clock::now() - started_;
+  shared_.api.metrics().CountRequest(reply.route, reply.response.status, reply.outcome,
+                                     std::chrono::duration_cast<std::chrono::nanoseconds>(latency));
   const bool close = force_close || !keep_alive_ || shared_.stopping.load();
   response_ =
       std::make_shared<Response>(static_cast<bhttp::status>(reply.response.status), version_);
@@ -318,9 +322,7 @@ void Connection::Send(const Reply& reply, bool force_close) {
   }
   // The access log: one line per answer, never the token or the body.
   if (spdlog::should_log(spdlog::level::info)) {
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_)
-            .count();
+    const double ms = std::chrono::duration<double, std::milli>(latency).count();
     spdlog::info(
         "access method={} route={} status={} outcome={} latency_ms={:.3f} tenant={} "
         "request_id={}",
