@@ -208,5 +208,7 @@ int RunCommandLine(int argc, char** argv, std::initializer_list<AddCommandFn> co
   return kExitFailure;
 }
 
+std::string_view Version() { return IDEM_VERSION; }
+
 }  // namespace idem::cli
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,9 @@ using AddCommandFn = CommandFn (*)(CLI::App& root);
 // exit codes agree.
 int RunCommandLine(int argc, char** argv, std::initializer_list<AddCommandFn> commands,
                    const std::vector<std::pair<std::string, std::string>>& listed_only = {});
+
+// The project version (CMake's PROJECT_VERSION), as --version prints it.
+std::string_view Version();
 
 CommandFn AddServeCommand(CLI::App& root);    // serve.cc
 CommandFn AddInspectCommand(CLI::App& root);  // inspect.cc

@@ -111,12 +111,13 @@ int RunProxy(const ProxyFlags& flags) {
   }
 
   int exit_code = kExitOk;
-  std::unique_ptr<Store> store = OpenServerStore("proxy", flags.server, &exit_code);
+  std::vector<std::string> warnings;
+  std::unique_ptr<Store> store = OpenServerStore("proxy", flags.server, &warnings, &exit_code);
   if (store == nullptr) return exit_code;
   GuardOptions guard_options;
   guard_options.lease = options.lease;
   Guard guard(*store, guard_options);
-  http::Metrics metrics;
+  http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
   const http::Upstream upstream(*upstream_url,
                                 {.timeout = *timeout, .max_response_bytes = flags.max_response});
   http::Proxy proxy(guard, upstream, metrics, options);
@@ -127,7 +128,8 @@ int RunProxy(const ProxyFlags& flags) {
                    " with keys in ", AV(store->url()),
                    options.client_header.empty() ? " (global keys)"
                                                  : " (keys per " + options.client_header + ")",
-                   ","));
+                   ","),
+      warnings);
 }
 
 }  // namespace

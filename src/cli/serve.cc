@@ -78,7 +78,6 @@ int RunServe(const ServeFlags& flags) {
        .env = tenants_env != nullptr ? tenants_env : "",
        .config_file = ConfigFile(flags.server)},
       &warnings);
-  for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   if (!tenants.ok()) {
     PrintReason("serve: " + Str(tenants.status().message()));
     return tenants.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
@@ -96,7 +95,7 @@ int RunServe(const ServeFlags& flags) {
   api_options.metrics_require_token = flags.metrics_token;
 
   int exit_code = kExitOk;
-  std::unique_ptr<Store> store = OpenServerStore("serve", flags.server, &exit_code);
+  std::unique_ptr<Store> store = OpenServerStore("serve", flags.server, &warnings, &exit_code);
   if (store == nullptr) return exit_code;
 
   // Cache tiers (SPEC §6): L1 on by default, Redis with --cache. They answer only
@@ -133,7 +132,7 @@ int RunServe(const ServeFlags& flags) {
   }
 
   Guard guard(*store);
-  http::Metrics metrics;
+  http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
 
   http::Api api(guard, *store, metrics, api_options);
   http::Server server(api, *server_options);
@@ -146,7 +145,8 @@ int RunServe(const ServeFlags& flags) {
                           absl::StrCat("serving store ", AV(store->url()), " for ",
                                        api_options.tenants.size(), " tenant(s), at most ",
                                        server_options->max_connections,
-                                       " connections at once,"));
+                                       " connections at once,"),
+                          warnings);
 }
 
 }  // namespace

@@ -139,12 +139,10 @@ std::string ConfigFile(const ServerFlags& flags) {
 }
 
 std::unique_ptr<Store> OpenServerStore(std::string_view cmd, const ServerFlags& flags,
-                                       int* exit_code) {
+                                       std::vector<std::string>* warnings, int* exit_code) {
   const std::string prefix = std::string(cmd) + ": ";
-  std::vector<std::string> warnings;
   absl::StatusOr<std::string> url = StoreUrlWithSecret(
-      flags.store, flags.store_password_file, "IDEM_STORE_PASSWORD", ConfigFile(flags), &warnings);
-  for (const std::string& warning : warnings) spdlog::warn("{}", warning);
+      flags.store, flags.store_password_file, "IDEM_STORE_PASSWORD", ConfigFile(flags), warnings);
   if (!url.ok()) {
     PrintReason(prefix + Str(url.status().message()));
     *exit_code = url.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
@@ -169,7 +167,8 @@ std::unique_ptr<Store> OpenServerStore(std::string_view cmd, const ServerFlags& 
   return *std::move(store);
 }
 
-int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_view what) {
+int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_view what,
+                     const std::vector<std::string>& warnings) {
   // Installed before the listening line, so a signal sent right after it is handled.
   boost::asio::io_context signal_ioc;
   boost::asio::signal_set signals(signal_ioc, SIGINT, SIGTERM);
@@ -182,6 +181,7 @@ int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_vie
   std::printf("listening on %s:%u\n", address.c_str(), static_cast<unsigned>(server.port()));
   std::fflush(stdout);
   spdlog::info("{} on {}:{}", what, address, server.port());
+  for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   signals.async_wait([&](const boost::system::error_code& ec, int signo) {
     if (!ec) spdlog::info("signal {}: shutting down", signo);
     server.Shutdown();

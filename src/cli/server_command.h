@@ -50,14 +50,16 @@ std::string ConfigFile(const ServerFlags& flags);
 
 // Opens flags.store for a server: the password from --store-password-file or
 // IDEM_STORE_PASSWORD, a database that is down at start waited for (unless
-// --require-store-at-start), warnings for secrets in `ps` or readable files logged.
-// On failure prints "CMD: reason" and sets `*exit_code`.
+// --require-store-at-start); warnings for secrets in `ps` or readable files are
+// added to `warnings`. On failure prints "CMD: reason" and sets `*exit_code`.
 std::unique_ptr<Store> OpenServerStore(std::string_view cmd, const ServerFlags& flags,
-                                       int* exit_code);
+                                       std::vector<std::string>* warnings, int* exit_code);
 
 // Starts `server`, prints "listening on HOST:PORT" on stdout (the first line, which
-// scripts wait for), logs `what` and serves until SIGTERM or SIGINT; returns the
-// exit status (1 when the address cannot be bound).
-int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_view what);
+// scripts wait for), logs `what` and `warnings` and serves until SIGTERM or SIGINT;
+// returns the exit status (1 when the address cannot be bound). The warnings wait
+// until the server is up, so that a failed start stays one line (SPEC §12).
+int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_view what,
+                     const std::vector<std::string>& warnings);
 
 }  // namespace idem::cli

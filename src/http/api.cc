@@ -43,10 +43,10 @@ std::string RenderCacheStats(const Store& store) {
 
 constexpr std::string_view kRecordsPrefix = "/v1/records/";
 
-Reply Final(std::string route, HttpResponse response, std::string outcome = {}) {
+Reply Final(Route route, HttpResponse response, std::string outcome = {}) {
   Reply r;
   r.response = std::move(response);
-  r.route = std::move(route);
+  r.route = route;
   r.outcome = std::move(outcome);
   return r;
 }
@@ -148,17 +148,13 @@ std::optional<Reply> Api::BeforeBody(std::string_view target,
     return std::nullopt;
   }
   std::string_view path = target.substr(0, target.find('?'));
-  // The route label Handle() would count it under.
-  std::string route = path == "/v1/claims" || path == "/v1/claims/complete" ||
-                              path == "/v1/claims/fail"
-                          ? std::string(path)
-                      : absl::StartsWith(AV(path), AV(kRecordsPrefix))
-                          ? "/v1/records/{biz_type}/{key}"
-                          : "other";
-  return Final(std::move(route),
-               authorization.empty()
-                   ? Unauthorized("missing Authorization: Bearer <token>", false)
-                   : Unauthorized("the bearer token is malformed or unknown", true));
+  // The route Handle() would count it under.
+  // (Only /v1/ targets get here: RouteNamed finds the claim routes or kOther.)
+  const Route route =
+      absl::StartsWith(AV(path), AV(kRecordsPrefix)) ? Route::kRecord : RouteNamed(path);
+  return Final(route, authorization.empty()
+                          ? Unauthorized("missing Authorization: Bearer <token>", false)
+                          : Unauthorized("the bearer token is malformed or unknown", true));
 }
 
 Reply Api::Handle(const HttpRequest& request) {
@@ -171,36 +167,48 @@ Reply Api::Handle(const HttpRequest& request) {
         request.method == "HEAD" ? std::string_view("GET") : std::string_view(request.method);
 
     if (path == "/healthz") {
-      if (method != "GET") return Final("/healthz", MethodNotAllowed(request.method, "GET"));
+      if (method != "GET") {
+        return Final(Route::kHealthz, MethodNotAllowed(request.method, "GET"));
+      }
       HttpResponse r;
       r.body = R"({"status":"ok"})";
-      return Final("/healthz", std::move(r));
+      return Final(Route::kHealthz, std::move(r));
     }
     if (path == "/readyz") {
-      if (method != "GET") return Final("/readyz", MethodNotAllowed(request.method, "GET"));
+      if (method != "GET") return Final(Route::kReadyz, MethodNotAllowed(request.method, "GET"));
       return Ready();
     }
     if (path == "/metrics") {
-      if (method != "GET") return Final("/metrics", MethodNotAllowed(request.method, "GET"));
-      if (options_.metrics_require_token && Authenticate(request.authorization) == nullptr) {
-        return Final("/metrics", Unauthorized("/metrics needs a bearer token", false));
+      if (method != "GET") {
+        return Final(Route::kMetrics, MethodNotAllowed(request.method, "GET"));
       }
+      if (options_.metrics_require_token && Authenticate(request.authorization) == nullptr) {
+        return Final(Route::kMetrics, Unauthorized("/metrics needs a bearer token", false));
+      }
+      // A failed ping is a failed store call (counted), but not a refused request:
+      // StoreHealth's outage log and its count of refused requests stay as they were.
+      const bool store_up = store_.Ping().ok();
+      if (!store_up) metrics_.CountStoreError();
       HttpResponse r;
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      r.body = metrics_.Render() + RenderCacheStats(store_);
-      return Final("/metrics", std::move(r));
+      r.body = absl::StrCat(metrics_.Render(), RenderStoreUp(store_up), RenderCacheStats(store_));
+      return Final(Route::kMetrics, std::move(r));
     }
 
-    std::string route;
+    Route route = Route::kOther;
     std::string_view allow;
-    if (path == "/v1/claims" || path == "/v1/claims/complete" || path == "/v1/claims/fail") {
-      route = std::string(path);
+    if (path == RouteName(Route::kClaims) || path == RouteName(Route::kComplete) ||
+        path == RouteName(Route::kFail)) {
+      route = RouteNamed(path);
       allow = "POST";
     } else if (absl::StartsWith(AV(path), AV(kRecordsPrefix))) {
-      route = "/v1/records/{biz_type}/{key}";
+      route = Route::kRecord;
       allow = "GET";
     } else {
-      return Final("other", MakeProblem(404, "", "", absl::StrCat("no route for ", AV(path))));
+      // Counted as "other", whatever the path: a label value a client chose would
+      // make a series per scanned URL.
+      return Final(Route::kOther,
+                   MakeProblem(404, "", "", absl::StrCat("no route for ", AV(path))));
     }
 
     std::string_view biz_enc, key_enc;
@@ -209,9 +217,10 @@ Reply Api::Handle(const HttpRequest& request) {
       size_t slash = rest.find('/');
       if (slash == std::string_view::npos || slash == 0 || slash + 1 == rest.size() ||
           rest.find('/', slash + 1) != std::string_view::npos) {
-        return Final("other", MakeProblem(404, "", "",
-                                          "use /v1/records/{biz_type}/{key} with both segments "
-                                          "percent-encoded"));
+        return Final(Route::kOther,
+                     MakeProblem(404, "", "",
+                                 "use /v1/records/{biz_type}/{key} with both segments "
+                                 "percent-encoded"));
       }
       biz_enc = rest.substr(0, slash);
       key_enc = rest.substr(slash + 1);
@@ -247,8 +256,8 @@ Reply Api::Internal(std::string_view action, std::string_view cause) {
   metrics_.CountStoreError();
   // The cause names internals (a database, a file, a library): the log only.
   spdlog::error("{}: internal error: {}", action, cause);
-  return Final("", MakeProblem(500, "internal", "Internal error",
-                               "internal error; the cause is in the server's log"));
+  return Final(Route::kOther, MakeProblem(500, "internal", "Internal error",
+                                          "internal error; the cause is in the server's log"));
 }
 
 Reply Api::Ready() {
@@ -257,33 +266,36 @@ Reply Api::Ready() {
     health_.Up();
     HttpResponse r;
     r.body = R"({"status":"ready"})";
-    return Final("/readyz", std::move(r));
+    return Final(Route::kReadyz, std::move(r));
   }
   metrics_.CountStoreError();
   health_.Down(s);
   HttpResponse r = MakeProblem(503, "store_unavailable", "Store unavailable",
                                "the store does not answer (the cause is in the server's log)");
   r.headers.emplace_back("Retry-After", "1");
-  return Final("/readyz", std::move(r));
+  return Final(Route::kReadyz, std::move(r));
 }
 
 Reply Api::StatusReply(const absl::Status& status, std::string_view action) {
   const std::string detail = absl::StrCat(AV(action), ": ", status.message());
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
-      return Final("",
+      return Final(Route::kOther,
                    MakeProblem(400, "invalid_request", "Invalid request", SV(status.message())));
     case absl::StatusCode::kNotFound:
-      return Final("", MakeProblem(404, "not_found", "No such record", detail, "not_found"),
+      return Final(Route::kOther,
+                   MakeProblem(404, "not_found", "No such record", detail, "not_found"),
                    "not_found");
     case absl::StatusCode::kFailedPrecondition:
-      return Final("", MakeProblem(409, "key_reused", "Key reused", detail, "key_reused"),
+      return Final(Route::kOther,
+                   MakeProblem(409, "key_reused", "Key reused", detail, "key_reused"),
                    "key_reused");
     case absl::StatusCode::kAborted:
-      return Final("", MakeProblem(409, "lease_lost", "Lease lost", detail, "lease_lost"),
+      return Final(Route::kOther,
+                   MakeProblem(409, "lease_lost", "Lease lost", detail, "lease_lost"),
                    "lease_lost");
     case absl::StatusCode::kAlreadyExists:
-      return Final("",
+      return Final(Route::kOther,
                    MakeProblem(409, "conflict", "Already finished differently", detail, "conflict"),
                    "conflict");
     case absl::StatusCode::kUnavailable:
@@ -297,7 +309,7 @@ Reply Api::StatusReply(const absl::Status& status, std::string_view action) {
                                    absl::StrCat(AV(action), ": store unavailable; retry"),
                                    "unavailable");
       r.headers.emplace_back("Retry-After", "1");
-      return Final("", std::move(r), "unavailable");
+      return Final(Route::kOther, std::move(r), "unavailable");
     }
     default:
       return Internal(action, status.ToString());

@@ -36,7 +36,11 @@
 // biz_type is 400.
 //
 // The caller counts each final answer with Metrics::CountRequest(reply.route,
-// status, reply.outcome) when it sends it.
+// status, reply.outcome, latency) when it sends it. GET /metrics answers
+// Metrics::Render(), then idem_store_up from a Store::Ping() made for that scrape
+// (the truth now, as /readyz tells it; StoreHealth only knows what the last request
+// met, and nothing before the first), then the cache tiers' counters. So a scrape
+// waits for the ping, as /readyz does, bounded by the store's timeouts.
 //
 // Thread safety: an Api is safe for concurrent use. `guard`, `store` and `metrics`
 // must outlive it. Handle() and Poll() block on the store (SQLite), so servers call
@@ -51,10 +55,11 @@
 #include <string_view>
 #include <vector>
 
-#include "http/store_health.h"
 #include "absl/time/time.h"
 #include "http/handler.h"
 #include "http/metrics.h"
+#include "http/route.h"
+#include "http/store_health.h"
 #include "http/types.h"
 #include "idem/clock.h"
 #include "idem/guard.h"
@@ -138,7 +143,7 @@ class Api : public Handler {
   // The degraded 201 of a fail-open claim whose store call failed with `status`.
   Reply FailOpenClaim(const Request& request, const absl::Status& status);
   // complete/fail with token 0: 200 degraded for a fail-open biz_type, else 400.
-  Reply DegradedFinish(std::string_view route, std::string_view biz_type);
+  Reply DegradedFinish(Route route, std::string_view biz_type);
 
   Guard& guard_;
   Store& store_;

@@ -163,7 +163,7 @@ void Connection::OnHeader(beast::error_code ec) {
   if (std::string coding = UnsupportedCoding(req[bhttp::field::transfer_encoding]);
       !coding.empty()) {
     Reply reply;
-    reply.route = "other";
+    reply.route = Route::kOther;
     reply.response = MakeProblem(501, "unsupported_transfer_coding", "Not Implemented",
                                  absl::StrCat("transfer-coding \"", coding,
                                               "\" is not supported; send the body plainly "
@@ -214,7 +214,7 @@ void Connection::OnReadError(beast::error_code ec) {
     started_ = std::chrono::steady_clock::now();
   }
   Reply reply;
-  reply.route = "other";
+  reply.route = Route::kOther;
   if (header_expired_ && ec == asio::error::operation_aborted) {
     // A header begun and not finished in time (RFC 9110 §15.5.9).
     header_expired_ = false;
@@ -299,7 +299,11 @@ void Connection::OnTimer(beast::error_code) {
 }
 
 void Connection::Send(const Reply& reply, bool force_close) {
-  shared_.api.metrics().CountRequest(reply.route, reply.response.status, reply.outcome);
+  // Counted when the answer is handed to the socket, not when the write completes:
+  // a client that has read it and asks /metrics next finds it counted.
+  const auto latency = std::chrono::steady_clock::now() - started_;
+  shared_.api.metrics().CountRequest(reply.route, reply.response.status, reply.outcome,
+                                     std::chrono::duration_cast<std::chrono::nanoseconds>(latency));
   const bool close = force_close || !keep_alive_ || shared_.stopping.load();
   response_ =
       std::make_shared<Response>(static_cast<bhttp::status>(reply.response.status), version_);
@@ -329,14 +333,13 @@ void Connection::Send(const Reply& reply, bool force_close) {
   }
   // The access log: one line per answer, never the token or the body.
   if (spdlog::should_log(spdlog::level::info)) {
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_)
-            .count();
-    spdlog::info("access method={} route={} status={} outcome={} latency_ms={:.3f} tenant={} "
-                 "request_id={}",
-                 method_, reply.route, reply.response.status,
-                 reply.outcome.empty() ? "-" : reply.outcome, ms,
-                 reply.tenant.empty() ? "-" : reply.tenant, request_id_);
+    const double ms = std::chrono::duration<double, std::milli>(latency).count();
+    spdlog::info(
+        "access method={} route={} status={} outcome={} latency_ms={:.3f} tenant={} "
+        "request_id={}",
+        method_, RouteName(reply.route), reply.response.status,
+        reply.outcome.empty() ? "-" : reply.outcome, ms, reply.tenant.empty() ? "-" : reply.tenant,
+        request_id_);
   }
   stream_.expires_after(Chrono(shared_.options.io_timeout));
   bhttp::async_write(stream_, *response_,

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "http/metrics.h"
+#include "http/route.h"
 #include "http/types.h"
 
 namespace idem::http {
@@ -20,8 +21,8 @@ struct WaitingClaim;
 
 struct Reply {
   HttpResponse response;
-  // The route template, for metrics ("/v1/claims", "/healthz", "other", ...).
-  std::string route;
+  // The route the answer is counted under (metrics, the access log).
+  Route route = Route::kOther;
   // The guard outcome the response reports ("acquired", "lease_lost", ...), or "".
   std::string outcome;
   // The authenticated tenant, for the access log; "" before authentication.

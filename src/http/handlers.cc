@@ -17,11 +17,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-constexpr std::string_view kClaimsRoute = "/v1/claims";
-constexpr std::string_view kCompleteRoute = "/v1/claims/complete";
-constexpr std::string_view kFailRoute = "/v1/claims/fail";
-constexpr std::string_view kRecordRoute = "/v1/records/{biz_type}/{key}";
-
 std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
 // Appends `"name":<raw>` to the JSON object text `object` (which ends in '}').
@@ -32,10 +27,10 @@ std::string Splice(std::string object, std::string_view name, std::string_view r
   return object;
 }
 
-Reply Make(std::string_view route, HttpResponse response, std::string_view outcome = {}) {
+Reply Make(Route route, HttpResponse response, std::string_view outcome = {}) {
   Reply r;
   r.response = std::move(response);
-  r.route = std::string(route);
+  r.route = route;
   r.outcome = std::string(outcome);
   return r;
 }
@@ -47,7 +42,7 @@ HttpResponse Json(int status, std::string body) {
   return r;
 }
 
-Reply BadRequest(std::string_view route, const absl::Status& status) {
+Reply BadRequest(Route route, const absl::Status& status) {
   return Make(route, MakeProblem(400, "invalid_request", "Invalid request", SV(status.message())));
 }
 
@@ -90,10 +85,10 @@ Reply Api::FailOpenClaim(const Request& req, const absl::Status& status) {
   j["degraded"] = true;
   j["lease_until"] = nullptr;
   j["takeover"] = false;
-  return Make(kClaimsRoute, Json(201, Dump(j)), "degraded");
+  return Make(Route::kClaims, Json(201, Dump(j)), "degraded");
 }
 
-Reply Api::DegradedFinish(std::string_view route, std::string_view biz_type) {
+Reply Api::DegradedFinish(Route route, std::string_view biz_type) {
   if (!IsFailOpen(biz_type)) {
     return BadRequest(route, absl::InvalidArgumentError(
                                  "field \"token\": must be >= 1 (token 0 belongs only to a "
@@ -106,9 +101,9 @@ Reply Api::DegradedFinish(std::string_view route, std::string_view biz_type) {
 
 Reply Api::Claims(const HttpRequest& request, const std::string& tenant) {
   absl::StatusOr<ClaimBody> body = ParseClaimBody(request.body);
-  if (!body.ok()) return BadRequest(kClaimsRoute, body.status());
+  if (!body.ok()) return BadRequest(Route::kClaims, body.status());
   if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
-    return BadRequest(kClaimsRoute, s);
+    return BadRequest(Route::kClaims, s);
   }
   Request req;
   req.tenant = tenant;
@@ -128,7 +123,7 @@ Reply Api::Poll(const WaitingClaim& waiting) {
     return ClaimAnswer(waiting.request, waiting.lease, waiting.deadline);
   } catch (const std::exception& e) {
     Reply r = Internal("claim", e.what());
-    r.route = kClaimsRoute;
+    r.route = Route::kClaims;
     return r;
   }
 }
@@ -155,7 +150,7 @@ Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time dead
       return FailOpenClaim(req, result.status());
     }
     Reply r = StatusReply(result.status(), "claim");
-    r.route = std::string(kClaimsRoute);
+    r.route = Route::kClaims;
     return r;
   }
   switch (result->outcome) {
@@ -166,7 +161,7 @@ Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time dead
       j["lease_until"] = FormatRfc3339(result->lease_until);
       j["takeover"] = result->takeover;
       if (result->takeover) j["previous_token"] = result->previous_token;
-      return Make(kClaimsRoute, Json(201, Dump(j)), "acquired");
+      return Make(Route::kClaims, Json(201, Dump(j)), "acquired");
     }
     case Outcome::kReplayed:
     case Outcome::kCachedFailure: {
@@ -176,7 +171,7 @@ Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time dead
           Json(200, Splice(absl::StrCat(R"({"outcome":")", AV(name), R"("})"),
                            replayed ? "result" : "error", RawJsonOrString(result->value)));
       r.headers.emplace_back("Idempotent-Replayed", "true");
-      return Make(kClaimsRoute, std::move(r), name);
+      return Make(Route::kClaims, std::move(r), name);
     }
     case Outcome::kInProgress: {
       const absl::Time now = options_.clock->Now();
@@ -191,19 +186,19 @@ Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time dead
       HttpResponse r = ProblemResponse(p);
       r.headers.emplace_back("Retry-After",
                              absl::StrCat(RetryAfterSeconds(now, result->lease_until)));
-      Reply reply = Make(kClaimsRoute, std::move(r), "in_progress");
+      Reply reply = Make(Route::kClaims, std::move(r), "in_progress");
       if (now < deadline) {
         reply.waiting = std::make_shared<WaitingClaim>(WaitingClaim{req, lease, deadline});
       }
       return reply;
     }
     case Outcome::kKeyReused:
-      return Make(kClaimsRoute,
+      return Make(Route::kClaims,
                   MakeProblem(409, "key_reused", "Key reused",
                               "the key is already used by another biz_type", "key_reused"),
                   "key_reused");
     case Outcome::kFingerprintMismatch:
-      return Make(kClaimsRoute,
+      return Make(Route::kClaims,
                   MakeProblem(422, "fingerprint_mismatch", "Fingerprint mismatch",
                               "the key was first claimed with a different request fingerprint; "
                               "a retry must carry the same payload",
@@ -212,17 +207,17 @@ Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time dead
     case Outcome::kExecuted:
       break;
   }
-  return Make(kClaimsRoute, MakeProblem(500, "internal", "Internal error",
-                                        "unexpected guard outcome for a lease claim"));
+  return Make(Route::kClaims, MakeProblem(500, "internal", "Internal error",
+                                          "unexpected guard outcome for a lease claim"));
 }
 
 Reply Api::Complete(const HttpRequest& request, const std::string& tenant) {
   absl::StatusOr<CompleteBody> body = ParseCompleteBody(request.body);
-  if (!body.ok()) return BadRequest(kCompleteRoute, body.status());
+  if (!body.ok()) return BadRequest(Route::kComplete, body.status());
   if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
-    return BadRequest(kCompleteRoute, s);
+    return BadRequest(Route::kComplete, s);
   }
-  if (body->token == 0) return DegradedFinish(kCompleteRoute, body->biz_type);
+  if (body->token == 0) return DegradedFinish(Route::kComplete, body->biz_type);
   Request req;
   req.tenant = tenant;
   req.biz_type = std::move(body->biz_type);
@@ -230,19 +225,19 @@ Reply Api::Complete(const HttpRequest& request, const std::string& tenant) {
   absl::Status s = guard_.Complete(req, body->token, body->result);
   if (!s.ok()) {
     Reply r = StatusReply(s, "complete");
-    r.route = std::string(kCompleteRoute);
+    r.route = Route::kComplete;
     return r;
   }
-  return Make(kCompleteRoute, Json(200, R"({"outcome":"completed"})"), "completed");
+  return Make(Route::kComplete, Json(200, R"({"outcome":"completed"})"), "completed");
 }
 
 Reply Api::Fail(const HttpRequest& request, const std::string& tenant) {
   absl::StatusOr<FailBody> body = ParseFailBody(request.body);
-  if (!body.ok()) return BadRequest(kFailRoute, body.status());
+  if (!body.ok()) return BadRequest(Route::kFail, body.status());
   if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
-    return BadRequest(kFailRoute, s);
+    return BadRequest(Route::kFail, s);
   }
-  if (body->token == 0) return DegradedFinish(kFailRoute, body->biz_type);
+  if (body->token == 0) return DegradedFinish(Route::kFail, body->biz_type);
   Request req;
   req.tenant = tenant;
   req.biz_type = std::move(body->biz_type);
@@ -250,30 +245,30 @@ Reply Api::Fail(const HttpRequest& request, const std::string& tenant) {
   absl::Status s = guard_.Fail(req, body->token, body->retryable, body->error);
   if (!s.ok()) {
     Reply r = StatusReply(s, "fail");
-    r.route = std::string(kFailRoute);
+    r.route = Route::kFail;
     return r;
   }
   std::string_view outcome = body->retryable ? "released" : "failed";
-  return Make(kFailRoute, Json(200, absl::StrCat(R"({"outcome":")", AV(outcome), R"("})")),
+  return Make(Route::kFail, Json(200, absl::StrCat(R"({"outcome":")", AV(outcome), R"("})")),
               outcome);
 }
 
 Reply Api::GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
                      const std::string& tenant) {
   absl::StatusOr<std::string> biz_type = PercentDecode(biz_type_enc);
-  if (!biz_type.ok()) return BadRequest(kRecordRoute, biz_type.status());
+  if (!biz_type.ok()) return BadRequest(Route::kRecord, biz_type.status());
   absl::StatusOr<std::string> key = PercentDecode(key_enc);
-  if (!key.ok()) return BadRequest(kRecordRoute, key.status());
+  if (!key.ok()) return BadRequest(Route::kRecord, key.status());
   for (const auto& [name, value] :
        {std::pair<std::string_view, const std::string*>{"biz_type", &*biz_type}, {"key", &*key}}) {
     if (value->find('\0') != std::string::npos ||
         simdjson::validate_utf8(value->data(), value->size()) == false) {
-      return BadRequest(kRecordRoute,
+      return BadRequest(Route::kRecord,
                         absl::InvalidArgumentError(absl::StrCat(
                             "path segment ", AV(name), " must be UTF-8 without NUL once decoded")));
     }
   }
-  if (absl::Status s = ValidateIds(*biz_type, *key); !s.ok()) return BadRequest(kRecordRoute, s);
+  if (absl::Status s = ValidateIds(*biz_type, *key); !s.ok()) return BadRequest(Route::kRecord, s);
 
   Request req;
   req.tenant = tenant;
@@ -282,7 +277,7 @@ Reply Api::GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
   absl::StatusOr<Record> rec = guard_.Get(req);
   if (!rec.ok()) {
     Reply r = StatusReply(rec.status(), "get record");
-    r.route = std::string(kRecordRoute);
+    r.route = Route::kRecord;
     r.outcome.clear();  // a read reports no guard outcome
     return r;
   }
@@ -301,7 +296,7 @@ Reply Api::GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
   } else if (rec->state == RecordState::kFailed) {
     body = Splice(std::move(body), "error", RawJsonOrString(rec->error));
   }
-  return Make(kRecordRoute, Json(200, std::move(body)));
+  return Make(Route::kRecord, Json(200, std::move(body)));
 }
 
 }  // namespace idem::http

@@ -19,8 +19,8 @@
 namespace idem::http {
 namespace {
 
-constexpr std::string_view kGuardedRoute = "proxy";
-constexpr std::string_view kPassRoute = "passthrough";
+constexpr Route kGuardedRoute = Route::kProxied;
+constexpr Route kPassRoute = Route::kPassThrough;
 
 bool IsTokenChar(char c) {
   return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
@@ -47,10 +47,10 @@ bool IsFinal(int status) {
   return status >= 400 && status < 500 && status != 408 && status != 425 && status != 429;
 }
 
-Reply Answer(std::string_view route, HttpResponse response, std::string_view outcome,
+Reply Answer(Route route, HttpResponse response, std::string_view outcome,
              std::string tenant = {}) {
   Reply r;
-  r.route = std::string(route);
+  r.route = route;
   r.response = std::move(response);
   r.outcome = std::string(outcome);
   r.tenant = std::move(tenant);
@@ -163,7 +163,7 @@ Proxy::Proxy(Guard& guard, const Upstream& upstream, Metrics& metrics, ProxyOpti
     : guard_(guard), upstream_(upstream), metrics_(metrics), options_(std::move(options)) {}
 
 Reply Proxy::Poll(const WaitingClaim&) {
-  return Answer("other", MakeProblem(500, "internal", "Internal Server Error", "nothing waits"),
+  return Answer(Route::kOther, MakeProblem(500, "internal", "Internal Server Error", "nothing waits"),
                 "");
 }
 
@@ -351,8 +351,12 @@ Reply Proxy::Guarded(const HttpRequest& request, std::string key) {
                   std::string(s.message()), absl::FormatDuration(options_.lease),
                   request.request_id);
   }
-  return Answer(kGuardedRoute, std::move(live), claim->takeover ? "executed_after_takeover" : "executed",
-                tenant_shown);
+  if (claim->takeover) {
+    spdlog::info("proxy: a request whose proxy died mid-flight (token {}) was forwarded again "
+                 "after its lease ended (request_id={})",
+                 claim->previous_token, request.request_id);
+  }
+  return Answer(kGuardedRoute, std::move(live), "executed", tenant_shown);
 }
 
 }  // namespace idem::http

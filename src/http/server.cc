@@ -192,6 +192,7 @@ class ServerImpl {
     if (!stopping_.load()) {
       if (options_.max_connections > 0 && LiveConnections() >= options_.max_connections) {
         std::make_shared<Refused>(std::move(socket))->Start();
+        api_.metrics().CountRefused(Refusal::kMaxConnections);
         Note(&refused_, absl::StrCat("connection limit (", options_.max_connections,
                                      ") reached: new connections are answered 503"));
       } else {
@@ -208,6 +209,7 @@ class ServerImpl {
         new Connection(std::move(socket), ServerShared{api_, options_, ioc_, pool_, stopping_}),
         [this, id](Connection* c) {
           delete c;
+          api_.metrics().ConnectionClosed();
           absl::MutexLock lock(&mu_);
           connections_.erase(id);
           if (stopping_.load() && connections_.empty()) work_.reset();
@@ -216,6 +218,7 @@ class ServerImpl {
       absl::MutexLock lock(&mu_);
       connections_.emplace(id, conn);
     }
+    api_.metrics().ConnectionOpened();
     conn->Start();
   }
 
@@ -243,6 +246,7 @@ class ServerImpl {
       ::shutdown(fd, SHUT_WR);
       ::close(fd);
       ++refused_.count;
+      api_.metrics().CountRefused(Refusal::kFdExhausted);
     }
     spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   }

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,12 @@ class ApiTest : public ::testing::Test {
     Build(*store_);
   }
 
+  // Every outcome an answer reports is one Metrics knows by name (metrics.cc's
+  // table), so none lands in "other".
+  void TearDown() override {
+    EXPECT_EQ(metrics_.outcomes("other"), 0u) << "an outcome missing from metrics.cc";
+  }
+
   void Build(Store& store) {
     guard_ = std::make_unique<Guard>(store, GuardOptions{.clock = &clock_});
     ApiOptions o;
@@ -54,7 +61,8 @@ class ApiTest : public ::testing::Test {
   HttpResponse HandleBlocking(const HttpRequest& request) {
     Reply reply = api_->Handle(request);
     EXPECT_EQ(reply.waiting, nullptr);
-    metrics_.CountRequest(reply.route, reply.response.status, reply.outcome);
+    metrics_.CountRequest(reply.route, reply.response.status, reply.outcome,
+                          std::chrono::nanoseconds(0));
     return reply.response;
   }
 
@@ -245,6 +253,25 @@ TEST_F(ApiTest, RoutesMethodsAndOpenEndpoints) {
               HasSubstr("idem_http_requests_total{route=\"/v1/claims\",status=\"201\"} 1\n"));
   EXPECT_THAT(metrics.body, HasSubstr("idem_outcomes_total{outcome=\"acquired\"} 1\n"));
   EXPECT_THAT(metrics.body, HasSubstr("idem_store_errors_total 0\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("\nidem_store_up 1\n"));
+}
+
+// Whatever a client asks for, an unrouted target is counted under one label value,
+// "other": a scanner walking a thousand URLs must not make a thousand series.
+TEST_F(ApiTest, UnroutedTargetsAreCountedAsOther) {
+  for (const char* target : {"/wp-admin", "/v2/nothing", "/v1/records/only-one-segment",
+                             "/v1/records/a/b/c", "/metricsx"}) {
+    ExpectProblem(Call("GET", target), 404, "");
+  }
+  EXPECT_EQ(metrics_.requests("other", 404), 5u);
+  const std::string text = Call("GET", "/metrics", "", "").body;
+  EXPECT_THAT(text, HasSubstr("idem_http_requests_total{route=\"other\",status=\"404\"} 5\n"));
+  for (const char* leaked : {"wp-admin", "v2", "only-one-segment", "metricsx"}) {
+    EXPECT_THAT(text, ::testing::Not(HasSubstr(leaked)));
+  }
+  // A record read that does reach its route is counted under the template.
+  ExpectProblem(Call("GET", "/v1/records/refund/none"), 404, "not_found");
+  EXPECT_EQ(metrics_.requests("/v1/records/{biz_type}/{key}", 404), 1u);
 }
 
 TEST_F(ApiTest, BadInputIs400NamingTheField) {
@@ -328,6 +355,11 @@ TEST_F(ApiTest, StoreDownIs503FailClosed) {
   ExpectProblem(Call("GET", "/readyz", "", ""), 503, "");
   EXPECT_EQ(Call("GET", "/healthz", "", "").status, 200);
   EXPECT_EQ(metrics_.store_errors(), 3u);
+  // /metrics still answers, says the store is down, and counts its failed ping.
+  HttpResponse metrics = Call("GET", "/metrics", "", "");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_THAT(metrics.body, HasSubstr("\nidem_store_up 0\n"));
+  EXPECT_EQ(metrics_.store_errors(), 4u);
 }
 
 }  // namespace

@@ -13,24 +13,28 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <memory>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "http/idem_process.h"
+#include "http/prometheus_text.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 
 namespace idem::http {
 namespace {
 
+using ::idem::http::testing::SeriesValue;
 using ::idem::testing::ServeProcess;
 using ::idem::testing::WaitUntil;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::Optional;
 using ::testing::StartsWith;
 
 // A connected socket to 127.0.0.1:port, or -1.
@@ -133,24 +137,43 @@ class ServeLimitsTest : public ::testing::Test {
 };
 
 // Past the cap a new client gets 503 with Connection: close at once; when the idle
-// connections go, it is served again.
+// connections go, it is served again. Each refusal is counted in
+// idem_http_connections_refused_total{reason="max_connections"}.
 TEST_F(ServeLimitsTest, PastTheCapNewConnectionsAre503AtOnce) {
   ServeProcess serve(dir_.path() + "/serve.log");
   ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store", "memory://",
                            "--max-connections", "4"}),
               StartsWith("listening on "));
   OpenIdle(serve.port(), 4);
+  // Asks /healthz until the answer's status line starts with `status`; counts the
+  // refusals it meets on the way.
+  int refusals_seen = 0;
+  std::string answer;
+  auto healthz_until = [&](const std::string& status) {
+    return WaitUntil([&] {
+      answer = Healthz(serve.port(), std::chrono::seconds(5));
+      refusals_seen += answer.starts_with("HTTP/1.1 503");
+      return answer.starts_with(status);
+    });
+  };
   // The server accepts them asynchronously; past the cap the answer is 503.
-  std::string busy;
-  ASSERT_TRUE(WaitUntil([&] {
-    busy = Healthz(serve.port(), std::chrono::seconds(5));
-    return busy.starts_with("HTTP/1.1 503");
-  })) << busy;
-  EXPECT_THAT(busy, HasSubstr("Connection: close"));
-  EXPECT_THAT(busy, HasSubstr("Retry-After: 1"));
+  ASSERT_TRUE(healthz_until("HTTP/1.1 503")) << answer;
+  EXPECT_THAT(answer, HasSubstr("Connection: close"));
+  EXPECT_THAT(answer, HasSubstr("Retry-After: 1"));
   CloseIdle();
-  ExpectServedAgain(serve.port());
+  // Served again once they are gone (until the server has seen them close, a new
+  // client may still be refused: those count too).
+  EXPECT_TRUE(healthz_until("HTTP/1.1 200")) << answer;
   EXPECT_THAT(serve.stderr_text(), HasSubstr("connection limit (4) reached"));
+  const std::string metrics =
+      Exchange(serve.port(), "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+  ASSERT_THAT(metrics, StartsWith("HTTP/1.1 200")) << metrics;
+  EXPECT_THAT(
+      SeriesValue(metrics, R"(idem_http_connections_refused_total{reason="max_connections"})"),
+      Optional(refusals_seen))
+      << metrics;
+  EXPECT_THAT(SeriesValue(metrics, R"(idem_http_connections_refused_total{reason="fd_exhausted"})"),
+              Optional(0));
 }
 
 // With fewer descriptors than connections (a cap above what RLIMIT_NOFILE allows)
@@ -187,6 +210,14 @@ TEST_F(ServeLimitsTest, OutOfDescriptorsAnswersWaitingClientsWithoutSpinning) {
 
   CloseIdle();
   ExpectServedAgain(serve.port());
+  // That 503 came through the reserve descriptor (the cap, 1000, was never reached).
+  const std::string metrics =
+      Exchange(serve.port(), "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+  ASSERT_THAT(metrics, StartsWith("HTTP/1.1 200")) << metrics;
+  const std::optional<double> shed =
+      SeriesValue(metrics, R"(idem_http_connections_refused_total{reason="fd_exhausted"})");
+  ASSERT_TRUE(shed.has_value()) << metrics;
+  EXPECT_GE(*shed, 1);
   EXPECT_EQ(serve.Stop(), 0);
 }
 

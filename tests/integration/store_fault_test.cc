@@ -71,6 +71,10 @@ void MissingSchemaIs503(const std::string& url, const std::string& scratch) {
   EXPECT_EQ(complete.status, 503) << complete.body;
   EXPECT_EQ(Fetch(serve.port(), "GET", "/v1/records/refund/K-1", "", "tok").status, 503);
   EXPECT_EQ(Fetch(serve.port(), "GET", "/readyz").status, 503);
+  // /metrics still answers, and says so (its ping is not a refused request: the
+  // count in the recovery line below stays 5).
+  EXPECT_THAT(Fetch(serve.port(), "GET", "/metrics").body,
+              ::testing::HasSubstr("\nidem_store_up 0\n"));
   // A restart does not paper over it: an empty record table made anew would forget
   // every key (duplicates); the open refuses the damaged schema instead.
   absl::StatusOr<std::unique_ptr<Store>> reopened = OpenStore(url);
@@ -79,6 +83,8 @@ void MissingSchemaIs503(const std::string& url, const std::string& scratch) {
 
   Rename(**admin, "idem_records_moved", "idem_records");
   EXPECT_EQ(Fetch(serve.port(), "GET", "/readyz").status, 200);
+  EXPECT_THAT(Fetch(serve.port(), "GET", "/metrics").body,
+              ::testing::HasSubstr("\nidem_store_up 1\n"));
   EXPECT_EQ(Claim(serve.port(), "K-2").status, 201);
   EXPECT_EQ(serve.Stop(), 0);
   // One log line when the store went down and one when it came back, not one per
