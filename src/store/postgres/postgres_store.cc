@@ -1,6 +1,5 @@
 #include "store/postgres/postgres_store.h"
 
-#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -72,11 +71,6 @@ absl::StatusOr<std::optional<Record>> SelectRecord(Connection& conn, std::string
   if (PQntuples(res.get()) == 0) return std::nullopt;
   IDEM_ASSIGN_OR_RETURN(Record r, ReadRecord(res.get(), 0, 0));
   return r;
-}
-
-int64_t RowsChanged(const PGresult* res) {
-  const char* tuples = PQcmdTuples(const_cast<PGresult*>(res));
-  return tuples != nullptr && *tuples != '\0' ? std::atoll(tuples) : 0;
 }
 
 // The result write of ReplaceAndCommit: Replace's UPDATE, made to fail when it
@@ -162,7 +156,7 @@ class PostgresTransaction final : public StoreTransaction {
         // that read fails too, and the Guard starts over without pipelining.
         absl::StatusOr<postgres::Result>& second = piped.results[1];
         if (second.ok()) {
-          *next_result = RowsChanged(second->get());
+          *next_result = postgres::RowsChanged(second->get());
         } else {
           *next_result = second.status();
         }
@@ -177,7 +171,7 @@ class PostgresTransaction final : public StoreTransaction {
     absl::StatusOr<postgres::Result> res =
         Step([&] { return lease_->Run(ReplaceSql(), 12, params, true); });
     IDEM_RETURN_IF_ERROR(res.status());
-    return RowsChanged(res->get()) == 1;
+    return postgres::RowsChanged(res->get()) == 1;
   }
 
   // One round trip: the UPDATE (kReplaceOrFail), a sync point, then COMMIT. When
@@ -193,12 +187,13 @@ class PostgresTransaction final : public StoreTransaction {
       return FailedEarlier();
     }
     const auto params = sql::ReplaceParams(r, expected_token, expected_state);
-    postgres::Piped piped =
-        lease_->RunThen(kReplaceOrFail, 12, params, /*binary_results=*/false, "COMMIT");
+    const postgres::PipedStatement replace{kReplaceOrFail, 12, params, /*binary_results=*/false};
+    postgres::PipedMany piped = lease_->RunMany(absl::MakeConstSpan(&replace, 1), "COMMIT");
+    absl::StatusOr<postgres::Result>& result = piped.results[0];
     const bool lost = lease_->broken();
     absl::StatusOr<bool> out;
     bool commit_error = false;
-    if (piped.result.ok()) {
+    if (result.ok()) {
       if (!piped.then_status.ok()) {
         out = piped.then_status;
         commit_error = true;
@@ -208,11 +203,11 @@ class PostgresTransaction final : public StoreTransaction {
         out = absl::AbortedError(
             absl::StrCat("postgres: COMMIT answered ", piped.then_tag, "; retry"));
       }
-    } else if (auto state = piped.result.status().GetPayload(AV(postgres::kSqlStatePayload));
+    } else if (auto state = result.status().GetPayload(AV(postgres::kSqlStatePayload));
                state.has_value() && *state == AV(kDivisionByZero)) {
       out = false;  // the row had moved on: the COMMIT answered ROLLBACK
     } else {
-      out = piped.result.status();
+      out = result.status();
     }
     if (lost || (commit_error && out.status().code() == absl::StatusCode::kUnavailable)) {
       // The server may or may not have committed before the connection went: a
