@@ -1,5 +1,5 @@
 // A bounded pool of database connections, for the postgres:// and mysql://
-// stores. Not part of the public API.
+// stores and the sqlite:// store's writer and readers. Not part of the public API.
 //
 // At most `max_size` connections exist at once; Acquire() waits up to `wait` for
 // one to come free and then answers kUnavailable, so a stalled database turns into

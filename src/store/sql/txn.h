@@ -1,8 +1,9 @@
-// The bookkeeping of a transaction on a pooled connection, for the postgres:// and
-// mysql:// stores: the lease it holds from Begin() to its end, the error that
-// ends it early, and the one way it commits and rolls back. The BEGIN is deferred
-// to the transaction's first round trip, so a transaction that sent nothing has
-// nothing to commit or roll back. Not part of the public API.
+// The bookkeeping of a transaction on a pooled connection, for every SQL store
+// (a sqlite:// store's writer is a pool of one): the lease it holds from Begin()
+// to its end, the error that ends it early, and the one way it commits and rolls
+// back. Where the BEGIN is deferred to the transaction's first round trip
+// (PostgreSQL, MySQL), a transaction that sent nothing has nothing to commit or
+// roll back. Not part of the public API.
 //
 // Thread safety: a transaction is used by one thread at a time.
 #pragma once
