@@ -1,5 +1,6 @@
 #include "store/mysql/mysql_store.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <functional>
@@ -35,12 +36,11 @@ constexpr int kClaimDeadlockRetries = 5;
 
 const std::string kSelectRecordForUpdate = absl::StrCat(AV(sql::kSelectRecord), " FOR UPDATE");
 const std::string kInsertRecord = sql::MysqlDialect().KeepExisting(sql::kInsertRecord, "idem_key");
+// Whether the row is at the expected token and state: the WHERE of
+// sql::kReplaceRecord, whose last four parameters it takes.
 constexpr const char* kMatchRecord =
     "SELECT 1 FROM idem_records WHERE tenant = ? AND idem_key = ? AND token = ? AND state = ? "
     "FOR UPDATE";
-
-Value Bytes(const std::string& s) { return Value(Blob{s}); }
-Value Int(int64_t v) { return Value(static_cast<long long>(v)); }
 
 // The columns are VARBINARY(255); a server in a non-strict sql_mode would
 // truncate a longer value silently and fold two keys into one, so refuse it here.
@@ -203,8 +203,7 @@ class MysqlTransaction final : public sql::PooledTransaction<Connection> {
     if (r.token != expected_token || r.state != expected_state) return false;
     // MySQL counts rows changed, not matched: a write of identical values reports
     // 0. Whether the condition matched is then a question for the row itself.
-    const Value match[] = {Bytes(r.tenant), Bytes(r.key), Int(expected_token),
-                           Int(static_cast<int>(expected_state))};
+    const auto match = absl::MakeConstSpan(params).subspan(8);
     IDEM_ASSIGN_OR_RETURN(Rows rows, Track(lease_->Query(kMatchRecord, match)));
     return !rows.rows.empty();
   }
@@ -412,16 +411,13 @@ bool IsPrivilegeError(unsigned int err) {
          err == 1419;    // ER_BINLOG_CREATE_ROUTINE_NEED_SUPER
 }
 
-// Creates the procedures that are missing; the caller holds 'idem_schema'. False
-// when the user may not create routines: the store then works without them.
-absl::StatusOr<bool> CreateProcedures(Connection& conn) {
+// Creates the procedures not in `existing` (ListProcedures); the caller holds
+// 'idem_schema'. False when the user may not create routines: the store then
+// works without them.
+absl::StatusOr<bool> CreateProcedures(Connection& conn, const std::vector<std::string>& existing) {
   for (const auto& [name, ddl] : {std::pair{kClaimProcedure, kCreateClaimProcedure},
                                   std::pair{kFinishProcedure, kCreateFinishProcedure}}) {
-    IDEM_ASSIGN_OR_RETURN(Rows found,
-                          conn.Query("SELECT 1 FROM information_schema.routines WHERE "
-                                     "routine_schema = DATABASE() AND routine_name = ?",
-                                     {Value(name)}));
-    if (!found.rows.empty()) continue;
+    if (std::find(existing.begin(), existing.end(), name) != existing.end()) continue;
     absl::Status s = conn.ExecText(ddl);
     if (s.ok() || conn.last_error() == 1304) continue;  // 1304: made by another process
     if (IsPrivilegeError(conn.last_error())) return false;
@@ -470,12 +466,12 @@ class MysqlSchema final : public sql::SchemaOn<Connection> {
       return absl::InternalError("mysql: the privilege check answered no row");
     }
     const std::vector<Value>& row = rows.rows[0];
-    IDEM_ASSIGN_OR_RETURN(int64_t no_database, sql::IntOf(row[0], "database"));
-    IDEM_ASSIGN_OR_RETURN(int64_t grants, sql::IntOf(row[2], "grants"));
+    IDEM_ASSIGN_OR_RETURN(int64_t no_database, IntOf(row[0], "database"));
+    IDEM_ASSIGN_OR_RETURN(int64_t grants, IntOf(row[2], "grants"));
     if (no_database != 0) return absl::FailedPreconditionError("the URL names no database");
     if (grants > 0) return absl::OkStatus();
-    return absl::PermissionDeniedError(absl::StrCat(
-        "user ", sql::BytesOf(row[1]), " has no CREATE privilege on this database"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("user ", BytesOf(row[1]), " has no CREATE privilege on this database"));
   }
 
 };
@@ -488,7 +484,7 @@ absl::StatusOr<std::vector<std::string>> ListProcedures(Connection& conn) {
                             "routine_name IN (?, ?) ORDER BY 1",
                             {Value(kClaimProcedure), Value(kFinishProcedure)}));
   std::vector<std::string> out;
-  for (const std::vector<Value>& row : rows.rows) out.push_back(sql::BytesOf(row[0]));
+  for (const std::vector<Value>& row : rows.rows) out.push_back(BytesOf(row[0]));
   return out;
 }
 
@@ -504,7 +500,8 @@ absl::StatusOr<bool> OpenMysqlSchema(const MysqlOptions& o, sql::SchemaMode mode
   IDEM_ASSIGN_OR_RETURN(std::vector<std::string> procedures, ListProcedures(*conn));
   if (procedures.size() == 2 || mode.read_only) return procedures.size() == 2;
   absl::Status s = session.BeginCreate();
-  absl::StatusOr<bool> made = s.ok() ? CreateProcedures(*conn) : absl::StatusOr<bool>(s);
+  absl::StatusOr<bool> made =
+      s.ok() ? CreateProcedures(*conn, procedures) : absl::StatusOr<bool>(s);
   if (s.ok()) session.EndCreate(made.ok()).IgnoreError();  // best effort: see EndCreate
   if (!made.ok()) {
     return absl::Status(made.status().code(), absl::StrCat(where, ": ", made.status().message()));
