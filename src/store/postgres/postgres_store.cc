@@ -446,15 +446,14 @@ class PostgresSchema final : public sql::SchemaOn<Connection> {
       return absl::InternalError("postgres: the privilege check answered no row");
     }
     const std::vector<Value>& row = rows.rows[0];
-    IDEM_ASSIGN_OR_RETURN(int64_t can, sql::IntOf(row[0], "privilege"));
+    IDEM_ASSIGN_OR_RETURN(int64_t can, IntOf(row[0], "privilege"));
     if (can == 1) return absl::OkStatus();
     if (can < 0) {
       return absl::FailedPreconditionError(
           "no schema to create tables in: the search_path names no existing schema");
     }
-    return absl::PermissionDeniedError(absl::StrCat("user ", sql::BytesOf(row[1]),
-                                                    " may not create tables in schema ",
-                                                    sql::BytesOf(row[2])));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "user ", BytesOf(row[1]), " may not create tables in schema ", BytesOf(row[2])));
   }
 
 };

@@ -96,7 +96,4 @@ absl::StatusOr<std::optional<Record>> LoadRecord(Conn& conn, std::string_view se
   return r;
 }
 
-using ::idem::BytesOf;
-using ::idem::IntOf;
-
 }  // namespace idem::sql
