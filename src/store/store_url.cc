@@ -71,17 +71,22 @@ size_t NonPortSuffix(std::string_view authority) {
   return std::string_view::npos;
 }
 
+// Splits "?query" off `*rest`; the query without its '?', or nullopt when none.
+std::optional<std::string_view> SplitQuery(std::string_view* rest) {
+  const size_t q = rest->find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view query = rest->substr(q + 1);
+  *rest = rest->substr(0, q);
+  return query;
+}
+
 // The secrets written in `url`, raw as written: the userinfo's password and the
 // values of secret parameters.
 std::vector<std::string_view> RawSecrets(std::string_view url) {
   std::vector<std::string_view> out;
   const size_t sep = url.find("://");
   std::string_view rest = sep == std::string_view::npos ? url : url.substr(sep + 3);
-  std::string_view query;
-  if (size_t q = rest.find('?'); q != std::string_view::npos) {
-    query = rest.substr(q + 1);
-    rest = rest.substr(0, q);
-  }
+  const std::string_view query = SplitQuery(&rest).value_or("");
   const std::string_view authority =
       sep == std::string_view::npos ? rest : rest.substr(0, rest.find('/'));
   if (size_t at = authority.rfind('@'); at != std::string_view::npos) {
@@ -103,15 +108,6 @@ std::vector<std::string_view> RawSecrets(std::string_view url) {
   return out;
 }
 
-// Splits "?query" off `*rest`; the query without its '?', or nullopt when none.
-std::optional<std::string_view> SplitQuery(std::string_view* rest) {
-  const size_t q = rest->find('?');
-  if (q == std::string_view::npos) return std::nullopt;
-  std::string_view query = rest->substr(q + 1);
-  *rest = rest->substr(0, q);
-  return query;
-}
-
 void ReplaceAll(std::string& text, std::string_view what) {
   if (what.empty()) return;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 3)) {
@@ -130,9 +126,7 @@ std::string RedactUrl(std::string_view url) {
   }
   const size_t start = sep + 3;
   std::string_view rest = url.substr(start);
-  const std::optional<std::string_view> given_query = SplitQuery(&rest);
-  const bool query_given = given_query.has_value();
-  const std::string_view query = given_query.value_or("");
+  const std::optional<std::string_view> query = SplitQuery(&rest);
   std::string out(url.substr(0, start));
   const std::string_view authority = rest.substr(0, rest.find('/'));
   if (size_t at = authority.rfind('@'); at != std::string_view::npos) {
@@ -145,9 +139,9 @@ std::string RedactUrl(std::string_view url) {
   } else {
     out.append(rest);
   }
-  if (query_given) {
+  if (query.has_value()) {
     std::string kept;
-    for (std::string_view item : QueryItems(query)) {
+    for (std::string_view item : QueryItems(*query)) {
       if (IsSecretParam(item)) continue;
       kept.append(kept.empty() ? "" : "&");
       kept.append(item);
@@ -234,16 +228,6 @@ absl::StatusOr<int64_t> ParseIntParam(std::string_view scheme, std::string_view 
                                                    "' must be an integer in ", lo, "..", hi));
   }
   return out;
-}
-
-absl::StatusOr<bool> StoreUrl::BoolParam(std::string_view name, bool fallback) const {
-  const std::string* v = Param(name);
-  if (v == nullptr) return fallback;
-  const std::string lower = absl::AsciiStrToLower(*v);
-  if (lower == "on" || lower == "true" || lower == "1" || lower == "yes") return true;
-  if (lower == "off" || lower == "false" || lower == "0" || lower == "no") return false;
-  return absl::InvalidArgumentError(absl::StrCat(scheme, " URL parameter ", AV(name), "='", *v,
-                                                 "' must be on or off"));
 }
 
 absl::Status StoreUrl::OnlyParams(std::initializer_list<std::string_view> known) const {
@@ -342,8 +326,7 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
       u.password = std::move(pw);
     }
   }
-  std::string_view port;
-  bool has_port = false;
+  std::optional<std::string_view> port;
   if (authority.starts_with("[")) {
     const size_t close = authority.find(']');
     if (close == std::string_view::npos) return bad("unclosed '[' in the host");
@@ -352,17 +335,13 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
     if (!after.empty() && !after.starts_with(":")) {
       return bad("unexpected text after ']' (the IPv6 address)");
     }
-    if (!after.empty()) {
-      port = after.substr(1);
-      has_port = true;
-    }
+    if (!after.empty()) port = after.substr(1);
     if (u.host.empty()) return bad("an empty IPv6 host '[]'");
   } else {
     const size_t colon = authority.rfind(':');
     if (colon != std::string_view::npos) {
       port = authority.substr(colon + 1);
       authority = authority.substr(0, colon);
-      has_port = true;
     }
     if (authority.find_first_of("[]") != std::string_view::npos) return bad("a stray '[' or ']'");
     if (authority.find(':') != std::string_view::npos) {
@@ -370,13 +349,12 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
     }
     if (!Decode(authority, &u.host)) return bad("bad percent-escape in the host (write % as %25)");
   }
-  if (has_port && port.empty()) return bad("empty port after ':'");
-  if (has_port) {
+  if (port.has_value() && port->empty()) return bad("empty port after ':'");
+  if (port.has_value()) {
     int p = 0;
-    auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-    if (port.empty() || ec != std::errc() || ptr != port.data() + port.size() || p < 1 ||
-        p > 65535) {
-      return bad(absl::StrCat("port '", AV(port), "' must be 1..65535"));
+    auto [ptr, ec] = std::from_chars(port->data(), port->data() + port->size(), p);
+    if (ec != std::errc() || ptr != port->data() + port->size() || p < 1 || p > 65535) {
+      return bad(absl::StrCat("port '", AV(*port), "' must be 1..65535"));
     }
     u.port = p;
   }

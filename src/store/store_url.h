@@ -60,9 +60,6 @@ struct StoreUrl {
   absl::StatusOr<int64_t> IntParam(std::string_view name, int64_t fallback, int64_t lo,
                                    int64_t hi) const;
 
-  // on/off, true/false, 1/0, yes/no; `fallback` when absent; else kInvalidArgument.
-  absl::StatusOr<bool> BoolParam(std::string_view name, bool fallback) const;
-
   // kInvalidArgument naming the first parameter that is not in `known`.
   absl::Status OnlyParams(std::initializer_list<std::string_view> known) const;
 };

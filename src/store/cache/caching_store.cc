@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "idem/status.h"
 #include "store/cache/record_codec.h"
 #if IDEM_HAVE_REDIS
 #include "store/redis/redis_client.h"
@@ -165,10 +166,9 @@ absl::StatusOr<std::unique_ptr<CachingStore>> CachingStore::Make(std::unique_ptr
     return absl::NotFoundError(
         "NewCachingStore: the Redis tier is not compiled into this build (IDEM_WITH_REDIS=OFF)");
 #else
-    absl::StatusOr<redis::RedisAddress> address = redis::ParseRedisUrl(options.redis_url);
-    if (!address.ok()) return address.status();
+    IDEM_ASSIGN_OR_RETURN(redis::RedisAddress address, redis::ParseRedisUrl(options.redis_url));
     redis = std::make_unique<redis::RedisClient>(
-        *std::move(address),
+        std::move(address),
         redis::RedisClientOptions{.connect_timeout = options.redis_connect_timeout,
                                   .command_timeout = options.redis_command_timeout,
                                   .pool_size = options.redis_pool_size});
@@ -179,9 +179,8 @@ absl::StatusOr<std::unique_ptr<CachingStore>> CachingStore::Make(std::unique_ptr
 }
 
 absl::StatusOr<std::unique_ptr<StoreTransaction>> CachingStore::Begin() {
-  absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = inner_->Begin();
-  if (!tx.ok()) return tx.status();
-  return std::unique_ptr<StoreTransaction>(new CachingTransaction(*this, *std::move(tx)));
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, inner_->Begin());
+  return std::unique_ptr<StoreTransaction>(new CachingTransaction(*this, std::move(tx)));
 }
 
 absl::StatusOr<std::optional<Record>> CachingStore::Get(std::string_view tenant,
@@ -281,10 +280,9 @@ CacheStats CachingStore::stats() const {
 
 absl::StatusOr<std::unique_ptr<Store>> NewCachingStore(std::unique_ptr<Store> inner,
                                                        CacheOptions options) {
-  absl::StatusOr<std::unique_ptr<cache::CachingStore>> store =
-      cache::CachingStore::Make(std::move(inner), std::move(options));
-  if (!store.ok()) return store.status();
-  return std::unique_ptr<Store>(*std::move(store));
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<cache::CachingStore> store,
+                        cache::CachingStore::Make(std::move(inner), std::move(options)));
+  return std::unique_ptr<Store>(std::move(store));
 }
 
 std::optional<CacheStats> GetCacheStats(const Store& store) {

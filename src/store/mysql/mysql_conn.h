@@ -59,9 +59,6 @@ class Connection {
   // Whether the connection may wait idle in a pool (sql::Pool).
   bool Reusable() const { return !broken_; }
 
-  // The server's id for this session (SELECT CONNECTION_ID(), KILL).
-  unsigned long thread_id() const { return mysql_thread_id(mysql_); }
-
  private:
   struct Statement;
 

@@ -51,6 +51,21 @@ absl::Status ToStatus(unsigned int err, std::string_view sqlstate, std::string_v
     case 1142:  // ER_TABLEACCESS_DENIED_ERROR
     case 1143:  // ER_COLUMNACCESS_DENIED_ERROR
     case 1036:  // ER_OPEN_AS_READONLY
+    // A full disk.
+    case 1021:  // ER_DISK_FULL
+    case 1114:  // ER_RECORD_FILE_FULL
+    // Transient server states: a failover (read-only), a busy or restarting server,
+    // an interrupted query.
+    case 1203:  // ER_TOO_MANY_USER_CONNECTIONS
+    case 1290:  // ER_OPTION_PREVENTS_STATEMENT (--read-only)
+    case 1317:  // ER_QUERY_INTERRUPTED
+    case 1615:  // ER_NEED_REPREPARE
+    case 1637:  // ER_TOO_MANY_CONCURRENT_TRXS
+    case 1792:  // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+    case 1836:  // ER_READ_ONLY_MODE
+    case 1180:  // ER_ERROR_DURING_COMMIT
+    case 1181:  // ER_ERROR_DURING_ROLLBACK
+    case 1030:  // ER_GET_ERRNO from the storage engine
       return StoreFaultError(text);
     // Constraint violations and bad data are final (SPEC §5): retrying the same
     // statement cannot succeed.
@@ -106,9 +121,6 @@ absl::Status ToStatus(unsigned int err, std::string_view sqlstate, std::string_v
       return absl::PermissionDeniedError(text);
     case 1049:  // ER_BAD_DB_ERROR: someone has to create the database
       return absl::FailedPreconditionError(text);
-    case 1021:  // ER_DISK_FULL
-    case 1114:  // ER_RECORD_FILE_FULL
-      return StoreFaultError(text);
     case 1037:  // ER_OUTOFMEMORY
     case 1038:  // ER_OUT_OF_SORTMEMORY
     case 1041:  // ER_OUT_OF_RESOURCES
@@ -120,19 +132,6 @@ absl::Status ToStatus(unsigned int err, std::string_view sqlstate, std::string_v
       return absl::DeadlineExceededError(text);
     case 2014:  // CR_COMMANDS_OUT_OF_SYNC: a bug in this adapter
       return absl::InternalError(text);
-    // Transient server states: a failover (read-only), a busy or restarting server,
-    // an interrupted query.
-    case 1203:  // ER_TOO_MANY_USER_CONNECTIONS
-    case 1290:  // ER_OPTION_PREVENTS_STATEMENT (--read-only)
-    case 1317:  // ER_QUERY_INTERRUPTED
-    case 1615:  // ER_NEED_REPREPARE
-    case 1637:  // ER_TOO_MANY_CONCURRENT_TRXS
-    case 1792:  // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
-    case 1836:  // ER_READ_ONLY_MODE
-    case 1180:  // ER_ERROR_DURING_COMMIT
-    case 1181:  // ER_ERROR_DURING_ROLLBACK
-    case 1030:  // ER_GET_ERRNO from the storage engine
-      return StoreFaultError(text);
     default:
       break;
   }

@@ -1,8 +1,9 @@
 #include "store/mysql/mysql_store.h"
 
-#include <functional>
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "store/sql/pool.h"
 #include "store/sql/records.h"
 #include "store/sql/schema.h"
+#include "store/sql/txn.h"
 
 namespace idem {
 namespace {
@@ -34,20 +36,11 @@ constexpr int kClaimDeadlockRetries = 5;
 
 const std::string kSelectRecordForUpdate = absl::StrCat(AV(sql::kSelectRecord), " FOR UPDATE");
 const std::string kInsertRecord = sql::MysqlDialect().KeepExisting(sql::kInsertRecord, "idem_key");
+// Whether the row is at the expected token and state: the WHERE of
+// sql::kReplaceRecord, whose last four parameters it takes.
 constexpr const char* kMatchRecord =
     "SELECT 1 FROM idem_records WHERE tenant = ? AND idem_key = ? AND token = ? AND state = ? "
     "FOR UPDATE";
-
-Value Bytes(const std::string& s) { return Value(Blob{s}); }
-Value Int(int64_t v) { return Value(static_cast<long long>(v)); }
-
-absl::StatusOr<std::optional<Record>> LoadRecord(Connection& conn, std::string_view sql,
-                                                 std::string_view tenant, std::string_view key) {
-  IDEM_ASSIGN_OR_RETURN(Rows rows, conn.Query(sql, sql::KeyParams(tenant, key)));
-  if (rows.rows.empty()) return std::nullopt;
-  IDEM_ASSIGN_OR_RETURN(Record r, sql::RecordFromRow(rows.rows[0]));
-  return r;
-}
 
 // The columns are VARBINARY(255); a server in a non-strict sql_mode would
 // truncate a longer value silently and fold two keys into one, so refuse it here.
@@ -132,26 +125,21 @@ constexpr unsigned int kNoSuchProcedure = 1305;  // ER_SP_DOES_NOT_EXIST
 // that opens the transaction is one CALL of idem_claim_v1 (which begins it), and
 // the Guard's result write with the COMMIT is one CALL of idem_finish_v1, so a
 // guarded transaction takes as many round trips as the same one without the guard.
-class MysqlTransaction final : public StoreTransaction {
+class MysqlTransaction final : public sql::PooledTransaction<Connection> {
  public:
   // `procedures`: whether idem_claim_v1/idem_finish_v1 exist (shared by the
   // store's transactions; cleared when a CALL finds them gone).
-  MysqlTransaction(ConnectionPool& pool, ConnectionPool::Lease lease,
-                   std::atomic<bool>& procedures)
-      : pool_(pool), lease_(std::move(lease)), procedures_(procedures) {}
+  MysqlTransaction(ConnPool& pool, ConnPool::Lease lease, std::atomic<bool>& procedures)
+      : PooledTransaction(pool, std::move(lease)), procedures_(procedures) {}
   ~MysqlTransaction() override { Rollback(); }
 
   absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params) override {
-    IDEM_RETURN_IF_ERROR(CheckOpen());
-    IDEM_RETURN_IF_ERROR(Start());
-    empty_ = false;
+    IDEM_RETURN_IF_ERROR(Ready());
     return Track(lease_->Exec(sql, params));
   }
 
   absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
-    IDEM_RETURN_IF_ERROR(CheckOpen());
-    IDEM_RETURN_IF_ERROR(Start());
-    empty_ = false;
+    IDEM_RETURN_IF_ERROR(Ready());
     return Track(lease_->Query(sql, params));
   }
 
@@ -197,7 +185,7 @@ class MysqlTransaction final : public StoreTransaction {
     // lock until the end of this transaction, so the Replace that follows cannot
     // race with another claim.
     IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing,
-                          Track(LoadRecord(*lease_, kSelectRecordForUpdate, r.tenant, r.key)));
+                          Track(sql::LoadRecord(*lease_, kSelectRecordForUpdate, r.tenant, r.key)));
     if (!existing.has_value()) {
       return absl::InternalError("claim insert found a duplicate but the record is not there");
     }
@@ -208,16 +196,14 @@ class MysqlTransaction final : public StoreTransaction {
                                RecordState expected_state) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
     IDEM_RETURN_IF_ERROR(CheckSizes(r));
-    IDEM_RETURN_IF_ERROR(Start());
-    empty_ = false;
+    IDEM_RETURN_IF_ERROR(Ready());
     const auto params = sql::ReplaceParams(r, expected_token, expected_state);
     IDEM_ASSIGN_OR_RETURN(int64_t changed, Track(lease_->Exec(sql::kReplaceRecord, params)));
     if (changed > 0) return true;
     if (r.token != expected_token || r.state != expected_state) return false;
     // MySQL counts rows changed, not matched: a write of identical values reports
     // 0. Whether the condition matched is then a question for the row itself.
-    const Value match[] = {Bytes(r.tenant), Bytes(r.key), Int(expected_token),
-                           Int(static_cast<int>(expected_state))};
+    const auto match = absl::MakeConstSpan(params).subspan(8);
     IDEM_ASSIGN_OR_RETURN(Rows rows, Track(lease_->Query(kMatchRecord, match)));
     return !rows.rows.empty();
   }
@@ -244,8 +230,7 @@ class MysqlTransaction final : public StoreTransaction {
                          " rows, not one number (the commit outcome is unknown)"));
       }
       if (called->rows[0][0].as_int() == 1) {
-        done_ = true;  // committed by the procedure
-        lease_.Release();
+        End();  // committed by the procedure
         return true;
       }
       Rollback();
@@ -253,9 +238,7 @@ class MysqlTransaction final : public StoreTransaction {
     }
     absl::Status s = called.status();
     if (lease_->broken()) {
-      // The COMMIT may or may not have run. Retrying through the Guard is safe
-      // either way: it replays what did commit.
-      s = absl::UnavailableError(absl::StrCat(s.message(), " (the commit outcome is unknown)"));
+      s = sql::CommitOutcomeUnknown(s);  // the procedure's COMMIT may or may not have run
     } else if (lease_->last_error() == kNoSuchProcedure) {
       // Dropped since the store opened; the CALL ran nothing.
       procedures_.store(false, std::memory_order_relaxed);
@@ -267,56 +250,26 @@ class MysqlTransaction final : public StoreTransaction {
 
   absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,
                                              std::string_view key) override {
-    IDEM_RETURN_IF_ERROR(CheckOpen());
-    IDEM_RETURN_IF_ERROR(Start());
-    empty_ = false;
+    IDEM_RETURN_IF_ERROR(Ready());
     // Locking read: a Load in a write transaction precedes a Replace (complete,
     // fail), and two of them for one key must take turns, not both succeed.
-    return Track(LoadRecord(*lease_, kSelectRecordForUpdate, tenant, key));
-  }
-
-  absl::Status Commit() override {
-    if (done_) return absl::FailedPreconditionError("the transaction has already ended");
-    if (!failed_.ok()) {
-      absl::Status s = failed_;
-      Rollback();
-      return s;
-    }
-    if (deferred_) {
-      // No statement ran: START TRANSACTION never went out, nothing to commit.
-      done_ = true;
-      lease_.Release();
-      return absl::OkStatus();
-    }
-    absl::Status s = lease_->ExecText("COMMIT");
-    if (!s.ok()) {
-      if (lease_->broken()) {
-        // The COMMIT may or may not have reached the server. Retrying through the
-        // Guard is safe either way: it replays what did commit.
-        s = absl::UnavailableError(absl::StrCat(s.message(), " (the commit outcome is unknown)"));
-      }
-      Rollback();
-      return s;
-    }
-    done_ = true;
-    lease_.Release();
-    return absl::OkStatus();
-  }
-
-  void Rollback() override {
-    if (done_) return;
-    done_ = true;
-    if (lease_ && !deferred_ && !lease_->broken() && !lease_->ExecText("ROLLBACK").ok()) {
-      // A session whose transaction state is unknown must not go back to the pool.
-      lease_->MarkBroken();
-    }
-    lease_.Release();
+    return Track(sql::LoadRecord(*lease_, kSelectRecordForUpdate, tenant, key));
   }
 
  private:
-  absl::Status CheckOpen() const {
-    if (done_) return absl::FailedPreconditionError("the transaction has already ended");
-    return failed_;
+  bool Begun() const override { return !deferred_; }
+  absl::Status CommitNow() override { return lease_->ExecText("COMMIT"); }
+  void RollbackNow() override {
+    if (!lease_->ExecText("ROLLBACK").ok()) lease_->MarkBroken();
+  }
+
+  // CheckOpen, then the transaction's first round trip if it is still to come;
+  // a statement of the transaction then runs.
+  absl::Status Ready() {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    IDEM_RETURN_IF_ERROR(Start());
+    empty_ = false;
+    return absl::OkStatus();
   }
 
   // The claim's INSERT touches only this key's row: waiting past the lock timeout
@@ -366,7 +319,7 @@ class MysqlTransaction final : public StoreTransaction {
 
   // The transaction's first round trip: START TRANSACTION, or `first` when given
   // (a CALL that begins the transaction), moved off connections that went stale
-  // while idle (ConnectionPool::RunFirstUse). A failure that is not about the
+  // while idle (Pool::RunFirstUse). A failure that is not about the
   // connection is returned with the transaction as the server left it (Rollback
   // ends it).
   absl::Status Start(const std::function<absl::Status(Connection&)>& first = {}) {
@@ -400,13 +353,9 @@ class MysqlTransaction final : public StoreTransaction {
     return result;
   }
 
-  ConnectionPool& pool_;
-  ConnectionPool::Lease lease_;
   std::atomic<bool>& procedures_;
   bool deferred_ = true;  // START TRANSACTION has not gone out yet
-  bool done_ = false;
-  bool empty_ = true;  // no statement has run in this transaction yet
-  absl::Status failed_;
+  bool empty_ = true;     // no statement has run in this transaction yet
 };
 
 class MysqlStore final : public Store {
@@ -429,18 +378,15 @@ class MysqlStore final : public Store {
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
                                             std::string_view key) override {
     std::optional<Record> out;
-    IDEM_ASSIGN_OR_RETURN(ConnectionPool::Lease lease, Acquire([&](Connection& c) {
-                            absl::StatusOr<std::optional<Record>> r =
-                                LoadRecord(c, sql::kSelectRecord, tenant, key);
-                            if (r.ok()) out = *std::move(r);
-                            return r.status();
-                          }));
+    IDEM_RETURN_IF_ERROR(pool_.Run([&](Connection& c) -> absl::Status {
+      IDEM_ASSIGN_OR_RETURN(out, sql::LoadRecord(c, sql::kSelectRecord, tenant, key));
+      return absl::OkStatus();
+    }));
     return out;
   }
 
   absl::Status Ping() override {
-    return AsStoreFault(
-        Acquire([](Connection& c) { return c.Query(sql::kPing).status(); }).status());
+    return AsStoreFault(pool_.Run([](Connection& c) { return c.Query(sql::kPing).status(); }));
   }
 
   const SqlDialect* sql_dialect() const override { return &sql::MysqlDialect(); }
@@ -450,14 +396,6 @@ class MysqlStore final : public Store {
   void set_read_only(bool read_only) { read_only_ = read_only; }
 
  private:
-  // Takes a pooled connection and runs `first_use` on it (ConnectionPool::RunFirstUse).
-  absl::StatusOr<ConnectionPool::Lease> Acquire(
-      const std::function<absl::Status(Connection&)>& first_use) {
-    IDEM_ASSIGN_OR_RETURN(ConnectionPool::Lease lease, pool_.Acquire());
-    IDEM_RETURN_IF_ERROR(pool_.RunFirstUse(&lease, first_use));
-    return lease;
-  }
-
   const MysqlOptions options_;
   ConnectionPool pool_;
   std::atomic<bool> procedures_;  // idem_claim_v1 and idem_finish_v1 exist
@@ -473,16 +411,13 @@ bool IsPrivilegeError(unsigned int err) {
          err == 1419;    // ER_BINLOG_CREATE_ROUTINE_NEED_SUPER
 }
 
-// Creates the procedures that are missing; the caller holds 'idem_schema'. False
-// when the user may not create routines: the store then works without them.
-absl::StatusOr<bool> CreateProcedures(Connection& conn) {
+// Creates the procedures not in `existing` (ListProcedures); the caller holds
+// 'idem_schema'. False when the user may not create routines: the store then
+// works without them.
+absl::StatusOr<bool> CreateProcedures(Connection& conn, const std::vector<std::string>& existing) {
   for (const auto& [name, ddl] : {std::pair{kClaimProcedure, kCreateClaimProcedure},
                                   std::pair{kFinishProcedure, kCreateFinishProcedure}}) {
-    IDEM_ASSIGN_OR_RETURN(Rows found,
-                          conn.Query("SELECT 1 FROM information_schema.routines WHERE "
-                                     "routine_schema = DATABASE() AND routine_name = ?",
-                                     {Value(name)}));
-    if (!found.rows.empty()) continue;
+    if (std::find(existing.begin(), existing.end(), name) != existing.end()) continue;
     absl::Status s = conn.ExecText(ddl);
     if (s.ok() || conn.last_error() == 1304) continue;  // 1304: made by another process
     if (IsPrivilegeError(conn.last_error())) return false;
@@ -531,12 +466,12 @@ class MysqlSchema final : public sql::SchemaOn<Connection> {
       return absl::InternalError("mysql: the privilege check answered no row");
     }
     const std::vector<Value>& row = rows.rows[0];
-    IDEM_ASSIGN_OR_RETURN(int64_t no_database, sql::IntOf(row[0], "database"));
-    IDEM_ASSIGN_OR_RETURN(int64_t grants, sql::IntOf(row[2], "grants"));
+    IDEM_ASSIGN_OR_RETURN(int64_t no_database, IntOf(row[0], "database"));
+    IDEM_ASSIGN_OR_RETURN(int64_t grants, IntOf(row[2], "grants"));
     if (no_database != 0) return absl::FailedPreconditionError("the URL names no database");
     if (grants > 0) return absl::OkStatus();
-    return absl::PermissionDeniedError(absl::StrCat(
-        "user ", sql::BytesOf(row[1]), " has no CREATE privilege on this database"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("user ", BytesOf(row[1]), " has no CREATE privilege on this database"));
   }
 
 };
@@ -549,7 +484,7 @@ absl::StatusOr<std::vector<std::string>> ListProcedures(Connection& conn) {
                             "routine_name IN (?, ?) ORDER BY 1",
                             {Value(kClaimProcedure), Value(kFinishProcedure)}));
   std::vector<std::string> out;
-  for (const std::vector<Value>& row : rows.rows) out.push_back(sql::BytesOf(row[0]));
+  for (const std::vector<Value>& row : rows.rows) out.push_back(BytesOf(row[0]));
   return out;
 }
 
@@ -565,7 +500,8 @@ absl::StatusOr<bool> OpenMysqlSchema(const MysqlOptions& o, sql::SchemaMode mode
   IDEM_ASSIGN_OR_RETURN(std::vector<std::string> procedures, ListProcedures(*conn));
   if (procedures.size() == 2 || mode.read_only) return procedures.size() == 2;
   absl::Status s = session.BeginCreate();
-  absl::StatusOr<bool> made = s.ok() ? CreateProcedures(*conn) : absl::StatusOr<bool>(s);
+  absl::StatusOr<bool> made =
+      s.ok() ? CreateProcedures(*conn, procedures) : absl::StatusOr<bool>(s);
   if (s.ok()) session.EndCreate(made.ok()).IgnoreError();  // best effort: see EndCreate
   if (!made.ok()) {
     return absl::Status(made.status().code(), absl::StrCat(where, ": ", made.status().message()));
@@ -574,8 +510,8 @@ absl::StatusOr<bool> OpenMysqlSchema(const MysqlOptions& o, sql::SchemaMode mode
 }
 
 absl::StatusOr<SchemaInfo> MysqlStore::DescribeSchema() {
-  IDEM_ASSIGN_OR_RETURN(ConnectionPool::Lease lease,
-                        Acquire([](Connection& c) { return c.ExecText("DO 0"); }));
+  IDEM_ASSIGN_OR_RETURN(ConnectionPool::Lease lease, pool_.Acquire());
+  IDEM_RETURN_IF_ERROR(pool_.RunFirstUse(&lease, [](Connection& c) { return c.ExecText("DO 0"); }));
   MysqlSchema session(*lease);
   IDEM_ASSIGN_OR_RETURN(SchemaInfo info, sql::DescribeSchema(session, sql::MysqlDialect()));
   IDEM_ASSIGN_OR_RETURN(info.procedures, ListProcedures(*lease));

@@ -1,13 +1,9 @@
 #include "store/mysql/mysql_url.h"
 
-#include <charconv>
 #include <set>
 #include <string>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "core/absl_compat.h"
 #include "idem/status.h"
 #include "store/store_url.h"
 
@@ -22,51 +18,44 @@ absl::Status IntInto(const store::StoreUrl& u, std::string_view name, int lo, in
 }
 
 absl::Status ParseParams(const store::StoreUrl& u, MysqlOptions& o) {
-  std::set<std::string, std::less<>> seen;
-  for (const auto& [name_s, value] : u.params) {
-    const std::string_view name = name_s;
-    if (!seen.insert(name_s).second) {
+  IDEM_RETURN_IF_ERROR(
+      u.OnlyParams({"pool", "pool_wait_ms", "lock_wait_timeout_s", "connect_timeout_s",
+                    "io_timeout_s", "socket", "ssl", "ssl_ca", "procedures"}));
+  std::set<std::string_view> seen;
+  for (const auto& param : u.params) {
+    if (!seen.insert(param.first).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("mysql URL parameter '", AV(name), "' is given twice"));
+          absl::StrCat("mysql URL parameter '", param.first, "' is given twice"));
     }
-    if (name == "pool") {
-      IDEM_RETURN_IF_ERROR(IntInto(u, name, 1, 256, &o.pool));
-    } else if (name == "pool_wait_ms") {
-      IDEM_RETURN_IF_ERROR(IntInto(u, name, 0, 600000, &o.pool_wait_ms));
-    } else if (name == "lock_wait_timeout_s") {
-      IDEM_RETURN_IF_ERROR(IntInto(u, name, 1, 3600, &o.lock_wait_timeout_s));
-    } else if (name == "connect_timeout_s") {
-      IDEM_RETURN_IF_ERROR(IntInto(u, name, 1, 600, &o.connect_timeout_s));
-    } else if (name == "io_timeout_s") {
-      IDEM_RETURN_IF_ERROR(IntInto(u, name, 1, 86400, &o.io_timeout_s));
-    } else if (name == "socket") {
-      if (value.empty()) return absl::InvalidArgumentError("mysql URL parameter socket is empty");
-      o.socket = value;
-    } else if (name == "ssl") {
-      if (value == "disabled") {
-        o.ssl = SslMode::kDisabled;
-      } else if (value == "required") {
-        o.ssl = SslMode::kRequired;
-      } else if (value == "verify") {
-        o.ssl = SslMode::kVerify;
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("mysql URL parameter ssl='", value,
-                                                       "' must be disabled, required or verify"));
-      }
-    } else if (name == "ssl_ca") {
-      o.ssl_ca = value;
-    } else if (name == "procedures") {
-      if (value != "on" && value != "off") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("mysql URL parameter procedures='", value, "' must be on or off"));
-      }
-      o.procedures = value == "on";
+  }
+  IDEM_RETURN_IF_ERROR(IntInto(u, "pool", 1, 256, &o.pool));
+  IDEM_RETURN_IF_ERROR(IntInto(u, "pool_wait_ms", 0, 600000, &o.pool_wait_ms));
+  IDEM_RETURN_IF_ERROR(IntInto(u, "lock_wait_timeout_s", 1, 3600, &o.lock_wait_timeout_s));
+  IDEM_RETURN_IF_ERROR(IntInto(u, "connect_timeout_s", 1, 600, &o.connect_timeout_s));
+  IDEM_RETURN_IF_ERROR(IntInto(u, "io_timeout_s", 1, 86400, &o.io_timeout_s));
+  if (const std::string* v = u.Param("socket"); v != nullptr) {
+    if (v->empty()) return absl::InvalidArgumentError("mysql URL parameter socket is empty");
+    o.socket = *v;
+  }
+  if (const std::string* v = u.Param("ssl"); v != nullptr) {
+    if (*v == "disabled") {
+      o.ssl = SslMode::kDisabled;
+    } else if (*v == "required") {
+      o.ssl = SslMode::kRequired;
+    } else if (*v == "verify") {
+      o.ssl = SslMode::kVerify;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown mysql URL parameter '", AV(name),
-          "' (known: pool, pool_wait_ms, lock_wait_timeout_s, connect_timeout_s, io_timeout_s, "
-          "socket, ssl, ssl_ca, procedures)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("mysql URL parameter ssl='", *v, "' must be disabled, required or verify"));
     }
+  }
+  if (const std::string* v = u.Param("ssl_ca"); v != nullptr) o.ssl_ca = *v;
+  if (const std::string* v = u.Param("procedures"); v != nullptr) {
+    if (*v != "on" && *v != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mysql URL parameter procedures='", *v, "' must be on or off"));
+    }
+    o.procedures = *v == "on";
   }
   // A socket read must outlast the longest server-side wait we ask for, or a claim
   // that is legitimately waiting on a lock would be cut off as a lost connection.

@@ -104,10 +104,9 @@ absl::Status Bind(absl::Span<const Value> params, Bound* b) {
       b->storage[i] = v.as_blob();
       b->formats[i] = 1;
     }
+    // `storage` was sized up front, so its strings (and their data) stay put.
+    b->values[i] = b->storage[i].data();
     b->lengths[i] = static_cast<int>(b->storage[i].size());
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (!params[i].is_null()) b->values[i] = b->storage[i].data();
   }
   return absl::OkStatus();
 }
@@ -115,13 +114,6 @@ absl::Status Bind(absl::Span<const Value> params, Bound* b) {
 bool IsIdentChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          c == '$' || static_cast<unsigned char>(c) >= 0x80;
-}
-
-bool IsBlank(std::string_view sql) {
-  for (char c : sql) {
-    if (c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != ';') return false;
-  }
-  return true;
 }
 
 Value TextCell(const PGresult* res, int row, int col) {
@@ -353,21 +345,6 @@ absl::Status Connection::AwaitInput(std::string_view context) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Result> Connection::SendAndWait(bool sent, std::string_view context) {
-  if (!sent) return Result(nullptr);
-  Result last;
-  for (;;) {
-    IDEM_RETURN_IF_ERROR(AwaitInput(context));
-    PGresult* r = PQgetResult(conn_);
-    if (r == nullptr) break;
-    last.reset(r);
-    const ExecStatusType st = PQresultStatus(r);
-    // COPY hands the session over; there is no end of results to wait for.
-    if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) break;
-  }
-  return last;
-}
-
 Connection::~Connection() { PQfinish(conn_); }
 
 absl::Status Connection::ErrorStatus(const PGresult* result, std::string_view context) {
@@ -407,7 +384,20 @@ absl::Status Connection::ExecScript(const char* sql, std::string* tag) {
     sql = script.c_str();
   }
   CountRoundTrip();
-  IDEM_ASSIGN_OR_RETURN(Result res, SendAndWait(PQsendQuery(conn_, sql) == 1, "exec"));
+  // As PQexec, with the wait bounded: the last result is the answer (none when
+  // libpq itself failed).
+  Result res;
+  if (PQsendQuery(conn_, sql) == 1) {
+    while (true) {
+      IDEM_RETURN_IF_ERROR(AwaitInput("exec"));
+      PGresult* r = PQgetResult(conn_);
+      if (r == nullptr) break;
+      res.reset(r);
+      // COPY hands the session over; there is no end of results to wait for.
+      const ExecStatusType st = PQresultStatus(r);
+      if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) break;
+    }
+  }
   const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
   if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return ErrorStatus(res.get(), "exec");
   if (tag != nullptr) *tag = PQcmdStatus(res.get());
@@ -416,65 +406,10 @@ absl::Status Connection::ExecScript(const char* sql, std::string* tag) {
 
 absl::StatusOr<Result> Connection::Run(std::string_view sql, int nparams,
                                        absl::Span<const Value> params, bool binary_results) {
-  if (!deferred_.empty()) {
-    return std::move(RunThen(sql, nparams, params, binary_results, nullptr).result);
-  }
-  if (static_cast<int>(params.size()) != nparams) {
-    return absl::InvalidArgumentError(absl::StrCat("statement has ", nparams, " parameters but ",
-                                                   params.size(), " values were given"));
-  }
-  Bound b;
-  IDEM_RETURN_IF_ERROR(Bind(params, &b));
-  std::string key(sql);
-  key.push_back('\0');
-  for (Oid t : b.types) absl::StrAppend(&key, t, ",");
-  const int result_format = binary_results ? 1 : 0;
-  Result res;
-  auto it = statements_.find(key);
-  if (it == statements_.end()) {
-    if (statements_.size() < kMaxCachedStatements) {
-      // PREPARE and execute in one round trip rather than two.
-      return std::move(RunThen(sql, nparams, params, binary_results, nullptr).result);
-    }
-    const std::string text(sql);
-    CountRoundTrip();
-    IDEM_ASSIGN_OR_RETURN(
-        res, SendAndWait(PQsendQueryParams(conn_, text.c_str(), nparams, b.types.data(),
-                                           b.values.data(), b.lengths.data(), b.formats.data(),
-                                           result_format) == 1,
-                         "exec"));
-  } else {
-    CountRoundTrip();
-    IDEM_ASSIGN_OR_RETURN(
-        res, SendAndWait(PQsendQueryPrepared(conn_, it->second.c_str(), nparams, b.values.data(),
-                                             b.lengths.data(), b.formats.data(),
-                                             result_format) == 1,
-                         "exec"));
-  }
-  return Finish(std::move(res));
-}
-
-absl::StatusOr<Result> Connection::Finish(Result res) {
-  const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
-  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return res;
-  if (st == PGRES_EMPTY_QUERY) return absl::InvalidArgumentError("empty SQL statement");
-  if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
-    // The session is now in COPY mode, which this API cannot drive.
-    broken_ = true;
-    return absl::InvalidArgumentError("COPY is not supported through Transaction::Exec");
-  }
-  return ErrorStatus(res.get(), "exec");
-}
-
-Piped Connection::RunThen(std::string_view sql, int nparams, absl::Span<const Value> params,
-                          bool binary_results, const char* then) {
+  // One path for every statement: RunMany prepares a statement new to this
+  // connection in the same round trip as its first execution.
   const PipedStatement one{sql, nparams, params, binary_results};
-  PipedMany many = RunMany(absl::MakeConstSpan(&one, 1), then);
-  Piped out;
-  out.result = std::move(many.results.front());
-  out.then_status = std::move(many.then_status);
-  out.then_tag = std::move(many.then_tag);
-  return out;
+  return std::move(RunMany(absl::MakeConstSpan(&one, 1)).results.front());
 }
 
 PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements, const char* then) {
@@ -487,7 +422,7 @@ PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements, const
     return std::move(out);
   };
   // Checked before anything is sent, so a caller's mistake leaves the deferred
-  // statements deferred and the session as it was (as Run does without them).
+  // statements deferred and the session as it was.
   struct Prepared {
     Bound bound;
     std::string key;          // SQL text + parameter types: the statement cache's key
@@ -639,11 +574,16 @@ PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements, const
           // earlier failure is its answer too (the transaction is aborted).
           res = first_error;
         } else if (copy) {
+          // The session went into COPY mode, which this API cannot drive (the
+          // connection is broken: see above).
           res = absl::InvalidArgumentError("COPY is not supported through Transaction::Exec");
           first_error = res.status();
+        } else if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+          res = std::move(results[i]);
         } else {
-          res = Finish(std::move(results[i]));
-          if (!res.ok()) first_error = res.status();
+          res = st == PGRES_EMPTY_QUERY ? absl::InvalidArgumentError("empty SQL statement")
+                                        : ErrorStatus(r, "exec");
+          first_error = res.status();
         }
         break;
       }
@@ -663,26 +603,40 @@ PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements, const
   return out;
 }
 
-bool IsBlankSql(std::string_view sql) { return IsBlank(sql); }
-
-absl::StatusOr<int64_t> Connection::Exec(std::string_view sql, absl::Span<const Value> params) {
-  if (IsBlank(sql)) return absl::InvalidArgumentError("empty SQL statement");
-  int nparams = 0;
-  IDEM_ASSIGN_OR_RETURN(std::string rewritten, RewritePlaceholders(sql, &nparams));
-  IDEM_ASSIGN_OR_RETURN(Result res, Run(rewritten, nparams, params, /*binary_results=*/false));
-  const char* tuples = PQcmdTuples(res.get());
-  int64_t changed = 0;
-  if (tuples != nullptr && *tuples != '\0') {
-    std::from_chars(tuples, tuples + std::strlen(tuples), changed);
+bool IsBlankSql(std::string_view sql) {
+  for (char c : sql) {
+    if (c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != ';') return false;
   }
+  return true;
+}
+
+int64_t RowsChanged(const PGresult* res) {
+  const char* tuples = PQcmdTuples(const_cast<PGresult*>(res));
+  int64_t changed = 0;
+  if (tuples != nullptr) std::from_chars(tuples, tuples + std::strlen(tuples), changed);
   return changed;
 }
 
-absl::StatusOr<Rows> Connection::Query(std::string_view sql, absl::Span<const Value> params) {
-  if (IsBlank(sql)) return absl::InvalidArgumentError("empty SQL statement");
+namespace {
+
+// A caller's statement (`?` placeholders), with text results.
+absl::StatusOr<Result> RunCaller(Connection& conn, std::string_view sql,
+                                 absl::Span<const Value> params) {
+  if (IsBlankSql(sql)) return absl::InvalidArgumentError("empty SQL statement");
   int nparams = 0;
   IDEM_ASSIGN_OR_RETURN(std::string rewritten, RewritePlaceholders(sql, &nparams));
-  IDEM_ASSIGN_OR_RETURN(Result res, Run(rewritten, nparams, params, /*binary_results=*/false));
+  return conn.Run(rewritten, nparams, params, /*binary_results=*/false);
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> Connection::Exec(std::string_view sql, absl::Span<const Value> params) {
+  IDEM_ASSIGN_OR_RETURN(Result res, RunCaller(*this, sql, params));
+  return RowsChanged(res.get());
+}
+
+absl::StatusOr<Rows> Connection::Query(std::string_view sql, absl::Span<const Value> params) {
+  IDEM_ASSIGN_OR_RETURN(Result res, RunCaller(*this, sql, params));
   Rows rows;
   const int ncols = PQnfields(res.get());
   const int nrows = PQntuples(res.get());

@@ -8,7 +8,6 @@
 
 #include <libpq-fe.h>
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,16 +55,8 @@ using Result = std::unique_ptr<PGresult, ResultDeleter>;
 // benchmarks that check how many round trips an operation costs.
 uint64_t RoundTrips();
 
-// The outcome of Connection::RunThenCommit.
-struct Piped {
-  // The statement's result, or the error of the first statement of the round trip
-  // that failed before it (a deferred statement: see Connection::Defer).
-  absl::StatusOr<Result> result;
-  // The trailing statement's status (OK when it ran) and command tag ("COMMIT", or
-  // "ROLLBACK" when it met a failed transaction). Empty tag: it did not run.
-  absl::Status then_status;
-  std::string then_tag;
-};
+// The rows the statement of `res` changed (its command tag's count; 0 for none).
+int64_t RowsChanged(const PGresult* res);
 
 // One statement of a multi-statement round trip (Connection::RunMany): SQL in $n
 // form, its parameters, and whether to ask for binary column values.
@@ -78,9 +69,12 @@ struct PipedStatement {
 
 // The results of a round trip, one per statement in order: a statement's result,
 // or its error, or — for one that did not run because an earlier statement of the
-// round trip failed — that earlier error.
+// round trip failed (a deferred one included: see Connection::Defer) — that
+// earlier error.
 struct PipedMany {
   std::vector<absl::StatusOr<Result>> results;
+  // The trailing statement's status (OK when it ran) and command tag ("COMMIT", or
+  // "ROLLBACK" when it met a failed transaction). Empty tag: it did not run.
   absl::Status then_status;
   std::string then_tag;
 };
@@ -123,7 +117,7 @@ class Connection {
                              bool binary_results);
 
   // Holds `statements` (each one statement, no parameters) back and sends them in
-  // the same round trip as the next Run/Exec/Query/RunThen, ahead of it (libpq
+  // the same round trip as the next Run/Exec/Query/RunMany, ahead of it (libpq
   // pipeline mode): a transaction's BEGIN then costs no round trip of its own. If
   // one of them fails, that statement's error is what the next call returns (with
   // the usual SQLSTATE mapping) and the statements after it are not run.
@@ -140,18 +134,14 @@ class Connection {
     return !broken() && transaction_status() == PQTRANS_IDLE;
   }
 
-  // One round trip: the deferred statements, the statement (as Run), a sync point,
-  // then `then` (one statement without parameters, e.g. "COMMIT"; null: none) and
-  // a second sync point. The sync point makes an error of the statement end its part of
-  // the pipeline only: `then` still runs, so a COMMIT meets the failed transaction
-  // and answers ROLLBACK instead of being skipped with the transaction left open.
-  Piped RunThen(std::string_view sql, int nparams, absl::Span<const Value> params,
-                bool binary_results, const char* then);
-
   // One round trip: the deferred statements, then `statements` in order (each as
-  // Run), then one sync point (and `then`, as for RunThen). A failure skips the
-  // statements after it (they get its error). Used to send a claim together with
-  // the statement that follows it.
+  // Run), a sync point, then `then` (one statement without parameters, e.g.
+  // "COMMIT"; null: none) and a second sync point. A failure skips the statements
+  // after it (they get its error). The sync point makes it end its part of the
+  // pipeline only: `then` still runs, so a COMMIT meets the failed transaction and
+  // answers ROLLBACK instead of being skipped with the transaction left open. Used
+  // to send a claim together with the statement that follows it, and a result
+  // write with its COMMIT.
   PipedMany RunMany(absl::Span<const PipedStatement> statements, const char* then = nullptr);
 
   // True once the connection is lost (server restart, pg_terminate_backend,
@@ -161,9 +151,6 @@ class Connection {
   // PQTRANS_IDLE, PQTRANS_INTRANS, PQTRANS_INERROR, … of the session.
   PGTransactionStatusType transaction_status() const { return PQtransactionStatus(conn_); }
 
-  // The server process id (for pg_terminate_backend in tests and logs).
-  int backend_pid() const { return PQbackendPID(conn_); }
-
  private:
   Connection(PGconn* conn, std::string display, int io_timeout_ms)
       : conn_(conn), display_(std::move(display)), io_timeout_ms_(io_timeout_ms) {}
@@ -172,16 +159,8 @@ class Connection {
   // a timeout marks the connection broken and returns the store fault to answer.
   absl::Status AwaitInput(std::string_view context);
 
-  // PQexec/PQexecParams/PQexecPrepared with the wait bounded: `send` is the PQsend*
-  // call; returns the last result, as PQexec does (null when libpq itself failed).
-  absl::StatusOr<Result> SendAndWait(bool sent, std::string_view context);
-
   // The status for a failed `result` (may be null when libpq itself failed).
   absl::Status ErrorStatus(const PGresult* result, std::string_view context);
-
-  // The status of a statement's `result` as Run answers it.
-  absl::StatusOr<Result> Finish(Result res);
-
 
   PGconn* conn_;
   const std::string display_;

@@ -23,19 +23,10 @@ absl::StatusOr<int64_t> ParseInt(std::string_view name, std::string_view value, 
   return store::ParseIntParam("postgres", name, value, lo, hi);
 }
 
-// Position of the scheme's end ("://") for postgres:// and postgresql://, or npos.
-size_t SchemeEnd(std::string_view url) {
-  for (std::string_view scheme : {"postgres://", "postgresql://"}) {
-    if (url.starts_with(scheme)) return scheme.size();
-  }
-  return std::string_view::npos;
-}
-
 }  // namespace
 
 absl::StatusOr<Options> ParseUrl(std::string_view url) {
-  const size_t start = SchemeEnd(url);
-  if (start == std::string_view::npos) {
+  if (!url.starts_with("postgres://") && !url.starts_with("postgresql://")) {
     return absl::InvalidArgumentError(
         absl::StrCat("not a postgres:// or postgresql:// URL: '", AV(store::RedactUrl(url)), "'"));
   }
@@ -109,32 +100,25 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
 
   // Defaults first: with expand_dbname, values from the URI (which comes last)
   // override them.
-  if (!has_connect_timeout) {
-    o.connect.keywords.push_back("connect_timeout");
-    o.connect.values.push_back(absl::StrCat(kDefaultConnectTimeoutSeconds));
-  }
+  auto add = [&o](std::string keyword, std::string value) {
+    o.connect.keywords.push_back(std::move(keyword));
+    o.connect.values.push_back(std::move(value));
+  };
+  if (!has_connect_timeout) add("connect_timeout", absl::StrCat(kDefaultConnectTimeoutSeconds));
   if (io > 0) {
     // Bounds below the client's: the kernel gives up on data the peer never
     // acknowledges (tcp_user_timeout) and probes an idle peer (keepalives). A URL's
     // own values win (they come last).
-    std::vector<std::pair<std::string, std::string>> defaults = {
-        {"keepalives", "1"},
-        {"keepalives_idle", "10"},
-        {"keepalives_interval", "3"},
-        {"keepalives_count", "3"},
-        {"tcp_user_timeout", absl::StrCat(io)}};
-    if (!has_options) defaults.emplace_back("options", statement_timeout);
-    for (auto& [k, v] : defaults) {
-      o.connect.keywords.push_back(k);
-      o.connect.values.push_back(std::move(v));
-    }
+    add("keepalives", "1");
+    add("keepalives_idle", "10");
+    add("keepalives_interval", "3");
+    add("keepalives_count", "3");
+    add("tcp_user_timeout", absl::StrCat(io));
+    if (!has_options) add("options", statement_timeout);
   }
-  o.connect.keywords.push_back("fallback_application_name");
-  o.connect.values.push_back("idem");
-  o.connect.keywords.push_back("client_encoding");
-  o.connect.values.push_back("UTF8");
-  o.connect.keywords.push_back("dbname");
-  o.connect.values.push_back(std::move(uri));
+  add("fallback_application_name", "idem");
+  add("client_encoding", "UTF8");
+  add("dbname", std::move(uri));
   return o;
 }
 

@@ -1,6 +1,5 @@
 #include "store/postgres/postgres_store.h"
 
-#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -16,6 +15,7 @@
 #include "store/sql/pool.h"
 #include "store/sql/records.h"
 #include "store/sql/schema.h"
+#include "store/sql/txn.h"
 
 namespace idem {
 namespace {
@@ -24,12 +24,7 @@ using postgres::Connection;
 
 using Pool = sql::Pool<Connection>;
 
-// Payload on the kUnavailable of a claim that waited past lock_timeout for a row
-// another open transaction holds (that transaction's claim is in progress).
-using ::idem::kClaimContendedPayload;
-
 constexpr int kNumColumns = sql::kRecordColumnCount;
-
 
 // `sql` (one of src/store/sql's, written with ?) numbered for libpq ($1, $2, …).
 std::string Numbered(std::string_view sql) {
@@ -74,11 +69,6 @@ absl::StatusOr<std::optional<Record>> SelectRecord(Connection& conn, std::string
   return r;
 }
 
-int64_t RowsChanged(const PGresult* res) {
-  const char* tuples = PQcmdTuples(const_cast<PGresult*>(res));
-  return tuples != nullptr && *tuples != '\0' ? std::atoll(tuples) : 0;
-}
-
 // The result write of ReplaceAndCommit: Replace's UPDATE, made to fail when it
 // matches no row, because the COMMIT pipelined behind it must never commit the
 // handler's rows without the result. The failure is a division by zero (SQLSTATE
@@ -101,14 +91,16 @@ const std::string& ReplaceSql() {
   return sql;
 }
 
-class PostgresTransaction final : public StoreTransaction {
+class PostgresTransaction final : public sql::PooledTransaction<Connection> {
  public:
   // `lease` has the transaction's BEGIN deferred (Connection::Defer): it goes out
   // with the first statement. `pool` lends a fresh connection if the lease's turns
   // out dead on that first round trip.
-  PostgresTransaction(Pool& pool, Pool::Lease lease, const std::vector<std::string>& begin,
+  PostgresTransaction(ConnPool& pool, ConnPool::Lease lease, const std::vector<std::string>& begin,
                       int lock_timeout_ms)
-      : pool_(pool), lease_(std::move(lease)), begin_(begin), lock_timeout_ms_(lock_timeout_ms) {}
+      : PooledTransaction(pool, std::move(lease)),
+        begin_(begin),
+        lock_timeout_ms_(lock_timeout_ms) {}
   ~PostgresTransaction() override { Rollback(); }
 
   absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params) override {
@@ -146,9 +138,7 @@ class PostgresTransaction final : public StoreTransaction {
     absl::StatusOr<std::string> rewritten = postgres::RewritePlaceholders(next.sql, &nparams);
     if (!rewritten.ok() || postgres::IsBlankSql(next.sql)) {
       // A malformed statement fails on its own, after the claim, as Exec would.
-      absl::StatusOr<std::optional<Record>> loaded = InsertOrLoad(r);
-      if (loaded.ok() && !loaded->has_value()) *next_result = Exec(next.sql, next.params);
-      return loaded;
+      return StoreTransaction::InsertOrLoadThen(r, next, next_result);
     }
     return Step([&]() -> absl::StatusOr<std::optional<Record>> {
       const auto claim_params = sql::RecordParams(r);
@@ -162,7 +152,7 @@ class PostgresTransaction final : public StoreTransaction {
         // that read fails too, and the Guard starts over without pipelining.
         absl::StatusOr<postgres::Result>& second = piped.results[1];
         if (second.ok()) {
-          *next_result = RowsChanged(second->get());
+          *next_result = postgres::RowsChanged(second->get());
         } else {
           *next_result = second.status();
         }
@@ -177,7 +167,7 @@ class PostgresTransaction final : public StoreTransaction {
     absl::StatusOr<postgres::Result> res =
         Step([&] { return lease_->Run(ReplaceSql(), 12, params, true); });
     IDEM_RETURN_IF_ERROR(res.status());
-    return RowsChanged(res->get()) == 1;
+    return postgres::RowsChanged(res->get()) == 1;
   }
 
   // One round trip: the UPDATE (kReplaceOrFail), a sync point, then COMMIT. When
@@ -188,38 +178,34 @@ class PostgresTransaction final : public StoreTransaction {
   absl::StatusOr<bool> ReplaceAndCommit(const Record& r, int64_t expected_token,
                                         RecordState expected_state) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
-    if (!lease_->has_deferred() && lease_->transaction_status() == PQTRANS_INERROR) {
+    if (absl::Status s = Begun() ? Committable() : absl::OkStatus(); !s.ok()) {
       Rollback();
-      return FailedEarlier();
+      return s;
     }
     const auto params = sql::ReplaceParams(r, expected_token, expected_state);
-    postgres::Piped piped =
-        lease_->RunThen(kReplaceOrFail, 12, params, /*binary_results=*/false, "COMMIT");
-    const bool lost = lease_->broken();
+    const postgres::PipedStatement replace{kReplaceOrFail, 12, params, /*binary_results=*/false};
+    postgres::PipedMany piped = lease_->RunMany(absl::MakeConstSpan(&replace, 1), "COMMIT");
+    absl::StatusOr<postgres::Result>& result = piped.results[0];
     absl::StatusOr<bool> out;
-    bool commit_error = false;
-    if (piped.result.ok()) {
+    if (result.ok()) {
       if (!piped.then_status.ok()) {
         out = piped.then_status;
-        commit_error = true;
       } else if (piped.then_tag == "COMMIT") {
         out = true;
       } else {
         out = absl::AbortedError(
             absl::StrCat("postgres: COMMIT answered ", piped.then_tag, "; retry"));
       }
-    } else if (auto state = piped.result.status().GetPayload(AV(postgres::kSqlStatePayload));
+    } else if (auto state = result.status().GetPayload(AV(postgres::kSqlStatePayload));
                state.has_value() && *state == AV(kDivisionByZero)) {
       out = false;  // the row had moved on: the COMMIT answered ROLLBACK
     } else {
-      out = piped.result.status();
+      out = result.status();
     }
-    if (lost || (commit_error && out.status().code() == absl::StatusCode::kUnavailable)) {
-      // The server may or may not have committed before the connection went: a
-      // retry of the claim finds out (the record is there or it is not).
-      out = absl::UnavailableError(absl::StrCat(
-          out.ok() ? "postgres: connection lost after COMMIT was sent" : out.status().message(),
-          " (commit outcome unknown)"));
+    if (lease_->broken()) {
+      out = sql::CommitOutcomeUnknown(
+          out.ok() ? absl::UnavailableError("postgres: connection lost after COMMIT was sent")
+                   : out.status());
     }
     // Ends the transaction whatever happened: after a COMMIT the session is idle
     // (nothing to send); when nothing went out (bad parameters), it rolls back.
@@ -238,50 +224,33 @@ class PostgresTransaction final : public StoreTransaction {
     });
   }
 
-  absl::Status Commit() override {
-    IDEM_RETURN_IF_ERROR(CheckOpen());
-    if (lease_->has_deferred()) {
-      // No statement ran: the deferred BEGIN never went out, nothing to commit.
-      done_ = true;
-      lease_.Release();
-      return absl::OkStatus();
-    }
-    if (lease_->transaction_status() == PQTRANS_INERROR) {
-      Rollback();
-      return FailedEarlier();
-    }
-    std::string tag;
-    absl::Status s = lease_->ExecScript("COMMIT", &tag);
-    if (s.ok() && tag != "COMMIT") {
-      s = absl::AbortedError(absl::StrCat("postgres: COMMIT answered ", tag, "; retry"));
-    }
-    if (!s.ok()) {
-      Rollback();
-      if (s.code() == absl::StatusCode::kUnavailable) {
-        // The server may or may not have committed before the connection went: a
-        // retry of the claim finds out (the record is there or it is not).
-        return absl::UnavailableError(absl::StrCat(s.message(), " (commit outcome unknown)"));
-      }
-      return s;
-    }
-    done_ = true;
-    lease_.Release();
-    return absl::OkStatus();
-  }
-
-  void Rollback() override {
-    if (done_) return;
-    done_ = true;
-    if (lease_) lease_->DropDeferred();  // a BEGIN that never went out began nothing
-    if (lease_ && !lease_->broken() && lease_->transaction_status() != PQTRANS_IDLE) {
-      // A failed ROLLBACK leaves the connection outside PQTRANS_IDLE or broken, and
-      // the pool closes it (the server then rolls back); nothing else to do here.
-      lease_->ExecScript("ROLLBACK").IgnoreError();
-    }
-    lease_.Release();
-  }
-
  private:
+  bool Begun() const override { return !lease_->has_deferred(); }
+
+  // A transaction whose statement failed is aborted on the server: its COMMIT
+  // would answer ROLLBACK.
+  absl::Status Committable() const {
+    if (lease_->transaction_status() != PQTRANS_INERROR) return absl::OkStatus();
+    return absl::AbortedError(
+        "postgres: a statement of this transaction failed earlier, so it was rolled back "
+        "instead of committed; retry");
+  }
+
+  absl::Status CommitNow() override {
+    IDEM_RETURN_IF_ERROR(Committable());
+    std::string tag;
+    IDEM_RETURN_IF_ERROR(lease_->ExecScript("COMMIT", &tag));
+    if (tag == "COMMIT") return absl::OkStatus();
+    return absl::AbortedError(absl::StrCat("postgres: COMMIT answered ", tag, "; retry"));
+  }
+
+  void RollbackNow() override {
+    if (lease_->transaction_status() == PQTRANS_IDLE) return;  // ended by a COMMIT
+    // A failed ROLLBACK leaves the connection outside PQTRANS_IDLE or broken, and
+    // the pool closes it (the server then rolls back); nothing else to do here.
+    lease_->ExecScript("ROLLBACK").IgnoreError();
+  }
+
   static const std::string& ClaimSql() {
     static const std::string sql =
         absl::StrCat("WITH ins AS (INSERT INTO idem_records (", AV(sql::kRecordColumns),
@@ -327,46 +296,34 @@ class PostgresTransaction final : public StoreTransaction {
     return absl::AbortedError("postgres: the record kept appearing and vanishing; retry");
   }
 
-  static absl::Status FailedEarlier() {
-    return absl::AbortedError(
-        "postgres: a statement of this transaction failed earlier, so it was rolled back "
-        "instead of committed; retry");
-  }
-
   // Runs `op` (the transaction's next statement or statements) and then After().
   // While the BEGIN is still deferred, nothing of this transaction has reached the
   // server, so a pooled connection found dead by that first round trip (it died
-  // while idle: server restart, terminated backend) is replaced once by a fresh
-  // one and `op` repeated, as Begin() did when it sent BEGIN itself: a caller never
-  // sees a dead idle connection. Safe: no COMMIT went out, and the server rolls
-  // back whatever a session that lost its client had begun.
+  // while idle: server restart, terminated backend) is replaced by a fresh one and
+  // `op` repeated (Pool::RunFirstUse), as Begin() did when it sent BEGIN itself: a
+  // caller never sees a dead idle connection. Safe: no COMMIT went out, and the
+  // server rolls back whatever a session that lost its client had begun.
   template <typename Op>
   auto Step(Op op) -> decltype(op()) {
     IDEM_RETURN_IF_ERROR(CheckOpen());
-    const bool first = lease_->has_deferred();
-    auto out = op();
-    if (!out.ok() && first && lease_.reused() && lease_->broken()) {
-      lease_.Release();
-      absl::StatusOr<Pool::Lease> fresh = pool_.Acquire();
-      if (!fresh.ok()) {
-        done_ = true;
-        lost_ = true;
-        return fresh.status();
-      }
-      lease_ = *std::move(fresh);
-      lease_->Defer(begin_);
+    if (Begun()) return After(op());
+    decltype(op()) out = absl::UnknownError("not run");
+    absl::Status s = pool_.RunFirstUse(&lease_, [&](Connection& c) {
+      if (!c.has_deferred()) c.Defer(begin_);  // a fresh connection in place of a dead one
       out = op();
+      return out.status();
+    });
+    if (!lease_) {  // no fresh connection could be had
+      failed_ = LostError();
+      End();
+      return s;
     }
     return After(std::move(out));
   }
 
-  absl::Status CheckOpen() const {
-    if (lost_) {
-      return absl::UnavailableError(
-          "postgres: the connection was lost inside this transaction; nothing was committed");
-    }
-    if (done_) return absl::FailedPreconditionError("the transaction has already ended");
-    return absl::OkStatus();
+  static absl::Status LostError() {
+    return absl::UnavailableError(
+        "postgres: the connection was lost inside this transaction; nothing was committed");
   }
 
   // Runs after every statement: a lost connection ends the transaction (nothing
@@ -379,9 +336,7 @@ class PostgresTransaction final : public StoreTransaction {
     if (lease_->has_deferred()) {
       return out;  // nothing was sent (a caller's mistake): the transaction goes on
     } else if (lease_->broken()) {
-      lost_ = true;
-      ended = absl::UnavailableError(
-          "postgres: the connection was lost inside the transaction; nothing was committed");
+      ended = failed_ = LostError();
     } else if (lease_->transaction_status() == PQTRANS_IDLE) {
       ended = absl::FailedPreconditionError(
           "postgres: the statement ended idem's transaction (COMMIT/ROLLBACK/END are idem's "
@@ -389,8 +344,7 @@ class PostgresTransaction final : public StoreTransaction {
     } else {
       return out;
     }
-    done_ = true;
-    lease_.Release();
+    End();
     if (!out.ok()) return out;
     return ended;
   }
@@ -400,21 +354,16 @@ class PostgresTransaction final : public StoreTransaction {
   absl::Status Contended(absl::Status s) const {
     auto state = s.GetPayload(AV(postgres::kSqlStatePayload));
     if (!state.has_value() || *state != "55P03") return s;
-    absl::Status out = absl::UnavailableError(absl::StrCat(
+    absl::Status out = ClaimContendedError(absl::StrCat(
         "postgres: the key is held by another open transaction (a claim in progress) for "
         "longer than lock_timeout_ms=",
         lock_timeout_ms_, "; retry later: ", s.message()));
     out.SetPayload(AV(postgres::kSqlStatePayload), *state);
-    out.SetPayload(AV(kClaimContendedPayload), absl::Cord("1"));
     return out;
   }
 
-  Pool& pool_;
-  Pool::Lease lease_;
   const std::vector<std::string>& begin_;  // the store's, which outlives this
   const int lock_timeout_ms_;
-  bool done_ = false;
-  bool lost_ = false;
 };
 
 class PostgresStore final : public Store {
@@ -441,22 +390,23 @@ class PostgresStore final : public Store {
                                                  options_.lock_timeout_ms);
   }
 
+  // A pooled connection can have died while idle (server restart, terminated
+  // backend); its first statement then fails before anything ran, and runs again
+  // on a new connection (Pool::Run) instead of failing a caller for a
+  // connection it never saw.
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
                                             std::string_view key) override {
-    for (int attempt = 0;; ++attempt) {
-      IDEM_ASSIGN_OR_RETURN(Pool::Lease lease, pool_.Acquire());
-      absl::StatusOr<std::optional<Record>> out = SelectRecord(*lease, tenant, key, false);
-      if (out.ok() || !RetryOnFresh(attempt, lease)) return out;
-    }
+    std::optional<Record> out;
+    IDEM_RETURN_IF_ERROR(pool_.Run([&](Connection& c) -> absl::Status {
+      IDEM_ASSIGN_OR_RETURN(out, SelectRecord(c, tenant, key, /*lock=*/false));
+      return absl::OkStatus();
+    }));
+    return out;
   }
 
   absl::Status Ping() override {
-    for (int attempt = 0;; ++attempt) {
-      IDEM_ASSIGN_OR_RETURN(Pool::Lease lease, pool_.Acquire());
-      absl::StatusOr<postgres::Result> out =
-          lease->Run(sql::kPing, 0, {}, false);
-      if (out.ok() || !RetryOnFresh(attempt, lease)) return AsStoreFault(out.status());
-    }
+    return AsStoreFault(
+        pool_.Run([](Connection& c) { return c.Run(sql::kPing, 0, {}, false).status(); }));
   }
 
   const SqlDialect* sql_dialect() const override { return &sql::PostgresDialect(); }
@@ -465,16 +415,6 @@ class PostgresStore final : public Store {
   bool read_only() const override { return options_.read_only; }
 
  private:
-  // A pooled connection can have died while idle (server restart, terminated
-  // backend); its first statement then fails before anything ran. That call is
-  // repeated once on a new connection (the broken one is dropped with the other
-  // idle ones) instead of failing a caller for a connection it never saw.
-  static bool RetryOnFresh(int attempt, Pool::Lease& lease) {
-    if (attempt > 0 || !lease.reused() || !lease->broken()) return false;
-    lease.Release();
-    return true;
-  }
-
   const postgres::Options options_;
   const std::vector<std::string> begin_;  // BEGIN …; SET LOCAL lock_timeout = …
   Pool pool_;
@@ -506,15 +446,14 @@ class PostgresSchema final : public sql::SchemaOn<Connection> {
       return absl::InternalError("postgres: the privilege check answered no row");
     }
     const std::vector<Value>& row = rows.rows[0];
-    IDEM_ASSIGN_OR_RETURN(int64_t can, sql::IntOf(row[0], "privilege"));
+    IDEM_ASSIGN_OR_RETURN(int64_t can, IntOf(row[0], "privilege"));
     if (can == 1) return absl::OkStatus();
     if (can < 0) {
       return absl::FailedPreconditionError(
           "no schema to create tables in: the search_path names no existing schema");
     }
-    return absl::PermissionDeniedError(absl::StrCat("user ", sql::BytesOf(row[1]),
-                                                    " may not create tables in schema ",
-                                                    sql::BytesOf(row[2])));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "user ", BytesOf(row[1]), " may not create tables in schema ", BytesOf(row[2])));
   }
 
 };

@@ -90,13 +90,11 @@ absl::StatusOr<RedisClient::ContextPtr> RedisClient::Connect() {
   }
   bool drop = false;
   if (!address_.password.empty()) {
-    absl::StatusOr<ReplyPtr> r = Command(c.get(), {"AUTH", address_.password}, drop);
-    if (!r.ok()) return r.status();
+    IDEM_RETURN_IF_ERROR(Command(c.get(), {"AUTH", address_.password}, drop).status());
   }
   if (address_.db != 0) {
     const std::string db = std::to_string(address_.db);
-    absl::StatusOr<ReplyPtr> r = Command(c.get(), {"SELECT", db}, drop);
-    if (!r.ok()) return r.status();
+    IDEM_RETURN_IF_ERROR(Command(c.get(), {"SELECT", db}, drop).status());
   }
   return c;
 }
@@ -120,11 +118,10 @@ void RedisClient::Release(ContextPtr c) {
 }
 
 absl::StatusOr<std::optional<std::string>> RedisClient::Get(std::string_view key) {
-  absl::StatusOr<ContextPtr> c = Acquire();
-  if (!c.ok()) return c.status();
+  IDEM_ASSIGN_OR_RETURN(ContextPtr c, Acquire());
   bool drop = false;
-  absl::StatusOr<ReplyPtr> reply = Command(c->get(), {"GET", key}, drop);
-  if (!drop) Release(*std::move(c));
+  absl::StatusOr<ReplyPtr> reply = Command(c.get(), {"GET", key}, drop);
+  if (!drop) Release(std::move(c));
   if (!reply.ok()) return reply.status();
   if ((*reply)->type == REDIS_REPLY_NIL) return std::nullopt;
   if ((*reply)->type != REDIS_REPLY_STRING) {
@@ -135,11 +132,10 @@ absl::StatusOr<std::optional<std::string>> RedisClient::Get(std::string_view key
 
 absl::Status RedisClient::SetPx(std::string_view key, std::string_view value, absl::Duration ttl) {
   const std::string px = std::to_string(std::max<int64_t>(1, absl::ToInt64Milliseconds(ttl)));
-  absl::StatusOr<ContextPtr> c = Acquire();
-  if (!c.ok()) return c.status();
+  IDEM_ASSIGN_OR_RETURN(ContextPtr c, Acquire());
   bool drop = false;
-  absl::StatusOr<ReplyPtr> reply = Command(c->get(), {"SET", key, value, "PX", px}, drop);
-  if (!drop) Release(*std::move(c));
+  absl::StatusOr<ReplyPtr> reply = Command(c.get(), {"SET", key, value, "PX", px}, drop);
+  if (!drop) Release(std::move(c));
   return reply.status();
 }
 

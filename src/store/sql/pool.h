@@ -1,5 +1,5 @@
 // A bounded pool of database connections, for the postgres:// and mysql://
-// stores. Not part of the public API.
+// stores and the sqlite:// store's writer and readers. Not part of the public API.
 //
 // At most `max_size` connections exist at once; Acquire() waits up to `wait` for
 // one to come free and then answers kUnavailable, so a stalled database turns into
@@ -83,11 +83,8 @@ class Pool {
   // that raise the limits).
   Pool(Connect connect, int max_size, absl::Duration wait, std::string busy)
       : connect_(std::move(connect)), max_size_(max_size), wait_(wait), busy_(std::move(busy)) {}
-  ~Pool() { DropIdle(); }
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
-
-  int max_size() const { return max_size_; }
 
   // Adds an already open connection (one the store opened to check the schema).
   void Seed(std::unique_ptr<Conn> conn) {
@@ -139,12 +136,12 @@ class Pool {
     return s;
   }
 
-  // Closes every idle connection (they are suspected dead).
-  void DropIdle() {
-    std::vector<std::unique_ptr<Conn>> doomed;  // closed after the lock is released
-    absl::MutexLock lock(&mu_);
-    open_ -= static_cast<int>(idle_.size());
-    doomed.swap(idle_);
+  // Runs `first` on a pooled connection (Acquire, then RunFirstUse: one that
+  // died while idle is replaced). Returns `first`'s last status, or Acquire's.
+  absl::Status Run(const std::function<absl::Status(Conn&)>& first) {
+    absl::StatusOr<Lease> lease = Acquire();
+    if (!lease.ok()) return lease.status();
+    return RunFirstUse(&*lease, first);
   }
 
  private:

@@ -6,16 +6,17 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "core/columns.h"
 #include "idem/record.h"
 #include "idem/status.h"
 #include "idem/value.h"
-#include "core/columns.h"
 
 namespace idem::sql {
 
@@ -82,7 +83,17 @@ absl::StatusOr<Record> ReadRecord(BytesAt bytes, IntAt integer) {
 // ReadRecord over a row of Values (Transaction::Query's shape).
 absl::StatusOr<Record> RecordFromRow(absl::Span<const Value> row);
 
-using ::idem::BytesOf;
-using ::idem::IntOf;
+// The record of (tenant, key) read by `select` (kSelectRecord, or a locking form of
+// it) through `conn.Query`, or nullopt when there is none.
+template <typename Conn>
+absl::StatusOr<std::optional<Record>> LoadRecord(Conn& conn, std::string_view select,
+                                                 std::string_view tenant, std::string_view key) {
+  // A local: SQLite binds the values without a copy, so they must outlive the steps.
+  const auto params = KeyParams(tenant, key);
+  IDEM_ASSIGN_OR_RETURN(Rows rows, conn.Query(select, params));
+  if (rows.rows.empty()) return std::nullopt;
+  IDEM_ASSIGN_OR_RETURN(Record r, RecordFromRow(rows.rows[0]));
+  return r;
+}
 
 }  // namespace idem::sql

@@ -46,7 +46,7 @@ class SchemaSession {
 };
 
 // The part of a SchemaSession every driver's connection gives alike: its
-// Query(sql, params) and, where it has one, broken().
+// Query(sql, params) and broken().
 template <typename Conn>
 class SchemaOn : public SchemaSession {
  public:
@@ -54,13 +54,7 @@ class SchemaOn : public SchemaSession {
   absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
     return conn_.Query(sql, params);
   }
-  bool broken() const override {
-    if constexpr (requires(const Conn& c) { c.broken(); }) {
-      return conn_.broken();
-    } else {
-      return false;
-    }
-  }
+  bool broken() const override { return conn_.broken(); }
 
  protected:
   Conn& conn_;

@@ -34,11 +34,6 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Prepares (or reuses) the statement for `sql`, resets it and binds `params`.
-  // REQUIRES: the returned statement is used before the next Prepare of the same SQL,
-  // and `params` outlive its steps (they are bound without a copy).
-  absl::StatusOr<sqlite3_stmt*> Prepare(std::string_view sql, absl::Span<const Value> params);
-
   // Runs `sql` to completion; returns sqlite3_changes().
   absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params = {});
 
@@ -50,8 +45,18 @@ class Connection {
 
   sqlite3* db() const { return db_; }
 
+  // For sql::Pool: a SQLite connection has no server to lose, and a reader
+  // leaves no transaction open.
+  bool broken() const { return false; }
+  bool Reusable() const { return true; }
+
  private:
   explicit Connection(sqlite3* db) : db_(db) {}
+
+  // Prepares (or reuses) the statement for `sql`, resets it and binds `params`.
+  // REQUIRES: the returned statement is used before the next Prepare of the same SQL,
+  // and `params` outlive its steps (they are bound without a copy).
+  absl::StatusOr<sqlite3_stmt*> Prepare(std::string_view sql, absl::Span<const Value> params);
 
   sqlite3* db_;
   std::unordered_map<std::string, sqlite3_stmt*> cache_;

@@ -5,52 +5,31 @@
 
 #include <cerrno>
 #include <cstring>
-
-#include <chrono>
-#include <mutex>
 #include <string>
 #include <utility>
-#include <vector>
 
-#include "core/absl_compat.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
 #include "idem/status.h"
 #include "idem/store.h"
 #include "store/sql/dialect.h"
+#include "store/sql/pool.h"
 #include "store/sql/records.h"
 #include "store/sql/schema.h"
+#include "store/sql/txn.h"
 #include "store/sqlite/sqlite_conn.h"
 #include "store/store_url.h"
 
 namespace idem {
 namespace {
 
-std::string ColumnBytes(sqlite3_stmt* stmt, int i) {
-  const void* p = sqlite3_column_blob(stmt, i);
-  if (p == nullptr) return std::string();
-  return std::string(static_cast<const char*>(p), sqlite3_column_bytes(stmt, i));
-}
+using ConnPool = sql::Pool<sqlite::Connection>;
 
 absl::StatusOr<std::optional<Record>> LoadRecord(sqlite::Connection& conn,
                                                  std::string_view tenant, std::string_view key) {
-  // Bound without a copy: the values must outlive the statement's steps.
-  const auto params = sql::KeyParams(tenant, key);
-  IDEM_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, conn.Prepare(sql::kSelectRecord, params));
-  int rc = sqlite3_step(stmt);
-  absl::StatusOr<std::optional<Record>> out = std::nullopt;
-  if (rc == SQLITE_ROW) {
-    out = sql::ReadRecord(
-        [&](int i) { return ColumnBytes(stmt, i); },
-        [&](int i) -> absl::StatusOr<int64_t> { return sqlite3_column_int64(stmt, i); });
-    rc = SQLITE_DONE;
-  }
-  absl::Status status = sqlite::ToStatus(rc, conn.db(), "load record");
-  sqlite3_reset(stmt);
-  IDEM_RETURN_IF_ERROR(status);
-  return out;
+  return sql::LoadRecord(conn, sql::kSelectRecord, tenant, key);
 }
 
 struct Options {
@@ -131,29 +110,29 @@ class FileIdentity {
   bool file_ = false;
 };
 
-class SqliteTransaction final : public StoreTransaction {
+// Begin() sent the BEGIN; `file` is the store's, which outlives this.
+class SqliteTransaction final : public sql::PooledTransaction<sqlite::Connection> {
  public:
-  SqliteTransaction(sqlite::Connection& conn, std::unique_lock<std::timed_mutex> lock,
-                    const FileIdentity& file)
-      : conn_(conn), lock_(std::move(lock)), file_(file) {}
+  SqliteTransaction(ConnPool& pool, ConnPool::Lease writer, const FileIdentity& file)
+      : PooledTransaction(pool, std::move(writer)), file_(file) {}
   ~SqliteTransaction() override { Rollback(); }
 
   absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
-    return conn_.Exec(sql, params);
+    return lease_->Exec(sql, params);
   }
   absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
-    return conn_.Query(sql, params);
+    return lease_->Query(sql, params);
   }
 
   absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& r) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
     static const std::string sql =
         sql::SqliteDialect().KeepExisting(sql::kInsertRecord, "idem_key");
-    IDEM_ASSIGN_OR_RETURN(int64_t inserted, conn_.Exec(sql, sql::RecordParams(r)));
+    IDEM_ASSIGN_OR_RETURN(int64_t inserted, lease_->Exec(sql, sql::RecordParams(r)));
     if (inserted == 1) return std::nullopt;
-    IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, LoadRecord(conn_, r.tenant, r.key));
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, LoadRecord(*lease_, r.tenant, r.key));
     if (!existing.has_value()) {
       return absl::InternalError("insert conflicted but the record is not there");
     }
@@ -163,97 +142,83 @@ class SqliteTransaction final : public StoreTransaction {
   absl::StatusOr<bool> Replace(const Record& r, int64_t expected_token,
                                RecordState expected_state) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
-    IDEM_ASSIGN_OR_RETURN(int64_t changed,
-                          conn_.Exec(sql::kReplaceRecord,
-                                     sql::ReplaceParams(r, expected_token, expected_state)));
+    IDEM_ASSIGN_OR_RETURN(
+        int64_t changed,
+        lease_->Exec(sql::kReplaceRecord, sql::ReplaceParams(r, expected_token, expected_state)));
     return changed == 1;
   }
 
   absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,
                                              std::string_view key) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
-    return LoadRecord(conn_, tenant, key);
-  }
-
-  absl::Status Commit() override {
-    IDEM_RETURN_IF_ERROR(CheckOpen());
-    // The file may have gone since Begin: then nothing of this commits.
-    absl::Status s = file_.Check();
-    if (s.ok()) s = conn_.Exec("COMMIT").status();
-    if (!s.ok()) {
-      Rollback();
-      return s;
-    }
-    done_ = true;
-    lock_.unlock();
-    return absl::OkStatus();
-  }
-
-  void Rollback() override {
-    if (done_) return;
-    done_ = true;
-    if (sqlite3_get_autocommit(conn_.db()) == 0) {
-      // ROLLBACK fails only when no transaction is open, which the check excludes;
-      // nothing else can be done about it here.
-      conn_.Exec("ROLLBACK").IgnoreError();
-    }
-    lock_.unlock();
+    return LoadRecord(*lease_, tenant, key);
   }
 
  private:
-  absl::Status CheckOpen() const {
-    if (done_) return absl::FailedPreconditionError("the transaction has already ended");
-    return absl::OkStatus();
+  bool Begun() const override { return true; }
+
+  // The file may have gone since Begin: then nothing of this commits.
+  absl::Status CommitNow() override {
+    IDEM_RETURN_IF_ERROR(file_.Check());
+    return lease_->Exec("COMMIT").status();
   }
 
-  sqlite::Connection& conn_;
-  std::unique_lock<std::timed_mutex> lock_;
+  void RollbackNow() override {
+    // ROLLBACK fails only when no transaction is open, which the check excludes;
+    // nothing else can be done about it here.
+    if (sqlite3_get_autocommit(lease_->db()) == 0) lease_->Exec("ROLLBACK").IgnoreError();
+  }
+
   const FileIdentity& file_;
-  bool done_ = false;
 };
 
 class SqliteStore final : public Store {
  public:
+  // The one write connection is a pool of one, lent to one transaction at a time:
+  // Begin waits up to busy_timeout_ms for it. At most options.readers reader
+  // connections exist, and a read waits as long for one.
   SqliteStore(std::string url, Options options, std::unique_ptr<sqlite::Connection> writer,
               FileIdentity file)
       : url_(std::move(url)),
         options_(std::move(options)),
-        writer_(std::move(writer)),
-        file_(std::move(file)) {}
+        // Never reconnects: a SQLite connection is always Reusable().
+        writer_([] { return absl::InternalError("sqlite: the writer is opened once, at open"); }, 1,
+                absl::Milliseconds(options_.busy_timeout_ms),
+                absl::StrCat("sqlite store ", url_, ": write lock not free within ",
+                             options_.busy_timeout_ms, " ms")),
+        readers_(
+            [this] {
+              return sqlite::Connection::Open(options_.path, options_.synchronous,
+                                              options_.busy_timeout_ms, options_.read_only);
+            },
+            options_.readers, absl::Milliseconds(options_.busy_timeout_ms),
+            absl::StrCat("sqlite store ", url_, ": all ", options_.readers,
+                         " readers stayed busy for ", options_.busy_timeout_ms, " ms")),
+        file_(std::move(file)) {
+    writer_.Seed(std::move(writer));
+  }
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
     IDEM_RETURN_IF_ERROR(file_.Check());
-    std::unique_lock<std::timed_mutex> lock(writer_mu_, std::defer_lock);
-    if (!lock.try_lock_for(std::chrono::milliseconds(options_.busy_timeout_ms))) {
-      return absl::UnavailableError(absl::StrCat("sqlite store ", url_,
-                                                 ": write lock not free within ",
-                                                 options_.busy_timeout_ms, " ms"));
-    }
+    IDEM_ASSIGN_OR_RETURN(ConnPool::Lease writer, writer_.Acquire());
     // A read-only store takes no write lock (it could not): its transactions read.
-    IDEM_RETURN_IF_ERROR(writer_->Exec(options_.read_only ? "BEGIN" : "BEGIN IMMEDIATE"));
-    return std::make_unique<SqliteTransaction>(*writer_, std::move(lock), file_);
+    IDEM_RETURN_IF_ERROR(writer->Exec(options_.read_only ? "BEGIN" : "BEGIN IMMEDIATE"));
+    return std::make_unique<SqliteTransaction>(writer_, std::move(writer), file_);
   }
 
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
                                             std::string_view key) override {
     IDEM_RETURN_IF_ERROR(file_.Check());
-    if (IsMemory()) {
-      std::unique_lock<std::timed_mutex> lock(writer_mu_);
-      return LoadRecord(*writer_, tenant, key);
-    }
-    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<sqlite::Connection> reader, TakeReader());
-    absl::StatusOr<std::optional<Record>> out = LoadRecord(*reader, tenant, key);
-    ReturnReader(std::move(reader));
-    return out;
+    // ":memory:" is one database per connection: the writer's.
+    IDEM_ASSIGN_OR_RETURN(ConnPool::Lease conn, (IsMemory() ? writer_ : readers_).Acquire());
+    return LoadRecord(*conn, tenant, key);
   }
 
   absl::Status Ping() override {
     if (IsMemory()) return absl::OkStatus();
     IDEM_RETURN_IF_ERROR(file_.Check());
-    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<sqlite::Connection> reader, TakeReader());
-    absl::StatusOr<Rows> rows = reader->Query(sql::kPing);
-    ReturnReader(std::move(reader));
-    return AsStoreFault(rows.status());
+    IDEM_ASSIGN_OR_RETURN(ConnPool::Lease reader, readers_.Acquire());
+    return AsStoreFault(reader->Query(sql::kPing).status());
   }
 
   const SqlDialect* sql_dialect() const override { return &sql::SqliteDialect(); }
@@ -264,30 +229,10 @@ class SqliteStore final : public Store {
  private:
   bool IsMemory() const { return options_.path == ":memory:"; }
 
-  absl::StatusOr<std::unique_ptr<sqlite::Connection>> TakeReader() {
-    {
-      absl::MutexLock lock(&readers_mu_);
-      if (!readers_.empty()) {
-        std::unique_ptr<sqlite::Connection> conn = std::move(readers_.back());
-        readers_.pop_back();
-        return conn;
-      }
-    }
-    return sqlite::Connection::Open(options_.path, options_.synchronous, options_.busy_timeout_ms,
-                                    options_.read_only);
-  }
-
-  void ReturnReader(std::unique_ptr<sqlite::Connection> conn) {
-    absl::MutexLock lock(&readers_mu_);
-    if (static_cast<int>(readers_.size()) < options_.readers) readers_.push_back(std::move(conn));
-  }
-
   const std::string url_;
   const Options options_;
-  std::timed_mutex writer_mu_;  // held by the one open write transaction
-  std::unique_ptr<sqlite::Connection> writer_;
-  absl::Mutex readers_mu_;
-  std::vector<std::unique_ptr<sqlite::Connection>> readers_ ABSL_GUARDED_BY(readers_mu_);
+  ConnPool writer_;
+  ConnPool readers_;
   const FileIdentity file_;
 };
 
@@ -327,8 +272,8 @@ class SqliteSchema final : public sql::SchemaOn<sqlite::Connection> {
 };
 
 absl::StatusOr<SchemaInfo> SqliteStore::DescribeSchema() {
-  std::unique_lock<std::timed_mutex> lock(writer_mu_);
-  SqliteSchema session(*writer_, options_.path);
+  IDEM_ASSIGN_OR_RETURN(ConnPool::Lease writer, writer_.Acquire());
+  SqliteSchema session(*writer, options_.path);
   return sql::DescribeSchema(session, sql::SqliteDialect());
 }
 

@@ -6,7 +6,8 @@
 //   synchronous=full|normal|off  (default full: a committed claim survives power loss)
 //   busy_timeout_ms=N            (default 5000: how long a claim waits for the write lock
 //                                 before kUnavailable)
-//   readers=N                    (default 4: connections for reads outside transactions)
+//   readers=N                    (default 4: connections for reads outside transactions;
+//                                 a read waits up to busy_timeout_ms for a free one)
 // The file is opened in WAL mode. Writers are serialized by one write connection.
 //
 // Thread safety: safe for concurrent use.
