@@ -22,6 +22,7 @@
 #include "cli/reason.h"
 #include "cli/server_command.h"
 #include "core/absl_compat.h"
+#include "http/api.h"
 #include "http/metrics.h"
 #include "http/proxy.h"
 #include "http/server.h"
@@ -45,6 +46,7 @@ struct ProxyFlags {
   uint64_t max_response = 8 << 20;
   bool keep_set_cookie = false;
   std::string biz_type = "http";
+  std::string admin_listen;  // "": no admin listener
 };
 
 std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
@@ -122,7 +124,28 @@ int RunProxy(const ProxyFlags& flags) {
                                 {.timeout = *timeout, .max_response_bytes = flags.max_response});
   http::Proxy proxy(guard, upstream, metrics, options);
   http::Server server(proxy, *server_options);
-  return ServeUntilSignal(
+  // Every path of the main listener is the upstream's; /healthz, /readyz (the store
+  // answers) and /metrics (the proxy's counts) get a listener of their own. It is
+  // the API's handler with no tenants, so any /v1/ call there is 401.
+  std::unique_ptr<http::Api> admin;
+  std::unique_ptr<http::Server> admin_server;
+  if (!flags.admin_listen.empty()) {
+    ServerFlags admin_flags = flags.server;
+    admin_flags.listen = flags.admin_listen;
+    admin_flags.threads = 2;
+    admin_flags.max_connections = 64;
+    absl::StatusOr<http::ServerOptions> admin_options = ServerOptionsOf(admin_flags);
+    if (!admin_options.ok()) return Usage("--admin-listen '" + flags.admin_listen + "' must be HOST:PORT");
+    admin = std::make_unique<http::Api>(guard, *store, metrics, http::ApiOptions{});
+    admin_server = std::make_unique<http::Server>(*admin, *admin_options);
+    if (absl::Status s = admin_server->Start(); !s.ok()) {
+      PrintReason("proxy: --admin-listen: " + Str(s.message()));
+      return kExitFailure;
+    }
+    spdlog::info("health, readiness and metrics on {}:{}", admin_server->address(),
+                 admin_server->port());
+  }
+  const int status = ServeUntilSignal(
       "proxy", server,
       absl::StrCat("proxying to http://", upstream_url->authority, upstream_url->base_path,
                    " with keys in ", AV(store->url()),
@@ -130,6 +153,11 @@ int RunProxy(const ProxyFlags& flags) {
                                                  : " (keys per " + options.client_header + ")",
                    ","),
       warnings);
+  if (admin_server != nullptr) {
+    admin_server->Shutdown();
+    admin_server->Wait();
+  }
+  return status;
 }
 
 }  // namespace
@@ -174,6 +202,10 @@ CommandFn AddProxyCommand(CLI::App& root) {
                 "Store Set-Cookie with the answer and replay it (default: replays drop it)");
   sub->add_option("--biz-type", flags->biz_type, "The biz_type of the proxy's records")
       ->capture_default_str();
+  sub->add_option("--admin-listen", flags->admin_listen,
+                  "Address for /healthz, /readyz and /metrics, HOST:PORT (every path of "
+                  "--listen belongs to the upstream)")
+      ->type_name("HOST:PORT");
   return [flags] { return RunProxy(*flags); };
 }
 

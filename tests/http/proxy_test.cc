@@ -279,6 +279,34 @@ TEST_F(ProxyTest, AProxyKilledMidRequestLetsTheRetryThroughAfterTheLease) {
   EXPECT_EQ(Effects(), 2);
 }
 
+TEST_F(ProxyTest, TheAdminListenerAnswersHealthReadinessAndMetrics) {
+  auto proxy = StartProxy({"--admin-listen", "127.0.0.1:0"});
+  // "health, readiness and metrics on 127.0.0.1:PORT" in the log.
+  const std::string marker = "health, readiness and metrics on 127.0.0.1:";
+  const std::string err = proxy->stderr_text();
+  const size_t at = err.find(marker);
+  ASSERT_NE(at, std::string::npos) << err;
+  const uint16_t admin = static_cast<uint16_t>(std::stoi(err.substr(at + marker.size())));
+  ASSERT_EQ(Post(*proxy, "/pay", "{}", {{"Idempotency-Key", "m-1"}}).status, 201);
+  ASSERT_EQ(Post(*proxy, "/pay", "{}", {{"Idempotency-Key", "m-1"}}).status, 201);
+  ASSERT_EQ(Post(*proxy, "/pay", "{}", {}).status, 400);
+  ASSERT_EQ(testing::Fetch(proxy->port(), "GET", "/count").status, 200);
+  // On the main listener /metrics is the upstream's path like any other.
+  EXPECT_EQ(testing::Fetch(proxy->port(), "GET", "/metrics").body, R"({"effects":1})");
+  EXPECT_EQ(testing::Fetch(admin, "GET", "/healthz").status, 200);
+  EXPECT_EQ(testing::Fetch(admin, "GET", "/readyz").status, 200);
+  const std::string metrics = testing::Fetch(admin, "GET", "/metrics").body;
+  EXPECT_THAT(metrics, HasSubstr(R"(idem_http_requests_total{route="proxy",status="201"} 2)"));
+  EXPECT_THAT(metrics, HasSubstr(R"(idem_http_requests_total{route="proxy",status="400"} 1)"));
+  EXPECT_THAT(metrics, HasSubstr(R"(idem_http_requests_total{route="passthrough",status="200"} 2)"));
+  EXPECT_THAT(metrics, HasSubstr(R"(idem_outcomes_total{outcome="executed"} 1)"));
+  EXPECT_THAT(metrics, HasSubstr(R"(idem_outcomes_total{outcome="replayed"} 1)"));
+  EXPECT_THAT(metrics, HasSubstr(R"(idem_outcomes_total{outcome="missing_key"} 1)"));
+  EXPECT_THAT(metrics, HasSubstr(R"(idem_http_request_duration_seconds_count{route="proxy"} 3)"));
+  EXPECT_THAT(metrics, HasSubstr("idem_store_up 1"));
+  EXPECT_EQ(testing::Fetch(admin, "POST", "/v1/claims", "{}").status, 401);
+}
+
 TEST(ProxyUsage, BadOptionsAreRefusedNamingTheOption) {
   idem::testing::TempDir dir;
   struct Case {
