@@ -19,9 +19,12 @@
 // ApiOptions::metrics_require_token puts /metrics behind any tenant's token.
 //
 // A claim with wait_ms > 0 that meets a live lease does not block: Handle() returns
-// a Reply whose `waiting` is set; the caller re-polls with Poll() after a short delay
-// (the server uses a timer) until `waiting` comes back empty, or sends the Reply's
-// current response (409 in_progress) if it has to stop early.
+// a Reply whose `waiting` is set; the caller re-polls with Poll() after the Reply's
+// `poll_after` (15 ms, doubling up to ApiOptions::wait_poll_max) or when Watch()
+// wakes it (a complete or fail of the key through this Api), until `waiting` comes
+// back empty, or sends the Reply's current response (409 in_progress) if it has to
+// stop early. A poll is a plain read of the record while the lease runs; only a
+// change goes through a claim.
 //
 // Store down (SPEC §3 Unavailable): every claim/complete/fail/record call answers 503
 // problem+json with "outcome":"unavailable" and Retry-After, and nothing runs (fail
@@ -57,6 +60,7 @@
 
 #include "absl/time/time.h"
 #include "http/handler.h"
+#include "http/key_watch.h"
 #include "http/metrics.h"
 #include "http/route.h"
 #include "http/store_health.h"
@@ -81,6 +85,12 @@ struct Tenant {
 struct ApiOptions {
   std::vector<Tenant> tenants;
   size_t max_body_bytes = 1 << 20;  // larger bodies are 413
+  // A claim that waits (wait_ms) re-reads its record after wait_poll_min, then
+  // twice as long each time up to wait_poll_max: one plain read (no locking
+  // transaction) per waiter per wait_poll_max at most while the holder's lease
+  // runs. A complete or fail through this process wakes its waiters at once.
+  absl::Duration wait_poll_min = absl::Milliseconds(15);
+  absl::Duration wait_poll_max = absl::Milliseconds(250);
   bool metrics_require_token = false;
   const Clock* clock = Clock::Real();  // not owned; Retry-After and wait deadlines
   // biz_types whose claims are let through unrecorded when the store is unavailable
@@ -93,6 +103,8 @@ struct WaitingClaim {
   Request request;
   absl::Duration lease;
   absl::Time deadline;
+  absl::Duration poll_interval;  // the next wait between polls (backs off)
+  uint64_t epoch = 0;            // KeyWatch::Epoch() before the last poll's read
 };
 
 class Api : public Handler {
@@ -104,6 +116,9 @@ class Api : public Handler {
 
   // Re-tries a waiting claim. Blocks on the store. Never throws.
   Reply Poll(const WaitingClaim& waiting) override;
+
+  // Wakes a waiting claim when its key is completed or failed through this Api.
+  std::shared_ptr<void> Watch(const WaitingClaim& waiting, std::function<void()> wake) override;
 
   // Checked when a request's header is in and it has a body still to come: the
   // answer that ends it there, before any of the body is read or a 100 Continue
@@ -129,7 +144,12 @@ class Api : public Handler {
   Reply GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
                   const std::string& tenant);
   Reply Ready();
-  Reply ClaimAnswer(const Request& request, absl::Duration lease, absl::Time deadline);
+  Reply ClaimAnswer(const Request& request, absl::Duration lease, absl::Time deadline,
+                    absl::Duration poll_interval, uint64_t epoch);
+  // The 409 in_progress of a claim that met a live lease ending at `lease_until`,
+  // waiting on (with the next poll `poll_interval` on) while `deadline` is ahead.
+  Reply InProgress(const Request& request, absl::Duration lease, absl::Time deadline,
+                   absl::Time lease_until, absl::Duration poll_interval, uint64_t epoch);
 
   // Returns the tenant named by the bearer token, or nullptr.
   const Tenant* Authenticate(std::string_view authorization) const;
@@ -150,6 +170,7 @@ class Api : public Handler {
   Metrics& metrics_;
   const ApiOptions options_;
   StoreHealth health_;
+  KeyWatch watch_;
 };
 
 // Percent-decodes one path segment ("%2F" -> "/"); kInvalidArgument for a bad escape.

@@ -277,8 +277,17 @@ void Connection::OnReply(Reply reply) {
   if (state_ == State::kClosed) return;
   if (reply.waiting != nullptr && !shared_.stopping.load()) {
     state_ = State::kWaiting;
+    // Woken early when the key is finished through this process (Handler::Watch):
+    // the timer is cancelled on the strand and OnTimer polls at once.
+    watch_ = shared_.api.Watch(*reply.waiting, [weak = weak_from_this()] {
+      if (auto self = weak.lock()) {
+        asio::post(self->stream_.get_executor(), [self] {
+          if (self->state_ == State::kWaiting) self->timer_.cancel();
+        });
+      }
+    });
+    timer_.expires_after(Chrono(reply.poll_after));
     waiting_reply_ = std::move(reply);
-    timer_.expires_after(Chrono(shared_.options.wait_poll));
     timer_.async_wait([self = shared_from_this()](beast::error_code ec) { self->OnTimer(ec); });
     return;
   }
@@ -287,6 +296,7 @@ void Connection::OnReply(Reply reply) {
 
 void Connection::OnTimer(beast::error_code) {
   if (state_ != State::kWaiting || !waiting_reply_) return;
+  watch_.reset();
   Reply reply = std::move(*waiting_reply_);
   waiting_reply_.reset();
   state_ = State::kBusy;
@@ -382,6 +392,7 @@ void Connection::DrainAndClose() {
 
 void Connection::Close() {
   state_ = State::kClosed;
+  watch_.reset();
   timer_.cancel();
   beast::error_code ec;
   stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);

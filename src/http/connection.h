@@ -76,6 +76,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   unsigned version_ = 11;
   bool keep_alive_ = true;
   std::optional<Reply> waiting_reply_;
+  std::shared_ptr<void> watch_;  // while waiting: the Handler's wake-up (Handler::Watch)
   // The current request's id (HttpRequest::request_id); set when its header is in.
   std::string request_id_;
   bool head_ = false;  // the current request is HEAD: the answer goes without its body

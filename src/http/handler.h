@@ -5,11 +5,13 @@
 // Server's worker threads (Handle, Poll) and I/O threads (BeforeBody).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "absl/time/time.h"
 #include "http/metrics.h"
 #include "http/route.h"
 #include "http/types.h"
@@ -28,8 +30,10 @@ struct Reply {
   // The authenticated tenant, for the access log; "" before authentication.
   std::string tenant;
   // Non-null while a claim is waiting: `response` is what to send if the wait must
-  // end now (409 in_progress); otherwise call Handler::Poll(*waiting) again shortly.
+  // end now (409 in_progress); otherwise call Handler::Poll(*waiting) again after
+  // `poll_after`, or sooner when the Handler's Watch wakes it.
   std::shared_ptr<const WaitingClaim> waiting;
+  absl::Duration poll_after = absl::Milliseconds(15);
 };
 
 class Handler {
@@ -47,6 +51,16 @@ class Handler {
   // sent, or nullopt to read on. Does not block; never throws.
   virtual std::optional<Reply> BeforeBody(std::string_view target,
                                           std::string_view authorization) const = 0;
+
+  // Asks for `wake` to be called (once, from any thread) when what `waiting` waits
+  // for may have changed, so it is polled at once; the returned handle, while kept,
+  // keeps the request; nullptr when the Handler cannot tell (it is then polled on
+  // its timer only).
+  virtual std::shared_ptr<void> Watch(const WaitingClaim& waiting, std::function<void()> wake) {
+    (void)waiting;
+    (void)wake;
+    return nullptr;
+  }
 
   // Whether HttpRequest::headers is to be filled (the proxy forwards them; the API
   // needs none, and filling them costs allocations).

@@ -113,14 +113,37 @@ Reply Api::Claims(const HttpRequest& request, const std::string& tenant) {
   absl::Time deadline = body->wait_ms > 0
                             ? options_.clock->Now() + absl::Milliseconds(body->wait_ms)
                             : absl::InfinitePast();
-  Reply reply = ClaimAnswer(req, absl::Milliseconds(body->lease_ms), deadline);
+  Reply reply = ClaimAnswer(req, absl::Milliseconds(body->lease_ms), deadline,
+                            options_.wait_poll_min, watch_.Epoch());
   if (reply.waiting != nullptr) metrics_.CountWait();
   return reply;
 }
 
+std::shared_ptr<void> Api::Watch(const WaitingClaim& waiting, std::function<void()> wake) {
+  return watch_.Watch(waiting.request.tenant, waiting.request.key, waiting.epoch,
+                      std::move(wake));
+}
+
 Reply Api::Poll(const WaitingClaim& waiting) {
   try {
-    return ClaimAnswer(waiting.request, waiting.lease, waiting.deadline);
+    // A plain read while the holder's lease runs: waiting costs one read per poll,
+    // never a locking claim transaction (which would queue behind the holder's row
+    // lock and slow every other claim). Only a change (finished, released, lease
+    // over, or the wait's end) goes through a claim, which decides it.
+    const absl::Time now = options_.clock->Now();
+    const uint64_t epoch = watch_.Epoch();
+    const absl::Duration next = std::min(waiting.poll_interval * 2, options_.wait_poll_max);
+    if (now < waiting.deadline) {
+      metrics_.CountPoll();
+      absl::StatusOr<std::optional<Record>> record =
+          store_.Get(waiting.request.tenant, waiting.request.key);
+      if (record.ok() && record->has_value() && (*record)->state == RecordState::kProcessing &&
+          (*record)->biz_type == waiting.request.biz_type && (*record)->lease_until > now) {
+        return InProgress(waiting.request, waiting.lease, waiting.deadline,
+                          (*record)->lease_until, next, epoch);
+      }
+    }
+    return ClaimAnswer(waiting.request, waiting.lease, waiting.deadline, next, epoch);
   } catch (const std::exception& e) {
     Reply r = Internal("claim", e.what());
     r.route = Route::kClaims;
@@ -128,7 +151,31 @@ Reply Api::Poll(const WaitingClaim& waiting) {
   }
 }
 
-Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time deadline) {
+Reply Api::InProgress(const Request& req, absl::Duration lease, absl::Time deadline,
+                      absl::Time lease_until, absl::Duration poll_interval, uint64_t epoch) {
+  const absl::Time now = options_.clock->Now();
+  Problem p;
+  p.status = 409;
+  p.slug = "in_progress";
+  p.title = "Claim in progress";
+  p.detail = absl::StrCat("another holder's lease on this key runs until ",
+                          FormatRfc3339(lease_until));
+  p.outcome = "in_progress";
+  p.extra["lease_until"] = FormatRfc3339(lease_until);
+  HttpResponse r = ProblemResponse(p);
+  r.headers.emplace_back("Retry-After", absl::StrCat(RetryAfterSeconds(now, lease_until)));
+  Reply reply = Make(Route::kClaims, std::move(r), "in_progress");
+  if (now < deadline) {
+    reply.waiting = std::make_shared<WaitingClaim>(
+        WaitingClaim{req, lease, deadline, poll_interval, epoch});
+    // Never past the deadline: the last poll answers when the wait runs out.
+    reply.poll_after = std::max(absl::Milliseconds(1), std::min(poll_interval, deadline - now));
+  }
+  return reply;
+}
+
+Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time deadline,
+                       absl::Duration poll_interval, uint64_t epoch) {
   absl::StatusOr<Result> result = guard_.Claim(req, lease);
   // kAborted from a claim is contention on the record (another writer slipped in
   // between read and write): the claim itself is safe to repeat at once.
@@ -173,25 +220,8 @@ Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time dead
       r.headers.emplace_back("Idempotent-Replayed", "true");
       return Make(Route::kClaims, std::move(r), name);
     }
-    case Outcome::kInProgress: {
-      const absl::Time now = options_.clock->Now();
-      Problem p;
-      p.status = 409;
-      p.slug = "in_progress";
-      p.title = "Claim in progress";
-      p.detail = absl::StrCat("another holder's lease on this key runs until ",
-                              FormatRfc3339(result->lease_until));
-      p.outcome = "in_progress";
-      p.extra["lease_until"] = FormatRfc3339(result->lease_until);
-      HttpResponse r = ProblemResponse(p);
-      r.headers.emplace_back("Retry-After",
-                             absl::StrCat(RetryAfterSeconds(now, result->lease_until)));
-      Reply reply = Make(Route::kClaims, std::move(r), "in_progress");
-      if (now < deadline) {
-        reply.waiting = std::make_shared<WaitingClaim>(WaitingClaim{req, lease, deadline});
-      }
-      return reply;
-    }
+    case Outcome::kInProgress:
+      return InProgress(req, lease, deadline, result->lease_until, poll_interval, epoch);
     case Outcome::kKeyReused:
       return Make(Route::kClaims,
                   MakeProblem(409, "key_reused", "Key reused",
@@ -228,6 +258,7 @@ Reply Api::Complete(const HttpRequest& request, const std::string& tenant) {
     r.route = Route::kComplete;
     return r;
   }
+  watch_.Notify(req.tenant, req.key);  // claims waiting on the key answer now
   return Make(Route::kComplete, Json(200, R"({"outcome":"completed"})"), "completed");
 }
 
@@ -248,6 +279,7 @@ Reply Api::Fail(const HttpRequest& request, const std::string& tenant) {
     r.route = Route::kFail;
     return r;
   }
+  watch_.Notify(req.tenant, req.key);
   std::string_view outcome = body->retryable ? "released" : "failed";
   return Make(Route::kFail, Json(200, absl::StrCat(R"({"outcome":")", AV(outcome), R"("})")),
               outcome);

@@ -83,6 +83,8 @@ void Metrics::CountStoreError() { Add(store_errors_); }
 
 void Metrics::CountWait() { Add(waits_); }
 
+void Metrics::CountPoll() { Add(polls_); }
+
 void Metrics::CountFailOpen(std::string_view biz_type) {
   if (auto it = fail_open_.find(biz_type); it != fail_open_.end()) Add(it->second);
 }
@@ -179,7 +181,11 @@ std::string Metrics::Render() const {
                   "# HELP idem_claim_waits_total Claims that met a live lease and waited.\n"
                   "# TYPE idem_claim_waits_total counter\n"
                   "idem_claim_waits_total ",
-                  Load(waits_), "\n");
+                  Load(waits_), "\n",
+                  "# HELP idem_claim_polls_total Record reads by claims that wait.\n"
+                  "# TYPE idem_claim_polls_total counter\n"
+                  "idem_claim_polls_total ",
+                  Load(polls_), "\n");
   absl::MutexLock lock(&mu_);
   absl::StrAppend(&out,
                   "# HELP idem_fail_open_total Claims of fail-open biz_types answered without a "

@@ -11,6 +11,7 @@
 //   idem_outcomes_total{outcome}                      counter    guard outcomes answered
 //   idem_store_errors_total                           counter    store calls that failed
 //   idem_claim_waits_total                            counter    claims that waited (wait_ms)
+//   idem_claim_polls_total                            counter    record reads by waiting claims
 //   idem_fail_open_total{biz_type}                    counter    claims let through unrecorded
 //                                                                while the store was down
 //                                                                (--fail-open; UNSAFE)
@@ -98,6 +99,9 @@ class Metrics {
   // Counts one claim that met a live lease and started waiting.
   void CountWait();
 
+  // Counts one store read by a waiting claim (Api::Poll).
+  void CountPoll();
+
   // Counts one claim of a fail-open biz_type answered "acquired" without a record
   // because the store was unavailable. REQUIRES: DeclareFailOpen(biz_type) was called
   // (Api's constructor does it for ApiOptions::fail_open); an undeclared biz_type is
@@ -151,6 +155,7 @@ class Metrics {
   std::array<std::atomic<uint64_t>, kOutcomeSlots> outcomes_{};
   std::atomic<uint64_t> store_errors_{0};
   std::atomic<uint64_t> waits_{0};
+  std::atomic<uint64_t> polls_{0};
   std::atomic<int64_t> connections_open_{0};
   std::array<std::atomic<uint64_t>, 2> refused_{};
   mutable absl::Mutex mu_;

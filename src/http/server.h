@@ -3,7 +3,8 @@
 // a body limit), runs the blocking Handler calls (the API, or the proxy) on a separate
 // worker pool and writes the
 // answers back on each connection's strand. A claim that waits (wait_ms) re-polls on
-// a steady_timer, so no thread blocks while it waits.
+// a steady_timer (Reply::poll_after), or sooner when the Handler's Watch wakes it,
+// so no thread blocks while it waits.
 //
 //   idem::http::Server server(api, {.host = "127.0.0.1", .port = 0});
 //   if (absl::Status s = server.Start(); !s.ok()) ...;
@@ -48,7 +49,6 @@ struct ServerOptions {
   // for idle_timeout.
   absl::Duration header_timeout = absl::Seconds(10);
   absl::Duration io_timeout = absl::Seconds(30);      // reading a body, writing an answer
-  absl::Duration wait_poll = absl::Milliseconds(15);  // re-poll period of waiting claims
   // Connections served at once (0: no cap). Past it a new connection is answered
   // 503 "Connection: close" at once, never left to time out. When the process runs
   // out of file descriptors anyway (EMFILE/ENFILE), pending connections are

@@ -194,6 +194,55 @@ TEST_F(ServerTest, WaitingClaimsDoNotBlockTheServer) {
   }
 }
 
+// Attach without polling (issue 11 §3): with the poll timer set to an hour, a
+// waiter is still answered as soon as the holder completes through the same
+// process, because the complete wakes it; and while it waits its timer never
+// fires, so it read the store once (when it started waiting) or not at all.
+TEST_F(ServerTest, ACompleteWakesItsWaitersWithoutTheirTimer) {
+  ApiOptions o;
+  o.tenants = {Tenant::WithToken("acme", "tok-a")};
+  o.clock = &clock_;
+  o.wait_poll_min = absl::Hours(1);
+  o.wait_poll_max = absl::Hours(1);
+  Metrics metrics;
+  Api api(*guard_, *store_, metrics, o);
+  ServerOptions so;
+  so.port = 0;
+  so.io_threads = 1;
+  so.worker_threads = 2;
+  Server server(api, so);
+  ASSERT_OK(server.Start());
+  const uint16_t port = server.port();
+  ASSERT_EQ(Fetch(port, "POST", "/v1/claims", ClaimBody("W"), "tok-a").status, 201);
+  auto polls = [&] {
+    const std::string text = metrics.Render();
+    const size_t at = text.find("\nidem_claim_polls_total ");
+    return at == std::string::npos ? ~uint64_t{0} : std::stoull(text.substr(at + 24));
+  };
+  std::vector<std::future<ClientResponse>> waiters;
+  for (int i = 0; i < 3; ++i) {
+    waiters.push_back(std::async(std::launch::async, [&] {
+      return Fetch(port, "POST", "/v1/claims", ClaimBody("W", R"(,"wait_ms":30000)"), "tok-a");
+    }));
+  }
+  const std::string waits = "\nidem_claim_waits_total 3\n";
+  ASSERT_TRUE(WaitUntil([&] { return metrics.Render().find(waits) != std::string::npos; }));
+  ClientResponse done = Fetch(port, "POST", "/v1/claims/complete",
+                              R"({"biz_type":"t","key":"W","token":1,"result":[1]})", "tok-a");
+  ASSERT_EQ(done.status, 200) << done.body;
+  for (auto& w : waiters) {
+    // Their timers are an hour away: only the wake-up can answer them in time.
+    ASSERT_EQ(w.wait_for(kGenerousDeadline), std::future_status::ready)
+        << "a waiter was not woken by the complete";
+    ClientResponse r = w.get();
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.body, R"({"outcome":"replayed","result":[1]})");
+  }
+  EXPECT_LE(polls(), 3u) << metrics.Render();  // one read each when woken, no more
+  server.Shutdown();
+  server.Wait();
+}
+
 TEST_F(ServerTest, GracefulShutdownAnswersInFlightAndClosesIdle) {
   ASSERT_EQ(Fetch(port_, "POST", "/v1/claims", ClaimBody("K"), "tok-a").status, 201);
   Client idle(port_);
