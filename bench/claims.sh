@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# bench/claims.sh: durable claims through `idem serve` against what a team would use
+# instead, measured in one run on this machine (issue 11 §5):
+#   - idem serve, new keys (POST /v1/claims, a fresh key each) and duplicates (the
+#     same completed key), on its embedded stores with durable settings
+#     (sqlite:// synchronous=full; rocksdb:// when this build has it);
+#   - Redis 7 SET k NX EX 86400 with no persistence, and with appendfsync always;
+#   - PostgreSQL 15 durable (fsync, synchronous_commit) raw INSERT … ON CONFLICT DO
+#     NOTHING through pgbench;
+#   - bench/http_ceiling, a fixed-body Beast server: the HTTP ceiling.
+# at 16 and 64 connections (wrk + Lua, redis-benchmark, pgbench). Prints one table
+# (throughput, p50, p99), then `ratio durable_claims/redis_setnx = X.XX` (idem's
+# durable new-key claims ÷ Redis SET NX without persistence, both at 64
+# connections), writes claims.png (gnuplot) and stops everything it started by pid.
+#
+#   bench/claims.sh [--seconds N] [--quick]
+#
+# Installs what it needs with apt-get (wrk, gnuplot-nox and the test servers), builds
+# into build/, works in build/bench-claims/. Run it alone: the machine's two cores
+# are shared by the load generator and the server under test, so anything else
+# running changes the numbers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+seconds=10
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --seconds) seconds=$2; shift 2 ;;
+    --quick) seconds=3; shift ;;
+    *) echo "bench/claims.sh: unknown option $1 (--seconds N, --quick)" >&2; exit 2 ;;
+  esac
+done
+
+scripts/deps.sh
+missing=()
+for tool in wrk:wrk gnuplot:gnuplot-nox redis-benchmark:redis-tools pgbench:postgresql-contrib; do
+  command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+fi
+IDEM_CMAKE_ARGS="-DIDEM_BUILD_BENCH=ON ${IDEM_CMAKE_ARGS:-}" scripts/build.sh idem http_ceiling
+
+work="$root/build/bench-claims"
+rm -rf "$work"
+mkdir -p "$work"
+pids=()
+services="$work/services"
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  IDEM_SERVICES="postgres redis" "$root/scripts/services.sh" stop "$services" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+# Starts `$@` in the background with stdout in $work/NAME.out, waits for its
+# "listening on HOST:PORT" line and sets `port` (not in a subshell: the pid must
+# reach `pids`, which the EXIT trap stops).
+start_listening() {
+  local name=$1; shift
+  "$@" >"$work/$name.out" 2>"$work/$name.err" &
+  local pid=$!
+  pids+=("$pid")
+  for _ in $(seq 1 300); do
+    if grep -q "^listening on " "$work/$name.out" 2>/dev/null; then
+      port=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$work/$name.out" | head -1)
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "bench/claims.sh: $name did not start: $(tail -1 "$work/$name.err")" >&2
+  return 1
+}
+
+IDEM_SERVICES="postgres redis" IDEM_SERVICES_DURABLE=1 scripts/services.sh start "$services" >/dev/null
+# shellcheck source=/dev/null
+source "$services/env.sh"
+redis_port=${IDEM_TEST_REDIS_URL##*:}
+redis_port=${redis_port%%/*}
+# A second Redis that fsyncs every write (appendfsync always).
+aof_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+mkdir -p "$work/redis-aof"
+redis-server --bind 127.0.0.1 --port "$aof_port" --dir "$work/redis-aof" --save "" \
+  --appendonly yes --appendfsync always --daemonize no >"$work/redis-aof.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do redis-cli -p "$aof_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+pg_url=$IDEM_TEST_POSTGRES_URL
+psql "$pg_url" -q -c "DROP TABLE IF EXISTS bench_keys; CREATE TABLE bench_keys (k bigint PRIMARY KEY)" >/dev/null
+
+export IDEM_TOKEN=bench IDEM_TENANTS="bench:bench"
+declare -A idem_port
+# rocksdb:// where this build has it (else `idem serve` refuses the URL and the row
+# is left out).
+for entry in "sqlite:sqlite://$work/idem.db" "rocksdb:rocksdb://$work/idem-rocksdb"; do
+  name=${entry%%:*}
+  if start_listening "idem-$name" build/src/cli/idem --log-level warn serve \
+      --listen 127.0.0.1:0 --store "${entry#*:}"; then
+    idem_port[$name]=$port
+  else
+    echo "bench/claims.sh: left out idem serve on $name" >&2
+  fi
+done
+start_listening ceiling build/bench/http_ceiling --threads 2
+ceiling_port=$port
+
+results="$work/results.tsv"
+: >"$results"
+record() {  # system workload conns rps p50 p99
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$results"
+}
+
+run_wrk() {  # system workload conns port script
+  local out
+  out=$(IDEM_BENCH_RUN="$1-$3-$RANDOM" wrk -t2 -c"$3" -d"${seconds}s" --latency -s "$5" \
+    "http://127.0.0.1:$4/" 2>&1 | grep '^RESULT' || true)
+  if [[ -z $out ]]; then
+    echo "bench/claims.sh: wrk against $1 gave no result" >&2
+    record "$1" "$2" "$3" 0 0 0
+    return
+  fi
+  local rps p50 p99 errors
+  rps=$(sed -n 's/.*rps=\([0-9.]*\).*/\1/p' <<<"$out")
+  p50=$(sed -n 's/.*p50_ms=\([0-9.]*\).*/\1/p' <<<"$out")
+  p99=$(sed -n 's/.*p99_ms=\([0-9.]*\).*/\1/p' <<<"$out")
+  errors=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$out")
+  [[ $errors == 0 ]] || echo "bench/claims.sh: $1 $2 at $3 connections: $errors errors" >&2
+  record "$1" "$2" "$3" "$rps" "$p50" "$p99"
+}
+
+run_redis() {  # system port conns
+  local n=$((seconds * 60000)) line
+  line=$(redis-benchmark -p "$2" -c "$3" -n "$n" -r 100000000 -q --csv \
+    SET "k:__rand_int__" v NX EX 86400 2>/dev/null | tail -1)
+  # "SET k:__rand_int__ v NX EX 86400","rps","avg","min","p50","p95","p99","max"
+  IFS=, read -r _ rps _ _ p50 _ p99 _ <<<"${line//\"/}"
+  record "$1" "SET NX" "$3" "$rps" "$p50" "$p99"
+}
+
+run_pg() {  # conns
+  rm -f "$work"/pgbench_log.*
+  local out tps
+  if ! out=$(cd "$work" && pgbench -n -c "$1" -j 2 -T "$seconds" \
+      -f "$root/bench/claims/pg_insert.sql" --log --log-prefix=pgbench_log "$pg_url" 2>&1); then
+    echo "bench/claims.sh: pgbench failed: $(tail -2 <<<"$out")" >&2
+    record "postgres durable" "INSERT ON CONFLICT" "$1" 0 0 0
+    return
+  fi
+  tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
+  # Per-transaction latencies (µs, third column) from pgbench's logs.
+  local sorted="$work/pg_latency.txt"
+  cat "$work"/pgbench_log.* | awk '{print $3}' | sort -n >"$sorted"
+  local count p50 p99
+  count=$(wc -l <"$sorted")
+  p50=$(awk -v n="$count" 'NR == int(n * 0.50) + 1 {printf "%.3f", $1 / 1000}' "$sorted")
+  p99=$(awk -v n="$count" 'NR == int(n * 0.99) + 1 {printf "%.3f", $1 / 1000}' "$sorted")
+  record "postgres durable" "INSERT ON CONFLICT" "$1" "${tps:-0}" "${p50:-0}" "${p99:-0}"
+}
+
+# A completed key for the duplicate workload, on each idem store.
+dup_key="dup-$RANDOM"
+for name in "${!idem_port[@]}"; do
+  port=${idem_port[$name]}
+  token=$(curl -s -X POST -H "Authorization: Bearer bench" -d "{\"biz_type\":\"bench\",\"key\":\"$dup_key\"}" \
+    "http://127.0.0.1:$port/v1/claims" | sed -n 's/.*"token":\([0-9]*\).*/\1/p')
+  curl -s -o /dev/null -X POST -H "Authorization: Bearer bench" \
+    -d "{\"biz_type\":\"bench\",\"key\":\"$dup_key\",\"token\":$token,\"result\":{\"ok\":true}}" \
+    "http://127.0.0.1:$port/v1/claims/complete"
+done
+export IDEM_BENCH_KEY=$dup_key
+
+for conns in 16 64; do
+  for name in "${!idem_port[@]}"; do
+    echo "bench/claims.sh: idem serve $name, $conns connections" >&2
+    run_wrk "idem $name" "new keys" "$conns" "${idem_port[$name]}" bench/claims/new_keys.lua
+    run_wrk "idem $name" "duplicates" "$conns" "${idem_port[$name]}" bench/claims/duplicates.lua
+  done
+  echo "bench/claims.sh: HTTP ceiling, Redis, PostgreSQL, $conns connections" >&2
+  run_wrk "http ceiling" "fixed body" "$conns" "$ceiling_port" bench/claims/duplicates.lua
+  run_redis "redis no persistence" "$redis_port" "$conns"
+  run_redis "redis appendfsync always" "$aof_port" "$conns"
+  run_pg "$conns"
+done
+
+printf '\n%-26s %-20s %6s %12s %9s %9s\n' system workload conns "ops/s" "p50 ms" "p99 ms"
+while IFS=$'\t' read -r system workload conns rps p50 p99; do
+  printf '%-26s %-20s %6s %12.0f %9.3f %9.3f\n' "$system" "$workload" "$conns" "$rps" "$p50" "$p99"
+done <"$results"
+
+value() {  # system workload conns
+  awk -F'\t' -v s="$1" -v w="$2" -v c="$3" '$1 == s && $2 == w && $3 == c {print $4}' "$results"
+}
+best_idem=$(awk -F'\t' '$1 ~ /^idem / && $2 == "new keys" && $3 == 64 {print $4 "\t" $1}' "$results" |
+  sort -rn | head -1 | cut -f2)
+redis=$(value "redis no persistence" "SET NX" 64)
+idem=$(value "$best_idem" "new keys" 64)
+dups=$(value "$best_idem" "duplicates" 64)
+ceiling=$(value "http ceiling" "fixed body" 64)
+pg=$(value "postgres durable" "INSERT ON CONFLICT" 64)
+echo
+awk -v a="$dups" -v b="$ceiling" 'BEGIN {if (b > 0) printf "ratio duplicates/http_ceiling = %.2f\n", a / b}'
+awk -v a="$idem" -v b="$pg" 'BEGIN {if (b > 0) printf "ratio durable_claims/postgres_insert = %.2f\n", a / b}'
+awk -v a="$idem" -v b="$redis" -v s="$best_idem" \
+  'BEGIN {if (b > 0) printf "ratio durable_claims/redis_setnx = %.2f (%s)\n", a / b, s}'
+
+# Throughput by system and connections, as clustered bars.
+awk -F'\t' '{printf "\"%s, %s\"\t%s\t%s\n", $1, $2, $3, $4}' "$results" >"$work/plot.tsv"
+gnuplot <<EOF
+set terminal pngcairo size 1200,600 noenhanced
+set output "$work/claims.png"
+set datafile separator "\t"
+set style data histograms
+set style histogram clustered
+set style fill solid 0.8
+set ylabel "operations per second"
+set xtics rotate by -30
+set key top right
+set title "claims on this machine, one run (${seconds}s per cell)"
+plot "< awk -F'\t' '\$2 == 16' $work/plot.tsv" using 3:xtic(1) title "16 connections", \
+     "< awk -F'\t' '\$2 == 64' $work/plot.tsv" using 3 title "64 connections"
+EOF
+echo "plot: $work/claims.png; table: $results" >&2
