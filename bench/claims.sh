@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/claims.sh: durable claims through `idem serve` against what a team would use
 # instead, measured in one run on this machine (issue 11 §5):
-#   - idem serve, new keys (POST /v1/claims, a fresh key each) and duplicates (the
-#     same completed key), on its embedded stores with durable settings
+#   - idem serve, new keys (POST /v1/claims, a fresh key each), duplicates (the
+#     same completed key) and claim+complete pairs (bench/pair_load), on its
+#     embedded stores with durable settings
 #     (sqlite:// synchronous=full; rocksdb:// when this build has it);
 #   - Redis 7 SET k NX EX 86400 with no persistence, and with appendfsync always;
 #   - PostgreSQL 15 durable (fsync, synchronous_commit) raw INSERT … ON CONFLICT DO
@@ -39,7 +40,7 @@ done
 if [[ ${#missing[@]} -gt 0 ]]; then
   apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
 fi
-IDEM_CMAKE_ARGS="-DIDEM_BUILD_BENCH=ON ${IDEM_CMAKE_ARGS:-}" scripts/build.sh idem http_ceiling
+IDEM_CMAKE_ARGS="-DIDEM_BUILD_BENCH=ON ${IDEM_CMAKE_ARGS:-}" scripts/build.sh idem http_ceiling pair_load
 
 work="$root/build/bench-claims"
 rm -rf "$work"
@@ -129,6 +130,18 @@ run_wrk() {  # system workload conns port script
   record "$1" "$2" "$3" "$rps" "$p50" "$p99"
 }
 
+run_pairs() {  # system conns port
+  local out
+  out=$(build/bench/pair_load --port "$3" --token bench --connections "$2" --seconds "$seconds")
+  local rps p50 p99 errors
+  rps=$(sed -n 's/.*rps=\([0-9.]*\).*/\1/p' <<<"$out")
+  p50=$(sed -n 's/.*p50_ms=\([0-9.]*\).*/\1/p' <<<"$out")
+  p99=$(sed -n 's/.*p99_ms=\([0-9.]*\).*/\1/p' <<<"$out")
+  errors=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$out")
+  [[ $errors == 0 ]] || echo "bench/claims.sh: $1 pairs at $2 connections: $errors errors" >&2
+  record "$1" "claim+complete" "$2" "${rps:-0}" "${p50:-0}" "${p99:-0}"
+}
+
 run_redis() {  # system port conns
   local n=$((seconds * 60000)) line
   line=$(redis-benchmark -p "$2" -c "$3" -n "$n" -r 100000000 -q --csv \
@@ -175,6 +188,7 @@ for conns in 16 64; do
     echo "bench/claims.sh: idem serve $name, $conns connections" >&2
     run_wrk "idem $name" "new keys" "$conns" "${idem_port[$name]}" bench/claims/new_keys.lua
     run_wrk "idem $name" "duplicates" "$conns" "${idem_port[$name]}" bench/claims/duplicates.lua
+    run_pairs "idem $name" "$conns" "${idem_port[$name]}"
   done
   echo "bench/claims.sh: HTTP ceiling, Redis, PostgreSQL, $conns connections" >&2
   run_wrk "http ceiling" "fixed body" "$conns" "$ceiling_port" bench/claims/duplicates.lua
