@@ -129,6 +129,12 @@ class Guard {
   // kKeyReused, kFingerprintMismatch or kCachedFailure. Errors as Run().
   absl::StatusOr<Result> Claim(const Request& request, absl::Duration lease = absl::ZeroDuration());
 
+  // The answer Claim() would give when it needs no I/O: the store holds the key's
+  // final record in memory (Store::PeekDecided), so kReplayed, kCachedFailure,
+  // kKeyReused or kFingerprintMismatch; std::nullopt otherwise (also for an invalid
+  // request), and then Claim() decides. Never blocks: for a network thread.
+  std::optional<Result> ClaimIfKnown(const Request& request);
+
   // Stores `result` for the claim holding `token` and marks the key SUCCEEDED.
   // Repeating the same call is OK. Errors: kNotFound (no record), kFailedPrecondition
   // (the key belongs to another biz_type), kAborted (lease lost: the token is stale
@@ -169,6 +175,9 @@ class Guard {
   // or std::nullopt: then the database decides in a transaction.
   std::optional<Result> DecideFromKnown(const Request& request, absl::Duration lease,
                                         absl::Time now);
+  // The same for a `known` record (from LookupDecided or PeekDecided).
+  std::optional<Result> DecideFrom(const std::optional<Record>& known, const Request& request,
+                                   absl::Duration lease, absl::Time now);
   absl::Status Validate(const Request& request) const;
   absl::Status Finish(const Request& request, int64_t token, RecordState final_state,
                       std::string_view bytes);

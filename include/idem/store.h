@@ -261,6 +261,15 @@ class Store {
     return std::nullopt;
   }
 
+  // As LookupDecided, from what the store holds in this process's memory only: no
+  // I/O, no waiting on anything but a short in-memory lock, so a server may call it
+  // on a network thread (a cache decorator's L1). std::nullopt when it does not know.
+  virtual std::optional<Record> PeekDecided(std::string_view tenant, std::string_view key) {
+    (void)tenant;
+    (void)key;
+    return std::nullopt;
+  }
+
   // Returns OK when the store answers (readiness), kUnavailable otherwise.
   virtual absl::Status Ping() = 0;
 

@@ -199,8 +199,20 @@ absl::StatusOr<Guard::Acquisition> Guard::Acquire(
 std::optional<Result> Guard::DecideFromKnown(const Request& request, absl::Duration lease,
                                              absl::Time now) {
   absl::StatusOr<std::optional<Record>> known = store_.LookupDecided(request.tenant, request.key);
-  if (!known.ok() || !known->has_value()) return std::nullopt;  // advisory only: ignored
-  const Record& record = **known;
+  if (!known.ok()) return std::nullopt;  // advisory only: ignored
+  return DecideFrom(*known, request, lease, now);
+}
+
+std::optional<Result> Guard::ClaimIfKnown(const Request& request) {
+  if (!Validate(request).ok()) return std::nullopt;  // Claim() says what is wrong
+  return DecideFrom(store_.PeekDecided(request.tenant, request.key), request, options_.lease,
+                    options_.clock->Now());
+}
+
+std::optional<Result> Guard::DecideFrom(const std::optional<Record>& known, const Request& request,
+                                        absl::Duration lease, absl::Time now) {
+  if (!known.has_value()) return std::nullopt;
+  const Record& record = *known;
   if ((record.state != RecordState::kSucceeded && record.state != RecordState::kFailed) ||
       record.tenant != request.tenant || record.key != request.key) {
     return std::nullopt;  // not a decided record of this key: let the database answer

@@ -117,6 +117,11 @@ class Api : public Handler {
   // Re-tries a waiting claim. Blocks on the store. Never throws.
   Reply Poll(const WaitingClaim& waiting) override;
 
+  // A duplicate claim whose key's final record the store holds in memory
+  // (Store::PeekDecided, the cache's L1), answered on the calling network thread;
+  // nullopt for anything else.
+  std::optional<Reply> HandleWithoutBlocking(const HttpRequest& request) override;
+
   // Wakes a waiting claim when its key is completed or failed through this Api.
   std::shared_ptr<void> Watch(const WaitingClaim& waiting, std::function<void()> wake) override;
 
@@ -148,6 +153,9 @@ class Api : public Handler {
                     absl::Duration poll_interval, uint64_t epoch);
   // The 409 in_progress of a claim that met a live lease ending at `lease_until`,
   // waiting on (with the next poll `poll_interval` on) while `deadline` is ahead.
+  // The answer of a claim whose key is decided (replayed, cached_failure,
+  // key_reused, fingerprint_mismatch).
+  Reply DecidedClaim(const Result& result);
   Reply InProgress(const Request& request, absl::Duration lease, absl::Time deadline,
                    absl::Time lease_until, absl::Duration poll_interval, uint64_t epoch);
 

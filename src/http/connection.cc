@@ -259,7 +259,21 @@ void Connection::OnBody(beast::error_code ec) {
   Dispatch(std::move(request));
 }
 
-void Connection::Dispatch(HttpRequest request) { RunOnPool(nullptr, std::move(request)); }
+void Connection::Dispatch(HttpRequest request) {
+  // A duplicate the Handler can answer from memory is answered here, on the I/O
+  // thread: no hop to the worker pool and back.
+  std::optional<Reply> now;
+  try {
+    now = shared_.api.HandleWithoutBlocking(request);
+  } catch (const std::exception&) {
+    now.reset();  // the pool's Handle() reports it properly
+  }
+  if (now.has_value()) {
+    Send(*now, /*force_close=*/false);
+    return;
+  }
+  RunOnPool(nullptr, std::move(request));
+}
 
 void Connection::RunOnPool(std::shared_ptr<const WaitingClaim> waiting, HttpRequest request) {
   // The work guard keeps the I/O threads running while the reply is computed, even

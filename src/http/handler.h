@@ -43,6 +43,14 @@ class Handler {
   // Answers `request`. May block (on the store, on an upstream). Never throws.
   virtual Reply Handle(const HttpRequest& request) = 0;
 
+  // The answer to `request` when it can be given at once, without blocking (no
+  // store or network I/O), on the network thread that read it; nullopt sends the
+  // request to Handle() on the worker pool. Never throws.
+  virtual std::optional<Reply> HandleWithoutBlocking(const HttpRequest& request) {
+    (void)request;
+    return std::nullopt;
+  }
+
   // Re-tries a request that waits (Reply::waiting). May block. Never throws.
   virtual Reply Poll(const WaitingClaim& waiting) = 0;
 

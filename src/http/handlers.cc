@@ -211,17 +211,31 @@ Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time dead
       return Make(Route::kClaims, Json(201, Dump(j)), "acquired");
     }
     case Outcome::kReplayed:
+    case Outcome::kCachedFailure:
+    case Outcome::kKeyReused:
+    case Outcome::kFingerprintMismatch:
+      return DecidedClaim(*result);
+    case Outcome::kInProgress:
+      return InProgress(req, lease, deadline, result->lease_until, poll_interval, epoch);
+    case Outcome::kExecuted:
+      break;
+  }
+  return Make(Route::kClaims, MakeProblem(500, "internal", "Internal error",
+                                          "unexpected guard outcome for a lease claim"));
+}
+
+Reply Api::DecidedClaim(const Result& result) {
+  switch (result.outcome) {
+    case Outcome::kReplayed:
     case Outcome::kCachedFailure: {
-      const bool replayed = result->outcome == Outcome::kReplayed;
+      const bool replayed = result.outcome == Outcome::kReplayed;
       std::string_view name = replayed ? "replayed" : "cached_failure";
       HttpResponse r =
           Json(200, Splice(absl::StrCat(R"({"outcome":")", AV(name), R"("})"),
-                           replayed ? "result" : "error", RawJsonOrString(result->value)));
+                           replayed ? "result" : "error", RawJsonOrString(result.value)));
       r.headers.emplace_back("Idempotent-Replayed", "true");
       return Make(Route::kClaims, std::move(r), name);
     }
-    case Outcome::kInProgress:
-      return InProgress(req, lease, deadline, result->lease_until, poll_interval, epoch);
     case Outcome::kKeyReused:
       return Make(Route::kClaims,
                   MakeProblem(409, "key_reused", "Key reused",
@@ -234,11 +248,36 @@ Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time dead
                               "a retry must carry the same payload",
                               "fingerprint_mismatch"),
                   "fingerprint_mismatch");
-    case Outcome::kExecuted:
-      break;
+    default:
+      return Make(Route::kClaims, MakeProblem(500, "internal", "Internal error",
+                                              "unexpected guard outcome for a decided key"));
   }
-  return Make(Route::kClaims, MakeProblem(500, "internal", "Internal error",
-                                          "unexpected guard outcome for a lease claim"));
+}
+
+std::optional<Reply> Api::HandleWithoutBlocking(const HttpRequest& request) {
+  // Only a duplicate claim of a key whose final record the store holds in memory;
+  // anything else (and anything malformed, which the full path words) returns
+  // nullopt and goes to the worker pool.
+  if (request.method != "POST" || request.body.size() > options_.max_body_bytes) {
+    return std::nullopt;
+  }
+  std::string_view path = request.target;
+  path = path.substr(0, path.find('?'));
+  if (path != RouteName(Route::kClaims)) return std::nullopt;
+  const Tenant* tenant = Authenticate(request.authorization);
+  if (tenant == nullptr) return std::nullopt;
+  absl::StatusOr<ClaimBody> body = ParseClaimBody(request.body);
+  if (!body.ok() || !ValidateIds(body->biz_type, body->key).ok()) return std::nullopt;
+  Request req;
+  req.tenant = tenant->name;
+  req.biz_type = std::move(body->biz_type);
+  req.key = std::move(body->key);
+  req.fingerprint = std::move(body->fingerprint);
+  std::optional<Result> known = guard_.ClaimIfKnown(req);
+  if (!known.has_value()) return std::nullopt;
+  Reply reply = DecidedClaim(*known);
+  reply.tenant = tenant->name;
+  return reply;
 }
 
 Reply Api::Complete(const HttpRequest& request, const std::string& tenant) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "http/client.h"
+#include "idem/cache.h"
 #include "idem/idem.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
@@ -239,6 +240,90 @@ TEST_F(ServerTest, ACompleteWakesItsWaitersWithoutTheirTimer) {
     EXPECT_EQ(r.body, R"({"outcome":"replayed","result":[1]})");
   }
   EXPECT_LE(polls(), 3u) << metrics.Render();  // one read each when woken, no more
+  server.Shutdown();
+  server.Wait();
+}
+
+// A store whose transactions wait while `blocked` is set: it holds the server's
+// only worker thread in a store call.
+class BlockingStore : public Store {
+ public:
+  explicit BlockingStore(std::unique_ptr<Store> inner) : inner_(std::move(inner)) {}
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
+    entered_ = true;
+    while (blocked_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return inner_->Begin();
+  }
+  absl::StatusOr<std::optional<Record>> Get(std::string_view tenant, std::string_view key) override {
+    return inner_->Get(tenant, key);
+  }
+  absl::Status Ping() override { return inner_->Ping(); }
+  std::string_view url() const override { return inner_->url(); }
+  std::atomic<bool> blocked_{false};
+  std::atomic<bool> entered_{false};
+
+ private:
+  std::unique_ptr<Store> inner_;
+};
+
+// The lean duplicate path (issue 11 §2): a duplicate of a key whose final record
+// is in the cache's L1 is answered on the I/O thread, so it is answered even while
+// the only worker thread is stuck in a store call.
+TEST(ServerFastPath, DuplicatesAreAnsweredWhileEveryWorkerIsBusy) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> memory, OpenStore("memory://"));
+  auto blocking_owner = std::make_unique<BlockingStore>(std::move(memory));
+  BlockingStore* blocking = blocking_owner.get();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store,
+                       NewCachingStore(std::move(blocking_owner), {.l1_entries = 1000}));
+  Guard guard(*store);
+  Metrics metrics;
+  ApiOptions o;
+  o.tenants = {Tenant::WithToken("acme", "tok-a")};
+  Api api(guard, *store, metrics, o);
+  ServerOptions so;
+  so.port = 0;
+  so.io_threads = 1;
+  so.worker_threads = 1;
+  Server server(api, so);
+  ASSERT_OK(server.Start());
+  const uint16_t port = server.port();
+  const std::string claim = R"({"biz_type":"t","key":"D","fingerprint":"f1"})";
+  ClientResponse first = Fetch(port, "POST", "/v1/claims", claim, "tok-a");
+  ASSERT_EQ(first.status, 201) << first.body;
+  ASSERT_EQ(Fetch(port, "POST", "/v1/claims/complete",
+                  R"({"biz_type":"t","key":"D","token":1,"result":{"id":7}})", "tok-a")
+                .status,
+            200);
+  // The only worker is now held in a store call by a first arrival.
+  blocking->blocked_ = true;
+  blocking->entered_ = false;
+  auto stuck = std::async(std::launch::async, [&] {
+    return Fetch(port, "POST", "/v1/claims", R"({"biz_type":"t","key":"new"})", "tok-a");
+  });
+  ASSERT_TRUE(WaitUntil([&] { return blocking->entered_.load(); }));
+  auto duplicate = std::async(std::launch::async,
+                              [&] { return Fetch(port, "POST", "/v1/claims", claim, "tok-a"); });
+  const bool answered = duplicate.wait_for(kGenerousDeadline) == std::future_status::ready;
+  blocking->blocked_ = false;  // whatever happened, let the worker go
+  ASSERT_TRUE(answered) << "a duplicate waited for the worker pool";
+  ClientResponse r = duplicate.get();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"outcome":"replayed","result":{"id":7}})");
+  EXPECT_EQ(r.header("idempotent-replayed"), "true");
+  EXPECT_EQ(stuck.get().status, 201);
+  // Decided answers other than a replay take the same path; a wrong token does not.
+  EXPECT_EQ(api.HandleWithoutBlocking({.method = "POST", .target = "/v1/claims",
+                                       .authorization = "Bearer tok-a",
+                                       .body = R"({"biz_type":"t","key":"D","fingerprint":"f2"})"})
+                ->response.status,
+            422);
+  EXPECT_FALSE(api.HandleWithoutBlocking({.method = "POST", .target = "/v1/claims",
+                                          .authorization = "Bearer wrong", .body = claim})
+                   .has_value());
+  EXPECT_FALSE(api.HandleWithoutBlocking({.method = "POST", .target = "/v1/claims",
+                                          .authorization = "Bearer tok-a",
+                                          .body = R"({"biz_type":"t","key":"unknown"})"})
+                   .has_value());
   server.Shutdown();
   server.Wait();
 }

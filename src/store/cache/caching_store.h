@@ -35,6 +35,8 @@ class CachingStore final : public Store {
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant, std::string_view key) override;
   absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,
                                                       std::string_view key) override;
+  // L1 only (no Redis, no inner store).
+  std::optional<Record> PeekDecided(std::string_view tenant, std::string_view key) override;
   absl::Status Ping() override { return inner_->Ping(); }
   const SqlDialect* sql_dialect() const override { return inner_->sql_dialect(); }
   absl::StatusOr<SchemaInfo> DescribeSchema() override { return inner_->DescribeSchema(); }
