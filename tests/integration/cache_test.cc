@@ -27,7 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "idem/idem.h"
-#include "store/cache/record_codec.h"
+#include "store/record_codec.h"
 #include "store/redis/redis_client.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
@@ -171,7 +171,7 @@ class CacheTest : public ::testing::Test {
     EXPECT_TRUE(address.ok());
     redis::RedisClient client(*address, {});
     absl::StatusOr<std::optional<std::string>> v =
-        client.Get(prefix_ + cache::CacheKey(tenant, key));
+        client.Get(prefix_ + store::RecordKey(tenant, key));
     EXPECT_TRUE(v.ok()) << v.status();
     return v.ok() ? *v : std::nullopt;
   }
@@ -482,14 +482,14 @@ TEST(CacheCodecTest, RoundTripsEveryFieldBinarySafe) {
            .error = std::string("e\0", 2),
            .created_at = absl::FromUnixMicros(1767225600000001),
            .updated_at = absl::InfiniteFuture()};
-  std::string bytes = cache::EncodeRecord(r);
-  std::optional<Record> back = cache::DecodeRecord(bytes);
-  ASSERT_TRUE(back.has_value());
+  std::string bytes = store::EncodeRecord(r);
+  absl::StatusOr<Record> back = store::DecodeRecord(bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, r);
   for (size_t n = 0; n < bytes.size(); ++n) {
-    EXPECT_FALSE(cache::DecodeRecord(std::string_view(bytes).substr(0, n)).has_value()) << n;
+    EXPECT_FALSE(store::DecodeRecord(std::string_view(bytes).substr(0, n)).ok()) << n;
   }
-  EXPECT_NE(cache::CacheKey("ab", "c"), cache::CacheKey("a", "bc"));
+  EXPECT_NE(store::RecordKey("ab", "c"), store::RecordKey("a", "bc"));
 }
 
 TEST(CacheOptionsTest, BadRedisUrlIsInvalidArgument) {
