@@ -1,7 +1,7 @@
 # What `cmake --install` puts under the prefix for a C++ consumer:
 #   include/idem/*.h                       the public API (the only installed headers)
 #   lib/libidem*.a                         idem::idem (OpenStore), idem::core and one per backend
-#   lib/cmake/idem/idemConfig.cmake        find_package(idem [COMPONENTS postgres mysql redis])
+#   lib/cmake/idem/idemConfig.cmake        find_package(idem [COMPONENTS postgres mysql redis rocksdb])
 #   lib/pkgconfig/idem.pc                  pkg-config --cflags --libs idem
 # The binaries install themselves (src/cli, examples).
 include(CMakePackageConfigHelpers)
@@ -32,6 +32,10 @@ endif()
 if(IDEM_WITH_MYSQL)
   string(APPEND IDEM_PC_LIBS " -lidem_mysql")
   string(APPEND IDEM_PC_REQUIRES " libmariadb")
+endif()
+if(IDEM_WITH_ROCKSDB)
+  string(APPEND IDEM_PC_LIBS " -lidem_rocksdb")
+  string(APPEND IDEM_PC_REQUIRES " rocksdb")
 endif()
 string(APPEND IDEM_PC_LIBS " -lidem_sqlite -lidem_cache")
 if(IDEM_WITH_REDIS)

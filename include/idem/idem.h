@@ -43,9 +43,12 @@ struct StoreOptions {
 };
 
 // Opens the Store named by `url`: memory://, sqlite://PATH (sqlite://./idem.db,
-// sqlite:///var/lib/idem/idem.db, sqlite://:memory:), with optional query
-// parameters (sqlite: synchronous=full|normal|off|extra, busy_timeout_ms=N, readers=N).
-// Creates the schema when missing. Returns kInvalidArgument for a malformed URL or
+// sqlite:///var/lib/idem/idem.db, sqlite://:memory:), rocksdb://DIR
+// (rocksdb:///var/lib/idem/db: key/value records for lease mode, no SQL),
+// postgres://…, mysql://…, with optional query parameters (sqlite:
+// synchronous=full|normal|off|extra, busy_timeout_ms=N, readers=N; rocksdb:
+// sync=full|off, lock_timeout_ms=N, ttl=DURATION). Creates the schema when missing.
+// options.clock is also the rocksdb:// retention filter's "now". Returns kInvalidArgument for a malformed URL or
 // an unknown parameter, kNotFound for a backend that was not compiled in,
 // kUnavailable when the database cannot be opened or created, kFailedPrecondition
 // when the file is not an idem database (corrupt, or a newer schema), or, with
@@ -65,7 +68,7 @@ absl::Status RedactStoreSecrets(const absl::Status& status, std::string_view url
 // `url` with `password` written into it (percent-encoded), for a password kept off
 // the command line (`idem serve --store-password-file`, IDEM_STORE_PASSWORD):
 // "postgres://idem@db/x" → "postgres://idem:PASSWORD@db/x". kInvalidArgument when
-// the URL already has a password or takes none (sqlite://, memory://).
+// the URL already has a password or takes none (sqlite://, memory://, rocksdb://).
 absl::StatusOr<std::string> StoreUrlWithPassword(std::string_view url, std::string_view password);
 
 }  // namespace idem

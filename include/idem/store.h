@@ -2,7 +2,8 @@
 // guarded handler shares with them (SPEC §3, §13).
 //
 // Get one with idem::OpenStore(url) (include/idem/idem.h). Backends: memory://
-// (reference, no SQL), sqlite://PATH, postgres://, mysql://.
+// (reference, no SQL), sqlite://PATH, rocksdb://DIR (key/value, no SQL),
+// postgres://, mysql://.
 //
 // A handler sees only `Transaction` (its SQL runs in the same transaction as the
 // dedupe record). `StoreTransaction` and `Store` are the backend interface the

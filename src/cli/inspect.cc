@@ -138,7 +138,8 @@ CommandFn AddInspectCommand(CLI::App& root) {
       "Exit status: 0 printed, 1 no record / another biz_type / store unreachable, 2 bad usage.");
   auto flags = std::make_shared<InspectFlags>();
   cmd->add_option("--store", flags->store,
-                  "Store URL: sqlite://PATH, memory:// (never creates a database)")
+                  "Store URL: sqlite://PATH, rocksdb://DIR, postgres://…, mysql://… (never "
+                  "creates a database)")
       ->type_name("URL")
       ->capture_default_str();
   cmd->add_option("--tenant", flags->tenant, "Tenant of the key")->capture_default_str();

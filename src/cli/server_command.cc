@@ -74,8 +74,9 @@ void AddServerFlags(CLI::App& root, CLI::App* sub, ServerFlags* flags) {
   sub->add_option("--listen", flags->listen, "Address to listen on, HOST:PORT (port 0: any)")
       ->capture_default_str();
   sub->add_option("--store", flags->store,
-                  "Store URL: sqlite://PATH, postgres://…, mysql://… or memory:// (also "
-                  "IDEM_STORE); keep a password out of it with --store-password-file")
+                  "Store URL: sqlite://PATH, rocksdb://DIR, postgres://…, mysql://… or "
+                  "memory:// (also IDEM_STORE); keep a password out of it with "
+                  "--store-password-file")
       ->envname("IDEM_STORE")
       ->capture_default_str();
   sub->add_option("--store-password-file", flags->store_password_file,

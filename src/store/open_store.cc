@@ -19,6 +19,9 @@
 #if IDEM_HAVE_POSTGRES
 #include "store/postgres/postgres_store.h"
 #endif
+#if IDEM_HAVE_ROCKSDB
+#include "store/rocksdb/rocksdb_store.h"
+#endif
 
 namespace idem {
 namespace {
@@ -32,11 +35,12 @@ namespace {
                                           AV(option), "=ON)"));
 }
 
-absl::StatusOr<std::unique_ptr<Store>> OpenByScheme(std::string_view url, sql::SchemaMode mode) {
+absl::StatusOr<std::unique_ptr<Store>> OpenByScheme(std::string_view url, sql::SchemaMode mode,
+                                                    const Clock* clock) {
   const size_t sep = url.find("://");
   if (sep == std::string_view::npos || sep == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "store URL '", AV(store::RedactUrl(url)), "' has no scheme; use memory://, sqlite://PATH, postgres://… or mysql://…"));
+        "store URL '", AV(store::RedactUrl(url)), "' has no scheme; use memory://, sqlite://PATH, rocksdb://DIR, postgres://… or mysql://…"));
   }
   const std::string_view scheme = url.substr(0, sep);
   if (scheme == "memory") {
@@ -46,6 +50,14 @@ absl::StatusOr<std::unique_ptr<Store>> OpenByScheme(std::string_view url, sql::S
     return NewMemoryStore();
   }
   if (scheme == "sqlite") return OpenSqliteStore(url, mode);
+  if (scheme == "rocksdb") {
+#if IDEM_HAVE_ROCKSDB
+    return OpenRocksdbStore(url, mode, clock);
+#else
+    (void)clock;
+    return NotCompiledIn("rocksdb", "IDEM_WITH_ROCKSDB");
+#endif
+  }
   if (scheme == "postgres" || scheme == "postgresql") {
 #if IDEM_HAVE_POSTGRES
     return OpenPostgresStore(url, mode);
@@ -61,7 +73,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenByScheme(std::string_view url, sql::S
 #endif
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown store scheme '", AV(scheme), "' in '", AV(store::RedactUrl(url)), "'; use memory://, sqlite://PATH, postgres://… or mysql://…"));
+      "unknown store scheme '", AV(scheme), "' in '", AV(store::RedactUrl(url)), "'; use memory://, sqlite://PATH, rocksdb://DIR, postgres://… or mysql://…"));
 }
 
 // A store whose database was not reachable at open (StoreOptions::
@@ -160,7 +172,8 @@ class LateStore final : public Store {
 
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
                                                  const StoreOptions& options) {
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenByScheme(url, {.read_only = options.read_only, .require_schema = options.require_schema});
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenByScheme(url, {.read_only = options.read_only, .require_schema = options.require_schema},
+                   options.clock != nullptr ? options.clock : Clock::Real());
   // Drivers may quote the URL they were given (libpq does, on a malformed URI):
   // no message leaves here with a secret of the URL in it.
   if (!store.ok()) {

@@ -178,6 +178,8 @@ TEST_P(StoreContractTest, RowLockedPastTheLockTimeoutIsUnavailable) {
   std::unique_ptr<Store> holder, store;
   OpenContenders(&holder, &store);
   if (IsSkipped() || HasFatalFailure()) return;
+  // rocksdb:// keeps records only: the caller has no rows there.
+  if (!holder->SupportsSql()) GTEST_SKIP() << GetParam().name << " has no SQL, so no rows";
   ASSERT_OK(Exec(*holder, "CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)"));
   ASSERT_OK(Exec(*holder, "INSERT INTO t VALUES (1, 0)"));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> a, holder->Begin());

@@ -272,12 +272,32 @@ inline std::vector<Backend> SqlBackends() {
   };
 }
 
-// Every backend: the reference memory:// store and the SQL ones.
+// The persistent backends without SQL (lease mode only; the handler's business rows
+// need a SQL store): their records survive a restart of the process.
+inline std::vector<Backend> KeyValueBackends() {
+  return {
+      {.name = "rocksdb",
+       .url = [](const std::string& dir) { return "rocksdb://" + dir + "/rocksdb"; },
+       .fast_params = "sync=off",
+       .short_lock_timeout =
+           "lock_timeout_ms=" + std::to_string(absl::ToInt64Milliseconds(kShortLockTimeout))},
+  };
+}
+
+// Every backend: the reference memory:// store, the SQL ones and the key/value ones.
 inline std::vector<Backend> AllBackends() {
   auto memory = [](const std::string&) { return std::string("memory://"); };
   std::vector<Backend> all = {{.name = "memory", .url = memory}};
   for (Backend& b : SqlBackends()) all.push_back(std::move(b));
+  for (Backend& b : KeyValueBackends()) all.push_back(std::move(b));
   all.push_back({.name = "memory_cached", .url = memory, .wrap = WrapWithCache});
+  return all;
+}
+
+// The backends whose records survive the process (the crash suite): SQL and key/value.
+inline std::vector<Backend> PersistentBackends() {
+  std::vector<Backend> all = SqlBackends();
+  for (Backend& b : KeyValueBackends()) all.push_back(std::move(b));
   return all;
 }
 

@@ -37,9 +37,21 @@ absl::StatusOr<Result> RunOne(Guard& guard, const std::string& key) {
                    });
 }
 
-// Forks a child that arms `failpoint` with `action` and runs every key; returns
-// the child's wait status.
-int RunChild(const std::string& url, const std::string& failpoint, const std::string& action) {
+// One guarded run of `key`: with business rows (RunOne) or without (RunRecordOnly).
+using RunFn = absl::StatusOr<Result> (*)(Guard&, const std::string&);
+
+// The stores without SQL: the guarded handler has no business rows, only a result.
+absl::StatusOr<Result> RunRecordOnly(Guard& guard, const std::string& key) {
+  return guard.Run({.biz_type = "refund", .key = key},
+                   [&](Transaction&) -> absl::StatusOr<std::string> {
+                     return "{\"refund\":\"" + key + "\"}";
+                   });
+}
+
+// Forks a child that arms `failpoint` with `action` and runs every key with `run`;
+// returns the child's wait status.
+int RunChild(const std::string& url, const std::string& failpoint, const std::string& action,
+             RunFn run) {
   pid_t pid = fork();
   if (pid == 0) {
     ArmFailpoint(failpoint, action);
@@ -47,7 +59,7 @@ int RunChild(const std::string& url, const std::string& failpoint, const std::st
     if (!store.ok()) _exit(3);
     Guard guard(**store);
     for (int i = 0; i < kKeys; ++i) {
-      if (!RunOne(guard, KeyOf(i)).ok()) _exit(4);
+      if (!run(guard, KeyOf(i)).ok()) _exit(4);
     }
     _exit(0);
   }
@@ -64,6 +76,36 @@ struct CrashCase {
 class CrashTest : public ::testing::TestWithParam<std::tuple<testing::Backend, CrashCase>> {
  protected:
   const CrashCase& Case() const { return std::get<1>(GetParam()); }
+
+  // Kills a child running every key with `run` at Case(), reopens `url`, and runs
+  // every key again: each answers its own result, replayed for the keys the child
+  // committed before it died (a prefix: keys run in order; hit-1 of them, or hit
+  // when it died after a commit) and executed for the rest. Returns the reopened store.
+  std::unique_ptr<Store> KillThenRetry(const std::string& url, RunFn run) {
+    const int status = RunChild(url, Case().failpoint, "kill@" + std::to_string(Case().hit), run);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+        << "child was not killed; wait status " << status;
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+    EXPECT_TRUE(store.ok()) << store.status();
+    if (!store.ok()) return nullptr;
+    Guard guard(**store);
+    int executed_now = 0;
+    for (int i = 0; i < kKeys; ++i) {
+      absl::StatusOr<Result> r = run(guard, KeyOf(i));
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) return nullptr;
+      EXPECT_TRUE(r->outcome == Outcome::kExecuted || r->outcome == Outcome::kReplayed)
+          << OutcomeName(r->outcome);
+      EXPECT_EQ(r->value, "{\"refund\":\"" + KeyOf(i) + "\"}");
+      if (executed_now > 0) {
+        EXPECT_EQ(r->outcome, Outcome::kExecuted) << KeyOf(i);
+      }
+      if (r->outcome == Outcome::kExecuted) ++executed_now;
+    }
+    const bool killed_after_commit = Case().failpoint == "guard.after_commit";
+    EXPECT_EQ(kKeys - executed_now, killed_after_commit ? Case().hit : Case().hit - 1);
+    return *std::move(store);
+  }
 };
 
 TEST_P(CrashTest, KilledChildThenRetryLeavesEachRowExactlyOnce) {
@@ -78,28 +120,10 @@ TEST_P(CrashTest, KilledChildThenRetryLeavesEachRowExactlyOnce) {
     ASSERT_OK(tx->Commit());
   }
 
-  const int status = RunChild(url, Case().failpoint, "kill@" + std::to_string(Case().hit));
-  ASSERT_TRUE(WIFSIGNALED(status)) << "child was not killed; exit status " << status;
-  ASSERT_EQ(WTERMSIG(status), SIGKILL);
+  std::unique_ptr<Store> store = KillThenRetry(url, RunOne);
+  ASSERT_NE(store, nullptr);
 
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
-  ASSERT_OK(store);
-  Guard guard(**store);
-  int executed_now = 0;
-  for (int i = 0; i < kKeys; ++i) {
-    absl::StatusOr<Result> r = RunOne(guard, KeyOf(i));
-    ASSERT_OK(r);
-    ASSERT_TRUE(r->outcome == Outcome::kExecuted || r->outcome == Outcome::kReplayed)
-        << OutcomeName(r->outcome);
-    EXPECT_EQ(r->value, "{\"refund\":\"" + KeyOf(i) + "\"}");
-    if (r->outcome == Outcome::kExecuted) ++executed_now;
-  }
-  // The child finished hit-1 keys before it died (hit-1 or hit, for after_commit).
-  const int done_by_child = kKeys - executed_now;
-  const bool killed_after_commit = Case().failpoint == "guard.after_commit";
-  EXPECT_EQ(done_by_child, killed_after_commit ? Case().hit : Case().hit - 1);
-
-  std::unique_ptr<StoreTransaction> tx = *(*store)->Begin();
+  std::unique_ptr<StoreTransaction> tx = *store->Begin();
   absl::StatusOr<Rows> rows = tx->Query(
       "SELECT order_no, COUNT(*) FROM ledger GROUP BY order_no ORDER BY order_no");
   ASSERT_OK(rows);
@@ -117,19 +141,23 @@ TEST_P(CrashTest, KilledChildThenRetryLeavesEachRowExactlyOnce) {
   EXPECT_EQ(records->rows[0][0].as_int(), kKeys);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryFailpoint, CrashTest,
-    ::testing::Combine(
-        ::testing::ValuesIn(testing::SqlBackends()),
-        ::testing::Values(CrashCase{"guard.after_claim", 1}, CrashCase{"guard.after_claim", 5},
-                          CrashCase{"guard.after_handler", 1}, CrashCase{"guard.after_handler", 7},
-                          CrashCase{"guard.before_commit", 1}, CrashCase{"guard.before_commit", 4},
-                          CrashCase{"guard.after_commit", 1}, CrashCase{"guard.after_commit", 6})),
-    [](const auto& info) {
-      const CrashCase& c = std::get<1>(info.param);
-      return std::get<0>(info.param).name + "_" + c.failpoint.substr(6) + "_hit" +
-             std::to_string(c.hit);
-    });
+// Every failpoint of a guarded run, at its first hit and at one in the middle.
+const std::vector<CrashCase> kEveryCrashCase = {
+    {"guard.after_claim", 1},   {"guard.after_claim", 5},   {"guard.after_handler", 1},
+    {"guard.after_handler", 7}, {"guard.before_commit", 1}, {"guard.before_commit", 4},
+    {"guard.after_commit", 1},  {"guard.after_commit", 6}};
+
+std::string CrashCaseName(
+    const ::testing::TestParamInfo<std::tuple<testing::Backend, CrashCase>>& info) {
+  const CrashCase& c = std::get<1>(info.param);
+  return std::get<0>(info.param).name + "_" + c.failpoint.substr(6) + "_hit" +
+         std::to_string(c.hit);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryFailpoint, CrashTest,
+                         ::testing::Combine(::testing::ValuesIn(testing::SqlBackends()),
+                                            ::testing::ValuesIn(kEveryCrashCase)),
+                         CrashCaseName);
 
 // Lease mode: the holder dies after its claim committed. The record stays
 // PROCESSING until its lease ends; then a retry takes it over, is told so
@@ -169,8 +197,96 @@ TEST_P(LeaseCrashTest, HolderKilledAfterClaimIsTakenOverAfterItsLease) {
   ASSERT_OK(guard.Complete({.biz_type = "reversal", .key = "R-1"}, taken->token, "ok"));
 }
 
-INSTANTIATE_TEST_SUITE_P(SqlBackends, LeaseCrashTest, ::testing::ValuesIn(testing::SqlBackends()),
+INSTANTIATE_TEST_SUITE_P(PersistentBackends, LeaseCrashTest,
+                         ::testing::ValuesIn(testing::PersistentBackends()),
                          [](const auto& info) { return info.param.name; });
+
+// The stores without SQL (rocksdb://): what must hold after a kill at every
+// failpoint is the record itself (KillThenRetry's answers, then every record
+// SUCCEEDED at the first token with its own result: nothing half-written stands).
+class KeyValueCrashTest : public CrashTest {};
+
+TEST_P(KeyValueCrashTest, KilledChildThenRetryReplaysWhatWasCommitted) {
+  testing::TempDir dir;
+  std::unique_ptr<Store> store =
+      KillThenRetry(std::get<0>(GetParam()).url(dir.path()), RunRecordOnly);
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < kKeys; ++i) {
+    absl::StatusOr<std::optional<Record>> rec = store->Get("default", KeyOf(i));
+    ASSERT_OK(rec);
+    ASSERT_TRUE(rec->has_value());
+    EXPECT_EQ((*rec)->state, RecordState::kSucceeded);
+    EXPECT_EQ((*rec)->token, 1);
+    EXPECT_EQ((*rec)->result, "{\"refund\":\"" + KeyOf(i) + "\"}");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryFailpoint, KeyValueCrashTest,
+                         ::testing::Combine(::testing::ValuesIn(testing::KeyValueBackends()),
+                                            ::testing::ValuesIn(kEveryCrashCase)),
+                         CrashCaseName);
+
+// Lease mode over a batch (what `idem serve` does): the child claims and completes
+// key after key and dies after the Nth claim committed. Every key it completed
+// replays, the key it died holding is in progress until its lease ends and is then
+// taken over, and the rest are fresh.
+class LeaseBatchCrashTest
+    : public ::testing::TestWithParam<std::tuple<testing::Backend, int>> {};
+
+TEST_P(LeaseBatchCrashTest, CompletedKeysReplayTheHeldOneIsTakenOver) {
+  const int hit = std::get<1>(GetParam());
+  testing::TempDir dir;
+  const std::string url = std::get<0>(GetParam()).url(dir.path());
+  auto req = [](int i) { return Request{.biz_type = "reversal", .key = KeyOf(i)}; };
+  pid_t pid = fork();
+  if (pid == 0) {
+    ArmFailpoint("guard.after_claim_commit", "kill@" + std::to_string(hit));
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+    if (!store.ok()) _exit(3);
+    Guard guard(**store);
+    for (int i = 0; i < kKeys; ++i) {
+      absl::StatusOr<Result> r = guard.Claim(req(i), absl::Seconds(30));
+      if (!r.ok() || !guard.Complete(req(i), r->token, "done-" + KeyOf(i)).ok()) _exit(4);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child was not killed; exit status " << status;
+
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+  ASSERT_OK(store);
+  testing::FakeClock clock(absl::Now());
+  Guard guard(**store, GuardOptions{.clock = &clock});
+  for (int i = 0; i < kKeys; ++i) {
+    absl::StatusOr<Result> r = guard.Claim(req(i));
+    ASSERT_OK(r);
+    if (i < hit - 1) {
+      EXPECT_EQ(r->outcome, Outcome::kReplayed) << i;
+      EXPECT_EQ(r->value, "done-" + KeyOf(i));
+    } else if (i == hit - 1) {
+      EXPECT_EQ(r->outcome, Outcome::kInProgress) << i;
+    } else {
+      EXPECT_EQ(r->outcome, Outcome::kAcquired) << i;
+      EXPECT_FALSE(r->takeover);
+    }
+  }
+  clock.Advance(absl::Seconds(31));
+  absl::StatusOr<Result> taken = guard.Claim(req(hit - 1));
+  ASSERT_OK(taken);
+  EXPECT_EQ(taken->outcome, Outcome::kAcquired);
+  EXPECT_TRUE(taken->takeover);
+  EXPECT_EQ(taken->previous_token, 1);
+  EXPECT_EQ(taken->token, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryHit, LeaseBatchCrashTest,
+                         ::testing::Combine(::testing::ValuesIn(testing::KeyValueBackends()),
+                                            ::testing::Values(1, 5, 12)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_hit" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace idem

@@ -502,5 +502,41 @@ TEST_F(ServeTest, BigNumbersInAResultAreStoredAndReplayedByteForByte) {
   EXPECT_EQ(Post("/v1/claims/complete", "[1e400]").status, 400);
 }
 
+// `idem serve --store rocksdb://DIR`: lease mode on the embedded key/value store. A
+// completed claim replays after a restart; a second server on the same directory
+// fails to start with one clear line.
+TEST(ServeRocksdbTest, ClaimsSurviveARestartAndTheDirectoryHasOneServer) {
+  idem::testing::TempDir dir;
+  const std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--store",
+                                         "rocksdb://" + dir.file("db"), "--tenant", "acme:tok-a"};
+  const std::string claim = R"({"biz_type":"refund","key":"R-1"})";
+  {
+    IdemProcess serve(dir.file("first.txt"));
+    ASSERT_THAT(serve.Start(args), MatchesRegex("listening on 127\\.0\\.0\\.1:[0-9]+"))
+        << serve.stderr_text();
+    ClientResponse a = Fetch(serve.port(), "POST", "/v1/claims", claim, "tok-a");
+    ASSERT_EQ(a.status, 201) << a.body;
+    ClientResponse c = Fetch(serve.port(), "POST", "/v1/claims/complete",
+                             R"({"biz_type":"refund","key":"R-1","token":1,"result":{"x":1}})",
+                             "tok-a");
+    ASSERT_EQ(c.status, 200) << c.body;
+    EXPECT_EQ(Fetch(serve.port(), "GET", "/readyz").status, 200);
+
+    IdemProcess second(dir.file("second.txt"));
+    EXPECT_EQ(second.Start(args), "");
+    EXPECT_EQ(second.WaitExit(), 1);
+    EXPECT_EQ(CountLines(second.stderr_text()), 1) << second.stderr_text();
+    EXPECT_THAT(second.stderr_text(), HasSubstr("another process has this database open"));
+    EXPECT_EQ(serve.Stop(SIGTERM), 0) << serve.stderr_text();
+  }
+  IdemProcess again(dir.file("again.txt"));
+  ASSERT_THAT(again.Start(args), MatchesRegex("listening on 127\\.0\\.0\\.1:[0-9]+"))
+      << again.stderr_text();
+  ClientResponse r = Fetch(again.port(), "POST", "/v1/claims", claim, "tok-a");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, R"({"outcome":"replayed","result":{"x":1}})");
+  EXPECT_EQ(again.Stop(SIGTERM), 0) << again.stderr_text();
+}
+
 }  // namespace
 }  // namespace idem::http

@@ -27,7 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "idem/idem.h"
-#include "store/cache/record_codec.h"
+#include "store/record_codec.h"
 #include "store/redis/redis_client.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
@@ -171,7 +171,7 @@ class CacheTest : public ::testing::Test {
     EXPECT_TRUE(address.ok());
     redis::RedisClient client(*address, {});
     absl::StatusOr<std::optional<std::string>> v =
-        client.Get(prefix_ + cache::CacheKey(tenant, key));
+        client.Get(prefix_ + store::RecordKey(tenant, key));
     EXPECT_TRUE(v.ok()) << v.status();
     return v.ok() ? *v : std::nullopt;
   }
@@ -468,28 +468,6 @@ TEST_F(CacheTest, UnreachableRedisIsAMissNotAnError) {
   EXPECT_EQ(guard.Run(Req("u"), Counting("x"))->outcome, Outcome::kReplayed);
   EXPECT_EQ(runs_.load(), 1);
   EXPECT_GT(GetCacheStats(*store)->redis_errors, 0u);
-}
-
-TEST(CacheCodecTest, RoundTripsEveryFieldBinarySafe) {
-  Record r{.tenant = std::string("t\0", 2),
-           .biz_type = "refund",
-           .key = std::string("\xff\0k", 3),
-           .fingerprint = "fp",
-           .state = RecordState::kFailed,
-           .token = 7,
-           .lease_until = absl::InfinitePast(),
-           .result = "",
-           .error = std::string("e\0", 2),
-           .created_at = absl::FromUnixMicros(1767225600000001),
-           .updated_at = absl::InfiniteFuture()};
-  std::string bytes = cache::EncodeRecord(r);
-  std::optional<Record> back = cache::DecodeRecord(bytes);
-  ASSERT_TRUE(back.has_value());
-  EXPECT_EQ(*back, r);
-  for (size_t n = 0; n < bytes.size(); ++n) {
-    EXPECT_FALSE(cache::DecodeRecord(std::string_view(bytes).substr(0, n)).has_value()) << n;
-  }
-  EXPECT_NE(cache::CacheKey("ab", "c"), cache::CacheKey("a", "bc"));
 }
 
 TEST(CacheOptionsTest, BadRedisUrlIsInvalidArgument) {

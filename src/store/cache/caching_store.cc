@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
-#include "store/cache/record_codec.h"
+#include "store/record_codec.h"
 #if IDEM_HAVE_REDIS
 #include "store/redis/redis_client.h"
 #endif
@@ -124,12 +124,12 @@ class CachingTransaction final : public StoreTransaction {
   void Wrote(const Record& record) {
     std::erase_if(
         read_, [&](const Record& r) { return r.tenant == record.tenant && r.key == record.key; });
-    written_[CacheKey(record.tenant, record.key)] = record;
+    written_[store::RecordKey(record.tenant, record.key)] = record;
   }
   // A record this transaction wrote is not committed yet, so a read of it must not
   // be cached; only records final before this transaction are.
   void Read(const Record& record) {
-    if (IsFinal(record) && !written_.contains(CacheKey(record.tenant, record.key))) {
+    if (IsFinal(record) && !written_.contains(store::RecordKey(record.tenant, record.key))) {
       read_.push_back(record);
     }
   }
@@ -193,7 +193,7 @@ absl::StatusOr<std::optional<Record>> CachingStore::Get(std::string_view tenant,
 absl::StatusOr<std::optional<Record>> CachingStore::LookupDecided(std::string_view tenant,
                                                                   std::string_view key) {
   const absl::Time now = options_.clock->Now();
-  const std::string name = CacheKey(tenant, key);
+  const std::string name = store::RecordKey(tenant, key);
   // Defends against a tier handing back another key's or a non-final record.
   auto usable = [&](const Record& r) { return IsFinal(r) && r.tenant == tenant && r.key == key; };
   if (l1_ != nullptr) {
@@ -208,11 +208,11 @@ absl::StatusOr<std::optional<Record>> CachingStore::LookupDecided(std::string_vi
     if (!bytes.ok()) {
       OnRedisError(bytes.status());
     } else if (bytes->has_value()) {
-      std::optional<Record> r = DecodeRecord(**bytes);
-      if (r.has_value() && usable(*r)) {
+      absl::StatusOr<Record> r = store::DecodeRecord(**bytes);
+      if (r.ok() && usable(*r)) {
         l2_hits_.fetch_add(1, std::memory_order_relaxed);
         if (l1_ != nullptr) l1_->Put(name, *r, now + options_.ttl);
-        return r;
+        return std::optional<Record>(*std::move(r));
       }
       OnRedisError(absl::DataLossError(
           absl::StrCat("redis: unreadable cache entry for tenant '", AV(tenant), "'")));
@@ -233,18 +233,18 @@ std::optional<Record> CachingStore::PeekDecided(std::string_view tenant, std::st
 void CachingStore::Fill(const Record& record) {
   if (!IsFinal(record)) return;
   const absl::Time now = options_.clock->Now();
-  const std::string name = CacheKey(record.tenant, record.key);
+  const std::string name = store::RecordKey(record.tenant, record.key);
   if (l1_ != nullptr) l1_->Put(name, record, now + options_.ttl);
   if (redis_ != nullptr && RedisUsable(now)) {
     absl::Status s = redis_->SetPx(absl::StrCat(options_.redis_key_prefix, name),
-                                   EncodeRecord(record), options_.ttl);
+                                   store::EncodeRecord(record), options_.ttl);
     if (!s.ok()) OnRedisError(s);
   }
   fills_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void CachingStore::Forget(std::string_view tenant, std::string_view key) {
-  if (l1_ != nullptr) l1_->Erase(CacheKey(tenant, key));
+  if (l1_ != nullptr) l1_->Erase(store::RecordKey(tenant, key));
 }
 
 bool CachingStore::RedisUsable(absl::Time now) const {

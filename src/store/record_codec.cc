@@ -1,16 +1,17 @@
-#include "store/cache/record_codec.h"
+#include "store/record_codec.h"
 
 #include <cstdint>
 #include <limits>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "idem/status.h"
 
-namespace idem::cache {
+namespace idem::store {
 namespace {
 
-// Bumped whenever the layout changes; old entries then decode as misses.
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = kRecordFormatVersion;
 
 void PutU64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -71,7 +72,7 @@ class Reader {
 
 }  // namespace
 
-std::string CacheKey(std::string_view tenant, std::string_view key) {
+std::string RecordKey(std::string_view tenant, std::string_view key) {
   return absl::StrCat(tenant.size(), ":", AV(tenant), AV(key));
 }
 
@@ -92,23 +93,57 @@ std::string EncodeRecord(const Record& r) {
   return out;
 }
 
-std::optional<Record> DecodeRecord(std::string_view bytes) {
-  Reader in(bytes);
-  Record r;
+namespace {
+
+absl::Status NotARecord(std::string_view what) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("a stored record is unreadable (", AV(what), "): the data is damaged"));
+}
+
+// The version byte and the fixed fields, in EncodeRecord's order.
+absl::StatusOr<RecordHead> ReadHead(Reader& in) {
+  RecordHead h;
   uint8_t version = 0, state = 0;
   uint64_t token = 0;
-  if (!in.U8(version) || version != kVersion || !in.U8(state) ||
-      state > static_cast<uint8_t>(RecordState::kReleased) || !in.U64(token) ||
-      !in.Time(r.lease_until) || !in.Time(r.created_at) || !in.Time(r.updated_at)) {
-    return std::nullopt;
+  if (!in.U8(version)) return NotARecord("empty");
+  if (version != kVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a stored record has format version ", version, "; this build reads version ", kVersion,
+        (version > kVersion ? " (a newer idem wrote it: upgrade idem)" : "")));
   }
-  r.state = static_cast<RecordState>(state);
-  r.token = static_cast<int64_t>(token);
+  if (!in.U8(state) || state > static_cast<uint8_t>(RecordState::kReleased)) {
+    return NotARecord("no or an unknown state");
+  }
+  if (!in.U64(token) || !in.Time(h.lease_until) || !in.Time(h.created_at) ||
+      !in.Time(h.updated_at)) {
+    return NotARecord("truncated");
+  }
+  h.state = static_cast<RecordState>(state);
+  h.token = static_cast<int64_t>(token);
+  return h;
+}
+
+}  // namespace
+
+absl::StatusOr<RecordHead> DecodeRecordHead(std::string_view bytes) {
+  Reader in(bytes);
+  return ReadHead(in);
+}
+
+absl::StatusOr<Record> DecodeRecord(std::string_view bytes) {
+  Reader in(bytes);
+  IDEM_ASSIGN_OR_RETURN(RecordHead h, ReadHead(in));
+  Record r;
+  r.state = h.state;
+  r.token = h.token;
+  r.lease_until = h.lease_until;
+  r.created_at = h.created_at;
+  r.updated_at = h.updated_at;
   for (std::string* s : {&r.tenant, &r.biz_type, &r.key, &r.fingerprint, &r.result, &r.error}) {
-    if (!in.Bytes(*s)) return std::nullopt;
+    if (!in.Bytes(*s)) return NotARecord("truncated");
   }
-  if (!in.done()) return std::nullopt;
+  if (!in.done()) return NotARecord("trailing bytes");
   return r;
 }
 
-}  // namespace idem::cache
+}  // namespace idem::store

@@ -1,0 +1,50 @@
+// How a record is named and stored as bytes, wherever a store keeps records as
+// key/value pairs (the cache tiers, rocksdb://): a binary-safe name made of the
+// tenant (length-prefixed) and the key, and a versioned binary encoding of every
+// field of the record. The first byte of an encoding is its format version, so the
+// layout can evolve: a reader refuses a version it does not know instead of
+// guessing.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "idem/record.h"
+
+namespace idem::store {
+
+// The format version EncodeRecord writes (the first byte of every encoding).
+inline constexpr uint8_t kRecordFormatVersion = 1;
+
+// "<len(tenant)>:<tenant><key>": no two (tenant, key) pairs share a name, whatever
+// bytes they hold ("ab","c" and "a","bc" differ).
+std::string RecordKey(std::string_view tenant, std::string_view key);
+
+// Every field of `record`, binary-safe. Times keep whole microseconds (as the SQL
+// stores do); infinite times are kept as such.
+std::string EncodeRecord(const Record& record);
+
+// The record EncodeRecord made. kFailedPrecondition naming the version for another
+// format version (a newer idem wrote it: do not guess its layout), and for bytes
+// that are not a record (truncated, an unknown state, trailing bytes).
+absl::StatusOr<Record> DecodeRecord(std::string_view bytes);
+
+// The fixed-size head of an encoding: enough to decide retention without copying
+// the strings (a compaction filter reads every record it passes).
+struct RecordHead {
+  RecordState state = RecordState::kProcessing;
+  int64_t token = 0;
+  absl::Time lease_until;
+  absl::Time created_at;
+  absl::Time updated_at;
+};
+
+// The head of `bytes`, with DecodeRecord's errors for what the head holds.
+absl::StatusOr<RecordHead> DecodeRecordHead(std::string_view bytes);
+
+}  // namespace idem::store

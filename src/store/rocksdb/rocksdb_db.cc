@@ -1,0 +1,220 @@
+#include "store/rocksdb/rocksdb_db.h"
+
+#include <charconv>
+#include <filesystem>
+#include <map>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/absl_compat.h"
+#include "idem/status.h"
+#include "idem/store.h"
+#include "idem/ttl.h"
+#include "rocksdb/options.h"
+#include "store/record_codec.h"
+
+namespace idem::rocksdbstore {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The directories this process has open read-write. An entry whose SharedDb is
+// being closed stays (expired) until the close is done, so that an open of the
+// same directory waits for it instead of meeting RocksDB's LOCK held by this very
+// process. Leaked on purpose: a store closed during static destruction still finds it.
+struct Registry {
+  absl::Mutex mu;
+  absl::CondVar closed;
+  std::map<std::string, std::weak_ptr<SharedDb>> open ABSL_GUARDED_BY(mu);
+};
+
+Registry& TheRegistry() {
+  static Registry* registry = new Registry();
+  return *registry;
+}
+
+std::string Canonical(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
+bool IsLockHeld(const rocksdb::Status& s) {
+  // RocksDB's message for a LOCK file another process holds: "While lock file:
+  // DIR/LOCK: Resource temporarily unavailable".
+  return s.IsIOError() && absl::StrContains(s.ToString(), "lock file");
+}
+
+// Reads or (on a fresh database) writes the format version; refuses a newer one
+// and a database that holds keys of something other than idem.
+absl::Status CheckFormat(rocksdb::DB& db, bool read_only, const std::string& dir) {
+  std::string value;
+  rocksdb::Status s = db.Get(rocksdb::ReadOptions(), std::string(kFormatKey), &value);
+  const std::string where = absl::StrCat("rocksdb directory '", dir, "'");
+  if (s.IsNotFound()) {
+    std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
+    it->SeekToFirst();
+    IDEM_RETURN_IF_ERROR(FromRocks(it->status(), absl::StrCat("reading ", where)));
+    if (it->Valid()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(where, " holds a RocksDB database that is not an idem store"));
+    }
+    if (read_only) return absl::OkStatus();  // empty: nothing to read, nothing written
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    return FromRocks(db.Put(sync, std::string(kFormatKey), std::to_string(kFormatVersion)),
+                     absl::StrCat("initializing ", where));
+  }
+  IDEM_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("reading ", where)));
+  int version = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), version);
+  if (ec != std::errc() || ptr != value.data() + value.size() || version < 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, " has an unreadable idem format version: the data is damaged"));
+  }
+  if (version > kFormatVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, " holds idem record format ", version, ", newer than this build's ",
+                     kFormatVersion, "; upgrade idem"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const std::string& dir,
+                                                  bool require_database) {
+  auto shared = std::make_unique<SharedDb>();
+  shared->dir = dir;
+  shared->ttl = o.ttl;
+  const std::string where = absl::StrCat("rocksdb directory '", dir, "'");
+  std::error_code ec;
+  const bool exists = fs::exists(dir, ec);
+  const bool has_db = fs::exists(fs::path(dir) / "CURRENT", ec);
+  if (exists && !fs::is_directory(dir, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat(where, " is a file, not a directory"));
+  }
+  // A directory of other files is not taken over: RocksDB would create a database
+  // among them.
+  if (exists && !has_db && !fs::is_empty(dir, ec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, " exists and is not a RocksDB database (it has other files)"));
+  }
+  if (o.read_only && !has_db) {
+    if (!require_database) return std::unique_ptr<SharedDb>();
+    return absl::FailedPreconditionError(
+        absl::StrCat("no idem store here: ", where, " holds no database"));
+  }
+
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  options.keep_log_file_num = 4;
+  if (o.ttl.has_value()) {
+    shared->filter = std::make_unique<RetentionFilter>(*o.ttl, o.clock);
+    options.compaction_filter = shared->filter.get();
+    // Files nothing else rewrites are compacted (and filtered) at least daily, so
+    // retention also happens on a store that takes few writes.
+    options.periodic_compaction_seconds = 24 * 3600;
+  }
+  if (o.read_only) {
+    rocksdb::DB* db = nullptr;
+    IDEM_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(options, dir, &db),
+                                   absl::StrCat("opening ", where, " read-only")));
+    shared->read_only_db.reset(db);
+  } else {
+    std::error_code mk;
+    fs::create_directories(dir, mk);  // RocksDB makes only the last component
+    rocksdb::TransactionDBOptions txn_options;
+    rocksdb::TransactionDB* db = nullptr;
+    const rocksdb::Status s = rocksdb::TransactionDB::Open(options, txn_options, dir, &db);
+    if (IsLockHeld(s)) {
+      return StoreFaultError(absl::StrCat(
+          "another process has this database open: ", where,
+          " is locked (one process per rocksdb:// directory; stop it or use another directory)"));
+    }
+    IDEM_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("opening ", where)));
+    shared->db.reset(db);
+  }
+  IDEM_RETURN_IF_ERROR(CheckFormat(*shared->base(), o.read_only, dir));
+  return shared;
+}
+
+}  // namespace
+
+std::string RecordDbKey(std::string_view tenant, std::string_view key) {
+  return absl::StrCat("r", store::RecordKey(tenant, key));
+}
+
+absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string detail = absl::StrCat(AV(what), ": ", s.ToString());
+  if (s.IsTimedOut() || s.IsLockLimit()) {
+    return ClaimContendedError(
+        absl::StrCat(detail, " (the key is held by another open transaction)"));
+  }
+  if (s.IsDeadlock() || s.IsBusy() || s.IsTryAgain()) {
+    return absl::AbortedError(absl::StrCat(detail, "; retry the transaction"));
+  }
+  if (s.IsCorruption()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(detail, " (the database is damaged: restore it from a backup)"));
+  }
+  if (s.IsInvalidArgument() || s.IsNotSupported()) {
+    return absl::FailedPreconditionError(detail);
+  }
+  return StoreFaultError(detail);
+}
+
+bool RetentionFilter::Filter(int, const rocksdb::Slice& key, const rocksdb::Slice& value,
+                             std::string*, bool*) const {
+  if (!IsRecordKey(std::string_view(key.data(), key.size()))) return false;
+  absl::StatusOr<store::RecordHead> head =
+      store::DecodeRecordHead(std::string_view(value.data(), value.size()));
+  if (!head.ok() || head->state == RecordState::kProcessing) return false;
+  return clock_->Now() - head->updated_at > ttl_;
+}
+
+absl::StatusOr<std::shared_ptr<SharedDb>> OpenSharedDb(const OpenOptions& options,
+                                                       bool require_database) {
+  const std::string dir = Canonical(options.path);
+  if (options.read_only) {
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<SharedDb> db, OpenNew(options, dir, require_database));
+    return std::shared_ptr<SharedDb>(std::move(db));
+  }
+  Registry& r = TheRegistry();
+  // Declared before the lock: if it turns out to hold the last reference, the close
+  // (which takes the lock) runs after the lock is released.
+  std::shared_ptr<SharedDb> found;
+  absl::MutexLock lock(&r.mu);
+  for (;;) {
+    auto it = r.open.find(dir);
+    if (it == r.open.end()) break;
+    if (std::shared_ptr<SharedDb> db = found = it->second.lock()) {
+      if (db->ttl != options.ttl) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rocksdb directory '", dir, "' is already open in this process with ",
+            db->ttl.has_value() ? "ttl=" + FormatTtlDuration(*db->ttl) : std::string("no ttl"),
+            "; open it with the same ttl"));
+      }
+      return db;
+    }
+    r.closed.Wait(&r.mu);  // its last holder is closing it
+  }
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<SharedDb> opened, OpenNew(options, dir, true));
+  std::shared_ptr<SharedDb> db(opened.release(), [](SharedDb* p) {
+    const std::string dir = p->dir;
+    // A failed close loses nothing: every acknowledged commit was synced.
+    if (p->db != nullptr) p->db->Close().PermitUncheckedError();
+    delete p;
+    Registry& r = TheRegistry();
+    absl::MutexLock lock(&r.mu);
+    if (auto it = r.open.find(dir); it != r.open.end() && it->second.expired()) r.open.erase(it);
+    r.closed.SignalAll();
+  });
+  r.open[dir] = db;
+  return db;
+}
+
+}  // namespace idem::rocksdbstore

@@ -1,0 +1,257 @@
+#include "store/rocksdb/rocksdb_store.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+#include "idem/status.h"
+#include "idem/ttl.h"
+#include "rocksdb/utilities/transaction.h"
+#include "rocksdb/utilities/transaction_db.h"
+#include "store/record_codec.h"
+#include "store/rocksdb/rocksdb_db.h"
+#include "store/store_url.h"
+
+namespace idem {
+namespace {
+
+using rocksdbstore::FromRocks;
+using rocksdbstore::RecordDbKey;
+using rocksdbstore::SharedDb;
+
+constexpr std::string_view kNoSql =
+    "rocksdb:// has no SQL: Transaction::Exec/Query need a SQL store (sqlite://, postgres://, "
+    "mysql://); use one for transactional mode, rocksdb:// for lease mode (idem serve)";
+
+struct Options {
+  std::string path;
+  bool sync = true;
+  int64_t lock_timeout_ms = 5000;
+  std::optional<absl::Duration> ttl;
+};
+
+absl::StatusOr<Options> ParseUrl(std::string_view url) {
+  IDEM_ASSIGN_OR_RETURN(store::StoreUrl u, store::ParsePathUrl(url, "rocksdb"));
+  if (u.path.empty()) {
+    return absl::InvalidArgumentError(
+        "rocksdb URL has no directory; use rocksdb://./idem-db or rocksdb:///var/lib/idem/db");
+  }
+  IDEM_RETURN_IF_ERROR(u.OnlyParams({"sync", "lock_timeout_ms", "ttl"}));
+  Options o;
+  o.path = u.path;
+  if (const std::string* v = u.Param("sync"); v != nullptr) {
+    if (*v != "full" && *v != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rocksdb URL parameter sync='", *v, "' must be full or off"));
+    }
+    o.sync = *v == "full";
+  }
+  IDEM_ASSIGN_OR_RETURN(o.lock_timeout_ms, u.IntParam("lock_timeout_ms", 5000, 0, 600000));
+  if (const std::string* v = u.Param("ttl"); v != nullptr) {
+    IDEM_ASSIGN_OR_RETURN(absl::Duration ttl, ParseTtlDuration(*v, "rocksdb URL parameter ttl"));
+    if (ttl <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("rocksdb URL parameter ttl must be more than 0s");
+    }
+    o.ttl = ttl;
+  }
+  return o;
+}
+
+absl::StatusOr<std::optional<Record>> Decoded(const rocksdb::Status& s, const std::string& value,
+                                              std::string_view what) {
+  if (s.IsNotFound()) return std::nullopt;
+  IDEM_RETURN_IF_ERROR(FromRocks(s, what));
+  IDEM_ASSIGN_OR_RETURN(Record r, store::DecodeRecord(value));
+  return r;
+}
+
+// A pessimistic RocksDB transaction (read-write stores) or plain reads of the
+// database (read-only stores: `txn_` is null and every write is refused).
+class RocksdbTransaction final : public StoreTransaction {
+ public:
+  RocksdbTransaction(std::shared_ptr<SharedDb> db, std::unique_ptr<rocksdb::Transaction> txn,
+                     const std::string& url)
+      : db_(std::move(db)), txn_(std::move(txn)), url_(url) {}
+  ~RocksdbTransaction() override { Rollback(); }
+
+  absl::StatusOr<int64_t> Exec(std::string_view, absl::Span<const Value>) override {
+    return absl::UnimplementedError(AV(kNoSql));
+  }
+  absl::StatusOr<Rows> Query(std::string_view, absl::Span<const Value>) override {
+    return absl::UnimplementedError(AV(kNoSql));
+  }
+
+  absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& record) override {
+    IDEM_RETURN_IF_ERROR(CheckWritable());
+    const std::string key = RecordDbKey(record.tenant, record.key);
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, Locked(key));
+    if (existing.has_value()) return existing;
+    IDEM_RETURN_IF_ERROR(FromRocks(txn_->Put(key, store::EncodeRecord(record)), What("claim")));
+    return std::nullopt;
+  }
+
+  absl::StatusOr<bool> Replace(const Record& record, int64_t expected_token,
+                               RecordState expected_state) override {
+    IDEM_RETURN_IF_ERROR(CheckWritable());
+    const std::string key = RecordDbKey(record.tenant, record.key);
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, Locked(key));
+    if (!existing.has_value() || existing->token != expected_token ||
+        existing->state != expected_state) {
+      return false;
+    }
+    Record next = record;
+    next.created_at = existing->created_at;  // as the SQL stores' UPDATE keeps it
+    IDEM_RETURN_IF_ERROR(FromRocks(txn_->Put(key, store::EncodeRecord(next)), What("update")));
+    return true;
+  }
+
+  absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,
+                                             std::string_view key) override {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    const std::string db_key = RecordDbKey(tenant, key);
+    if (txn_ != nullptr) return Locked(db_key);
+    if (db_ == nullptr) return std::nullopt;  // read-only, no database yet
+    std::string value;
+    return Decoded(db_->base()->Get(rocksdb::ReadOptions(), db_key, &value), value, What("read"));
+  }
+
+  absl::Status Commit() override {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    done_ = true;
+    if (txn_ == nullptr) return absl::OkStatus();
+    // With WriteOptions::sync the WAL is fsynced before this returns (grouped with
+    // the commits of other threads). A failed WAL write or sync applies nothing and
+    // puts the database in its error state: every later write fails too.
+    return FromRocks(txn_->Commit(), What("commit"));
+  }
+
+  void Rollback() override {
+    if (done_) return;
+    done_ = true;
+    // Rollback of a pessimistic transaction only drops its batch and locks.
+    if (txn_ != nullptr) txn_->Rollback().PermitUncheckedError();
+  }
+
+ private:
+  std::string What(std::string_view op) const {
+    return absl::StrCat("rocksdb store ", url_, ": ", AV(op));
+  }
+
+  absl::Status CheckOpen() const {
+    if (done_) return absl::FailedPreconditionError("transaction already ended");
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckWritable() const {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    if (txn_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rocksdb store ", url_, " was opened read-only"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The record under `key`, read through the transaction (its own writes first)
+  // with the key locked until the transaction ends.
+  absl::StatusOr<std::optional<Record>> Locked(const std::string& key) {
+    std::string value;
+    return Decoded(txn_->GetForUpdate(rocksdb::ReadOptions(), key, &value), value,
+                   What("read for update"));
+  }
+
+  const std::shared_ptr<SharedDb> db_;
+  const std::unique_ptr<rocksdb::Transaction> txn_;
+  const std::string& url_;  // the store's, which outlives this
+  bool done_ = false;
+};
+
+class RocksdbStore final : public Store {
+ public:
+  RocksdbStore(std::string url, const Options& options, std::shared_ptr<SharedDb> db,
+               bool read_only)
+      : url_(std::move(url)), db_(std::move(db)), read_only_(read_only) {
+    write_options_.sync = options.sync;
+    txn_options_.lock_timeout = options.lock_timeout_ms;
+    txn_options_.deadlock_detect = true;
+  }
+
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
+    std::unique_ptr<rocksdb::Transaction> txn;
+    if (!read_only_) txn.reset(db_->db->BeginTransaction(write_options_, txn_options_));
+    return std::make_unique<RocksdbTransaction>(db_, std::move(txn), url_);
+  }
+
+  absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
+                                            std::string_view key) override {
+    if (db_ == nullptr) return std::nullopt;
+    std::string value;
+    return Decoded(db_->base()->Get(rocksdb::ReadOptions(), RecordDbKey(tenant, key), &value),
+                   value, absl::StrCat("rocksdb store ", url_, ": read"));
+  }
+
+  // A local read answers as the database would, so the Guard needs no transaction
+  // for a key that is already decided.
+  absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,
+                                                      std::string_view key) override {
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> r, Get(tenant, key));
+    if (r.has_value() && r->state != RecordState::kSucceeded && r->state != RecordState::kFailed) {
+      return std::nullopt;
+    }
+    return r;
+  }
+
+  // Ready while the database takes writes: after a failed WAL write or sync RocksDB
+  // keeps a background error and refuses every write until it is reopened.
+  absl::Status Ping() override {
+    if (db_ == nullptr) return absl::OkStatus();
+    uint64_t errors = 0;
+    if (db_->base()->GetIntProperty("rocksdb.background-errors", &errors) && errors > 0) {
+      return StoreFaultError(absl::StrCat("rocksdb store ", url_, ": ", errors,
+                                          " background error(s); writes are refused until "
+                                          "idem is restarted"));
+    }
+    std::string value;
+    rocksdb::Status s =
+        db_->base()->Get(rocksdb::ReadOptions(), std::string(rocksdbstore::kFormatKey), &value);
+    if (s.IsNotFound()) return absl::OkStatus();
+    return AsStoreFault(FromRocks(s, absl::StrCat("rocksdb store ", url_, ": ping")));
+  }
+
+  bool SupportsSql() const override { return false; }
+
+  absl::StatusOr<SchemaInfo> DescribeSchema() override {
+    return absl::UnimplementedError(absl::StrCat(
+        "rocksdb:// has no SQL schema to migrate: its records are key/value pairs in format "
+        "version ", rocksdbstore::kFormatVersion,
+        ", written when the store is opened (nothing to do)"));
+  }
+
+  bool read_only() const override { return read_only_; }
+  std::string_view url() const override { return url_; }
+
+ private:
+  const std::string url_;
+  const std::shared_ptr<SharedDb> db_;  // null: read-only, no database there yet
+  const bool read_only_;
+  rocksdb::WriteOptions write_options_;
+  rocksdb::TransactionOptions txn_options_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> OpenRocksdbStore(std::string_view url,
+                                                        sql::SchemaMode mode, const Clock* clock) {
+  IDEM_ASSIGN_OR_RETURN(Options options, ParseUrl(url));
+  IDEM_ASSIGN_OR_RETURN(std::shared_ptr<SharedDb> db,
+                        rocksdbstore::OpenSharedDb({.path = options.path,
+                                                    .read_only = mode.read_only,
+                                                    .ttl = options.ttl,
+                                                    .clock = clock},
+                                                   mode.require_schema));
+  return std::make_unique<RocksdbStore>(store::RedactUrl(url), options, std::move(db),
+                                        mode.read_only);
+}
+
+}  // namespace idem

@@ -1,0 +1,71 @@
+// The rocksdb:// store: dedupe records as key/value pairs in an embedded RocksDB
+// database, for `idem serve` and lease mode (SPEC §3 mode 2) on one node. It has
+// no SQL: Transaction::Exec/Query answer kUnimplemented, so transactional mode (the
+// handler's business rows in the record's transaction) stays with the SQL stores.
+//
+// URL: rocksdb://DIR (rocksdb:///var/lib/idem/db, rocksdb://./idem-db) with
+// optional parameters:
+//   sync=full|off       (default full: every commit is in the WAL and fsynced before
+//                        it returns. off leaves the fsync to the OS: a crash of the
+//                        machine loses acknowledged claims. UNSAFE; for tests and
+//                        benchmarks only)
+//   lock_timeout_ms=N   (default 5000: how long a transaction waits for a key another
+//                        open transaction holds before kUnavailable, a claim in
+//                        progress)
+//   ttl=DURATION        (e.g. 90d, as `idem ttl` prints it; default none: keep
+//                        records for ever. A finished record, SUCCEEDED, FAILED or
+//                        released, whose last update is older than ttl is dropped by
+//                        a compaction filter, never by deletes; a PROCESSING record
+//                        never is)
+//
+// Locking. The store opens the directory as a rocksdb::TransactionDB and every
+// transaction is a pessimistic RocksDB transaction: InsertOrLoad, Replace and Load
+// read with GetForUpdate, which locks the key (exactly that key: RocksDB's lock
+// manager keeps a map of locked keys, not hashed stripes that unrelated keys would
+// share) until Commit or Rollback. A wait past lock_timeout_ms answers a
+// ClaimContendedError, as a row lock of the server stores does; deadlock detection
+// is on, and a deadlock answers kAborted at once. The Guard's transactions touch one
+// key each (a claim, a complete, a fail), so they cannot deadlock. Chosen over a
+// lock table of idem's own: RocksDB's is exact per key, bounded, and tested, and
+// the transaction's writes become one WriteBatch at Commit.
+//
+// Durability. Commit writes the transaction's WriteBatch with WriteOptions::sync:
+// the WAL record and its fsync are done before Commit returns, so a reply that
+// follows it follows the sync that covers it. Concurrent commits are grouped by
+// RocksDB's write path: the first writer to arrive leads a write group, appends
+// every queued batch to the WAL in one write and fsyncs once for the group
+// (docs/operations.md has the measurement).
+//
+// One process per directory: RocksDB's LOCK file admits one opener, and a second
+// process gets kUnavailable "another process has this database open". Inside one
+// process, every Store opened on the same directory shares one database (and so
+// one lock manager): each keeps its own lock_timeout_ms and sync. A read-only open
+// (StoreOptions::read_only: `idem inspect`) takes no lock and sees the database as
+// it was when opened.
+//
+// Thread safety: safe for concurrent use.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "idem/clock.h"
+#include "idem/store.h"
+#include "store/sql/schema.h"
+
+namespace idem {
+
+// Opens (creating if needed) the database named by `url` ("rocksdb://DIR").
+// `clock` is the retention filter's "now" (not owned; must outlive the store and
+// every store opened on the same directory in this process after it). Errors:
+// kInvalidArgument for a malformed URL or an unknown parameter (named);
+// kUnavailable when the directory cannot be opened or another process has it open;
+// kFailedPrecondition for a directory that is not an idem rocksdb store, a newer
+// record format, or corruption; with mode.read_only and mode.require_schema, for a
+// directory without a database. Blocks (opening replays the WAL).
+absl::StatusOr<std::unique_ptr<Store>> OpenRocksdbStore(std::string_view url,
+                                                        sql::SchemaMode mode = {},
+                                                        const Clock* clock = Clock::Real());
+
+}  // namespace idem
