@@ -224,7 +224,7 @@ absl::StatusOr<std::optional<Record>> CachingStore::LookupDecided(std::string_vi
 
 std::optional<Record> CachingStore::PeekDecided(std::string_view tenant, std::string_view key) {
   if (l1_ == nullptr) return std::nullopt;
-  std::optional<Record> r = l1_->Get(CacheKey(tenant, key), options_.clock->Now());
+  std::optional<Record> r = l1_->Get(store::RecordKey(tenant, key), options_.clock->Now());
   if (!r.has_value() || !IsFinal(*r) || r->tenant != tenant || r->key != key) return std::nullopt;
   l1_hits_.fetch_add(1, std::memory_order_relaxed);
   return r;
