@@ -112,34 +112,25 @@ record() {  # system workload conns rps p50 p99
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$results"
 }
 
-run_wrk() {  # system workload conns port script
-  local out
-  out=$(IDEM_BENCH_RUN="$1-$3-$RANDOM" wrk -t2 -c"$3" -d"${seconds}s" --latency -s "$5" \
-    "http://127.0.0.1:$4/" 2>&1 | grep '^RESULT' || true)
-  if [[ -z $out ]]; then
-    echo "bench/claims.sh: wrk against $1 gave no result" >&2
-    record "$1" "$2" "$3" 0 0 0
-    return
-  fi
+# Records the RESULT line `out` of wrk or pair_load: system workload conns out.
+record_result() {
   local rps p50 p99 errors
-  rps=$(sed -n 's/.*rps=\([0-9.]*\).*/\1/p' <<<"$out")
-  p50=$(sed -n 's/.*p50_ms=\([0-9.]*\).*/\1/p' <<<"$out")
-  p99=$(sed -n 's/.*p99_ms=\([0-9.]*\).*/\1/p' <<<"$out")
-  errors=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$out")
-  [[ $errors == 0 ]] || echo "bench/claims.sh: $1 $2 at $3 connections: $errors errors" >&2
-  record "$1" "$2" "$3" "$rps" "$p50" "$p99"
+  rps=$(sed -n 's/.*rps=\([0-9.]*\).*/\1/p' <<<"$4")
+  p50=$(sed -n 's/.*p50_ms=\([0-9.]*\).*/\1/p' <<<"$4")
+  p99=$(sed -n 's/.*p99_ms=\([0-9.]*\).*/\1/p' <<<"$4")
+  errors=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$4")
+  [[ ${errors:-1} == 0 ]] || echo "bench/claims.sh: $1 $2 at $3 connections: ${errors:-no result, all} errors" >&2
+  record "$1" "$2" "$3" "${rps:-0}" "${p50:-0}" "${p99:-0}"
+}
+
+run_wrk() {  # system workload conns port script
+  record_result "$1" "$2" "$3" "$(IDEM_BENCH_RUN="$1-$3-$RANDOM" wrk -t2 -c"$3" -d"${seconds}s" \
+    --latency -s "$5" "http://127.0.0.1:$4/" 2>&1 | grep '^RESULT' || true)"
 }
 
 run_pairs() {  # system conns port
-  local out
-  out=$(build/bench/pair_load --port "$3" --token bench --connections "$2" --seconds "$seconds")
-  local rps p50 p99 errors
-  rps=$(sed -n 's/.*rps=\([0-9.]*\).*/\1/p' <<<"$out")
-  p50=$(sed -n 's/.*p50_ms=\([0-9.]*\).*/\1/p' <<<"$out")
-  p99=$(sed -n 's/.*p99_ms=\([0-9.]*\).*/\1/p' <<<"$out")
-  errors=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$out")
-  [[ $errors == 0 ]] || echo "bench/claims.sh: $1 pairs at $2 connections: $errors errors" >&2
-  record "$1" "claim+complete" "$2" "${rps:-0}" "${p50:-0}" "${p99:-0}"
+  record_result "$1" "claim+complete" "$2" "$(build/bench/pair_load --port "$3" --token bench \
+    --connections "$2" --seconds "$seconds" || true)"
 }
 
 run_redis() {  # system port conns
