@@ -179,34 +179,38 @@ absl::StatusOr<std::vector<http::Tenant>> LoadTenants(const TenantSources& sourc
   return set.Take();
 }
 
-absl::StatusOr<std::string> StoreUrlWithSecret(const std::string& url,
-                                               const std::string& password_file,
-                                               const char* env_name,
-                                               const std::string& config_file,
-                                               std::vector<std::string>* warnings) {
-  const char* env = std::getenv(env_name);
+absl::StatusOr<std::string> UrlWithSecret(std::string_view option, const std::string& url,
+                                          const std::string& password_file,
+                                          const std::string& config_file,
+                                          std::vector<std::string>* warnings) {
+  // "--store" → "store", --store-password-file, IDEM_STORE_PASSWORD, IDEM_STORE.
+  const std::string name(option.substr(2));
+  const std::string file_option = std::string(option) + "-password-file";
+  const std::string url_env = "IDEM_" + Str(absl::AsciiStrToUpper(AV(name)));
+  const std::string env_name = url_env + "_PASSWORD";
+  const char* env = std::getenv(env_name.c_str());
   const bool from_env = env != nullptr && *env != '\0';
   if (!password_file.empty() && from_env) {
-    return absl::InvalidArgumentError(std::string("the store password is given twice: ") +
-                                      "--store-password-file and " + env_name +
-                                      "; keep one");
+    return absl::InvalidArgumentError("the " + name + " password is given twice: " + file_option +
+                                      " and " + env_name + "; keep one");
   }
   if (!password_file.empty()) {
-    absl::StatusOr<std::string> password =
-        ReadSecretFile(password_file, "--store-password-file", warnings);
+    absl::StatusOr<std::string> password = ReadSecretFile(password_file, file_option, warnings);
     if (!password.ok()) return password.status();
     return StoreUrlWithPassword(url, *password);
   }
   if (from_env) return StoreUrlWithPassword(url, env);
   if (RedactStoreUrl(url) == url) return url;  // no secret in it
   if (OnCommandLine(url)) {
-    warnings->push_back("the --store URL carries a password on the command line, where every "
-                        "local user can read it (ps); use --store-password-file FILE or " +
-                        std::string(env_name) + " instead");
-  } else if (const char* store_env = std::getenv("IDEM_STORE");
-             !config_file.empty() && (store_env == nullptr || url != store_env)) {
+    warnings->push_back("the " + std::string(option) +
+                        " URL carries a password on the command line, where every local user "
+                        "can read it (ps); use " + file_option + " FILE or " + env_name +
+                        " instead");
+  } else if (const char* url_from_env = std::getenv(url_env.c_str());
+             !config_file.empty() && (url_from_env == nullptr || url != url_from_env)) {
     if (std::string w = LooseFileWarning(config_file, "config file " + config_file +
-                                                          ", which holds the store password,");
+                                                          ", which holds the " + name +
+                                                          " password,");
         !w.empty()) {
       warnings->push_back(std::move(w));
     }

@@ -49,17 +49,18 @@ struct TenantSources {
 absl::StatusOr<std::vector<http::Tenant>> LoadTenants(const TenantSources& sources,
                                                       std::vector<std::string>* warnings);
 
-// `url` (--store) with its password from `password_file` or else the environment
-// variable `env_name`, when either is set (StoreUrlWithPassword); both set, or a
-// URL that already has a password, is kInvalidArgument; an unreadable file is
-// kUnavailable. A URL that carries a secret itself adds a warning to `warnings`
-// when it is on this process's command line, or when it came from `config_file`
-// and that file is readable by group or others.
-absl::StatusOr<std::string> StoreUrlWithSecret(const std::string& url,
-                                               const std::string& password_file,
-                                               const char* env_name,
-                                               const std::string& config_file,
-                                               std::vector<std::string>* warnings);
+// `url`, the value of `option` ("--store", "--cache"), with its password from
+// OPTION-password-file (`password_file`) or else the environment variable
+// IDEM_<NAME>_PASSWORD (IDEM_STORE_PASSWORD, IDEM_CACHE_PASSWORD), when either is set
+// (StoreUrlWithPassword); both set, or a URL that already has a password, is
+// kInvalidArgument; an unreadable file is kUnavailable. A URL that carries a secret
+// itself adds a warning to `warnings` when it is on this process's command line, or
+// when it came from `config_file` (not from IDEM_<NAME>) and that file is readable
+// by group or others.
+absl::StatusOr<std::string> UrlWithSecret(std::string_view option, const std::string& url,
+                                          const std::string& password_file,
+                                          const std::string& config_file,
+                                          std::vector<std::string>* warnings);
 
 // The content of the secret file `path` (one trailing newline dropped), named
 // `what` in errors ("--store-password-file"): kUnavailable when it cannot be read,

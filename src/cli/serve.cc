@@ -55,6 +55,7 @@ struct ServeFlags {
   bool metrics_token = false;
   std::vector<std::string> fail_open;
   std::string cache;            // redis://host:port, empty: no Redis tier
+  std::string cache_password_file;
   uint64_t cache_entries = 100000;  // in-process L1 size, 0: off
   std::string cache_ttl = "24h";
 };
@@ -100,7 +101,21 @@ int RunServe(const ServeFlags& flags) {
 
   // Cache tiers (SPEC §6): L1 on by default, Redis with --cache. They answer only
   // keys whose final state the store already decided; losing them changes speed only.
-  if (flags.cache_entries > 0 || !flags.cache.empty()) {
+  std::string cache_url = flags.cache;
+  if (!flags.cache.empty()) {
+    absl::StatusOr<std::string> url = UrlWithSecret(
+        "--cache", flags.cache, flags.cache_password_file, ConfigFile(flags.server), &warnings);
+    if (!url.ok()) {
+      PrintReason("serve: " + Str(url.status().message()));
+      return url.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                       : kExitFailure;
+    }
+    cache_url = *std::move(url);
+  } else if (!flags.cache_password_file.empty()) {
+    PrintReason("serve: --cache-password-file needs --cache redis://…");
+    return kExitUsage;
+  }
+  if (flags.cache_entries > 0 || !cache_url.empty()) {
     absl::StatusOr<absl::Duration> ttl = ParseTtlDuration(flags.cache_ttl, "--cache-ttl");
     if (!ttl.ok()) {
       PrintReason("serve: " + Str(ttl.status().message()));
@@ -108,13 +123,14 @@ int RunServe(const ServeFlags& flags) {
     }
     CacheOptions cache_options;
     cache_options.l1_entries = flags.cache_entries;
-    cache_options.redis_url = flags.cache;
+    cache_options.redis_url = cache_url;
     cache_options.ttl = *ttl;
     cache_options.log = [](std::string_view message) { spdlog::warn("cache: {}", message); };
     absl::StatusOr<std::unique_ptr<Store>> cached =
         NewCachingStore(std::move(store), std::move(cache_options));
     if (!cached.ok()) {
-      PrintReason("serve: --cache '" + RedactStoreUrl(flags.cache) + "': " + Str(cached.status().message()));
+      PrintReason("serve: --cache '" + RedactStoreUrl(cache_url) + "': " +
+                  Str(RedactStoreSecrets(cached.status(), cache_url).message()));
       return kExitUsage;
     }
     store = *std::move(cached);
@@ -174,6 +190,10 @@ CommandFn AddServeCommand(CLI::App& root) {
                   "Redis cache tier, redis://HOST:PORT[/DB]: answers duplicates of finished "
                   "keys; losing it never lets a duplicate through")
       ->type_name("URL");
+  sub->add_option("--cache-password-file", flags->cache_password_file,
+                  "File holding the Redis password on one line, written into the --cache URL "
+                  "(else IDEM_CACHE_PASSWORD; keeps it out of ps)")
+      ->type_name("FILE");
   sub->add_option("--cache-entries,--cache_entries", flags->cache_entries,
                   "In-process cache (L1) size in records; 0 turns it off")
       ->capture_default_str();

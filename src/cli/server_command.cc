@@ -142,8 +142,7 @@ std::string ConfigFile(const ServerFlags& flags) {
 std::unique_ptr<Store> OpenServerStore(std::string_view cmd, const ServerFlags& flags,
                                        std::vector<std::string>* warnings, int* exit_code) {
   const std::string prefix = std::string(cmd) + ": ";
-  absl::StatusOr<std::string> url = StoreUrlWithSecret(
-      flags.store, flags.store_password_file, "IDEM_STORE_PASSWORD", ConfigFile(flags), warnings);
+  absl::StatusOr<std::string> url = UrlWithSecret("--store", flags.store, flags.store_password_file, ConfigFile(flags), warnings);
   if (!url.ok()) {
     PrintReason(prefix + Str(url.status().message()));
     *exit_code = url.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage

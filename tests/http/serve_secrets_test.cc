@@ -255,6 +255,43 @@ TEST(ServeSecrets, PasswordInTheStoreUrlOnTheCommandLineIsWarnedAbout) {
   EXPECT_THAT(err, Not(HasSubstr("pw-on-cmdline-91")));
 }
 
+TEST(ServeSecrets, TheCachePasswordStaysOffTheCommandLineToo) {
+  idem::testing::TempDir dir;
+  const std::string pw = WriteFile(dir.file("redis-pw"), "redis-s3cret-44\n", 0600);
+  {  // From a file: the URL in memory has it, the command line does not.
+    ServeProcess serve(dir.file("serve.err"));
+    ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store", "memory://", "--cache",
+                             "redis://127.0.0.1:1", "--cache-password-file", pw}),
+                StartsWith("listening on "))
+        << serve.stderr_text();
+    EXPECT_THAT(CmdlineOf(serve.pid()), Not(HasSubstr("redis-s3cret-44")));
+    EXPECT_EQ(serve.Stop(), 0);
+    EXPECT_THAT(serve.stderr_text(), Not(HasSubstr("redis-s3cret-44")));
+  }
+  {  // In the URL on the command line: warned about, never printed.
+    ServeProcess serve(dir.file("serve2.err"));
+    ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store", "memory://", "--cache",
+                             "redis://:inline-redis-pw@127.0.0.1:1"}),
+                StartsWith("listening on "));
+    EXPECT_EQ(serve.Stop(), 0);
+    EXPECT_THAT(serve.stderr_text(), HasSubstr("the --cache URL carries a password on the "
+                                               "command line"));
+    EXPECT_THAT(serve.stderr_text(), HasSubstr("--cache-password-file FILE or IDEM_CACHE_PASSWORD"));
+    EXPECT_THAT(serve.stderr_text(), Not(HasSubstr("inline-redis-pw")));
+  }
+  setenv("IDEM_CACHE_PASSWORD", "x", 1);
+  idem::testing::RunResult both = RunIdem({"serve", "--store", "memory://", "--cache",
+                                           "redis://127.0.0.1:1", "--cache-password-file", pw},
+                                          dir.path());
+  unsetenv("IDEM_CACHE_PASSWORD");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_THAT(both.err, HasSubstr("the cache password is given twice"));
+  idem::testing::RunResult alone =
+      RunIdem({"serve", "--store", "memory://", "--cache-password-file", pw}, dir.path());
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_THAT(alone.err, HasSubstr("--cache-password-file needs --cache"));
+}
+
 // PostgreSQL with a real password check (scram-sha-256): the password comes from a
 // file (and then from IDEM_STORE_PASSWORD), the store answers, and neither the
 // password nor the URL holding it is in /proc/PID/cmdline.
