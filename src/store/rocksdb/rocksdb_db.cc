@@ -136,6 +136,7 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
     }
     IDEM_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("opening ", where)));
     shared->db.reset(db);
+    IDEM_ASSIGN_OR_RETURN(shared->identity, store::FileIdentity::Of(dir, "rocksdb directory"));
   }
   IDEM_RETURN_IF_ERROR(CheckFormat(*shared->base(), o.read_only, dir));
   return shared;

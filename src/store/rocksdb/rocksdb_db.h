@@ -12,6 +12,7 @@
 // OpenSharedDb may be called from any thread.
 #pragma once
 
+#include "store/file_identity.h"
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,6 +74,9 @@ struct SharedDb {
   std::unique_ptr<RetentionFilter> filter;  // outlives `db` (declared first)
   std::unique_ptr<rocksdb::TransactionDB> db;       // read-write opens
   std::unique_ptr<rocksdb::DB> read_only_db;        // read-only opens (no LOCK)
+  // The directory opened read-write, checked before every commit and ping: RocksDB
+  // would go on writing into a deleted directory's unlinked files.
+  store::FileIdentity identity;
 
   rocksdb::DB* base() const { return db != nullptr ? db.get() : read_only_db.get(); }
 };

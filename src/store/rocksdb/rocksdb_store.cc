@@ -121,6 +121,11 @@ class RocksdbTransaction final : public StoreTransaction {
     IDEM_RETURN_IF_ERROR(CheckOpen());
     done_ = true;
     if (txn_ == nullptr) return absl::OkStatus();
+    // Nothing is acknowledged into a directory that was deleted or replaced.
+    if (absl::Status s = db_->identity.Check(); !s.ok()) {
+      txn_->Rollback().PermitUncheckedError();
+      return s;
+    }
     // With WriteOptions::sync the WAL is fsynced before this returns (grouped with
     // the commits of other threads). A failed WAL write or sync applies nothing and
     // puts the database in its error state: every later write fails too.
@@ -206,6 +211,7 @@ class RocksdbStore final : public Store {
   // keeps a background error and refuses every write until it is reopened.
   absl::Status Ping() override {
     if (db_ == nullptr) return absl::OkStatus();
+    IDEM_RETURN_IF_ERROR(db_->identity.Check());
     uint64_t errors = 0;
     if (db_->base()->GetIntProperty("rocksdb.background-errors", &errors) && errors > 0) {
       return StoreFaultError(absl::StrCat("rocksdb store ", url_, ": ", errors,

@@ -60,6 +60,27 @@ TEST(RocksdbStoreTest, NoSqlAndNoSchemaSaySo) {
 
 // Every acknowledged claim, complete and fail is there after the store is closed
 // and opened again (each commit was synced to the WAL before it returned).
+// A directory deleted or replaced under the running store: RocksDB would go on
+// writing into unlinked files, and after a restart a completed key would be
+// acquired again. The store stops acknowledging instead (503, /readyz 503).
+TEST(RocksdbStoreTest, ADeletedOrReplacedDirectoryIsAStoreFault) {
+  for (bool replace : {false, true}) {
+    SCOPED_TRACE(replace ? "replaced" : "deleted");
+    testing::TempDir dir;
+    const std::string path = dir.file("db");
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
+    Guard guard(*store);
+    ASSERT_OK(guard.Claim({.biz_type = "pay", .key = "before"}).status());
+    std::filesystem::rename(path, dir.file("db.moved"));
+    if (replace) std::filesystem::create_directory(path);
+    absl::StatusOr<Result> after = guard.Claim({.biz_type = "pay", .key = "after"});
+    EXPECT_THAT(after, StatusIs(absl::StatusCode::kUnavailable));
+    EXPECT_THAT(Message(after.status()),
+                HasSubstr(replace ? "was replaced by another one" : "was deleted"));
+    EXPECT_THAT(store->Ping(), StatusIs(absl::StatusCode::kUnavailable));
+  }
+}
+
 TEST(RocksdbStoreTest, AcknowledgedWritesSurviveAReopen) {
   testing::TempDir dir;
   const std::string url = "rocksdb://" + dir.file("db");

@@ -14,6 +14,7 @@
 #include "core/absl_compat.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/file_identity.h"
 #include "store/sql/dialect.h"
 #include "store/sql/pool.h"
 #include "store/sql/records.h"
@@ -63,52 +64,7 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
   return o;
 }
 
-// The database file a store opened, by identity (device and inode), not by name:
-// a file deleted or replaced under a running store (rm, a restore copied over it,
-// another volume mounted there) would otherwise take writes into an unlinked inode
-// that vanishes at exit, or mix two databases, and the next start would acquire
-// completed keys again. Checked before every transaction starts and commits.
-class FileIdentity {
- public:
-  // For ":memory:" (no file) Check() always answers OK.
-  static absl::StatusOr<FileIdentity> Of(const std::string& path) {
-    FileIdentity id;
-    id.path_ = path;
-    if (path == ":memory:") return id;
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0) {
-      return StoreFaultError(absl::StrCat("sqlite database '", path, "' vanished while opening"));
-    }
-    id.dev_ = st.st_dev;
-    id.ino_ = st.st_ino;
-    id.file_ = true;
-    return id;
-  }
-
-  // OK while `path` still names the file that was opened; else a store fault: the
-  // store stops acknowledging anything.
-  absl::Status Check() const {
-    if (!file_) return absl::OkStatus();
-    struct stat st;
-    if (stat(path_.c_str(), &st) != 0) {
-      return StoreFaultError(absl::StrCat(
-          "sqlite database '", path_, "' was deleted while idem had it open: nothing is "
-          "acknowledged until it is back (restore the file, then restart idem)"));
-    }
-    if (st.st_dev != dev_ || st.st_ino != ino_) {
-      return StoreFaultError(absl::StrCat(
-          "sqlite database '", path_, "' was replaced by another file while idem had it open: "
-          "nothing is acknowledged (restart idem to open the new file)"));
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  std::string path_;
-  dev_t dev_ = 0;
-  ino_t ino_ = 0;
-  bool file_ = false;
-};
+using store::FileIdentity;  // the file, checked before every transaction starts and commits
 
 // Begin() sent the BEGIN; `file` is the store's, which outlives this.
 class SqliteTransaction final : public sql::PooledTransaction<sqlite::Connection> {
@@ -304,7 +260,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(std::string_view url, sql
   SqliteSchema session(*writer, options.path);
   IDEM_RETURN_IF_ERROR(sql::OpenSchema(session, sql::SqliteDialect(),
                                        absl::StrCat("sqlite database '", options.path, "'"), mode));
-  IDEM_ASSIGN_OR_RETURN(FileIdentity file, FileIdentity::Of(open_path));
+  IDEM_ASSIGN_OR_RETURN(FileIdentity file, FileIdentity::Of(open_path == ":memory:" ? "" : open_path, "sqlite database"));
   return std::make_unique<SqliteStore>(std::string(url), std::move(options), std::move(writer),
                                        std::move(file));
 }
