@@ -58,6 +58,8 @@ std::string UnsupportedCoding(boost::beast::string_view value) {
   return "";
 }
 
+}  // namespace
+
 // A client's X-Request-Id is kept when it is 1-128 of [A-Za-z0-9._:-] (it goes
 // into logs and JSON unescaped); otherwise, and when absent, one is made: 32 hex
 // digits from a per-thread generator (unique, not secret).
@@ -77,8 +79,6 @@ std::string RequestIdFrom(std::string_view given) {
   }
   return id;
 }
-
-}  // namespace
 
 Connection::Connection(asio::ip::tcp::socket&& socket, ServerShared shared)
     : shared_(shared), stream_(std::move(socket)), timer_(stream_.get_executor()) {}

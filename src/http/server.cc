@@ -31,16 +31,19 @@ namespace idem::http {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-// The answer to a connection past the cap (or met while out of descriptors).
-constexpr std::string_view kBusyBody =
-    "{\"type\":\"about:blank\",\"title\":\"Too many connections\",\"status\":503,"
-    "\"detail\":\"the server has as many connections open as it serves; retry shortly\"}";
-const std::string& BusyAnswer() {
-  static const std::string answer = absl::StrCat(
+// The answer to a connection past the cap (or met while out of descriptors), with a
+// request id of its own (the request is never read) in the header and the problem
+// body, as every other answer has.
+std::string BusyAnswer() {
+  const std::string id = RequestIdFrom("");
+  const std::string body = absl::StrCat(
+      "{\"type\":\"about:blank\",\"title\":\"Too many connections\",\"status\":503,"
+      "\"detail\":\"the server has as many connections open as it serves; retry shortly\","
+      "\"request_id\":\"", id, "\"}");
+  return absl::StrCat(
       "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
-      "Retry-After: 1\r\nConnection: close\r\nContent-Length: ",
-      kBusyBody.size(), "\r\n\r\n", AV(kBusyBody));
-  return answer;
+      "Retry-After: 1\r\nConnection: close\r\nX-Request-Id: ", id, "\r\nContent-Length: ",
+      body.size(), "\r\n\r\n", body);
 }
 
 // A connection refused past the cap: the answer goes out, then the socket is
@@ -51,7 +54,7 @@ struct Refused : std::enable_shared_from_this<Refused> {
 
   void Start() {
     auto self = shared_from_this();
-    asio::async_write(socket, asio::buffer(BusyAnswer()),
+    asio::async_write(socket, asio::buffer(answer),
                       [self](boost::system::error_code ec, std::size_t) {
                         if (ec) return self->Close();
                         self->socket.shutdown(tcp::socket::shutdown_send, ec);
@@ -75,6 +78,7 @@ struct Refused : std::enable_shared_from_this<Refused> {
 
   tcp::socket socket;
   asio::steady_timer timer;
+  const std::string answer = BusyAnswer();  // lives until the write is done
   char buf[512];
 };
 
@@ -240,7 +244,7 @@ class ServerImpl {
       if (::poll(&p, 1, 0) <= 0) break;
       const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) break;
-      const std::string& answer = BusyAnswer();
+      const std::string answer = BusyAnswer();
       // Best effort: a full send buffer or a gone client only loses this answer.
       (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::shutdown(fd, SHUT_WR);

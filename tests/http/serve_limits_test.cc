@@ -160,6 +160,9 @@ TEST_F(ServeLimitsTest, PastTheCapNewConnectionsAre503AtOnce) {
   ASSERT_TRUE(healthz_until("HTTP/1.1 503")) << answer;
   EXPECT_THAT(answer, HasSubstr("Connection: close"));
   EXPECT_THAT(answer, HasSubstr("Retry-After: 1"));
+  // A request id like every other answer, in the header and the problem body.
+  EXPECT_THAT(answer, ::testing::ContainsRegex("X-Request-Id: [0-9a-f]{32}\r\n"));
+  EXPECT_THAT(answer, ::testing::ContainsRegex("\"request_id\":\"[0-9a-f]{32}\"}$"));
   CloseIdle();
   // Served again once they are gone (until the server has seen them close, a new
   // client may still be refused: those count too).
