@@ -51,6 +51,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <set>
@@ -177,6 +178,9 @@ class Api : public Handler {
   Store& store_;
   Metrics& metrics_;
   const ApiOptions options_;
+  // Tells this Api from one built later at the same address (Authenticate's
+  // per-thread memo of the last token).
+  const uint64_t instance_;
   StoreHealth health_;
   KeyWatch watch_;
 };
