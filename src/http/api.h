@@ -121,7 +121,7 @@ class Api : public Handler {
   // A duplicate claim whose key's final record the store holds in memory
   // (Store::PeekDecided, the cache's L1), answered on the calling network thread;
   // nullopt for anything else.
-  std::optional<Reply> HandleWithoutBlocking(const HttpRequest& request) override;
+  std::optional<Reply> HandleWithoutBlocking(HttpRequest& request) override;
 
   // Wakes a waiting claim when its key is completed or failed through this Api.
   std::shared_ptr<void> Watch(const WaitingClaim& waiting, std::function<void()> wake) override;
