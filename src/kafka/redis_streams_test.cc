@@ -1,0 +1,488 @@
+// RedisStreamsTransport against a real redis-server: field mapping, commit (XACK),
+// redelivery of what was not committed, a SIGKILLed consumer's pending entries
+// claimed by another (XAUTOCLAIM) with one effect per event through the Guard on
+// SQLite, dead-lettering after max deliveries, and the connection going away
+// (kUnavailable, then recovery, nothing lost).
+//
+// Needs IDEM_TEST_REDIS_URL (scripts/services.sh start DIR; source DIR/env.sh);
+// FAILS without it, on purpose. Each test uses streams of its own.
+#include "kafka/redis_streams.h"
+
+#include <hiredis/hiredis.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "idem/guard.h"
+#include "idem/idem.h"
+#include "store/redis/redis_client.h"
+#include "testing/fault_proxy.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
+
+namespace idem::kafka {
+namespace {
+
+using ::idem::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::Pair;
+using std::chrono::milliseconds;
+
+std::string RedisUrl() {
+  const char* url = std::getenv("IDEM_TEST_REDIS_URL");
+  if (url == nullptr || *url == '\0') {
+    ADD_FAILURE() << "IDEM_TEST_REDIS_URL is not set: scripts/services.sh start DIR, then "
+                     "source DIR/env.sh";
+    return "redis://IDEM_TEST_REDIS_URL-is-not-set.invalid:1";
+  }
+  return url;
+}
+
+// A plain connection for setting up and checking, beside the transport's.
+class Admin {
+ public:
+  Admin() {
+    absl::StatusOr<redis::RedisAddress> a = redis::ParseRedisUrl(RedisUrl());
+    if (!a.ok()) return;
+    port_ = a->port;
+    timeval tv{2, 0};
+    c_ = redisConnectWithTimeout(a->host.c_str(), a->port, tv);
+  }
+  ~Admin() {
+    if (c_ != nullptr) redisFree(c_);
+  }
+  bool ok() const { return c_ != nullptr && c_->err == 0; }
+  int port() const { return port_; }
+
+  // Runs a command; the reply as text: strings, integers, nil as "(nil)", arrays
+  // flattened with spaces.
+  std::string Run(const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const std::string& s : args) {
+      argv.push_back(s.data());
+      lens.push_back(s.size());
+    }
+    auto* r = static_cast<redisReply*>(
+        redisCommandArgv(c_, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    if (r == nullptr) return "(no reply)";
+    std::string out = Flatten(r);
+    freeReplyObject(r);
+    return out;
+  }
+
+  // The stream's entries: id → fields.
+  std::vector<std::pair<std::string, std::map<std::string, std::string>>> Range(
+      const std::string& stream) {
+    auto* r = static_cast<redisReply*>(redisCommand(c_, "XRANGE %s - +", stream.c_str()));
+    std::vector<std::pair<std::string, std::map<std::string, std::string>>> out;
+    if (r == nullptr) return out;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+      const redisReply* e = r->element[i];
+      std::map<std::string, std::string> fields;
+      for (size_t j = 0; j + 1 < e->element[1]->elements; j += 2) {
+        fields[e->element[1]->element[j]->str] = e->element[1]->element[j + 1]->str;
+      }
+      out.emplace_back(e->element[0]->str, std::move(fields));
+    }
+    freeReplyObject(r);
+    return out;
+  }
+
+  int64_t PendingCount(const std::string& stream, const std::string& group) {
+    auto* r = static_cast<redisReply*>(
+        redisCommand(c_, "XPENDING %s %s", stream.c_str(), group.c_str()));
+    int64_t n = -1;
+    if (r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements > 0) n = r->element[0]->integer;
+    if (r != nullptr) freeReplyObject(r);
+    return n;
+  }
+
+ private:
+  static std::string Flatten(const redisReply* r) {
+    switch (r->type) {
+      case REDIS_REPLY_INTEGER:
+        return std::to_string(r->integer);
+      case REDIS_REPLY_NIL:
+        return "(nil)";
+      case REDIS_REPLY_ARRAY: {
+        std::string out;
+        for (size_t i = 0; i < r->elements; ++i) out += (i ? " " : "") + Flatten(r->element[i]);
+        return out;
+      }
+      default:
+        return std::string(r->str, r->len);
+    }
+  }
+  redisContext* c_ = nullptr;
+  int port_ = 0;
+};
+
+std::string Unique(const std::string& what) {
+  static std::atomic<int> n{0};
+  return "idem-test:" + std::to_string(std::random_device{}() % 1000000) + ":" +
+         std::to_string(getpid()) + ":" + std::to_string(n++) + ":" + what;
+}
+
+class RedisStreamsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(admin_.ok()) << "cannot reach IDEM_TEST_REDIS_URL";
+    stream_ = Unique("stream");
+  }
+  void TearDown() override {
+    admin_.Run({"DEL", stream_, stream_ + ":dead-letter"});
+  }
+
+  RedisStreamsOptions Options(const std::string& consumer) {
+    return {.url = RedisUrl(), .stream = stream_, .group = "g", .consumer = consumer,
+            .key_field = "event_id", .claim_min_idle = absl::Seconds(30)};
+  }
+  std::unique_ptr<RedisStreamsTransport> Open(RedisStreamsOptions o) {
+    absl::StatusOr<std::unique_ptr<RedisStreamsTransport>> t =
+        RedisStreamsTransport::Open(std::move(o));
+    EXPECT_OK(t);
+    return t.ok() ? *std::move(t) : nullptr;
+  }
+  std::string Add(const std::string& event_id, const std::string& payload) {
+    return admin_.Run({"XADD", stream_, "*", "event_id", event_id, "type", "refund.requested",
+                       "payload", payload});
+  }
+  static std::vector<std::string> Ids(const std::vector<Message>& batch) {
+    std::vector<std::string> ids;
+    for (const Message& m : batch) ids.push_back(m.id);
+    return ids;
+  }
+
+  Admin admin_;
+  std::string stream_;
+};
+
+TEST_F(RedisStreamsTest, PollMapsFieldsAndCommitAcknowledges) {
+  auto t = Open(Options("c1"));
+  ASSERT_NE(t, nullptr);
+  std::vector<Rebalance> seen;
+  t->SetRebalanceListener([&](const Rebalance& r) { seen.push_back(r); });
+  const std::string id1 = Add("e1", R"({"order_no":"R-1"})");
+  const std::string id2 = Add("e2", "two");
+  const std::string id3 = Add("e3", "three");
+  ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(1000)));
+  ASSERT_THAT(Ids(batch), ElementsAre(id1, id2, id3));
+  const Message& m = batch[0];
+  EXPECT_EQ(m.source, stream_);
+  EXPECT_EQ(m.partition, -1);
+  EXPECT_EQ(m.offset, -1);
+  EXPECT_EQ(m.payload, R"({"order_no":"R-1"})");
+  EXPECT_EQ(m.key, "e1");
+  EXPECT_THAT(m.headers, ElementsAre(Pair("event_id", "e1"), Pair("type", "refund.requested")));
+  ASSERT_NE(m.Header("event_id"), nullptr);
+  EXPECT_EQ(m.deliveries, 1);
+  EXPECT_EQ(m.timestamp_ms, std::stoll(id1.substr(0, id1.find('-'))));
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].kind, Rebalance::Kind::kAssigned);
+  EXPECT_THAT(seen[0].partitions, ElementsAre(stream_));
+  EXPECT_EQ(t->name(), "redis-streams");
+
+  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 3);
+  ASSERT_OK(t->Commit({batch[0], batch[1]}));
+  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 1);
+  // Nothing new, the rest is not idle long enough to be claimed: an empty batch.
+  ASSERT_OK_AND_ASSIGN(batch, t->Poll(10, milliseconds(50)));
+  EXPECT_TRUE(batch.empty());
+  ASSERT_OK(t->Commit({}));  // nothing to acknowledge: no I/O, no error
+}
+
+TEST_F(RedisStreamsTest, WhatWasNotCommittedIsDeliveredAgain) {
+  const std::string id1 = Add("e1", "one");
+  const std::string id2 = Add("e2", "two");
+  {
+    auto t = Open(Options("c1"));
+    ASSERT_NE(t, nullptr);
+    ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(1000)));
+    ASSERT_THAT(Ids(batch), ElementsAre(id1, id2));
+    ASSERT_OK(t->Commit({batch[0]}));
+  }  // gone without committing e2
+  // The same consumer, restarted, resumes its own pending entry first.
+  auto t = Open(Options("c1"));
+  ASSERT_NE(t, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(1000)));
+  ASSERT_THAT(Ids(batch), ElementsAre(id2));
+  EXPECT_EQ(batch[0].deliveries, 2);
+  EXPECT_EQ(batch[0].payload, "two");
+
+  // In one process: not committed and idle past claim_min_idle → delivered again.
+  RedisStreamsOptions o = Options("c2");
+  o.claim_min_idle = absl::Milliseconds(100);
+  o.claim_interval = absl::ZeroDuration();
+  auto t2 = Open(o);
+  ASSERT_NE(t2, nullptr);
+  const std::string id3 = Add("e3", "three");
+  ASSERT_OK_AND_ASSIGN(batch, t2->Poll(10, milliseconds(1000)));
+  ASSERT_THAT(Ids(batch), ElementsAre(id3));  // e2 is c1's and not idle yet
+  std::this_thread::sleep_for(milliseconds(150));
+  ASSERT_OK_AND_ASSIGN(batch, t2->Poll(10, milliseconds(1000)));
+  ASSERT_THAT(Ids(batch), ElementsAre(id2, id3));  // both idle: claimed, in id order
+  EXPECT_EQ(batch[0].deliveries, 3);
+  EXPECT_EQ(batch[1].deliveries, 2);
+  ASSERT_OK(t2->Commit(batch));
+  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 0);
+}
+
+// The effect of one event: a row in the application's table, under the Guard keyed
+// on the event id. The table has no unique key, so a second effect would show.
+absl::StatusOr<Outcome> Effect(Guard& guard, const Message& m) {
+  const std::string* event_id = m.Header("event_id");
+  if (event_id == nullptr) return absl::InvalidArgumentError("no event_id");
+  IDEM_ASSIGN_OR_RETURN(
+      Result r, guard.Run({.biz_type = "stream-effect", .key = *event_id},
+                          [&](Transaction& tx) -> absl::StatusOr<std::string> {
+                            IDEM_RETURN_IF_ERROR(
+                                tx.Exec("INSERT INTO effects (event_id, entry_id) VALUES (?, ?)",
+                                        {Value(*event_id), Value(m.id)})
+                                    .status());
+                            return std::string("done");
+                          }));
+  return r.outcome;
+}
+
+TEST_F(RedisStreamsTest, KilledConsumersPendingEntriesAreClaimedWithOneEffectEach) {
+  testing::TempDir dir;
+  const std::string store_url = "sqlite://" + dir.file("app.db");
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(store_url));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
+    ASSERT_OK(tx->Exec("CREATE TABLE effects (event_id TEXT NOT NULL, entry_id TEXT NOT NULL)"));
+    ASSERT_OK(tx->Commit());
+  }
+  // Six events; e2 is produced twice (a producer retry): seven entries.
+  std::vector<std::string> ids;
+  for (const char* e : {"e0", "e1", "e2", "e2", "e3", "e4", "e5"}) ids.push_back(Add(e, "p"));
+
+  // c1 reads all seven, runs the effects of the first four, and is SIGKILLed before
+  // it acknowledges anything.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    absl::StatusOr<std::unique_ptr<RedisStreamsTransport>> t =
+        RedisStreamsTransport::Open(Options("c1"));
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(store_url);
+    if (!t.ok() || !store.ok()) _exit(10);
+    absl::StatusOr<std::vector<Message>> batch = (*t)->Poll(10, milliseconds(2000));
+    if (!batch.ok() || batch->size() != 7) _exit(11);
+    Guard guard(**store);
+    for (size_t i = 0; i < 4; ++i) {
+      if (!Effect(guard, (*batch)[i]).ok()) _exit(12);
+    }
+    raise(SIGKILL);
+    _exit(13);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL)
+      << "the consumer did not get to its kill (exit " << WEXITSTATUS(wstatus) << ")";
+  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 7);
+
+  // c2 claims c1's entries once they are idle for claim_min_idle.
+  RedisStreamsOptions o = Options("c2");
+  o.claim_min_idle = absl::Milliseconds(200);
+  o.claim_interval = absl::ZeroDuration();
+  auto t = Open(o);
+  ASSERT_NE(t, nullptr);
+  int assigned = 0;
+  t->SetRebalanceListener([&](const Rebalance& r) {
+    if (r.kind == Rebalance::Kind::kAssigned) ++assigned;
+  });
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(store_url));
+  Guard guard(*store);
+  std::vector<Message> got;
+  std::map<Outcome, int> outcomes;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (got.size() < 7 && absl::Now() < deadline) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(100)));
+    for (const Message& m : batch) {
+      ASSERT_OK_AND_ASSIGN(Outcome outcome, Effect(guard, m));
+      ++outcomes[outcome];
+    }
+    ASSERT_OK(t->Commit(batch));  // after the effects committed
+    got.insert(got.end(), batch.begin(), batch.end());
+  }
+  ASSERT_EQ(Ids(got), ids);
+  for (const Message& m : got) EXPECT_EQ(m.deliveries, 2) << m.id;
+  EXPECT_EQ(assigned, 2);  // joining, then the claim
+  // c1 ran e0, e1 and e2 (its duplicate, the 4th entry, replayed there): all four
+  // replay here; e3, e4 and e5 run here, once each.
+  EXPECT_EQ(outcomes[Outcome::kReplayed], 4);
+  EXPECT_EQ(outcomes[Outcome::kExecuted], 3);
+  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 0);
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
+  ASSERT_OK_AND_ASSIGN(Rows rows, tx->Query("SELECT event_id, COUNT(*) FROM effects "
+                                            "GROUP BY event_id ORDER BY event_id"));
+  ASSERT_OK(tx->Commit());
+  std::vector<std::string> per_event;
+  for (const auto& row : rows.rows) {
+    per_event.push_back(row[0].as_text() + "=" + std::to_string(row[1].as_int()));
+  }
+  EXPECT_THAT(per_event, ElementsAre("e0=1", "e1=1", "e2=1", "e3=1", "e4=1", "e5=1"));
+}
+
+TEST_F(RedisStreamsTest, DeadLettersAfterMaxDeliveries) {
+  RedisStreamsOptions o = Options("c1");
+  o.max_deliveries = 2;
+  o.claim_min_idle = absl::ZeroDuration();
+  o.claim_interval = absl::ZeroDuration();
+  auto t = Open(o);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->dead_letter_stream(), stream_ + ":dead-letter");
+  const std::string id = Add("poison", "kills its consumer");
+  // Delivered twice (new, then claimed) and never committed...
+  for (int delivery = 1; delivery <= 2; ++delivery) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(1000)));
+    ASSERT_THAT(Ids(batch), ElementsAre(id));
+    EXPECT_EQ(batch[0].deliveries, delivery);
+  }
+  // ...the third delivery goes to the dead-letter stream instead, and is acknowledged.
+  ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(50)));
+  EXPECT_TRUE(batch.empty());
+  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 0);
+  auto dead = admin_.Range(stream_ + ":dead-letter");
+  ASSERT_EQ(dead.size(), 1u);
+  std::map<std::string, std::string>& f = dead[0].second;
+  EXPECT_EQ(f["event_id"], "poison");
+  EXPECT_EQ(f["type"], "refund.requested");
+  EXPECT_EQ(f["payload"], "kills its consumer");
+  EXPECT_EQ(f["idem-reason"], "delivered 3 times, more than max_deliveries 2");
+  EXPECT_EQ(f["idem-original-stream"], stream_);
+  EXPECT_EQ(f["idem-original-id"], id);
+  EXPECT_EQ(f["idem-deliveries"], "3");
+}
+
+TEST_F(RedisStreamsTest, DeadLetterByTheRunner) {
+  auto t = Open(Options("c1"));
+  ASSERT_NE(t, nullptr);
+  admin_.Run({"XADD", stream_, "*", "payload", "no event id here"});
+  const std::string good = Add("e1", "fine");
+  ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(1000)));
+  ASSERT_EQ(batch.size(), 2u);
+  ASSERT_OK(t->DeadLetter(batch[0], "no event_id field: cannot derive the key"));
+  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 1);  // only the good one
+  ASSERT_OK(t->Commit(batch));                      // with the rest, harmlessly
+  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 0);
+  auto dead = admin_.Range(stream_ + ":dead-letter");
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].second["idem-reason"], "no event_id field: cannot derive the key");
+  EXPECT_EQ(dead[0].second["idem-original-id"], batch[0].id);
+  EXPECT_EQ(dead[0].second["payload"], "no event id here");
+  Message other = batch[1];
+  other.source = "another-stream";
+  EXPECT_THAT(t->DeadLetter(other, "x"), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(RedisStreamsTest, KilledConnectionIsUnavailableThenReconnects) {
+  auto t = Open(Options("killed-conn"));
+  ASSERT_NE(t, nullptr);
+  const std::string id1 = Add("e1", "one");
+  ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(1000)));
+  ASSERT_THAT(Ids(batch), ElementsAre(id1));
+  // The server drops the transport's connection (found by its client name).
+  std::string list = admin_.Run({"CLIENT", "LIST"});
+  const size_t at = list.find("name=idem-streams:killed-conn");
+  ASSERT_NE(at, std::string::npos) << list;
+  const size_t line = list.rfind('\n', at);
+  const size_t id_at = list.find("id=", line == std::string::npos ? 0 : line);
+  const std::string client_id = list.substr(id_at + 3, list.find(' ', id_at) - id_at - 3);
+  EXPECT_EQ(admin_.Run({"CLIENT", "KILL", "ID", client_id}), "1");
+  EXPECT_THAT(t->Commit(batch), StatusIs(absl::StatusCode::kUnavailable));
+  // Next call reconnects; the uncommitted entry comes back (its own pending list).
+  ASSERT_OK_AND_ASSIGN(batch, t->Poll(10, milliseconds(1000)));
+  ASSERT_THAT(Ids(batch), ElementsAre(id1));
+  EXPECT_EQ(batch[0].deliveries, 2);
+  ASSERT_OK(t->Commit(batch));
+  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 0);
+}
+
+TEST_F(RedisStreamsTest, ServerGoneIsUnavailableThenRecoversWithoutLoss) {
+  std::unique_ptr<testing::FaultProxy> proxy = testing::FaultProxy::Start(admin_.port());
+  ASSERT_NE(proxy, nullptr);
+  RedisStreamsOptions o = Options("c1");
+  o.url = "redis://127.0.0.1:" + std::to_string(proxy->port());
+  o.command_timeout = absl::Milliseconds(300);
+  o.connect_timeout = absl::Milliseconds(300);
+  auto t = Open(o);
+  ASSERT_NE(t, nullptr);
+  const std::string id1 = Add("e1", "one");
+  ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(1000)));
+  ASSERT_THAT(Ids(batch), ElementsAre(id1));
+
+  proxy->SetMode(testing::FaultProxy::Mode::kReset);  // connections reset, new ones too
+  // The proxy notices a mode change within 50 ms; until then it would still forward.
+  std::this_thread::sleep_for(milliseconds(150));
+  EXPECT_THAT(t->Commit(batch), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(t->Poll(10, milliseconds(100)).status(), StatusIs(absl::StatusCode::kUnavailable));
+  proxy->SetMode(testing::FaultProxy::Mode::kBlackhole);  // silent: the timeouts decide
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(t->Poll(10, milliseconds(100)).status(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+
+  const std::string id2 = Add("e2", "two");  // produced while the consumer is cut off
+  proxy->SetMode(testing::FaultProxy::Mode::kPass);
+  std::vector<std::string> got;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (got.size() < 2 && absl::Now() < deadline) {
+    absl::StatusOr<std::vector<Message>> b = t->Poll(10, milliseconds(200));
+    if (!b.ok()) {
+      EXPECT_THAT(b.status(), StatusIs(absl::StatusCode::kUnavailable));
+      continue;
+    }
+    ASSERT_OK(t->Commit(*b));
+    for (const Message& m : *b) got.push_back(m.id);
+  }
+  EXPECT_THAT(got, ElementsAre(id1, id2));  // the uncommitted one again, then the new one
+  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 0);
+}
+
+TEST_F(RedisStreamsTest, NoPasswordInErrors) {
+  std::unique_ptr<testing::FaultProxy> proxy = testing::FaultProxy::Start(admin_.port());
+  ASSERT_NE(proxy, nullptr);
+  proxy->SetMode(testing::FaultProxy::Mode::kReset);
+  RedisStreamsOptions o = Options("c1");
+  o.url = "redis://:s3cret-pw@127.0.0.1:" + std::to_string(proxy->port());
+  absl::Status s = RedisStreamsTransport::Open(o).status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(std::string(s.message()), Not(HasSubstr("s3cret")));
+  // The real server has no password: AUTH is refused, a configuration error.
+  proxy->SetMode(testing::FaultProxy::Mode::kPass);
+  s = RedisStreamsTransport::Open(o).status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("authentication refused"));
+  EXPECT_THAT(std::string(s.message()), Not(HasSubstr("s3cret")));
+  o.url = "redis://:s3cret-pw@127.0.0.1:1/x";
+  s = RedisStreamsTransport::Open(o).status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(s.message()), Not(HasSubstr("s3cret")));
+}
+
+TEST_F(RedisStreamsTest, AKeyOfAnotherTypeIsFatal) {
+  admin_.Run({"SET", stream_, "not a stream"});
+  EXPECT_THAT(RedisStreamsTransport::Open(Options("c1")).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  RedisStreamsOptions o = Options("c1");
+  o.group.clear();
+  EXPECT_THAT(RedisStreamsTransport::Open(o).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace idem::kafka
