@@ -69,6 +69,8 @@ bool EndsTimestamp(char c) {
 // '#' comment (a trailing '\r' is dropped); stops at the first error it returns.
 template <typename Fn>
 absl::Status ForEachLine(std::string_view text, Fn fn) {
+  // A UTF-8 byte order mark (editors on Windows write one) is not part of line 1.
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
   int number = 0;
   size_t start = 0;
   while (start < text.size()) {

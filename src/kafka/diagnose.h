@@ -13,7 +13,8 @@
 // Inputs are text: an events file has one event per line, each starting with an
 // RFC 3339 timestamp (the runner's rebalance log, or consumer log lines grepped for
 // "rebalance"); a jitter file has one window per line, `START END`, both RFC 3339.
-// In both, blank lines and lines starting with '#' are skipped.
+// In both, blank lines and lines starting with '#' are skipped, and so is a UTF-8
+// byte order mark at the start.
 //
 // Thread safety: every function here is pure and safe to call concurrently.
 #pragma once

@@ -78,6 +78,10 @@ TEST(ParseEventsTest, OneEventPerLineSkippingBlanksAndComments) {
   EXPECT_EQ(events[1].at, Utc(2024, 6, 18, 10, 0, 7) + absl::Milliseconds(500));
   EXPECT_EQ(events[1].line, 5);
   EXPECT_EQ(events[2].line, 6);
+  // A byte order mark before line 1 is not part of it.
+  ASSERT_OK_AND_ASSIGN(events, ParseEvents("\xEF\xBB\xBF" "2024-06-18T10:00:05Z x\n", "bom.log"));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].line, 1);
 }
 
 TEST(ParseEventsTest, BadLinesAndEmptyFilesNameFileAndLine) {

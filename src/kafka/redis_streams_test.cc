@@ -390,6 +390,44 @@ TEST_F(RedisStreamsTest, DeadLetterByTheRunner) {
   EXPECT_THAT(t->DeadLetter(other, "x"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST_F(RedisStreamsTest, EntriesDeletedWhilePendingAreDeadLetteredNotDropped) {
+  const std::string kept = Add("e1", "one");
+  const std::string gone_mine = Add("e2", "two");
+  const std::string gone_claimed = Add("e3", "three");
+  {
+    auto t = Open(Options("c1"));
+    ASSERT_NE(t, nullptr);
+    ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(1000)));
+    ASSERT_EQ(batch.size(), 3u);
+  }  // c1 stops with all three pending; two are deleted from the stream
+  EXPECT_EQ(admin_.Run({"XDEL", stream_, gone_mine, gone_claimed}), "2");
+  // c1 restarted reads its pending list: the deleted entry comes back without fields.
+  RedisStreamsOptions o = Options("c1");
+  o.claim_interval = absl::ZeroDuration();
+  auto t = Open(o);
+  ASSERT_NE(t, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(2, milliseconds(1000)));
+  ASSERT_THAT(Ids(batch), ElementsAre(kept));
+  ASSERT_OK(t->Commit(batch));
+  // c2 claims what is left (XAUTOCLAIM reports the deleted entry apart).
+  o = Options("c2");
+  o.claim_min_idle = absl::ZeroDuration();
+  o.claim_interval = absl::ZeroDuration();
+  auto t2 = Open(o);
+  ASSERT_NE(t2, nullptr);
+  ASSERT_OK_AND_ASSIGN(batch, t2->Poll(10, milliseconds(50)));
+  EXPECT_TRUE(batch.empty());
+  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 0);
+  auto dead = admin_.Range(stream_ + ":dead-letter");
+  ASSERT_EQ(dead.size(), 2u);
+  std::vector<std::string> dead_ids;
+  for (auto& [id, fields] : dead) {
+    EXPECT_EQ(fields["idem-reason"], "deleted from the stream before it was acknowledged");
+    dead_ids.push_back(fields["idem-original-id"]);
+  }
+  EXPECT_THAT(dead_ids, ::testing::UnorderedElementsAre(gone_mine, gone_claimed));
+}
+
 TEST_F(RedisStreamsTest, KilledConnectionIsUnavailableThenReconnects) {
   auto t = Open(Options("killed-conn"));
   ASSERT_NE(t, nullptr);
