@@ -10,6 +10,8 @@
 // the windows' P99 duration.
 // Exit status: 0 the report was printed (whatever it says); 1 a file cannot be read
 // or holds a bad line (FILE:LINE: why); 2 a missing or malformed option.
+#include "kafka/diagnose.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,7 +27,6 @@
 #include "cli/reason.h"
 #include "core/absl_compat.h"
 #include "idem/ttl.h"
-#include "kafka/diagnose.h"
 #include "nlohmann/json.hpp"
 
 namespace idem::cli {
@@ -47,8 +48,7 @@ struct DiagnoseFlags {
 absl::StatusOr<std::string> ReadWhole(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
   }
   std::stringstream ss;
   ss << in.rdbuf();
@@ -72,12 +72,11 @@ void PrintHuman(const RebalanceFlags& f, const kafka::RebalanceDiagnosis& d, abs
   std::printf("jitter windows:  %zu (%s), P99 duration %s, longest %s\n", d.windows,
               f.jitter.c_str(), FormatTtlDuration(d.p99).c_str(),
               FormatTtlDuration(d.longest).c_str());
-  std::printf("inside a window: %zu of %zu (%s)%s\n", d.inside, d.events,
-              Percent(d.share).c_str(),
-              slack > absl::ZeroDuration()
-                  ? absl::StrCat(", counting ", FormatTtlDuration(slack), " after each window's end")
-                        .c_str()
-                  : "");
+  std::printf("inside a window: %zu of %zu (%s)%s\n", d.inside, d.events, Percent(d.share).c_str(),
+              slack > absl::ZeroDuration() ? absl::StrCat(", counting ", FormatTtlDuration(slack),
+                                                          " after each window's end")
+                                                 .c_str()
+                                           : "");
   if (!d.outside_lines.empty()) {
     std::printf("outside every window: %s %s of %s\n",
                 d.outside_lines.size() == 1 ? "line" : "lines", Lines(d.outside_lines, 10).c_str(),
@@ -165,8 +164,8 @@ int RunRebalance(const RebalanceFlags& f) {
     PrintReason(absl::StrCat("diagnose rebalance: ", windows.status().message()));
     return kExitFailure;
   }
-  const kafka::RebalanceDiagnosis d =
-      kafka::DiagnoseRebalances(*events, *windows, {.slack = *slack, .threshold_percent = f.threshold});
+  const kafka::RebalanceDiagnosis d = kafka::DiagnoseRebalances(
+      *events, *windows, {.slack = *slack, .threshold_percent = f.threshold});
   if (f.json) {
     std::printf("%s\n", Json(f, d, *slack).dump(2).c_str());
   } else {
@@ -178,8 +177,8 @@ int RunRebalance(const RebalanceFlags& f) {
 }  // namespace
 
 CommandFn AddDiagnoseCommand(CLI::App& root) {
-  CLI::App* cmd = root.add_subcommand(
-      "diagnose", "Diagnose a consumer group (see `idem diagnose rebalance`)");
+  CLI::App* cmd =
+      root.add_subcommand("diagnose", "Diagnose a consumer group (see `idem diagnose rebalance`)");
   cmd->require_subcommand(1, 1);
   auto flags = std::make_shared<DiagnoseFlags>();
   CLI::App* r = cmd->add_subcommand(

@@ -40,9 +40,10 @@ int DaysIn(int y, int m) {
 }
 
 absl::Status Bad(std::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      AV(why), " (want an RFC 3339 timestamp such as 2024-06-18T10:00:05Z or "
-               "2024-06-18T18:00:05.250+08:00)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(AV(why),
+                   " (want an RFC 3339 timestamp such as 2024-06-18T10:00:05Z or "
+                   "2024-06-18T18:00:05.250+08:00)"));
 }
 
 // The first field of `line`, at most 40 bytes, with control bytes shown as '?', to
@@ -96,8 +97,8 @@ absl::Status AtLine(std::string_view file, int line, std::string_view what) {
 absl::StatusOr<absl::Time> ParseRfc3339Prefix(std::string_view text, size_t* length) {
   size_t pos = 0;
   int year, month, day, hour, minute, second;
-  if (!Digits(text, &pos, 4, &year) || !Expect(text, &pos, '-') ||
-      !Digits(text, &pos, 2, &month) || !Expect(text, &pos, '-') || !Digits(text, &pos, 2, &day)) {
+  if (!Digits(text, &pos, 4, &year) || !Expect(text, &pos, '-') || !Digits(text, &pos, 2, &month) ||
+      !Expect(text, &pos, '-') || !Digits(text, &pos, 2, &day)) {
     return Bad("no date YYYY-MM-DD");
   }
   if (month < 1 || month > 12) return Bad(absl::StrCat("month ", month, " is not 1..12"));
@@ -147,9 +148,8 @@ absl::StatusOr<absl::Time> ParseRfc3339Prefix(std::string_view text, size_t* len
     return Bad("no UTC offset (Z, +HH:MM or -HH:MM) after the time");
   }
   // CivilSecond normalizes a leap second (:60) to the next minute's :00.
-  const absl::Time local =
-      absl::FromCivil(absl::CivilSecond(year, month, day, hour, minute, second),
-                      absl::UTCTimeZone());
+  const absl::Time local = absl::FromCivil(
+      absl::CivilSecond(year, month, day, hour, minute, second), absl::UTCTimeZone());
   *length = pos;
   return local - offset + fraction;
 }
@@ -161,8 +161,8 @@ absl::StatusOr<std::vector<Event>> ParseEvents(std::string_view text, std::strin
     absl::StatusOr<absl::Time> at = ParseRfc3339Prefix(line, &used);
     if (!at.ok()) {
       return AtLine(file, number,
-                    absl::StrCat("'", Excerpt(line), "' does not start with a timestamp: ",
-                                 at.status().message()));
+                    absl::StrCat("'", Excerpt(line),
+                                 "' does not start with a timestamp: ", at.status().message()));
     }
     if (used < line.size() && !EndsTimestamp(line[used])) {
       return AtLine(file, number,
@@ -174,8 +174,9 @@ absl::StatusOr<std::vector<Event>> ParseEvents(std::string_view text, std::strin
   });
   if (!s.ok()) return s;
   if (events.empty()) {
-    return AtLine(file, 1, text.empty() ? "the file is empty: no events"
-                                        : "no events (only blank lines and comments)");
+    return AtLine(file, 1,
+                  text.empty() ? "the file is empty: no events"
+                               : "no events (only blank lines and comments)");
   }
   return events;
 }
@@ -189,8 +190,8 @@ absl::StatusOr<std::vector<JitterWindow>> ParseJitterWindows(std::string_view te
     size_t used = 0;
     absl::StatusOr<absl::Time> start = ParseRfc3339Prefix(rest, &used);
     if (!start.ok()) {
-      return AtLine(file, number, absl::StrCat("START '", Excerpt(rest), "': ",
-                                               start.status().message()));
+      return AtLine(file, number,
+                    absl::StrCat("START '", Excerpt(rest), "': ", start.status().message()));
     }
     rest.remove_prefix(used);
     const size_t gap = rest.find_first_not_of(" \t");
@@ -207,23 +208,24 @@ absl::StatusOr<std::vector<JitterWindow>> ParseJitterWindows(std::string_view te
     }
     rest.remove_prefix(used);
     if (rest.find_first_not_of(" \t") != std::string_view::npos) {
-      return AtLine(file, number, absl::StrCat("unexpected text after END: '",
-                                               Excerpt(rest.substr(rest.find_first_not_of(
-                                                   " \t"))),
-                                               "' (a window is a line 'START END')"));
+      return AtLine(file, number,
+                    absl::StrCat("unexpected text after END: '",
+                                 Excerpt(rest.substr(rest.find_first_not_of(" \t"))),
+                                 "' (a window is a line 'START END')"));
     }
     if (*end < *start) {
-      return AtLine(file, number,
-                    absl::StrCat("END is before START (by ", absl::FormatDuration(*start - *end),
-                                 ")"));
+      return AtLine(
+          file, number,
+          absl::StrCat("END is before START (by ", absl::FormatDuration(*start - *end), ")"));
     }
     windows.push_back({*start, *end, number});
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
   if (windows.empty()) {
-    return AtLine(file, 1, text.empty() ? "the file is empty: no jitter windows"
-                                        : "no jitter windows (only blank lines and comments)");
+    return AtLine(file, 1,
+                  text.empty() ? "the file is empty: no jitter windows"
+                               : "no jitter windows (only blank lines and comments)");
   }
   return windows;
 }

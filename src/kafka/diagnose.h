@@ -102,8 +102,8 @@ struct DiagnoseOptions {
 
 struct RebalanceDiagnosis {
   size_t events = 0;
-  size_t inside = 0;  // events with start <= at <= end + slack for some window
-  double share = 0;   // inside / events
+  size_t inside = 0;               // events with start <= at <= end + slack for some window
+  double share = 0;                // inside / events
   std::vector<int> outside_lines;  // lines of the events outside every window, in order
   size_t windows = 0;
   absl::Duration p99;

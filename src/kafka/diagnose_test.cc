@@ -79,14 +79,16 @@ TEST(ParseEventsTest, OneEventPerLineSkippingBlanksAndComments) {
   EXPECT_EQ(events[1].line, 5);
   EXPECT_EQ(events[2].line, 6);
   // A byte order mark before line 1 is not part of it.
-  ASSERT_OK_AND_ASSIGN(events, ParseEvents("\xEF\xBB\xBF" "2024-06-18T10:00:05Z x\n", "bom.log"));
+  ASSERT_OK_AND_ASSIGN(events, ParseEvents("\xEF\xBB\xBF"
+                                           "2024-06-18T10:00:05Z x\n",
+                                           "bom.log"));
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].line, 1);
 }
 
 TEST(ParseEventsTest, BadLinesAndEmptyFilesNameFileAndLine) {
-  absl::Status s = ParseEvents("2024-06-18T10:00:05Z ok\nJun 18 10:00:06 kicked\n", "ev.log")
-                       .status();
+  absl::Status s =
+      ParseEvents("2024-06-18T10:00:05Z ok\nJun 18 10:00:06 kicked\n", "ev.log").status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Message(s), HasSubstr("ev.log:2: 'Jun' does not start with a timestamp"));
   s = ParseEvents("2024-06-18T10:00:05Zrebalance\n", "ev.log").status();
@@ -193,15 +195,15 @@ TEST(DiagnoseRebalancesTest, CountsEventsInsideWindowsInclusive) {
   std::vector<JitterWindow> w = {{t + absl::Seconds(100), t + absl::Seconds(110), 1},
                                  {t, t + absl::Seconds(10), 2},
                                  {t + absl::Seconds(5), t + absl::Seconds(20), 3}};
-  std::vector<Event> e = EventsAt({t,                       // a window's start: inside
-                                   t + absl::Seconds(15),   // only the overlapping one
-                                   t + absl::Seconds(20),   // its end: inside
-                                   t + absl::Seconds(21),   // outside
-                                   t - absl::Seconds(1),    // before all: outside
-                                   t + absl::Seconds(105),  // inside
-                                   t + absl::Seconds(200),  // after all: outside
-                                   t + absl::Seconds(8), t + absl::Seconds(101),
-                                   t + absl::Seconds(110)});
+  std::vector<Event> e =
+      EventsAt({t,                       // a window's start: inside
+                t + absl::Seconds(15),   // only the overlapping one
+                t + absl::Seconds(20),   // its end: inside
+                t + absl::Seconds(21),   // outside
+                t - absl::Seconds(1),    // before all: outside
+                t + absl::Seconds(105),  // inside
+                t + absl::Seconds(200),  // after all: outside
+                t + absl::Seconds(8), t + absl::Seconds(101), t + absl::Seconds(110)});
   RebalanceDiagnosis d = DiagnoseRebalances(e, w, {});
   EXPECT_EQ(d.events, 10u);
   EXPECT_EQ(d.inside, 7u);

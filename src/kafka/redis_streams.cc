@@ -22,9 +22,7 @@ struct ReplyDeleter {
 };
 using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 
-timeval AsTimeval(absl::Duration d) {
-  return absl::ToTimeval(std::max(d, absl::Milliseconds(1)));
-}
+timeval AsTimeval(absl::Duration d) { return absl::ToTimeval(std::max(d, absl::Milliseconds(1))); }
 
 std::string Str(const redisReply* r) {
   if (r == nullptr || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS &&
@@ -73,8 +71,8 @@ class RedisStreamsTransport::Connection {
  public:
   static absl::StatusOr<std::unique_ptr<Connection>> Open(const Address& a,
                                                           const RedisStreamsOptions& o) {
-    redisContext* raw = redisConnectWithTimeout(a.redis.host.c_str(), a.redis.port,
-                                                AsTimeval(o.connect_timeout));
+    redisContext* raw =
+        redisConnectWithTimeout(a.redis.host.c_str(), a.redis.port, AsTimeval(o.connect_timeout));
     if (raw == nullptr) return absl::UnavailableError("redis-streams: cannot allocate a context");
     std::unique_ptr<Connection> c(new Connection(raw, a.where, o.command_timeout));
     if (raw->err != 0) {
@@ -93,7 +91,8 @@ class RedisStreamsTransport::Connection {
       }
       IDEM_RETURN_IF_ERROR(auth);
     }
-    if (a.redis.db != 0) IDEM_RETURN_IF_ERROR(c->Run({"SELECT", std::to_string(a.redis.db)}).status());
+    if (a.redis.db != 0)
+      IDEM_RETURN_IF_ERROR(c->Run({"SELECT", std::to_string(a.redis.db)}).status());
     IDEM_RETURN_IF_ERROR(c->Run({"CLIENT", "SETNAME", ClientName(o.consumer)}).status());
     return c;
   }
@@ -109,8 +108,9 @@ class RedisStreamsTransport::Connection {
 
   // Sends `commands` in one write and reads their replies, in order. A refusal of
   // any of them is the error (the others still ran).
-  absl::StatusOr<std::vector<ReplyPtr>> Pipeline(const std::vector<std::vector<std::string>>& commands,
-                                                 absl::Duration wait = absl::ZeroDuration()) {
+  absl::StatusOr<std::vector<ReplyPtr>> Pipeline(
+      const std::vector<std::vector<std::string>>& commands,
+      absl::Duration wait = absl::ZeroDuration()) {
     if (broken_) return absl::UnavailableError(absl::StrCat("redis-streams: ", where_, ": closed"));
     for (const std::vector<std::string>& args : commands) {
       std::vector<const char*> argv;
@@ -127,6 +127,7 @@ class RedisStreamsTransport::Connection {
     if (wait > absl::ZeroDuration()) redisSetTimeout(c_, AsTimeval(timeout_ + wait));
     std::vector<ReplyPtr> replies;
     std::string refused;
+    std::string refused_command;
     nogroup_ = false;
     for (size_t i = 0; i < commands.size(); ++i) {
       void* raw = nullptr;
@@ -134,6 +135,7 @@ class RedisStreamsTransport::Connection {
       ReplyPtr reply(static_cast<redisReply*>(raw));
       if (reply->type == REDIS_REPLY_ERROR && refused.empty()) {
         refused = Str(reply.get());
+        refused_command = commands[i].front();
         if (absl::StartsWith(refused, "BUSYGROUP")) busygroup_ = true;
       }
       replies.push_back(std::move(reply));
@@ -141,8 +143,8 @@ class RedisStreamsTransport::Connection {
     if (wait > absl::ZeroDuration()) redisSetTimeout(c_, AsTimeval(timeout_));
     if (!refused.empty()) {
       nogroup_ = absl::StartsWith(refused, "NOGROUP");
-      std::string msg = absl::StrCat("redis-streams: ", where_, ": ", commands.front().front(),
-                                     " refused: ", refused);
+      std::string msg =
+          absl::StrCat("redis-streams: ", where_, ": ", refused_command, " refused: ", refused);
       return IsFatalReply(refused) ? absl::FailedPreconditionError(msg)
                                    : absl::UnavailableError(msg);
     }
@@ -280,9 +282,9 @@ absl::Status Malformed(std::string_view command) {
 // The entries of an XREADGROUP/XAUTOCLAIM list: those still in the stream, and in
 // `deleted` those deleted while pending (no fields). `*last_id`: the list's last id.
 absl::StatusOr<std::vector<Message>> ParseEntries(const redisReply* list,
-                                                 const RedisStreamsOptions& o,
-                                                 std::vector<Message>* deleted,
-                                                 std::string* last_id) {
+                                                  const RedisStreamsOptions& o,
+                                                  std::vector<Message>* deleted,
+                                                  std::string* last_id) {
   std::vector<Message> out;
   if (!IsArray(list)) return Malformed("XREADGROUP");
   for (size_t i = 0; i < list->elements; ++i) {
@@ -318,9 +320,10 @@ absl::Status RedisStreamsTransport::CountDeliveries(std::vector<Message>& batch)
     }
     batch[i].deliveries = row->element[3]->integer;
     if (batch[i].deliveries > options_.max_deliveries) {
-      IDEM_RETURN_IF_ERROR(DeadLetterNow(
-          batch[i], absl::StrCat("delivered ", batch[i].deliveries, " times, more than "
-                                 "max_deliveries ", options_.max_deliveries)));
+      IDEM_RETURN_IF_ERROR(DeadLetterNow(batch[i], absl::StrCat("delivered ", batch[i].deliveries,
+                                                                " times, more than "
+                                                                "max_deliveries ",
+                                                                options_.max_deliveries)));
       continue;
     }
     kept.push_back(std::move(batch[i]));
@@ -364,10 +367,10 @@ absl::StatusOr<std::vector<Message>> RedisStreamsTransport::Claim(size_t max) {
   // bounded number per poll, so a long list of dead-lettered entries cannot hold
   // the poll up.
   for (int round = 0; round < 8; ++round) {
-    absl::StatusOr<ReplyPtr> r = conn_->Run(
-        {"XAUTOCLAIM", options_.stream, options_.group, options_.consumer,
-         std::to_string(absl::ToInt64Milliseconds(options_.claim_min_idle)), claim_cursor_,
-         "COUNT", std::to_string(max)});
+    absl::StatusOr<ReplyPtr> r =
+        conn_->Run({"XAUTOCLAIM", options_.stream, options_.group, options_.consumer,
+                    std::to_string(absl::ToInt64Milliseconds(options_.claim_min_idle)),
+                    claim_cursor_, "COUNT", std::to_string(max)});
     if (!r.ok()) return Failed(r.status());
     // [next cursor, [entries], [ids deleted from the stream]] (Redis 7).
     const redisReply* reply = r->get();
@@ -402,8 +405,8 @@ absl::StatusOr<std::vector<Message>> RedisStreamsTransport::Claim(size_t max) {
 
 absl::StatusOr<std::vector<Message>> RedisStreamsTransport::ReadNew(
     size_t max, std::chrono::milliseconds timeout) {
-  std::vector<std::string> args = {"XREADGROUP", "GROUP", options_.group, options_.consumer,
-                                   "COUNT", std::to_string(max)};
+  std::vector<std::string> args = {"XREADGROUP",      "GROUP", options_.group,
+                                   options_.consumer, "COUNT", std::to_string(max)};
   absl::Duration wait = absl::ZeroDuration();
   if (timeout.count() > 0) {  // BLOCK 0 would wait forever
     args.insert(args.end(), {"BLOCK", std::to_string(timeout.count())});
@@ -466,23 +469,21 @@ absl::Status RedisStreamsTransport::Commit(const std::vector<Message>& done) {
 
 absl::Status RedisStreamsTransport::DeadLetter(const Message& message, std::string_view reason) {
   if (message.source != options_.stream || message.id.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("redis-streams: dead-letter of a message not read from stream '",
-                     options_.stream, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "redis-streams: dead-letter of a message not read from stream '", options_.stream, "'"));
   }
   IDEM_RETURN_IF_ERROR(Ensure());
   return DeadLetterNow(message, reason);
 }
 
-absl::Status RedisStreamsTransport::DeadLetterNow(const Message& message,
-                                                  std::string_view reason) {
+absl::Status RedisStreamsTransport::DeadLetterNow(const Message& message, std::string_view reason) {
   std::vector<std::string> add = {"XADD", options_.dead_letter_stream, "*"};
   if (!options_.payload_field.empty() && !message.payload.empty()) {
     add.insert(add.end(), {options_.payload_field, message.payload});
   }
   for (const auto& [name, value] : message.headers) add.insert(add.end(), {name, value});
-  add.insert(add.end(), {"idem-reason", std::string(reason), "idem-original-stream",
-                         message.source, "idem-original-id", message.id, "idem-deliveries",
+  add.insert(add.end(), {"idem-reason", std::string(reason), "idem-original-stream", message.source,
+                         "idem-original-id", message.id, "idem-deliveries",
                          std::to_string(message.deliveries)});
   // Both or neither: a crash in between must neither lose the entry (acknowledged,
   // not dead-lettered) nor file it twice.

@@ -75,7 +75,7 @@ struct RedisStreamsOptions {
   absl::Duration claim_interval = absl::Seconds(1);
   absl::Duration connect_timeout = absl::Seconds(1);
   absl::Duration command_timeout = absl::Seconds(2);  // added to a poll's wait
-  const Clock* clock = Clock::Real();                  // not owned; must outlive the transport
+  const Clock* clock = Clock::Real();                 // not owned; must outlive the transport
 };
 
 class RedisStreamsTransport : public Transport {
@@ -127,11 +127,11 @@ class RedisStreamsTransport : public Transport {
   std::unique_ptr<Address> address_;
   std::unique_ptr<Connection> conn_;  // null: reconnect on the next call
   bool group_ready_ = false;
-  bool own_pending_done_ = false;     // step 1 of Poll is over
+  bool own_pending_done_ = false;  // step 1 of Poll is over
   std::string own_pending_cursor_ = "0";
   std::string claim_cursor_ = "0-0";
   absl::Time last_claim_ = absl::InfinitePast();
-  bool announced_ = false;            // the first assignment was told to the listener
+  bool announced_ = false;  // the first assignment was told to the listener
   RebalanceListener listener_;
 };
 

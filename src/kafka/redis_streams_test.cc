@@ -34,11 +34,11 @@ namespace idem::kafka {
 namespace {
 
 using ::idem::testing::StatusIs;
+using std::chrono::milliseconds;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::Pair;
-using std::chrono::milliseconds;
 
 std::string RedisUrl() {
   const char* url = std::getenv("IDEM_TEST_REDIS_URL");
@@ -102,8 +102,8 @@ class Admin {
   }
 
   int64_t PendingCount(const std::string& stream, const std::string& group) {
-    auto* r = static_cast<redisReply*>(
-        redisCommand(c_, "XPENDING %s %s", stream.c_str(), group.c_str()));
+    auto* r =
+        static_cast<redisReply*>(redisCommand(c_, "XPENDING %s %s", stream.c_str(), group.c_str()));
     int64_t n = -1;
     if (r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements > 0) n = r->element[0]->integer;
     if (r != nullptr) freeReplyObject(r);
@@ -142,13 +142,15 @@ class RedisStreamsTest : public ::testing::Test {
     ASSERT_TRUE(admin_.ok()) << "cannot reach IDEM_TEST_REDIS_URL";
     stream_ = Unique("stream");
   }
-  void TearDown() override {
-    admin_.Run({"DEL", stream_, stream_ + ":dead-letter"});
-  }
+  void TearDown() override { admin_.Run({"DEL", stream_, stream_ + ":dead-letter"}); }
 
   RedisStreamsOptions Options(const std::string& consumer) {
-    return {.url = RedisUrl(), .stream = stream_, .group = "g", .consumer = consumer,
-            .key_field = "event_id", .claim_min_idle = absl::Seconds(30)};
+    return {.url = RedisUrl(),
+            .stream = stream_,
+            .group = "g",
+            .consumer = consumer,
+            .key_field = "event_id",
+            .claim_min_idle = absl::Seconds(30)};
   }
   std::unique_ptr<RedisStreamsTransport> Open(RedisStreamsOptions o) {
     absl::StatusOr<std::unique_ptr<RedisStreamsTransport>> t =

@@ -13,9 +13,9 @@
 namespace idem {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Exec;
 using testing::ExpectOneLineFailure;
+using ::testing::HasSubstr;
 using testing::RunIdemIn;
 
 // Ten rebalances, eight of them inside the four jitter windows (seed 0's 80 %):
@@ -51,7 +51,8 @@ class DiagnoseCliTest : public ::testing::Test {
   Exec Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
   Exec Diagnose(const std::string& events, const std::string& jitter,
                 std::vector<std::string> more = {}) {
-    std::vector<std::string> args = {"diagnose", "rebalance", "--events", Write("ev.log", events),
+    std::vector<std::string> args = {"diagnose", "rebalance",
+                                     "--events", Write("ev.log", events),
                                      "--jitter", Write("jitter.txt", jitter)};
     args.insert(args.end(), more.begin(), more.end());
     return Idem(args);
@@ -65,8 +66,7 @@ TEST_F(DiagnoseCliTest, ReportsTheShareTheVerdictAndTheTimeouts) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_THAT(r.out, HasSubstr("events:          10 (ev.log)\n"));
-  EXPECT_THAT(r.out,
-              HasSubstr("jitter windows:  4 (jitter.txt), P99 duration 15s, longest 15s\n"));
+  EXPECT_THAT(r.out, HasSubstr("jitter windows:  4 (jitter.txt), P99 duration 15s, longest 15s\n"));
   EXPECT_THAT(r.out, HasSubstr("inside a window: 8 of 10 (80.0%)\n"));
   EXPECT_THAT(r.out, HasSubstr("outside every window: lines 7, 12 of ev.log\n"));
   EXPECT_THAT(r.out, HasSubstr("verdict: 80.0% >= 80%: network jitter explains the rebalances"));
@@ -103,8 +103,9 @@ TEST_F(DiagnoseCliTest, BadFilesNameFileAndLineAndExitOne) {
   EXPECT_THAT(r.err, HasSubstr("ev.log:2: "));
   EXPECT_THAT(r.err, HasSubstr("no UTC offset"));
 
-  r = Diagnose(kEvents, "2024-06-18T10:00:00Z 2024-06-18T10:00:15Z\n"
-                        "2024-06-18T10:20:04Z 2024-06-18T10:20:00Z\n");
+  r = Diagnose(kEvents,
+               "2024-06-18T10:00:00Z 2024-06-18T10:00:15Z\n"
+               "2024-06-18T10:20:04Z 2024-06-18T10:20:00Z\n");
   ExpectOneLineFailure(r, 1);
   EXPECT_THAT(r.err, HasSubstr("jitter.txt:2: END is before START (by 4s)"));
 
