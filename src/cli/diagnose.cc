@@ -180,6 +180,9 @@ CommandFn AddDiagnoseCommand(CLI::App& root) {
   CLI::App* cmd =
       root.add_subcommand("diagnose", "Diagnose a consumer group (see `idem diagnose rebalance`)");
   cmd->require_subcommand(1, 1);
+  cmd->footer(absl::StrCat("rebalance suggests consumer timeouts by this rule: ",
+                           AV(kafka::kTimeoutRule),
+                           ". `idem diagnose rebalance --help` describes its input files."));
   auto flags = std::make_shared<DiagnoseFlags>();
   CLI::App* r = cmd->add_subcommand(
       "rebalance",
