@@ -493,6 +493,24 @@ TEST_F(RedisStreamsTest, ServerGoneIsUnavailableThenRecoversWithoutLoss) {
   EXPECT_EQ(admin_.PendingCount(stream_, "g"), 0);
 }
 
+// A server restarted without persistence (or a stream deleted by hand) has lost the
+// group: one kUnavailable, then the group is created again.
+TEST_F(RedisStreamsTest, LostGroupIsCreatedAgain) {
+  auto t = Open(Options("c1"));
+  ASSERT_NE(t, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(10)));
+  EXPECT_TRUE(batch.empty());
+  EXPECT_EQ(admin_.Run({"DEL", stream_}), "1");
+  absl::Status lost = t->Poll(10, milliseconds(10)).status();
+  EXPECT_THAT(lost, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(std::string(lost.message()), HasSubstr("NOGROUP"));
+  ASSERT_OK_AND_ASSIGN(batch, t->Poll(10, milliseconds(10)));
+  EXPECT_TRUE(batch.empty());
+  const std::string id = Add("e1", "after");
+  ASSERT_OK_AND_ASSIGN(batch, t->Poll(10, milliseconds(1000)));
+  EXPECT_THAT(Ids(batch), ElementsAre(id));
+}
+
 TEST_F(RedisStreamsTest, NoPasswordInErrors) {
   std::unique_ptr<testing::FaultProxy> proxy = testing::FaultProxy::Start(admin_.port());
   ASSERT_NE(proxy, nullptr);
