@@ -431,14 +431,15 @@ TEST_F(RedisStreamsTest, EntriesDeletedWhilePendingAreDeadLetteredNotDropped) {
 }
 
 TEST_F(RedisStreamsTest, KilledConnectionIsUnavailableThenReconnects) {
-  auto t = Open(Options("killed-conn"));
+  const std::string consumer = Unique("killed-conn");  // its connection is found by name
+  auto t = Open(Options(consumer));
   ASSERT_NE(t, nullptr);
   const std::string id1 = Add("e1", "one");
   ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(1000)));
   ASSERT_THAT(Ids(batch), ElementsAre(id1));
   // The server drops the transport's connection (found by its client name).
   std::string list = admin_.Run({"CLIENT", "LIST"});
-  const size_t at = list.find("name=idem-streams:killed-conn");
+  const size_t at = list.find("name=idem-streams:" + consumer + " ");
   ASSERT_NE(at, std::string::npos) << list;
   const size_t line = list.rfind('\n', at);
   const size_t id_at = list.find("id=", line == std::string::npos ? 0 : line);
