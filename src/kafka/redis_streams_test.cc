@@ -8,7 +8,6 @@
 // FAILS without it, on purpose. Each test uses streams of its own.
 #include "kafka/redis_streams.h"
 
-#include <hiredis/hiredis.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,110 +24,22 @@
 #include "gtest/gtest.h"
 #include "idem/guard.h"
 #include "idem/idem.h"
-#include "store/redis/redis_client.h"
 #include "testing/fault_proxy.h"
+#include "testing/redis_admin.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 
 namespace idem::kafka {
 namespace {
 
+using ::idem::testing::RedisAdmin;
+using ::idem::testing::RedisUrl;
 using ::idem::testing::StatusIs;
 using std::chrono::milliseconds;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::Pair;
-
-std::string RedisUrl() {
-  const char* url = std::getenv("IDEM_TEST_REDIS_URL");
-  if (url == nullptr || *url == '\0') {
-    ADD_FAILURE() << "IDEM_TEST_REDIS_URL is not set: scripts/services.sh start DIR, then "
-                     "source DIR/env.sh";
-    return "redis://IDEM_TEST_REDIS_URL-is-not-set.invalid:1";
-  }
-  return url;
-}
-
-// A plain connection for setting up and checking, beside the transport's.
-class Admin {
- public:
-  Admin() {
-    absl::StatusOr<redis::RedisAddress> a = redis::ParseRedisUrl(RedisUrl());
-    if (!a.ok()) return;
-    port_ = a->port;
-    timeval tv{2, 0};
-    c_ = redisConnectWithTimeout(a->host.c_str(), a->port, tv);
-  }
-  ~Admin() {
-    if (c_ != nullptr) redisFree(c_);
-  }
-  bool ok() const { return c_ != nullptr && c_->err == 0; }
-  int port() const { return port_; }
-
-  // Runs a command; the reply as text: strings, integers, nil as "(nil)", arrays
-  // flattened with spaces.
-  std::string Run(const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const std::string& s : args) {
-      argv.push_back(s.data());
-      lens.push_back(s.size());
-    }
-    auto* r = static_cast<redisReply*>(
-        redisCommandArgv(c_, static_cast<int>(argv.size()), argv.data(), lens.data()));
-    if (r == nullptr) return "(no reply)";
-    std::string out = Flatten(r);
-    freeReplyObject(r);
-    return out;
-  }
-
-  // The stream's entries: id → fields.
-  std::vector<std::pair<std::string, std::map<std::string, std::string>>> Range(
-      const std::string& stream) {
-    auto* r = static_cast<redisReply*>(redisCommand(c_, "XRANGE %s - +", stream.c_str()));
-    std::vector<std::pair<std::string, std::map<std::string, std::string>>> out;
-    if (r == nullptr) return out;
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
-      const redisReply* e = r->element[i];
-      std::map<std::string, std::string> fields;
-      for (size_t j = 0; j + 1 < e->element[1]->elements; j += 2) {
-        fields[e->element[1]->element[j]->str] = e->element[1]->element[j + 1]->str;
-      }
-      out.emplace_back(e->element[0]->str, std::move(fields));
-    }
-    freeReplyObject(r);
-    return out;
-  }
-
-  int64_t PendingCount(const std::string& stream, const std::string& group) {
-    auto* r =
-        static_cast<redisReply*>(redisCommand(c_, "XPENDING %s %s", stream.c_str(), group.c_str()));
-    int64_t n = -1;
-    if (r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements > 0) n = r->element[0]->integer;
-    if (r != nullptr) freeReplyObject(r);
-    return n;
-  }
-
- private:
-  static std::string Flatten(const redisReply* r) {
-    switch (r->type) {
-      case REDIS_REPLY_INTEGER:
-        return std::to_string(r->integer);
-      case REDIS_REPLY_NIL:
-        return "(nil)";
-      case REDIS_REPLY_ARRAY: {
-        std::string out;
-        for (size_t i = 0; i < r->elements; ++i) out += (i ? " " : "") + Flatten(r->element[i]);
-        return out;
-      }
-      default:
-        return std::string(r->str, r->len);
-    }
-  }
-  redisContext* c_ = nullptr;
-  int port_ = 0;
-};
 
 std::string Unique(const std::string& what) {
   static std::atomic<int> n{0};
@@ -168,7 +79,7 @@ class RedisStreamsTest : public ::testing::Test {
     return ids;
   }
 
-  Admin admin_;
+  RedisAdmin admin_;
   std::string stream_;
 };
 
