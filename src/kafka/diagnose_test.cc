@@ -2,6 +2,7 @@
 // answers worked out by hand.
 #include "kafka/diagnose.h"
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,23 @@ TEST(Rfc3339Test, SaysWhatIsWrong) {
   EXPECT_THAT(Message(Parse("2024-06-18T10:00:05+0800").status()), HasSubstr("+HH:MM"));
   EXPECT_THAT(Message(Parse("Jun 18 10:00:05").status()), HasSubstr("no date"));
   EXPECT_THAT(Message(Parse("").status()), HasSubstr("no date"));
+}
+
+// What absl formats as RFC 3339, in any offset and with any fraction, reads back
+// as the same instant (a fixed seed: the same cases every run).
+TEST(Rfc3339Test, ReadsBackWhatAbslFormats) {
+  std::mt19937_64 rng(12);
+  for (int i = 0; i < 2000; ++i) {
+    const absl::Time t =
+        absl::FromUnixNanos(static_cast<int64_t>(rng() % 4102444800000000000ull));  // < 2100
+    const absl::TimeZone zone = absl::FixedTimeZone(static_cast<int>(rng() % 1681) * 60 - 50400);
+    const std::string text = absl::FormatTime(absl::RFC3339_full, t, zone);
+    size_t used = 0;
+    absl::StatusOr<absl::Time> back = Parse(text, &used);
+    ASSERT_TRUE(back.ok()) << text << ": " << back.status();
+    EXPECT_EQ(*back, t) << text;
+    EXPECT_EQ(used, text.size()) << text;
+  }
 }
 
 TEST(ParseEventsTest, OneEventPerLineSkippingBlanksAndComments) {
