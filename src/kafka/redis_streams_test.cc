@@ -1,8 +1,7 @@
 // RedisStreamsTransport against a real redis-server: field mapping, commit (XACK),
-// redelivery of what was not committed, a SIGKILLed consumer's pending entries
-// claimed by another (XAUTOCLAIM) with one effect per event through the Guard on
-// SQLite, dead-lettering after max deliveries, and the connection going away
-// (kUnavailable, then recovery, nothing lost).
+// redelivery of what was not committed, dead-lettering after max deliveries and of
+// deleted entries, and the connection going away (kUnavailable, then recovery,
+// nothing lost). Claims with effects through the Guard: redis_streams_guard_test.cc.
 //
 // Needs IDEM_TEST_REDIS_URL (scripts/services.sh start DIR; source DIR/env.sh);
 // FAILS without it, on purpose. Each test uses streams of its own.
@@ -24,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "idem/guard.h"
 #include "idem/idem.h"
+#include "kafka/redis_streams_test_util.h"
 #include "testing/fault_proxy.h"
 #include "testing/redis_admin.h"
 #include "testing/status_matchers.h"
@@ -32,56 +32,12 @@
 namespace idem::kafka {
 namespace {
 
-using ::idem::testing::RedisAdmin;
-using ::idem::testing::RedisUrl;
 using ::idem::testing::StatusIs;
 using std::chrono::milliseconds;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::Pair;
-
-std::string Unique(const std::string& what) {
-  static std::atomic<int> n{0};
-  return "idem-test:" + std::to_string(std::random_device{}() % 1000000) + ":" +
-         std::to_string(getpid()) + ":" + std::to_string(n++) + ":" + what;
-}
-
-class RedisStreamsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_TRUE(admin_.ok()) << "cannot reach IDEM_TEST_REDIS_URL";
-    stream_ = Unique("stream");
-  }
-  void TearDown() override { admin_.Run({"DEL", stream_, stream_ + ":dead-letter"}); }
-
-  RedisStreamsOptions Options(const std::string& consumer) {
-    return {.url = RedisUrl(),
-            .stream = stream_,
-            .group = "g",
-            .consumer = consumer,
-            .key_field = "event_id",
-            .claim_min_idle = absl::Seconds(30)};
-  }
-  std::unique_ptr<RedisStreamsTransport> Open(RedisStreamsOptions o) {
-    absl::StatusOr<std::unique_ptr<RedisStreamsTransport>> t =
-        RedisStreamsTransport::Open(std::move(o));
-    EXPECT_OK(t);
-    return t.ok() ? *std::move(t) : nullptr;
-  }
-  std::string Add(const std::string& event_id, const std::string& payload) {
-    return admin_.Run({"XADD", stream_, "*", "event_id", event_id, "type", "refund.requested",
-                       "payload", payload});
-  }
-  static std::vector<std::string> Ids(const std::vector<Message>& batch) {
-    std::vector<std::string> ids;
-    for (const Message& m : batch) ids.push_back(m.id);
-    return ids;
-  }
-
-  RedisAdmin admin_;
-  std::string stream_;
-};
 
 TEST_F(RedisStreamsTest, PollMapsFieldsAndCommitAcknowledges) {
   auto t = Open(Options("c1"));
@@ -151,104 +107,6 @@ TEST_F(RedisStreamsTest, WhatWasNotCommittedIsDeliveredAgain) {
   EXPECT_EQ(batch[1].deliveries, 2);
   ASSERT_OK(t2->Commit(batch));
   EXPECT_EQ(admin_.PendingCount(stream_, "g"), 0);
-}
-
-// The effect of one event: a row in the application's table, under the Guard keyed
-// on the event id. The table has no unique key, so a second effect would show.
-absl::StatusOr<Outcome> Effect(Guard& guard, const Message& m) {
-  const std::string* event_id = m.Header("event_id");
-  if (event_id == nullptr) return absl::InvalidArgumentError("no event_id");
-  IDEM_ASSIGN_OR_RETURN(
-      Result r, guard.Run({.biz_type = "stream-effect", .key = *event_id},
-                          [&](Transaction& tx) -> absl::StatusOr<std::string> {
-                            IDEM_RETURN_IF_ERROR(
-                                tx.Exec("INSERT INTO effects (event_id, entry_id) VALUES (?, ?)",
-                                        {Value(*event_id), Value(m.id)})
-                                    .status());
-                            return std::string("done");
-                          }));
-  return r.outcome;
-}
-
-TEST_F(RedisStreamsTest, KilledConsumersPendingEntriesAreClaimedWithOneEffectEach) {
-  testing::TempDir dir;
-  const std::string store_url = "sqlite://" + dir.file("app.db");
-  {
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(store_url));
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-    ASSERT_OK(tx->Exec("CREATE TABLE effects (event_id TEXT NOT NULL, entry_id TEXT NOT NULL)"));
-    ASSERT_OK(tx->Commit());
-  }
-  // Six events; e2 is produced twice (a producer retry): seven entries.
-  std::vector<std::string> ids;
-  for (const char* e : {"e0", "e1", "e2", "e2", "e3", "e4", "e5"}) ids.push_back(Add(e, "p"));
-
-  // c1 reads all seven, runs the effects of the first four, and is SIGKILLed before
-  // it acknowledges anything.
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    absl::StatusOr<std::unique_ptr<RedisStreamsTransport>> t =
-        RedisStreamsTransport::Open(Options("c1"));
-    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(store_url);
-    if (!t.ok() || !store.ok()) _exit(10);
-    absl::StatusOr<std::vector<Message>> batch = (*t)->Poll(10, milliseconds(2000));
-    if (!batch.ok() || batch->size() != 7) _exit(11);
-    Guard guard(**store);
-    for (size_t i = 0; i < 4; ++i) {
-      if (!Effect(guard, (*batch)[i]).ok()) _exit(12);
-    }
-    raise(SIGKILL);
-    _exit(13);
-  }
-  int wstatus = 0;
-  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
-  ASSERT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL)
-      << "the consumer did not get to its kill (exit " << WEXITSTATUS(wstatus) << ")";
-  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 7);
-
-  // c2 claims c1's entries once they are idle for claim_min_idle.
-  RedisStreamsOptions o = Options("c2");
-  o.claim_min_idle = absl::Milliseconds(200);
-  o.claim_interval = absl::ZeroDuration();
-  auto t = Open(o);
-  ASSERT_NE(t, nullptr);
-  int assigned = 0;
-  t->SetRebalanceListener([&](const Rebalance& r) {
-    if (r.kind == Rebalance::Kind::kAssigned) ++assigned;
-  });
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(store_url));
-  Guard guard(*store);
-  std::vector<Message> got;
-  std::map<Outcome, int> outcomes;
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (got.size() < 7 && absl::Now() < deadline) {
-    ASSERT_OK_AND_ASSIGN(std::vector<Message> batch, t->Poll(10, milliseconds(100)));
-    for (const Message& m : batch) {
-      ASSERT_OK_AND_ASSIGN(Outcome outcome, Effect(guard, m));
-      ++outcomes[outcome];
-    }
-    ASSERT_OK(t->Commit(batch));  // after the effects committed
-    got.insert(got.end(), batch.begin(), batch.end());
-  }
-  ASSERT_EQ(Ids(got), ids);
-  for (const Message& m : got) EXPECT_EQ(m.deliveries, 2) << m.id;
-  EXPECT_EQ(assigned, 2);  // joining, then the claim
-  // c1 ran e0, e1 and e2 (its duplicate, the 4th entry, replayed there): all four
-  // replay here; e3, e4 and e5 run here, once each.
-  EXPECT_EQ(outcomes[Outcome::kReplayed], 4);
-  EXPECT_EQ(outcomes[Outcome::kExecuted], 3);
-  EXPECT_EQ(admin_.PendingCount(stream_, "g"), 0);
-
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-  ASSERT_OK_AND_ASSIGN(Rows rows, tx->Query("SELECT event_id, COUNT(*) FROM effects "
-                                            "GROUP BY event_id ORDER BY event_id"));
-  ASSERT_OK(tx->Commit());
-  std::vector<std::string> per_event;
-  for (const auto& row : rows.rows) {
-    per_event.push_back(row[0].as_text() + "=" + std::to_string(row[1].as_int()));
-  }
-  EXPECT_THAT(per_event, ElementsAre("e0=1", "e1=1", "e2=1", "e3=1", "e4=1", "e5=1"));
 }
 
 TEST_F(RedisStreamsTest, DeadLettersAfterMaxDeliveries) {
