@@ -32,15 +32,19 @@ using ::idem::testing::StatusIs;
 using std::chrono::milliseconds;
 using ::testing::ElementsAre;
 
+// The application's table of effects, in the SQLite store at `store_url`: no
+// unique key, so a second effect of an event would show as a second row.
+void CreateEffectsTable(const std::string& store_url) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(store_url));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
+  ASSERT_OK(tx->Exec("CREATE TABLE effects (event_id TEXT NOT NULL, entry_id TEXT NOT NULL)"));
+  ASSERT_OK(tx->Commit());
+}
+
 TEST_F(RedisStreamsTest, KilledConsumersPendingEntriesAreClaimedWithOneEffectEach) {
   testing::TempDir dir;
   const std::string store_url = "sqlite://" + dir.file("app.db");
-  {
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(store_url));
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-    ASSERT_OK(tx->Exec("CREATE TABLE effects (event_id TEXT NOT NULL, entry_id TEXT NOT NULL)"));
-    ASSERT_OK(tx->Commit());
-  }
+  ASSERT_NO_FATAL_FAILURE(CreateEffectsTable(store_url));
   // Six events; e2 is produced twice (a producer retry): seven entries.
   std::vector<std::string> ids;
   for (const char* e : {"e0", "e1", "e2", "e2", "e3", "e4", "e5"}) ids.push_back(Add(e, "p"));
@@ -119,12 +123,7 @@ TEST_F(RedisStreamsTest, KilledConsumersPendingEntriesAreClaimedWithOneEffectEac
 TEST_F(RedisStreamsTest, ASlowConsumersEntriesClaimedByALiveOneStillOneEffectEach) {
   testing::TempDir dir;
   const std::string store_url = "sqlite://" + dir.file("app.db");
-  {
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(store_url));
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-    ASSERT_OK(tx->Exec("CREATE TABLE effects (event_id TEXT NOT NULL, entry_id TEXT NOT NULL)"));
-    ASSERT_OK(tx->Commit());
-  }
+  ASSERT_NO_FATAL_FAILURE(CreateEffectsTable(store_url));
   constexpr int kEvents = 30;
   for (int i = 0; i < kEvents; ++i) Add("e" + std::to_string(i), "p");
 
