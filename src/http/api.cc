@@ -120,6 +120,10 @@ Api::Api(Guard& guard, Store& store, Metrics& metrics, ApiOptions options)
       instance_(NextInstance()),
       health_(*guard.options().clock) {
   for (const std::string& biz_type : options_.fail_open) metrics_.DeclareFailOpen(biz_type);
+  // Keys finished by other processes on a shared database wake this process's
+  // waiting claims too (postgres:// LISTEN/NOTIFY); elsewhere their polls see it.
+  finished_ = store_.SubscribeFinished(
+      [this](std::string_view tenant, std::string_view key) { watch_.Notify(tenant, key); });
 }
 
 bool Api::IsFailOpen(std::string_view biz_type) const {

@@ -183,6 +183,8 @@ class Api : public Handler {
   const uint64_t instance_;
   StoreHealth health_;
   KeyWatch watch_;
+  // Store::SubscribeFinished's handle; after watch_, so it ends before watch_ does.
+  std::shared_ptr<void> finished_;
 };
 
 // Percent-decodes one path segment ("%2F" -> "/"); kInvalidArgument for a bad escape.
