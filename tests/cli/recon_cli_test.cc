@@ -109,7 +109,7 @@ struct Backend {
   std::string (*url)(const std::string& dir);
 };
 
-std::string SqliteUrl(const std::string& dir) { return "sqlite://" + dir + "/shop.db"; }
+[[maybe_unused]] std::string SqliteUrl(const std::string& dir) { return "sqlite://" + dir + "/shop.db"; }
 
 std::vector<Backend> Backends() {
 #ifdef IDEM_RECON_SQL_SERVERS
