@@ -10,8 +10,6 @@
 namespace idem::recon {
 namespace {
 
-constexpr int kPage = 20000;
-
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -19,8 +17,10 @@ std::string Lower(std::string s) {
 
 class LedgerReader final : public StatementReader {
  public:
-  LedgerReader(Store& store, std::string dialect, std::string query, const Normalizer& normalizer)
-      : store_(store),
+  LedgerReader(Store& store, std::string dialect, std::string query, const Normalizer& normalizer,
+               int page_rows)
+      : page_rows_(page_rows),
+        store_(store),
         dialect_(std::move(dialect)),
         query_(std::move(query)),
         normalizer_(normalizer) {
@@ -100,8 +100,8 @@ class LedgerReader final : public StatementReader {
     at_ = 0;
     absl::StatusOr<Rows> rows;
     if (dialect_ == "postgres") {
-      rows = tx_->Query("FETCH FORWARD " + std::to_string(kPage) + " FROM idem_recon_ledger");
-      if (rows.ok() && rows->rows.size() < static_cast<size_t>(kPage)) done_ = true;
+      rows = tx_->Query("FETCH FORWARD " + std::to_string(page_rows_) + " FROM idem_recon_ledger");
+      if (rows.ok() && rows->rows.size() < static_cast<size_t>(page_rows_)) done_ = true;
     } else {
       rows = KeysetPage();
     }
@@ -128,7 +128,7 @@ class LedgerReader final : public StatementReader {
       params.push_back(*next_from_);
     }
     after_ = false;
-    sql += " ORDER BY " + key + " LIMIT " + std::to_string(kPage);
+    sql += " ORDER BY " + key + " LIMIT " + std::to_string(page_rows_);
     absl::StatusOr<Rows> rows = tx_->Query(sql, params);
     if (!rows.ok()) return rows;
     if (!columns_checked_ && !rows->columns.empty()) {
@@ -136,14 +136,14 @@ class LedgerReader final : public StatementReader {
       absl::Status s = CheckColumns();
       if (!s.ok()) return s;
     }
-    if (rows->rows.size() < static_cast<size_t>(kPage)) {
+    if (rows->rows.size() < static_cast<size_t>(page_rows_)) {
       done_ = true;
       return rows;
     }
     const Value last = rows->rows.back()[index_[0]];
     size_t keep = rows->rows.size();
     while (keep > 0 && rows->rows[keep - 1][index_[0]] == last) --keep;
-    if (keep == 0) {  // kPage rows or more of one key
+    if (keep == 0) {  // page_rows_ rows or more of one key
       std::string all = "SELECT * FROM (" + query_ + ") AS q WHERE " + key + " = ?";
       std::vector<Value> one = {Bound(last)};
       absl::StatusOr<Rows> whole = tx_->Query(all, one);
@@ -185,6 +185,7 @@ class LedgerReader final : public StatementReader {
     return absl::OkStatus();
   }
 
+  const int page_rows_;
   Store& store_;
   const std::string dialect_;
   std::string query_;
@@ -203,14 +204,15 @@ class LedgerReader final : public StatementReader {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StatementReader>> OpenLedger(Store& store, std::string query,
-                                                            const Normalizer& normalizer) {
+                                                            const Normalizer& normalizer,
+                                                            int page_rows) {
   const SqlDialect* dialect = store.sql_dialect();
   if (dialect == nullptr) {
     return absl::InvalidArgumentError("--ledger: the store " + std::string(store.url()) +
                                       " runs no SQL (use sqlite://, postgres:// or mysql://)");
   }
   return std::make_unique<LedgerReader>(store, std::string(dialect->name()), std::move(query),
-                                        normalizer);
+                                        normalizer, page_rows);
 }
 
 }  // namespace idem::recon

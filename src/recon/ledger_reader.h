@@ -33,8 +33,10 @@ namespace idem::recon {
 // Starts reading `query` on `store` (opened read-only by the caller). Errors:
 // kInvalidArgument when the store runs no SQL; the query's own errors come from
 // Next() as the store reports them (kInvalidArgument for bad SQL, kUnavailable for
-// the store). `normalizer` must outlive the reader.
+// the store). `normalizer` must outlive the reader. `page_rows`: rows a page
+// (tests make it small to cross many page boundaries).
 absl::StatusOr<std::unique_ptr<StatementReader>> OpenLedger(Store& store, std::string query,
-                                                            const Normalizer& normalizer);
+                                                            const Normalizer& normalizer,
+                                                            int page_rows = 20000);
 
 }  // namespace idem::recon

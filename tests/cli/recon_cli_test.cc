@@ -18,6 +18,9 @@
 #include <vector>
 
 #include "conformance/store_factory.h"
+#include "http/idem_process.h"
+#include "recon/fields.h"
+#include "recon/ledger_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "idem/idem.h"
@@ -314,6 +317,81 @@ TEST_P(Recon, JsonlAndHotWindowFromTheWatermark) {
   r = RunIdemIn(dir_.path(), hot);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(LastLine(r.out), HasSubstr("\"upstream_rows\":0,\"local_rows\":0"));
+}
+
+// The ledger read in pages of 5 rows: every row comes exactly once, also the rows
+// of a key that straddles a page boundary, a key with more rows than a page, and
+// keys equal but for case (MariaDB's default collation would call them equal).
+TEST_P(Recon, LedgerPagesReadEveryRowOnce) {
+  std::map<std::string, int> want;
+  for (int i = 0; i < 40; ++i) {
+    char key[16];
+    std::snprintf(key, sizeof key, "P-%03d", i);
+    const int copies = i == 4 ? 3 : i == 9 ? 12 : 1;
+    for (int c = 0; c < copies; ++c) Ledger(key, "1", "PAID", "2024-06-18 10:00:00");
+    want[key] = copies;
+  }
+  Ledger("p-005", "1", "PAID", "2024-06-18 10:00:00");
+  want["p-005"] = 1;
+  recon::StatusRules rules;
+  absl::StatusOr<recon::ColumnMap> map = recon::ParseColumnMap("key=k,amount=a,status=s,time=t");
+  ASSERT_TRUE(map.ok());
+  recon::Normalizer norm(recon::Side::kLocal, *map, 0, absl::UTCTimeZone(), rules);
+  for (int page : {5, 1000}) {
+    absl::StatusOr<std::unique_ptr<recon::StatementReader>> reader =
+        recon::OpenLedger(*store_, Query(), norm, page);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    std::map<std::string, int> got;
+    recon::Row row;
+    while (true) {
+      absl::StatusOr<bool> more = (*reader)->Next(&row);
+      ASSERT_TRUE(more.ok()) << more.status();
+      if (!*more) break;
+      ++got[row.key];
+    }
+    EXPECT_EQ(got, want) << "page " << page;
+  }
+}
+
+// `idem serve`'s /metrics: no sample before recon made its table, then the last
+// success of the source (SPEC §9).
+TEST_P(Recon, ServeExportsTheLastSuccess) {
+  const std::string bill = Day();
+  ServeProcess serve(dir_.file("serve.err"));
+  ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store", url_, "--tenant", "t:tok"}),
+              ::testing::StartsWith("listening on "))
+      << serve.stderr_text();
+  auto scrape = [&] {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(serve.port()));
+    std::string out;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+      (void)!write(fd, req.data(), req.size());
+      char buf[8192];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+    }
+    close(fd);
+    return out;
+  };
+  std::string metrics = scrape();
+  EXPECT_THAT(metrics, HasSubstr("# TYPE idem_recon_last_success_timestamp_seconds gauge"));
+  EXPECT_THAT(metrics, ::testing::Not(HasSubstr("idem_recon_last_success_timestamp_seconds{")));
+  const int64_t before = absl::ToUnixSeconds(absl::Now());
+  Exec r = RunIdemIn(dir_.path(), Args(bill));
+  ASSERT_EQ(r.status, 0) << r.err;
+  metrics = scrape();
+  const std::string series = "idem_recon_last_success_timestamp_seconds{source=\"wx\"} ";
+  const size_t at = metrics.find(series);
+  ASSERT_NE(at, std::string::npos) << metrics;
+  const double value = std::stod(metrics.substr(at + series.size()));
+  EXPECT_GE(value, static_cast<double>(before));
+  EXPECT_LE(value, static_cast<double>(before + 60));
+  EXPECT_EQ(serve.Stop(), 0) << serve.stderr_text();
 }
 
 TEST_P(Recon, UsageErrors) {
