@@ -289,13 +289,10 @@ int RunRecon(const ReconFlags& f) {
   } else if (const char* t = std::getenv("TMPDIR"); t != nullptr && *t != '\0') {
     options.temp_dir = t;
   }
-  options.progress = [](int64_t up, int64_t loc) {
-    // Only for big inputs (over 100k rows), one line per million.
-    if (up + loc < 100000) return;
-    if ((up % 1000000 != 0 || up == 0) && (loc % 1000000 != 0 || loc == 0) &&
-        up + loc > 200000) {
-      return;
-    }
+  // A progress line for big inputs: at 100,000 rows of a side, then every million.
+  options.progress = [](recon::Side side, int64_t up, int64_t loc) {
+    const int64_t n = side == recon::Side::kUpstream ? up : loc;
+    if (n != 100000 && n % 1000000 != 0) return;
     std::fprintf(stderr, "recon: read %lld upstream, %lld local rows\n",
                  static_cast<long long>(up), static_cast<long long>(loc));
   };

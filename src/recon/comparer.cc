@@ -23,7 +23,7 @@ absl::Status Fill(const std::vector<StatementReader*>& readers, RowSorter& sorte
       const int64_t n = read.fetch_add(1, std::memory_order_relaxed) + 1;
       if (options.progress && n % 100000 == 0) {
         const int64_t m = other.load(std::memory_order_relaxed);
-        is_upstream ? options.progress(n, m) : options.progress(m, n);
+        is_upstream ? options.progress(Side::kUpstream, n, m) : options.progress(Side::kLocal, m, n);
       }
     }
   }

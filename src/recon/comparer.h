@@ -73,8 +73,9 @@ struct CompareOptions {
   // At most this many differences are kept (for dispositions and the report); more
   // are counted only and CompareResult::truncated is set.
   size_t max_differences = 2'000'000;
-  // Called every 100,000 rows read on either side, from the reading threads.
-  std::function<void(int64_t upstream_read, int64_t local_read)> progress;
+  // Called each time a side has read another 100,000 rows, on that side's reading
+  // thread, with the side and both sides' counts so far.
+  std::function<void(Side side, int64_t upstream_read, int64_t local_read)> progress;
 };
 
 struct CompareResult {

@@ -157,6 +157,7 @@ absl::StatusOr<DispositionResult> ApplyDispositions(
   DispositionResult result;
   absl::Status s = EnsureTables(store);
   if (!s.ok()) return s;
+  std::vector<Ticket> tickets;
   for (const Difference& d : differences) {
     Action a = plan[static_cast<int>(d.cls)];
     if (a == Action::kRepush && !d.stuck) a = Action::kTicket;  // not a state to push on from
@@ -172,10 +173,11 @@ absl::StatusOr<DispositionResult> ApplyDispositions(
              .payload = Payload(source, d),
              .run_id = run_id,
              .created_at_us = now_us};
-    absl::StatusOr<bool> added = InsertTicket(store, t);
-    if (!added.ok()) return added.status();
-    if (*added) ++result.new_rows;
+    tickets.push_back(std::move(t));
   }
+  absl::StatusOr<int64_t> added = InsertTickets(store, tickets);
+  if (!added.ok()) return added.status();
+  result.new_rows = *added;
   absl::StatusOr<std::vector<Ticket>> pending = PendingActions(store, source);
   if (!pending.ok()) return pending.status();
   for (const Ticket& t : *pending) {

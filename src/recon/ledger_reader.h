@@ -37,6 +37,6 @@ namespace idem::recon {
 // (tests make it small to cross many page boundaries).
 absl::StatusOr<std::unique_ptr<StatementReader>> OpenLedger(Store& store, std::string query,
                                                             const Normalizer& normalizer,
-                                                            int page_rows = 20000);
+                                                            int page_rows = 50000);
 
 }  // namespace idem::recon

@@ -1,5 +1,6 @@
 #include "recon/tables.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -133,26 +134,35 @@ absl::Status WriteWatermark(Store& store, const Watermark& w) {
   });
 }
 
-absl::StatusOr<bool> InsertTicket(Store& store, const Ticket& t) {
+absl::StatusOr<int64_t> InsertTickets(Store& store, const std::vector<Ticket>& tickets) {
   absl::StatusOr<const SqlDialect*> d = DialectOf(store);
   if (!d.ok()) return d.status();
-  bool inserted = false;
-  absl::Status s = InTransaction(store, [&](StoreTransaction& tx) -> absl::Status {
-    const std::vector<Value> v = {t.source,  t.key,      t.cls,    t.severity, t.action,
-                                  t.state,   t.detail,   t.payload, t.attempts, t.last_error,
-                                  t.run_id,  t.created_at_us, t.created_at_us};
-    absl::StatusOr<int64_t> n = tx.Exec(
-        (*d)->KeepExisting("INSERT INTO recon_ticket (source, " + KeyCol(**d) +
-                               ", class, severity, action, state, detail, payload, attempts, "
-                               "last_error, run_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, "
-                               "?, ?, ?, ?, ?, ?, ?, ?)",
-                           "source"),
-        v);
-    if (!n.ok()) return n.status();
-    inserted = *n == 1;
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  const std::string sql = (*d)->KeepExisting(
+      "INSERT INTO recon_ticket (source, " + KeyCol(**d) +
+          ", class, severity, action, state, detail, payload, attempts, last_error, run_id, "
+          "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "source");
+  int64_t inserted = 0;
+  constexpr size_t kBatch = 500;
+  for (size_t begin = 0; begin < tickets.size(); begin += kBatch) {
+    int64_t batch = 0;
+    absl::Status s = InTransaction(store, [&](StoreTransaction& tx) -> absl::Status {
+      batch = 0;
+      for (size_t i = begin; i < std::min(tickets.size(), begin + kBatch); ++i) {
+        const Ticket& t = tickets[i];
+        const std::vector<Value> v = {t.source,  t.key,    t.cls,      t.severity,
+                                      t.action,  t.state,  t.detail,   t.payload,
+                                      t.attempts, t.last_error, t.run_id, t.created_at_us,
+                                      t.created_at_us};
+        absl::StatusOr<int64_t> n = tx.Exec(sql, v);
+        if (!n.ok()) return n.status();
+        batch += *n == 1 ? 1 : 0;
+      }
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
+    inserted += batch;
+  }
   return inserted;
 }
 

@@ -61,8 +61,9 @@ absl::StatusOr<std::vector<Watermark>> ReadWatermarks(Store& store);
 // Records a successful run: upto becomes max(stored upto, w.upto_us).
 absl::Status WriteWatermark(Store& store, const Watermark& w);
 
-// Inserts `t` unless (source, key, class) is there. Returns true when it was new.
-absl::StatusOr<bool> InsertTicket(Store& store, const Ticket& t);
+// Inserts each of `tickets` unless its (source, key, class) is there, in
+// transactions of up to 500 rows. Returns how many were new.
+absl::StatusOr<int64_t> InsertTickets(Store& store, const std::vector<Ticket>& tickets);
 
 // The rows of `source` with state pending (replays and re-pushes not yet done), by key.
 absl::StatusOr<std::vector<Ticket>> PendingActions(Store& store, std::string_view source);

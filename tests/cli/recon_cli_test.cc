@@ -394,6 +394,20 @@ TEST_P(Recon, ServeExportsTheLastSuccess) {
   EXPECT_EQ(serve.Stop(), 0) << serve.stderr_text();
 }
 
+TEST_P(Recon, ProgressLineOnStderrForBigStatements) {
+  std::string bytes = "out_trade_no,total_fee,fee_type,trade_state,trade_time\n";
+  for (int i = 0; i < 150000; ++i) {
+    bytes += "B-" + std::to_string(i) + ",100,CNY,SUCCESS,2024-06-18 10:00:00\n";
+  }
+  Exec r = RunIdemIn(dir_.path(), Args(Statement("big.csv", bytes), {"--dry-run"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("recon: read 100000 upstream, "));
+  EXPECT_THAT(LastLine(r.out), HasSubstr("\"upstream_rows\":150000,\"local_rows\":0,\"matched\":0,"
+                                         "\"missing_local\":150000"));
+  Exec small = RunIdemIn(dir_.path(), Args(Day(), {"--dry-run"}));
+  EXPECT_EQ(small.err, "");
+}
+
 TEST_P(Recon, UsageErrors) {
   const std::string bill = Day();
   for (std::vector<std::string> extra : std::vector<std::vector<std::string>>{
