@@ -64,9 +64,9 @@ void Decode(const char* record, Row* row) {
   row->line = GetI64(p + 16);
 }
 
-uint64_t Prefix(std::string_view key) {
+uint64_t Prefix(std::string_view key, size_t from) {
   uint64_t v = 0;
-  for (size_t i = 0; i < 8; ++i) {
+  for (size_t i = from; i < from + 8; ++i) {
     v = (v << 8) | (i < key.size() ? static_cast<unsigned char>(key[i]) : 0);
   }
   return v;
@@ -134,7 +134,8 @@ RowSorter::RowSorter(std::string temp_dir, size_t memory_budget)
 RowSorter::~RowSorter() = default;
 
 absl::Status RowSorter::Add(const Row& row) {
-  entries_.push_back(Entry{Prefix(row.key), buffer_.size()});
+  if (buffer_.capacity() < budget_) buffer_.reserve(budget_);
+  entries_.push_back(Entry{{Prefix(row.key, 0), Prefix(row.key, 8)}, buffer_.size()});
   Encode(row, &buffer_);
   ++rows_;
   if (buffer_.size() + entries_.size() * sizeof(Entry) >= budget_) return Spill();
@@ -145,7 +146,8 @@ void RowSorter::SortBuffer() {
   const char* base = buffer_.data();
   // Stable: equal keys keep their input order (offsets grow with the input).
   std::sort(entries_.begin(), entries_.end(), [base](const Entry& a, const Entry& b) {
-    if (a.prefix != b.prefix) return a.prefix < b.prefix;
+    if (a.prefix[0] != b.prefix[0]) return a.prefix[0] < b.prefix[0];
+    if (a.prefix[1] != b.prefix[1]) return a.prefix[1] < b.prefix[1];
     const int c = KeyOf(base + a.offset).compare(KeyOf(base + b.offset));
     if (c != 0) return c < 0;
     return a.offset < b.offset;

@@ -43,7 +43,9 @@ class RowSorter {
 
  private:
   struct Entry {
-    uint64_t prefix;  // the key's first 8 bytes, big-endian: most comparisons end here
+    // The key's first 16 bytes, big-endian: most comparisons end here without
+    // touching the buffer (keys like R-0000123456 share their first 8 bytes).
+    uint64_t prefix[2];
     uint64_t offset;  // into buffer_
   };
   class Run;
