@@ -1,7 +1,8 @@
 // `idem recon`: the upstream statement against the local ledger (SPEC §9).
 //
 //   idem recon --source wechat --statement bill-2024-06-18.csv
-//              --map key=out_trade_no,amount=total_fee,currency=fee_type,status=trade_state,time=trade_time
+//              --map
+//              key=out_trade_no,amount=total_fee,currency=fee_type,status=trade_state,time=trade_time
 //              --upstream-scale 2 --tz Asia/Shanghai
 //              --ledger postgres://recon@db/shop
 //              --ledger-query "SELECT order_no AS key, amount::text AS amount, … FROM ledger"
@@ -121,12 +122,16 @@ int RunStatus(const ReconFlags& f) {
   absl::StatusOr<std::optional<recon::Watermark>> w = recon::ReadWatermark(**store, f.source);
   if (!w.ok()) return Failure("status: " + Msg(w.status()));
   const int64_t now = absl::ToUnixMicros(absl::Now());
-  const bool fresh = w->has_value() && now - (*w)->last_success_at_us <= absl::ToInt64Microseconds(*max_age);
+  const bool fresh =
+      w->has_value() && now - (*w)->last_success_at_us <= absl::ToInt64Microseconds(*max_age);
   if (f.json) {
     nlohmann::ordered_json j;
     j["source"] = f.source;
-    j["last_success_at"] = w->has_value() ? nlohmann::ordered_json(recon::FormatTimeUs((*w)->last_success_at_us)) : nullptr;
-    j["upto"] = w->has_value() ? nlohmann::ordered_json(recon::FormatTimeUs((*w)->upto_us)) : nullptr;
+    j["last_success_at"] =
+        w->has_value() ? nlohmann::ordered_json(recon::FormatTimeUs((*w)->last_success_at_us))
+                       : nullptr;
+    j["upto"] =
+        w->has_value() ? nlohmann::ordered_json(recon::FormatTimeUs((*w)->upto_us)) : nullptr;
     j["run_id"] = w->has_value() ? nlohmann::ordered_json((*w)->run_id) : nullptr;
     j["fresh"] = fresh;
     std::printf("%s\n", j.dump().c_str());
@@ -160,7 +165,8 @@ int RunRecon(const ReconFlags& f) {
     return Usage("--status-map needs status=COLUMN in --map");
   }
   for (int scale : {f.upstream_scale, f.local_scale}) {
-    if (scale < 0 || scale > recon::kMaxScale) return Usage("--upstream-scale/--local-scale: 0 to 18");
+    if (scale < 0 || scale > recon::kMaxScale)
+      return Usage("--upstream-scale/--local-scale: 0 to 18");
   }
   absl::StatusOr<absl::TimeZone> tz = recon::ParseTimeZone(f.tz);
   if (!tz.ok()) return Usage("--tz: " + Msg(tz.status()));
@@ -179,7 +185,8 @@ int RunRecon(const ReconFlags& f) {
       format = path.ends_with(".jsonl") || path.ends_with(".ndjson") ? "jsonl" : "csv";
     }
     if (format != "csv" && format != "jsonl") return Usage("--format: csv or jsonl");
-    formats.push_back(format == "csv" ? recon::StatementFormat::kCsv : recon::StatementFormat::kJsonl);
+    formats.push_back(format == "csv" ? recon::StatementFormat::kCsv
+                                      : recon::StatementFormat::kJsonl);
   }
   std::array<Action, recon::kClassCount> plan = {
       f.replay_url.empty() ? Action::kTicket : Action::kReplay, Action::kTicket,
@@ -246,9 +253,8 @@ int RunRecon(const ReconFlags& f) {
       mark = *w;
     }
     window.to_us = now - absl::ToInt64Microseconds(*lateness);
-    window.from_us = mark.has_value()
-                         ? mark->upto_us - absl::ToInt64Microseconds(*overlap)
-                         : *window.to_us - absl::ToInt64Microseconds(*hot);
+    window.from_us = mark.has_value() ? mark->upto_us - absl::ToInt64Microseconds(*overlap)
+                                      : *window.to_us - absl::ToInt64Microseconds(*hot);
   }
   // Rows near the open edge are left for the next run: nothing newer than
   // now - lateness is judged, whatever the window asked for.
@@ -293,22 +299,25 @@ int RunRecon(const ReconFlags& f) {
   options.progress = [](recon::Side side, int64_t up, int64_t loc) {
     const int64_t n = side == recon::Side::kUpstream ? up : loc;
     if (n != 100000 && n % 1000000 != 0) return;
-    std::fprintf(stderr, "recon: read %lld upstream, %lld local rows\n",
-                 static_cast<long long>(up), static_cast<long long>(loc));
+    std::fprintf(stderr, "recon: read %lld upstream, %lld local rows\n", static_cast<long long>(up),
+                 static_cast<long long>(loc));
   };
   absl::StatusOr<recon::CompareResult> result = recon::Compare(upstream, **local, options);
   if (!result.ok()) return Failure(Msg(RedactStoreSecrets(result.status(), f.ledger)));
 
-  recon::ReportHeader header{.source = f.source, .from_us = window.from_us,
-                             .to_us = window.to_us, .statements = f.statements};
+  recon::ReportHeader header{.source = f.source,
+                             .from_us = window.from_us,
+                             .to_us = window.to_us,
+                             .statements = f.statements};
 
   // --- act and record (not in a dry run) ---
   std::string disposition_line;
   int exit = kExitOk;
   if (!f.dry_run) {
     if (result->truncated) {
-      return Failure("more than 2,000,000 differences: check --map and the window before acting "
-                     "on them (nothing was written)");
+      return Failure(
+          "more than 2,000,000 differences: check --map and the window before acting "
+          "on them (nothing was written)");
     }
     absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(store_url);
     if (!store.ok()) {
@@ -318,22 +327,25 @@ int RunRecon(const ReconFlags& f) {
     const std::string run_id = NewRunId(now);
     absl::StatusOr<recon::DispositionResult> done = recon::ApplyDispositions(
         **store, f.source, run_id, result->differences, plan, sink->get(), now);
-    if (!done.ok()) return Failure("recording the differences: " + Msg(RedactStoreSecrets(done.status(), store_url)));
+    if (!done.ok())
+      return Failure("recording the differences: " +
+                     Msg(RedactStoreSecrets(done.status(), store_url)));
     disposition_line = "  " + std::to_string(done->new_rows) + " new ticket/action row(s), " +
                        std::to_string(done->sent) + " replay/re-push sent, " +
                        std::to_string(done->failed) + " pending\n";
     if (done->failed > 0) {
-      PrintReason("recon: " + std::to_string(done->failed) +
-                  " replay/re-push still pending (retried by the next run); first: " +
-                  done->first_error);
+      PrintReason(
+          "recon: " + std::to_string(done->failed) +
+          " replay/re-push still pending (retried by the next run); first: " + done->first_error);
       exit = kExitFailure;
     } else {
-      absl::Status w = recon::WriteWatermark(
-          **store, recon::Watermark{.source = f.source,
-                                    .upto_us = window.to_us.value_or(now),
-                                    .last_success_at_us = now,
-                                    .run_id = run_id});
-      if (!w.ok()) return Failure("writing the watermark: " + Msg(RedactStoreSecrets(w, store_url)));
+      absl::Status w =
+          recon::WriteWatermark(**store, recon::Watermark{.source = f.source,
+                                                          .upto_us = window.to_us.value_or(now),
+                                                          .last_success_at_us = now,
+                                                          .run_id = run_id});
+      if (!w.ok())
+        return Failure("writing the watermark: " + Msg(RedactStoreSecrets(w, store_url)));
     }
   } else {
     disposition_line = "  dry run: nothing written\n";
@@ -358,39 +370,70 @@ CommandFn AddReconCommand(CLI::App& root) {
   auto f = std::make_shared<ReconFlags>();
   CLI::App* cmd = root.add_subcommand(
       "recon", "Reconcile an upstream statement with the local ledger (SPEC §9)");
-  cmd->add_option("--source", f->source, "Name of the upstream (the watermark's and tickets' source)");
-  cmd->add_option("--statement", f->statements, "The upstream statement file (CSV or JSONL); repeatable (e.g. the day before too, for rows at the boundary)");
+  cmd->add_option("--source", f->source,
+                  "Name of the upstream (the watermark's and tickets' source)");
+  cmd->add_option("--statement", f->statements,
+                  "The upstream statement file (CSV or JSONL); repeatable (e.g. the day before "
+                  "too, for rows at the boundary)");
   cmd->add_option("--format", f->format, "csv or jsonl (default: by the file's extension)");
-  cmd->add_option("--delimiter", f->delimiter, "CSV delimiter: one character, or tab")->capture_default_str();
-  cmd->add_option("--map", f->map, "Statement columns: key=COL,amount=COL,currency=COL,status=COL,time=COL (key required)");
-  cmd->add_option("--ledger", f->ledger, "The local ledger's store URL (sqlite://, postgres://, mysql://); read only");
-  cmd->add_option("--ledger-query", f->ledger_query, "SELECT … AS key, … AS amount, … AS currency, … AS status, … AS time FROM …");
-  cmd->add_option("--store", f->store, "Where recon_ticket and recon_watermark live (default: the --ledger URL)");
-  cmd->add_option("--upstream-scale", f->upstream_scale, "Decimal places implied in upstream amounts (2: 1250 is 12.50)")->capture_default_str();
-  cmd->add_option("--local-scale", f->local_scale, "Decimal places implied in ledger amounts")->capture_default_str();
-  cmd->add_option("--tz", f->tz, "Zone of times without an offset: UTC, Asia/Shanghai, +08:00")->capture_default_str();
-  cmd->add_option("--status-map", f->status_map, "Upstream status → local status, e.g. SUCCESS=PAID,REFUND=REFUNDED");
-  cmd->add_option("--intermediate", f->intermediate, "Local statuses stuck in between, e.g. PENDING,PROCESSING");
-  cmd->add_option("--from", f->from, "Window start (inclusive), RFC 3339 or YYYY-MM-DD HH:MM:SS in --tz");
+  cmd->add_option("--delimiter", f->delimiter, "CSV delimiter: one character, or tab")
+      ->capture_default_str();
+  cmd->add_option(
+      "--map", f->map,
+      "Statement columns: key=COL,amount=COL,currency=COL,status=COL,time=COL (key required)");
+  cmd->add_option("--ledger", f->ledger,
+                  "The local ledger's store URL (sqlite://, postgres://, mysql://); read only");
+  cmd->add_option("--ledger-query", f->ledger_query,
+                  "SELECT … AS key, … AS amount, … AS currency, … AS status, … AS time FROM …");
+  cmd->add_option("--store", f->store,
+                  "Where recon_ticket and recon_watermark live (default: the --ledger URL)");
+  cmd->add_option("--upstream-scale", f->upstream_scale,
+                  "Decimal places implied in upstream amounts (2: 1250 is 12.50)")
+      ->capture_default_str();
+  cmd->add_option("--local-scale", f->local_scale, "Decimal places implied in ledger amounts")
+      ->capture_default_str();
+  cmd->add_option("--tz", f->tz, "Zone of times without an offset: UTC, Asia/Shanghai, +08:00")
+      ->capture_default_str();
+  cmd->add_option("--status-map", f->status_map,
+                  "Upstream status → local status, e.g. SUCCESS=PAID,REFUND=REFUNDED");
+  cmd->add_option("--intermediate", f->intermediate,
+                  "Local statuses stuck in between, e.g. PENDING,PROCESSING");
+  cmd->add_option("--from", f->from,
+                  "Window start (inclusive), RFC 3339 or YYYY-MM-DD HH:MM:SS in --tz");
   cmd->add_option("--to", f->to, "Window end (exclusive)");
   cmd->add_option("--day", f->day, "The window is this day in --tz (the T+1 full run)");
-  cmd->add_option("--hot", f->hot, "A hot run: from the watermark minus --overlap (or this long ago) to now minus --lateness");
-  cmd->add_option("--overlap", f->overlap, "With --hot: how far before the watermark to start again (default: the --hot duration)");
-  cmd->add_option("--lateness", f->lateness, "Rows newer than now minus this are left for the next run")->capture_default_str();
-  cmd->add_option("--skew", f->skew, "How much later a local-only row may be than its upstream row (judged by the next window when within this of the end)")->capture_default_str();
-  cmd->add_flag("--dry-run", f->dry_run, "Classify and print; write no ticket, send nothing, leave the watermark");
+  cmd->add_option(
+      "--hot", f->hot,
+      "A hot run: from the watermark minus --overlap (or this long ago) to now minus --lateness");
+  cmd->add_option(
+      "--overlap", f->overlap,
+      "With --hot: how far before the watermark to start again (default: the --hot duration)");
+  cmd->add_option("--lateness", f->lateness,
+                  "Rows newer than now minus this are left for the next run")
+      ->capture_default_str();
+  cmd->add_option("--skew", f->skew,
+                  "How much later a local-only row may be than its upstream row (judged by the "
+                  "next window when within this of the end)")
+      ->capture_default_str();
+  cmd->add_flag("--dry-run", f->dry_run,
+                "Classify and print; write no ticket, send nothing, leave the watermark");
   cmd->add_flag("--json", f->json, "End with one JSON line of the counts");
   cmd->add_option("--report", f->report, "Write a self-contained HTML report to this file");
-  cmd->add_option("--replay-url", f->replay_url, "missing_local: POST each upstream row here with Idempotency-Key = the key");
-  cmd->add_option("--repush-url", f->repush_url, "status_mismatch (stuck): POST the upstream event here again");
+  cmd->add_option("--replay-url", f->replay_url,
+                  "missing_local: POST each upstream row here with Idempotency-Key = the key");
+  cmd->add_option("--repush-url", f->repush_url,
+                  "status_mismatch (stuck): POST the upstream event here again");
   cmd->add_option("--on", f->on, "CLASS=ACTION (ticket, replay, repush, none); repeatable");
   cmd->add_option("--temp-dir", f->temp_dir, "Directory for sort runs (default: $TMPDIR or /tmp)");
-  cmd->add_option("--memory-mib", f->memory_mib, "Rows held in memory per side before sorting to disk")->capture_default_str();
+  cmd->add_option("--memory-mib", f->memory_mib,
+                  "Rows held in memory per side before sorting to disk")
+      ->capture_default_str();
   CLI::App* status = cmd->add_subcommand(
       "status", "Exit 1 when the last successful run of --source is older than --max-age");
   status->add_option("--source", f->source, "The source");
   status->add_option("--store", f->store, "Where recon_watermark lives");
-  status->add_option("--max-age", f->max_age, "How old the last success may be")->capture_default_str();
+  status->add_option("--max-age", f->max_age, "How old the last success may be")
+      ->capture_default_str();
   status->add_flag("--json", f->json, "Print the watermark as JSON");
   cmd->require_subcommand(0, 1);
   return [f, status] { return status->parsed() ? RunStatus(*f) : RunRecon(*f); };

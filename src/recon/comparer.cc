@@ -23,7 +23,8 @@ absl::Status Fill(const std::vector<StatementReader*>& readers, RowSorter& sorte
       const int64_t n = read.fetch_add(1, std::memory_order_relaxed) + 1;
       if (options.progress && n % 100000 == 0) {
         const int64_t m = other.load(std::memory_order_relaxed);
-        is_upstream ? options.progress(Side::kUpstream, n, m) : options.progress(Side::kLocal, m, n);
+        is_upstream ? options.progress(Side::kUpstream, n, m)
+                    : options.progress(Side::kLocal, m, n);
       }
     }
   }
@@ -73,9 +74,8 @@ absl::StatusOr<CompareResult> Compare(std::vector<StatementReader*> upstream,
   RowSorter local_sorter(options.temp_dir, options.memory_budget);
   std::atomic<int64_t> up_read{0}, local_read{0};
   absl::Status up_status;
-  std::thread up_thread([&] {
-    up_status = Fill(upstream, up_sorter, up_read, options, local_read, true);
-  });
+  std::thread up_thread(
+      [&] { up_status = Fill(upstream, up_sorter, up_read, options, local_read, true); });
   absl::Status local_status = Fill({&local}, local_sorter, local_read, options, up_read, false);
   up_thread.join();
   // The upstream error first: it names a file and line, and is what a person fixes.
@@ -131,8 +131,11 @@ absl::StatusOr<CompareResult> Compare(std::vector<StatementReader*> upstream,
       for (Side side : {Side::kUpstream, Side::kLocal}) {
         const std::vector<Row>& rows = side == Side::kUpstream ? u : l;
         if (rows.size() < 2) continue;
-        keep(Difference{.cls = DiffClass::kDuplicate, .key = key, .upstream = first(u),
-                        .local = first(l), .duplicate_side = side,
+        keep(Difference{.cls = DiffClass::kDuplicate,
+                        .key = key,
+                        .upstream = first(u),
+                        .local = first(l),
+                        .duplicate_side = side,
                         .duplicate_rows = static_cast<int64_t>(rows.size())});
       }
       continue;
@@ -160,7 +163,10 @@ absl::StatusOr<CompareResult> Compare(std::vector<StatementReader*> upstream,
       if (b.status != expected) {
         const bool stuck =
             options.status != nullptr && options.status->intermediate.contains(b.status);
-        keep(Difference{.cls = DiffClass::kStatusMismatch, .key = key, .upstream = a, .local = b,
+        keep(Difference{.cls = DiffClass::kStatusMismatch,
+                        .key = key,
+                        .upstream = a,
+                        .local = b,
                         .stuck = stuck});
         continue;
       }

@@ -51,9 +51,9 @@ inline constexpr std::array<std::string_view, kClassCount> kClassNames = {
 struct Difference {
   DiffClass cls;
   std::string key;
-  std::optional<Row> upstream;  // the (first) upstream row, when there is one
-  std::optional<Row> local;     // the (first) local row, when there is one
-  bool stuck = false;           // status_mismatch: the local status is intermediate
+  std::optional<Row> upstream;            // the (first) upstream row, when there is one
+  std::optional<Row> local;               // the (first) local row, when there is one
+  bool stuck = false;                     // status_mismatch: the local status is intermediate
   Side duplicate_side = Side::kUpstream;  // duplicate: which side
   int64_t duplicate_rows = 0;             // duplicate: how many rows of the key there
 };

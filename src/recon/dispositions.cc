@@ -83,10 +83,14 @@ class HttpActionSink final : public ActionSink {
 
 std::string_view ActionName(Action a) {
   switch (a) {
-    case Action::kNone: return "none";
-    case Action::kTicket: return "ticket";
-    case Action::kReplay: return "replay";
-    case Action::kRepush: return "repush";
+    case Action::kNone:
+      return "none";
+    case Action::kTicket:
+      return "ticket";
+    case Action::kReplay:
+      return "replay";
+    case Action::kRepush:
+      return "repush";
   }
   return "none";
 }
@@ -139,9 +143,11 @@ absl::StatusOr<std::unique_ptr<ActionSink>> NewHttpActionSink(const std::string&
     if (url.empty()) return std::optional<http::Upstream>();
     absl::StatusOr<http::UpstreamUrl> u = http::ParseUpstreamUrl(url);
     if (!u.ok()) {
-      return absl::InvalidArgumentError(std::string(flag) + ": " + std::string(u.status().message()));
+      return absl::InvalidArgumentError(std::string(flag) + ": " +
+                                        std::string(u.status().message()));
     }
-    return std::optional<http::Upstream>(std::in_place, *u, http::UpstreamOptions{.timeout = timeout});
+    return std::optional<http::Upstream>(std::in_place, *u,
+                                         http::UpstreamOptions{.timeout = timeout});
   };
   absl::StatusOr<std::optional<http::Upstream>> replay = open(replay_url, "--replay-url");
   if (!replay.ok()) return replay.status();
@@ -150,10 +156,11 @@ absl::StatusOr<std::unique_ptr<ActionSink>> NewHttpActionSink(const std::string&
   return std::make_unique<HttpActionSink>(*std::move(replay), *std::move(repush));
 }
 
-absl::StatusOr<DispositionResult> ApplyDispositions(
-    Store& store, const std::string& source, const std::string& run_id,
-    const std::vector<Difference>& differences, const std::array<Action, kClassCount>& plan,
-    ActionSink* sink, int64_t now_us) {
+absl::StatusOr<DispositionResult> ApplyDispositions(Store& store, const std::string& source,
+                                                    const std::string& run_id,
+                                                    const std::vector<Difference>& differences,
+                                                    const std::array<Action, kClassCount>& plan,
+                                                    ActionSink* sink, int64_t now_us) {
   DispositionResult result;
   absl::Status s = EnsureTables(store);
   if (!s.ok()) return s;
@@ -192,8 +199,8 @@ absl::StatusOr<DispositionResult> ApplyDispositions(
     } else {
       ++result.failed;
       if (result.first_error.empty()) {
-        result.first_error = std::string(ActionName(a)) + " of " + t.key + ": " +
-                             std::string(sent.message());
+        result.first_error =
+            std::string(ActionName(a)) + " of " + t.key + ": " + std::string(sent.message());
       }
     }
   }

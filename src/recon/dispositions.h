@@ -71,9 +71,10 @@ struct DispositionResult {
 // replay and re-push of `source` through `sink` (nullptr: none is configured; they
 // stay pending). Errors: the store's (kUnavailable); a failed POST is not an error
 // but counted in DispositionResult::failed.
-absl::StatusOr<DispositionResult> ApplyDispositions(
-    Store& store, const std::string& source, const std::string& run_id,
-    const std::vector<Difference>& differences, const std::array<Action, kClassCount>& plan,
-    ActionSink* sink, int64_t now_us);
+absl::StatusOr<DispositionResult> ApplyDispositions(Store& store, const std::string& source,
+                                                    const std::string& run_id,
+                                                    const std::vector<Difference>& differences,
+                                                    const std::array<Action, kClassCount>& plan,
+                                                    ActionSink* sink, int64_t now_us);
 
 }  // namespace idem::recon

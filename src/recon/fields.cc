@@ -33,8 +33,7 @@ absl::StatusOr<ColumnMap> ParseColumnMap(std::string_view text) {
   for (absl::string_view part : absl::StrSplit(AV(text), ',', absl::SkipWhitespace())) {
     const size_t eq = part.find('=');
     if (eq == absl::string_view::npos) {
-      return absl::InvalidArgumentError("--map: '" + std::string(part) +
-                                        "' is not FIELD=COLUMN");
+      return absl::InvalidArgumentError("--map: '" + std::string(part) + "' is not FIELD=COLUMN");
     }
     const std::string field = Trim(SV(part.substr(0, eq)));
     const std::string column = Trim(SV(part.substr(eq + 1)));
@@ -107,7 +106,7 @@ absl::Status Normalizer::Normalize(const std::array<std::string_view, kFieldCoun
     row->status = Trim(raw[3]);
     if (!rules_.map.empty()) {
       const bool known = side_ == Side::kUpstream ? rules_.map.contains(row->status)
-                                                   : local_known_.contains(row->status);
+                                                  : local_known_.contains(row->status);
       if (!known) {
         return absl::InvalidArgumentError(
             "unknown status '" + Shown(row->status) + "' (" +

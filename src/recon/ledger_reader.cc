@@ -1,8 +1,8 @@
 #include "recon/ledger_reader.h"
 
 #include <array>
-#include <optional>
 #include <cctype>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,7 +24,8 @@ class LedgerReader final : public StatementReader {
         dialect_(std::move(dialect)),
         query_(std::move(query)),
         normalizer_(normalizer) {
-    while (!query_.empty() && (query_.back() == ';' || std::isspace(static_cast<unsigned char>(query_.back())))) {
+    while (!query_.empty() &&
+           (query_.back() == ';' || std::isspace(static_cast<unsigned char>(query_.back())))) {
       query_.pop_back();
     }
   }
@@ -45,7 +46,8 @@ class LedgerReader final : public StatementReader {
       if (index_[f] < 0) continue;
       const Value& v = values[index_[f]];
       if (v.is_null()) {
-        if (f == static_cast<int>(Field::kCurrency) || f == static_cast<int>(Field::kStatus)) continue;
+        if (f == static_cast<int>(Field::kCurrency) || f == static_cast<int>(Field::kStatus))
+          continue;
         return Bad(values, std::string(kFieldNames[f]) + " is NULL");
       }
       if (v.is_int()) {
@@ -184,9 +186,9 @@ class LedgerReader final : public StatementReader {
     }
     for (int f = 0; f < kFieldCount; ++f) {
       if ((f == 0 || normalizer_.compares(static_cast<Field>(f))) && index_[f] < 0) {
-        return absl::InvalidArgumentError(
-            "the ledger query returns no column '" + std::string(kFieldNames[f]) +
-            "' (name it with … AS " + std::string(kFieldNames[f]) + ")");
+        return absl::InvalidArgumentError("the ledger query returns no column '" +
+                                          std::string(kFieldNames[f]) + "' (name it with … AS " +
+                                          std::string(kFieldNames[f]) + ")");
       }
       if (!normalizer_.compares(static_cast<Field>(f)) && f != 0) index_[f] = -1;
     }

@@ -89,7 +89,8 @@ class Statements : public ::testing::Test {
     absl::StatusOr<ColumnMap> map = ParseColumnMap(map_text);
     if (!map.ok()) return map.status();
     norm_ = std::make_unique<Normalizer>(Side::kUpstream, *map, scale, absl::UTCTimeZone(), rules_);
-    absl::StatusOr<std::unique_ptr<StatementReader>> r = OpenStatement(path, 0, *map, options, *norm_);
+    absl::StatusOr<std::unique_ptr<StatementReader>> r =
+        OpenStatement(path, 0, *map, options, *norm_);
     if (!r.ok()) return r.status();
     std::vector<Row> rows;
     Row row;
@@ -106,16 +107,16 @@ class Statements : public ::testing::Test {
 };
 
 TEST_F(Statements, CsvWithBomCrlfQuotesAndDelimiter) {
-  const std::string path = Write(
-      "s.csv",
-      "\xEF\xBB\xBFno;fee;note;state;when\r\n"
-      "A-1;1250;\"with ; and \"\"quotes\"\"\";SUCCESS;2024-06-18 10:00:00\r\n"
-      "A-2;\"99\";\"two\r\nlines\";SUCCESS;2024-06-18T10:00:01Z\r\n"
-      "\r\n"
-      "A-3;7;x;REFUND;2024-06-18 10:00:02");  // no final newline: still a whole row
-  ASSERT_OK_AND_ASSIGN(std::vector<Row> rows,
-                       ReadAll(path, "key=no,amount=fee,status=state,time=when",
-                               {.delimiter = ';'}, 2));
+  const std::string path =
+      Write("s.csv",
+            "\xEF\xBB\xBFno;fee;note;state;when\r\n"
+            "A-1;1250;\"with ; and \"\"quotes\"\"\";SUCCESS;2024-06-18 10:00:00\r\n"
+            "A-2;\"99\";\"two\r\nlines\";SUCCESS;2024-06-18T10:00:01Z\r\n"
+            "\r\n"
+            "A-3;7;x;REFUND;2024-06-18 10:00:02");  // no final newline: still a whole row
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<Row> rows,
+      ReadAll(path, "key=no,amount=fee,status=state,time=when", {.delimiter = ';'}, 2));
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0].key, "A-1");
   EXPECT_EQ(rows[0].amount, "12.5");
@@ -135,7 +136,8 @@ TEST_F(Statements, CsvBadInputNamesFileAndLine) {
       {"no,fee\nA,1x\n", "key=no,amount=fee", "s.csv:2: malformed amount '1x'"},
       {"no,fee\nA,1\n", "key=no,amount=total", "s.csv:1: no column 'total' (--map amount=total)"},
       {"no,fee\nA,1\nB,\xff\n", "key=no,amount=fee", "s.csv:3: invalid UTF-8 in amount"},
-      {"no,fee\nA,1\nB", "key=no,amount=fee", "s.csv:3: the last line is truncated: 1 field(s), the header has 2"},
+      {"no,fee\nA,1\nB", "key=no,amount=fee",
+       "s.csv:3: the last line is truncated: 1 field(s), the header has 2"},
       {"no,fee\nA,1\nB,\"2", "key=no,amount=fee", "s.csv:3: unterminated quoted field"},
       {"no,fee\nA,1,3\n", "key=no,amount=fee", "s.csv:2: 3 field(s), the header has 2"},
       {"no,fee,st\nA,1,WHAT\n", "key=no,amount=fee,status=st", "s.csv:2: unknown status 'WHAT'"},
@@ -152,22 +154,26 @@ TEST_F(Statements, CsvBadInputNamesFileAndLine) {
 }
 
 TEST_F(Statements, JsonlNumbersStayExact) {
-  const std::string path = Write(
-      "s.jsonl",
-      "{\"id\":\"K1\",\"fee\":12.10,\"other\":{\"x\":[1,2]},\"t\":\"2024-06-18T10:00:00Z\"}\n"
-      "\n"
-      "{\"id\":\"K2\",\"fee\":\"0.30000000000000001\",\"t\":\"2024-06-18T10:00:01Z\"}\r\n");
-  ASSERT_OK_AND_ASSIGN(std::vector<Row> rows, ReadAll(path, "key=id,amount=fee,time=t", {.format = StatementFormat::kJsonl}));
+  const std::string path =
+      Write("s.jsonl",
+            "{\"id\":\"K1\",\"fee\":12.10,\"other\":{\"x\":[1,2]},\"t\":\"2024-06-18T10:00:00Z\"}\n"
+            "\n"
+            "{\"id\":\"K2\",\"fee\":\"0.30000000000000001\",\"t\":\"2024-06-18T10:00:01Z\"}\r\n");
+  ASSERT_OK_AND_ASSIGN(std::vector<Row> rows, ReadAll(path, "key=id,amount=fee,time=t",
+                                                      {.format = StatementFormat::kJsonl}));
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].amount, "12.1");
   EXPECT_EQ(rows[1].amount, "0.30000000000000001");
   EXPECT_EQ(rows[1].line, 3);
   absl::StatusOr<std::vector<Row>> truncated =
-      ReadAll(Write("t.jsonl", "{\"id\":\"K1\",\"fee\":1}\n{\"id\":\"K2\",\"fe"), "key=id,amount=fee", {.format = StatementFormat::kJsonl});
+      ReadAll(Write("t.jsonl", "{\"id\":\"K1\",\"fee\":1}\n{\"id\":\"K2\",\"fe"),
+              "key=id,amount=fee", {.format = StatementFormat::kJsonl});
   ASSERT_FALSE(truncated.ok());
-  EXPECT_THAT(std::string(truncated.status().message()), HasSubstr("t.jsonl:2: the last line is truncated"));
+  EXPECT_THAT(std::string(truncated.status().message()),
+              HasSubstr("t.jsonl:2: the last line is truncated"));
   absl::StatusOr<std::vector<Row>> missing =
-      ReadAll(Write("m.jsonl", "{\"id\":\"K1\"}\n"), "key=id,amount=fee", {.format = StatementFormat::kJsonl});
+      ReadAll(Write("m.jsonl", "{\"id\":\"K1\"}\n"), "key=id,amount=fee",
+              {.format = StatementFormat::kJsonl});
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("m.jsonl:1: no member 'fee'"));
 }
@@ -216,7 +222,7 @@ TEST(Comparer, EveryClass) {
   ASSERT_OK_AND_ASSIGN(CompareResult r, Compare({&up}, local, options));
   EXPECT_EQ(r.upstream_rows, 8);
   EXPECT_EQ(r.local_rows, 7);
-  EXPECT_EQ(r.matched, 1);  // a
+  EXPECT_EQ(r.matched, 1);                                                // a
   EXPECT_EQ(r.counts[static_cast<int>(DiffClass::kMissingLocal)], 1);     // b
   EXPECT_EQ(r.counts[static_cast<int>(DiffClass::kMissingUpstream)], 1);  // f
   EXPECT_EQ(r.counts[static_cast<int>(DiffClass::kStatusMismatch)], 2);   // c (stuck), g

@@ -121,7 +121,8 @@ absl::StatusOr<absl::Duration> ParseDurationFlag(std::string_view text, bool all
     int n = 0;
     const std::string head = s.substr(0, dpos);
     for (char c : head) {
-      if (c < '0' || c > '9' || n > 100000) return absl::InvalidArgumentError("malformed duration '" + s + "'");
+      if (c < '0' || c > '9' || n > 100000)
+        return absl::InvalidArgumentError("malformed duration '" + s + "'");
       n = n * 10 + (c - '0');
     }
     if (head.empty()) return absl::InvalidArgumentError("malformed duration '" + s + "'");

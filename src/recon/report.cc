@@ -15,11 +15,21 @@ std::string Escape(std::string_view s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += "?";
@@ -97,8 +107,8 @@ std::string HtmlReport(const ReportHeader& header, const CompareResult& result, 
   h += "<p id=\"window\">" + Escape(WindowText(header)) + "</p>\n";
   h += "<table id=\"counts\"><tr><th>class</th><th>keys</th></tr>\n";
   auto count_row = [&](std::string_view name, int64_t n) {
-    h += "<tr><td>" + std::string(name) + "</td><td class=\"n\" data-class=\"" +
-         std::string(name) + "\">" + std::to_string(n) + "</td></tr>\n";
+    h += "<tr><td>" + std::string(name) + "</td><td class=\"n\" data-class=\"" + std::string(name) +
+         "\">" + std::to_string(n) + "</td></tr>\n";
   };
   count_row("upstream_rows", result.upstream_rows);
   count_row("local_rows", result.local_rows);
@@ -111,7 +121,8 @@ std::string HtmlReport(const ReportHeader& header, const CompareResult& result, 
   for (int64_t n : result.counts) most = std::max(most, n);
   const int bar_h = 28, width = 640, label_w = 150, chart_h = kClassCount * (bar_h + 8) + 8;
   h += "<svg id=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) +
-       "\" height=\"" + std::to_string(chart_h) + "\" role=\"img\" aria-label=\"differences by class\">\n";
+       "\" height=\"" + std::to_string(chart_h) +
+       "\" role=\"img\" aria-label=\"differences by class\">\n";
   const char* colors[kClassCount] = {"#d9822b", "#c23030", "#2b95d6", "#8f398f", "#5c7080"};
   for (int c = 0; c < kClassCount; ++c) {
     const int y = 8 + c * (bar_h + 8);

@@ -26,8 +26,8 @@ struct Row {
   std::string status;    // "" when not compared
   int64_t time_us = 0;   // microseconds since the epoch; 0 when has_time is false
   bool has_time = false;
-  uint32_t source = 0;   // which input of its side (the n-th --statement file)
-  int64_t line = 0;      // line of the file (1 = the header), or row number of the ledger
+  uint32_t source = 0;  // which input of its side (the n-th --statement file)
+  int64_t line = 0;     // line of the file (1 = the header), or row number of the ledger
 };
 
 class StatementReader {

@@ -84,7 +84,8 @@ class RowSorter::Run {
     while (!bytes.empty()) {
       const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return absl::UnavailableError(std::string("writing a sort run: ") + std::strerror(errno));
+      if (n <= 0)
+        return absl::UnavailableError(std::string("writing a sort run: ") + std::strerror(errno));
       bytes.remove_prefix(static_cast<size_t>(n));
     }
     return absl::OkStatus();
@@ -108,7 +109,8 @@ class RowSorter::Run {
         do {
           n = ::read(fd_, buf_.data() + have, 1 << 20);
         } while (n < 0 && errno == EINTR);
-        if (n < 0) return absl::UnavailableError(std::string("reading a sort run: ") + std::strerror(errno));
+        if (n < 0)
+          return absl::UnavailableError(std::string("reading a sort run: ") + std::strerror(errno));
         buf_.resize(have + static_cast<size_t>(n));
         if (n == 0) {
           if (have != 0) return absl::DataLossError("a sort run ends inside a record");
@@ -159,7 +161,8 @@ absl::Status RowSorter::Spill() {
   std::string path = temp_dir_ + "/idem-recon-XXXXXX";
   const int fd = ::mkstemp(path.data());
   if (fd < 0) {
-    return absl::UnavailableError("creating a sort run in " + temp_dir_ + ": " + std::strerror(errno));
+    return absl::UnavailableError("creating a sort run in " + temp_dir_ + ": " +
+                                  std::strerror(errno));
   }
   ::unlink(path.c_str());
   runs_.push_back(std::make_unique<Run>(fd));

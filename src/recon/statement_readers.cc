@@ -122,9 +122,8 @@ class CsvReader final : public StatementReader {
           names += (i ? ", " : "") + std::string(fields_[i]);
         }
         return At(file_.name(), 1,
-                  "no column '" + *map_.columns[f] + "' (--map " +
-                      std::string(kFieldNames[f]) + "=" + *map_.columns[f] +
-                      "); the header has: " + names);
+                  "no column '" + *map_.columns[f] + "' (--map " + std::string(kFieldNames[f]) +
+                      "=" + *map_.columns[f] + "); the header has: " + names);
       }
     }
     return true;
@@ -329,7 +328,8 @@ class JsonlReader final : public StatementReader {
     // simdjson 3.0's on-demand document cannot tell whether anything follows the
     // object: the line must end where an object ends.
     std::string_view trimmed = line;
-    while (!trimmed.empty() && (trimmed.back() == ' ' || trimmed.back() == '\t')) trimmed.remove_suffix(1);
+    while (!trimmed.empty() && (trimmed.back() == ' ' || trimmed.back() == '\t'))
+      trimmed.remove_suffix(1);
     if (!trimmed.ends_with('}')) return bad("not one JSON object");
     std::array<std::string_view, kFieldCount> raw{};
     for (int f = 0; f < kFieldCount; ++f) {

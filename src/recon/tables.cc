@@ -67,17 +67,15 @@ absl::Status EnsureTables(Store& store) {
   const std::string cls = mysql ? "VARCHAR(32)" : "TEXT";
   const std::string tail = mysql ? " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" : "";
   const std::string ticket =
-      "CREATE TABLE IF NOT EXISTS recon_ticket (source " + src + " NOT NULL, " + KeyCol(**d) +
-      " " + key + " NOT NULL, class " + cls + " NOT NULL, severity " + cls +
-      " NOT NULL, action " + cls + " NOT NULL, state " + cls + " NOT NULL, detail " + text +
-      " NOT NULL, payload " + text + " NOT NULL, attempts " + big +
-      " NOT NULL, last_error " + text + " NOT NULL, run_id " + cls + " NOT NULL, created_at " +
-      big + " NOT NULL, updated_at " + big + " NOT NULL, PRIMARY KEY (source, " + KeyCol(**d) +
-      ", class))" + tail;
-  const std::string watermark = "CREATE TABLE IF NOT EXISTS recon_watermark (source " + src +
-                                " NOT NULL PRIMARY KEY, upto " + big +
-                                " NOT NULL, last_success_at " + big + " NOT NULL, run_id " + cls +
-                                " NOT NULL)" + tail;
+      "CREATE TABLE IF NOT EXISTS recon_ticket (source " + src + " NOT NULL, " + KeyCol(**d) + " " +
+      key + " NOT NULL, class " + cls + " NOT NULL, severity " + cls + " NOT NULL, action " + cls +
+      " NOT NULL, state " + cls + " NOT NULL, detail " + text + " NOT NULL, payload " + text +
+      " NOT NULL, attempts " + big + " NOT NULL, last_error " + text + " NOT NULL, run_id " + cls +
+      " NOT NULL, created_at " + big + " NOT NULL, updated_at " + big +
+      " NOT NULL, PRIMARY KEY (source, " + KeyCol(**d) + ", class))" + tail;
+  const std::string watermark =
+      "CREATE TABLE IF NOT EXISTS recon_watermark (source " + src + " NOT NULL PRIMARY KEY, upto " +
+      big + " NOT NULL, last_success_at " + big + " NOT NULL, run_id " + cls + " NOT NULL)" + tail;
   return InTransaction(store, [&](StoreTransaction& tx) -> absl::Status {
     absl::StatusOr<int64_t> a = tx.Exec(ticket);
     if (!a.ok()) return a.status();
@@ -127,9 +125,10 @@ absl::Status WriteWatermark(Store& store, const Watermark& w) {
     const std::vector<Value> update = {w.upto_us, w.upto_us, w.last_success_at_us, w.run_id,
                                        w.source};
     return tx
-        .Exec("UPDATE recon_watermark SET upto = CASE WHEN upto > ? THEN upto ELSE ? END, "
-              "last_success_at = ?, run_id = ? WHERE source = ?",
-              update)
+        .Exec(
+            "UPDATE recon_watermark SET upto = CASE WHEN upto > ? THEN upto ELSE ? END, "
+            "last_success_at = ?, run_id = ? WHERE source = ?",
+            update)
         .status();
   });
 }
@@ -150,9 +149,9 @@ absl::StatusOr<int64_t> InsertTickets(Store& store, const std::vector<Ticket>& t
       batch = 0;
       for (size_t i = begin; i < std::min(tickets.size(), begin + kBatch); ++i) {
         const Ticket& t = tickets[i];
-        const std::vector<Value> v = {t.source,  t.key,    t.cls,      t.severity,
-                                      t.action,  t.state,  t.detail,   t.payload,
-                                      t.attempts, t.last_error, t.run_id, t.created_at_us,
+        const std::vector<Value> v = {t.source,       t.key,        t.cls,    t.severity,
+                                      t.action,       t.state,      t.detail, t.payload,
+                                      t.attempts,     t.last_error, t.run_id, t.created_at_us,
                                       t.created_at_us};
         absl::StatusOr<int64_t> n = tx.Exec(sql, v);
         if (!n.ok()) return n.status();
@@ -173,10 +172,12 @@ absl::StatusOr<std::vector<Ticket>> PendingActions(Store& store, std::string_vie
   absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
   if (!tx.ok()) return tx.status();
   const std::vector<Value> v = {std::string(source)};
-  absl::StatusOr<Rows> rows = (*tx)->Query(
-      "SELECT " + KeyCol(**d) + ", class, action, payload, attempts FROM recon_ticket WHERE "
-      "source = ? AND state = 'pending' ORDER BY " + KeyCol(**d) + ", class",
-      v);
+  absl::StatusOr<Rows> rows =
+      (*tx)->Query("SELECT " + KeyCol(**d) +
+                       ", class, action, payload, attempts FROM recon_ticket WHERE "
+                       "source = ? AND state = 'pending' ORDER BY " +
+                       KeyCol(**d) + ", class",
+                   v);
   (*tx)->Rollback();
   if (!rows.ok()) return rows.status();
   for (const std::vector<Value>& r : rows->rows) {
@@ -198,12 +199,14 @@ absl::Status RecordAttempt(Store& store, const Ticket& t, std::string_view state
   absl::StatusOr<const SqlDialect*> d = DialectOf(store);
   if (!d.ok()) return d.status();
   return InTransaction(store, [&](StoreTransaction& tx) -> absl::Status {
-    const std::vector<Value> v = {std::string(state), std::string(last_error), now_us, t.source,
-                                  t.key, t.cls};
+    const std::vector<Value> v = {
+        std::string(state), std::string(last_error), now_us, t.source, t.key, t.cls};
     return tx
-        .Exec("UPDATE recon_ticket SET state = ?, attempts = attempts + 1, last_error = ?, "
-              "updated_at = ? WHERE source = ? AND " + KeyCol(**d) + " = ? AND class = ?",
-              v)
+        .Exec(
+            "UPDATE recon_ticket SET state = ?, attempts = attempts + 1, last_error = ?, "
+            "updated_at = ? WHERE source = ? AND " +
+                KeyCol(**d) + " = ? AND class = ?",
+            v)
         .status();
   });
 }
@@ -212,8 +215,7 @@ absl::StatusOr<int64_t> CountTickets(Store& store, std::string_view source) {
   absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
   if (!tx.ok()) return tx.status();
   const std::vector<Value> v = {std::string(source)};
-  absl::StatusOr<Rows> rows =
-      (*tx)->Query("SELECT COUNT(*) FROM recon_ticket WHERE source = ?", v);
+  absl::StatusOr<Rows> rows = (*tx)->Query("SELECT COUNT(*) FROM recon_ticket WHERE source = ?", v);
   (*tx)->Rollback();
   if (!rows.ok()) return rows.status();
   return rows->rows.empty() ? 0 : Int(rows->rows[0][0]);
@@ -223,28 +225,54 @@ absl::StatusOr<int64_t> CountTickets(Store& store, std::string_view source) {
 
 namespace idem::recon {
 
+namespace {
+
+std::string Label(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string RenderReconMetrics(Store& store) {
   std::string out =
       "# HELP idem_recon_last_success_timestamp_seconds Unix time of the last successful "
       "idem recon run of each source\n"
       "# TYPE idem_recon_last_success_timestamp_seconds gauge\n";
   absl::StatusOr<std::vector<Watermark>> marks = ReadWatermarks(store);
-  if (!marks.ok()) return out;  // no samples: the store is down or answers no SQL
+  if (!marks.ok() || marks->empty()) return out;  // no samples: no table, no SQL, store down
   for (const Watermark& w : *marks) {
-    std::string label;
-    for (char c : w.source) {
-      if (c == '\\' || c == '"') label.push_back('\\');
-      if (c == '\n') {
-        label += "\\n";
-        continue;
-      }
-      label.push_back(c);
-    }
     char value[48];
     std::snprintf(value, sizeof value, "%lld.%06lld",
                   static_cast<long long>(w.last_success_at_us / 1000000),
                   static_cast<long long>(w.last_success_at_us % 1000000));
-    out += "idem_recon_last_success_timestamp_seconds{source=\"" + label + "\"} " + value + "\n";
+    out += "idem_recon_last_success_timestamp_seconds{source=\"" + Label(w.source) + "\"} " +
+           value + "\n";
+  }
+  // The tickets a person has to look at (and actions not yet done), by class: an
+  // amount_mismatch here is the alarm of seed 1 §7.2.
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
+  if (!tx.ok()) return out;
+  absl::StatusOr<Rows> open = (*tx)->Query(
+      "SELECT source, class, COUNT(*) FROM recon_ticket WHERE state <> 'done' GROUP BY source, "
+      "class ORDER BY source, class");
+  (*tx)->Rollback();
+  if (!open.ok()) return out;
+  out +=
+      "# HELP idem_recon_open_tickets Differences recon found that are not settled (open "
+      "tickets, pending replays and re-pushes)\n"
+      "# TYPE idem_recon_open_tickets gauge\n";
+  for (const std::vector<Value>& r : open->rows) {
+    out += "idem_recon_open_tickets{source=\"" + Label(Text(r[0])) + "\",class=\"" +
+           Label(Text(r[1])) + "\"} " + std::to_string(Int(r[2])) + "\n";
   }
   return out;
 }

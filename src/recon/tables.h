@@ -41,7 +41,7 @@ struct Ticket {
   std::string action;    // "ticket", "replay", "repush"
   std::string state;     // "open", "pending", "done"
   std::string detail;
-  std::string payload;   // the JSON body a replay or re-push sends
+  std::string payload;  // the JSON body a replay or re-push sends
   int64_t attempts = 0;
   std::string last_error;
   std::string run_id;
@@ -81,9 +81,10 @@ namespace idem::recon {
 
 // The exposition text of idem_recon_last_success_timestamp_seconds{source} (a
 // gauge: the Unix time of each source's last successful run) from `store`'s
-// recon_watermark; only the HELP and TYPE lines when the table is missing or the
-// store has no SQL or does not answer. For `idem serve`'s /metrics. Blocks on one
-// query.
+// recon_watermark, and idem_recon_open_tickets{source,class} (rows of recon_ticket
+// not done); only the first HELP and TYPE lines when the table is missing or the
+// store has no SQL or does not answer. For `idem serve`'s /metrics. Blocks on two
+// queries.
 std::string RenderReconMetrics(Store& store);
 
 }  // namespace idem::recon

@@ -47,8 +47,10 @@ TEST(ReconReport, LoadsInHeadlessChromium) {
     absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = (*store)->Begin();
     ASSERT_TRUE(tx.ok());
     ASSERT_TRUE((*tx)->Exec("CREATE TABLE ledger (k TEXT, a TEXT)").ok());
-    ASSERT_TRUE((*tx)->Exec("INSERT INTO ledger VALUES ('K-1', '1.00'), ('K-2', '2.50'), "
-                            "('K-<3>', '3.00')").ok());
+    ASSERT_TRUE((*tx)
+                    ->Exec("INSERT INTO ledger VALUES ('K-1', '1.00'), ('K-2', '2.50'), "
+                           "('K-<3>', '3.00')")
+                    .ok());
     ASSERT_TRUE((*tx)->Commit().ok());
   }
   std::ofstream(dir.file("bill.csv")) << "id,fee\nK-1,100\nK-2,200\nK-4,400\n";
@@ -64,11 +66,13 @@ TEST(ReconReport, LoadsInHeadlessChromium) {
   EXPECT_THAT(html, HasSubstr("default-src 'none'"));
 
   int status = -1;
-  const std::string dom = Shell(
-      "'" + chromium + "' --headless --no-sandbox --disable-gpu --no-first-run "
-      "--user-data-dir='" + dir.file("profile") + "' --dump-dom 'file://" +
-          dir.file("report.html") + "' 2>'" + dir.file("chromium.err") + "'",
-      &status);
+  const std::string dom =
+      Shell("'" + chromium +
+                "' --headless --no-sandbox --disable-gpu --no-first-run "
+                "--user-data-dir='" +
+                dir.file("profile") + "' --dump-dom 'file://" + dir.file("report.html") + "' 2>'" +
+                dir.file("chromium.err") + "'",
+            &status);
   ASSERT_EQ(status, 0) << ReadFile(dir.file("chromium.err"));
   // The DOM chromium built (not the file's text): counts, bars, examples, escaping.
   EXPECT_THAT(dom, HasSubstr("<title>idem recon wx</title>"));
@@ -77,7 +81,8 @@ TEST(ReconReport, LoadsInHeadlessChromium) {
   EXPECT_THAT(dom, ::testing::ContainsRegex("data-class=\"missing_upstream\">1<"));
   EXPECT_THAT(dom, ::testing::ContainsRegex("data-class=\"amount_mismatch\">1<"));
   std::regex bar("<rect class=\"bar\"");
-  EXPECT_EQ(std::distance(std::sregex_iterator(dom.begin(), dom.end(), bar), std::sregex_iterator()), 5);
+  EXPECT_EQ(
+      std::distance(std::sregex_iterator(dom.begin(), dom.end(), bar), std::sregex_iterator()), 5);
   EXPECT_THAT(dom, HasSubstr("K-&lt;3&gt;"));  // a key is text, never markup
   EXPECT_THAT(dom, HasSubstr("bill.csv:4"));
 }

@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "conformance/store_factory.h"
-#include "http/idem_process.h"
-#include "recon/fields.h"
-#include "recon/ledger_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "http/idem_process.h"
 #include "idem/idem.h"
+#include "recon/fields.h"
+#include "recon/ledger_reader.h"
 #include "testing/idem_cli.h"
 #include "testing/temp_dir.h"
 
@@ -94,7 +94,8 @@ class Receiver {
         std::lock_guard<std::mutex> lock(mu_);
         keys_[path].push_back(key);
       }
-      const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+      const std::string answer =
+          "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
       (void)!write(c, answer.data(), answer.size());
       close(c);
     }
@@ -112,7 +113,9 @@ struct Backend {
   std::string (*url)(const std::string& dir);
 };
 
-[[maybe_unused]] std::string SqliteUrl(const std::string& dir) { return "sqlite://" + dir + "/shop.db"; }
+[[maybe_unused]] std::string SqliteUrl(const std::string& dir) {
+  return "sqlite://" + dir + "/shop.db";
+}
 
 std::vector<Backend> Backends() {
 #ifdef IDEM_RECON_SQL_SERVERS
@@ -133,7 +136,8 @@ class Recon : public ::testing::TestWithParam<Backend> {
     store_ = *std::move(store);
     mysql_ = store_->sql_dialect()->name() == "mysql";
     Sql("CREATE TABLE ledger (order_no VARCHAR(64) NOT NULL, amount VARCHAR(32) NOT NULL, "
-         "currency VARCHAR(8) NOT NULL, status VARCHAR(16) NOT NULL, created_at VARCHAR(32) NOT NULL)");
+        "currency VARCHAR(8) NOT NULL, status VARCHAR(16) NOT NULL, created_at VARCHAR(32) NOT "
+        "NULL)");
   }
 
   void Sql(const std::string& sql, std::vector<Value> params = {}) {
@@ -162,36 +166,54 @@ class Recon : public ::testing::TestWithParam<Backend> {
   }
   std::string Query() const {
     const std::string k = mysql_ ? "`key`" : "key";
-    return "SELECT order_no AS " + k + ", amount AS amount, currency AS currency, status AS "
+    return "SELECT order_no AS " + k +
+           ", amount AS amount, currency AS currency, status AS "
            "status, created_at AS time FROM ledger";
   }
   std::vector<std::string> Args(const std::string& statement, std::vector<std::string> more = {}) {
     std::vector<std::string> a = {
-        "recon", "--source", "wx", "--statement", statement, "--map",
+        "recon",
+        "--source",
+        "wx",
+        "--statement",
+        statement,
+        "--map",
         "key=out_trade_no,amount=total_fee,currency=fee_type,status=trade_state,time=trade_time",
-        "--upstream-scale", "2", "--tz", "Asia/Shanghai", "--ledger", url_, "--ledger-query",
-        Query(), "--status-map", "SUCCESS=PAID,REFUND=REFUNDED", "--intermediate",
-        "PENDING,PROCESSING", "--day", "2024-06-18", "--json"};
+        "--upstream-scale",
+        "2",
+        "--tz",
+        "Asia/Shanghai",
+        "--ledger",
+        url_,
+        "--ledger-query",
+        Query(),
+        "--status-map",
+        "SUCCESS=PAID,REFUND=REFUNDED",
+        "--intermediate",
+        "PENDING,PROCESSING",
+        "--day",
+        "2024-06-18",
+        "--json"};
     a.insert(a.end(), more.begin(), more.end());
     return a;
   }
   // A day with one key of every class.
   std::string Day() {
-    Ledger("R-1", "12.50", "PAID", "2024-06-18 10:00:00");       // matched
-    Ledger("R-3", "3.00", "PENDING", "2024-06-18 10:02:00");     // status_mismatch (stuck)
-    Ledger("R-4", "4.01", "PAID", "2024-06-18 10:03:00");        // amount_mismatch
-    Ledger("R-5", "5.00", "PAID", "2024-06-18 10:04:00");        // duplicate (local)
+    Ledger("R-1", "12.50", "PAID", "2024-06-18 10:00:00");    // matched
+    Ledger("R-3", "3.00", "PENDING", "2024-06-18 10:02:00");  // status_mismatch (stuck)
+    Ledger("R-4", "4.01", "PAID", "2024-06-18 10:03:00");     // amount_mismatch
+    Ledger("R-5", "5.00", "PAID", "2024-06-18 10:04:00");     // duplicate (local)
     Ledger("R-5", "5.00", "PAID", "2024-06-18 10:04:00");
-    Ledger("R-6", "6.00", "PAID", "2024-06-18 10:05:00");        // missing_upstream
-    Ledger("R-9", "9.00", "PAID", "2024-06-19 10:05:00");        // another day
+    Ledger("R-6", "6.00", "PAID", "2024-06-18 10:05:00");  // missing_upstream
+    Ledger("R-9", "9.00", "PAID", "2024-06-19 10:05:00");  // another day
     return Statement("bill.csv",
                      "out_trade_no,total_fee,fee_type,trade_state,trade_time\r\n"
                      "R-1,1250,CNY,SUCCESS,2024-06-18 10:00:00\r\n"
-                     "R-2,200,CNY,SUCCESS,2024-06-18 10:01:00\r\n"   // missing_local
+                     "R-2,200,CNY,SUCCESS,2024-06-18 10:01:00\r\n"  // missing_local
                      "R-3,300,CNY,SUCCESS,2024-06-18 10:02:00\r\n"
                      "R-4,400,CNY,SUCCESS,2024-06-18 10:03:00\r\n"
                      "R-5,500,CNY,SUCCESS,2024-06-18 10:04:00\r\n"
-                     "R-8,800,CNY,SUCCESS,2024-06-17 23:59:59\r\n"); // the day before
+                     "R-8,800,CNY,SUCCESS,2024-06-17 23:59:59\r\n");  // the day before
   }
   static std::string LastLine(const std::string& out) {
     std::string s = out;
@@ -234,19 +256,20 @@ TEST_P(Recon, TenRunsOneResultNoExtraTicketsOrReplays) {
   EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket WHERE severity = 'high'"), 2);
   EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket WHERE state = 'done'"), 2);
   EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket WHERE class = 'missing_upstream' AND "
-                  "action = 'ticket' AND state = 'open'"), 1);
+                  "action = 'ticket' AND state = 'open'"),
+            1);
   EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_watermark WHERE source = 'wx'"), 1);
   const std::string html = ReadFile(dir_.file("report.html"));
   EXPECT_THAT(html, HasSubstr("<svg"));
   EXPECT_THAT(html, HasSubstr("R-6"));
 
-  Exec fresh = RunIdemIn(dir_.path(), {"recon", "status", "--source", "wx", "--store", url_,
-                                       "--max-age", "15m"});
+  Exec fresh = RunIdemIn(
+      dir_.path(), {"recon", "status", "--source", "wx", "--store", url_, "--max-age", "15m"});
   EXPECT_EQ(fresh.status, 0) << fresh.err;
   EXPECT_THAT(fresh.out, HasSubstr("up to 2024-06-18T16:00:00Z"));
   Sql("UPDATE recon_watermark SET last_success_at = 1000000");
-  Exec stale = RunIdemIn(dir_.path(), {"recon", "status", "--source", "wx", "--store", url_,
-                                       "--max-age", "15m"});
+  Exec stale = RunIdemIn(
+      dir_.path(), {"recon", "status", "--source", "wx", "--store", url_, "--max-age", "15m"});
   EXPECT_EQ(stale.status, 1);
   EXPECT_THAT(stale.err, HasSubstr("older than 15m"));
   Exec never = RunIdemIn(dir_.path(), {"recon", "status", "--source", "other", "--store", url_});
@@ -277,7 +300,8 @@ TEST_P(Recon, BadInputNamesFileAndLineAndWritesNothing) {
        "column.csv:1: no column 'total_fee'"},
       {"utf8.csv", header + good + "R-\xc3\x28,1,CNY,SUCCESS,2024-06-18 10:00:00\n",
        "utf8.csv:3: invalid UTF-8 in key"},
-      {"truncated.csv", header + good + "R-2,200,CN", "truncated.csv:3: the last line is truncated"},
+      {"truncated.csv", header + good + "R-2,200,CN",
+       "truncated.csv:3: the last line is truncated"},
       {"status.csv", header + good + "R-2,200,CNY,LOST,2024-06-18 10:00:00\n",
        "status.csv:3: unknown status 'LOST'"},
       {"time.csv", header + "R-2,200,CNY,SUCCESS,18/06/2024\n", "time.csv:2: malformed time"},
@@ -298,12 +322,12 @@ TEST_P(Recon, BadInputNamesFileAndLineAndWritesNothing) {
 
 TEST_P(Recon, JsonlAndHotWindowFromTheWatermark) {
   Ledger("J-1", "1.00", "PAID", "2024-06-18T02:00:00Z");
-  const std::string bill = Statement(
-      "bill.jsonl",
-      "{\"out_trade_no\":\"J-1\",\"total_fee\":100,\"fee_type\":\"CNY\",\"trade_state\":"
-      "\"SUCCESS\",\"trade_time\":\"2024-06-18T10:00:00+08:00\"}\n"
-      "{\"out_trade_no\":\"J-2\",\"total_fee\":200,\"fee_type\":\"CNY\",\"trade_state\":"
-      "\"SUCCESS\",\"trade_time\":\"2024-06-18T10:00:01+08:00\"}\n");
+  const std::string bill =
+      Statement("bill.jsonl",
+                "{\"out_trade_no\":\"J-1\",\"total_fee\":100,\"fee_type\":\"CNY\",\"trade_state\":"
+                "\"SUCCESS\",\"trade_time\":\"2024-06-18T10:00:00+08:00\"}\n"
+                "{\"out_trade_no\":\"J-2\",\"total_fee\":200,\"fee_type\":\"CNY\",\"trade_state\":"
+                "\"SUCCESS\",\"trade_time\":\"2024-06-18T10:00:01+08:00\"}\n");
   std::vector<std::string> args = Args(bill);
   args.erase(args.end() - 3, args.end() - 1);  // no --day
   Exec r = RunIdemIn(dir_.path(), args);
@@ -391,6 +415,9 @@ TEST_P(Recon, ServeExportsTheLastSuccess) {
   const double value = std::stod(metrics.substr(at + series.size()));
   EXPECT_GE(value, static_cast<double>(before));
   EXPECT_LE(value, static_cast<double>(before + 60));
+  // No URL for replays or re-pushes here: all five differences are open tickets.
+  EXPECT_THAT(metrics, HasSubstr("idem_recon_open_tickets{source=\"wx\",class=\"amount_mismatch\"} 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("idem_recon_open_tickets{source=\"wx\",class=\"missing_local\"} 1\n"));
   EXPECT_EQ(serve.Stop(), 0) << serve.stderr_text();
 }
 
@@ -410,11 +437,11 @@ TEST_P(Recon, ProgressLineOnStderrForBigStatements) {
 
 TEST_P(Recon, UsageErrors) {
   const std::string bill = Day();
-  for (std::vector<std::string> extra : std::vector<std::vector<std::string>>{
-           {"--on", "missing_upstream=replay"},
-           {"--on", "missing_local=replay"},
-           {"--from", "2024-06-18 00:00:00"},
-           {"--tz", "Mars/Base"}}) {
+  for (std::vector<std::string> extra :
+       std::vector<std::vector<std::string>>{{"--on", "missing_upstream=replay"},
+                                             {"--on", "missing_local=replay"},
+                                             {"--from", "2024-06-18 00:00:00"},
+                                             {"--tz", "Mars/Base"}}) {
     Exec r = RunIdemIn(dir_.path(), Args(bill, extra));
     ExpectOneLineFailure(r, 2);
   }
