@@ -24,6 +24,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -32,6 +33,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/reason.h"
+#include "cli/secrets.h"
 #include "idem/idem.h"
 #include "nlohmann/json.hpp"
 #include "recon/comparer.h"
@@ -57,6 +59,7 @@ struct ReconFlags {
   std::string ledger;
   std::string ledger_query;
   std::string store;
+  std::string ledger_password_file, store_password_file;
   int upstream_scale = 0;
   int local_scale = 0;
   std::string tz = "UTC";
@@ -96,6 +99,31 @@ std::string NewRunId(int64_t now_us) {
   return buf;
 }
 
+// --ledger and --store with their passwords from --ledger-password-file /
+// IDEM_LEDGER_PASSWORD and --store-password-file / IDEM_STORE_PASSWORD (never the
+// command line, which `ps` shows); a warning line for a password left in a URL there.
+// Returns the exit status to end with, or -1 to go on.
+int ResolveSecrets(ReconFlags* f) {
+  std::vector<std::string> warnings;
+  for (auto [option, url, file] :
+       {std::tuple{"--ledger", &f->ledger, &f->ledger_password_file},
+        std::tuple{"--store", &f->store, &f->store_password_file}}) {
+    if (url->empty()) {
+      if (!file->empty()) return Usage(std::string(option) + "-password-file needs " + option);
+      continue;
+    }
+    absl::StatusOr<std::string> with = UrlWithSecret(option, *url, *file, "", &warnings);
+    if (!with.ok()) {
+      PrintReason("recon: " + Msg(with.status()));
+      return with.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                         : kExitFailure;
+    }
+    *url = *std::move(with);
+  }
+  for (const std::string& w : warnings) std::fprintf(stderr, "idem: warning: %s\n", w.c_str());
+  return -1;
+}
+
 absl::StatusOr<std::unique_ptr<Store>> OpenLedgerStore(const std::string& url) {
   if (absl::Status s = CheckSqliteFileExists(url); !s.ok()) return s;
   // Read only and without needing idem's schema: the ledger is the business's
@@ -106,7 +134,8 @@ absl::StatusOr<std::unique_ptr<Store>> OpenLedgerStore(const std::string& url) {
   return store;
 }
 
-int RunStatus(const ReconFlags& f) {
+int RunStatus(ReconFlags f) {
+  if (int exit = ResolveSecrets(&f); exit >= 0) return exit;
   if (f.source.empty()) return Usage("status needs --source");
   absl::StatusOr<absl::Duration> max_age = recon::ParseDurationFlag(f.max_age, false);
   if (!max_age.ok()) return Usage("--max-age: " + Msg(max_age.status()));
@@ -149,7 +178,8 @@ int RunStatus(const ReconFlags& f) {
   return kExitOk;
 }
 
-int RunRecon(const ReconFlags& f) {
+int RunRecon(ReconFlags f) {
+  if (int exit = ResolveSecrets(&f); exit >= 0) return exit;
   // --- usage ---
   if (f.source.empty()) return Usage("--source NAME is required (e.g. the payment channel)");
   if (f.statements.empty()) return Usage("--statement FILE is required");
@@ -432,6 +462,7 @@ CommandFn AddReconCommand(CLI::App& root) {
       "status", "Exit 1 when the last successful run of --source is older than --max-age");
   status->add_option("--source", f->source, "The source");
   status->add_option("--store", f->store, "Where recon_watermark lives");
+  status->add_option("--store-password-file", f->store_password_file, "The --store URL's password, from this file (or IDEM_STORE_PASSWORD)");
   status->add_option("--max-age", f->max_age, "How old the last success may be")
       ->capture_default_str();
   status->add_flag("--json", f->json, "Print the watermark as JSON");

@@ -445,6 +445,12 @@ TEST_P(Recon, UsageErrors) {
     Exec r = RunIdemIn(dir_.path(), Args(bill, extra));
     ExpectOneLineFailure(r, 2);
   }
+  if (GetParam().name == "sqlite") {  // a password for a URL that takes none
+    std::ofstream(dir_.file("pw")) << "secret\n";
+    Exec r = RunIdemIn(dir_.path(), Args(bill, {"--ledger-password-file", dir_.file("pw")}));
+    ExpectOneLineFailure(r, 2);
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("secret")));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Recon, ::testing::ValuesIn(Backends()),
