@@ -105,9 +105,8 @@ std::string NewRunId(int64_t now_us) {
 // Returns the exit status to end with, or -1 to go on.
 int ResolveSecrets(ReconFlags* f) {
   std::vector<std::string> warnings;
-  for (auto [option, url, file] :
-       {std::tuple{"--ledger", &f->ledger, &f->ledger_password_file},
-        std::tuple{"--store", &f->store, &f->store_password_file}}) {
+  for (auto [option, url, file] : {std::tuple{"--ledger", &f->ledger, &f->ledger_password_file},
+                                   std::tuple{"--store", &f->store, &f->store_password_file}}) {
     if (url->empty()) {
       if (!file->empty()) return Usage(std::string(option) + "-password-file needs " + option);
       continue;
@@ -115,8 +114,7 @@ int ResolveSecrets(ReconFlags* f) {
     absl::StatusOr<std::string> with = UrlWithSecret(option, *url, *file, "", &warnings);
     if (!with.ok()) {
       PrintReason("recon: " + Msg(with.status()));
-      return with.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                         : kExitFailure;
+      return with.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
     }
     *url = *std::move(with);
   }
@@ -417,6 +415,10 @@ CommandFn AddReconCommand(CLI::App& root) {
                   "SELECT … AS key, … AS amount, … AS currency, … AS status, … AS time FROM …");
   cmd->add_option("--store", f->store,
                   "Where recon_ticket and recon_watermark live (default: the --ledger URL)");
+  cmd->add_option("--ledger-password-file", f->ledger_password_file,
+                  "The --ledger URL's password, from this file (or IDEM_LEDGER_PASSWORD)");
+  cmd->add_option("--store-password-file", f->store_password_file,
+                  "The --store URL's password, from this file (or IDEM_STORE_PASSWORD)");
   cmd->add_option("--upstream-scale", f->upstream_scale,
                   "Decimal places implied in upstream amounts (2: 1250 is 12.50)")
       ->capture_default_str();
@@ -462,7 +464,8 @@ CommandFn AddReconCommand(CLI::App& root) {
       "status", "Exit 1 when the last successful run of --source is older than --max-age");
   status->add_option("--source", f->source, "The source");
   status->add_option("--store", f->store, "Where recon_watermark lives");
-  status->add_option("--store-password-file", f->store_password_file, "The --store URL's password, from this file (or IDEM_STORE_PASSWORD)");
+  status->add_option("--store-password-file", f->store_password_file,
+                     "The --store URL's password, from this file (or IDEM_STORE_PASSWORD)");
   status->add_option("--max-age", f->max_age, "How old the last success may be")
       ->capture_default_str();
   status->add_flag("--json", f->json, "Print the watermark as JSON");
