@@ -105,7 +105,7 @@ std::string HtmlReport(const ReportHeader& header, const CompareResult& result, 
        "text-align:left}td.n{text-align:right}h2{margin-top:1.5em}</style>\n</head><body>\n";
   h += "<h1>Reconciliation: " + Escape(header.source) + "</h1>\n";
   h += "<p id=\"window\">" + Escape(WindowText(header)) + "</p>\n";
-  h += "<table id=\"counts\"><tr><th>class</th><th>keys</th></tr>\n";
+  h += "<table id=\"counts\"><tr><th>class</th><th>count</th></tr>\n";
   auto count_row = [&](std::string_view name, int64_t n) {
     h += "<tr><td>" + std::string(name) + "</td><td class=\"n\" data-class=\"" + std::string(name) +
          "\">" + std::to_string(n) + "</td></tr>\n";
