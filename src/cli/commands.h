@@ -44,6 +44,7 @@ CommandFn AddStuckCommand(CLI::App& root);    // stuck.cc
 CommandFn AddTokenCommand(CLI::App& root);    // token.cc
 CommandFn AddProxyCommand(CLI::App& root);    // proxy.cc
 CommandFn AddDiagnoseCommand(CLI::App& root);  // diagnose.cc
+CommandFn AddReconCommand(CLI::App& root);    // recon.cc
 
 // The refund example's commands live in examples/refund/cli and are their own
 // programs (idem-demo, idem-worker), run by `idem demo` and `idem worker` (external.h).

@@ -44,6 +44,7 @@
 #include "idem/ttl.h"
 #include "http/api.h"
 #include "http/metrics.h"
+#include "recon/tables.h"
 #include "http/server.h"
 #include "idem/idem.h"
 #include "spdlog/spdlog.h"
@@ -153,6 +154,7 @@ int RunServe(const ServeFlags& flags) {
 
   Guard guard(*store);
   http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
+  metrics.AddSection([&store] { return recon::RenderReconMetrics(*store); });  // SPEC §9
 
   http::Api api(guard, *store, metrics, api_options);
   http::Server server(api, *server_options);
