@@ -18,7 +18,7 @@
 namespace idem::cli {
 namespace {
 
-constexpr std::string_view kBuiltins[] = {"serve", "inspect", "ttl", "migrate", "stuck", "token", "proxy"};
+constexpr std::string_view kBuiltins[] = {"serve", "inspect", "ttl", "migrate", "stuck", "token", "proxy", "bridge"};
 
 bool IsBuiltin(std::string_view name) {
   for (std::string_view b : kBuiltins) {
@@ -87,7 +87,7 @@ int Main(int argc, char** argv) {
   }
   return RunCommandLine(argc, argv,
                         {&AddServeCommand, &AddInspectCommand, &AddTtlCommand, &AddMigrateCommand,
-                         &AddStuckCommand, &AddTokenCommand, &AddProxyCommand},
+                         &AddStuckCommand, &AddTokenCommand, &AddProxyCommand, &AddBridgeCommand},
                         ExternalHelp());
 }
 
