@@ -34,7 +34,7 @@ absl::StatusOr<T> Fault(absl::StatusOr<T> value) {
 }  // namespace
 
 absl::StatusOr<Result> Guard::RunIn(StoreTransaction& tx, const Request& request,
-                                    const Handler& handler) {
+                                    const Handler& handler, bool confine) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   if (!store_.SupportsSql()) {
     return absl::FailedPreconditionError(
@@ -45,6 +45,7 @@ absl::StatusOr<Result> Guard::RunIn(StoreTransaction& tx, const Request& request
   if (std::optional<Result> known = DecideFromKnown(request, options_.lease, now)) {
     return *std::move(known);
   }
+  if (!confine) return RunUnconfined(tx, request, handler, now);
   IDEM_RETURN_IF_ERROR(AsStoreFault(tx.Exec(kSavepoint).status()));
   absl::StatusOr<Acquisition> acquired = Acquire(tx, request, options_.lease, now);
   if (!acquired.ok()) {
@@ -93,6 +94,24 @@ absl::StatusOr<Result> Guard::RunIn(StoreTransaction& tx, const Request& request
   IDEM_RETURN_IF_ERROR(AsStoreFault(tx.Exec(kRelease).status()));
   return Result{.outcome = Outcome::kExecuted, .value = std::move(done.result),
                 .token = done.token};
+}
+
+// RunIn without the savepoint: claim, handler, result, and on anything but
+// success or a plain duplicate the caller rolls the whole transaction back.
+absl::StatusOr<Result> Guard::RunUnconfined(StoreTransaction& tx, const Request& request,
+                                            const Handler& handler, absl::Time now) {
+  IDEM_ASSIGN_OR_RETURN(Acquisition a, Acquire(tx, request, options_.lease, now));
+  if (a.final.has_value()) return *std::move(a.final);
+  IDEM_ASSIGN_OR_RETURN(std::string value, handler(tx));
+  Record done = std::move(a.claim);
+  const int64_t token = done.token;
+  done.state = RecordState::kSucceeded;
+  done.result = std::move(value);
+  done.lease_until = absl::InfinitePast();
+  done.updated_at = options_.clock->Now();
+  IDEM_ASSIGN_OR_RETURN(bool moved, Fault(tx.Replace(done, token, RecordState::kProcessing)));
+  if (!moved) return absl::AbortedError("record moved during the handler; roll back");
+  return Result{.outcome = Outcome::kExecuted, .value = std::move(done.result), .token = token};
 }
 
 }  // namespace idem

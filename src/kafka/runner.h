@@ -119,9 +119,11 @@ class Runner {
   // Processes `messages` in one store transaction, then dead-letters and commits
   // them on the transport.
   absl::Status ProcessChunk(absl::Span<const Message> messages);
-  // One attempt at the chunk's store transaction; fills `dead`.
+  // One attempt at the chunk's store transaction; fills `dead`. With `confine`
+  // false (the fast path, Guard::RunIn without savepoints) it gives up with
+  // kAborted on the first message that is neither executed nor a plain duplicate.
   absl::Status TryChunk(absl::Span<const Message> messages,
-                        const std::vector<absl::StatusOr<std::string>>& keys,
+                        const std::vector<absl::StatusOr<std::string>>& keys, bool confine,
                         std::vector<DeadLetterItem>* dead, RunnerStats* counted);
   // Runs `fn` until it succeeds, with the backoff between attempts, while it
   // fails with kUnavailable; gives up after the policy's attempts when `bounded`,
