@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/absl_compat.h"
+#include "kafka/dead_letter.h"
 #include "idem/failpoint.h"
 #include "idem/fingerprint.h"
 #include "idem/status.h"
@@ -13,11 +14,6 @@
 
 namespace idem::kafka {
 namespace {
-
-std::string Where(const Message& m) {
-  if (!m.id.empty()) return absl::StrCat(m.source, "/", m.id);
-  return absl::StrCat(m.source, "[", m.partition, "]@", m.offset);
-}
 
 // What is stored for a delivery: the target's status and body (bytes that are not
 // UTF-8 replaced, since the record is JSON).

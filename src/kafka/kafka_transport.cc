@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
+#include "kafka/dead_letter.h"
 #include "librdkafka/rdkafka.h"
 #include "spdlog/spdlog.h"
 
@@ -388,19 +389,12 @@ void KafkaTransport::Delivered(uintptr_t seq, int err) {
 }
 
 absl::Status KafkaTransport::DeadLetter(const Message& message, std::string_view reason) {
-  rd_kafka_headers_t* headers = rd_kafka_headers_new(message.headers.size() + 5);
-  for (const auto& [k, v] : message.headers) {
+  const auto all = DeadLetterHeaders(message, reason, options_.group);
+  rd_kafka_headers_t* headers = rd_kafka_headers_new(all.size());
+  for (const auto& [k, v] : all) {
     rd_kafka_header_add(headers, k.data(), static_cast<ssize_t>(k.size()), v.data(),
                         static_cast<ssize_t>(v.size()));
   }
-  auto add = [&](const char* name, std::string_view value) {
-    rd_kafka_header_add(headers, name, -1, value.data(), static_cast<ssize_t>(value.size()));
-  };
-  add("idem-dlq-reason", reason);
-  add("idem-dlq-topic", message.source);
-  add("idem-dlq-partition", absl::StrCat(message.partition));
-  add("idem-dlq-offset", absl::StrCat(message.offset));
-  add("idem-dlq-group", options_.group);
   const uintptr_t seq = next_delivery_++;
   deliveries_[seq] = Delivery{};
   const rd_kafka_resp_err_t err = rd_kafka_producev(

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/absl_compat.h"
+#include "kafka/dead_letter.h"
 #include "idem/failpoint.h"
 #include "idem/fingerprint.h"
 #include "idem/status.h"
@@ -12,11 +13,6 @@
 
 namespace idem::kafka {
 namespace {
-
-std::string Where(const Message& m) {
-  if (!m.id.empty()) return absl::StrCat(m.source, "/", m.id);
-  return absl::StrCat(m.source, "[", m.partition, "]@", m.offset);
-}
 
 std::string_view KindName(Rebalance::Kind kind) {
   switch (kind) {

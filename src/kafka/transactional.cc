@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
+#include "kafka/dead_letter.h"
 #include "librdkafka/rdkafka.h"
 #include "spdlog/spdlog.h"
 
@@ -133,12 +134,11 @@ TransactionalProcessor::Next TransactionalProcessor::Transact(const std::vector<
     if (outs.ok()) {
       to_send = *std::move(outs);
     } else {
-      OutputMessage dead{.topic = input_->dead_letter_topic(), .key = m.key, .payload = m.payload,
-                         .headers = m.headers};
-      dead.headers.emplace_back("idem-dlq-reason", outs.status().ToString());
-      dead.headers.emplace_back("idem-dlq-topic", m.source);
-      dead.headers.emplace_back("idem-dlq-partition", absl::StrCat(m.partition));
-      dead.headers.emplace_back("idem-dlq-offset", absl::StrCat(m.offset));
+      OutputMessage dead{.topic = input_->dead_letter_topic(),
+                         .key = m.key,
+                         .payload = m.payload,
+                         .headers = DeadLetterHeaders(m, outs.status().ToString(),
+                                                      options_.input.group)};
       to_send.push_back(std::move(dead));
       dead_lettered_.fetch_add(1, std::memory_order_relaxed);
     }
