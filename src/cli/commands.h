@@ -45,6 +45,7 @@ CommandFn AddTokenCommand(CLI::App& root);    // token.cc
 CommandFn AddProxyCommand(CLI::App& root);    // proxy.cc
 CommandFn AddDiagnoseCommand(CLI::App& root);  // diagnose.cc
 CommandFn AddReconCommand(CLI::App& root);    // recon.cc
+CommandFn AddBridgeCommand(CLI::App& root);   // bridge.cc
 
 // The refund example's commands live in examples/refund/cli and are their own
 // programs (idem-demo, idem-worker), run by `idem demo` and `idem worker` (external.h).
