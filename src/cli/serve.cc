@@ -63,6 +63,7 @@ struct ServeFlags {
   std::string cache_password_file;
   uint64_t cache_entries = 100000;  // in-process L1 size, 0: off
   std::string cache_ttl = "24h";
+  std::string wait_poll_max = "250ms";
 };
 
 std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
@@ -98,6 +99,14 @@ int RunServe(const ServeFlags& flags) {
     api_options.fail_open.insert(biz_type);
   }
   api_options.max_body_bytes = flags.server.max_body;
+  absl::StatusOr<absl::Duration> poll_max = ParseTtlDuration(flags.wait_poll_max, "--wait-poll-max");
+  if (!poll_max.ok() || *poll_max < api_options.wait_poll_min || *poll_max > absl::Minutes(1)) {
+    PrintReason("serve: --wait-poll-max '" + flags.wait_poll_max + "': " +
+                (poll_max.ok() ? std::string("must be between 15ms and 1m")
+                               : Str(poll_max.status().message())));
+    return kExitUsage;
+  }
+  api_options.wait_poll_max = *poll_max;
   api_options.metrics_require_token = flags.metrics_token;
 
   int exit_code = kExitOk;
@@ -205,6 +214,12 @@ CommandFn AddServeCommand(CLI::App& root) {
       ->capture_default_str();
   sub->add_option("--cache-ttl,--cache_ttl", flags->cache_ttl,
                   "How long finished records stay cached (keep it below the retention TTL)")
+      ->capture_default_str();
+  sub->add_option("--wait-poll-max,--wait_poll_max", flags->wait_poll_max,
+                  "Longest pause between the reads of a claim that waits (wait_ms) on a key "
+                  "another request holds (15ms … 1m): each waiter costs the store one plain read "
+                  "per pause at most. On postgres:// a waiter is also woken at once when any "
+                  "process finishes the key (LISTEN/NOTIFY), so this can be long there")
       ->capture_default_str();
   sub->add_option("--fail-open,--fail_open", flags->fail_open,
                   "UNSAFE, for low-value traffic only: while the store is down, claims of this "
