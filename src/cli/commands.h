@@ -43,6 +43,8 @@ CommandFn AddMigrateCommand(CLI::App& root);  // migrate.cc
 CommandFn AddStuckCommand(CLI::App& root);    // stuck.cc
 CommandFn AddTokenCommand(CLI::App& root);    // token.cc
 CommandFn AddProxyCommand(CLI::App& root);    // proxy.cc
+CommandFn AddPurgeCommand(CLI::App& root);    // purge.cc
+CommandFn AddRecordsCommand(CLI::App& root);  // records.cc
 
 // The refund example's commands live in examples/refund/cli and are their own
 // programs (idem-demo, idem-worker), run by `idem demo` and `idem worker` (external.h).

@@ -18,7 +18,8 @@
 namespace idem::cli {
 namespace {
 
-constexpr std::string_view kBuiltins[] = {"serve", "inspect", "ttl", "migrate", "stuck", "token", "proxy"};
+constexpr std::string_view kBuiltins[] = {"serve", "inspect", "ttl",   "migrate", "stuck",
+                                          "token", "proxy",   "purge", "records"};
 
 bool IsBuiltin(std::string_view name) {
   for (std::string_view b : kBuiltins) {
@@ -87,7 +88,8 @@ int Main(int argc, char** argv) {
   }
   return RunCommandLine(argc, argv,
                         {&AddServeCommand, &AddInspectCommand, &AddTtlCommand, &AddMigrateCommand,
-                         &AddStuckCommand, &AddTokenCommand, &AddProxyCommand},
+                         &AddStuckCommand, &AddTokenCommand, &AddProxyCommand, &AddPurgeCommand,
+                         &AddRecordsCommand},
                         ExternalHelp());
 }
 
