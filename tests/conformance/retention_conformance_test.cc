@@ -20,6 +20,7 @@
 #include "conformance/store_factory.h"
 #include "idem/idem.h"
 #include "idem/retention.h"
+#include "idem/steps.h"
 #include "testing/fake_clock.h"
 #include "testing/records.h"
 #include "testing/status_matchers.h"
@@ -450,6 +451,40 @@ TEST_P(RetentionConformanceTest, PurgeRacingWithClaimsNeverRemovesALiveOrInWindo
                        store_->ListRecords({.purged = true, .limit = 10000}));
   for (const Record& r : fresh) EXPECT_THAT(r.key, HasSubstr("old-"));
   EXPECT_GT(total.tombstoned, 0);
+}
+
+// The step journal is purged by the same rules (SQL stores): a finished operation of
+// an op_type with a policy goes once its TTL has passed; one still running never.
+TEST_P(RetentionConformanceTest, FinishedStepOperationsArePurgedByTheSameRules) {
+  if (!store_->SupportsSql()) GTEST_SKIP() << GetParam().name << " has no step journal";
+  StepRunner runner(*store_, StepRunnerOptions{.clock = &clock_, .wait_for_retries = false});
+  OperationType type{.name = "refund"};
+  Step ledger;
+  ledger.name = "ledger";
+  ledger.execute = [](StepContext& ctx) -> absl::StatusOr<std::string> {
+    if (ctx.biz_key() == "pending") return absl::UnavailableError("try later");
+    return std::string("ok");
+  };
+  type.steps.push_back(std::move(ledger));
+  ASSERT_OK(runner.Register(std::move(type)));
+  ASSERT_OK_AND_ASSIGN(OperationState done, runner.Run({.type = "refund", .biz_key = "done"}));
+  ASSERT_EQ(done.status, OperationStatus::kSuccess);
+  ASSERT_OK_AND_ASSIGN(OperationState pending,
+                       runner.Run({.type = "refund", .biz_key = "pending"}));
+  ASSERT_EQ(pending.status, OperationStatus::kPending);
+
+  EXPECT_EQ(PurgeNow().operations_deleted, 0);  // inside the window
+  clock_.Advance(91 * kDay);
+  EXPECT_EQ(PurgeNow({.dry_run = true}).operations_deleted, 1);
+  EXPECT_OK(runner.Get("done"));
+  EXPECT_EQ(PurgeNow().operations_deleted, 1);
+  EXPECT_THAT(runner.Get("done"), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_OK_AND_ASSIGN(OperationState still, runner.Get("pending"));
+  EXPECT_EQ(still.status, OperationStatus::kPending);
+  // An op_type without a policy is kept for ever.
+  RetentionPolicy other;
+  ASSERT_OK(other.Add("payout", {.redelivery_window = kDay}));
+  EXPECT_EQ(PurgeNow({.policy = &other}).operations_deleted, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, RetentionConformanceTest,
