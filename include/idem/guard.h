@@ -33,6 +33,7 @@
 #include "idem/clock.h"
 #include "idem/key.h"
 #include "idem/record.h"
+#include "idem/retention.h"
 #include "idem/store.h"
 
 namespace idem {
@@ -45,10 +46,13 @@ enum class Outcome {
   kKeyReused,            // the key belongs to another biz_type
   kFingerprintMismatch,  // same key and biz_type, different payload
   kCachedFailure,        // the first run failed non-retryably: `value` is that failure
+  // The key's record was purged after its retention (SPEC §8) and its tombstone
+  // remembers it: a very late duplicate, not run again (see purged_at, expires_at).
+  kExpired,
 };
 
 // Returns "executed", "acquired", "replayed", "in_progress", "key_reused",
-// "fingerprint_mismatch" or "cached_failure".
+// "fingerprint_mismatch", "cached_failure" or "expired".
 std::string_view OutcomeName(Outcome outcome);
 
 struct Request {
@@ -70,12 +74,20 @@ struct Result {
   // may already have happened, so probe before re-sending (SPEC §3, §4).
   bool takeover = false;
   int64_t previous_token = 0;
+  // When the key's record may be purged (Record::expires_at; absl::InfiniteFuture():
+  // kept for ever). kExpired: when its tombstone goes.
+  absl::Time expires_at = absl::InfiniteFuture();
+  // kExpired: when the record was purged.
+  absl::Time purged_at = absl::InfinitePast();
 };
 
 struct GuardOptions {
   const Clock* clock = Clock::Real();       // not owned
   KeyLimits limits;
   absl::Duration lease = absl::Seconds(30);  // Run()'s lease, and Claim()'s default
+  // Sets each new record's expires_at from its biz_type's TTL (SPEC §8); a biz_type
+  // it does not name keeps its records for ever.
+  RetentionPolicy retention;
 };
 
 // The handler of Run(). Its SQL goes through `tx`, which is the same transaction
@@ -99,13 +111,14 @@ class Guard {
 
   // Transactional mode. Claims (tenant, key) with INSERT ... ON CONFLICT DO NOTHING,
   // runs `handler` in the same transaction and commits its writes with the result.
-  // Returns kExecuted, kReplayed, kInProgress, kKeyReused, kFingerprintMismatch or
-  // kCachedFailure as values. Errors: kInvalidArgument for a bad key/biz_type/tenant
-  // (the handler does not run); kUnavailable when the store cannot be reached, stays
-  // locked or is unusable (any failure of idem's own statements is the store's fault,
-  // IsStoreFault: a missing table, a read-only or deleted file, permission denied;
-  // fail closed: the handler does not run, nothing is cached); the handler's own error
-  // on its first failure (retryable ones leave no record). A key whose final state
+  // Returns kExecuted, kReplayed, kInProgress, kKeyReused, kFingerprintMismatch,
+  // kCachedFailure or kExpired (a tombstone: the handler does not run) as values.
+  // Errors: kInvalidArgument for a bad key/biz_type/tenant (the handler does not
+  // run); kUnavailable when the store cannot be reached, stays locked or is unusable
+  // (any failure of idem's own statements is the store's fault, IsStoreFault: a
+  // missing table, a read-only or deleted file, permission denied; fail closed: the
+  // handler does not run, nothing is cached); the handler's own error on its first
+  // failure (retryable ones leave no record). A key whose final state
   // the store already knows (Store::LookupDecided, e.g. a cache tier) is answered
   // without a transaction; any other key is decided by the database. Blocks.
   absl::StatusOr<Result> Run(const Request& request, const Handler& handler);
@@ -148,7 +161,7 @@ class Guard {
   // Lease mode. Commits a PROCESSING record with a lease of `lease` (0 = the
   // default) and a new fencing token, or reports why not. An expired lease is taken
   // over (token + 1, takeover = true). Returns kAcquired, kReplayed, kInProgress,
-  // kKeyReused, kFingerprintMismatch or kCachedFailure. Errors as Run().
+  // kKeyReused, kFingerprintMismatch, kCachedFailure or kExpired. Errors as Run().
   absl::StatusOr<Result> Claim(const Request& request, absl::Duration lease = absl::ZeroDuration());
 
   // The answer Claim() would give when it needs no I/O: the store holds the key's
@@ -158,7 +171,8 @@ class Guard {
   std::optional<Result> ClaimIfKnown(const Request& request);
 
   // Stores `result` for the claim holding `token` and marks the key SUCCEEDED.
-  // Repeating the same call is OK. Errors: kNotFound (no record), kFailedPrecondition
+  // Repeating the same call is OK. Errors: kNotFound (no record, or only its
+  // tombstone), kFailedPrecondition
   // (the key belongs to another biz_type), kAborted (lease lost: the token is stale
   // or the key was released; nothing changed), kAlreadyExists (already finished
   // with this token but with another result or as a failure), kUnavailable.
@@ -169,7 +183,8 @@ class Guard {
   // and answered as kCachedFailure. Errors as Complete().
   absl::Status Fail(const Request& request, int64_t token, bool retryable, std::string_view error);
 
-  // Returns the record of (tenant, key); kNotFound when there is none (or it was
+  // Returns the record of (tenant, key), or its tombstone once purged
+  // (Record::purged(): no result or error); kNotFound when there is none (or it was
   // released), kFailedPrecondition when it belongs to another biz_type than a
   // non-empty `request.biz_type`.
   absl::StatusOr<Record> Get(const Request& request);

@@ -19,10 +19,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "idem/record.h"
 #include "idem/value.h"
@@ -138,8 +140,9 @@ class StoreTransaction : public Transaction {
  public:
   // Inserts `record` unless a record for (record.tenant, record.key) exists; never
   // SELECT-then-INSERT. Returns std::nullopt when it inserted, else the existing
-  // record (read and locked in this transaction). When the key is held by another
-  // open transaction past the lock timeout, returns a ClaimContendedError.
+  // record (read and locked in this transaction; a tombstone too, Record::purged).
+  // When the key is held by another open transaction past the lock timeout, returns a
+  // ClaimContendedError.
   virtual absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& record) = 0;
 
   // InsertOrLoad, then `next` in this transaction when the insert happened: a
@@ -156,8 +159,9 @@ class StoreTransaction : public Transaction {
   }
 
   // Overwrites the stored record of (record.tenant, record.key) with `record` if
-  // the stored one still has `expected_token` and `expected_state`. Returns whether
-  // it did (a conditional update; 0 rows means another holder moved it).
+  // the stored one still has `expected_token` and `expected_state`; its created_at,
+  // expires_at and purged_at stay as stored. Returns whether it did (a conditional
+  // update; 0 rows means another holder moved it).
   virtual absl::StatusOr<bool> Replace(const Record& record, int64_t expected_token,
                                        RecordState expected_state) = 0;
 
@@ -188,6 +192,35 @@ class StoreTransaction : public Transaction {
 
   // Rolls back; also done by the destructor of an uncommitted transaction.
   virtual void Rollback() = 0;
+
+  // Retention (SPEC §8, include/idem/retention.h): if the stored record of
+  // (expected.tenant, expected.key) still has expected's token, state and
+  // purged_at, then with `tombstone_until` turns it into its tombstone (result and
+  // error dropped; purged_at and updated_at = `now`; expires_at = *tombstone_until),
+  // and without it deletes the record (a live one, or a tombstone whose time is up).
+  // Returns whether it did; false when the record moved on or is gone. Runs in this
+  // transaction (the caller read `expected` in it, with Load, so it is locked).
+  // kUnimplemented on a store without retention (the default).
+  virtual absl::StatusOr<bool> Retire(const Record& expected, absl::Time now,
+                                      std::optional<absl::Time> tombstone_until) {
+    (void)expected;
+    (void)now;
+    (void)tombstone_until;
+    return absl::UnimplementedError("this store cannot purge records");
+  }
+};
+
+// Which records Store::ListRecords returns: every condition that is set must hold.
+struct RecordQuery {
+  std::optional<std::string> tenant;  // unset: every tenant
+  std::optional<std::string> biz_type;
+  std::vector<RecordState> states;  // empty: any state
+  std::optional<bool> purged;       // true: tombstones only; false: live records only
+  absl::Time created_before = absl::InfiniteFuture();  // created_at < this
+  absl::Time expires_by = absl::InfiniteFuture();      // expires_at <= this
+  // Continue after this (tenant, key): the last record of the previous page.
+  std::optional<std::pair<std::string, std::string>> after;
+  int limit = 100;  // at most this many (1 … 10000)
 };
 
 // What differs between the SQL databases behind the stores, for the SQL that
@@ -285,6 +318,17 @@ class Store {
       std::function<void(std::string_view tenant, std::string_view key)> finished) {
     (void)finished;
     return nullptr;
+  }
+
+  // The records matching `query`, at most query.limit, without their result and
+  // error (a page for people and for purge, not a replay), read outside any
+  // transaction. Ordered by tenant, then key (in an order each store fixes; pages
+  // of one store never skip or repeat a record that stays there: pass the last
+  // one's (tenant, key) as query.after). kInvalidArgument for a limit outside
+  // 1 … 10000; kUnimplemented on a store that cannot list (the default). Blocks.
+  virtual absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) {
+    (void)query;
+    return absl::UnimplementedError("this store cannot list its records");
   }
 
   // Returns OK when the store answers (readiness), kUnavailable otherwise.

@@ -16,6 +16,7 @@
 #include "cli/logging.h"
 #include "cli/commands.h"
 #include "cli/reason.h"
+#include "cli/retention_config.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -35,6 +36,8 @@ constexpr std::string_view kFooter =
     "  listen = \"127.0.0.1:0\"\n"
     "  tenant = [\"a:tok\"]\n"
     "Command-line options override the file. Unknown sections and keys are errors.\n"
+    "Sections [retention.<biz_type>] give each biz_type's retention (serve, purge and\n"
+    "records read them; docs/retention.md).\n"
     "\n"
     "Exit status: 0 success, 1 operational failure, 2 bad usage.";
 
@@ -138,6 +141,7 @@ int Run(int argc, char** argv, std::initializer_list<AddCommandFn> commands_to_a
   CLI::App root("idem: exactly-once effects on at-least-once delivery", "idem");
   // Set before the subcommands are added: they copy these settings from the root.
   root.allow_config_extras(CLI::config_extras_mode::error);
+  root.config_formatter(ConfigReader());  // keeps [retention.*] for cli/retention_config.h
   root.fallthrough();  // root options (--config) may also follow the subcommand
   root.require_subcommand(1, 1);
   root.set_version_flag("--version", "idem " IDEM_VERSION, "Print the version and exit");

@@ -61,6 +61,8 @@ std::string Human(const Record& r, absl::Time now) {
   row("error", bytes(r.error));
   row("created_at", r.created_at == absl::InfinitePast() ? "-" : FormatUtc(r.created_at));
   row("updated_at", r.updated_at == absl::InfinitePast() ? "-" : FormatUtc(r.updated_at));
+  row("expires_at", r.expires_at == absl::InfiniteFuture() ? "never" : FormatUtc(r.expires_at));
+  if (r.purged()) row("purged_at", FormatUtc(r.purged_at) + " (a tombstone: the record expired)");
   return out;
 }
 
@@ -82,6 +84,12 @@ nlohmann::json Json(const Record& r, absl::Time now) {
   PutBytes(j, "error", r.error);
   PutTime(j, "created_at", r.created_at);
   PutTime(j, "updated_at", r.updated_at);
+  if (r.expires_at == absl::InfiniteFuture()) {
+    j["expires_at"] = nullptr;  // kept for ever
+  } else {
+    PutTime(j, "expires_at", r.expires_at);
+  }
+  PutTime(j, "purged_at", r.purged_at);
   return j;
 }
 

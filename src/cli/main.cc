@@ -19,7 +19,7 @@ namespace idem::cli {
 namespace {
 
 constexpr std::string_view kBuiltins[] = {"serve", "inspect", "ttl", "migrate", "stuck", "token", "proxy",
-                                          "diagnose", "recon", "bridge"};
+                                          "diagnose", "recon", "bridge", "purge", "records"};
 
 bool IsBuiltin(std::string_view name) {
   for (std::string_view b : kBuiltins) {
@@ -89,7 +89,8 @@ int Main(int argc, char** argv) {
   return RunCommandLine(argc, argv,
                         {&AddServeCommand, &AddInspectCommand, &AddTtlCommand, &AddMigrateCommand,
                          &AddStuckCommand, &AddTokenCommand, &AddProxyCommand,
-                         &AddDiagnoseCommand, &AddReconCommand, &AddBridgeCommand},
+                         &AddDiagnoseCommand, &AddReconCommand, &AddBridgeCommand,
+                         &AddPurgeCommand, &AddRecordsCommand},
                         ExternalHelp());
 }
 

@@ -12,11 +12,11 @@
 //
 //   backend: postgres
 //   store: postgres://idem@db/app
-//   schema version: 0 (none) -> 1
+//   schema version: 0 (none) -> 2
 //   step journal: created
 //   tables: idem_journal_version, idem_object_locks, idem_operations, idem_records,
 //           idem_schema_version, idem_steps   (one line)
-//   procedures: idem_claim_v1, idem_finish_v1   (MySQL/MariaDB only)
+//   procedures: idem_claim_v2, idem_finish_v1   (MySQL/MariaDB only)
 //   action: created
 //
 // action is one of created, upgraded, unchanged, would create, would upgrade.

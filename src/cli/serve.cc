@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -35,8 +36,11 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cli/commands.h"
 #include "cli/reason.h"
+#include "cli/retention_config.h"
+#include "cli/scheduled_purge.h"
 #include "cli/secrets.h"
 #include "cli/server_command.h"
 #include "core/absl_compat.h"
@@ -64,6 +68,11 @@ struct ServeFlags {
   uint64_t cache_entries = 100000;  // in-process L1 size, 0: off
   std::string cache_ttl = "24h";
   std::string wait_poll_max = "250ms";
+  // Retention (SPEC §8): a purge every this long, in the background; "": none.
+  std::string purge_every;
+  int purge_batch = 100;
+  double purge_max_rate = 0;
+  bool purge_no_tombstones = false;
 };
 
 std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
@@ -108,6 +117,31 @@ int RunServe(const ServeFlags& flags) {
   }
   api_options.wait_poll_max = *poll_max;
   api_options.metrics_require_token = flags.metrics_token;
+
+  // Retention (SPEC §8): a configured TTL below the derived one is refused, with the
+  // derivation that shows why, before anything starts.
+  std::string derivation;
+  absl::StatusOr<RetentionPolicy> retention = RetentionFromConfig(&derivation);
+  if (!retention.ok()) {
+    if (!derivation.empty()) std::fputs(derivation.c_str(), stderr);
+    PrintReason("serve: " + Str(retention.status().message()));
+    return retention.status().code() == absl::StatusCode::kFailedPrecondition ? kExitFailure
+                                                                              : kExitUsage;
+  }
+  std::optional<absl::Duration> purge_every;
+  if (!flags.purge_every.empty()) {
+    absl::StatusOr<absl::Duration> every = ParseTtlDuration(flags.purge_every, "--purge-every");
+    if (!every.ok() || *every < absl::Seconds(1)) {
+      PrintReason("serve: " + (every.ok() ? std::string("--purge-every must be 1s or more")
+                                          : Str(every.status().message())));
+      return kExitUsage;
+    }
+    purge_every = *every;
+  }
+  if (flags.purge_batch < 1 || flags.purge_batch > 10000 || flags.purge_max_rate < 0) {
+    PrintReason("serve: --purge-batch must be 1 … 10000 and --purge-max-rate 0 or more");
+    return kExitUsage;
+  }
 
   int exit_code = kExitOk;
   std::unique_ptr<Store> store = OpenServerStore("serve", flags.server, &warnings, &exit_code);
@@ -161,7 +195,7 @@ int RunServe(const ServeFlags& flags) {
     api_options.tenants.push_back(http::Tenant::WithToken("dev", token));
   }
 
-  Guard guard(*store);
+  Guard guard(*store, GuardOptions{.retention = *retention});
   http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
   metrics.AddSection([&store] { return recon::RenderReconMetrics(*store); });  // SPEC §9
 
@@ -171,6 +205,21 @@ int RunServe(const ServeFlags& flags) {
     spdlog::warn("biz_type \"{}\" is fail-open: while the store is down its claims are let "
                  "through unrecorded, so duplicates may pass (UNSAFE)",
                  biz_type);
+  }
+  if (!retention->empty()) {
+    const std::string described = DescribePolicy(*retention);
+    for (absl::string_view line : absl::StrSplit(described, '\n', absl::SkipEmpty())) {
+      spdlog::info("retention: {}", std::string(line.data(), line.size()));
+    }
+  }
+  std::unique_ptr<ScheduledPurge> purge;
+  if (purge_every.has_value()) {
+    PurgeOptions options;
+    options.batch = flags.purge_batch;
+    options.max_rate = flags.purge_max_rate;
+    options.tombstones = !flags.purge_no_tombstones;
+    options.policy = &*retention;
+    purge = std::make_unique<ScheduledPurge>(*store, options, *purge_every, metrics);
   }
   return ServeUntilSignal("serve", server,
                           absl::StrCat("serving store ", AV(store->url()), " for ",
@@ -221,6 +270,20 @@ CommandFn AddServeCommand(CLI::App& root) {
                   "per pause at most. On postgres:// a waiter is also woken at once when any "
                   "process finishes the key (LISTEN/NOTIFY), so this can be long there")
       ->capture_default_str();
+  sub->add_option("--purge-every,--purge_every", flags->purge_every,
+                  "Purge records past their retention this often, in the background (as idem "
+                  "purge does; the way to purge a rocksdb:// store, which serve holds). Default: "
+                  "never")
+      ->type_name("DURATION");
+  sub->add_option("--purge-batch,--purge_batch", flags->purge_batch,
+                  "Records per purge transaction")
+      ->capture_default_str();
+  sub->add_option("--purge-max-rate,--purge_max_rate", flags->purge_max_rate,
+                  "At most this many records purged per second (0: no limit)")
+      ->capture_default_str();
+  sub->add_flag("--purge-no-tombstones,--purge_no_tombstones", flags->purge_no_tombstones,
+                "Purge without leaving tombstones: a very late duplicate then runs again "
+                "(UNSAFE)");
   sub->add_option("--fail-open,--fail_open", flags->fail_open,
                   "UNSAFE, for low-value traffic only: while the store is down, claims of this "
                   "biz_type answer 201 {\"outcome\":\"acquired\",\"token\":0,\"degraded\":true} "

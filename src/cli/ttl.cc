@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "cli/commands.h"
 #include "cli/reason.h"
+#include "cli/retention_config.h"
 #include "nlohmann/json.hpp"
 
 namespace idem::cli {
@@ -35,36 +36,6 @@ struct TtlFlags {
 
 nlohmann::json DurationJson(absl::Duration d) {
   return {{"text", FormatTtlDuration(d)}, {"ms", absl::ToInt64Milliseconds(d)}};
-}
-
-std::string HumanDerivation(const TtlDerivation& d) {
-  const std::pair<TtlWindow, absl::Duration> windows[] = {
-      {TtlWindow::kRedelivery, d.inputs.redelivery_window},
-      {TtlWindow::kReconCycle, d.inputs.recon_cycle},
-      {TtlWindow::kConfirmWindow, d.inputs.confirm_window},
-  };
-  std::string out =
-      "TTL = max(upstream redelivery window, reconciliation cycle, downstream confirmation "
-      "window) + safety margin\n";
-  auto row = [&out](std::string_view name, std::string_view value, std::string_view note) {
-    char buf[256];
-    std::snprintf(buf, sizeof(buf), "  %-32.*s %-10.*s%s%.*s\n", static_cast<int>(name.size()),
-                  name.data(), static_cast<int>(value.size()), value.data(),
-                  note.empty() ? "" : " ", static_cast<int>(note.size()), note.data());
-    std::string line = buf;
-    // Trailing padding is noise in a terminal and in a diff.
-    while (line.size() > 1 && line[line.size() - 2] == ' ') line.erase(line.size() - 2, 1);
-    out += line;
-  };
-  for (const auto& [window, value] : windows) {
-    row(TtlWindowName(window), FormatTtlDuration(value),
-        window == d.dominant ? "<- dominates" : "");
-  }
-  row("safety margin", FormatTtlDuration(d.safety_margin), "");
-  out += "TTL = " + FormatTtlDuration(d.dominant_window) + " + " +
-         FormatTtlDuration(d.safety_margin) + " = " + FormatTtlDuration(d.total) + " (" +
-         FormatTtlDays(d.total) + ")\n";
-  return out;
 }
 
 int RunTtl(const TtlFlags& flags) {
@@ -127,7 +98,7 @@ int RunTtl(const TtlFlags& flags) {
     }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::string text = HumanDerivation(*derivation);
+    std::string text = FormatDerivation(*derivation);
     if (has_configured && check.ok()) {
       text += "configured TTL " + FormatTtlDuration(configured) + ": OK (at least " +
               FormatTtlDuration(derivation->total) + ")\n";

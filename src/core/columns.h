@@ -1,6 +1,7 @@
 // Column values as every SQL table of idem stores them, for the SQL backends and
 // the step journal: times are unix microseconds in a 64-bit integer, 0 standing
-// for "none" (absl::InfinitePast()); names and keys come back as text or as blobs
+// for "none" (absl::InfinitePast()) and INT64_MAX for "never" (absl::
+// InfiniteFuture(), e.g. a record kept for ever); names and keys come back as text or as blobs
 // depending on the column type (BLOB, BYTEA, VARBINARY). Internal.
 #pragma once
 
@@ -17,11 +18,17 @@
 
 namespace idem {
 
+inline constexpr int64_t kNeverMicros = INT64_MAX;
+
 inline int64_t ToMicros(absl::Time t) {
-  return t == absl::InfinitePast() ? 0 : absl::ToUnixMicros(t);
+  if (t == absl::InfinitePast()) return 0;
+  if (t == absl::InfiniteFuture()) return kNeverMicros;
+  return absl::ToUnixMicros(t);
 }
 inline absl::Time FromMicros(int64_t us) {
-  return us == 0 ? absl::InfinitePast() : absl::FromUnixMicros(us);
+  if (us == 0) return absl::InfinitePast();
+  if (us == kNeverMicros) return absl::InfiniteFuture();
+  return absl::FromUnixMicros(us);
 }
 
 // A column value as bytes (text and blobs alike; "" for NULL and numbers).

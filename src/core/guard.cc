@@ -22,6 +22,23 @@ struct Decision {
 Decision Decide(const Record& existing, const Request& request, absl::Time now,
                 absl::Duration lease) {
   Decision d;
+  // A tombstone (SPEC §8): the key's record was purged after its retention. The
+  // same checks as for a live record, then a very late duplicate is told so instead
+  // of running again; its key stays taken until the tombstone goes.
+  if (existing.purged()) {
+    if (existing.biz_type != request.biz_type) {
+      d.final = Result{.outcome = Outcome::kKeyReused};
+    } else if (!existing.fingerprint.empty() && !request.fingerprint.empty() &&
+               existing.fingerprint != request.fingerprint) {
+      d.final = Result{.outcome = Outcome::kFingerprintMismatch};
+    } else {
+      d.final = Result{.outcome = Outcome::kExpired,
+                       .token = existing.token,
+                       .expires_at = existing.expires_at,
+                       .purged_at = existing.purged_at};
+    }
+    return d;
+  }
   // A released key (retryable failure) behaves as absent: whoever claims next
   // acquires it, with the next token.
   if (existing.state != RecordState::kReleased) {
@@ -37,16 +54,17 @@ Decision Decide(const Record& existing, const Request& request, absl::Time now,
     switch (existing.state) {
       case RecordState::kSucceeded:
         d.final = Result{.outcome = Outcome::kReplayed, .value = existing.result,
-                         .token = existing.token};
+                         .token = existing.token, .expires_at = existing.expires_at};
         return d;
       case RecordState::kFailed:
         d.final = Result{.outcome = Outcome::kCachedFailure, .value = existing.error,
-                         .token = existing.token};
+                         .token = existing.token, .expires_at = existing.expires_at};
         return d;
       case RecordState::kProcessing:
         if (existing.lease_until > now) {
           d.final = Result{.outcome = Outcome::kInProgress, .token = existing.token,
-                           .lease_until = existing.lease_until};
+                           .lease_until = existing.lease_until,
+                           .expires_at = existing.expires_at};
           return d;
         }
         d.takeover = true;
@@ -55,6 +73,8 @@ Decision Decide(const Record& existing, const Request& request, absl::Time now,
         break;
     }
   }
+  // expires_at stays: the retention window runs from the key's first claim, which a
+  // takeover or a retry after a release only continues.
   d.next = existing;
   d.next.biz_type = request.biz_type;
   if (!request.fingerprint.empty()) d.next.fingerprint = request.fingerprint;
@@ -126,6 +146,8 @@ std::string_view OutcomeName(Outcome outcome) {
       return "fingerprint_mismatch";
     case Outcome::kCachedFailure:
       return "cached_failure";
+    case Outcome::kExpired:
+      return "expired";
   }
   return "unknown";
 }
@@ -168,7 +190,8 @@ absl::StatusOr<Guard::Acquisition> Guard::Acquire(
                    .token = 1,
                    .lease_until = now + lease,
                    .created_at = now,
-                   .updated_at = now};
+                   .updated_at = now,
+                   .expires_at = options_.retention.ExpiresAt(request.biz_type, now)};
   absl::StatusOr<std::optional<Record>> loaded =
       Fault(first != nullptr ? tx.InsertOrLoadThen(a.claim, *first, first_result)
                              : tx.InsertOrLoad(a.claim));
@@ -219,7 +242,7 @@ std::optional<Result> Guard::DecideFrom(const std::optional<Record>& known, cons
   if (!known.has_value()) return std::nullopt;
   const Record& record = *known;
   if ((record.state != RecordState::kSucceeded && record.state != RecordState::kFailed) ||
-      record.tenant != request.tenant || record.key != request.key) {
+      record.purged() || record.tenant != request.tenant || record.key != request.key) {
     return std::nullopt;  // not a decided record of this key: let the database answer
   }
   Decision d = Decide(record, request, now, lease);
@@ -243,7 +266,8 @@ absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease
                 .token = a.claim.token,
                 .lease_until = a.claim.lease_until,
                 .takeover = a.takeover,
-                .previous_token = a.previous_token};
+                .previous_token = a.previous_token,
+                .expires_at = a.claim.expires_at};
 }
 
 absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler) {
@@ -318,9 +342,10 @@ absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Sta
       // expired lease it took over (same token as before the takeover). Either is
       // still ours to end; anything else is another holder's and stands.
       const bool acquired_from_it =
-          now_existing->state == RecordState::kReleased ||
-          (now_existing->state == RecordState::kProcessing &&
-           now_existing->token == claim.token - 1 && now_existing->lease_until <= now);
+          !now_existing->purged() &&
+          (now_existing->state == RecordState::kReleased ||
+           (now_existing->state == RecordState::kProcessing &&
+            now_existing->token == claim.token - 1 && now_existing->lease_until <= now));
       if (acquired_from_it) {
         failed.token = now_existing->token + 1;
         IDEM_RETURN_IF_ERROR(
@@ -347,7 +372,7 @@ absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Sta
   if (!moved) return absl::AbortedError("record moved during the handler; rolled back");
   IDEM_FAILPOINT("guard.after_commit");
   return Result{.outcome = Outcome::kExecuted, .value = std::move(done.result),
-                .token = done.token};
+                .token = done.token, .expires_at = done.expires_at};
 }
 
 absl::Status Guard::Finish(const Request& request, int64_t token, RecordState final_state,
@@ -358,6 +383,10 @@ absl::Status Guard::Finish(const Request& request, int64_t token, RecordState fi
                         Fault(tx->Load(request.tenant, request.key)));
   if (!existing.has_value()) {
     return absl::NotFoundError(absl::StrCat("no record for key '", request.key, "'"));
+  }
+  if (existing->purged()) {
+    return absl::NotFoundError(absl::StrCat("the record of key '", request.key,
+                                            "' was purged after its retention (expired)"));
   }
   if (existing->state != RecordState::kReleased && existing->biz_type != request.biz_type) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -411,7 +440,7 @@ absl::StatusOr<Record> Guard::Get(const Request& request) {
   IDEM_RETURN_IF_ERROR(ValidateKey(request.key, options_.limits));
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> record,
                         Fault(store_.Get(request.tenant, request.key)));
-  if (!record.has_value() || record->state == RecordState::kReleased) {
+  if (!record.has_value() || (record->state == RecordState::kReleased && !record->purged())) {
     return absl::NotFoundError(absl::StrCat("no record for key '", request.key, "'"));
   }
   if (!request.biz_type.empty() && record->biz_type != request.biz_type) {

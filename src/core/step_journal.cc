@@ -422,4 +422,36 @@ absl::StatusOr<std::vector<OperationRow>> Journal::SelectStuck(Transaction& tx, 
        Value(StepStatusName(StepStatus::kUnknown)), Int(limit)});
 }
 
+absl::StatusOr<std::vector<OperationRow>> Journal::SelectFinished(Transaction& tx,
+                                                                  std::string_view op_type,
+                                                                  absl::Time cutoff,
+                                                                  absl::Time now,
+                                                                  std::string_view after,
+                                                                  int limit) const {
+  return SelectOperations(
+      tx,
+      absl::StrCat("WHERE op_type = ? AND status IN (?, ?) AND updated_at <= ? AND "
+                   "lease_until <= ? AND biz_key > ? ORDER BY biz_key LIMIT ?",
+                   AV(dialect_->ForUpdate())),
+      {Value(std::string(op_type)), Value(OperationStatusName(OperationStatus::kSuccess)),
+       Value(OperationStatusName(OperationStatus::kCompensated)), Micros(cutoff), Micros(now),
+       Key(after), Int(limit)});
+}
+
+absl::StatusOr<bool> Journal::DeleteOperation(Transaction& tx, const OperationRow& row) const {
+  const OperationState& op = row.state;
+  IDEM_ASSIGN_OR_RETURN(
+      int64_t gone,
+      tx.Exec("DELETE FROM idem_operations WHERE biz_key = ? AND status = ? AND updated_at = ?",
+              {Key(op.biz_key), StatusValue(op.status), Micros(op.updated_at)}));
+  if (gone == 0) return false;
+  IDEM_RETURN_IF_ERROR(tx.Exec("DELETE FROM idem_steps WHERE biz_key = ?", {Key(op.biz_key)})
+                           .status());
+  // A finished operation has released its object lock; one left behind by a
+  // crash between the two writes would block the object for ever.
+  IDEM_RETURN_IF_ERROR(
+      tx.Exec("DELETE FROM idem_object_locks WHERE holder = ?", {Key(op.biz_key)}).status());
+  return true;
+}
+
 }  // namespace idem::steps

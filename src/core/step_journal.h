@@ -125,6 +125,20 @@ class Journal {
   absl::StatusOr<std::vector<OperationRow>> SelectStuck(Transaction& tx, absl::Time now,
                                                         int limit) const;
 
+  // Retention (SPEC §8): finished operations (SUCCESS, COMPENSATED; never one still
+  // running or needing a person) of `op_type`, last changed at or before `cutoff`
+  // and without a live lease at `now`, with a biz_key after `after`, in biz_key
+  // order, at most `limit`, locked for this transaction.
+  absl::StatusOr<std::vector<OperationRow>> SelectFinished(Transaction& tx,
+                                                           std::string_view op_type,
+                                                           absl::Time cutoff, absl::Time now,
+                                                           std::string_view after,
+                                                           int limit) const;
+
+  // Deletes operation `row` with its steps and object locks, if it is still in
+  // row's status and unchanged since row's updated_at. Returns whether it did.
+  absl::StatusOr<bool> DeleteOperation(Transaction& tx, const OperationRow& row) const;
+
  private:
   absl::StatusOr<std::vector<OperationRow>> SelectOperations(Transaction& tx,
                                                              std::string_view where_and_tail,

@@ -227,6 +227,9 @@ Reply Api::Handle(const HttpRequest& request) {
         path == RouteName(Route::kFail)) {
       route = RouteNamed(path);
       allow = "POST";
+    } else if (path == RouteName(Route::kRecords)) {
+      route = Route::kRecords;
+      allow = "GET";
     } else if (absl::StartsWith(AV(path), AV(kRecordsPrefix))) {
       route = Route::kRecord;
       allow = "GET";
@@ -238,7 +241,7 @@ Reply Api::Handle(const HttpRequest& request) {
     }
 
     std::string_view biz_enc, key_enc;
-    if (allow == "GET") {
+    if (route == Route::kRecord) {
       std::string_view rest = path.substr(kRecordsPrefix.size());
       size_t slash = rest.find('/');
       if (slash == std::string_view::npos || slash == 0 || slash + 1 == rest.size() ||
@@ -267,6 +270,7 @@ Reply Api::Handle(const HttpRequest& request) {
     Reply reply = path == "/v1/claims"            ? Claims(request, tenant->name)
                   : path == "/v1/claims/complete" ? Complete(request, tenant->name)
                   : path == "/v1/claims/fail"     ? Fail(request, tenant->name)
+                  : route == Route::kRecords      ? ListRecords(request, tenant->name)
                                                   : GetRecord(biz_enc, key_enc, tenant->name);
     // Answered by the store (a 503 went through StatusReply, which marks it down).
     if (reply.response.status < 500) health_.Up();

@@ -7,7 +7,9 @@
 //                                                     cached_failure | 409 | 422
 //   POST /v1/claims/complete           Guard::Complete
 //   POST /v1/claims/fail               Guard::Fail
-//   GET  /v1/records/{biz_type}/{key}  Guard::Get (percent-decoded segments)
+//   GET  /v1/records/{biz_type}/{key}  Guard::Get (percent-decoded segments); 410 once purged
+//   GET  /v1/records?biz_type=&state=&limit=&cursor=
+//                                      Store::ListRecords, the caller's tenant only
 //   GET  /healthz                      200 while the process serves
 //   GET  /readyz                       200 when Store::Ping() is OK, else 503
 //   GET  /metrics                      Prometheus text
@@ -149,6 +151,7 @@ class Api : public Handler {
   Reply Fail(const HttpRequest& request, const std::string& tenant);
   Reply GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
                   const std::string& tenant);
+  Reply ListRecords(const HttpRequest& request, const std::string& tenant);  // record_pages.cc
   Reply Ready();
   Reply ClaimAnswer(const Request& request, absl::Duration lease, absl::Time deadline,
                     absl::Duration poll_interval, uint64_t epoch);

@@ -8,6 +8,7 @@
 #include "http/api.h"
 #include "http/json.h"
 #include "http/problem.h"
+#include "http/records.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 #include "spdlog/spdlog.h"
@@ -78,6 +79,34 @@ bool IsStoreDown(const absl::Status& status) {
 }
 
 }  // namespace
+
+ojson RecordJson(const Record& rec) {
+  ojson j = ojson::object();
+  j["biz_type"] = rec.biz_type;
+  j["key"] = rec.key;
+  j["state"] = std::string(RecordStateName(rec.state));
+  j["token"] = rec.token;
+  j["lease_until"] = TimeOrNull(rec.lease_until);
+  j["fingerprint"] = rec.fingerprint.empty() ? ojson(nullptr) : ojson(rec.fingerprint);
+  j["created_at"] = TimeOrNull(rec.created_at);
+  j["updated_at"] = TimeOrNull(rec.updated_at);
+  j["expires_at"] = TimeOrNull(rec.expires_at);
+  return j;
+}
+
+HttpResponse ExpiredProblem(absl::Time purged_at, absl::Time tombstone_until) {
+  Problem p;
+  p.status = 410;
+  p.slug = "expired";
+  p.title = "Expired";
+  p.detail = absl::StrCat(
+      "the key's record was purged after its retention (SPEC §8); its tombstone remembers the "
+      "key, so this very late request is not run again");
+  p.outcome = "expired";
+  p.extra["purged_at"] = TimeOrNull(purged_at);
+  p.extra["tombstone_until"] = TimeOrNull(tombstone_until);
+  return ProblemResponse(p);
+}
 
 Reply Api::FailOpenClaim(const Request& req, const absl::Status& status) {
   metrics_.CountFailOpen(req.biz_type);
@@ -222,12 +251,14 @@ Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time dead
       j["lease_until"] = FormatRfc3339(result->lease_until);
       j["takeover"] = result->takeover;
       if (result->takeover) j["previous_token"] = result->previous_token;
+      j["expires_at"] = TimeOrNull(result->expires_at);
       return Make(Route::kClaims, Json(201, Dump(j)), "acquired");
     }
     case Outcome::kReplayed:
     case Outcome::kCachedFailure:
     case Outcome::kKeyReused:
     case Outcome::kFingerprintMismatch:
+    case Outcome::kExpired:
       return DecidedClaim(*result);
     case Outcome::kInProgress:
       return InProgress(req, lease, deadline, result->lease_until, poll_interval, epoch);
@@ -244,9 +275,11 @@ Reply Api::DecidedClaim(const Result& result) {
     case Outcome::kCachedFailure: {
       const bool replayed = result.outcome == Outcome::kReplayed;
       std::string_view name = replayed ? "replayed" : "cached_failure";
-      HttpResponse r =
-          Json(200, Splice(absl::StrCat(R"({"outcome":")", AV(name), R"("})"),
-                           replayed ? "result" : "error", RawJsonOrString(result.value)));
+      const std::string expires = FormatRfc3339(result.expires_at);
+      HttpResponse r = Json(
+          200, Splice(absl::StrCat(R"({"outcome":")", AV(name), R"(","expires_at":)",
+                                   expires.empty() ? "null" : JsonString(expires), "}"),
+                      replayed ? "result" : "error", RawJsonOrString(result.value)));
       r.headers.emplace_back("Idempotent-Replayed", "true");
       return Make(Route::kClaims, std::move(r), name);
     }
@@ -262,6 +295,8 @@ Reply Api::DecidedClaim(const Result& result) {
                               "a retry must carry the same payload",
                               "fingerprint_mismatch"),
                   "fingerprint_mismatch");
+    case Outcome::kExpired:
+      return Make(Route::kClaims, ExpiredProblem(result.purged_at, result.expires_at), "expired");
     default:
       return Make(Route::kClaims, MakeProblem(500, "internal", "Internal error",
                                               "unexpected guard outcome for a decided key"));
@@ -370,16 +405,9 @@ Reply Api::GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
     r.outcome.clear();  // a read reports no guard outcome
     return r;
   }
-  ojson j = ojson::object();
-  j["biz_type"] = rec->biz_type;
-  j["key"] = rec->key;
-  j["state"] = std::string(RecordStateName(rec->state));
-  j["token"] = rec->token;
-  j["lease_until"] = TimeOrNull(rec->lease_until);
-  j["fingerprint"] = rec->fingerprint.empty() ? ojson(nullptr) : ojson(rec->fingerprint);
-  j["created_at"] = TimeOrNull(rec->created_at);
-  j["updated_at"] = TimeOrNull(rec->updated_at);
-  std::string body = Dump(j);
+  // Only the tombstone is left: the record is gone, as a late claim is told.
+  if (rec->purged()) return Make(Route::kRecord, ExpiredProblem(rec->purged_at, rec->expires_at));
+  std::string body = Dump(RecordJson(*rec));
   if (rec->state == RecordState::kSucceeded) {
     body = Splice(std::move(body), "result", RawJsonOrString(rec->result));
   } else if (rec->state == RecordState::kFailed) {

@@ -11,12 +11,12 @@ namespace {
 
 // The outcomes the API answers with (api.cc, handlers.cc, proxy.cc); the last slot, "other",
 // takes any other name so that a new outcome cannot add label values unnoticed.
-constexpr std::array<std::string_view, 18> kOutcomeNames = {
+constexpr std::array<std::string_view, 19> kOutcomeNames = {
     "acquired",    "replayed",   "cached_failure",
     "in_progress", "key_reused", "fingerprint_mismatch",
     "lease_lost",  "not_found",  "conflict",
     "unavailable", "degraded",   "completed",
-    "released",    "failed",
+    "released",    "failed",     "expired",
     // and those of the proxy (proxy.cc)
     "executed",    "missing_key", "invalid_key", "missing_client",
 };

@@ -144,7 +144,7 @@ class Metrics {
   static constexpr int kMaxStatus = 599;
   static constexpr size_t kStatusSlots = kMaxStatus - kMinStatus + 1;
   static constexpr size_t kBuckets = kLatencyBounds.size() + 1;  // the last one is +Inf
-  static constexpr size_t kOutcomeSlots = 19;  // the 18 outcomes the API and proxy name, "other"
+  static constexpr size_t kOutcomeSlots = 20;  // the 19 outcomes the API and proxy name, "other"
 
   // One route's series. Latency buckets hold their own count (not cumulative); Render
   // adds them up.

@@ -24,6 +24,8 @@ std::string_view ReasonPhrase(int status) {
       return "Request Timeout";
     case 409:
       return "Conflict";
+    case 410:
+      return "Gone";
     case 411:
       return "Length Required";
     case 413:

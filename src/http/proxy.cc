@@ -312,6 +312,13 @@ Reply Proxy::Guarded(const HttpRequest& request, std::string key) {
                                 "target or body differ)",
                                 "fingerprint_mismatch"),
                     "fingerprint_mismatch", tenant_shown);
+    case Outcome::kExpired:
+      return Answer(kGuardedRoute,
+                    MakeProblem(410, "expired", "Gone",
+                                "the answer stored for this Idempotency-Key was purged after its "
+                                "retention; a request this late is not sent again",
+                                "expired"),
+                    "expired", tenant_shown);
     case Outcome::kAcquired:
     case Outcome::kExecuted:
       break;

@@ -19,6 +19,7 @@ enum class Route : uint8_t {
   kComplete,  // POST /v1/claims/complete
   kFail,      // POST /v1/claims/fail
   kRecord,    // GET /v1/records/{biz_type}/{key}
+  kRecords,   // GET /v1/records (a page of the caller's records)
   kHealthz,
   kReadyz,
   kMetrics,
@@ -32,7 +33,7 @@ inline constexpr size_t kRouteCount = static_cast<size_t>(Route::kOther) + 1;
 inline constexpr std::array<std::string_view, kRouteCount> kRouteNames = {
     "/v1/claims",      "/v1/claims/complete",
     "/v1/claims/fail", "/v1/records/{biz_type}/{key}",
-    "/healthz",        "/readyz",
+    "/v1/records",     "/healthz",        "/readyz",
     "/metrics",        "proxy",
     "passthrough",     "other",
 };

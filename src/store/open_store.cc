@@ -104,6 +104,10 @@ class LateStore final : public Store {
     IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
     return s->Get(tenant, key);
   }
+  absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override {
+    IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
+    return s->ListRecords(query);
+  }
   absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,
                                                       std::string_view key) override {
     Store* s = ready_.load(std::memory_order_acquire);  // advisory: never opens

@@ -12,6 +12,8 @@ namespace idem::store {
 namespace {
 
 constexpr uint8_t kVersion = kRecordFormatVersion;
+// The first format, without expires_at and purged_at; still read.
+constexpr uint8_t kVersionWithoutRetention = 1;
 
 void PutU64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -86,6 +88,8 @@ std::string EncodeRecord(const Record& r) {
   PutU64(out, static_cast<uint64_t>(TimeToInt(r.lease_until)));
   PutU64(out, static_cast<uint64_t>(TimeToInt(r.created_at)));
   PutU64(out, static_cast<uint64_t>(TimeToInt(r.updated_at)));
+  PutU64(out, static_cast<uint64_t>(TimeToInt(r.expires_at)));
+  PutU64(out, static_cast<uint64_t>(TimeToInt(r.purged_at)));
   for (const std::string* s :
        {&r.tenant, &r.biz_type, &r.key, &r.fingerprint, &r.result, &r.error}) {
     PutBytes(out, *s);
@@ -106,7 +110,7 @@ absl::StatusOr<RecordHead> ReadHead(Reader& in) {
   uint8_t version = 0, state = 0;
   uint64_t token = 0;
   if (!in.U8(version)) return NotARecord("empty");
-  if (version != kVersion) {
+  if (version != kVersion && version != kVersionWithoutRetention) {
     return absl::FailedPreconditionError(absl::StrCat(
         "a stored record has format version ", version, "; this build reads version ", kVersion,
         (version > kVersion ? " (a newer idem wrote it: upgrade idem)" : "")));
@@ -118,6 +122,10 @@ absl::StatusOr<RecordHead> ReadHead(Reader& in) {
       !in.Time(h.updated_at)) {
     return NotARecord("truncated");
   }
+  if (version >= 2 && (!in.Time(h.expires_at) || !in.Time(h.purged_at))) {
+    return NotARecord("truncated");
+  }
+  h.version = version;
   h.state = static_cast<RecordState>(state);
   h.token = static_cast<int64_t>(token);
   return h;
@@ -139,6 +147,8 @@ absl::StatusOr<Record> DecodeRecord(std::string_view bytes) {
   r.lease_until = h.lease_until;
   r.created_at = h.created_at;
   r.updated_at = h.updated_at;
+  r.expires_at = h.expires_at;
+  r.purged_at = h.purged_at;
   for (std::string* s : {&r.tenant, &r.biz_type, &r.key, &r.fingerprint, &r.result, &r.error}) {
     if (!in.Bytes(*s)) return NotARecord("truncated");
   }

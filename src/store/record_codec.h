@@ -3,7 +3,8 @@
 // tenant (length-prefixed) and the key, and a versioned binary encoding of every
 // field of the record. The first byte of an encoding is its format version, so the
 // layout can evolve: a reader refuses a version it does not know instead of
-// guessing.
+// guessing. Version 2 added expires_at and purged_at (retention, SPEC §8); version
+// 1 encodings (written before) are still read, as records kept for ever.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -19,7 +20,7 @@
 namespace idem::store {
 
 // The format version EncodeRecord writes (the first byte of every encoding).
-inline constexpr uint8_t kRecordFormatVersion = 1;
+inline constexpr uint8_t kRecordFormatVersion = 2;
 
 // "<len(tenant)>:<tenant><key>": no two (tenant, key) pairs share a name, whatever
 // bytes they hold ("ab","c" and "a","bc" differ).
@@ -29,8 +30,10 @@ std::string RecordKey(std::string_view tenant, std::string_view key);
 // stores do); infinite times are kept as such.
 std::string EncodeRecord(const Record& record);
 
-// The record EncodeRecord made. kFailedPrecondition naming the version for another
-// format version (a newer idem wrote it: do not guess its layout), and for bytes
+// The record EncodeRecord made, of this format version or version 1 (which has
+// no retention: expires_at absl::InfiniteFuture(), not purged). kFailedPrecondition
+// naming the version for a newer format version (a newer idem wrote it: do not
+// guess its layout), and for bytes
 // that are not a record (truncated, an unknown state, trailing bytes).
 absl::StatusOr<Record> DecodeRecord(std::string_view bytes);
 
@@ -42,6 +45,11 @@ struct RecordHead {
   absl::Time lease_until;
   absl::Time created_at;
   absl::Time updated_at;
+  absl::Time expires_at = absl::InfiniteFuture();
+  absl::Time purged_at = absl::InfinitePast();
+  uint8_t version = kRecordFormatVersion;  // the format version the bytes are in
+
+  bool purged() const { return purged_at != absl::InfinitePast(); }
 };
 
 // The head of `bytes`, with DecodeRecord's errors for what the head holds.

@@ -25,7 +25,9 @@ Record EveryField() {
                 .result = "",
                 .error = std::string("e\0", 2),
                 .created_at = absl::FromUnixMicros(1767225600000001),
-                .updated_at = absl::InfiniteFuture()};
+                .updated_at = absl::InfiniteFuture(),
+                .expires_at = absl::FromUnixMicros(1774987200000002),
+                .purged_at = absl::FromUnixMicros(1767225600000003)};
 }
 
 TEST(RecordCodecTest, EveryFieldRoundTrips) {
@@ -44,7 +46,28 @@ TEST(RecordCodecTest, EveryFieldRoundTrips) {
     EXPECT_EQ(head.lease_until, r.lease_until);
     EXPECT_EQ(head.created_at, r.created_at);
     EXPECT_EQ(head.updated_at, r.updated_at);
+    EXPECT_EQ(head.expires_at, r.expires_at);
+    EXPECT_EQ(head.purged_at, r.purged_at);
+    EXPECT_TRUE(head.purged());
   }
+}
+
+// Format 1 (before retention) is still read: such a record is kept for ever and
+// is not a tombstone.
+TEST(RecordCodecTest, FormatOneIsReadWithoutRetention) {
+  Record r = EveryField();
+  const std::string v2 = EncodeRecord(r);
+  // Version 1 is version 2 without expires_at and purged_at (the two u64s after
+  // updated_at, at bytes 34 … 49).
+  const std::string v1 = std::string(1, '\x01') + v2.substr(1, 33) + v2.substr(50);
+  ASSERT_OK_AND_ASSIGN(Record back, DecodeRecord(v1));
+  r.expires_at = absl::InfiniteFuture();
+  r.purged_at = absl::InfinitePast();
+  EXPECT_EQ(back, r);
+  ASSERT_OK_AND_ASSIGN(RecordHead head, DecodeRecordHead(v1));
+  EXPECT_EQ(head.version, 1);
+  EXPECT_EQ(head.expires_at, absl::InfiniteFuture());
+  EXPECT_FALSE(head.purged());
 }
 
 // Tenant and key are opaque bytes: the name never lets one pair pass for another.
@@ -61,7 +84,7 @@ TEST(RecordCodecTest, UnknownVersionAndDamageAreFailedPrecondition) {
   bytes[0] = static_cast<char>(kRecordFormatVersion + 1);
   absl::Status newer = DecodeRecord(bytes).status();
   EXPECT_THAT(newer, StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(std::string(newer.message()), HasSubstr("format version 2"));
+  EXPECT_THAT(std::string(newer.message()), HasSubstr("format version 3"));
   EXPECT_THAT(DecodeRecordHead(bytes), StatusIs(absl::StatusCode::kFailedPrecondition));
 
   const std::string good = EncodeRecord(EveryField());

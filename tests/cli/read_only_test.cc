@@ -1,4 +1,4 @@
-// SPEC §12: the read-only commands (inspect, stuck, migrate --dry-run) never create
+// SPEC §12: the read-only commands (inspect, stuck, records list, the --dry-runs) never create
 // or change anything in the store they are pointed at. On SQLite the file stays
 // byte-identical, a read-only file works, and a database without idem's tables is
 // "no idem schema here" (exit 1) with nothing added; on PostgreSQL and MariaDB no
@@ -29,6 +29,8 @@ std::vector<std::vector<std::string>> LookingCommands(const std::string& url) {
       {"inspect", "--store", url, "--tenant", "t", "--biz-type", "refund", "--key", "K-1"},
       {"stuck", "--store", url},
       {"migrate", "--dry-run", "--store", url},
+      {"records", "list", "--store", url},
+      {"purge", "--dry-run", "--store", url},
   };
 }
 

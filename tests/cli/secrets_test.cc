@@ -76,6 +76,9 @@ TEST(Secrets, NoCommandShowsThePassword) {
     runs.push_back({"migrate", "--dry-run", "--store", url});
     runs.push_back({"inspect", "--store", url, "--tenant", "t", "--biz-type", "b", "--key", "k"});
     runs.push_back({"stuck", "--store", url});
+    runs.push_back({"records", "list", "--store", url});
+    runs.push_back({"purge", "--store", url});
+    runs.push_back({"purge", "--dry-run", "--store", url});
   }
   runs.push_back({"serve", "--listen", "127.0.0.1:0", "--store", "sqlite://" + dir.file("a.db"),
                   "--cache", std::string("redis://:") + kPassword + "@[::1"});

@@ -122,6 +122,43 @@ TEST_P(StoreContractTest, NewerSchemaIsRefused) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("newer"));
 }
 
+// Schema version 1 (before retention, SPEC §8) is upgraded in place by an open
+// that may write (what `idem migrate` and `idem serve` do) and refused by a
+// read-only one; the records it held read as kept for ever.
+TEST_P(StoreContractTest, OlderSchemaIsUpgradedInPlace) {
+  const Request old{.biz_type = "refund", .key = "old"};
+  {
+    std::unique_ptr<Store> store = Open();
+    ASSERT_NE(store, nullptr);
+    if (!store->SupportsSql()) GTEST_SKIP() << GetParam().name << " has no SQL, so no schema";
+    Guard guard(*store);
+    ASSERT_OK(guard.Claim(old));
+    ASSERT_OK(guard.Complete(old, 1, "\"r\""));
+    // Back to version 1: without the columns version 2 added.
+    ASSERT_OK(Exec(*store, "ALTER TABLE idem_records DROP COLUMN purged_at"));
+    ASSERT_OK(Exec(*store, "ALTER TABLE idem_records DROP COLUMN expires_at"));
+    ASSERT_OK(Exec(*store, "UPDATE idem_schema_version SET version = 1"));
+  }
+  absl::Status read_only = OpenStore(url_, {.read_only = true}).status();
+  EXPECT_THAT(read_only, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(read_only.message()), HasSubstr("idem migrate"));
+
+  std::unique_ptr<Store> store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(SchemaInfo info, store->DescribeSchema());
+  EXPECT_EQ(info.version, 2);
+  Guard guard(*store);
+  ASSERT_OK_AND_ASSIGN(Result replay, guard.Claim(old));
+  EXPECT_EQ(replay.outcome, Outcome::kReplayed);
+  EXPECT_EQ(replay.value, "\"r\"");
+  EXPECT_EQ(replay.expires_at, absl::InfiniteFuture());
+  ASSERT_OK_AND_ASSIGN(Result fresh, guard.Claim({.biz_type = "refund", .key = "new"}));
+  EXPECT_EQ(fresh.outcome, Outcome::kAcquired);
+  // A second open finds it current.
+  store.reset();
+  EXPECT_OK(OpenStore(url_, {.read_only = true}));
+}
+
 // ---- lock timeouts: fail closed ----
 
 // A claim that meets another transaction's uncommitted claim of the same key waits

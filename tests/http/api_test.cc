@@ -117,7 +117,7 @@ TEST_F(ApiTest, AcquireCompleteReplayByteForByte) {
   EXPECT_EQ(a.status, 201);
   EXPECT_EQ(a.content_type, "application/json");
   EXPECT_EQ(a.body, R"({"outcome":"acquired","token":1,"lease_until":"2026-01-01T00:00:30.000Z",)"
-                    R"("takeover":false})");
+                    R"("takeover":false,"expires_at":null})");
 
   const std::string result = R"({"a" : 1.50, "b":[1,2 ]})";
   HttpResponse c = Complete("R-1", 1, "  " + result + " ");
@@ -126,7 +126,7 @@ TEST_F(ApiTest, AcquireCompleteReplayByteForByte) {
 
   HttpResponse r = Claim("R-1");
   EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.body, R"({"outcome":"replayed","result":)" + result + "}");
+  EXPECT_EQ(r.body, R"({"outcome":"replayed","expires_at":null,"result":)" + result + "}");
   EXPECT_EQ(r.Header("Idempotent-Replayed"), "true");
 
   // The same complete again is fine; another result is a conflict.
@@ -157,7 +157,7 @@ TEST_F(ApiTest, ExpiredLeaseIsTakenOverAndTheOldTokenLosesTheLease) {
   HttpResponse t = Claim("K", R"(,"fingerprint":"f1")");
   EXPECT_EQ(t.status, 201);
   EXPECT_EQ(t.body, R"({"outcome":"acquired","token":2,"lease_until":"2026-01-01T00:00:32.000Z",)"
-                    R"("takeover":true,"previous_token":1})");
+                    R"("takeover":true,"previous_token":1,"expires_at":null})");
   ExpectProblem(Complete("K", 1, "1"), 409, "lease_lost");
   EXPECT_EQ(Complete("K", 2, "1").status, 200);
 }
@@ -192,7 +192,8 @@ TEST_F(ApiTest, FinalFailIsCachedAndReplayedRaw) {
   EXPECT_EQ(f.body, R"({"outcome":"failed"})");
   HttpResponse r = Claim("K");
   EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.body, R"({"outcome":"cached_failure","error":{"code" : "E_CARD"}})");
+  EXPECT_EQ(r.body,
+            R"({"outcome":"cached_failure","expires_at":null,"error":{"code" : "E_CARD"}})");
   EXPECT_EQ(r.Header("Idempotent-Replayed"), "true");
 }
 
@@ -204,7 +205,7 @@ TEST_F(ApiTest, RecordReadIsPerTenantAndPercentDecoded) {
   EXPECT_EQ(r.body,
             R"({"biz_type":"refund","key":"a/b c","state":"SUCCEEDED","token":1,)"
             R"("lease_until":null,"fingerprint":"fp","created_at":"2026-01-01T00:00:00.000Z",)"
-            R"("updated_at":"2026-01-01T00:00:00.000Z","result":[1, 2]})");
+            R"("updated_at":"2026-01-01T00:00:00.000Z","expires_at":null,"result":[1, 2]})");
   ExpectProblem(Call("GET", "/v1/records/refund/a%2Fb%20c", "", "tok-b"), 404, "not_found");
   ExpectProblem(Call("GET", "/v1/records/order/a%2Fb%20c"), 409, "key_reused");
   ExpectProblem(Call("GET", "/v1/records/refund/missing"), 404, "not_found");
@@ -329,7 +330,7 @@ TEST_F(ApiTest, WaitAttachesToTheHolderAndGetsItsResult) {
   w = api_->Poll(*w.waiting);
   EXPECT_EQ(w.waiting, nullptr);
   EXPECT_EQ(w.response.status, 200);
-  EXPECT_EQ(w.response.body, R"({"outcome":"replayed","result":{"ok" :true}})");
+  EXPECT_EQ(w.response.body, R"({"outcome":"replayed","expires_at":null,"result":{"ok" :true}})");
 }
 
 TEST_F(ApiTest, WaitEndsIn409WhenTimeRunsOut) {
@@ -364,6 +365,74 @@ TEST_F(ApiTest, WaitBecomesTheHolderWhenTheLeaseEndsOrIsReleased) {
   EXPECT_EQ(w.response.status, 201);
   EXPECT_EQ(J(w.response)["token"], 2);
   EXPECT_EQ(J(w.response)["takeover"], false);
+}
+
+// Retention (SPEC §8): claim answers carry expires_at, and once a key's record is
+// purged its claim and its record read are 410 `expired`, counted as such.
+TEST_F(ApiTest, APurgedKeyIs410Expired) {
+  RetentionPolicy policy;
+  ASSERT_OK(policy.Add("refund", {.redelivery_window = absl::Hours(24)}));
+  guard_ = std::make_unique<Guard>(*store_, GuardOptions{.clock = &clock_, .retention = policy});
+  ApiOptions o;
+  o.tenants = {Tenant::WithToken("acme", "tok-a")};
+  o.clock = &clock_;
+  api_ = std::make_unique<Api>(*guard_, *store_, metrics_, o);
+  HttpResponse a = Claim("R-1", R"(,"fingerprint":"f")");
+  ASSERT_EQ(a.status, 201) << a.body;
+  EXPECT_EQ(J(a)["expires_at"], "2026-01-02T00:00:00.000Z");
+  ASSERT_EQ(Complete("R-1", 1, "1").status, 200);
+  EXPECT_EQ(J(Claim("R-1"))["expires_at"], "2026-01-02T00:00:00.000Z");
+  clock_.Advance(absl::Hours(25));
+  ASSERT_OK_AND_ASSIGN(PurgeStats stats, Purge(*store_, {.clock = &clock_, .pause = {}}));
+  ASSERT_EQ(stats.tombstoned, 1);
+  HttpResponse late = Claim("R-1", R"(,"fingerprint":"f")");
+  ExpectProblem(late, 410, "expired");
+  EXPECT_EQ(J(late)["type"], "urn:idem:problem:expired");
+  EXPECT_EQ(J(late)["purged_at"], "2026-01-02T01:00:00.000Z");
+  EXPECT_EQ(J(late)["tombstone_until"], "2026-01-03T01:00:00.000Z");
+  ExpectProblem(Claim("R-1", R"(,"fingerprint":"other")"), 422, "fingerprint_mismatch");
+  HttpResponse read = Call("GET", "/v1/records/refund/R-1");
+  EXPECT_EQ(read.status, 410) << read.body;
+  ExpectProblem(Complete("R-1", 1, "1"), 404, "not_found");
+  EXPECT_EQ(metrics_.outcomes("expired"), 1u);
+}
+
+TEST_F(ApiTest, RecordPagesArePerTenantAndCursorPaginated) {
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(Claim("K-" + std::to_string(i)).status, 201);
+  ASSERT_EQ(Complete("K-1", 1, "1").status, 200);
+  ASSERT_EQ(Claim("B-1", "", "tok-b").status, 201);
+  HttpResponse first = Call("GET", "/v1/records?limit=2");
+  ASSERT_EQ(first.status, 200) << first.body;
+  json p1 = J(first);
+  ASSERT_EQ(p1["records"].size(), 2u);
+  EXPECT_EQ(p1["records"][0]["key"], "K-0");
+  EXPECT_EQ(p1["records"][1]["key"], "K-1");
+  ASSERT_TRUE(p1["next_cursor"].is_string());
+  HttpResponse second =
+      Call("GET", "/v1/records?limit=2&cursor=" + p1["next_cursor"].get<std::string>());
+  json p2 = J(second);
+  ASSERT_EQ(p2["records"].size(), 2u);
+  EXPECT_EQ(p2["records"][0]["key"], "K-2");
+  HttpResponse last =
+      Call("GET", "/v1/records?limit=2&cursor=" + p2["next_cursor"].get<std::string>());
+  json p3 = J(last);
+  ASSERT_EQ(p3["records"].size(), 1u);
+  EXPECT_EQ(p3["records"][0]["key"], "K-4");
+  EXPECT_TRUE(p3["next_cursor"].is_null());
+  // Filters; the other tenant's records never show.
+  json done = J(Call("GET", "/v1/records?state=SUCCEEDED&biz_type=refund"));
+  ASSERT_EQ(done["records"].size(), 1u);
+  EXPECT_EQ(done["records"][0]["key"], "K-1");
+  EXPECT_FALSE(done["records"][0].contains("result"));
+  json beta = J(Call("GET", "/v1/records", "", "tok-b"));
+  ASSERT_EQ(beta["records"].size(), 1u);
+  EXPECT_EQ(beta["records"][0]["key"], "B-1");
+  EXPECT_EQ(Call("HEAD", "/v1/records").status, 200);  // every GET route answers HEAD
+  ExpectProblem(Call("POST", "/v1/records", "{}"), 405, "");
+  ExpectProblem(Call("GET", "/v1/records?limit=0"), 400, "");
+  ExpectProblem(Call("GET", "/v1/records?tenant=beta"), 400, "");
+  ExpectProblem(Call("GET", "/v1/records?cursor=***"), 400, "");
+  ExpectProblem(Call("GET", "/v1/records", "", ""), 401, "");
 }
 
 TEST_F(ApiTest, StoreDownIs503FailClosed) {

@@ -26,13 +26,13 @@ void ExpectCreateThenNoOp(const std::string& url, const std::string& backend,
   RunResult dry = RunIdem({"migrate", "--store", url, "--dry-run"}, scratch);
   ASSERT_EQ(dry.exit_code, 0) << dry.err;
   EXPECT_THAT(dry.out, HasSubstr("backend: " + backend + "\n"));
-  EXPECT_THAT(dry.out, HasSubstr("schema version: 0 (none) -> 1\n"));
+  EXPECT_THAT(dry.out, HasSubstr("schema version: 0 (none) -> 2\n"));
   EXPECT_THAT(dry.out, HasSubstr("tables: (none)\n"));
   EXPECT_THAT(dry.out, HasSubstr("action: would create"));
 
   RunResult first = RunIdem({"migrate", "--store", url}, scratch);
   ASSERT_EQ(first.exit_code, 0) << first.err;
-  EXPECT_THAT(first.out, HasSubstr("schema version: 0 (none) -> 1\n"));
+  EXPECT_THAT(first.out, HasSubstr("schema version: 0 (none) -> 2\n"));
   EXPECT_THAT(first.out, HasSubstr("tables: idem_journal_version, idem_object_locks, idem_operations, "
                                      "idem_records, idem_schema_version, idem_steps\n"));
   EXPECT_THAT(first.out, HasSubstr("action: created\n"));
@@ -44,14 +44,14 @@ void ExpectCreateThenNoOp(const std::string& url, const std::string& backend,
 
   if (backend == "mysql") {
     EXPECT_THAT(dry.out, HasSubstr("procedures: (none)\n"));
-    EXPECT_THAT(first.out, HasSubstr("procedures: idem_claim_v1, idem_finish_v1\n"));
+    EXPECT_THAT(first.out, HasSubstr("procedures: idem_claim_v2, idem_finish_v1\n"));
   } else {
     EXPECT_THAT(first.out, Not(HasSubstr("procedures:")));
   }
 
   RunResult second = RunIdem({"migrate", "--store", url}, scratch);
   ASSERT_EQ(second.exit_code, 0) << second.err;
-  EXPECT_THAT(second.out, HasSubstr("schema version: 1 -> 1\n"));
+  EXPECT_THAT(second.out, HasSubstr("schema version: 2 -> 2\n"));
   EXPECT_THAT(second.out, HasSubstr("action: unchanged\n"));
 
   RunResult dry_again = RunIdem({"migrate", "--store", url, "--dry-run"}, scratch);
@@ -110,11 +110,11 @@ TEST(MigrateMysql, AddsMissingProcedures) {
   }
   RunResult dry = RunIdem({"migrate", "--store", url, "--dry-run"}, dir.path());
   ASSERT_EQ(dry.exit_code, 0) << dry.err;
-  EXPECT_THAT(dry.out, HasSubstr("procedures: idem_claim_v1\n"));
+  EXPECT_THAT(dry.out, HasSubstr("procedures: idem_claim_v2\n"));
   EXPECT_THAT(dry.out, HasSubstr("action: would upgrade"));
   RunResult fixed = RunIdem({"migrate", "--store", url}, dir.path());
   ASSERT_EQ(fixed.exit_code, 0) << fixed.err;
-  EXPECT_THAT(fixed.out, HasSubstr("procedures: idem_claim_v1, idem_finish_v1\n"));
+  EXPECT_THAT(fixed.out, HasSubstr("procedures: idem_claim_v2, idem_finish_v1\n"));
   EXPECT_THAT(fixed.out, HasSubstr("action: upgraded\n"));
 }
 

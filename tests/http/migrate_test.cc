@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "http/idem_process.h"
+#include "idem/idem.h"
 #include "testing/temp_dir.h"
 
 namespace idem::testing {
@@ -27,7 +29,7 @@ TEST(MigrateSqlite, CreatesThenIsANoOp) {
   RunResult first = RunIdem({"migrate", "--store", url}, dir.path());
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_THAT(first.out, HasSubstr("backend: sqlite\n"));
-  EXPECT_THAT(first.out, HasSubstr("schema version: 0 (none) -> 1\n"));
+  EXPECT_THAT(first.out, HasSubstr("schema version: 0 (none) -> 2\n"));
   EXPECT_THAT(first.out, HasSubstr("tables: idem_journal_version, idem_object_locks, idem_operations, "
                                      "idem_records, idem_schema_version, idem_steps\n"));
   EXPECT_THAT(first.out, HasSubstr("action: created\n"));
@@ -35,7 +37,7 @@ TEST(MigrateSqlite, CreatesThenIsANoOp) {
 
   RunResult second = RunIdem({"migrate", "--store", url}, dir.path());
   ASSERT_EQ(second.exit_code, 0) << second.err;
-  EXPECT_THAT(second.out, HasSubstr("schema version: 1 -> 1\n"));
+  EXPECT_THAT(second.out, HasSubstr("schema version: 2 -> 2\n"));
   EXPECT_THAT(second.out, HasSubstr("action: unchanged\n"));
 }
 
@@ -44,10 +46,52 @@ TEST(MigrateSqlite, DryRunChangesNothing) {
   const std::string url = "sqlite://" + dir.file("idem.db");
   RunResult r = RunIdem({"migrate", "--store", url, "--dry-run"}, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("schema version: 0 (none) -> 1\n"));
+  EXPECT_THAT(r.out, HasSubstr("schema version: 0 (none) -> 2\n"));
   EXPECT_THAT(r.out, HasSubstr("tables: (none)\n"));
   EXPECT_THAT(r.out, HasSubstr("action: would create (dry run: nothing changed)\n"));
   EXPECT_FALSE(Exists(dir.file("idem.db")));
+}
+
+// A store of schema version 1 (before retention's expires_at and purged_at) is
+// upgraded in place, its records kept; --dry-run says so first and changes nothing.
+TEST(MigrateSqlite, UpgradesASchemaVersionOneStore) {
+  TempDir dir;
+  const std::string url = "sqlite://" + dir.file("idem.db");
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+    ASSERT_TRUE(store.ok()) << store.status();
+    Guard guard(**store);
+    const Request r{.biz_type = "refund", .key = "K-1"};
+    ASSERT_TRUE(guard.Claim(r).ok());
+    ASSERT_TRUE(guard.Complete(r, 1, "1").ok());
+    std::unique_ptr<StoreTransaction> tx = *(*store)->Begin();
+    for (const char* sql : {"ALTER TABLE idem_records DROP COLUMN purged_at",
+                            "ALTER TABLE idem_records DROP COLUMN expires_at",
+                            "UPDATE idem_schema_version SET version = 1"}) {
+      ASSERT_TRUE(tx->Exec(sql).ok()) << sql;
+    }
+    ASSERT_TRUE(tx->Commit().ok());
+  }
+  RunResult dry = RunIdem({"migrate", "--store", url, "--dry-run"}, dir.path());
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_THAT(dry.out, HasSubstr("schema version: 1 -> 2\n"));
+  EXPECT_THAT(dry.out, HasSubstr("action: would upgrade (dry run: nothing changed)\n"));
+  // Read-only tools refuse the old schema until then, and say what to do.
+  RunResult inspect = RunIdem(
+      {"inspect", "--store", url, "--biz-type", "refund", "--key", "K-1"}, dir.path());
+  EXPECT_EQ(inspect.exit_code, 1);
+  EXPECT_THAT(inspect.err, HasSubstr("run `idem migrate`"));
+
+  RunResult run = RunIdem({"migrate", "--store", url}, dir.path());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("schema version: 1 -> 2\n"));
+  EXPECT_THAT(run.out, HasSubstr("action: upgraded\n"));
+  RunResult after = RunIdem(
+      {"inspect", "--store", url, "--biz-type", "refund", "--key", "K-1"}, dir.path());
+  ASSERT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_THAT(after.out, HasSubstr("expires_at   never"));
+  RunResult again = RunIdem({"migrate", "--store", url}, dir.path());
+  EXPECT_THAT(again.out, HasSubstr("action: unchanged\n"));
 }
 
 TEST(MigrateSqlite, ConfigFileSetsTheStore) {

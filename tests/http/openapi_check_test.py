@@ -58,18 +58,32 @@ LEASE = "2024-06-18T07:13:00.123Z"
 # Answers `idem serve` gives today; every one must pass.
 GOOD = [
     rec("POST", "/v1/claims", 201,
-        '{"outcome":"acquired","token":1,"lease_until":"%s","takeover":false}' % LEASE,
-        request_body=CLAIM),
+        '{"outcome":"acquired","token":1,"lease_until":"%s","takeover":false,'
+        '"expires_at":"%s"}' % (LEASE, LEASE), request_body=CLAIM),
     rec("POST", "/v1/claims", 201,
         '{"outcome":"acquired","token":2,"lease_until":"%s","takeover":true,'
-        '"previous_token":1}' % LEASE, request_body=CLAIM),
+        '"previous_token":1,"expires_at":null}' % LEASE, request_body=CLAIM),
     rec("POST", "/v1/claims", 201,
         '{"outcome":"acquired","token":0,"degraded":true,"lease_until":null,"takeover":false}',
         request_body='{"biz_type":"feed_like","key":"l","wait_ms":0}'),
-    rec("POST", "/v1/claims", 200, '{"outcome":"replayed","result":{"a" : 1.50}}',
+    rec("POST", "/v1/claims", 200,
+        '{"outcome":"replayed","expires_at":"%s","result":{"a" : 1.50}}' % LEASE,
         headers={"idempotent-replayed": "true"}, request_body=CLAIM),
-    rec("POST", "/v1/claims", 200, '{"outcome":"cached_failure","error":"E"}',
+    rec("POST", "/v1/claims", 200, '{"outcome":"cached_failure","expires_at":null,"error":"E"}',
         headers={"idempotent-replayed": "true"}, request_body=CLAIM),
+    rec("POST", "/v1/claims", 410,
+        problem(410, "expired", "Expired", "expired", purged_at=LEASE, tombstone_until=LEASE),
+        PROBLEM),
+    rec("GET", "/v1/records/refund/R-1", 410,
+        problem(410, "expired", "Expired", "expired", purged_at=LEASE, tombstone_until=None),
+        PROBLEM),
+    rec("GET", "/v1/records?biz_type=refund&limit=2", 200,
+        '{"records":[{"biz_type":"refund","key":"R-1","state":"SUCCEEDED","token":1,'
+        '"lease_until":null,"fingerprint":null,"created_at":"%s","updated_at":"%s",'
+        '"expires_at":null}],"next_cursor":"Ui0x"}' % (LEASE, LEASE)),
+    rec("GET", "/v1/records", 200, '{"records":[],"next_cursor":null}'),
+    rec("GET", "/v1/records?state=BUSY", 400,
+        problem(400, "invalid_request", "Invalid request"), PROBLEM),
     rec("POST", "/v1/claims", 409,
         problem(409, "in_progress", "Claim in progress", "in_progress", lease_until=LEASE),
         PROBLEM, headers={"retry-after": "29"}),
@@ -93,11 +107,12 @@ GOOD = [
         PROBLEM),
     rec("GET", "/v1/records/refund/R-1", 200,
         '{"biz_type":"refund","key":"R-1","state":"SUCCEEDED","token":1,"lease_until":null,'
-        '"fingerprint":"fp1","created_at":"%s","updated_at":"%s","result":{"a":1}}'
-        % (LEASE, LEASE)),
+        '"fingerprint":"fp1","created_at":"%s","updated_at":"%s","expires_at":"%s",'
+        '"result":{"a":1}}' % (LEASE, LEASE, LEASE)),
     rec("GET", "/v1/records/refund/R%2F1?x=y", 200,
         '{"biz_type":"refund","key":"R/1","state":"PROCESSING","token":3,"lease_until":"%s",'
-        '"fingerprint":null,"created_at":"%s","updated_at":"%s"}' % (LEASE, LEASE, LEASE)),
+        '"fingerprint":null,"created_at":"%s","updated_at":"%s","expires_at":null}'
+        % (LEASE, LEASE, LEASE)),
     rec("GET", "/healthz", 200, '{"status":"ok"}', authorization=False),
     rec("GET", "/readyz", 503, problem(503, "store_unavailable", "Store unavailable"), PROBLEM,
         headers={"retry-after": "1"}),
@@ -153,7 +168,7 @@ class CheckerTest(unittest.TestCase):
         # An undocumented member (additionalProperties: false).
         self.assertReported(rec("POST", "/v1/claims", 201,
                                 '{"outcome":"acquired","token":1,"lease_until":"%s",'
-                                '"takeover":false,"expires_at":"%s"}' % (LEASE, LEASE)), "body")
+                                '"takeover":false,"expires_at":null,"ttl_ms":5}' % LEASE), "body")
         # takeover without previous_token.
         self.assertReported(rec("POST", "/v1/claims", 201,
                                 '{"outcome":"acquired","token":2,"lease_until":"%s",'
@@ -262,7 +277,7 @@ class CheckerTest(unittest.TestCase):
                     f.write(json.dumps(r) + "\n")
             out = io.StringIO()
             self.assertEqual(openapi_check.run(SPEC, [d], out), 0, out.getvalue())
-            self.assertIn("openapi: %d responses checked, 7 operations covered" % len(GOOD),
+            self.assertIn("openapi: %d responses checked, 8 operations covered" % len(GOOD),
                           out.getvalue())
 
     def test_zero_records_fail(self):

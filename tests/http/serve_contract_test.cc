@@ -131,13 +131,13 @@ TEST_F(ServeContractTest, WrongMethodsUnknownRoutesAndLimits) {
            {"GET", "/v1/claims", "POST"},
            {"PATCH", "/v1/claims/complete", "POST"},
            {"GET", "/v1/claims/fail", "POST"},
-           {"POST", "/v1/records/refund/K", "GET"}}) {
+           {"POST", "/v1/records/refund/K", "GET"},
+           {"POST", "/v1/records", "GET"}}) {
     ClientResponse r = Fetch(port_, method, target, "", "tok-a");
     EXPECT_EQ(r.status, 405) << method << " " << target;
     EXPECT_EQ(r.header("allow"), allow) << method << " " << target;
   }
-  // SPEC §11 names a record listing; it is not served yet.
-  EXPECT_EQ(Get("/v1/records?biz_type=refund").status, 404);
+  EXPECT_EQ(Get("/v1/records?biz_type=refund").status, 200);
   ClientResponse bad_token = Get("/v1/records/refund/K", "nope");
   EXPECT_EQ(bad_token.status, 401);
   EXPECT_THAT(bad_token.header("www-authenticate"), HasSubstr("invalid_token"));

@@ -129,7 +129,7 @@ TEST_F(ServeTest, AcquireCompleteAndByteIdenticalReplay) {
 
   ClientResponse r = Claim("R-1", R"(,"fingerprint":"fp1")");
   EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.body, R"({"outcome":"replayed","result":)" + result + "}");
+  EXPECT_EQ(r.body, R"({"outcome":"replayed","expires_at":null,"result":)" + result + "}");
   EXPECT_EQ(r.header("idempotent-replayed"), "true");
 
   ExpectProblem(Claim("R-1", R"(,"fingerprint":"fp2")"), 422, "fingerprint_mismatch");
@@ -190,7 +190,8 @@ TEST_F(ServeTest, FailRetryableReleasesFinalFailIsCached) {
   EXPECT_EQ(ff.body, R"({"outcome":"failed"})");
   ClientResponse cached = Claim("K");
   EXPECT_EQ(cached.status, 200);
-  EXPECT_EQ(cached.body, R"({"outcome":"cached_failure","error":{"code" : "E_CARD" }})");
+  EXPECT_EQ(cached.body,
+            R"({"outcome":"cached_failure","expires_at":null,"error":{"code" : "E_CARD" }})");
   EXPECT_EQ(cached.header("idempotent-replayed"), "true");
   ExpectProblem(Complete("missing", 1, "1"), 404, "");
 }
@@ -248,7 +249,7 @@ TEST_F(ServeTest, WaitAttachesToTheHolderAndReplaysItsResult) {
       << "the waiter was not woken by the completion";
   ClientResponse r = waiter.get();
   EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(r.body, R"({"outcome":"replayed","result":[ "done" ]})");
+  EXPECT_EQ(r.body, R"({"outcome":"replayed","expires_at":null,"result":[ "done" ]})");
   EXPECT_EQ(r.header("idempotent-replayed"), "true");
 }
 
@@ -534,7 +535,7 @@ TEST(ServeRocksdbTest, ClaimsSurviveARestartAndTheDirectoryHasOneServer) {
       << again.stderr_text();
   ClientResponse r = Fetch(again.port(), "POST", "/v1/claims", claim, "tok-a");
   EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(r.body, R"({"outcome":"replayed","result":{"x":1}})");
+  EXPECT_EQ(r.body, R"({"outcome":"replayed","expires_at":null,"result":{"x":1}})");
   EXPECT_EQ(again.Stop(SIGTERM), 0) << again.stderr_text();
 }
 

@@ -190,7 +190,7 @@ TEST_F(ServerTest, WaitingClaimsDoNotBlockTheServer) {
   for (auto& w : waiters) {
     ClientResponse r = w.get();
     EXPECT_EQ(r.status, 200) << r.error << r.body;
-    EXPECT_EQ(r.body, R"({"outcome":"replayed","result":{"n" : 1}})");
+    EXPECT_EQ(r.body, R"({"outcome":"replayed","expires_at":null,"result":{"n" : 1}})");
     EXPECT_EQ(r.header("idempotent-replayed"), "true");
   }
 }
@@ -237,7 +237,7 @@ TEST_F(ServerTest, ACompleteWakesItsWaitersWithoutTheirTimer) {
         << "a waiter was not woken by the complete";
     ClientResponse r = w.get();
     EXPECT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(r.body, R"({"outcome":"replayed","result":[1]})");
+    EXPECT_EQ(r.body, R"({"outcome":"replayed","expires_at":null,"result":[1]})");
   }
   EXPECT_LE(polls(), 3u) << metrics.Render();  // one read each when woken, no more
   server.Shutdown();
@@ -308,7 +308,7 @@ TEST(ServerFastPath, DuplicatesAreAnsweredWhileEveryWorkerIsBusy) {
   ASSERT_TRUE(answered) << "a duplicate waited for the worker pool";
   ClientResponse r = duplicate.get();
   EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.body, R"({"outcome":"replayed","result":{"id":7}})");
+  EXPECT_EQ(r.body, R"({"outcome":"replayed","expires_at":null,"result":{"id":7}})");
   EXPECT_EQ(r.header("idempotent-replayed"), "true");
   EXPECT_EQ(stuck.get().status, 201);
   // Decided answers other than a replay take the same path; a wrong token does not.

@@ -17,8 +17,9 @@ namespace idem {
 namespace cache {
 namespace {
 
+// Tombstones are not cached: a claim meeting one goes to the database.
 bool IsFinal(const Record& r) {
-  return r.state == RecordState::kSucceeded || r.state == RecordState::kFailed;
+  return (r.state == RecordState::kSucceeded || r.state == RecordState::kFailed) && !r.purged();
 }
 
 // Wraps the inner transaction to learn which final records it saw or wrote. The
@@ -78,6 +79,19 @@ class CachingTransaction final : public StoreTransaction {
                                              std::string_view key) override {
     absl::StatusOr<std::optional<Record>> r = inner_->Load(tenant, key);
     if (r.ok() && r->has_value()) Read(**r);
+    return r;
+  }
+
+  // A purged record leaves L1 once the purge commits (Redis keeps it until its
+  // TTL, which must be below the retention: include/idem/cache.h).
+  absl::StatusOr<bool> Retire(const Record& expected, absl::Time now,
+                              std::optional<absl::Time> tombstone_until) override {
+    absl::StatusOr<bool> r = inner_->Retire(expected, now, tombstone_until);
+    if (r.ok() && *r) {
+      Record gone = expected;
+      gone.purged_at = now;  // never final: Ended() forgets it
+      Wrote(gone);
+    }
     return r;
   }
 
@@ -188,6 +202,10 @@ absl::StatusOr<std::optional<Record>> CachingStore::Get(std::string_view tenant,
   absl::StatusOr<std::optional<Record>> r = inner_->Get(tenant, key);
   if (r.ok() && r->has_value()) Fill(**r);
   return r;
+}
+
+absl::StatusOr<std::vector<Record>> CachingStore::ListRecords(const RecordQuery& query) {
+  return inner_->ListRecords(query);
 }
 
 absl::StatusOr<std::optional<Record>> CachingStore::LookupDecided(std::string_view tenant,

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -34,6 +35,7 @@ class CachingStore final : public Store {
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override;
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant, std::string_view key) override;
+  absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override;
   absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,
                                                       std::string_view key) override;
   // L1 only (no Redis, no inner store).

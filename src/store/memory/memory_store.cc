@@ -1,10 +1,14 @@
 #include "store/memory/memory_store.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
 namespace idem {
@@ -36,6 +40,27 @@ class MemoryTransaction final : public StoreTransaction {
     return std::nullopt;
   }
 
+  absl::StatusOr<bool> Retire(const Record& expected, absl::Time now,
+                              std::optional<absl::Time> tombstone_until) override {
+    std::optional<Record> existing = Find(expected.tenant, expected.key);
+    if (!existing.has_value() || existing->token != expected.token ||
+        existing->state != expected.state || existing->purged_at != expected.purged_at) {
+      return false;
+    }
+    std::optional<Record>& slot = writes_[Key(expected.tenant, expected.key)];
+    if (!tombstone_until.has_value()) {
+      slot.reset();  // deleted at commit
+      return true;
+    }
+    existing->result.clear();
+    existing->error.clear();
+    existing->purged_at = now;
+    existing->updated_at = now;
+    existing->expires_at = *tombstone_until;
+    slot = std::move(existing);
+    return true;
+  }
+
   absl::StatusOr<bool> Replace(const Record& record, int64_t expected_token,
                                RecordState expected_state) override {
     std::optional<Record> existing = Find(record.tenant, record.key);
@@ -45,6 +70,8 @@ class MemoryTransaction final : public StoreTransaction {
     }
     Record next = record;
     next.created_at = existing->created_at;
+    next.expires_at = existing->expires_at;
+    next.purged_at = existing->purged_at;
     writes_[Key(record.tenant, record.key)] = std::move(next);
     return true;
   }
@@ -56,7 +83,13 @@ class MemoryTransaction final : public StoreTransaction {
 
   absl::Status Commit() override {
     if (done_) return absl::FailedPreconditionError("transaction already ended");
-    for (auto& [k, v] : writes_) records_[k] = std::move(v);
+    for (auto& [k, v] : writes_) {
+      if (v.has_value()) {
+        records_[k] = *std::move(v);
+      } else {
+        records_.erase(k);
+      }
+    }
     writes_.clear();
     done_ = true;
     mu_.Unlock();
@@ -73,14 +106,14 @@ class MemoryTransaction final : public StoreTransaction {
  private:
   std::optional<Record> Find(std::string_view tenant, std::string_view key) {
     Key k{std::string(tenant), std::string(key)};
-    if (auto it = writes_.find(k); it != writes_.end()) return it->second;
+    if (auto it = writes_.find(k); it != writes_.end()) return it->second;  // nullopt: deleted
     if (auto it = records_.find(k); it != records_.end()) return it->second;
     return std::nullopt;
   }
 
   absl::Mutex& mu_;
   std::map<Key, Record>& records_;
-  std::map<Key, Record> writes_;
+  std::map<Key, std::optional<Record>> writes_;  // std::nullopt: deleted
   bool done_ = false;
 };
 
@@ -96,6 +129,38 @@ class MemoryStore final : public Store {
     auto it = records_.find(Key(std::string(tenant), std::string(key)));
     if (it == records_.end()) return std::nullopt;
     return it->second;
+  }
+
+  absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override {
+    if (query.limit < 1 || query.limit > 10000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a page of records holds 1 … 10000 records, not ", query.limit));
+    }
+    std::vector<Record> out;
+    absl::MutexLock lock(&mu_);
+    auto it = query.after.has_value() ? records_.upper_bound(*query.after)
+              : query.tenant.has_value() ? records_.lower_bound(Key(*query.tenant, ""))
+                                         : records_.begin();
+    for (; it != records_.end() && static_cast<int>(out.size()) < query.limit; ++it) {
+      const Record& r = it->second;
+      if (query.tenant.has_value()) {
+        if (r.tenant < *query.tenant) continue;
+        if (r.tenant > *query.tenant) break;
+      }
+      if (query.biz_type.has_value() && r.biz_type != *query.biz_type) continue;
+      if (!query.states.empty() &&
+          std::find(query.states.begin(), query.states.end(), r.state) == query.states.end()) {
+        continue;
+      }
+      if (query.purged.has_value() && r.purged() != *query.purged) continue;
+      if (r.created_at >= query.created_before) continue;
+      if (query.expires_by != absl::InfiniteFuture() && r.expires_at > query.expires_by) continue;
+      Record page = r;
+      page.result.clear();
+      page.error.clear();
+      out.push_back(std::move(page));
+    }
+    return out;
   }
 
   absl::Status Ping() override { return absl::OkStatus(); }

@@ -61,35 +61,39 @@ absl::Status CheckSizes(const Record& r) {
 
 // Stored procedures that give a guarded transaction as many round trips as the
 // same transaction without the guard, every value a bound parameter of CALL (SPEC
-// §2): idem_claim_v1 begins the transaction and claims the key, answering the
+// §2): idem_claim_v2 begins the transaction and claims the key, answering the
 // existing record (locked) on a duplicate; idem_finish_v1 writes the result and
 // commits only when the record was still at the expected token and state
 // (ROW_COUNT counts changed rows, so a write of identical values is told apart
 // by reading the row). Created with the schema when the user may (CREATE
-// ROUTINE); without them every call takes the classic statements. The _v1
-// suffix versions them: a change makes new names, old servers keep working.
-constexpr const char* kClaimProcedure = "idem_claim_v1";
+// ROUTINE); without them every call takes the classic statements. The _vN
+// suffix versions them: a change makes new names, old servers keep working
+// (idem_claim_v2 writes and answers schema version 2's expires_at and purged_at;
+// an idem_claim_v1 left by an older idem is not called).
+constexpr const char* kClaimProcedure = "idem_claim_v2";
 constexpr const char* kFinishProcedure = "idem_finish_v1";
 constexpr const char* kCreateClaimProcedure = R"sql(
-CREATE PROCEDURE idem_claim_v1(
+CREATE PROCEDURE idem_claim_v2(
   IN p_tenant VARBINARY(255), IN p_key VARBINARY(255), IN p_biz_type VARBINARY(255),
   IN p_fingerprint VARBINARY(255), IN p_state TINYINT, IN p_token BIGINT,
   IN p_lease_until BIGINT, IN p_result LONGBLOB, IN p_error LONGBLOB,
-  IN p_created_at BIGINT, IN p_updated_at BIGINT)
+  IN p_created_at BIGINT, IN p_updated_at BIGINT, IN p_expires_at BIGINT,
+  IN p_purged_at BIGINT)
   MODIFIES SQL DATA SQL SECURITY INVOKER
   COMMENT 'idem: START TRANSACTION and the claim of a key in one round trip'
 BEGIN
   START TRANSACTION;
   INSERT INTO idem_records (tenant, idem_key, biz_type, fingerprint, state, token,
-                            lease_until, result, error, created_at, updated_at)
+                            lease_until, result, error, created_at, updated_at, expires_at,
+                            purged_at)
     VALUES (p_tenant, p_key, p_biz_type, p_fingerprint, p_state, p_token, p_lease_until,
-            p_result, p_error, p_created_at, p_updated_at)
+            p_result, p_error, p_created_at, p_updated_at, p_expires_at, p_purged_at)
     ON DUPLICATE KEY UPDATE idem_key = idem_key;
   IF ROW_COUNT() = 1 THEN
     SELECT 1 AS inserted;
   ELSE
     SELECT 0 AS inserted, tenant, idem_key, biz_type, fingerprint, state, token, lease_until,
-           result, error, created_at, updated_at
+           result, error, created_at, updated_at, expires_at, purged_at
       FROM idem_records WHERE tenant = p_tenant AND idem_key = p_key FOR UPDATE;
   END IF;
 END)sql";
@@ -116,18 +120,18 @@ BEGIN
     SELECT 0 AS moved;
   END IF;
 END)sql";
-constexpr const char* kCallClaim = "CALL idem_claim_v1(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+constexpr const char* kCallClaim = "CALL idem_claim_v2(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 constexpr const char* kCallFinish = "CALL idem_finish_v1(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 constexpr unsigned int kNoSuchProcedure = 1305;  // ER_SP_DOES_NOT_EXIST
 
 // START TRANSACTION is deferred to the transaction's first round trip: a claim
-// that opens the transaction is one CALL of idem_claim_v1 (which begins it), and
+// that opens the transaction is one CALL of idem_claim_v2 (which begins it), and
 // the Guard's result write with the COMMIT is one CALL of idem_finish_v1, so a
 // guarded transaction takes as many round trips as the same one without the guard.
 class MysqlTransaction final : public sql::PooledTransaction<Connection> {
  public:
-  // `procedures`: whether idem_claim_v1/idem_finish_v1 exist (shared by the
+  // `procedures`: whether idem_claim_v2/idem_finish_v1 exist (shared by the
   // store's transactions; cleared when a CALL finds them gone).
   MysqlTransaction(ConnPool& pool, ConnPool::Lease lease, std::atomic<bool>& procedures)
       : PooledTransaction(pool, std::move(lease)), procedures_(procedures) {}
@@ -282,7 +286,7 @@ class MysqlTransaction final : public sql::PooledTransaction<Connection> {
     return failed_;  // the transaction refuses further statements, as for any 1205
   }
 
-  // The claim that opens the transaction: one CALL of idem_claim_v1.
+  // The claim that opens the transaction: one CALL of idem_claim_v2.
   absl::StatusOr<std::optional<Record>> ClaimByProcedure(absl::Span<const Value> params) {
     absl::StatusOr<Rows> called = absl::UnknownError("claim not run");
     auto call = [&](Connection& c) {
@@ -385,6 +389,15 @@ class MysqlStore final : public Store {
     return out;
   }
 
+  absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override {
+    std::vector<Record> out;
+    IDEM_RETURN_IF_ERROR(pool_.Run([&](Connection& c) -> absl::Status {
+      IDEM_ASSIGN_OR_RETURN(out, sql::ListRecords(c, query));
+      return absl::OkStatus();
+    }));
+    return out;
+  }
+
   absl::Status Ping() override {
     return AsStoreFault(pool_.Run([](Connection& c) { return c.Query(sql::kPing).status(); }));
   }
@@ -398,7 +411,7 @@ class MysqlStore final : public Store {
  private:
   const MysqlOptions options_;
   ConnectionPool pool_;
-  std::atomic<bool> procedures_;  // idem_claim_v1 and idem_finish_v1 exist
+  std::atomic<bool> procedures_;  // idem_claim_v2 and idem_finish_v1 exist
   bool read_only_ = false;
 };
 

@@ -271,7 +271,7 @@ TEST_F(MysqlStoreTest, SchemaIsCreatedOnceByRacingOpeners) {
   absl::StatusOr<Rows> rows = tx->Query("SELECT version FROM idem_schema_version");
   ASSERT_OK(rows);
   ASSERT_EQ(rows->rows.size(), 1u);
-  EXPECT_EQ(rows->rows[0][0].as_int(), 1);
+  EXPECT_EQ(rows->rows[0][0].as_int(), 2);  // sql::kSchemaVersion
 }
 
 TEST_F(MysqlStoreTest, InsertOrLoadTellsFirstArrivalFromDuplicateByAffectedRows) {
@@ -710,7 +710,7 @@ TEST_F(MysqlStoreTest, WorksWithoutItsProceduresAndRecreatesThem) {
                      });
   };
   ASSERT_OK(run("before"));
-  Sql("DROP PROCEDURE idem_claim_v1");
+  Sql("DROP PROCEDURE idem_claim_v2");
   Sql("DROP PROCEDURE idem_finish_v1");
   for (const char* key : {"A", "A", "B"}) {
     absl::StatusOr<Result> r = run(key);

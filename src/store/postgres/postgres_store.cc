@@ -293,7 +293,7 @@ class PostgresTransaction final : public sql::PooledTransaction<Connection> {
   static const std::string& ClaimSql() {
     static const std::string sql =
         absl::StrCat("WITH ins AS (INSERT INTO idem_records (", AV(sql::kRecordColumns),
-                     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
                      " ON CONFLICT (tenant, idem_key) DO NOTHING RETURNING 1),"
                      " cur AS (SELECT ",
                      AV(sql::kRecordColumns),
@@ -458,6 +458,15 @@ class PostgresStore final : public Store {
           std::string tenant, key;
           if (ParseFinishedPayload(payload, &tenant, &key)) finished(tenant, key);
         });
+  }
+
+  absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override {
+    std::vector<Record> out;
+    IDEM_RETURN_IF_ERROR(pool_.Run([&](Connection& c) -> absl::Status {
+      IDEM_ASSIGN_OR_RETURN(out, sql::ListRecords(c, query));
+      return absl::OkStatus();
+    }));
+    return out;
   }
 
   absl::Status Ping() override {

@@ -82,6 +82,14 @@ absl::Status CheckFormat(rocksdb::DB& db, bool read_only, const std::string& dir
         absl::StrCat(where, " holds idem record format ", version, ", newer than this build's ",
                      kFormatVersion, "; upgrade idem"));
   }
+  if (version < kFormatVersion && !read_only) {
+    // Older records stay readable as they are (store::DecodeRecord reads format 1);
+    // the mark keeps an older idem, which could not read the new ones, out.
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    return FromRocks(db.Put(sync, std::string(kFormatKey), std::to_string(kFormatVersion)),
+                     absl::StrCat("upgrading ", where));
+  }
   return absl::OkStatus();
 }
 
@@ -90,6 +98,7 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
   auto shared = std::make_unique<SharedDb>();
   shared->dir = dir;
   shared->ttl = o.ttl;
+  shared->tombstones = o.tombstones;
   const std::string where = absl::StrCat("rocksdb directory '", dir, "'");
   std::error_code ec;
   const bool exists = fs::exists(dir, ec);
@@ -120,13 +129,12 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   options.memtable_whole_key_filtering = true;
   options.memtable_prefix_bloom_size_ratio = 0.02;
-  if (o.ttl.has_value()) {
-    shared->filter = std::make_unique<RetentionFilter>(*o.ttl, o.clock);
-    options.compaction_filter = shared->filter.get();
-    // Files nothing else rewrites are compacted (and filtered) at least daily, so
-    // retention also happens on a store that takes few writes.
-    options.periodic_compaction_seconds = 24 * 3600;
-  }
+  // Always: records carry their own expires_at (SPEC §8).
+  shared->filter = std::make_unique<RetentionFilter>(o.ttl, o.tombstones, o.clock);
+  options.compaction_filter = shared->filter.get();
+  // Files nothing else rewrites are compacted (and filtered) at least daily, so
+  // retention also happens on a store that takes few writes.
+  options.periodic_compaction_seconds = 24 * 3600;
   if (o.read_only) {
     rocksdb::DB* db = nullptr;
     IDEM_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(options, dir, &db),
@@ -178,12 +186,33 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
 }
 
 bool RetentionFilter::Filter(int, const rocksdb::Slice& key, const rocksdb::Slice& value,
-                             std::string*, bool*) const {
+                             std::string* new_value, bool* value_changed) const {
   if (!IsRecordKey(std::string_view(key.data(), key.size()))) return false;
-  absl::StatusOr<store::RecordHead> head =
-      store::DecodeRecordHead(std::string_view(value.data(), value.size()));
-  if (!head.ok() || head->state == RecordState::kProcessing) return false;
-  return clock_->Now() - head->updated_at > ttl_;
+  const std::string_view bytes(value.data(), value.size());
+  absl::StatusOr<store::RecordHead> head = store::DecodeRecordHead(bytes);
+  if (!head.ok()) return false;
+  const absl::Time now = clock_->Now();
+  if (head->purged()) return head->expires_at <= now;  // a tombstone past its time
+  if (head->state == RecordState::kProcessing) return false;
+  absl::Time expires = head->expires_at;
+  absl::Duration kept = expires - head->created_at;  // how long the record was kept
+  if (expires == absl::InfiniteFuture()) {
+    if (!fallback_ttl_.has_value()) return false;
+    expires = head->updated_at + *fallback_ttl_;
+    kept = *fallback_ttl_;
+  }
+  if (expires > now) return false;
+  if (!tombstones_) return true;
+  absl::StatusOr<Record> r = store::DecodeRecord(bytes);
+  if (!r.ok()) return false;
+  r->result.clear();
+  r->error.clear();
+  r->purged_at = now;
+  r->updated_at = now;
+  r->expires_at = now + (kept > absl::ZeroDuration() ? kept : absl::Hours(24));
+  *new_value = store::EncodeRecord(*r);
+  *value_changed = true;
+  return false;
 }
 
 absl::StatusOr<std::shared_ptr<SharedDb>> OpenSharedDb(const OpenOptions& options,
@@ -202,11 +231,12 @@ absl::StatusOr<std::shared_ptr<SharedDb>> OpenSharedDb(const OpenOptions& option
     auto it = r.open.find(dir);
     if (it == r.open.end()) break;
     if (std::shared_ptr<SharedDb> db = found = it->second.lock()) {
-      if (db->ttl != options.ttl) {
+      if (db->ttl != options.ttl || db->tombstones != options.tombstones) {
         return absl::InvalidArgumentError(absl::StrCat(
             "rocksdb directory '", dir, "' is already open in this process with ",
             db->ttl.has_value() ? "ttl=" + FormatTtlDuration(*db->ttl) : std::string("no ttl"),
-            "; open it with the same ttl"));
+            db->tombstones ? "" : " and tombstones=off",
+            "; open it with the same ttl and tombstones"));
       }
       return db;
     }

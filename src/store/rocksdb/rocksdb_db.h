@@ -28,8 +28,10 @@
 
 namespace idem::rocksdbstore {
 
-// The record format this build writes and reads (the "m" "format" key).
-inline constexpr int kFormatVersion = 1;
+// The record format this build writes (the "m" "format" key). 2: records carry
+// expires_at and purged_at (store::kRecordFormatVersion 2); a directory of format 1
+// is still read, and marked 2 by the first read-write open.
+inline constexpr int kFormatVersion = 2;
 
 // The RocksDB key of the record of (tenant, key).
 std::string RecordDbKey(std::string_view tenant, std::string_view key);
@@ -48,20 +50,27 @@ inline bool IsRecordKey(std::string_view db_key) { return !db_key.empty() && db_
 // store fault (kUnavailable). `what` names the operation and the store.
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what);
 
-// Drops finished records whose last update is more than `ttl` ago (SPEC §8), at
-// compaction: SUCCEEDED, FAILED and released keys. A PROCESSING record is never
-// dropped, whatever its lease: a claim whose holder vanished stays for `idem stuck`
-// and for a takeover that tells the next holder (takeover: true). Records it cannot
-// read are kept. "Now" is `clock`'s, read on RocksDB's compaction threads.
+// Retention at compaction (SPEC §8), by the same rule as idem purge: a finished
+// record (SUCCEEDED, FAILED, released) whose expires_at has passed is replaced by its
+// tombstone (result and error dropped, purged_at set, kept as long again as the
+// record was), or dropped when `tombstones` is false; a tombstone whose own
+// expires_at has passed is dropped. A record without an expires_at (kept for ever:
+// format 1, or a biz_type without retention) goes `fallback_ttl` after its last
+// update when that is set. A PROCESSING record is never touched, whatever its lease:
+// a claim whose holder vanished stays for `idem stuck` and for a takeover that tells
+// the next holder (takeover: true). Records it cannot read are kept. "Now" is
+// `clock`'s, read on RocksDB's compaction threads.
 class RetentionFilter final : public rocksdb::CompactionFilter {
  public:
-  RetentionFilter(absl::Duration ttl, const Clock* clock) : ttl_(ttl), clock_(clock) {}
+  RetentionFilter(std::optional<absl::Duration> fallback_ttl, bool tombstones, const Clock* clock)
+      : fallback_ttl_(fallback_ttl), tombstones_(tombstones), clock_(clock) {}
   bool Filter(int level, const rocksdb::Slice& key, const rocksdb::Slice& existing_value,
               std::string* new_value, bool* value_changed) const override;
   const char* Name() const override { return "idem.RetentionFilter"; }
 
  private:
-  const absl::Duration ttl_;
+  const std::optional<absl::Duration> fallback_ttl_;
+  const bool tombstones_;
   const Clock* const clock_;
 };
 
@@ -70,7 +79,8 @@ class RetentionFilter final : public rocksdb::CompactionFilter {
 // closes it.
 struct SharedDb {
   std::string dir;                        // as canonical as the path allows
-  std::optional<absl::Duration> ttl;      // the retention the filter enforces
+  std::optional<absl::Duration> ttl;      // the filter's fallback retention (ttl=)
+  bool tombstones = true;                 // the filter leaves tombstones (tombstones=)
   std::unique_ptr<RetentionFilter> filter;  // outlives `db` (declared first)
   std::unique_ptr<rocksdb::TransactionDB> db;       // read-write opens
   std::unique_ptr<rocksdb::DB> read_only_db;        // read-only opens (no LOCK)
@@ -85,6 +95,7 @@ struct OpenOptions {
   std::string path;
   bool read_only = false;
   std::optional<absl::Duration> ttl;
+  bool tombstones = true;
   const Clock* clock = Clock::Real();
 };
 
@@ -94,7 +105,7 @@ struct OpenOptions {
 // open ("another process has this database open"); kFailedPrecondition for a
 // directory that is not an idem rocksdb store, a newer format, corruption, or, for a
 // read-only open, a directory without a database; kInvalidArgument for an open in a
-// process that has the directory open with another ttl. A read-only open returns
+// process that has the directory open with another ttl or tombstones. A read-only open returns
 // nullptr inside the StatusOr when there is no database and `require_database` is
 // false. Blocks (I/O, WAL replay).
 absl::StatusOr<std::shared_ptr<SharedDb>> OpenSharedDb(const OpenOptions& options,

@@ -1,8 +1,10 @@
 #include "store/rocksdb/rocksdb_store.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
@@ -30,6 +32,7 @@ struct Options {
   bool sync = true;
   int64_t lock_timeout_ms = 5000;
   std::optional<absl::Duration> ttl;
+  bool tombstones = true;
 };
 
 absl::StatusOr<Options> ParseUrl(std::string_view url) {
@@ -38,7 +41,7 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
     return absl::InvalidArgumentError(
         "rocksdb URL has no directory; use rocksdb://./idem-db or rocksdb:///var/lib/idem/db");
   }
-  IDEM_RETURN_IF_ERROR(u.OnlyParams({"sync", "lock_timeout_ms", "ttl"}));
+  IDEM_RETURN_IF_ERROR(u.OnlyParams({"sync", "lock_timeout_ms", "ttl", "tombstones"}));
   Options o;
   o.path = u.path;
   if (const std::string* v = u.Param("sync"); v != nullptr) {
@@ -47,6 +50,13 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
           absl::StrCat("rocksdb URL parameter sync='", *v, "' must be full or off"));
     }
     o.sync = *v == "full";
+  }
+  if (const std::string* v = u.Param("tombstones"); v != nullptr) {
+    if (*v != "on" && *v != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rocksdb URL parameter tombstones='", *v, "' must be on or off"));
+    }
+    o.tombstones = *v == "on";
   }
   IDEM_ASSIGN_OR_RETURN(o.lock_timeout_ms, u.IntParam("lock_timeout_ms", 5000, 0, 600000));
   if (const std::string* v = u.Param("ttl"); v != nullptr) {
@@ -102,8 +112,35 @@ class RocksdbTransaction final : public StoreTransaction {
       return false;
     }
     Record next = record;
-    next.created_at = existing->created_at;  // as the SQL stores' UPDATE keeps it
+    // As the SQL stores' UPDATE keeps them.
+    next.created_at = existing->created_at;
+    next.expires_at = existing->expires_at;
+    next.purged_at = existing->purged_at;
     IDEM_RETURN_IF_ERROR(FromRocks(txn_->Put(key, store::EncodeRecord(next)), What("update")));
+    return true;
+  }
+
+  absl::StatusOr<bool> Retire(const Record& expected, absl::Time now,
+                              std::optional<absl::Time> tombstone_until) override {
+    IDEM_RETURN_IF_ERROR(CheckWritable());
+    const std::string key = RecordDbKey(expected.tenant, expected.key);
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, Locked(key));
+    if (!existing.has_value() || existing->token != expected.token ||
+        existing->state != expected.state || existing->purged_at != expected.purged_at) {
+      return false;
+    }
+    if (!tombstone_until.has_value()) {
+      IDEM_RETURN_IF_ERROR(FromRocks(txn_->Delete(key), What("purge")));
+      return true;
+    }
+    Record tombstone = *std::move(existing);
+    tombstone.result.clear();
+    tombstone.error.clear();
+    tombstone.purged_at = now;
+    tombstone.updated_at = now;
+    tombstone.expires_at = *tombstone_until;
+    IDEM_RETURN_IF_ERROR(
+        FromRocks(txn_->Put(key, store::EncodeRecord(tombstone)), What("purge")));
     return true;
   }
 
@@ -196,6 +233,48 @@ class RocksdbStore final : public Store {
                    value, absl::StrCat("rocksdb store ", url_, ": read"));
   }
 
+  // In key order ("r" + RecordKey: tenants by length, then bytes; each tenant's
+  // keys by bytes), the cheap head of each record checked before the whole of it
+  // is decoded.
+  absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override {
+    if (query.limit < 1 || query.limit > 10000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a page of records holds 1 … 10000 records, not ", query.limit));
+    }
+    std::vector<Record> out;
+    if (db_ == nullptr) return out;
+    const std::string prefix =
+        query.tenant.has_value() ? RecordDbKey(*query.tenant, "") : std::string("r");
+    const std::string after = query.after.has_value()
+                                  ? RecordDbKey(query.after->first, query.after->second)
+                                  : std::string();
+    std::unique_ptr<rocksdb::Iterator> it(db_->base()->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(after.empty() || after < prefix ? prefix : after);
+         it->Valid() && it->key().starts_with(prefix) && static_cast<int>(out.size()) < query.limit;
+         it->Next()) {
+      const std::string_view db_key(it->key().data(), it->key().size());
+      if (db_key == after) continue;
+      const std::string_view bytes(it->value().data(), it->value().size());
+      IDEM_ASSIGN_OR_RETURN(store::RecordHead head, store::DecodeRecordHead(bytes));
+      if (!query.states.empty() &&
+          std::find(query.states.begin(), query.states.end(), head.state) == query.states.end()) {
+        continue;
+      }
+      if (query.purged.has_value() && head.purged() != *query.purged) continue;
+      if (head.created_at >= query.created_before) continue;
+      if (query.expires_by != absl::InfiniteFuture() && head.expires_at > query.expires_by) {
+        continue;
+      }
+      IDEM_ASSIGN_OR_RETURN(Record r, store::DecodeRecord(bytes));
+      if (query.biz_type.has_value() && r.biz_type != *query.biz_type) continue;
+      r.result.clear();
+      r.error.clear();
+      out.push_back(std::move(r));
+    }
+    IDEM_RETURN_IF_ERROR(FromRocks(it->status(), absl::StrCat("rocksdb store ", url_, ": list")));
+    return out;
+  }
+
   // No LookupDecided: the Guard's read before its transaction saves a SQL store a
   // locking transaction, but here it is the same point read the transaction makes
   // (GetForUpdate), so for a new key it was paid twice. Decided keys are answered
@@ -248,6 +327,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenRocksdbStore(std::string_view url,
                         rocksdbstore::OpenSharedDb({.path = options.path,
                                                     .read_only = mode.read_only,
                                                     .ttl = options.ttl,
+                                                    .tombstones = options.tombstones,
                                                     .clock = clock},
                                                    mode.require_schema));
   return std::make_unique<RocksdbStore>(store::RedactUrl(url), options, std::move(db),

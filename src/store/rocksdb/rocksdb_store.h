@@ -12,11 +12,16 @@
 //   lock_timeout_ms=N   (default 5000: how long a transaction waits for a key another
 //                        open transaction holds before kUnavailable, a claim in
 //                        progress)
-//   ttl=DURATION        (e.g. 90d, as `idem ttl` prints it; default none: keep
-//                        records for ever. A finished record, SUCCEEDED, FAILED or
-//                        released, whose last update is older than ttl is dropped by
-//                        a compaction filter, never by deletes; a PROCESSING record
-//                        never is)
+//   ttl=DURATION        (e.g. 90d, as `idem ttl` prints it; default none) the
+//                        retention of records that carry no expires_at of their own
+//                        (written before format 2, or of a biz_type without a
+//                        retention policy): they go ttl after their last update.
+//                        Records with an expires_at go then (SPEC §8). Either way a
+//                        compaction filter does it, never bulk deletes, and never to
+//                        a PROCESSING record; `idem purge` does the same in batches.
+//   tombstones=on|off   (default on) what the filter leaves of a record it retires:
+//                        its tombstone (a very late duplicate is answered expired),
+//                        or nothing
 //
 // Locking. The store opens the directory as a rocksdb::TransactionDB and every
 // transaction is a pessimistic RocksDB transaction: InsertOrLoad, Replace and Load

@@ -55,7 +55,7 @@ TEST(RocksdbStoreTest, NoSqlAndNoSchemaSaySo) {
   EXPECT_THAT(tx->Query("SELECT 1"), StatusIs(absl::StatusCode::kUnimplemented));
   absl::Status schema = store->DescribeSchema().status();
   EXPECT_THAT(schema, StatusIs(absl::StatusCode::kUnimplemented));
-  EXPECT_THAT(Message(schema), HasSubstr("format version 1"));
+  EXPECT_THAT(Message(schema), HasSubstr("format version 2"));
 }
 
 // Every acknowledged claim, complete and fail is there after the store is closed
@@ -167,15 +167,15 @@ TEST(RocksdbStoreTest, ForeignOrNewerDataIsRefused) {
                          rocksdbstore::OpenSharedDb({.path = dir.file("db")}, true));
     // A record a newer idem wrote: refused by name, never guessed.
     std::string bytes = store::EncodeRecord(Record{.tenant = "default", .key = "K"});
-    bytes[0] = 2;
+    bytes[0] = 3;
     rocksdb::WriteOptions sync;
     sync.sync = true;
     ASSERT_TRUE(db->db->Put(sync, rocksdbstore::RecordDbKey("default", "K"), bytes).ok());
     absl::Status newer_record = store->Get("default", "K").status();
     EXPECT_THAT(newer_record, StatusIs(absl::StatusCode::kFailedPrecondition));
-    EXPECT_THAT(Message(newer_record), HasSubstr("format version 2"));
+    EXPECT_THAT(Message(newer_record), HasSubstr("format version 3"));
     // A database a newer idem wrote.
-    ASSERT_TRUE(db->db->Put(sync, std::string(rocksdbstore::kFormatKey), "2").ok());
+    ASSERT_TRUE(db->db->Put(sync, std::string(rocksdbstore::kFormatKey), "3").ok());
   }
   absl::Status newer = OpenStore(url).status();
   EXPECT_THAT(newer, StatusIs(absl::StatusCode::kFailedPrecondition));
@@ -204,15 +204,15 @@ TEST(RocksdbStoreTest, ReadOnlyOpenCreatesNothing) {
               StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
-// Retention (SPEC §8): at compaction, finished records whose last update is older
-// than ttl are dropped; younger ones and PROCESSING records (whatever their lease)
-// are kept.
-TEST(RocksdbStoreTest, CompactionDropsFinishedRecordsPastTheirTtl) {
+// Retention (SPEC §8) at compaction, for records without an expires_at of their own
+// (ttl=, the fallback): finished records whose last update is older than ttl become
+// tombstones; younger ones and PROCESSING records (whatever their lease) are kept.
+TEST(RocksdbStoreTest, CompactionRetiresFinishedRecordsPastTheFallbackTtl) {
   testing::TempDir dir;
   testing::FakeClock clock;
   const std::string url = "rocksdb://" + dir.file("db") + "?ttl=1d";
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(url, {.clock = &clock}));
-  Guard guard(*store, GuardOptions{.clock = &clock});
+  Guard guard(*store, GuardOptions{.clock = &clock});  // no retention: no expires_at
   auto req = [](const char* key) { return Request{.biz_type = "refund", .key = key}; };
   for (const char* key : {"done", "failed", "released", "stuck"}) {
     ASSERT_OK(guard.Claim(req(key), absl::Seconds(30)));
@@ -229,30 +229,125 @@ TEST(RocksdbStoreTest, CompactionDropsFinishedRecordsPastTheirTtl) {
     all.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
     return db->db->CompactRange(all, nullptr, nullptr);
   };
-  auto present = [&](const char* key) {
+  auto stored = [&](const char* key) {
     absl::StatusOr<std::optional<Record>> r = store->Get("default", key);
     EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() && r->has_value();
+    return r.ok() ? *r : std::nullopt;
   };
 
-  // Inside the window: nothing goes.
+  // Inside the window: nothing changes.
   clock.Advance(absl::Hours(23));
   ASSERT_TRUE(compact().ok());
-  for (const char* key : {"done", "failed", "released", "stuck"}) EXPECT_TRUE(present(key)) << key;
+  for (const char* key : {"done", "failed", "released", "stuck"}) {
+    ASSERT_TRUE(stored(key).has_value()) << key;
+    EXPECT_FALSE(stored(key)->purged()) << key;
+  }
 
   clock.Advance(absl::Hours(2));
   ASSERT_OK(guard.Claim(req("fresh"), absl::Seconds(30)));
   ASSERT_OK(guard.Complete(req("fresh"), 1, "r"));
   ASSERT_TRUE(compact().ok());
-  EXPECT_FALSE(present("done"));
-  EXPECT_FALSE(present("failed"));
-  EXPECT_FALSE(present("released"));
-  EXPECT_TRUE(present("stuck"));  // PROCESSING: kept for `idem stuck` and a takeover
-  EXPECT_TRUE(present("fresh"));
+  for (const char* key : {"done", "failed", "released"}) {
+    std::optional<Record> t = stored(key);
+    ASSERT_TRUE(t.has_value()) << key;
+    EXPECT_TRUE(t->purged()) << key;
+    EXPECT_EQ(t->result, "") << key;
+    EXPECT_EQ(t->purged_at, clock.Now()) << key;
+    EXPECT_EQ(t->expires_at, clock.Now() + absl::Hours(24)) << key;  // as long again
+  }
+  ASSERT_OK_AND_ASSIGN(Result late, guard.Claim(req("done")));
+  EXPECT_EQ(late.outcome, Outcome::kExpired);
+  EXPECT_FALSE(stored("stuck")->purged());  // PROCESSING: kept for `idem stuck` and a takeover
+  EXPECT_FALSE(stored("fresh")->purged());
+
+  // The tombstones go at their own time.
+  clock.Advance(absl::Hours(25));
+  ASSERT_TRUE(compact().ok());
+  EXPECT_FALSE(stored("done").has_value());
+  EXPECT_FALSE(stored("released").has_value());
   // The format key is not a record: the store still opens.
   store.reset();
   db.reset();
   EXPECT_OK(OpenStore(url, {.clock = &clock}));
+}
+
+// Records with an expires_at (a retention policy at claim) go then, without ttl=;
+// with tombstones=off they are dropped outright.
+TEST(RocksdbStoreTest, CompactionHonoursExpiresAt) {
+  for (const bool tombstones : {true, false}) {
+    testing::TempDir dir;
+    testing::FakeClock clock;
+    const std::string path = dir.file("db");
+    const std::string url = "rocksdb://" + path + (tombstones ? "" : "?tombstones=off");
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(url, {.clock = &clock}));
+    RetentionPolicy policy;
+    ASSERT_OK(policy.Add("refund", {.redelivery_window = absl::Hours(24)}));
+    Guard guard(*store, GuardOptions{.clock = &clock, .retention = policy});
+    const Request done{.biz_type = "refund", .key = "done"};
+    const Request kept{.biz_type = "payout", .key = "kept"};  // no retention, no ttl=
+    for (const Request& r : {done, kept}) {
+      ASSERT_OK(guard.Claim(r));
+      ASSERT_OK(guard.Complete(r, 1, "r"));
+    }
+    ASSERT_OK_AND_ASSIGN(
+        std::shared_ptr<rocksdbstore::SharedDb> db,
+        rocksdbstore::OpenSharedDb({.path = path, .tombstones = tombstones}, true));
+    rocksdb::CompactRangeOptions all;
+    all.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+    clock.Advance(absl::Hours(25));
+    ASSERT_TRUE(db->db->CompactRange(all, nullptr, nullptr).ok());
+    ASSERT_OK_AND_ASSIGN(std::optional<Record> r, store->Get("default", "done"));
+    if (tombstones) {
+      ASSERT_TRUE(r.has_value());
+      EXPECT_TRUE(r->purged());
+    } else {
+      EXPECT_FALSE(r.has_value());
+    }
+    ASSERT_OK_AND_ASSIGN(std::optional<Record> k, store->Get("default", "kept"));
+    ASSERT_TRUE(k.has_value());
+    EXPECT_FALSE(k->purged());
+  }
+}
+
+// A directory of format 1 (before expires_at) opens: its records read as kept for
+// ever, and the first read-write open marks the directory format 2.
+TEST(RocksdbStoreTest, FormatOneDirectoryIsReadAndUpgraded) {
+  testing::TempDir dir;
+  const std::string path = dir.file("db");
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
+    ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> db,
+                         rocksdbstore::OpenSharedDb({.path = path}, true));
+    Record r{.tenant = "default", .biz_type = "refund", .key = "old",
+             .state = RecordState::kSucceeded, .token = 1, .result = "r",
+             .created_at = absl::FromUnixSeconds(1700000000),
+             .updated_at = absl::FromUnixSeconds(1700000000)};
+    const std::string v2 = store::EncodeRecord(r);
+    const std::string v1 = std::string(1, '\x01') + v2.substr(1, 33) + v2.substr(50);
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    ASSERT_TRUE(db->db->Put(sync, rocksdbstore::RecordDbKey("default", "old"), v1).ok());
+    ASSERT_TRUE(db->db->Put(sync, std::string(rocksdbstore::kFormatKey), "1").ok());
+  }
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> reader,
+                         OpenStore("rocksdb://" + path, {.read_only = true}));
+    ASSERT_OK_AND_ASSIGN(std::optional<Record> old, reader->Get("default", "old"));
+    ASSERT_TRUE(old.has_value());
+    EXPECT_EQ(old->result, "r");
+    EXPECT_EQ(old->expires_at, absl::InfiniteFuture());
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
+  Guard guard(*store);
+  ASSERT_OK_AND_ASSIGN(Result replay, guard.Claim({.biz_type = "refund", .key = "old"}));
+  EXPECT_EQ(replay.outcome, Outcome::kReplayed);
+  EXPECT_EQ(replay.value, "r");
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> db,
+                       rocksdbstore::OpenSharedDb({.path = path}, true));
+  std::string format;
+  ASSERT_TRUE(db->db->Get(rocksdb::ReadOptions(), std::string(rocksdbstore::kFormatKey), &format)
+                  .ok());
+  EXPECT_EQ(format, "2");
 }
 
 }  // namespace

@@ -51,6 +51,8 @@ const std::vector<Table>& RecordTables() {
        " state {small} NOT NULL CHECK (state IN (0, 1, 2, 3)), token {int64} NOT NULL,"
        " lease_until {int64} NOT NULL, result {blob}, error {blob},"
        " created_at {int64} NOT NULL, updated_at {int64} NOT NULL,"
+       " expires_at {int64} NOT NULL DEFAULT 9223372036854775807,"
+       " purged_at {int64} NOT NULL DEFAULT 0,"
        " PRIMARY KEY (tenant, idem_key)",
        {},
        /*keyed=*/true},
@@ -84,12 +86,31 @@ const std::vector<Table>& JournalTables() {
   return tables;
 }
 
+// Schema version 2 (retention, SPEC §8): the columns version 1's idem_records
+// lacks, with the values they mean for its rows: kept for ever (expires_at
+// "never", as core/columns.h writes absl::InfiniteFuture()), not purged. Constant
+// defaults: a metadata-only change on PostgreSQL 11+, MySQL 8 and MariaDB 10.3+ (no
+// table rewrite), and SQLite's ADD COLUMN never rewrites.
+std::vector<std::string> UpgradeToV2(const Dialect::Spec& d) {
+  const std::string expires = absl::StrCat("expires_at ", AV(d.types.int64),
+                                           " NOT NULL DEFAULT 9223372036854775807");
+  const std::string purged = absl::StrCat("purged_at ", AV(d.types.int64), " NOT NULL DEFAULT 0");
+  if (d.name == "sqlite") {  // one column per ALTER; the transaction makes them one change
+    return {absl::StrCat("ALTER TABLE idem_records ADD COLUMN ", expires),
+            absl::StrCat("ALTER TABLE idem_records ADD COLUMN ", purged)};
+  }
+  // One statement: MySQL's DDL commits on its own, so two would leave a half-done
+  // upgrade behind a crash between them.
+  return {absl::StrCat("ALTER TABLE idem_records ADD COLUMN ", expires, ", ADD COLUMN ", purged)};
+}
+
 }  // namespace
 
 Dialect::Dialect(Spec spec)
     : spec_(std::move(spec)),
       record_schema_(Ddl(spec_, RecordTables())),
-      journal_schema_(Ddl(spec_, JournalTables())) {
+      journal_schema_(Ddl(spec_, JournalTables())),
+      upgrades_({{}, {}, UpgradeToV2(spec_)}) {
   if (!spec_.schema_lock.empty()) {
     journal_schema_.insert(journal_schema_.begin(), std::string(spec_.schema_lock));
   }

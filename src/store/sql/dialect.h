@@ -4,6 +4,7 @@
 // written once over them. Not part of the public API.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,12 +55,16 @@ class Dialect final : public SqlDialect {
   // The statements that make the record tables (idem_schema_version, idem_records)
   // where they are missing; without the lock (see Spec::schema_lock).
   const std::vector<std::string>& RecordSchema() const { return record_schema_; }
+  // The statements that move the record tables from schema version `to` - 1 to
+  // `to` (2 … kSchemaVersion), to run in order under the schema lock.
+  const std::vector<std::string>& UpgradeTo(int64_t to) const { return upgrades_.at(to); }
   const Spec& spec() const { return spec_; }
 
  private:
   const Spec spec_;
   std::vector<std::string> record_schema_;
   std::vector<std::string> journal_schema_;
+  std::vector<std::vector<std::string>> upgrades_;  // by target version
 };
 
 const Dialect& SqliteDialect();

@@ -34,15 +34,29 @@ absl::Status CheckExisting(SchemaSession& session, int64_t version, std::string_
   return DamagedSchemaError(where, ping);
 }
 
+absl::Status InsertVersion(SchemaSession& session, int64_t version) {
+  const Value v[] = {Value(static_cast<long long>(version))};
+  return session.Query("INSERT INTO idem_schema_version (version) VALUES (?)", v).status();
+}
+
+// Under the schema lock: creates what is missing (a fresh database gets this
+// build's tables and version), or upgrades an older version step by step, each
+// step recorded as a row of idem_schema_version (max(version) is the version).
 absl::Status Create(SchemaSession& session, const Dialect& dialect, std::string_view where) {
   for (const std::string& ddl : dialect.RecordSchema()) {
     IDEM_RETURN_IF_ERROR(session.Query(ddl).status());
   }
   IDEM_ASSIGN_OR_RETURN(Rows rows, session.Query(kVersion));
   IDEM_ASSIGN_OR_RETURN(int64_t version, VersionIn(rows));
-  if (version != 0) return CheckVersion(version, where);  // made by another process
-  const Value v[] = {Value(static_cast<long long>(kSchemaVersion))};
-  return session.Query("INSERT INTO idem_schema_version (version) VALUES (?)", v).status();
+  if (version == 0) return InsertVersion(session, kSchemaVersion);
+  IDEM_RETURN_IF_ERROR(CheckVersion(version, where));  // newer: made by a newer idem
+  for (int64_t to = version + 1; to <= kSchemaVersion; ++to) {
+    for (const std::string& ddl : dialect.UpgradeTo(to)) {
+      IDEM_RETURN_IF_ERROR(session.Query(ddl).status());
+    }
+    IDEM_RETURN_IF_ERROR(InsertVersion(session, to));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -55,7 +69,16 @@ absl::Status OpenSchema(SchemaSession& session, const Dialect& dialect, std::str
   absl::StatusOr<Rows> rows = session.Query(kVersion);
   if (rows.ok()) {
     IDEM_ASSIGN_OR_RETURN(int64_t version, VersionIn(*rows));
-    if (version != 0) return CheckExisting(session, version, where);
+    if (version >= kSchemaVersion) return CheckExisting(session, version, where);
+    if (version != 0) {
+      // An older schema: upgraded below (under the lock, like a creation), after
+      // the same damage check as a current one.
+      IDEM_RETURN_IF_ERROR(CheckExisting(session, version, where));
+      if (mode.read_only) {
+        // Described as it is (`idem migrate --dry-run`), or refused for reading.
+        return mode.require_schema ? OutdatedSchemaError(where, version) : absl::OkStatus();
+      }
+    }
   } else if (session.broken() || !session.IsNoTable(rows.status())) {
     return rows.status();
   }
@@ -101,6 +124,12 @@ absl::Status DamagedSchemaError(std::string_view where, const absl::Status& ping
       AV(where), ": the idem schema is damaged: its version is recorded but the table "
       "idem_records cannot be read (", ping.message(), "); restore idem_records (it "
       "holds every key's record), or drop idem_schema_version to start with no records"));
+}
+
+absl::Status OutdatedSchemaError(std::string_view where, int64_t version) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      AV(where), " has idem schema version ", version, ", older than this build's ",
+      kSchemaVersion, "; run `idem migrate` on it (or start idem serve, which upgrades it)"));
 }
 
 absl::Status NoSchemaError(std::string_view where, std::string_view what) {

@@ -17,8 +17,10 @@
 
 namespace idem::sql {
 
-// The schema version the stores of this build create and read.
-inline constexpr int64_t kSchemaVersion = 1;
+// The schema version the stores of this build create and read. 2: idem_records
+// has expires_at and purged_at (retention, SPEC §8). An open that may write
+// upgrades an older schema (Dialect::UpgradeTo); a read-only one refuses it.
+inline constexpr int64_t kSchemaVersion = 2;
 
 // Readiness (Store::Ping): the schema version and the record table are there and
 // readable. `WHERE 1 = 0` reads no row, so it costs a lookup of the table only; a
@@ -67,8 +69,9 @@ struct SchemaMode {
 };
 
 // Makes sure idem's schema is there: a schema in place must not be newer than this
-// build nor damaged; a missing one is created (unless mode.read_only: then "no idem
-// schema here", or OK when !mode.require_schema). `where` names the database in
+// build nor damaged; a missing one is created and an older one upgraded (unless
+// mode.read_only: then "no idem schema here", or OK when !mode.require_schema, and
+// OutdatedSchemaError for an older one). `where` names the database in
 // messages ("postgres database 'postgres://idem@db/app'"); it holds no password.
 absl::Status OpenSchema(SchemaSession& session, const Dialect& dialect, std::string_view where,
                         SchemaMode mode);
@@ -81,6 +84,9 @@ absl::StatusOr<SchemaInfo> DescribeSchema(SchemaSession& session, const Dialect&
 // table (`ping`: kPing's error). Making the table anew would forget every key, so
 // every duplicate would run again: the open refuses, and a person decides.
 absl::Status DamagedSchemaError(std::string_view where, const absl::Status& ping);
+
+// The answer of a read-only open on a database with an older idem schema.
+absl::Status OutdatedSchemaError(std::string_view where, int64_t version);
 
 // The answer of a read-only open on a database without idem's schema.
 absl::Status NoSchemaError(std::string_view where, std::string_view what);

@@ -8,6 +8,7 @@
 // Thread safety: a transaction is used by one thread at a time.
 #pragma once
 
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -16,6 +17,7 @@
 #include "core/absl_compat.h"
 #include "idem/store.h"
 #include "store/sql/pool.h"
+#include "store/sql/records.h"
 
 namespace idem::sql {
 
@@ -56,6 +58,19 @@ class PooledTransaction : public StoreTransaction {
     if (done_) return;
     if (lease_ && Begun() && !lease_->broken()) RollbackNow();
     End();
+  }
+
+  // Through the backend's Exec: the same statements on every SQL database.
+  absl::StatusOr<bool> Retire(const Record& expected, absl::Time now,
+                              std::optional<absl::Time> tombstone_until) override {
+    if (tombstone_until.has_value()) {
+      const auto params = TombstoneParams(expected, now, *tombstone_until);
+      IDEM_ASSIGN_OR_RETURN(int64_t changed, this->Exec(kTombstoneRecord, params));
+      return changed == 1;
+    }
+    const auto params = DeleteParams(expected);
+    IDEM_ASSIGN_OR_RETURN(int64_t changed, this->Exec(kDeleteRecord, params));
+    return changed == 1;
   }
 
  protected:

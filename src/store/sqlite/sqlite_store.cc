@@ -170,6 +170,12 @@ class SqliteStore final : public Store {
     return LoadRecord(*conn, tenant, key);
   }
 
+  absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override {
+    IDEM_RETURN_IF_ERROR(file_.Check());
+    IDEM_ASSIGN_OR_RETURN(ConnPool::Lease conn, (IsMemory() ? writer_ : readers_).Acquire());
+    return sql::ListRecords(*conn, query);
+  }
+
   absl::Status Ping() override {
     if (IsMemory()) return absl::OkStatus();
     IDEM_RETURN_IF_ERROR(file_.Check());

@@ -1,0 +1,165 @@
+#include "cli/retention_config.h"
+
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+#include "idem/status.h"
+
+namespace idem::cli {
+namespace {
+
+constexpr std::string_view kSection = "retention";
+
+// The [retention.*] items of the config file read by this process.
+std::vector<CLI::ConfigItem>& RetentionItems() {
+  static std::vector<CLI::ConfigItem>* items = new std::vector<CLI::ConfigItem>();
+  return *items;
+}
+
+class Reader final : public CLI::ConfigTOML {
+ public:
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(input);
+    std::vector<CLI::ConfigItem> rest;
+    for (CLI::ConfigItem& item : items) {
+      if (!item.parents.empty() && item.parents.front() == kSection) {
+        RetentionItems().push_back(std::move(item));
+      } else {
+        rest.push_back(std::move(item));
+      }
+    }
+    return rest;
+  }
+};
+
+struct Section {
+  std::map<std::string, std::string> values;
+};
+
+std::string Where(std::string_view biz_type) {
+  return absl::StrCat("config file: [retention.", AV(biz_type), "]");
+}
+
+}  // namespace
+
+std::shared_ptr<CLI::Config> ConfigReader() { return std::make_shared<Reader>(); }
+
+absl::StatusOr<RetentionPolicy> RetentionFromConfig(std::string* derivation) {
+  std::map<std::string, Section> sections;
+  for (const CLI::ConfigItem& item : RetentionItems()) {
+    if (item.name == "++" || item.name == "--") {  // CLI11's section markers
+      if (item.parents.size() >= 2) sections[item.parents[1]];
+      continue;
+    }
+    if (item.parents.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config file: '", item.fullname(),
+                       "': retention is given per biz_type, in sections [retention.<biz_type>]"));
+    }
+    if (item.inputs.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(Where(item.parents[1]), ": '", item.name,
+                                                     "' takes one duration, e.g. \"30d\""));
+    }
+    sections[item.parents[1]].values[item.name] = item.inputs.front();
+  }
+  RetentionPolicy policy;
+  for (const auto& [biz_type, section] : sections) {
+    TtlInputs inputs;
+    std::optional<absl::Duration> ttl, tombstone;
+    const std::pair<const char*, absl::Duration*> windows[] = {
+        {"redelivery", &inputs.redelivery_window},
+        {"recon_cycle", &inputs.recon_cycle},
+        {"confirm_window", &inputs.confirm_window},
+        {"margin", &inputs.safety_margin},
+    };
+    for (const auto& [name, value] : section.values) {
+      bool known = name == "ttl" || name == "tombstone";
+      for (const auto& w : windows) known = known || name == w.first;
+      if (!known) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Where(biz_type), ": unknown key '", name,
+            "' (keys: redelivery, recon_cycle, confirm_window, margin, ttl, tombstone)"));
+      }
+    }
+    auto duration = [&](const char* name) -> absl::StatusOr<std::optional<absl::Duration>> {
+      auto it = section.values.find(name);
+      if (it == section.values.end()) return std::optional<absl::Duration>();
+      IDEM_ASSIGN_OR_RETURN(absl::Duration d,
+                            ParseTtlDuration(it->second, absl::StrCat(Where(biz_type), " ", name)));
+      return std::optional<absl::Duration>(d);
+    };
+    for (const auto& [name, out] : windows) {
+      IDEM_ASSIGN_OR_RETURN(std::optional<absl::Duration> d, duration(name));
+      if (!d.has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Where(biz_type), ": '", name,
+            "' is missing; the TTL is derived from redelivery, recon_cycle, confirm_window and "
+            "margin (SPEC §8), so every window must be given (0s where there is none)"));
+      }
+      *out = *d;
+    }
+    IDEM_ASSIGN_OR_RETURN(ttl, duration("ttl"));
+    IDEM_ASSIGN_OR_RETURN(tombstone, duration("tombstone"));
+    absl::Status added = policy.Add(biz_type, inputs, ttl, tombstone);
+    if (!added.ok()) {
+      if (added.code() == absl::StatusCode::kFailedPrecondition && derivation != nullptr) {
+        absl::StatusOr<TtlDerivation> d = DeriveTtl(inputs);
+        if (d.ok()) *derivation = FormatDerivation(*d);
+      }
+      return absl::Status(added.code(), absl::StrCat(Where(biz_type), ": ", added.message()));
+    }
+  }
+  return policy;
+}
+
+std::string FormatDerivation(const TtlDerivation& d) {
+  const std::pair<TtlWindow, absl::Duration> windows[] = {
+      {TtlWindow::kRedelivery, d.inputs.redelivery_window},
+      {TtlWindow::kReconCycle, d.inputs.recon_cycle},
+      {TtlWindow::kConfirmWindow, d.inputs.confirm_window},
+  };
+  std::string out =
+      "TTL = max(upstream redelivery window, reconciliation cycle, downstream confirmation "
+      "window) + safety margin\n";
+  auto row = [&out](std::string_view name, std::string_view value, std::string_view note) {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "  %-32.*s %-10.*s%s%.*s\n", static_cast<int>(name.size()),
+                  name.data(), static_cast<int>(value.size()), value.data(),
+                  note.empty() ? "" : " ", static_cast<int>(note.size()), note.data());
+    std::string line = buf;
+    // Trailing padding is noise in a terminal and in a diff.
+    while (line.size() > 1 && line[line.size() - 2] == ' ') line.erase(line.size() - 2, 1);
+    out += line;
+  };
+  for (const auto& [window, value] : windows) {
+    row(TtlWindowName(window), FormatTtlDuration(value),
+        window == d.dominant ? "<- dominates" : "");
+  }
+  row("safety margin", FormatTtlDuration(d.safety_margin), "");
+  out += "TTL = " + FormatTtlDuration(d.dominant_window) + " + " +
+         FormatTtlDuration(d.safety_margin) + " = " + FormatTtlDuration(d.total) + " (" +
+         FormatTtlDays(d.total) + ")\n";
+  return out;
+}
+
+std::string DescribePolicy(const RetentionPolicy& policy) {
+  std::string out;
+  for (const auto& [biz_type, r] : policy.entries()) {
+    const TtlDerivation& d = r.derivation;
+    absl::StrAppend(&out, biz_type, ": ttl ", FormatTtlDuration(r.ttl()), " (derived ",
+                    FormatTtlDuration(d.total), ": ", AV(TtlWindowName(d.dominant)), " ",
+                    FormatTtlDuration(d.dominant_window), " + safety margin ",
+                    FormatTtlDuration(d.safety_margin), "), tombstones ",
+                    FormatTtlDuration(r.tombstone.value_or(r.ttl())), "\n");
+  }
+  return out;
+}
+
+}  // namespace idem::cli

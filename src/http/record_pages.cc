@@ -1,0 +1,143 @@
+// GET /v1/records?biz_type=&state=&limit=&cursor= (SPEC §11): a page of the caller's
+// records, for finding keys (one at a time is GET /v1/records/{biz_type}/{key}).
+//
+// Only the caller's tenant is ever read (the tenant is the query's, never a
+// parameter). Records are listed without their result or error; tombstones and
+// released keys are left out, as GET of one key hides them. The cursor is opaque
+// to clients: the last key of the page, base64url, which the next page starts
+// after, so a page never skips or repeats a record that stays.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/absl_compat.h"
+#include "http/api.h"
+#include "http/json.h"
+#include "http/problem.h"
+#include "http/records.h"
+#include "nlohmann/json.hpp"
+#include "simdjson.h"
+
+namespace idem::http {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+constexpr int kDefaultLimit = 100;
+constexpr int kMaxLimit = 1000;
+
+Reply Answer(HttpResponse response) {
+  Reply r;
+  r.response = std::move(response);
+  r.route = Route::kRecords;
+  return r;
+}
+
+Reply Bad(std::string_view detail) {
+  return Answer(MakeProblem(400, "invalid_request", "Invalid request", detail));
+}
+
+absl::StatusOr<RecordState> ParseState(std::string_view s) {
+  for (RecordState state :
+       {RecordState::kProcessing, RecordState::kSucceeded, RecordState::kFailed}) {
+    if (RecordStateName(state) == s) return state;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("query parameter state='", AV(s), "' must be PROCESSING, SUCCEEDED or FAILED"));
+}
+
+}  // namespace
+
+Reply Api::ListRecords(const HttpRequest& request, const std::string& tenant) {
+  RecordQuery query;
+  query.tenant = tenant;
+  query.purged = false;
+  query.states = {RecordState::kProcessing, RecordState::kSucceeded, RecordState::kFailed};
+  query.limit = kDefaultLimit;
+  bool seen[4] = {false, false, false, false};
+  const size_t q = request.target.find('?');
+  const std::string_view params =
+      q == std::string::npos ? std::string_view() : std::string_view(request.target).substr(q + 1);
+  for (absl::string_view item : absl::StrSplit(AV(params), '&', absl::SkipEmpty())) {
+    const size_t eq = item.find('=');
+    const std::string_view name = SV(item.substr(0, eq));
+    absl::StatusOr<std::string> value =
+        PercentDecode(eq == absl::string_view::npos ? std::string_view() : SV(item.substr(eq + 1)));
+    if (!value.ok())
+      return Bad(absl::StrCat("query parameter ", AV(name), ": ", value.status().message()));
+    int which = name == "biz_type" ? 0
+                : name == "state"  ? 1
+                : name == "limit"  ? 2
+                : name == "cursor" ? 3
+                                   : -1;
+    if (which < 0) {
+      return Bad(absl::StrCat("unknown query parameter '", AV(name),
+                              "'; use biz_type, state, limit and cursor"));
+    }
+    if (seen[which]) return Bad(absl::StrCat("query parameter ", AV(name), " is given twice"));
+    seen[which] = true;
+    if (value->empty()) continue;  // "biz_type=": no filter
+    switch (which) {
+      case 0:
+        if (value->find('\0') != std::string::npos ||
+            !simdjson::validate_utf8(value->data(), value->size())) {
+          return Bad("query parameter biz_type must be UTF-8 without NUL once decoded");
+        }
+        if (absl::Status s = ValidateBizType(*value, guard_.options().limits); !s.ok()) {
+          return Bad(absl::StrCat("query parameter biz_type: ", s.message()));
+        }
+        query.biz_type = *std::move(value);
+        break;
+      case 1: {
+        absl::StatusOr<RecordState> state = ParseState(*value);
+        if (!state.ok()) return Bad(SV(state.status().message()));
+        query.states = {*state};
+        break;
+      }
+      case 2:
+        if (!absl::SimpleAtoi(*value, &query.limit) || query.limit < 1 || query.limit > kMaxLimit ||
+            value->find_first_not_of("0123456789") != std::string::npos) {
+          return Bad(absl::StrCat("query parameter limit must be 1 … ", kMaxLimit));
+        }
+        break;
+      case 3: {
+        std::string key;
+        if (!absl::WebSafeBase64Unescape(*value, &key) || key.empty() ||
+            !ValidateKey(key, guard_.options().limits).ok()) {
+          return Bad("query parameter cursor is not one this server gave (pass next_cursor as is)");
+        }
+        query.after = std::make_pair(tenant, std::move(key));
+        break;
+      }
+    }
+  }
+  // One more than the page: whether another page follows, without a second read.
+  const int limit = query.limit;
+  query.limit = limit + 1;
+  absl::StatusOr<std::vector<Record>> records = store_.ListRecords(query);
+  if (!records.ok()) {
+    Reply r = StatusReply(records.status(), "list records");
+    r.route = Route::kRecords;
+    r.outcome.clear();  // a read reports no guard outcome
+    return r;
+  }
+  const bool more = static_cast<int>(records->size()) > limit;
+  if (more) records->resize(limit);
+  ojson page = ojson::object();
+  page["records"] = ojson::array();
+  for (const Record& r : *records) page["records"].push_back(RecordJson(r));
+  if (more) {
+    page["next_cursor"] = absl::WebSafeBase64Escape(records->back().key);
+  } else {
+    page["next_cursor"] = nullptr;
+  }
+  HttpResponse response;
+  response.body = page.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  return Answer(std::move(response));
+}
+
+}  // namespace idem::http

@@ -1,0 +1,262 @@
+// `idem purge` and `idem records list` (SPEC §8, §12) on a SQLite file: records
+// written with the C++ API at a time long past (a fake clock), purged and listed by
+// the real binary on the real clock; the [retention.*] sections of --config.
+#include <sys/stat.h>
+
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "idem/idem.h"
+#include "idem/steps.h"
+#include "nlohmann/json.hpp"
+#include "testing/fake_clock.h"
+#include "testing/idem_cli.h"
+#include "testing/temp_dir.h"
+
+namespace idem::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using json = nlohmann::json;
+
+constexpr absl::Duration kDay = absl::Hours(24);
+
+constexpr char kRefundRetention[] =
+    "[retention.refund]\n"
+    "redelivery = \"10m\"\n"
+    "recon_cycle = \"30d\"\n"
+    "confirm_window = \"3d\"\n"
+    "margin = \"60d\"\n";
+
+class RetentionCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(IdemBin().empty());
+    url_ = "sqlite://" + dir_.file("idem.db");
+    config_ = dir_.file("idem.toml");
+    Write(config_, kRefundRetention);
+  }
+
+  static void Write(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+  }
+
+  // Records claimed `age` ago with the refund policy (90 days), as `how`: "done",
+  // "failed" or "lease".
+  void Seed(const std::string& tenant, const std::string& biz_type, const std::string& key,
+            const std::string& how, absl::Duration age) {
+    FakeClock clock(absl::Now() - age);
+    RetentionPolicy policy;
+    ASSERT_TRUE(policy
+                    .Add("refund", {.redelivery_window = absl::Minutes(10),
+                                    .recon_cycle = 30 * kDay,
+                                    .confirm_window = 3 * kDay,
+                                    .safety_margin = 60 * kDay})
+                    .ok());
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    Guard guard(**store, GuardOptions{.clock = &clock, .retention = policy});
+    const Request r{.tenant = tenant, .biz_type = biz_type, .key = key, .fingerprint = "fp"};
+    absl::StatusOr<Result> claim = guard.Claim(r, absl::Seconds(30));
+    ASSERT_TRUE(claim.ok()) << claim.status();
+    if (how == "done") {
+      ASSERT_TRUE(guard.Complete(r, claim->token, "{\"id\":1}").ok());
+    }
+    if (how == "failed") {
+      ASSERT_TRUE(guard.Fail(r, claim->token, false, "\"no\"").ok());
+    }
+  }
+
+  std::optional<Record> Stored(const std::string& tenant, const std::string& key) {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
+    EXPECT_TRUE(store.ok()) << store.status();
+    if (!store.ok()) return std::nullopt;
+    absl::StatusOr<std::optional<Record>> r = (*store)->Get(tenant, key);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : std::nullopt;
+  }
+
+  Exec Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
+
+  TempDir dir_;
+  std::string url_;
+  std::string config_;
+};
+
+TEST_F(RetentionCliTest, PurgeTombstonesWhatIsPastItsRetentionOnly) {
+  Seed("t", "refund", "old-done", "done", 100 * kDay);
+  Seed("t", "refund", "old-failed", "failed", 100 * kDay);
+  Seed("t", "refund", "old-lease", "lease", 100 * kDay);  // PROCESSING: never
+  Seed("t", "refund", "young", "done", 10 * kDay);
+  Seed("t", "payout", "no-policy", "done", 100 * kDay);  // kept for ever
+
+  Exec dry = Idem({"--config", config_, "purge", "--store", url_, "--dry-run", "--json"});
+  ASSERT_EQ(dry.status, 0) << dry.err;
+  json d = json::parse(dry.out);
+  EXPECT_EQ(d["tombstoned"], 2);
+  EXPECT_EQ(d["dry_run"], true);
+  EXPECT_FALSE(Stored("t", "old-done")->purged());
+
+  Exec run = Idem({"--config", config_, "purge", "--store", url_, "--batch", "1"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("2 expired records found, 2 tombstoned, 0 deleted"));
+  EXPECT_THAT(run.err, HasSubstr("purge: "));  // a progress line per batch
+  EXPECT_TRUE(Stored("t", "old-done")->purged());
+  EXPECT_TRUE(Stored("t", "old-failed")->purged());
+  EXPECT_FALSE(Stored("t", "old-lease")->purged());
+  EXPECT_FALSE(Stored("t", "young")->purged());
+  EXPECT_FALSE(Stored("t", "no-policy")->purged());
+
+  // The late duplicate meets the tombstone.
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
+  ASSERT_TRUE(store.ok());
+  Guard guard(**store);
+  absl::StatusOr<Result> late =
+      guard.Claim({.tenant = "t", .biz_type = "refund", .key = "old-done", .fingerprint = "fp"});
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->outcome, Outcome::kExpired);
+
+  // A second run finds nothing more.
+  Exec again = Idem({"--config", config_, "purge", "--store", url_, "--json"});
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(json::parse(again.out)["tombstoned"], 0);
+}
+
+TEST_F(RetentionCliTest, PurgeWithoutTombstonesDeletes) {
+  Seed("t", "refund", "old", "done", 100 * kDay);
+  Exec run = Idem({"--config", config_, "purge", "--store", url_, "--no-tombstones", "--json"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(json::parse(run.out)["deleted"], 1);
+  EXPECT_FALSE(Stored("t", "old").has_value());
+}
+
+TEST_F(RetentionCliTest, PurgeUsageAndStoreErrors) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"purge", "--store", url_, "--batch", "0"},
+                                             {"purge", "--store", url_, "--max-rate", "-1"},
+                                             {"purge", "--store", url_, "--pause", "soon"},
+                                             {"purge", "--store", "nope://x"}}) {
+    Exec r = Idem(args);
+    EXPECT_EQ(r.status, 2) << args.back() << ": " << r.err;
+    EXPECT_THAT(r.err, ::testing::StartsWith("idem: "));
+  }
+  // A missing SQLite file is not created.
+  Exec missing = Idem({"purge", "--store", "sqlite://" + dir_.file("none.db")});
+  EXPECT_EQ(missing.status, 1) << missing.err;
+  struct stat st;
+  EXPECT_NE(stat(dir_.file("none.db").c_str(), &st), 0);
+  // A configured TTL below the derived one is refused, with the derivation.
+  Write(config_, std::string(kRefundRetention) + "ttl = \"30d\"\n");
+  Exec short_ttl = Idem({"--config", config_, "purge", "--store", url_});
+  EXPECT_EQ(short_ttl.status, 1);
+  EXPECT_THAT(short_ttl.err, HasSubstr("reconciliation cycle"));
+  EXPECT_THAT(short_ttl.err, HasSubstr("configured TTL 30d is below the derived TTL 90d"));
+  // An unknown key of a retention section is bad usage, named.
+  Write(config_, std::string(kRefundRetention) + "ttl_days = 90\n");
+  Exec unknown = Idem({"--config", config_, "purge", "--store", url_});
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("[retention.refund]: unknown key 'ttl_days'"));
+}
+
+TEST_F(RetentionCliTest, RecordsListFiltersAndIsReadOnly) {
+  Seed("acme", "refund", "R-1", "done", 100 * kDay);
+  Seed("acme", "refund", "R-2", "lease", 1 * kDay);
+  Seed("acme", "payout", "P-1", "done", 1 * kDay);
+  Seed("beta", "refund", "B-1", "failed", 1 * kDay);
+  const std::string before = ReadFile(dir_.file("idem.db"));
+
+  Exec all = Idem({"records", "list", "--store", url_, "--json"});
+  ASSERT_EQ(all.status, 0) << all.err;
+  json j = json::parse(all.out);
+  ASSERT_EQ(j["records"].size(), 4u);
+  EXPECT_FALSE(j["records"][0].contains("result"));  // lists carry no results
+
+  Exec acme = Idem(
+      {"records", "list", "--store", url_, "--tenant", "acme", "--biz-type", "refund", "--json"});
+  ASSERT_EQ(acme.status, 0) << acme.err;
+  std::vector<std::string> keys;
+  const json page = json::parse(acme.out);
+  for (const json& r : page["records"]) keys.push_back(r["key"]);
+  EXPECT_THAT(keys, ::testing::ElementsAre("R-1", "R-2"));
+
+  Exec processing = Idem({"records", "list", "--store", url_, "--state", "PROCESSING"});
+  ASSERT_EQ(processing.status, 0) << processing.err;
+  EXPECT_THAT(processing.out, HasSubstr("R-2"));
+  EXPECT_THAT(processing.out, Not(HasSubstr("R-1")));
+  EXPECT_THAT(processing.out, HasSubstr("EXPIRES_AT"));
+
+  Exec old = Idem({"records", "list", "--store", url_, "--older-than", "30d", "--json"});
+  ASSERT_EQ(old.status, 0) << old.err;
+  ASSERT_EQ(json::parse(old.out)["records"].size(), 1u);
+  EXPECT_EQ(json::parse(old.out)["records"][0]["key"], "R-1");
+  EXPECT_TRUE(json::parse(old.out)["records"][0]["expires_at"].is_string());
+
+  // --expired: what purge would take now.
+  Exec expired = Idem({"--config", config_, "records", "list", "--store", url_, "--expired"});
+  ASSERT_EQ(expired.status, 0) << expired.err;
+  EXPECT_THAT(expired.out, HasSubstr("R-1"));
+  EXPECT_THAT(expired.out, Not(HasSubstr("B-1")));
+
+  Exec limited = Idem({"records", "list", "--store", url_, "--limit", "2", "--json"});
+  ASSERT_EQ(limited.status, 0);
+  EXPECT_EQ(json::parse(limited.out)["records"].size(), 2u);
+
+  EXPECT_EQ(ReadFile(dir_.file("idem.db")), before);  // read-only: nothing changed
+
+  Exec bad = Idem({"records", "list", "--store", url_, "--state", "DONE"});
+  EXPECT_EQ(bad.status, 2);
+  Exec missing = Idem({"records", "list", "--store", "sqlite://" + dir_.file("none.db")});
+  EXPECT_EQ(missing.status, 1);
+  struct stat st;
+  EXPECT_NE(stat(dir_.file("none.db").c_str(), &st), 0);
+  Exec no_sub = Idem({"records"});
+  EXPECT_EQ(no_sub.status, 2);
+}
+
+TEST_F(RetentionCliTest, TombstonesAreListedApart) {
+  Seed("t", "refund", "old", "done", 100 * kDay);
+  ASSERT_EQ(Idem({"--config", config_, "purge", "--store", url_}).status, 0);
+  Exec live = Idem({"records", "list", "--store", url_});
+  EXPECT_THAT(live.out, HasSubstr("no records"));
+  Exec tombs = Idem({"records", "list", "--store", url_, "--tombstones", "--json"});
+  ASSERT_EQ(tombs.status, 0) << tombs.err;
+  json j = json::parse(tombs.out);
+  ASSERT_EQ(j["records"].size(), 1u);
+  EXPECT_TRUE(j["records"][0]["purged_at"].is_string());
+}
+
+// The journal is purged by the same rules: a finished operation of an op_type with a
+// retention section goes once its TTL has passed; one that needs a person never.
+TEST_F(RetentionCliTest, FinishedStepOperationsArePurged) {
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
+  ASSERT_TRUE(store.ok());
+  FakeClock clock(absl::Now() - 100 * kDay);
+  StepRunner runner(**store, StepRunnerOptions{.clock = &clock});
+  OperationType type;
+  type.name = "refund";
+  Step ledger;
+  ledger.name = "ledger";
+  ledger.execute = [](StepContext&) -> absl::StatusOr<std::string> { return std::string("ok"); };
+  type.steps.push_back(std::move(ledger));
+  ASSERT_TRUE(runner.Register(type).ok());
+  absl::StatusOr<OperationState> op =
+      runner.Run({.type = "refund", .biz_key = "OP-1", .input = "{}"});
+  ASSERT_TRUE(op.ok()) << op.status();
+  ASSERT_EQ(op->status, OperationStatus::kSuccess);
+  store->reset();
+
+  Exec run = Idem({"--config", config_, "purge", "--store", url_, "--json"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(json::parse(run.out)["operations_deleted"], 1);
+  Exec no_journal = Idem({"--config", config_, "purge", "--store", url_, "--json"});
+  EXPECT_EQ(json::parse(no_journal.out)["operations_deleted"], 0);
+}
+
+}  // namespace
+}  // namespace idem::testing
