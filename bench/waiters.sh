@@ -16,7 +16,8 @@
 #
 #   bench/waiters.sh [--waiters N] [--seconds N] [--connections N] [--stores "postgres rocksdb"]
 #
-# Builds idem into build/, works in build/bench-waiters/ (removed first), stops what
+# Builds idem into build/ (unless IDEM_BIN names an idem binary to run instead),
+# works in build/bench-waiters/ (removed first), stops what
 # it started by pid. Run it alone: wrk, the waiters and the server share the cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +47,9 @@ ulimit -n "$(ulimit -Hn)"
 (( $(ulimit -n) > waiters + 256 )) || { echo "bench/waiters.sh: the descriptor limit $(ulimit -n) is too low for $waiters waiters" >&2; exit 1; }
 
 command -v wrk >/dev/null || apt-get install -y --no-install-recommends wrk >/dev/null
-IDEM_CMAKE_ARGS="-DIDEM_BUILD_BENCH=ON ${IDEM_CMAKE_ARGS:-}" scripts/build.sh idem
+idem=${IDEM_BIN:-build/src/cli/idem}
+[[ -n ${IDEM_BIN:-} ]] || scripts/build.sh idem
+[[ -x $idem ]] || { echo "bench/waiters.sh: $idem is not an executable" >&2; exit 1; }
 
 work="$root/build/bench-waiters"
 rm -rf "$work"
@@ -101,7 +104,7 @@ for s in $stores; do
     postgres) url=$IDEM_TEST_POSTGRES_URL ;;
     rocksdb) url="rocksdb://$work/rocksdb" ;;
   esac
-  build/src/cli/idem --log-level warn serve --listen 127.0.0.1:0 --store "$url" \
+  "$idem" --log-level warn serve --listen 127.0.0.1:0 --store "$url" \
     >"$work/serve-$s.out" 2>"$work/serve-$s.err" &
   server=$!
   pids+=("$server")
