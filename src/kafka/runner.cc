@@ -172,6 +172,11 @@ absl::Status Runner::TryChunk(absl::Span<const Message> messages,
       case Outcome::kReplayed:
         ++counted->replayed;
         break;
+      case Outcome::kExpired:
+        // A redelivery later than the key's retention: its record was purged and a
+        // tombstone says it ran. It is not run again (SPEC §8); nothing to replay.
+        ++counted->replayed;
+        break;
       case Outcome::kInProgress:
         // Another consumer's open transaction holds the key (a rebalance moved the
         // partition while it was mid-batch): wait for it to commit or roll back.
