@@ -10,13 +10,14 @@ build_pkgs=(
   g++ cmake ninja-build pkg-config curl
   libabsl-dev libsqlite3-dev libssl-dev libboost-dev libpq-dev libmariadb-dev libhiredis-dev
   libsimdjson-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libtomlplusplus-dev
-  librocksdb-dev
+  librocksdb-dev librdkafka-dev
 )
 package_pkgs=(help2man dpkg-dev file)
 test_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   postgresql-15 mariadb-server redis-server
   python3 python3-pytest python3-jsonschema python3-yaml
+  chromium
   "${package_pkgs[@]}"
 )
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quick start, one command: installs what is missing, builds, and runs
-# `idem serve` on the embedded store (sqlite://./idem.db) at 127.0.0.1:7070, which
+# `idem serve` on the embedded store (rocksdb://./idem-db) at 127.0.0.1:7070, which
 # are `idem serve`'s own defaults. Extra arguments go to `idem serve` unchanged and
 # win (e.g. --listen 127.0.0.1:8080, --store postgres://…, --config FILE).
 # It installs only the build packages: the build needs no test or bench package.

@@ -136,6 +136,28 @@ class Guard {
   absl::StatusOr<Result> Run(const Request& request, const Statement& first,
                              const HandlerAfterFirst& handler);
 
+  // Transactional mode inside a transaction the caller owns: a message consumer
+  // runs the effects of one poll batch in one `tx` (one commit for the batch) while
+  // each message stays individually idempotent. Claims the key in `tx` under a
+  // savepoint, runs `handler` there and, on success, writes the result into `tx`;
+  // nothing is committed: the caller commits `tx` (or rolls it back, undoing every
+  // claim and effect of the batch). A key claimed earlier in the same `tx` is
+  // answered kReplayed, as after a commit. Outcomes as Run(). A handler's final
+  // error rolls its writes back to the savepoint, caches the failure in `tx` (so
+  // after the commit it is answered kCachedFailure) and is returned; a retryable
+  // one rolls back to the savepoint and is returned, leaving no record. Errors as
+  // Run(); after kUnavailable/kAborted the caller should roll `tx` back and retry
+  // the batch. With `confine` false there is no savepoint (two round trips fewer
+  // per key): kExecuted and kReplayed are as above, but after any other outcome or
+  // an error `tx` must be rolled back (its state is undefined, a PostgreSQL
+  // transaction is aborted) and the batch run again with `confine` true: the
+  // optimistic fast path of a batch whose messages almost always succeed.
+  // REQUIRES: `tx` is from this Guard's store, which runs SQL
+  // (Store::SupportsSql; else kFailedPrecondition), and is used by this thread
+  // only. Blocks.
+  absl::StatusOr<Result> RunIn(StoreTransaction& tx, const Request& request,
+                               const Handler& handler, bool confine = true);
+
   // Lease mode. Commits a PROCESSING record with a lease of `lease` (0 = the
   // default) and a new fencing token, or reports why not. An expired lease is taken
   // over (token + 1, takeover = true). Returns kAcquired, kReplayed, kInProgress,
@@ -184,6 +206,8 @@ class Guard {
                                       const Statement* first = nullptr,
                                       std::optional<absl::StatusOr<int64_t>>* first_result =
                                           nullptr);
+  absl::StatusOr<Result> RunUnconfined(StoreTransaction& tx, const Request& request,
+                                       const Handler& handler, absl::Time now);
   absl::StatusOr<Result> RunTransactional(const Request& request, const Statement* first,
                                           const HandlerAfterFirst& handler);
   // The answer for a key the store already knows is final (Store::LookupDecided),

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -313,6 +314,21 @@ class Store {
   virtual absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) {
     (void)query;
     return absl::UnimplementedError("this store cannot list its records");
+  }
+
+  // Called with (tenant, key) whenever a claim of this store's database is completed,
+  // failed or released by any process, where the database can say so (postgres://:
+  // LISTEN/NOTIFY, sent in the finishing transaction, delivered at its commit; off
+  // with notify=off). A server wakes the claims that wait on the key (wait_ms) at
+  // once instead of at their next poll. Best effort: a notification can be missed
+  // (a lost listening connection), so waiters still poll. `finished` runs on a
+  // thread of the store's, one call at a time, and must be quick. Returns a handle
+  // whose destruction ends the subscription (before the store is destroyed), or
+  // nullptr when the store has no such notifications (the default).
+  virtual std::shared_ptr<void> SubscribeFinished(
+      std::function<void(std::string_view tenant, std::string_view key)> finished) {
+    (void)finished;
+    return nullptr;
   }
 
   // Returns OK when the store answers (readiness), kUnavailable otherwise.

@@ -43,6 +43,9 @@ CommandFn AddMigrateCommand(CLI::App& root);  // migrate.cc
 CommandFn AddStuckCommand(CLI::App& root);    // stuck.cc
 CommandFn AddTokenCommand(CLI::App& root);    // token.cc
 CommandFn AddProxyCommand(CLI::App& root);    // proxy.cc
+CommandFn AddDiagnoseCommand(CLI::App& root);  // diagnose.cc
+CommandFn AddReconCommand(CLI::App& root);    // recon.cc
+CommandFn AddBridgeCommand(CLI::App& root);   // bridge.cc
 CommandFn AddPurgeCommand(CLI::App& root);    // purge.cc
 CommandFn AddRecordsCommand(CLI::App& root);  // records.cc
 

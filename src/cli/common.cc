@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "cli/reason.h"
 #include "core/absl_compat.h"
 #include "core/utf8.h"
@@ -39,6 +40,29 @@ void PutTime(nlohmann::json& j, const std::string& name, absl::Time t) {
   } else {
     j[name] = FormatUtc(t);
   }
+}
+
+std::string_view DefaultServeStore() {
+#if IDEM_HAVE_ROCKSDB
+  return "rocksdb://./idem-db";
+#else
+  return kLegacyDefaultStore;
+#endif
+}
+
+std::string LegacyDefaultStoreInTheWay(std::string_view url, bool store_given) {
+  if (store_given || url != DefaultServeStore() || url == kLegacyDefaultStore) return "";
+  std::error_code ec;
+  const bool legacy = std::filesystem::exists("./idem.db", ec);
+  const bool current = std::filesystem::exists("./idem-db", ec);
+  if (!legacy || current) return "";
+  return absl::StrCat(
+      "./idem.db holds an idem store (sqlite://./idem.db, the default before this "
+      "version), and the default is now ", AV(url),
+      ", which does not exist yet: starting on it would forget every key ./idem.db "
+      "holds. Either keep it with --store ", AV(kLegacyDefaultStore),
+      ", or copy it over first: idem migrate --from ", AV(kLegacyDefaultStore), " --to ",
+      AV(url));
 }
 
 absl::Status CheckSqliteFileExists(std::string_view url) {

@@ -36,6 +36,22 @@ void PutTime(nlohmann::json& j, const std::string& name, absl::Time t);
 // error. Returns OK when the URL is not a sqlite file URL or the file exists.
 absl::Status CheckSqliteFileExists(std::string_view url);
 
+// The store `idem serve` (and `idem inspect`) use when --store is not given: the
+// embedded store that won bench/claims.sh, rocksdb://./idem-db (sqlite://./idem.db
+// in a build without RocksDB). docs/benchmarks.md has the numbers.
+std::string_view DefaultServeStore();
+
+// The store earlier versions defaulted to, sqlite://./idem.db; kept so `idem serve`
+// without --store can refuse to start next to one (LegacyDefaultStoreInTheWay).
+inline constexpr std::string_view kLegacyDefaultStore = "sqlite://./idem.db";
+
+// When `url` is DefaultServeStore() because no --store was given, and ./idem.db
+// (an earlier version's default store) exists while ./idem-db does not: the
+// message that says how to keep using it or move it (starting on an empty new
+// store would forget every key the old one holds, and run them all again).
+// Empty otherwise.
+std::string LegacyDefaultStoreInTheWay(std::string_view url, bool store_given);
+
 // OpenStore for a command that resumes what is there (worker): CheckSqliteFileExists
 // first, so a missing SQLite file is kUnavailable and is not created.
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(std::string_view url);

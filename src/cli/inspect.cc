@@ -1,6 +1,8 @@
 // `idem inspect`: shows the dedupe record of one key (SPEC §10).
 //
-//   idem inspect --store sqlite://./idem.db --tenant default --biz-type refund --key R-1 [--json]
+//   idem inspect --store rocksdb://./idem-db --tenant default --biz-type refund --key R-1 [--json]
+//
+// The default store is `idem serve`'s (rocksdb://./idem-db).
 //
 // Read-only: it never creates a database file (OpenStore would) and never changes
 // a record. Exit status: 0 the record was printed; 1 no record, another biz_type,
@@ -28,7 +30,7 @@ namespace idem::cli {
 namespace {
 
 struct InspectFlags {
-  std::string store = "sqlite://./idem.db";
+  std::string store = std::string(DefaultServeStore());  // where `idem serve` keeps them
   std::string tenant = Request{}.tenant;
   std::string biz_type;
   std::string key;

@@ -18,8 +18,8 @@
 namespace idem::cli {
 namespace {
 
-constexpr std::string_view kBuiltins[] = {"serve", "inspect", "ttl",   "migrate", "stuck",
-                                          "token", "proxy",   "purge", "records"};
+constexpr std::string_view kBuiltins[] = {"serve", "inspect", "ttl", "migrate", "stuck", "token", "proxy",
+                                          "diagnose", "recon", "bridge", "purge", "records"};
 
 bool IsBuiltin(std::string_view name) {
   for (std::string_view b : kBuiltins) {
@@ -88,7 +88,8 @@ int Main(int argc, char** argv) {
   }
   return RunCommandLine(argc, argv,
                         {&AddServeCommand, &AddInspectCommand, &AddTtlCommand, &AddMigrateCommand,
-                         &AddStuckCommand, &AddTokenCommand, &AddProxyCommand, &AddPurgeCommand,
+                         &AddStuckCommand, &AddTokenCommand, &AddProxyCommand,
+                         &AddDiagnoseCommand, &AddReconCommand, &AddBridgeCommand, &AddPurgeCommand,
                          &AddRecordsCommand},
                         ExternalHelp());
 }

@@ -1,6 +1,10 @@
 // `idem serve`: the HTTP API of SPEC §11 over a store.
 //
-//   idem serve --listen 127.0.0.1:7070 --store sqlite://./idem.db --tenants-file FILE
+//   idem serve --listen 127.0.0.1:7070 --store rocksdb://./idem-db --tenants-file FILE
+//
+// Without --store (or IDEM_STORE, or the config's store) the records go to
+// rocksdb://./idem-db (cli/common.h DefaultServeStore); next to an earlier
+// version's default ./idem.db it refuses to start instead (LegacyDefaultStoreInTheWay).
 //
 // The first line on stdout is exactly "listening on HOST:PORT" (the bound port, also
 // when --listen asked for port 0), flushed at once, so scripts and tests can wait
@@ -44,6 +48,7 @@
 #include "idem/ttl.h"
 #include "http/api.h"
 #include "http/metrics.h"
+#include "recon/tables.h"
 #include "http/server.h"
 #include "idem/idem.h"
 #include "spdlog/spdlog.h"
@@ -183,6 +188,7 @@ int RunServe(const ServeFlags& flags) {
 
   Guard guard(*store, GuardOptions{.retention = *retention});
   http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
+  metrics.AddSection([&store] { return recon::RenderReconMetrics(*store); });  // SPEC §9
 
   http::Api api(guard, *store, metrics, api_options);
   http::Server server(api, *server_options);

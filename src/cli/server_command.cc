@@ -73,7 +73,7 @@ void AddServerFlags(CLI::App& root, CLI::App* sub, ServerFlags* flags) {
   flags->config = root.get_config_ptr();
   sub->add_option("--listen", flags->listen, "Address to listen on, HOST:PORT (port 0: any)")
       ->capture_default_str();
-  sub->add_option("--store", flags->store,
+  flags->store_option = sub->add_option("--store", flags->store,
                   "Store URL: sqlite://PATH, rocksdb://DIR, postgres://…, mysql://… or "
                   "memory:// (also IDEM_STORE); keep a password out of it with "
                   "--store-password-file")
@@ -142,6 +142,12 @@ std::string ConfigFile(const ServerFlags& flags) {
 std::unique_ptr<Store> OpenServerStore(std::string_view cmd, const ServerFlags& flags,
                                        std::vector<std::string>* warnings, int* exit_code) {
   const std::string prefix = std::string(cmd) + ": ";
+  const bool store_given = flags.store_option != nullptr && flags.store_option->count() > 0;
+  if (std::string legacy = LegacyDefaultStoreInTheWay(flags.store, store_given); !legacy.empty()) {
+    PrintReason(prefix + legacy);
+    *exit_code = kExitFailure;
+    return nullptr;
+  }
   absl::StatusOr<std::string> url = UrlWithSecret("--store", flags.store, flags.store_password_file, ConfigFile(flags), warnings);
   if (!url.ok()) {
     PrintReason(prefix + Str(url.status().message()));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cli/common.h"
 #include "http/server.h"
 #include "idem/store.h"
 
@@ -30,10 +31,11 @@ struct ServerFlags {
   int max_connections = 0;  // 0: sized from the descriptor limit
   std::string header_timeout = "10s";
   // The store.
-  std::string store = "sqlite://./idem.db";
+  std::string store = std::string(DefaultServeStore());  // cli/common.h
   std::string store_password_file;
   bool require_store_at_start = false;
   const CLI::Option* config = nullptr;  // the root's --config, for the file's name
+  const CLI::Option* store_option = nullptr;  // --store, to tell a default from a choice
 };
 
 // Adds --listen, --max-body, --threads, --io-threads, --max-connections,

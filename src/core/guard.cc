@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/absl_compat.h"
+#include "core/guard_internal.h"
 #include "absl/strings/str_cat.h"
 #include "idem/failpoint.h"
 #include "idem/status.h"
@@ -86,9 +87,11 @@ Decision Decide(const Record& existing, const Request& request, absl::Time now,
   return d;
 }
 
+}  // namespace
+
 // The failure bytes cached for a handler's final error: a JSON object, so the
 // HTTP API can hand it out as any other stored error.
-std::string FailureBytes(const absl::Status& status) {
+std::string internal::FailureBytes(const absl::Status& status) {
   std::string message;
   for (char c : status.message()) {
     switch (c) {
@@ -112,6 +115,8 @@ std::string FailureBytes(const absl::Status& status) {
   return absl::StrCat(R"({"code":")", absl::StatusCodeToString(status.code()),
                       R"(","message":")", message, "\"}");
 }
+
+namespace {
 
 // The Store's record primitives run statements idem wrote for a request it has
 // already validated: whatever fails in them is the store's fault (SPEC §3), never
@@ -328,7 +333,7 @@ absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Sta
     IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> ftx, Fault(store_.Begin()));
     Record failed = claim;
     failed.state = RecordState::kFailed;
-    failed.error = FailureBytes(value.status());
+    failed.error = internal::FailureBytes(value.status());
     failed.lease_until = absl::InfinitePast();
     failed.updated_at = options_.clock->Now();
     IDEM_ASSIGN_OR_RETURN(std::optional<Record> now_existing, Fault(ftx->InsertOrLoad(failed)));

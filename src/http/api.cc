@@ -1,9 +1,11 @@
 #include "http/api.h"
 
-#include "spdlog/spdlog.h"
-
+#include <atomic>
+#include <cstdint>
 #include <string>
 #include <utility>
+
+#include "spdlog/spdlog.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -68,6 +70,11 @@ HttpResponse Unauthorized(std::string_view detail, bool invalid_token) {
 
 // Compares without an early exit so the time taken does not reveal how much of a
 // digest matched.
+uint64_t NextInstance() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;
@@ -110,8 +117,13 @@ Api::Api(Guard& guard, Store& store, Metrics& metrics, ApiOptions options)
       store_(store),
       metrics_(metrics),
       options_(std::move(options)),
+      instance_(NextInstance()),
       health_(*guard.options().clock) {
   for (const std::string& biz_type : options_.fail_open) metrics_.DeclareFailOpen(biz_type);
+  // Keys finished by other processes on a shared database wake this process's
+  // waiting claims too (postgres:// LISTEN/NOTIFY); elsewhere their polls see it.
+  finished_ = store_.SubscribeFinished(
+      [this](std::string_view tenant, std::string_view key) { watch_.Notify(tenant, key); });
 }
 
 bool Api::IsFailOpen(std::string_view biz_type) const {
@@ -132,13 +144,27 @@ const Tenant* Api::Authenticate(std::string_view authorization) const {
   }
   std::string_view token = SV(absl::StripAsciiWhitespace(AV(authorization.substr(kScheme.size()))));
   if (token.empty()) return nullptr;
-  // One digest per request (SHA-256 of a short token: well under a microsecond),
-  // compared with every tenant's without an early exit.
+  // A request is authenticated up to three times (its header, the I/O thread's
+  // duplicate answer, the worker's full path), and a client sends the same token on
+  // every request of a connection: each thread remembers the last token it
+  // resolved. The comparison is constant-time like the digest's, so the memo
+  // tells a caller nothing a full check would not.
+  struct Memo {
+    uint64_t api = 0;
+    std::string token;
+    const Tenant* tenant = nullptr;
+  };
+  thread_local Memo memo;
+  if (memo.api == instance_ && ConstantTimeEquals(memo.token, token)) return memo.tenant;
+  // SHA-256 of the token, compared with every tenant's digest without an early exit.
   const std::string digest = Fingerprint(token);
   const Tenant* found = nullptr;
   for (const Tenant& t : options_.tenants) {
     if (ConstantTimeEquals(digest, t.token_sha256) && found == nullptr) found = &t;
   }
+  memo.api = instance_;
+  memo.token.assign(token);
+  memo.tenant = found;
   return found;
 }
 

@@ -53,6 +53,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <set>
@@ -122,7 +123,7 @@ class Api : public Handler {
   // A duplicate claim whose key's final record the store holds in memory
   // (Store::PeekDecided, the cache's L1), answered on the calling network thread;
   // nullopt for anything else.
-  std::optional<Reply> HandleWithoutBlocking(const HttpRequest& request) override;
+  std::optional<Reply> HandleWithoutBlocking(HttpRequest& request) override;
 
   // Wakes a waiting claim when its key is completed or failed through this Api.
   std::shared_ptr<void> Watch(const WaitingClaim& waiting, std::function<void()> wake) override;
@@ -180,8 +181,13 @@ class Api : public Handler {
   Store& store_;
   Metrics& metrics_;
   const ApiOptions options_;
+  // Tells this Api from one built later at the same address (Authenticate's
+  // per-thread memo of the last token).
+  const uint64_t instance_;
   StoreHealth health_;
   KeyWatch watch_;
+  // Store::SubscribeFinished's handle; after watch_, so it ends before watch_ does.
+  std::shared_ptr<void> finished_;
 };
 
 // Percent-decodes one path segment ("%2F" -> "/"); kInvalidArgument for a bad escape.

@@ -13,8 +13,10 @@
 #include "absl/strings/strip.h"
 #include "http/api.h"
 #include "http/problem.h"
+#include "http/render.h"
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/post.hpp"
+#include "boost/asio/write.hpp"
 #include "spdlog/spdlog.h"
 
 namespace idem::http {
@@ -125,7 +127,28 @@ void Connection::ReadHeader() {
   });
 }
 
+std::optional<beast::error_code> Connection::ParseBuffered(bool header_only) {
+  const auto done = [&] { return header_only ? parser_->is_header_done() : parser_->is_done(); };
+  beast::error_code ec;
+  while (!done() && buffer_.size() > 0) {
+    const size_t used = parser_->put(buffer_.data(), ec);
+    buffer_.consume(used);
+    if (ec == bhttp::error::need_more) return std::nullopt;
+    if (ec) return ec;
+    if (used == 0) return std::nullopt;
+  }
+  if (done()) return beast::error_code();
+  return std::nullopt;
+}
+
 void Connection::ReadRestOfHeader() {
+  // A request usually arrives whole in the first read: parsed here, it costs no
+  // timer and no round trip through the scheduler (a fifth of the duplicate path's
+  // instructions in a callgrind profile went to those).
+  if (std::optional<beast::error_code> parsed = ParseBuffered(/*header_only=*/true)) {
+    OnHeader(*parsed);
+    return;
+  }
   in_header_ = true;
   header_expired_ = false;
   // A timer of our own, not the stream's expiry: that one closes the socket, and
@@ -201,6 +224,10 @@ void Connection::OnHeader(beast::error_code ec) {
 }
 
 void Connection::ReadBody() {
+  if (std::optional<beast::error_code> parsed = ParseBuffered(/*header_only=*/false)) {
+    OnBody(*parsed);
+    return;
+  }
   stream_.expires_after(Chrono(shared_.options.io_timeout));
   bhttp::async_read(
       stream_, buffer_, *parser_,
@@ -329,32 +356,10 @@ void Connection::Send(const Reply& reply, bool force_close) {
   shared_.api.metrics().CountRequest(reply.route, reply.response.status, reply.outcome,
                                      std::chrono::duration_cast<std::chrono::nanoseconds>(latency));
   const bool close = force_close || !keep_alive_ || shared_.stopping.load();
-  response_ =
-      std::make_shared<Response>(static_cast<bhttp::status>(reply.response.status), version_);
-  // insert, not set: a proxied answer may repeat a header (Link, Vary, ...).
-  for (const auto& [name, value] : reply.response.headers) response_->insert(name, value);
-  if (response_->find(bhttp::field::server) == response_->end()) {
-    response_->set(bhttp::field::server, "idem");
-  }
-  if (!reply.response.content_type.empty()) {
-    response_->set(bhttp::field::content_type, reply.response.content_type);
-  }
-  response_->set("X-Request-Id", request_id_);
-  response_->body() = reply.response.body;
-  // Every problem body is one JSON object (ProblemResponse); the request id goes in
-  // as its last member, so a client can quote it (the id needs no escaping).
-  if (reply.response.content_type == "application/problem+json" &&
-      response_->body().ends_with('}')) {
-    response_->body().insert(response_->body().size() - 1,
-                             absl::StrCat(",\"request_id\":\"", request_id_, "\""));
-  }
-  response_->keep_alive(!close);
-  response_->prepare_payload();
-  if (head_) {  // the header of the GET answer, Content-Length included, no body
-    const size_t length = response_->body().size();
-    response_->body().clear();
-    response_->content_length(length);
-  }
+  RenderResponse(reply.response,
+                 {.version = version_, .keep_alive = !close, .head = head_,
+                  .request_id = request_id_},
+                 out_);
   // The access log: one line per answer, never the token or the body.
   if (spdlog::should_log(spdlog::level::info)) {
     const double ms = std::chrono::duration<double, std::milli>(latency).count();
@@ -366,14 +371,13 @@ void Connection::Send(const Reply& reply, bool force_close) {
         request_id_);
   }
   stream_.expires_after(Chrono(shared_.options.io_timeout));
-  bhttp::async_write(stream_, *response_,
-                     [self = shared_from_this(), close](beast::error_code ec, std::size_t) {
-                       self->OnWrite(close, ec);
-                     });
+  asio::async_write(stream_, asio::buffer(out_),
+                    [self = shared_from_this(), close](beast::error_code ec, std::size_t) {
+                      self->OnWrite(close, ec);
+                    });
 }
 
 void Connection::OnWrite(bool close, beast::error_code ec) {
-  response_.reset();
   if (ec) {
     Close();
   } else if (close) {

@@ -50,13 +50,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
  private:
   enum class State { kIdle, kBusy, kWaiting, kClosed };
   using Request = boost::beast::http::request<boost::beast::http::string_body>;
-  using Response = boost::beast::http::response<boost::beast::http::string_body>;
 
   void ReadHeader();
   // After the first byte of a request: the rest of its header, within
   // header_timeout.
   void ReadRestOfHeader();
   void OnHeader(boost::beast::error_code ec);
+  // Feeds the parser what buffer_ already holds, up to the end of the header
+  // (`header_only`) or of the request. Returns the outcome (no error, or the
+  // parser's) when that end or an error was reached, nullopt when more bytes must
+  // be read.
+  std::optional<boost::beast::error_code> ParseBuffered(bool header_only);
   void ReadBody();
   void OnBody(boost::beast::error_code ec);
   // Answers a read error; returns after closing or sending an error response.
@@ -75,7 +79,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> continue_;
-  std::shared_ptr<Response> response_;
+  // The answer being written, as bytes (RenderResponse); reused across the
+  // connection's requests.
+  std::string out_;
   boost::asio::steady_timer timer_;
   State state_ = State::kIdle;
   unsigned version_ = 11;

@@ -45,8 +45,10 @@ class Handler {
 
   // The answer to `request` when it can be given at once, without blocking (no
   // store or network I/O), on the network thread that read it; nullopt sends the
-  // request to Handle() on the worker pool. Never throws.
-  virtual std::optional<Reply> HandleWithoutBlocking(const HttpRequest& request) {
+  // request to Handle() on the worker pool, and what this call learnt of it (its
+  // parsed body, say) may be left in request.prepared for Handle() to reuse instead
+  // of doing that work twice. Never throws.
+  virtual std::optional<Reply> HandleWithoutBlocking(HttpRequest& request) {
     (void)request;
     return std::nullopt;
   }

@@ -16,6 +16,14 @@
 namespace idem::http {
 namespace {
 
+// A claim HandleWithoutBlocking parsed and found unknown in memory: Claims() on the
+// worker pool goes on from here instead of parsing the body again.
+struct PreparedClaim {
+  std::string tenant;
+  ClaimBody body;
+};
+
+
 using ojson = nlohmann::ordered_json;
 
 std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
@@ -129,10 +137,16 @@ Reply Api::DegradedFinish(Route route, std::string_view biz_type) {
 }
 
 Reply Api::Claims(const HttpRequest& request, const std::string& tenant) {
-  absl::StatusOr<ClaimBody> body = ParseClaimBody(request.body);
-  if (!body.ok()) return BadRequest(Route::kClaims, body.status());
-  if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
-    return BadRequest(Route::kClaims, s);
+  absl::StatusOr<ClaimBody> body;
+  if (const auto* prepared = static_cast<const PreparedClaim*>(request.prepared.get());
+      prepared != nullptr && prepared->tenant == tenant) {
+    body = prepared->body;  // parsed and validated on the network thread
+  } else {
+    body = ParseClaimBody(request.body);
+    if (!body.ok()) return BadRequest(Route::kClaims, body.status());
+    if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
+      return BadRequest(Route::kClaims, s);
+    }
   }
   Request req;
   req.tenant = tenant;
@@ -289,7 +303,7 @@ Reply Api::DecidedClaim(const Result& result) {
   }
 }
 
-std::optional<Reply> Api::HandleWithoutBlocking(const HttpRequest& request) {
+std::optional<Reply> Api::HandleWithoutBlocking(HttpRequest& request) {
   // Only a duplicate claim of a key whose final record the store holds in memory;
   // anything else (and anything malformed, which the full path words) returns
   // nullopt and goes to the worker pool.
@@ -305,11 +319,15 @@ std::optional<Reply> Api::HandleWithoutBlocking(const HttpRequest& request) {
   if (!body.ok() || !ValidateIds(body->biz_type, body->key).ok()) return std::nullopt;
   Request req;
   req.tenant = tenant->name;
-  req.biz_type = std::move(body->biz_type);
-  req.key = std::move(body->key);
-  req.fingerprint = std::move(body->fingerprint);
+  req.biz_type = body->biz_type;
+  req.key = body->key;
+  req.fingerprint = body->fingerprint;
   std::optional<Result> known = guard_.ClaimIfKnown(req);
-  if (!known.has_value()) return std::nullopt;
+  if (!known.has_value()) {
+    request.prepared = std::make_shared<const PreparedClaim>(
+        PreparedClaim{.tenant = tenant->name, .body = *std::move(body)});
+    return std::nullopt;
+  }
   Reply reply = DecidedClaim(*known);
   reply.tenant = tenant->name;
   return reply;

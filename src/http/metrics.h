@@ -22,6 +22,10 @@
 //   idem_build_info{version}                          gauge      always 1
 //   idem_store_up                                     gauge      1/0 (RenderStoreUp; the Api
 //                                                                pings the store per scrape)
+//   idem_recon_last_success_timestamp_seconds{source} gauge      from the store's
+//                                                                recon_watermark (a section
+//                                                                idem serve adds; recon/tables.h)
+//   idem_recon_open_tickets{source,class}             gauge      recon_ticket rows not done
 //
 // `route` is one of the route templates of route.h ("/v1/records/{biz_type}/{key}",
 // "other" for every unrouted target), `outcome` one of a fixed list (an unknown name

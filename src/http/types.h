@@ -4,6 +4,7 @@
 // Thread safety: plain values.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -22,6 +23,9 @@ struct HttpRequest {
   // Every header as received, in order; filled only for a Handler that wants them
   // (Handler::wants_headers).
   std::vector<std::pair<std::string, std::string>> headers;
+  // What the Handler's HandleWithoutBlocking learnt of this request, for its
+  // Handle() on the worker pool; opaque to the server, null unless set.
+  std::shared_ptr<const void> prepared;
 };
 
 struct HttpResponse {

@@ -1,8 +1,11 @@
 // OpenStore: the one place where URL schemes meet backends. Backends are listed
 // here explicitly (STYLE.md: no registration by static initializers).
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/absl_compat.h"
 #include "absl/strings/str_cat.h"
@@ -115,6 +118,20 @@ class LateStore final : public Store {
     IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
     return s->Ping();
   }
+  // Before the store opens there is nothing to subscribe to: the subscription is
+  // made when it opens, and lives in the handle returned now.
+  std::shared_ptr<void> SubscribeFinished(
+      std::function<void(std::string_view, std::string_view)> finished) override {
+    auto relay = std::make_shared<Relay>();
+    relay->finished = std::move(finished);
+    absl::MutexLock lock(&mu_);
+    if (inner_ != nullptr) {
+      relay->subscription = inner_->SubscribeFinished(relay->finished);
+    } else {
+      relays_.push_back(relay);
+    }
+    return relay;
+  }
   const SqlDialect* sql_dialect() const override {
     Store* s = ready_.load(std::memory_order_acquire);
     return s != nullptr ? s->sql_dialect() : nullptr;
@@ -151,6 +168,12 @@ class LateStore final : public Store {
       return Fault();
     }
     inner_ = *std::move(opened);
+    for (const std::weak_ptr<Relay>& weak : relays_) {
+      if (std::shared_ptr<Relay> relay = weak.lock()) {
+        relay->subscription = inner_->SubscribeFinished(relay->finished);
+      }
+    }
+    relays_.clear();
     ready_.store(inner_.get(), std::memory_order_release);
     return inner_.get();
   }
@@ -161,6 +184,12 @@ class LateStore final : public Store {
                                         last_error_.message()));
   }
 
+  // A SubscribeFinished made before the store opened.
+  struct Relay {
+    std::function<void(std::string_view, std::string_view)> finished;
+    std::shared_ptr<void> subscription;  // the opened store's
+  };
+
   const std::string url_;
   const std::string redacted_;
   StoreOptions options_;
@@ -170,6 +199,7 @@ class LateStore final : public Store {
   bool opening_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   absl::Time last_try_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<Relay>> relays_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

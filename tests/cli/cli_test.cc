@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -189,6 +190,52 @@ TEST_F(CliTest, TtlMissingValueIsUsageError) {
 
 // --- root: help, version, subcommands ----------------------------------------
 
+// --- serve's default store ----------------------------------------------------
+
+// `idem serve` without --store keeps its records in rocksdb://./idem-db (the
+// embedded store that won bench/claims.sh), creating it in the working directory.
+TEST_F(CliTest, ServeDefaultStoreIsRocksdbInTheWorkingDirectory) {
+  const std::string out_path = dir_.file("serve.out");
+  const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(out, 0);
+  const pid_t pid = testing::SpawnIdem({"serve", "--listen", "127.0.0.1:0", "--tenant", "t:tok"},
+                                       dir_.path(), out, dir_.file("serve.err"));
+  close(out);
+  ASSERT_GT(pid, 0);
+  bool listening = false;
+  for (int i = 0; i < 300 && !listening; ++i) {
+    listening = ReadFile(out_path).starts_with("listening on ");
+    if (!listening) usleep(20000);
+  }
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(listening) << ReadFile(dir_.file("serve.err"));
+  EXPECT_TRUE(std::filesystem::is_directory(dir_.file("idem-db")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("idem.db")));
+}
+
+// Next to an earlier version's default store (./idem.db) and no ./idem-db, serve
+// without --store refuses to start on an empty new store, which would run every key
+// the old one knows again, and says how to keep or move it.
+TEST_F(CliTest, ServeWithoutStoreRefusesToLeaveTheOldDefaultStoreBehind) {
+  ASSERT_EQ(Idem({"migrate", "--store", "sqlite://./idem.db"}).status, 0);
+  Exec r = Idem({"serve", "--listen", "127.0.0.1:0", "--tenant", "t:tok"});
+  ExpectOneLineFailure(r, 1);
+  EXPECT_THAT(r.err, HasSubstr("--store sqlite://./idem.db"));
+  EXPECT_THAT(r.err, HasSubstr("idem migrate --from sqlite://./idem.db --to rocksdb://./idem-db"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("idem-db")));
+  // The same store named by IDEM_STORE is a choice, not the default: no refusal.
+  // (The missing password file, read after that check, ends the run at once.)
+  setenv("IDEM_STORE", "rocksdb://./idem-db", 1);
+  r = Idem({"serve", "--listen", "127.0.0.1:0", "--tenant", "t:tok", "--store-password-file",
+            dir_.file("no-such-file")});
+  unsetenv("IDEM_STORE");
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("no-such-file"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("idem migrate --from")));
+}
+
 TEST_F(CliTest, HelpExitsZero) {
   Exec r = Idem({"--help"});
   EXPECT_EQ(r.status, 0);
@@ -224,7 +271,7 @@ TEST_F(CliTest, Version) {
 TEST_F(CliTest, NoSubcommandIsUsageError) {
   Exec r = Idem({});
   ExpectOneLineFailure(r, 2);
-  EXPECT_EQ(r.err, "idem: a subcommand is required: serve, inspect, ttl, migrate, stuck, token, proxy, purge, records, demo, worker (see idem --help)\n");
+  EXPECT_EQ(r.err, "idem: a subcommand is required: serve, inspect, ttl, migrate, stuck, token, proxy, diagnose, recon, bridge, purge, records, demo, worker (see idem --help)\n");
 }
 
 TEST_F(CliTest, UnknownSubcommandIsUsageError) {

@@ -236,6 +236,27 @@ TEST_F(ApiTest, Authentication) {
   EXPECT_EQ(HandleBlocking(prefix).status, 401);
 }
 
+// Authenticate remembers each thread's last token: alternating tokens, a token that
+// is a prefix of the last one, and an Api rebuilt with other tenants (possibly at the
+// same address) must each be judged afresh.
+TEST_F(ApiTest, AuthenticationMemoNeverAnswersForAnotherTokenOrApi) {
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Claim("M" + std::to_string(i), "", "tok-a").status, 201);
+    EXPECT_EQ(Claim("M" + std::to_string(i), "", "tok-b").status, 201);  // beta's own key
+    EXPECT_EQ(Claim("M" + std::to_string(i), "", "tok-a").status, 409);  // acme's, held
+    EXPECT_EQ(Claim("N", "", "tok-ax").status, 401);
+    EXPECT_EQ(Claim("N", "", "tok-").status, 401);
+  }
+  EXPECT_EQ(Claim("P", "", "tok-a").status, 201);
+  api_.reset();
+  ApiOptions o;
+  o.tenants = {Tenant::WithToken("gamma", "tok-g")};
+  o.clock = &clock_;
+  api_ = std::make_unique<Api>(*guard_, *store_, metrics_, o);
+  EXPECT_EQ(Claim("P2", "", "tok-a").status, 401);  // acme is not a tenant of this Api
+  EXPECT_EQ(Claim("P2", "", "tok-g").status, 201);
+}
+
 TEST_F(ApiTest, RoutesMethodsAndOpenEndpoints) {
   ExpectProblem(Call("GET", "/v2/nothing"), 404, "");
   HttpResponse m = Call("GET", "/v1/claims");

@@ -312,18 +312,23 @@ TEST(ServerFastPath, DuplicatesAreAnsweredWhileEveryWorkerIsBusy) {
   EXPECT_EQ(r.header("idempotent-replayed"), "true");
   EXPECT_EQ(stuck.get().status, 201);
   // Decided answers other than a replay take the same path; a wrong token does not.
-  EXPECT_EQ(api.HandleWithoutBlocking({.method = "POST", .target = "/v1/claims",
-                                       .authorization = "Bearer tok-a",
-                                       .body = R"({"biz_type":"t","key":"D","fingerprint":"f2"})"})
-                ->response.status,
-            422);
-  EXPECT_FALSE(api.HandleWithoutBlocking({.method = "POST", .target = "/v1/claims",
-                                          .authorization = "Bearer wrong", .body = claim})
-                   .has_value());
-  EXPECT_FALSE(api.HandleWithoutBlocking({.method = "POST", .target = "/v1/claims",
-                                          .authorization = "Bearer tok-a",
-                                          .body = R"({"biz_type":"t","key":"unknown"})"})
-                   .has_value());
+  HttpRequest mismatch{.method = "POST", .target = "/v1/claims", .authorization = "Bearer tok-a",
+                       .body = R"({"biz_type":"t","key":"D","fingerprint":"f2"})"};
+  EXPECT_EQ(api.HandleWithoutBlocking(mismatch)->response.status, 422);
+  HttpRequest wrong{.method = "POST", .target = "/v1/claims", .authorization = "Bearer wrong",
+                    .body = claim};
+  EXPECT_FALSE(api.HandleWithoutBlocking(wrong).has_value());
+  EXPECT_EQ(wrong.prepared, nullptr);
+  // An unknown key goes to the pool with its parsed body, which Handle() uses.
+  HttpRequest unknown{.method = "POST", .target = "/v1/claims", .authorization = "Bearer tok-a",
+                      .body = R"({"biz_type":"t","key":"unknown"})"};
+  EXPECT_FALSE(api.HandleWithoutBlocking(unknown).has_value());
+  EXPECT_NE(unknown.prepared, nullptr);
+  unknown.body = R"({"biz_type":"t","key":"ignored-once-prepared"})";
+  EXPECT_EQ(api.Handle(unknown).response.status, 201);
+  HttpRequest again{.method = "POST", .target = "/v1/claims", .authorization = "Bearer tok-a",
+                    .body = R"({"biz_type":"t","key":"unknown"})"};
+  EXPECT_EQ(api.Handle(again).response.status, 409);  // "unknown" is the key that was claimed
   server.Shutdown();
   server.Wait();
 }

@@ -30,6 +30,7 @@
 #include "store/record_codec.h"
 #include "store/redis/redis_client.h"
 #include "testing/fake_clock.h"
+#include "testing/redis_admin.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
@@ -60,15 +61,7 @@ class CountingStore final : public Store {
   std::atomic<int>* begins_;
 };
 
-std::string SharedRedisUrl() {
-  const char* url = std::getenv("IDEM_TEST_REDIS_URL");
-  if (url == nullptr || *url == '\0') {
-    ADD_FAILURE() << "IDEM_TEST_REDIS_URL is not set: start a redis-server and export "
-                     "IDEM_TEST_REDIS_URL=redis://127.0.0.1:PORT";
-    return "redis://IDEM_TEST_REDIS_URL-is-not-set.invalid:1";
-  }
-  return url;
-}
+std::string SharedRedisUrl() { return testing::RedisUrl(); }
 
 int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);

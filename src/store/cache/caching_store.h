@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,10 @@ class CachingStore final : public Store {
   // L1 only (no Redis, no inner store).
   std::optional<Record> PeekDecided(std::string_view tenant, std::string_view key) override;
   absl::Status Ping() override { return inner_->Ping(); }
+  std::shared_ptr<void> SubscribeFinished(
+      std::function<void(std::string_view, std::string_view)> finished) override {
+    return inner_->SubscribeFinished(std::move(finished));
+  }
   const SqlDialect* sql_dialect() const override { return inner_->sql_dialect(); }
   absl::StatusOr<SchemaInfo> DescribeSchema() override { return inner_->DescribeSchema(); }
   bool read_only() const override { return inner_->read_only(); }

@@ -322,6 +322,20 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const ConnectSpec& 
   return std::unique_ptr<Connection>(new Connection(conn, spec.display, spec.io_timeout_ms));
 }
 
+absl::StatusOr<std::vector<std::string>> Connection::TakeNotifications() {
+  if (PQconsumeInput(conn_) == 0) {
+    broken_ = true;
+    return StoreFaultError(absl::StrCat("postgres ", display_, ": the listening connection broke: ",
+                                        TrimMessage(PQerrorMessage(conn_))));
+  }
+  std::vector<std::string> payloads;
+  while (PGnotify* n = PQnotifies(conn_)) {
+    payloads.emplace_back(n->extra != nullptr ? n->extra : "");
+    PQfreemem(n);
+  }
+  return payloads;
+}
+
 absl::Status Connection::AwaitInput(std::string_view context) {
   if (io_timeout_ms_ <= 0) return absl::OkStatus();
   const auto deadline =

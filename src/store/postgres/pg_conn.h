@@ -151,6 +151,12 @@ class Connection {
   // PQTRANS_IDLE, PQTRANS_INTRANS, PQTRANS_INERROR, … of the session.
   PGTransactionStatusType transaction_status() const { return PQtransactionStatus(conn_); }
 
+  // For a connection that LISTENs (Listener, pg_listener.h): the socket to poll for
+  // input, and the payloads of the notifications that arrived, after reading what
+  // the socket holds without blocking. kUnavailable once the connection is lost.
+  int socket() const { return PQsocket(conn_); }
+  absl::StatusOr<std::vector<std::string>> TakeNotifications();
+
  private:
   Connection(PGconn* conn, std::string display, int io_timeout_ms)
       : conn_(conn), display_(std::move(display)), io_timeout_ms_(io_timeout_ms) {}

@@ -51,6 +51,12 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
       IDEM_ASSIGN_OR_RETURN(o.pool_timeout_ms, ParseInt(key, value, 0, 600000));
     } else if (key == "lock_timeout_ms") {
       IDEM_ASSIGN_OR_RETURN(o.lock_timeout_ms, ParseInt(key, value, 0, 600000));
+    } else if (key == "notify") {
+      if (value != "on" && value != "off") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "postgres URL parameter notify must be on or off, not '", AV(value), "'"));
+      }
+      o.notify = value == "on";
     } else if (key == "io_timeout_ms") {
       IDEM_ASSIGN_OR_RETURN(o.connect.io_timeout_ms, ParseInt(key, value, 0, 3600000));
       has_io_timeout = true;
@@ -94,7 +100,7 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
                                                    "': ", message,
                                                    " (idem's own parameters: pool, "
                                                    "pool_timeout_ms, lock_timeout_ms, "
-                                                   "io_timeout_ms)"));
+                                                   "io_timeout_ms, notify)"));
   }
   PQconninfoFree(parsed);
 

@@ -18,6 +18,9 @@ struct Options {
   int pool_timeout_ms = 2000;
   int lock_timeout_ms = 2000;
   bool read_only = false;  // StoreOptions::read_only (not a URL parameter)
+  // notify=on|off: finishing a claim NOTIFYs idem_finished, so waiting claims in
+  // other processes wake at once (Store::SubscribeFinished). Default on.
+  bool notify = true;
   ConnectSpec connect;  // what libpq gets; connect.display is the redacted URL
 };
 

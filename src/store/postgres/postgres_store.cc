@@ -1,15 +1,19 @@
 #include "store/postgres/postgres_store.h"
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
 #include "store/postgres/pg_conn.h"
+#include "store/postgres/pg_listener.h"
 #include "store/postgres/pg_url.h"
 #include "store/sql/dialect.h"
 #include "store/sql/pool.h"
@@ -86,6 +90,25 @@ constexpr std::string_view kReplaceOrFail =
     "SELECT 1 / count(*) FROM moved";
 constexpr std::string_view kDivisionByZero = "22012";
 
+// Finishing a claim (any state but processing) NOTIFYs this channel in the same
+// transaction; PostgreSQL delivers it at commit, to every process that LISTENs
+// (Store::SubscribeFinished). The payload is the tenant and the key, each in
+// URL-safe base64 (keys are bytes; a payload is text), joined by '.'.
+constexpr std::string_view kFinishedChannel = "idem_finished";
+constexpr std::string_view kNotifyFinished = "SELECT pg_notify('idem_finished', $1)";
+
+std::string FinishedPayload(std::string_view tenant, std::string_view key) {
+  return absl::StrCat(absl::WebSafeBase64Escape(AV(tenant)), ".",
+                      absl::WebSafeBase64Escape(AV(key)));
+}
+
+bool ParseFinishedPayload(std::string_view payload, std::string* tenant, std::string* key) {
+  const size_t dot = payload.find('.');
+  return dot != std::string_view::npos &&
+         absl::WebSafeBase64Unescape(AV(payload.substr(0, dot)), tenant) &&
+         absl::WebSafeBase64Unescape(AV(payload.substr(dot + 1)), key);
+}
+
 const std::string& ReplaceSql() {
   static const std::string sql = Numbered(sql::kReplaceRecord);
   return sql;
@@ -97,10 +120,11 @@ class PostgresTransaction final : public sql::PooledTransaction<Connection> {
   // with the first statement. `pool` lends a fresh connection if the lease's turns
   // out dead on that first round trip.
   PostgresTransaction(ConnPool& pool, ConnPool::Lease lease, const std::vector<std::string>& begin,
-                      int lock_timeout_ms)
+                      int lock_timeout_ms, bool notify)
       : PooledTransaction(pool, std::move(lease)),
         begin_(begin),
-        lock_timeout_ms_(lock_timeout_ms) {}
+        lock_timeout_ms_(lock_timeout_ms),
+        notify_(notify) {}
   ~PostgresTransaction() override { Rollback(); }
 
   absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> params) override {
@@ -164,8 +188,16 @@ class PostgresTransaction final : public sql::PooledTransaction<Connection> {
   absl::StatusOr<bool> Replace(const Record& r, int64_t expected_token,
                                RecordState expected_state) override {
     const auto params = sql::ReplaceParams(r, expected_token, expected_state);
-    absl::StatusOr<postgres::Result> res =
-        Step([&] { return lease_->Run(ReplaceSql(), 12, params, true); });
+    absl::StatusOr<postgres::Result> res = Step([&]() -> absl::StatusOr<postgres::Result> {
+      if (!Notifies(r)) return lease_->Run(ReplaceSql(), 12, params, true);
+      const Value payload[] = {Value(FinishedPayload(r.tenant, r.key))};
+      const postgres::PipedStatement statements[] = {
+          {ReplaceSql(), 12, params, /*binary_results=*/true},
+          {kNotifyFinished, 1, payload, /*binary_results=*/false}};
+      postgres::PipedMany piped = lease_->RunMany(statements);  // still one round trip
+      if (piped.results[0].ok() && !piped.results[1].ok()) return piped.results[1].status();
+      return std::move(piped.results[0]);
+    });
     IDEM_RETURN_IF_ERROR(res.status());
     return postgres::RowsChanged(res->get()) == 1;
   }
@@ -183,9 +215,16 @@ class PostgresTransaction final : public sql::PooledTransaction<Connection> {
       return s;
     }
     const auto params = sql::ReplaceParams(r, expected_token, expected_state);
-    const postgres::PipedStatement replace{kReplaceOrFail, 12, params, /*binary_results=*/false};
-    postgres::PipedMany piped = lease_->RunMany(absl::MakeConstSpan(&replace, 1), "COMMIT");
+    const Value payload[] = {Value(FinishedPayload(r.tenant, r.key))};
+    const postgres::PipedStatement statements[] = {
+        {kReplaceOrFail, 12, params, /*binary_results=*/false},
+        {kNotifyFinished, 1, payload, /*binary_results=*/false}};
+    postgres::PipedMany piped =
+        lease_->RunMany(absl::MakeConstSpan(statements, Notifies(r) ? 2 : 1), "COMMIT");
     absl::StatusOr<postgres::Result>& result = piped.results[0];
+    if (result.ok() && piped.results.size() > 1 && !piped.results[1].ok()) {
+      result = piped.results[1].status();  // the COMMIT met an aborted transaction
+    }
     absl::StatusOr<bool> out;
     if (result.ok()) {
       if (!piped.then_status.ok()) {
@@ -362,8 +401,12 @@ class PostgresTransaction final : public sql::PooledTransaction<Connection> {
     return out;
   }
 
+  // A write that finishes a claim (completed, failed, released) is announced.
+  bool Notifies(const Record& r) const { return notify_ && r.state != RecordState::kProcessing; }
+
   const std::vector<std::string>& begin_;  // the store's, which outlives this
   const int lock_timeout_ms_;
+  const bool notify_;
 };
 
 class PostgresStore final : public Store {
@@ -387,7 +430,7 @@ class PostgresStore final : public Store {
     IDEM_ASSIGN_OR_RETURN(Pool::Lease lease, pool_.Acquire());
     lease->Defer(begin_);
     return std::make_unique<PostgresTransaction>(pool_, std::move(lease), begin_,
-                                                 options_.lock_timeout_ms);
+                                                 options_.lock_timeout_ms, options_.notify);
   }
 
   // A pooled connection can have died while idle (server restart, terminated
@@ -411,6 +454,19 @@ class PostgresStore final : public Store {
       return absl::OkStatus();
     }));
     return out;
+  }
+
+  // One listening connection per subscription (a server makes one), apart from
+  // the pool.
+  std::shared_ptr<void> SubscribeFinished(
+      std::function<void(std::string_view, std::string_view)> finished) override {
+    if (!options_.notify) return nullptr;
+    return std::make_shared<postgres::Listener>(
+        options_.connect, std::string(kFinishedChannel),
+        [finished = std::move(finished)](std::string_view payload) {
+          std::string tenant, key;
+          if (ParseFinishedPayload(payload, &tenant, &key)) finished(tenant, key);
+        });
   }
 
   absl::Status Ping() override {

@@ -16,11 +16,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/absl_compat.h"
 #include "idem/guard.h"
 #include "idem/store.h"
 #include "store/postgres/pg_conn.h"
@@ -572,6 +576,80 @@ TEST_F(PostgresStoreTest, GuardRunTakesThreeRoundTrips) {
 // ReplaceAndCommitThatDoesNotMoveCommitsNothing): one round trip, and after a
 // failed statement, which PostgreSQL has aborted the transaction for, the final
 // write is refused as kAborted and commits nothing.
+// Finishing a claim through one store NOTIFYs every other process's subscription
+// (two stores here: two pools, as two `idem serve` processes would have), at
+// commit only: a finishing write that rolls back announces nothing. Keys are bytes.
+TEST_F(PostgresStoreTest, FinishedKeysAreAnnouncedToOtherProcessesAtCommit) {
+  std::unique_ptr<Store> writer = Open();
+  std::unique_ptr<Store> waiter = Open();
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(waiter, nullptr);
+  absl::Mutex mu;
+  std::set<std::string> heard;  // "tenant|key"; other tests' keys may come too
+  std::shared_ptr<void> subscription =
+      waiter->SubscribeFinished([&](std::string_view tenant, std::string_view key) {
+        absl::MutexLock lock(&mu);
+        heard.insert(absl::StrCat(AV(tenant), "|", AV(key)));
+      });
+  ASSERT_NE(subscription, nullptr);
+  auto heard_of = [&](const std::string& key) {
+    absl::MutexLock lock(&mu);
+    return heard.count("default|" + key) > 0;
+  };
+  auto finish = [&](const std::string& key, bool commit) {
+    Record claim = MakeRecord(key);
+    std::unique_ptr<StoreTransaction> tx = *writer->Begin();
+    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(tx->Commit());
+    Record done = claim;
+    done.state = RecordState::kSucceeded;
+    done.result = "r";
+    done.lease_until = absl::InfinitePast();
+    tx = *writer->Begin();
+    if (commit) {
+      ASSERT_OK(tx->ReplaceAndCommit(done, claim.token, RecordState::kProcessing));
+    } else {
+      ASSERT_OK(tx->Replace(done, claim.token, RecordState::kProcessing));
+      tx->Rollback();
+    }
+  };
+  // The listener connects on its own thread: finish keys until one is heard.
+  const std::string prefix = RandomName("n");
+  int warmup = 0;
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    const std::string key = prefix + "-warm-" + std::to_string(warmup++);
+    finish(key, true);
+    return testing::WaitUntil([&] { return heard_of(key); }, std::chrono::milliseconds(200));
+  })) << "no notification arrived";
+
+  const std::string rolled_back = prefix + "-rolled-back";
+  const std::string bytes = prefix + std::string("-a.b\0\xff|c", 8);
+  finish(rolled_back, false);
+  {  // Replace then Commit (the lease-mode fail path) announces too
+    Record claim = MakeRecord(bytes);
+    std::unique_ptr<StoreTransaction> tx = *writer->Begin();
+    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(tx->Commit());
+    Record failed = claim;
+    failed.state = RecordState::kFailed;
+    failed.error = "e";
+    failed.lease_until = absl::InfinitePast();
+    tx = *writer->Begin();
+    ASSERT_OK(tx->Replace(failed, claim.token, RecordState::kProcessing));
+    ASSERT_OK(tx->Commit());
+  }
+  EXPECT_TRUE(testing::WaitUntil([&] { return heard_of(bytes); }));
+  EXPECT_FALSE(heard_of(rolled_back));  // notified in commit order: it would be in by now
+
+  // notify=off: nothing is sent, and there is nothing to subscribe to.
+  std::unique_ptr<Store> quiet = Open("notify=off");
+  ASSERT_NE(quiet, nullptr);
+  EXPECT_EQ(quiet->SubscribeFinished([](std::string_view, std::string_view) {}), nullptr);
+  EXPECT_THAT(OpenPostgresStore(WithParam(url_, "notify=maybe")).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  subscription.reset();  // joins the listener before the captured state goes
+}
+
 TEST_F(PostgresStoreTest, ReplaceAndCommitIsOneRoundTripAndRollsBackAnAbortedTransaction) {
   std::unique_ptr<Store> store = Open();
   ASSERT_NE(store, nullptr);

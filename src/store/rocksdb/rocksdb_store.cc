@@ -275,18 +275,10 @@ class RocksdbStore final : public Store {
     return out;
   }
 
-  // A local read answers as the database would, so the Guard needs no transaction
-  // for a key that is already decided.
-  absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,
-                                                      std::string_view key) override {
-    IDEM_ASSIGN_OR_RETURN(std::optional<Record> r, Get(tenant, key));
-    const bool decided =
-        r.has_value() && (r->state == RecordState::kSucceeded || r->state == RecordState::kFailed);
-    if (r.has_value() && (!decided || r->purged())) {
-      return std::nullopt;  // a tombstone is decided by a transaction too
-    }
-    return r;
-  }
+  // No LookupDecided: the Guard's read before its transaction saves a SQL store a
+  // locking transaction, but here it is the same point read the transaction makes
+  // (GetForUpdate), so for a new key it was paid twice. Decided keys are answered
+  // from the cache decorator's L1 before either.
 
   // Ready while the database takes writes: after a failed WAL write or sync RocksDB
   // keeps a background error and refuses every write until it is reopened.

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# bench/profile_claims.sh: instructions per request of `idem serve` on rocksdb://,
+# counted by callgrind (repeatable whatever else the machine runs, unlike a
+# throughput number), for the duplicate path and the new-key path (issue 11).
+#
+#   bench/profile_claims.sh [--seconds N] [--connections C]
+#
+# Starts `idem serve` under valgrind --tool=callgrind on a fresh store in
+# build/bench-profile/, completes one key, drives it with wrk (bench/claims/*.lua)
+# for N seconds (default 20) at C connections (default 8), stops it, and prints
+# requests, instructions and instructions per request for each workload, then the
+# ten most expensive functions (inclusive) of idem's own code. The callgrind files
+# stay in build/bench-profile/ for callgrind_annotate or kcachegrind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=20
+conns=8
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --seconds) seconds=$2; shift 2 ;;
+    --connections) conns=$2; shift 2 ;;
+    *) echo "bench/profile_claims.sh: unknown option $1 (--seconds N, --connections C)" >&2
+       exit 2 ;;
+  esac
+done
+missing=()
+for tool in wrk:wrk valgrind:valgrind curl:curl; do
+  command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+fi
+scripts/build.sh idem >/dev/null
+
+work=$PWD/build/bench-profile
+rm -rf "$work"
+mkdir -p "$work"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+export IDEM_TOKEN=bench IDEM_TENANTS="bench:bench" IDEM_BENCH_KEY=dup
+pid=
+cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null || true; }
+trap cleanup EXIT
+
+printf '%-12s %10s %16s %14s\n' workload requests instructions "instr/request"
+for workload in duplicates new_keys; do
+  out="$work/$workload"
+  valgrind --tool=callgrind --callgrind-out-file="$out.callgrind" build/src/cli/idem \
+    --log-level warn serve --listen "127.0.0.1:$port" --store "rocksdb://$out.db" \
+    >"$out.serve.out" 2>"$out.serve.err" &
+  pid=$!
+  for _ in $(seq 1 600); do
+    grep -q "^listening on " "$out.serve.out" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || { echo "idem serve did not start: $(tail -1 "$out.serve.err")" >&2; exit 1; }
+    sleep 0.1
+  done
+  token=$(curl -s -X POST -H "Authorization: Bearer bench" -d '{"biz_type":"bench","key":"dup"}' \
+    "http://127.0.0.1:$port/v1/claims" | sed -n 's/.*"token":\([0-9]*\).*/\1/p')
+  curl -s -o /dev/null -X POST -H "Authorization: Bearer bench" \
+    -d "{\"biz_type\":\"bench\",\"key\":\"dup\",\"token\":$token,\"result\":{\"ok\":true}}" \
+    "http://127.0.0.1:$port/v1/claims/complete"
+  result=$(wrk -t1 -c"$conns" -d"${seconds}s" -s "bench/claims/$workload.lua" \
+    "http://127.0.0.1:$port/" 2>&1 | grep '^RESULT' || true)
+  kill -TERM "$pid"
+  wait "$pid" 2>/dev/null || true
+  pid=
+  rps=$(sed -n 's/.*rps=\([0-9.]*\).*/\1/p' <<<"$result")
+  requests=$(awk -v r="${rps:-0}" -v s="$seconds" 'BEGIN {printf "%d", r * s + 2}')
+  total=$(callgrind_annotate "$out.callgrind" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)
+  printf '%-12s %10d %16d %14d\n' "$workload" "$requests" "$total" $((total / (requests > 0 ? requests : 1)))
+done
+for workload in duplicates new_keys; do
+  echo
+  echo "$workload: the costliest of idem's own functions (inclusive)"
+  callgrind_annotate --inclusive=yes "$work/$workload.callgrind" 2>/dev/null |
+    grep -E ' (src|/work/[^ ]*/src)/[a-z_/]*\.cc:idem::' | grep -v '^ *[0-9,]* *(9[0-9]\.' |
+    head -10 | sed -E 's/\[[^]]*\]$//' | cut -c1-150
+done

@@ -1,0 +1,476 @@
+// `idem recon`: the upstream statement against the local ledger (SPEC §9).
+//
+//   idem recon --source wechat --statement bill-2024-06-18.csv
+//              --map
+//              key=out_trade_no,amount=total_fee,currency=fee_type,status=trade_state,time=trade_time
+//              --upstream-scale 2 --tz Asia/Shanghai
+//              --ledger postgres://recon@db/shop
+//              --ledger-query "SELECT order_no AS key, amount::text AS amount, … FROM ledger"
+//              --status-map SUCCESS=PAID,REFUND=REFUNDED --intermediate PENDING,PROCESSING
+//              --day 2024-06-18 [--replay-url URL] [--repush-url URL] [--dry-run]
+//              [--json] [--report FILE.html]
+//   idem recon status --source wechat --max-age 15m [--store URL] [--json]
+//
+// The comparison only reads; then each difference is recorded and acted on
+// (recon/dispositions.h) and the watermark advances, in --store (default: the
+// ledger's URL). Bad input stops the run before anything is written.
+// Exit status: 0 the run completed (differences are findings, not failures);
+// 1 bad input, a store or file that cannot be read, a replay/re-push that failed
+// (it stays pending), or for `status` a last success older than --max-age (or none);
+// 2 bad usage.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/time/civil_time.h"
+#include "absl/time/clock.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/reason.h"
+#include "cli/secrets.h"
+#include "idem/idem.h"
+#include "nlohmann/json.hpp"
+#include "recon/comparer.h"
+#include "recon/decimal.h"
+#include "recon/dispositions.h"
+#include "recon/ledger_reader.h"
+#include "recon/recon_time.h"
+#include "recon/report.h"
+#include "recon/statement_readers.h"
+#include "recon/tables.h"
+
+namespace idem::cli {
+namespace {
+
+using recon::Action;
+
+struct ReconFlags {
+  std::string source;
+  std::vector<std::string> statements;
+  std::string format;  // csv, jsonl; "" = by extension
+  std::string delimiter = ",";
+  std::string map;
+  std::string ledger;
+  std::string ledger_query;
+  std::string store;
+  std::string ledger_password_file, store_password_file;
+  int upstream_scale = 0;
+  int local_scale = 0;
+  std::string tz = "UTC";
+  std::string status_map;
+  std::string intermediate;
+  std::string from, to, day, hot;
+  std::string overlap;
+  std::string lateness = "1m";
+  std::string skew = "0s";
+  bool dry_run = false;
+  bool json = false;
+  std::string report;
+  std::string replay_url, repush_url;
+  std::vector<std::string> on;
+  std::string temp_dir;
+  int memory_mib = 256;
+  // recon status
+  std::string max_age = "15m";
+};
+
+int Usage(const std::string& why) {
+  PrintReason("recon: " + why);
+  return kExitUsage;
+}
+
+int Failure(const std::string& why) {
+  PrintReason("recon: " + why);
+  return kExitFailure;
+}
+
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+std::string NewRunId(int64_t now_us) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%llx-%x", static_cast<unsigned long long>(now_us),
+                static_cast<unsigned>(getpid()));
+  return buf;
+}
+
+// --ledger and --store with their passwords from --ledger-password-file /
+// IDEM_LEDGER_PASSWORD and --store-password-file / IDEM_STORE_PASSWORD (never the
+// command line, which `ps` shows); a warning line for a password left in a URL there.
+// Returns the exit status to end with, or -1 to go on.
+int ResolveSecrets(ReconFlags* f) {
+  std::vector<std::string> warnings;
+  for (auto [option, url, file] : {std::tuple{"--ledger", &f->ledger, &f->ledger_password_file},
+                                   std::tuple{"--store", &f->store, &f->store_password_file}}) {
+    if (url->empty()) {
+      if (!file->empty()) return Usage(std::string(option) + "-password-file needs " + option);
+      continue;
+    }
+    absl::StatusOr<std::string> with = UrlWithSecret(option, *url, *file, "", &warnings);
+    if (!with.ok()) {
+      PrintReason("recon: " + Msg(with.status()));
+      return with.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+    }
+    *url = *std::move(with);
+  }
+  for (const std::string& w : warnings) std::fprintf(stderr, "idem: warning: %s\n", w.c_str());
+  return -1;
+}
+
+absl::StatusOr<std::unique_ptr<Store>> OpenLedgerStore(const std::string& url) {
+  if (absl::Status s = CheckSqliteFileExists(url); !s.ok()) return s;
+  // Read only and without needing idem's schema: the ledger is the business's
+  // database, and comparing writes nothing there.
+  absl::StatusOr<std::unique_ptr<Store>> store =
+      OpenStore(url, StoreOptions{.read_only = true, .require_schema = false});
+  if (!store.ok()) return RedactStoreSecrets(store.status(), url);
+  return store;
+}
+
+int RunStatus(ReconFlags f) {
+  if (int exit = ResolveSecrets(&f); exit >= 0) return exit;
+  if (f.source.empty()) return Usage("status needs --source");
+  absl::StatusOr<absl::Duration> max_age = recon::ParseDurationFlag(f.max_age, false);
+  if (!max_age.ok()) return Usage("--max-age: " + Msg(max_age.status()));
+  const std::string url = f.store.empty() ? f.ledger : f.store;
+  if (url.empty()) return Usage("status needs --store URL (where recon keeps its watermark)");
+  if (absl::Status s = CheckSqliteFileExists(url); !s.ok()) return Failure(Msg(s));
+  absl::StatusOr<std::unique_ptr<Store>> store =
+      OpenStore(url, StoreOptions{.read_only = true, .require_schema = false});
+  if (!store.ok()) {
+    PrintReason("recon status: " + Msg(RedactStoreSecrets(store.status(), url)));
+    return ExitCodeForStoreError(store.status());
+  }
+  absl::StatusOr<std::optional<recon::Watermark>> w = recon::ReadWatermark(**store, f.source);
+  if (!w.ok()) return Failure("status: " + Msg(w.status()));
+  const int64_t now = absl::ToUnixMicros(absl::Now());
+  const bool fresh =
+      w->has_value() && now - (*w)->last_success_at_us <= absl::ToInt64Microseconds(*max_age);
+  if (f.json) {
+    nlohmann::ordered_json j;
+    j["source"] = f.source;
+    j["last_success_at"] =
+        w->has_value() ? nlohmann::ordered_json(recon::FormatTimeUs((*w)->last_success_at_us))
+                       : nullptr;
+    j["upto"] =
+        w->has_value() ? nlohmann::ordered_json(recon::FormatTimeUs((*w)->upto_us)) : nullptr;
+    j["run_id"] = w->has_value() ? nlohmann::ordered_json((*w)->run_id) : nullptr;
+    j["fresh"] = fresh;
+    std::printf("%s\n", j.dump().c_str());
+  } else if (w->has_value()) {
+    std::printf("recon %s: last success %s (%llds ago), up to %s, run %s\n", f.source.c_str(),
+                recon::FormatTimeUs((*w)->last_success_at_us).c_str(),
+                static_cast<long long>((now - (*w)->last_success_at_us) / 1000000),
+                recon::FormatTimeUs((*w)->upto_us).c_str(), (*w)->run_id.c_str());
+  }
+  if (!w->has_value()) return Failure("status: source " + f.source + " has never completed a run");
+  if (!fresh) {
+    return Failure("status: the last success of " + f.source + " is older than " + f.max_age +
+                   " (" + recon::FormatTimeUs((*w)->last_success_at_us) + ")");
+  }
+  return kExitOk;
+}
+
+int RunRecon(ReconFlags f) {
+  if (int exit = ResolveSecrets(&f); exit >= 0) return exit;
+  // --- usage ---
+  if (f.source.empty()) return Usage("--source NAME is required (e.g. the payment channel)");
+  if (f.statements.empty()) return Usage("--statement FILE is required");
+  if (f.map.empty()) return Usage("--map key=COLUMN,… is required");
+  if (f.ledger.empty() || f.ledger_query.empty()) {
+    return Usage("--ledger URL and --ledger-query SQL are required");
+  }
+  absl::StatusOr<recon::ColumnMap> map = recon::ParseColumnMap(f.map);
+  if (!map.ok()) return Usage(Msg(map.status()));
+  absl::StatusOr<recon::StatusRules> rules = recon::ParseStatusRules(f.status_map, f.intermediate);
+  if (!rules.ok()) return Usage(Msg(rules.status()));
+  if (!rules->map.empty() && !map->has(recon::Field::kStatus)) {
+    return Usage("--status-map needs status=COLUMN in --map");
+  }
+  for (int scale : {f.upstream_scale, f.local_scale}) {
+    if (scale < 0 || scale > recon::kMaxScale)
+      return Usage("--upstream-scale/--local-scale: 0 to 18");
+  }
+  absl::StatusOr<absl::TimeZone> tz = recon::ParseTimeZone(f.tz);
+  if (!tz.ok()) return Usage("--tz: " + Msg(tz.status()));
+  recon::StatementOptions statement_options;
+  if (f.delimiter == "\\t" || f.delimiter == "tab") {
+    statement_options.delimiter = '\t';
+  } else if (f.delimiter.size() == 1 && f.delimiter[0] != '"' && f.delimiter[0] != '\n') {
+    statement_options.delimiter = f.delimiter[0];
+  } else {
+    return Usage("--delimiter: one character (or tab)");
+  }
+  std::vector<recon::StatementFormat> formats;
+  for (const std::string& path : f.statements) {
+    std::string format = f.format;
+    if (format.empty()) {
+      format = path.ends_with(".jsonl") || path.ends_with(".ndjson") ? "jsonl" : "csv";
+    }
+    if (format != "csv" && format != "jsonl") return Usage("--format: csv or jsonl");
+    formats.push_back(format == "csv" ? recon::StatementFormat::kCsv
+                                      : recon::StatementFormat::kJsonl);
+  }
+  std::array<Action, recon::kClassCount> plan = {
+      f.replay_url.empty() ? Action::kTicket : Action::kReplay, Action::kTicket,
+      f.repush_url.empty() ? Action::kTicket : Action::kRepush, Action::kTicket, Action::kTicket};
+  for (const std::string& on : f.on) {
+    if (absl::Status s = recon::ParseActionFlag(on, &plan); !s.ok()) return Usage(Msg(s));
+  }
+  if (plan[0] == Action::kReplay && f.replay_url.empty()) {
+    return Usage("--on missing_local=replay needs --replay-url");
+  }
+  if (plan[2] == Action::kRepush && f.repush_url.empty()) {
+    return Usage("--on status_mismatch=repush needs --repush-url");
+  }
+  absl::StatusOr<std::unique_ptr<recon::ActionSink>> sink =
+      recon::NewHttpActionSink(f.replay_url, f.repush_url, absl::Seconds(30));
+  if (!sink.ok()) return Usage(Msg(sink.status()));
+  absl::StatusOr<absl::Duration> lateness = recon::ParseDurationFlag(f.lateness, true);
+  if (!lateness.ok()) return Usage("--lateness: " + Msg(lateness.status()));
+  absl::StatusOr<absl::Duration> skew = recon::ParseDurationFlag(f.skew, true);
+  if (!skew.ok()) return Usage("--skew: " + Msg(skew.status()));
+  const int modes = (!f.from.empty() || !f.to.empty()) + !f.day.empty() + !f.hot.empty();
+  if (modes > 1) return Usage("choose one window: --from/--to, --day or --hot");
+  if (modes == 1 && !map->has(recon::Field::kTime)) {
+    return Usage("a window needs time=COLUMN in --map");
+  }
+  if (f.memory_mib < 16 || f.memory_mib > 65536) return Usage("--memory-mib: 16 to 65536");
+
+  const absl::Time now_time = absl::Now();
+  const int64_t now = absl::ToUnixMicros(now_time);
+  const std::string store_url = f.store.empty() ? f.ledger : f.store;
+
+  // --- the window ---
+  recon::Window window;
+  window.skew_us = absl::ToInt64Microseconds(*skew);
+  if (!f.from.empty() || !f.to.empty()) {
+    if (!f.from.empty()) {
+      absl::StatusOr<int64_t> t = recon::ParseTimeUs(f.from, *tz);
+      if (!t.ok()) return Usage("--from: " + Msg(t.status()));
+      window.from_us = *t;
+    }
+    if (!f.to.empty()) {
+      absl::StatusOr<int64_t> t = recon::ParseTimeUs(f.to, *tz);
+      if (!t.ok()) return Usage("--to: " + Msg(t.status()));
+      window.to_us = *t;
+    }
+  } else if (!f.day.empty()) {
+    absl::CivilDay day;
+    if (!absl::ParseCivilTime(f.day, &day)) return Usage("--day: YYYY-MM-DD");
+    window.from_us = absl::ToUnixMicros(absl::FromCivil(day, *tz));
+    window.to_us = absl::ToUnixMicros(absl::FromCivil(day + 1, *tz));
+  } else if (!f.hot.empty()) {
+    absl::StatusOr<absl::Duration> hot = recon::ParseDurationFlag(f.hot, false);
+    if (!hot.ok()) return Usage("--hot: " + Msg(hot.status()));
+    absl::StatusOr<absl::Duration> overlap =
+        f.overlap.empty() ? *hot : recon::ParseDurationFlag(f.overlap, true);
+    if (!overlap.ok()) return Usage("--overlap: " + Msg(overlap.status()));
+    std::optional<recon::Watermark> mark;
+    if (absl::Status s = CheckSqliteFileExists(store_url); s.ok()) {
+      absl::StatusOr<std::unique_ptr<Store>> store =
+          OpenStore(store_url, StoreOptions{.read_only = true, .require_schema = false});
+      if (!store.ok()) return Failure(Msg(RedactStoreSecrets(store.status(), store_url)));
+      absl::StatusOr<std::optional<recon::Watermark>> w = recon::ReadWatermark(**store, f.source);
+      if (!w.ok()) return Failure("reading the watermark: " + Msg(w.status()));
+      mark = *w;
+    }
+    window.to_us = now - absl::ToInt64Microseconds(*lateness);
+    window.from_us = mark.has_value() ? mark->upto_us - absl::ToInt64Microseconds(*overlap)
+                                      : *window.to_us - absl::ToInt64Microseconds(*hot);
+  }
+  // Rows near the open edge are left for the next run: nothing newer than
+  // now - lateness is judged, whatever the window asked for.
+  const int64_t edge = now - absl::ToInt64Microseconds(*lateness);
+  if (map->has(recon::Field::kTime) && (!window.to_us.has_value() || *window.to_us > edge)) {
+    window.to_us = edge;
+  }
+
+  // --- read and compare (nothing is written) ---
+  recon::Normalizer up_norm(recon::Side::kUpstream, *map, f.upstream_scale, *tz, *rules);
+  recon::Normalizer local_norm(recon::Side::kLocal, *map, f.local_scale, *tz, *rules);
+  std::vector<std::unique_ptr<recon::StatementReader>> readers;
+  std::vector<recon::StatementReader*> upstream;
+  for (size_t i = 0; i < f.statements.size(); ++i) {
+    statement_options.format = formats[i];
+    absl::StatusOr<std::unique_ptr<recon::StatementReader>> r = recon::OpenStatement(
+        f.statements[i], static_cast<uint32_t>(i), *map, statement_options, up_norm);
+    if (!r.ok()) return Failure(Msg(r.status()));
+    upstream.push_back(r->get());
+    readers.push_back(*std::move(r));
+  }
+  absl::StatusOr<std::unique_ptr<Store>> ledger = OpenLedgerStore(f.ledger);
+  if (!ledger.ok()) {
+    PrintReason("recon: --ledger: " + Msg(ledger.status()));
+    return ExitCodeForStoreError(ledger.status());
+  }
+  absl::StatusOr<std::unique_ptr<recon::StatementReader>> local =
+      recon::OpenLedger(**ledger, f.ledger_query, local_norm);
+  if (!local.ok()) return Usage(Msg(local.status()));
+
+  recon::CompareOptions options;
+  options.window = window;
+  options.status = &*rules;
+  options.compare_status = map->has(recon::Field::kStatus);
+  options.memory_budget = static_cast<size_t>(f.memory_mib) << 20;
+  if (!f.temp_dir.empty()) {
+    options.temp_dir = f.temp_dir;
+  } else if (const char* t = std::getenv("TMPDIR"); t != nullptr && *t != '\0') {
+    options.temp_dir = t;
+  }
+  // A progress line for big inputs: at 100,000 rows of a side, then every million.
+  options.progress = [](recon::Side side, int64_t up, int64_t loc) {
+    const int64_t n = side == recon::Side::kUpstream ? up : loc;
+    if (n != 100000 && n % 1000000 != 0) return;
+    std::fprintf(stderr, "recon: read %lld upstream, %lld local rows\n", static_cast<long long>(up),
+                 static_cast<long long>(loc));
+  };
+  absl::StatusOr<recon::CompareResult> result = recon::Compare(upstream, **local, options);
+  if (!result.ok()) return Failure(Msg(RedactStoreSecrets(result.status(), f.ledger)));
+
+  recon::ReportHeader header{.source = f.source,
+                             .from_us = window.from_us,
+                             .to_us = window.to_us,
+                             .statements = f.statements};
+
+  // --- act and record (not in a dry run) ---
+  std::string disposition_line;
+  int exit = kExitOk;
+  if (!f.dry_run) {
+    if (result->truncated) {
+      return Failure(
+          "more than 2,000,000 differences: check --map and the window before acting "
+          "on them (nothing was written)");
+    }
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(store_url);
+    if (!store.ok()) {
+      PrintReason("recon: --store: " + Msg(RedactStoreSecrets(store.status(), store_url)));
+      return ExitCodeForStoreError(store.status());
+    }
+    const std::string run_id = NewRunId(now);
+    absl::StatusOr<recon::DispositionResult> done = recon::ApplyDispositions(
+        **store, f.source, run_id, result->differences, plan, sink->get(), now);
+    if (!done.ok())
+      return Failure("recording the differences: " +
+                     Msg(RedactStoreSecrets(done.status(), store_url)));
+    disposition_line = "  " + std::to_string(done->new_rows) + " new ticket/action row(s), " +
+                       std::to_string(done->sent) + " replay/re-push sent, " +
+                       std::to_string(done->failed) + " pending\n";
+    if (done->failed > 0) {
+      PrintReason(
+          "recon: " + std::to_string(done->failed) +
+          " replay/re-push still pending (retried by the next run); first: " + done->first_error);
+      exit = kExitFailure;
+    } else {
+      absl::Status w =
+          recon::WriteWatermark(**store, recon::Watermark{.source = f.source,
+                                                          .upto_us = window.to_us.value_or(now),
+                                                          .last_success_at_us = now,
+                                                          .run_id = run_id});
+      if (!w.ok())
+        return Failure("writing the watermark: " + Msg(RedactStoreSecrets(w, store_url)));
+    }
+  } else {
+    disposition_line = "  dry run: nothing written\n";
+  }
+
+  if (!f.report.empty()) {
+    std::ofstream out(f.report, std::ios::binary | std::ios::trunc);
+    out << recon::HtmlReport(header, *result);
+    out.close();
+    if (!out) return Failure("--report " + f.report + ": cannot be written");
+  }
+  std::fputs(recon::SummaryTable(header, *result).c_str(), stdout);
+  std::fputs(disposition_line.c_str(), stdout);
+  if (f.json) std::printf("%s\n", recon::JsonLine(header, *result).c_str());
+  std::fflush(stdout);
+  return exit;
+}
+
+}  // namespace
+
+CommandFn AddReconCommand(CLI::App& root) {
+  auto f = std::make_shared<ReconFlags>();
+  CLI::App* cmd = root.add_subcommand(
+      "recon", "Reconcile an upstream statement with the local ledger (SPEC §9)");
+  cmd->add_option("--source", f->source,
+                  "Name of the upstream (the watermark's and tickets' source)");
+  cmd->add_option("--statement", f->statements,
+                  "The upstream statement file (CSV or JSONL); repeatable (e.g. the day before "
+                  "too, for rows at the boundary)");
+  cmd->add_option("--format", f->format, "csv or jsonl (default: by the file's extension)");
+  cmd->add_option("--delimiter", f->delimiter, "CSV delimiter: one character, or tab")
+      ->capture_default_str();
+  cmd->add_option(
+      "--map", f->map,
+      "Statement columns: key=COL,amount=COL,currency=COL,status=COL,time=COL (key required)");
+  cmd->add_option("--ledger", f->ledger,
+                  "The local ledger's store URL (sqlite://, postgres://, mysql://); read only");
+  cmd->add_option("--ledger-query", f->ledger_query,
+                  "SELECT … AS key, … AS amount, … AS currency, … AS status, … AS time FROM …");
+  cmd->add_option("--store", f->store,
+                  "Where recon_ticket and recon_watermark live (default: the --ledger URL)");
+  cmd->add_option("--ledger-password-file", f->ledger_password_file,
+                  "The --ledger URL's password, from this file (or IDEM_LEDGER_PASSWORD)");
+  cmd->add_option("--store-password-file", f->store_password_file,
+                  "The --store URL's password, from this file (or IDEM_STORE_PASSWORD)");
+  cmd->add_option("--upstream-scale", f->upstream_scale,
+                  "Decimal places implied in upstream amounts (2: 1250 is 12.50)")
+      ->capture_default_str();
+  cmd->add_option("--local-scale", f->local_scale, "Decimal places implied in ledger amounts")
+      ->capture_default_str();
+  cmd->add_option("--tz", f->tz, "Zone of times without an offset: UTC, Asia/Shanghai, +08:00")
+      ->capture_default_str();
+  cmd->add_option("--status-map", f->status_map,
+                  "Upstream status → local status, e.g. SUCCESS=PAID,REFUND=REFUNDED");
+  cmd->add_option("--intermediate", f->intermediate,
+                  "Local statuses stuck in between, e.g. PENDING,PROCESSING");
+  cmd->add_option("--from", f->from,
+                  "Window start (inclusive), RFC 3339 or YYYY-MM-DD HH:MM:SS in --tz");
+  cmd->add_option("--to", f->to, "Window end (exclusive)");
+  cmd->add_option("--day", f->day, "The window is this day in --tz (the T+1 full run)");
+  cmd->add_option(
+      "--hot", f->hot,
+      "A hot run: from the watermark minus --overlap (or this long ago) to now minus --lateness");
+  cmd->add_option(
+      "--overlap", f->overlap,
+      "With --hot: how far before the watermark to start again (default: the --hot duration)");
+  cmd->add_option("--lateness", f->lateness,
+                  "Rows newer than now minus this are left for the next run")
+      ->capture_default_str();
+  cmd->add_option("--skew", f->skew,
+                  "How much later a local-only row may be than its upstream row (judged by the "
+                  "next window when within this of the end)")
+      ->capture_default_str();
+  cmd->add_flag("--dry-run", f->dry_run,
+                "Classify and print; write no ticket, send nothing, leave the watermark");
+  cmd->add_flag("--json", f->json, "End with one JSON line of the counts");
+  cmd->add_option("--report", f->report, "Write a self-contained HTML report to this file");
+  cmd->add_option("--replay-url", f->replay_url,
+                  "missing_local: POST each upstream row here with Idempotency-Key = the key");
+  cmd->add_option("--repush-url", f->repush_url,
+                  "status_mismatch (stuck): POST the upstream event here again");
+  cmd->add_option("--on", f->on, "CLASS=ACTION (ticket, replay, repush, none); repeatable");
+  cmd->add_option("--temp-dir", f->temp_dir, "Directory for sort runs (default: $TMPDIR or /tmp)");
+  cmd->add_option("--memory-mib", f->memory_mib,
+                  "Rows held in memory per side before sorting to disk")
+      ->capture_default_str();
+  CLI::App* status = cmd->add_subcommand(
+      "status", "Exit 1 when the last successful run of --source is older than --max-age");
+  status->add_option("--source", f->source, "The source");
+  status->add_option("--store", f->store, "Where recon_watermark lives");
+  status->add_option("--store-password-file", f->store_password_file,
+                     "The --store URL's password, from this file (or IDEM_STORE_PASSWORD)");
+  status->add_option("--max-age", f->max_age, "How old the last success may be")
+      ->capture_default_str();
+  status->add_flag("--json", f->json, "Print the watermark as JSON");
+  cmd->require_subcommand(0, 1);
+  return [f, status] { return status->parsed() ? RunStatus(*f) : RunRecon(*f); };
+}
+
+}  // namespace idem::cli

@@ -1,0 +1,263 @@
+#include "kafka/runner.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/absl_compat.h"
+#include "kafka/dead_letter.h"
+#include "idem/failpoint.h"
+#include "idem/fingerprint.h"
+#include "idem/status.h"
+#include "spdlog/spdlog.h"
+
+namespace idem::kafka {
+namespace {
+
+std::string_view KindName(Rebalance::Kind kind) {
+  switch (kind) {
+    case Rebalance::Kind::kAssigned:
+      return "assigned";
+    case Rebalance::Kind::kRevoked:
+      return "revoked";
+    case Rebalance::Kind::kLost:
+      return "lost";
+  }
+  return "?";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Runner>> Runner::Create(Transport& transport, Store& store,
+                                                       MessageHandler handler,
+                                                       RunnerOptions options) {
+  if (!store.SupportsSql()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the consumer runner needs a SQL store (sqlite://, postgres://, mysql://): each "
+        "message's effect commits in the same transaction as its dedupe record; ",
+        AV(store.url()), " runs no SQL"));
+  }
+  if (options.max_batch == 0) return absl::InvalidArgumentError("max_batch must be at least 1");
+  IDEM_RETURN_IF_ERROR(options.retry.Validate());
+  IDEM_RETURN_IF_ERROR(ValidateTenant(options.tenant, KeyLimits{}));
+  IDEM_RETURN_IF_ERROR(ValidateBizType(options.biz_type, KeyLimits{}));
+  if (handler == nullptr) return absl::InvalidArgumentError("no message handler");
+  if (options.clock == nullptr) options.clock = Clock::Real();
+  if (options.random == nullptr) options.random = Random::Default();
+  return std::unique_ptr<Runner>(
+      new Runner(transport, store, std::move(handler), std::move(options)));
+}
+
+Runner::Runner(Transport& transport, Store& store, MessageHandler handler, RunnerOptions options)
+    : transport_(transport),
+      store_(store),
+      guard_(store, GuardOptions{.clock = options.clock}),
+      handler_(std::move(handler)),
+      options_(std::move(options)) {
+  transport_.SetRebalanceListener([this](const Rebalance& r) { OnRebalance(r); });
+}
+
+// Called inside Poll(). The runner only polls between batches, after the previous
+// batch's effects and commit are done, so nothing is in flight here: the revoked
+// partitions' finished work is already committed and the transport drops what it
+// fetched for them and had not handed out.
+void Runner::OnRebalance(const Rebalance& r) {
+  switch (r.kind) {
+    case Rebalance::Kind::kAssigned:
+      assigned_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case Rebalance::Kind::kRevoked:
+      revoked_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case Rebalance::Kind::kLost:
+      lost_.fetch_add(1, std::memory_order_relaxed);
+      break;
+  }
+  spdlog::info("{} rebalance: {} {}", transport_.name(), KindName(r.kind),
+               absl::StrJoin(r.partitions, ","));
+}
+
+RunnerStats Runner::stats() const {
+  auto v = [](const std::atomic<int64_t>& a) { return a.load(std::memory_order_relaxed); };
+  return RunnerStats{.polled = v(polled_),
+                     .executed = v(executed_),
+                     .replayed = v(replayed_),
+                     .dead_lettered = v(dead_lettered_),
+                     .batches = v(batches_),
+                     .store_retries = v(store_retries_),
+                     .commits = v(commits_),
+                     .commit_failures = v(commit_failures_),
+                     .assigned = v(assigned_),
+                     .revoked = v(revoked_),
+                     .lost = v(lost_)};
+}
+
+absl::Status Runner::Retry(const char* what, bool bounded, const std::function<absl::Status()>& fn) {
+  for (int attempt = 1;; ++attempt) {
+    absl::Status s = fn();
+    if (s.ok() || s.code() != absl::StatusCode::kUnavailable) return s;
+    if (bounded && attempt >= options_.retry.max_attempts) return s;
+    if (stopping()) {
+      return absl::CancelledError(absl::StrCat("stopped while retrying ", what, ": ", s.message()));
+    }
+    spdlog::warn("{} failed (attempt {}), retrying: {}", what, attempt, SV(s.message()));
+    options_.clock->SleepFor(
+        options_.retry.Backoff(std::min(attempt - 1, 30), *options_.random));
+  }
+}
+
+absl::StatusOr<size_t> Runner::RunOnce() {
+  absl::StatusOr<std::vector<Message>> polled =
+      transport_.Poll(options_.max_batch, options_.poll_timeout);
+  if (!polled.ok()) return polled.status();
+  const std::vector<Message>& batch = *polled;
+  if (batch.empty()) return 0;
+  polled_.fetch_add(static_cast<int64_t>(batch.size()), std::memory_order_relaxed);
+  const absl::Span<const Message> all(batch);
+  if (options_.batched) {
+    IDEM_RETURN_IF_ERROR(ProcessChunk(all));
+  } else {
+    for (size_t i = 0; i < all.size(); ++i) IDEM_RETURN_IF_ERROR(ProcessChunk(all.subspan(i, 1)));
+  }
+  return batch.size();
+}
+
+absl::Status Runner::Run() {
+  int idle_failures = 0;
+  while (!stopping()) {
+    absl::StatusOr<size_t> n = RunOnce();
+    if (n.ok()) {
+      idle_failures = 0;
+      continue;
+    }
+    if (n.status().code() == absl::StatusCode::kCancelled) break;
+    if (n.status().code() != absl::StatusCode::kUnavailable) return n.status();
+    spdlog::warn("{}: {}; polling again", transport_.name(), SV(n.status().message()));
+    options_.clock->SleepFor(
+        options_.retry.Backoff(std::min(idle_failures++, 30), *options_.random));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Runner::TryChunk(absl::Span<const Message> messages,
+                              const std::vector<absl::StatusOr<std::string>>& keys, bool confine,
+                              std::vector<DeadLetterItem>* dead, RunnerStats* counted) {
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (!keys[i].ok()) continue;  // dead-lettered without touching the store
+    const Message& m = messages[i];
+    Request request{.tenant = options_.tenant, .biz_type = options_.biz_type, .key = *keys[i]};
+    if (options_.fingerprint_payload) request.fingerprint = Fingerprint(m.payload);
+    absl::StatusOr<Result> r =
+        guard_.RunIn(*tx, request, [&](Transaction& t) { return handler_(m, t); }, confine);
+    if (!confine && (!r.ok() || (r->outcome != Outcome::kExecuted &&
+                                 r->outcome != Outcome::kReplayed))) {
+      tx->Rollback();
+      return absl::AbortedError("fast path left: a message needs its own savepoint");
+    }
+    if (!r.ok()) {
+      if (IsRetryable(r.status())) {
+        tx->Rollback();
+        return r.status().code() == absl::StatusCode::kUnavailable
+                   ? r.status()
+                   : absl::UnavailableError(absl::StrCat(Where(m), ": ", r.status().message()));
+      }
+      dead->push_back({i, absl::StrCat("failed for good: ", r.status().ToString())});
+      continue;
+    }
+    switch (r->outcome) {
+      case Outcome::kExecuted:
+        ++counted->executed;
+        break;
+      case Outcome::kReplayed:
+      case Outcome::kExpired:  // a duplicate later than its record: the tombstone says it ran
+        ++counted->replayed;
+        break;
+      case Outcome::kInProgress:
+        // Another consumer's open transaction holds the key (a rebalance moved the
+        // partition while it was mid-batch): wait for it to commit or roll back.
+        tx->Rollback();
+        return absl::UnavailableError(
+            absl::StrCat(Where(m), ": key '", *keys[i], "' is held by another consumer's batch"));
+      case Outcome::kCachedFailure:
+        dead->push_back({i, absl::StrCat("cached failure: ", r->value)});
+        break;
+      case Outcome::kKeyReused:
+        dead->push_back({i, absl::StrCat("key_reused: key '", *keys[i],
+                                         "' belongs to another biz_type")});
+        break;
+      case Outcome::kFingerprintMismatch:
+        dead->push_back({i, absl::StrCat("fingerprint_mismatch: key '", *keys[i],
+                                         "' was first seen with another payload")});
+        break;
+      case Outcome::kAcquired:
+        tx->Rollback();
+        return absl::InternalError("RunIn answered kAcquired");
+    }
+  }
+  return tx->Commit();
+}
+
+absl::Status Runner::ProcessChunk(absl::Span<const Message> messages) {
+  std::vector<absl::StatusOr<std::string>> keys;
+  keys.reserve(messages.size());
+  for (const Message& m : messages) keys.push_back(options_.key.Derive(m));
+
+  std::vector<DeadLetterItem> dead;
+  RunnerStats counted;
+  // First without savepoints (two round trips fewer per message); a batch with a
+  // failing, contended or refused message is redone with one savepoint each.
+  bool confine = false;
+  IDEM_RETURN_IF_ERROR(Retry("the batch's store transaction", /*bounded=*/false, [&] {
+    dead.clear();
+    counted = RunnerStats{};
+    absl::Status s = TryChunk(messages, keys, confine, &dead, &counted);
+    if (!confine && !s.ok()) {
+      confine = true;
+      s = TryChunk(messages, keys, confine, &dead, &counted);
+    }
+    if (!s.ok() && IsRetryable(s)) {
+      store_retries_.fetch_add(1, std::memory_order_relaxed);
+      if (s.code() != absl::StatusCode::kUnavailable) return absl::UnavailableError(s.message());
+    }
+    return s;
+  }));
+  batches_.fetch_add(1, std::memory_order_relaxed);
+  executed_.fetch_add(counted.executed, std::memory_order_relaxed);
+  replayed_.fetch_add(counted.replayed, std::memory_order_relaxed);
+  // The effects are durable; a crash from here on redelivers the batch, which is
+  // then replayed (and its dead letters sent again: at least once there too).
+  IDEM_FAILPOINT("kafka.runner.after_effects_commit");
+
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!keys[i].ok()) dead.push_back({i, absl::StrCat("no key: ", keys[i].status().message())});
+  }
+  for (const DeadLetterItem& d : dead) {
+    const Message& m = messages[d.index];
+    spdlog::warn("{}: dead-lettered: {}", Where(m), d.reason);
+    // Never committed past unless it was dead-lettered: retried until it is, or
+    // abandoned on Stop() (redelivered, and dead-lettered then).
+    IDEM_RETURN_IF_ERROR(Retry("dead-lettering", /*bounded=*/false,
+                               [&] { return transport_.DeadLetter(m, d.reason); }));
+    dead_lettered_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  const std::vector<Message> done(messages.begin(), messages.end());
+  absl::Status committed =
+      Retry("the transport commit", /*bounded=*/true, [&] { return transport_.Commit(done); });
+  if (committed.ok()) {
+    commits_.fetch_add(1, std::memory_order_relaxed);
+  } else if (committed.code() == absl::StatusCode::kCancelled) {
+    return committed;
+  } else {
+    // Not fatal: the effects are done, so a redelivery is replayed, and the next
+    // commit (which carries later offsets of the same partitions) covers these.
+    commit_failures_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("{}: commit of {} message(s) failed, a redelivery will be replayed: {}",
+                 transport_.name(), done.size(), SV(committed.message()));
+  }
+  IDEM_FAILPOINT("kafka.runner.after_offsets_commit");
+  return absl::OkStatus();
+}
+
+}  // namespace idem::kafka
