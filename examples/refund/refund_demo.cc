@@ -30,31 +30,14 @@
 #include "idem/status.h"
 #include "idem/steps.h"
 #include "nlohmann/json.hpp"
+#include "refund/demo_internal.h"
 
 namespace idem::refund {
-namespace {
-
-// The runner's lease: how long a SIGKILLed runner's operation stays blocked
-// before its successor may take it. Longer than the channel timeout below (a step
-// must finish inside it); short, because the demo never runs two runners at once:
-// it waits for the killed one before it starts the next.
-constexpr absl::Duration kRunnerLease = absl::Milliseconds(200);
-constexpr absl::Duration kChannelTimeout = absl::Milliseconds(150);
-// A "timeout" fault at the channel answers this late: well past kChannelTimeout.
-constexpr absl::Duration kChannelFaultDelay = absl::Milliseconds(400);
-// --naive: a message is redelivered at most this often, then dead-lettered.
-constexpr int kNaiveMaxDeliveries = 10;
+namespace internal {
 
 std::string Errno(std::string_view what) {
   return absl::StrCat(std::string(what), ": ", std::strerror(errno));
 }
-
-struct Child {
-  pid_t pid = -1;
-  int stdout_fd = -1;  // our end of its stdout, when captured
-  int events_fd = -1;  // our end of its failpoint reports
-  int acks_fd = -1;    // our end of the verdicts
-};
 
 void CloseFd(int& fd) {
   if (fd >= 0) close(fd);
@@ -149,6 +132,21 @@ int WaitExit(pid_t pid) {
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return -1;
 }
+
+}  // namespace internal
+
+namespace {
+
+using internal::Child;
+using internal::CloseFd;
+using internal::Errno;
+using internal::ReadLine;
+using internal::Spawn;
+using internal::WaitExit;
+using internal::kChannelFaultDelay;
+using internal::kChannelTimeout;
+using internal::kNaiveMaxDeliveries;
+using internal::kRunnerLease;
 
 // The fake payment channel, a separate process for the demo's lifetime.
 class ChannelProcess {
@@ -393,20 +391,8 @@ absl::Status RunNaive(const DemoOptions& o, Store& store, const ChannelProcess& 
       const std::string key = absl::StrCat("refunds-0@", offset++, "#consumer-1");
       absl::StatusOr<Result> r = guard.Run(
           {.biz_type = "refund-message", .key = key},
-          [&](Transaction& tx) -> absl::StatusOr<std::string> {
-            IDEM_RETURN_IF_ERROR(channel.Reverse(key, order.order_no, order.amount).status());
-            IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO demo_refund_ledger (order_no, biz_type,"
-                                         " amount, run_id) VALUES (?, 'refund', ?, ?)",
-                                         {order.order_no, order.amount, order.run_id})
-                                     .status());
-            if (faults.Fire()) return absl::DeadlineExceededError("ledger: statement timeout");
-            if (faults.Fire()) return absl::UnavailableError("inbox: unavailable");
-            IDEM_RETURN_IF_ERROR(
-                tx.Exec("INSERT INTO demo_refund_inbox (message_id, order_no,"
-                        " run_id) VALUES (?, ?, ?)",
-                        {absl::StrCat("msg-", order.order_no), order.order_no, order.run_id})
-                    .status());
-            return std::string("done");
+          [&](Transaction& tx) {
+            return internal::NaiveRefundEffect(channel, faults, key, order, tx);
           });
       if (r.ok()) {
         status[order.order_no] = "SUCCESS";
@@ -436,6 +422,10 @@ absl::Status ValidateDemoOptions(const DemoOptions& o) {
   if (!(o.fault_rate >= 0 && o.fault_rate <= 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--fault-rate ", o.fault_rate, ": must be between 0 and 1"));
+  }
+  if (o.transport != "direct" && o.transport != "kafka") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport ", o.transport, ": must be direct or kafka"));
   }
   if (!(o.kill_runner >= 0 && o.kill_runner <= 0.9)) {
     return absl::InvalidArgumentError(
@@ -476,7 +466,16 @@ absl::StatusOr<DemoReport> RunRefundDemo(const DemoOptions& given) {
   IDEM_ASSIGN_OR_RETURN(ChannelClient client,
                         ChannelClient::FromUrl(channel.url(), absl::Seconds(5)));
   std::map<std::string, std::string> status;
-  if (options.naive) {
+  if (options.transport == "kafka") {
+    IDEM_ASSIGN_OR_RETURN(std::string records, DefaultStore());
+    IDEM_RETURN_IF_ERROR(internal::RunOverKafka(options, store_url, records, channel.url(),
+                                                run_id, report));
+    if (options.naive) {
+      IDEM_ASSIGN_OR_RETURN(status, internal::NaiveStatuses(*store, run_id));
+    } else {
+      IDEM_ASSIGN_OR_RETURN(status, OperationStatuses(*store, run_id));
+    }
+  } else if (options.naive) {
     IDEM_RETURN_IF_ERROR(RunNaive(options, *store, channel, run_id, status, report));
   } else {
     IDEM_RETURN_IF_ERROR(RunWithStepMachine(options, store_url, channel, run_id, report));
@@ -494,8 +493,15 @@ bool ReportIsClean(const DemoReport& r) {
 }
 
 std::string FormatReport(const DemoOptions& o, const DemoReport& r) {
+  const bool kafka = o.transport == "kafka";
   std::string out =
-      o.naive ? absl::StrFormat(
+      kafka ? absl::StrFormat(
+                  "refund demo over Kafka (mock cluster, %s): %d orders, fault rate %.2f, kill "
+                  "rate %.2f, seed %d\nstore: %s\n\n",
+                  o.naive ? "naive: dedupe by (topic, partition, offset) + consumer id"
+                          : "idem runner keyed by {order_no}:{action}, step machine",
+                  o.orders, o.fault_rate, o.kill_runner, o.seed, r.store)
+      : o.naive ? absl::StrFormat(
                     "refund demo (naive: dedupe by message offset): %d orders, fault rate %.2f, "
                     "seed %d%s\nstore: %s\n\n",
                     o.orders, o.fault_rate, o.seed,
@@ -516,7 +522,10 @@ std::string FormatReport(const DemoOptions& o, const DemoReport& r) {
   out += absl::StrFormat("  %-32s %d\n", "missing (lost steps)", r.missing);
   out += absl::StrFormat("  %-32s %d\n", "compensated", r.compensated);
   out += absl::StrFormat("  %-32s %d\n", "manual (compensation required)", r.manual);
-  if (o.naive) {
+  if (kafka) {
+    out += absl::StrFormat("  %-32s %d\n", "consumer kills", r.runner_kills);
+    out += absl::StrFormat("  %-32s %d\n", "consumers joined (rebalance)", r.rebalance_joins);
+  } else if (o.naive) {
     out += absl::StrFormat("  %-32s %d\n", "message deliveries", r.deliveries);
   } else {
     out += absl::StrFormat("  %-32s %d\n", "runner kills", r.runner_kills);
@@ -554,7 +563,7 @@ int g_acks_fd = -1;
 // Reports a step failpoint to the demo and waits for its verdict: a byte to go
 // on, or a SIGKILL.
 void ReportToParent(const char* name) {
-  if (std::strncmp(name, "steps.", 6) != 0) return;
+  if (std::strncmp(name, "steps.", 6) != 0 && std::strncmp(name, "kafka.", 6) != 0) return;
   std::string line = absl::StrCat(name, "\n");
   if (write(g_events_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(3);
   char verdict = 0;
@@ -578,6 +587,31 @@ absl::StatusOr<int64_t> OpenOperations(Store& store, const std::string& run_id) 
 }
 }  // namespace
 
+namespace internal {
+absl::StatusOr<std::string> NaiveRefundEffect(const ChannelClient& channel, FaultInjector& faults,
+                                              const std::string& key, const Order& order,
+                                              Transaction& tx) {
+  IDEM_RETURN_IF_ERROR(channel.Reverse(key, order.order_no, order.amount).status());
+  IDEM_RETURN_IF_ERROR(tx.Exec("INSERT INTO demo_refund_ledger (order_no, biz_type,"
+                               " amount, run_id) VALUES (?, 'refund', ?, ?)",
+                               {order.order_no, order.amount, order.run_id})
+                           .status());
+  if (faults.Fire()) return absl::DeadlineExceededError("ledger: statement timeout");
+  if (faults.Fire()) return absl::UnavailableError("inbox: unavailable");
+  IDEM_RETURN_IF_ERROR(
+      tx.Exec("INSERT INTO demo_refund_inbox (message_id, order_no, run_id) VALUES (?, ?, ?)",
+              {absl::StrCat("msg-", order.order_no), order.order_no, order.run_id})
+          .status());
+  return std::string("done");
+}
+
+void ReportFailpointsToParent(int events_fd, int acks_fd) {
+  g_events_fd = events_fd;
+  g_acks_fd = acks_fd;
+  SetFailpointHook(&ReportToParent);
+}
+}  // namespace internal
+
 absl::Status RunRefundRunner(const RunnerOptions& o) {
   if (o.run_id.empty() || o.orders < 1) {
     return absl::InvalidArgumentError("refund-runner needs --run-id and --orders >= 1");
@@ -592,9 +626,7 @@ absl::Status RunRefundRunner(const RunnerOptions& o) {
   StepRunner runner(*store, ro);
   IDEM_RETURN_IF_ERROR(runner.Register(RefundOperation(channel, &faults)));
   if (o.events_fd >= 0 && o.acks_fd >= 0) {
-    g_events_fd = o.events_fd;
-    g_acks_fd = o.acks_fd;
-    SetFailpointHook(&ReportToParent);
+    internal::ReportFailpointsToParent(o.events_fd, o.acks_fd);
   }
   const absl::Time deadline = absl::Now() + o.deadline;
   for (int i = 1; i <= o.orders; ++i) {

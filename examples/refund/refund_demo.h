@@ -31,6 +31,11 @@ struct DemoOptions {
   uint64_t seed = 1;
   std::string store;   // empty: a fresh SQLite file in a temporary directory
   bool naive = false;  // the seed's offset-keyed dedupe instead of the step machine
+  // "direct": the runner takes the orders from the demo; "kafka": through
+  // librdkafka's mock cluster, consumed by `idem demo refund-consumer` children
+  // (redeliveries, a rebalance, kills), keyed by the business key — or, with
+  // naive, by (topic, partition, offset) + consumer id.
+  std::string transport = "direct";
   std::string self_exe = "/proc/self/exe";      // idem-demo (`idem demo`), for the child processes
   absl::Duration deadline = absl::Minutes(10);  // give up (an error) after this
 };
@@ -50,6 +55,7 @@ struct DemoReport {
   int64_t compensated = 0;  // operations COMPENSATED
   int64_t manual = 0;       // operations COMPENSATION_REQUIRED
   int64_t runner_kills = 0;
+  int64_t rebalance_joins = 0;  // --transport kafka: consumers that joined mid-run
   // Context for the summary.
   int64_t channel_calls = 0;  // reversals the channel made (cancelled included)
   int64_t channel_cancelled = 0;
@@ -91,6 +97,29 @@ struct RunnerOptions {
   absl::Duration deadline = absl::Minutes(10);
 };
 absl::Status RunRefundRunner(const RunnerOptions& options);
+
+// The child of --transport kafka: `idem demo refund-consumer`. A consumer of
+// `topic` in `group` on `brokers` until SIGKILLed/SIGTERMed: with naive false the
+// idem Runner (kafka/runner.h) keyed by `{order_no}:{action}`, its message
+// records in `records`, each order's refund run as a StepRunner operation on
+// `store`; with naive true the seed's consumer, a Guard on `store` keyed by
+// (topic, partition, offset) + `consumer_id`. Failpoints go to events_fd/acks_fd
+// as RunnerOptions' do.
+struct ConsumerOptions {
+  std::string brokers;
+  std::string group;
+  std::string topic;
+  std::string consumer_id;
+  std::string store;
+  std::string records;
+  std::string channel_url;
+  double fault_rate = 0;
+  uint64_t seed = 1;
+  bool naive = false;
+  int events_fd = -1;
+  int acks_fd = -1;
+};
+absl::Status RunRefundConsumer(const ConsumerOptions& options);
 
 // The order of number `i` (1-based) in run `run_id`, with its amount.
 Order DemoOrder(const std::string& run_id, int i);

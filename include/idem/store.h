@@ -305,17 +305,6 @@ class Store {
     return std::nullopt;
   }
 
-  // The records matching `query`, at most query.limit, without their result and
-  // error (a page for people and for purge, not a replay), read outside any
-  // transaction. Ordered by tenant, then key (in an order each store fixes; pages
-  // of one store never skip or repeat a record that stays there: pass the last
-  // one's (tenant, key) as query.after). kInvalidArgument for a limit outside
-  // 1 … 10000; kUnimplemented on a store that cannot list (the default). Blocks.
-  virtual absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) {
-    (void)query;
-    return absl::UnimplementedError("this store cannot list its records");
-  }
-
   // Called with (tenant, key) whenever a claim of this store's database is completed,
   // failed or released by any process, where the database can say so (postgres://:
   // LISTEN/NOTIFY, sent in the finishing transaction, delivered at its commit; off
@@ -329,6 +318,17 @@ class Store {
       std::function<void(std::string_view tenant, std::string_view key)> finished) {
     (void)finished;
     return nullptr;
+  }
+
+  // The records matching `query`, at most query.limit, without their result and
+  // error (a page for people and for purge, not a replay), read outside any
+  // transaction. Ordered by tenant, then key (in an order each store fixes; pages
+  // of one store never skip or repeat a record that stays there: pass the last
+  // one's (tenant, key) as query.after). kInvalidArgument for a limit outside
+  // 1 … 10000; kUnimplemented on a store that cannot list (the default). Blocks.
+  virtual absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) {
+    (void)query;
+    return absl::UnimplementedError("this store cannot list its records");
   }
 
   // Returns OK when the store answers (readiness), kUnavailable otherwise.

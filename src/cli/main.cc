@@ -89,8 +89,8 @@ int Main(int argc, char** argv) {
   return RunCommandLine(argc, argv,
                         {&AddServeCommand, &AddInspectCommand, &AddTtlCommand, &AddMigrateCommand,
                          &AddStuckCommand, &AddTokenCommand, &AddProxyCommand,
-                         &AddDiagnoseCommand, &AddReconCommand, &AddBridgeCommand, &AddPurgeCommand,
-                         &AddRecordsCommand},
+                         &AddDiagnoseCommand, &AddReconCommand, &AddBridgeCommand,
+                         &AddPurgeCommand, &AddRecordsCommand},
                         ExternalHelp());
 }
 

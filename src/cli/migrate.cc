@@ -2,6 +2,8 @@
 // it found and did.
 //
 //   idem migrate --store postgres://idem@db/app [--dry-run]
+//   idem migrate --from sqlite://./idem.db --to rocksdb://./idem-db [--dry-run]
+//     (copies records between stores: migrate_copy.cc)
 //
 // Opening a store already creates/upgrades its schema idempotently (under a lock, so
 // processes starting together do not race); migrate does exactly that open, but
@@ -35,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
+#include "cli/migrate_copy.h"
 #include "cli/reason.h"
 #include "core/absl_compat.h"
 #include "idem/idem.h"
@@ -46,6 +49,9 @@ namespace {
 struct MigrateFlags {
   std::string store = "sqlite://./idem.db";
   bool dry_run = false;
+  std::string from;  // --from/--to: copy records between stores (migrate_copy.h)
+  std::string to;
+  int batch = 500;
 };
 
 bool HasTable(const SchemaInfo& info, std::string_view name) {
@@ -166,7 +172,26 @@ CommandFn AddMigrateCommand(CLI::App& root) {
       ->capture_default_str();
   sub->add_flag("--dry-run", flags->dry_run,
                 "Only read: print what migrate would do, change nothing");
-  return [flags] { return RunMigrate(*flags); };
+  sub->add_option("--from", flags->from,
+                  "Copy every record of this store (opened read-only) into --to, e.g. "
+                  "--from sqlite://./idem.db --to rocksdb://./idem-db; records already in --to "
+                  "are kept; stop the servers on both first")
+      ->type_name("URL");
+  sub->add_option("--to", flags->to, "The store --from's records are copied into")
+      ->type_name("URL");
+  sub->add_option("--batch", flags->batch, "Records per transaction of a --from/--to copy")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  return [flags, sub] {
+    if (!flags->from.empty() || !flags->to.empty()) {
+      if (flags->from.empty() || flags->to.empty() || sub->count("--store") > 0) {
+        PrintReason("migrate: --from and --to go together, without --store");
+        return kExitUsage;
+      }
+      return RunMigrateCopy(flags->from, flags->to, flags->dry_run, flags->batch);
+    }
+    return RunMigrate(*flags);
+  };
 }
 
 }  // namespace idem::cli

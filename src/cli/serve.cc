@@ -67,6 +67,7 @@ struct ServeFlags {
   std::string cache_password_file;
   uint64_t cache_entries = 100000;  // in-process L1 size, 0: off
   std::string cache_ttl = "24h";
+  std::string wait_poll_max = "250ms";
   // Retention (SPEC §8): a purge every this long, in the background; "": none.
   std::string purge_every;
   int purge_batch = 100;
@@ -107,6 +108,14 @@ int RunServe(const ServeFlags& flags) {
     api_options.fail_open.insert(biz_type);
   }
   api_options.max_body_bytes = flags.server.max_body;
+  absl::StatusOr<absl::Duration> poll_max = ParseTtlDuration(flags.wait_poll_max, "--wait-poll-max");
+  if (!poll_max.ok() || *poll_max < api_options.wait_poll_min || *poll_max > absl::Minutes(1)) {
+    PrintReason("serve: --wait-poll-max '" + flags.wait_poll_max + "': " +
+                (poll_max.ok() ? std::string("must be between 15ms and 1m")
+                               : Str(poll_max.status().message())));
+    return kExitUsage;
+  }
+  api_options.wait_poll_max = *poll_max;
   api_options.metrics_require_token = flags.metrics_token;
 
   // Retention (SPEC §8): a configured TTL below the derived one is refused, with the
@@ -254,6 +263,12 @@ CommandFn AddServeCommand(CLI::App& root) {
       ->capture_default_str();
   sub->add_option("--cache-ttl,--cache_ttl", flags->cache_ttl,
                   "How long finished records stay cached (keep it below the retention TTL)")
+      ->capture_default_str();
+  sub->add_option("--wait-poll-max,--wait_poll_max", flags->wait_poll_max,
+                  "Longest pause between the reads of a claim that waits (wait_ms) on a key "
+                  "another request holds (15ms … 1m): each waiter costs the store one plain read "
+                  "per pause at most. On postgres:// a waiter is also woken at once when any "
+                  "process finishes the key (LISTEN/NOTIFY), so this can be long there")
       ->capture_default_str();
   sub->add_option("--purge-every,--purge_every", flags->purge_every,
                   "Purge records past their retention this often, in the background (as idem "

@@ -113,7 +113,7 @@ absl::Status Bridge::DeliverOne(const Message& m) {
     }
     switch (claim->outcome) {
       case Outcome::kReplayed:
-      case Outcome::kExpired:  // a duplicate later than its record: the tombstone says it ran
+      case Outcome::kExpired:  // delivered before its record was purged: not again
         skipped_.fetch_add(1, std::memory_order_relaxed);
         return absl::OkStatus();
       case Outcome::kCachedFailure:

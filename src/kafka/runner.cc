@@ -170,7 +170,11 @@ absl::Status Runner::TryChunk(absl::Span<const Message> messages,
         ++counted->executed;
         break;
       case Outcome::kReplayed:
-      case Outcome::kExpired:  // a duplicate later than its record: the tombstone says it ran
+        ++counted->replayed;
+        break;
+      case Outcome::kExpired:
+        // A redelivery later than the key's retention: its record was purged and a
+        // tombstone says it ran. It is not run again (SPEC §8); nothing to replay.
         ++counted->replayed;
         break;
       case Outcome::kInProgress:

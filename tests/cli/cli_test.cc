@@ -236,6 +236,73 @@ TEST_F(CliTest, ServeWithoutStoreRefusesToLeaveTheOldDefaultStoreBehind) {
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("idem migrate --from")));
 }
 
+// `idem migrate --from sqlite://… --to rocksdb://…` moves an earlier default store
+// over: every record byte for byte (a success, a cached failure, a live claim, keys
+// as bytes), nothing twice on a second run, a dry run that changes nothing, and a
+// destination record that disagrees kept and reported (exit 1).
+TEST_F(CliTest, MigrateFromSqliteToRocksdbCopiesEveryRecordOnce) {
+  const std::string from = "sqlite://" + dir_.file("idem.db");
+  const std::string to = "rocksdb://" + dir_.file("idem-db");
+  {
+    std::unique_ptr<Store> store = *OpenStore(from);
+    Guard guard(*store);
+    ASSERT_OK(guard.Run({.tenant = "acme", .biz_type = "refund", .key = "R-1", .fingerprint = "f"},
+                        [](Transaction&) -> absl::StatusOr<std::string> {
+                          return std::string(R"({"refund_id":"F-1"})");
+                        }));
+    EXPECT_FALSE(guard.Run({.tenant = "acme", .biz_type = "refund", .key = "R-2"},
+                           [](Transaction&) -> absl::StatusOr<std::string> {
+                             return absl::InvalidArgumentError("card declined");
+                           }).ok());
+    ASSERT_OK(guard.Claim({.tenant = "beta", .biz_type = "order", .key = std::string("k\0\xff", 3)}));
+    for (int i = 0; i < 7; ++i) {  // more than one --batch page
+      ASSERT_OK(guard.Claim({.biz_type = "refund", .key = "bulk-" + std::to_string(i)}));
+    }
+  }
+  Exec dry = Idem({"migrate", "--from", from, "--to", to, "--dry-run"});
+  EXPECT_EQ(dry.status, 0) << dry.err;
+  EXPECT_THAT(dry.out, HasSubstr("records: 10 (would copy 10, already there 0, differing 0)"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("idem-db")));
+
+  Exec r = Idem({"migrate", "--from", from, "--to", to, "--batch", "3"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("records: 10 (copied 10, already there 0, differing 0)"));
+  EXPECT_THAT(r.out, HasSubstr("action: copied"));
+  {
+    std::unique_ptr<Store> source = *OpenStore(from);
+    std::unique_ptr<Store> copy = *OpenStore(to);
+    for (const auto& [tenant, key] : std::vector<std::pair<std::string, std::string>>{
+             {"acme", "R-1"}, {"acme", "R-2"}, {"beta", std::string("k\0\xff", 3)},
+             {"default", "bulk-6"}}) {
+      absl::StatusOr<std::optional<Record>> want = source->Get(tenant, key);
+      absl::StatusOr<std::optional<Record>> got = copy->Get(tenant, key);
+      ASSERT_OK(want);
+      ASSERT_OK(got);
+      ASSERT_TRUE(want->has_value() && got->has_value()) << key;
+      EXPECT_EQ(**got, **want) << key;
+    }
+  }
+  r = Idem({"migrate", "--from", from, "--to", to});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("records: 10 (copied 0, already there 10, differing 0)"));
+  EXPECT_THAT(r.out, HasSubstr("action: nothing to copy"));
+
+  {  // the source moves on (R-9 claimed, bulk-0 completed) after the copy
+    std::unique_ptr<Store> store = *OpenStore(from);
+    Guard guard(*store);
+    ASSERT_OK(guard.Claim({.biz_type = "refund", .key = "R-9"}));
+    absl::StatusOr<std::optional<Record>> bulk = store->Get("default", "bulk-0");
+    ASSERT_OK(guard.Complete({.biz_type = "refund", .key = "bulk-0"}, (*bulk)->token, "{}"));
+  }
+  r = Idem({"migrate", "--from", from, "--to", to});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("records: 11 (copied 1, already there 9, differing 1)"));
+  EXPECT_THAT(r.err, HasSubstr("bulk-0"));
+
+  ExpectOneLineFailure(Idem({"migrate", "--from", from}), 2);
+  ExpectOneLineFailure(Idem({"migrate", "--from", from, "--to", from}), 2);
+}
+
 TEST_F(CliTest, HelpExitsZero) {
   Exec r = Idem({"--help"});
   EXPECT_EQ(r.status, 0);

@@ -139,6 +139,52 @@ void WaitersSeeAnotherServersComplete(const std::string& url, const std::string&
   EXPECT_EQ(b.Stop(), 0);
 }
 
+// On PostgreSQL the complete on server B wakes the waiters on server A at once
+// (LISTEN/NOTIFY, issue 11 §3): A's polls back off towards 30 s (--wait-poll-max),
+// so only the notification can answer them within the 2 s allowed here.
+TEST(SharedStore, PostgresWaitersAreWokenByAnotherServersNotify) {
+  TempDir dir;
+  const std::string url = PostgresUrl(dir.path());
+  ServeProcess a(dir.path() + "/a.err"), b(dir.path() + "/b.err");
+  ASSERT_THAT(a.Start({"--listen", "127.0.0.1:0", "--store", url, "--tenant", "t:tok",
+                       "--wait-poll-max", "30s"}),
+              ::testing::StartsWith("listening on "))
+      << a.stderr_text();
+  ASSERT_THAT(b.Start({"--listen", "127.0.0.1:0", "--store", url, "--tenant", "t:tok"}),
+              ::testing::StartsWith("listening on "))
+      << b.stderr_text();
+  ClientResponse held = Fetch(b.port(), "POST", "/v1/claims",
+                              R"({"biz_type":"refund","key":"R-notify"})", "tok");
+  ASSERT_EQ(held.status, 201) << held.body;
+  constexpr int kWaiters = 5;
+  std::vector<std::future<ClientResponse>> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.push_back(std::async(std::launch::async, [&] {
+      return Fetch(a.port(), "POST", "/v1/claims",
+                   R"({"biz_type":"refund","key":"R-notify","wait_ms":30000})", "tok");
+    }));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return Counter(a.port(), "idem_claim_waits_total") == kWaiters; }));
+  // The waiters' reads come at 15, 45, 105, … ms, doubling: at 1.9 s, 3.8 s, 7.7 s.
+  // Completed at ~4 s, a waiter that only polled would answer at 7.7 s.
+  std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+  ClientResponse done =
+      Fetch(b.port(), "POST", "/v1/claims/complete",
+            R"({"biz_type":"refund","key":"R-notify","token":1,"result":{"ok":true}})", "tok");
+  ASSERT_EQ(done.status, 200) << done.body;
+  const auto completed = std::chrono::steady_clock::now();
+  for (auto& w : waiters) {
+    ASSERT_EQ(w.wait_for(std::chrono::seconds(2)), std::future_status::ready)
+        << "a waiter was not woken by the other server's complete";
+    ClientResponse r = w.get();
+    EXPECT_EQ(r.status, 200) << r.body << r.error;
+    EXPECT_EQ(r.body, R"({"outcome":"replayed","result":{"ok":true}})");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - completed, std::chrono::seconds(2));
+  EXPECT_EQ(a.Stop(), 0);
+  EXPECT_EQ(b.Stop(), 0);
+}
+
 TEST(SharedStore, PostgresWaitersSeeAnotherServersComplete) {
   TempDir dir;
   WaitersSeeAnotherServersComplete(PostgresUrl(dir.path()), dir.path());

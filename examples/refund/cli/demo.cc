@@ -1,20 +1,22 @@
 // `idem demo`: runnable demonstrations.
 //
 //   idem demo refund [--orders 100] [--fault-rate 0.1] [--kill-runner 0.05] [--seed 1]
-//                    [--store URL] [--naive] [--json]
+//                    [--store URL] [--naive] [--transport direct|kafka] [--json]
 //
 // Replays seed 0's refund incident (examples/refund/refund_demo.h): a fake
 // payment channel process, the step runner as a child process killed at random
 // step failpoints, faults at the channel, the ledger and the inbox; then an audit.
 // Prints a summary table; with --json, a last line of counts. --naive runs the
-// seed's offset-keyed dedupe instead and shows its duplicates.
+// seed's offset-keyed dedupe instead and shows its duplicates. --transport kafka
+// sends the orders through librdkafka's mock cluster to consumer child processes
+// (`idem demo refund-consumer`), with a redelivery, a rebalance and kills.
 // Exit status: 0 the demo ran (with the step machine: and every effect happened
 // exactly once); 1 a duplicate or missing effect under the step machine, or an
 // operational failure; 2 bad usage.
 //
-// Two more subcommands exist for the demo's own child processes and are hidden
-// from --help: `idem demo channel` (the fake payment channel) and `idem demo
-// refund-runner`.
+// Three more subcommands exist for the demo's own child processes and are hidden
+// from --help: `idem demo channel` (the fake payment channel), `idem demo
+// refund-runner` and `idem demo refund-consumer`.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -37,7 +39,10 @@ struct DemoFlags {
   int64_t response_delay_ms = 1500;
   // demo refund-runner
   refund::RunnerOptions runner;
+  // demo refund-consumer
+  refund::ConsumerOptions consumer;
   CLI::App* refund_cmd = nullptr;
+  CLI::App* consumer_cmd = nullptr;
   CLI::App* channel_cmd = nullptr;
   CLI::App* runner_cmd = nullptr;
 };
@@ -88,6 +93,16 @@ int RunRunner(const DemoFlags& flags) {
   return kExitOk;
 }
 
+int RunConsumer(const DemoFlags& flags) {
+  spdlog::set_level(spdlog::level::err);  // the demo's summary tells the story
+  absl::Status s = refund::RunRefundConsumer(flags.consumer);
+  if (!s.ok()) {
+    PrintReason("demo refund-consumer: " + std::string(s.message()));
+    return s.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 CommandFn AddDemoCommand(CLI::App& root) {
@@ -119,6 +134,10 @@ CommandFn AddDemoCommand(CLI::App& root) {
                 "/tmp)");
   r->add_flag("--naive", flags->refund.naive,
               "Dedupe by message offset instead (the seed's design), to see its duplicates");
+  r->add_option("--transport", flags->refund.transport,
+                "How the orders reach the runner: direct, or kafka (librdkafka's mock cluster in "
+                "this process, consumers as child processes: redeliveries, a rebalance, kills)")
+      ->capture_default_str();
   r->add_flag("--json", flags->json, "End with one JSON line of the counts");
 
   CLI::App* c = demo->add_subcommand("channel", "The demo's fake payment channel (internal)");
@@ -141,8 +160,25 @@ CommandFn AddDemoCommand(CLI::App& root) {
   w->add_option("--events-fd", flags->runner.events_fd);
   w->add_option("--acks-fd", flags->runner.acks_fd);
 
+  CLI::App* k = demo->add_subcommand("refund-consumer", "The demo's Kafka consumer (internal)");
+  k->group("");  // hidden: started by `idem demo refund --transport kafka`
+  flags->consumer_cmd = k;
+  k->add_option("--brokers", flags->consumer.brokers)->required();
+  k->add_option("--group", flags->consumer.group)->required();
+  k->add_option("--topic", flags->consumer.topic)->required();
+  k->add_option("--consumer-id", flags->consumer.consumer_id)->required();
+  k->add_option("--store", flags->consumer.store)->required();
+  k->add_option("--records", flags->consumer.records);
+  k->add_option("--channel", flags->consumer.channel_url)->required();
+  k->add_option("--fault-rate", flags->consumer.fault_rate);
+  k->add_option("--seed", flags->consumer.seed);
+  k->add_flag("--naive", flags->consumer.naive);
+  k->add_option("--events-fd", flags->consumer.events_fd);
+  k->add_option("--acks-fd", flags->consumer.acks_fd);
+
   return [flags]() -> int {
     if (flags->refund_cmd->parsed()) return RunRefund(*flags);
+    if (flags->consumer_cmd->parsed()) return RunConsumer(*flags);
     if (flags->channel_cmd->parsed()) return RunChannel(*flags);
     if (flags->runner_cmd->parsed()) return RunRunner(*flags);
     PrintReason("demo: a demonstration is required: refund (see idem demo --help)");

@@ -447,10 +447,6 @@ class PostgresStore final : public Store {
     return out;
   }
 
-  absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override {
-    return sql::ListRecordsOnPool(pool_, query);
-  }
-
   // One listening connection per subscription (a server makes one), apart from
   // the pool.
   std::shared_ptr<void> SubscribeFinished(
@@ -462,6 +458,10 @@ class PostgresStore final : public Store {
           std::string tenant, key;
           if (ParseFinishedPayload(payload, &tenant, &key)) finished(tenant, key);
         });
+  }
+
+  absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override {
+    return sql::ListRecordsOnPool(pool_, query);
   }
 
   absl::Status Ping() override {
