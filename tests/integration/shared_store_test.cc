@@ -178,7 +178,7 @@ TEST(SharedStore, PostgresWaitersAreWokenByAnotherServersNotify) {
         << "a waiter was not woken by the other server's complete";
     ClientResponse r = w.get();
     EXPECT_EQ(r.status, 200) << r.body << r.error;
-    EXPECT_EQ(r.body, R"({"outcome":"replayed","result":{"ok":true}})");
+    EXPECT_EQ(r.body, R"({"outcome":"replayed","expires_at":null,"result":{"ok":true}})");
   }
   EXPECT_LT(std::chrono::steady_clock::now() - completed, std::chrono::seconds(2));
   EXPECT_EQ(a.Stop(), 0);
