@@ -42,6 +42,30 @@ void PutTime(nlohmann::json& j, const std::string& name, absl::Time t) {
   }
 }
 
+nlohmann::json RecordJson(const Record& r) {
+  nlohmann::json j = nlohmann::json::object();
+  PutBytes(j, "tenant", r.tenant);
+  PutBytes(j, "biz_type", r.biz_type);
+  PutBytes(j, "key", r.key);
+  j["state"] = std::string(RecordStateName(r.state));
+  j["token"] = r.token;
+  PutTime(j, "lease_until", r.lease_until);
+  if (r.fingerprint.empty()) {
+    j["fingerprint"] = nullptr;
+  } else {
+    PutBytes(j, "fingerprint", r.fingerprint);
+  }
+  PutTime(j, "created_at", r.created_at);
+  PutTime(j, "updated_at", r.updated_at);
+  if (r.expires_at == absl::InfiniteFuture()) {
+    j["expires_at"] = nullptr;  // kept for ever
+  } else {
+    PutTime(j, "expires_at", r.expires_at);
+  }
+  PutTime(j, "purged_at", r.purged_at);
+  return j;
+}
+
 std::string_view DefaultServeStore() {
 #if IDEM_HAVE_ROCKSDB
   return "rocksdb://./idem-db";

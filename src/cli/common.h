@@ -29,6 +29,11 @@ void PutBytes(nlohmann::json& j, const std::string& name, std::string_view bytes
 // `name`: FormatUtc(t), or null for absl::InfinitePast().
 void PutTime(nlohmann::json& j, const std::string& name, absl::Time t);
 
+// A record as `idem inspect` and `idem records list` print it, without its result
+// and error: expires_at null when it is kept for ever, purged_at null unless it is a
+// tombstone.
+nlohmann::json RecordJson(const Record& r);
+
 // OpenStore creates a missing SQLite file (and its schema); a read-only command on
 // a typo'd path must not leave an empty database behind, so a missing file is
 // reported here as kUnavailable. The URL's parameters are still checked first (by

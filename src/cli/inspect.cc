@@ -67,29 +67,10 @@ std::string Human(const Record& r, absl::Time now) {
 }
 
 nlohmann::json Json(const Record& r, absl::Time now) {
-  nlohmann::json j = nlohmann::json::object();
-  PutBytes(j, "tenant", r.tenant);
-  PutBytes(j, "biz_type", r.biz_type);
-  PutBytes(j, "key", r.key);
-  j["state"] = std::string(RecordStateName(r.state));
-  j["token"] = r.token;
-  PutTime(j, "lease_until", r.lease_until);
+  nlohmann::json j = RecordJson(r);
   j["lease_live"] = r.lease_until != absl::InfinitePast() && r.lease_until > now;
-  if (r.fingerprint.empty()) {
-    j["fingerprint"] = nullptr;
-  } else {
-    PutBytes(j, "fingerprint", r.fingerprint);
-  }
   PutBytes(j, "result", r.result);
   PutBytes(j, "error", r.error);
-  PutTime(j, "created_at", r.created_at);
-  PutTime(j, "updated_at", r.updated_at);
-  if (r.expires_at == absl::InfiniteFuture()) {
-    j["expires_at"] = nullptr;  // kept for ever
-  } else {
-    PutTime(j, "expires_at", r.expires_at);
-  }
-  PutTime(j, "purged_at", r.purged_at);
   return j;
 }
 

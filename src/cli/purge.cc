@@ -47,16 +47,6 @@ struct PurgeFlags {
   bool json = false;
 };
 
-std::string Summary(const PurgeStats& s, bool dry_run) {
-  return absl::StrCat(s.scanned, " expired records found, ", s.tombstoned,
-                      dry_run ? " to tombstone, " : " tombstoned, ", s.deleted,
-                      dry_run ? " to delete, " : " deleted, ", s.tombstones_dropped,
-                      dry_run ? " old tombstones to drop, " : " old tombstones dropped, ", s.kept,
-                      " kept, ", s.operations_deleted,
-                      dry_run ? " step operations to delete" : " step operations deleted", " (",
-                      s.batches, " batches)");
-}
-
 int RunPurge(const PurgeFlags& flags) {
   std::string derivation;
   absl::StatusOr<RetentionPolicy> policy = RetentionFromConfig(&derivation);
@@ -105,7 +95,7 @@ int RunPurge(const PurgeFlags& flags) {
     return ExitCodeForStoreError(store.status());
   }
   options.progress = [&](const PurgeStats& s) {
-    std::fprintf(stderr, "purge: %s\n", Summary(s, flags.dry_run).c_str());
+    std::fprintf(stderr, "purge: %s\n", DescribePurge(s, flags.dry_run).c_str());
     std::fflush(stderr);
   };
   absl::StatusOr<PurgeStats> stats = Purge(**store, options);
@@ -126,7 +116,7 @@ int RunPurge(const PurgeFlags& flags) {
                         {"batches", stats->batches}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s%s\n", Summary(*stats, flags.dry_run).c_str(),
+    std::printf("%s%s\n", DescribePurge(*stats, flags.dry_run).c_str(),
                 flags.dry_run ? " (dry run: nothing changed)" : "");
   }
   std::fflush(stdout);

@@ -59,30 +59,6 @@ std::string TimeText(absl::Time t) {
   return s.empty() ? "-" : s;
 }
 
-nlohmann::json Json(const Record& r) {
-  nlohmann::json j = nlohmann::json::object();
-  PutBytes(j, "tenant", r.tenant);
-  PutBytes(j, "biz_type", r.biz_type);
-  PutBytes(j, "key", r.key);
-  j["state"] = std::string(RecordStateName(r.state));
-  j["token"] = r.token;
-  PutTime(j, "lease_until", r.lease_until);
-  if (r.fingerprint.empty()) {
-    j["fingerprint"] = nullptr;
-  } else {
-    PutBytes(j, "fingerprint", r.fingerprint);
-  }
-  PutTime(j, "created_at", r.created_at);
-  PutTime(j, "updated_at", r.updated_at);
-  if (r.expires_at == absl::InfiniteFuture()) {
-    j["expires_at"] = nullptr;
-  } else {
-    PutTime(j, "expires_at", r.expires_at);
-  }
-  PutTime(j, "purged_at", r.purged_at);
-  return j;
-}
-
 int RunList(const ListFlags& flags) {
   RecordQuery query;
   if (!flags.tenant.empty()) {
@@ -175,7 +151,7 @@ int RunList(const ListFlags& flags) {
   }
   if (flags.json) {
     nlohmann::json list = nlohmann::json::array();
-    for (const Record& r : out) list.push_back(Json(r));
+    for (const Record& r : out) list.push_back(RecordJson(r));
     std::printf("%s\n", nlohmann::json{{"records", std::move(list)}}.dump(2).c_str());
   } else if (out.empty()) {
     std::printf("no records\n");

@@ -149,6 +149,16 @@ std::string FormatDerivation(const TtlDerivation& d) {
   return out;
 }
 
+std::string DescribePurge(const PurgeStats& s, bool dry_run) {
+  return absl::StrCat(s.scanned, " expired records found, ", s.tombstoned,
+                      dry_run ? " to tombstone, " : " tombstoned, ", s.deleted,
+                      dry_run ? " to delete, " : " deleted, ", s.tombstones_dropped,
+                      dry_run ? " old tombstones to drop, " : " old tombstones dropped, ",
+                      s.kept, " kept, ", s.operations_deleted,
+                      dry_run ? " step operations to delete" : " step operations deleted", " (",
+                      s.batches, " batches)");
+}
+
 std::string DescribePolicy(const RetentionPolicy& policy) {
   std::string out;
   for (const auto& [biz_type, r] : policy.entries()) {

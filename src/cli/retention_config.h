@@ -46,6 +46,11 @@ absl::StatusOr<RetentionPolicy> RetentionFromConfig(std::string* derivation = nu
 // and "TTL = a + b = c (n days)".
 std::string FormatDerivation(const TtlDerivation& d);
 
+// What a purge did (or, dry run, would do), in one line: "3 expired records found,
+// 2 tombstoned, 0 deleted, 1 old tombstones dropped, 1 kept, 0 step operations
+// deleted (2 batches)".
+std::string DescribePurge(const PurgeStats& stats, bool dry_run);
+
 // One line per biz_type of `policy`: "refund: ttl 90d (derived 90d: reconciliation
 // cycle 30d + safety margin 60d), tombstones 90d".
 std::string DescribePolicy(const RetentionPolicy& policy);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cli/retention_config.h"
 #include "spdlog/spdlog.h"
 
 namespace idem::cli {
@@ -48,11 +49,8 @@ void ScheduledPurge::Loop() {
     dropped_.fetch_add(stats->tombstones_dropped, std::memory_order_relaxed);
     operations_.fetch_add(stats->operations_deleted, std::memory_order_relaxed);
     last_success_unix_.store(absl::ToUnixSeconds(absl::Now()), std::memory_order_relaxed);
-    spdlog::info(
-        "purge: {} expired records found, {} tombstoned, {} deleted, {} old tombstones "
-        "dropped, {} kept, {} step operations deleted in {}",
-        stats->scanned, stats->tombstoned, stats->deleted, stats->tombstones_dropped, stats->kept,
-        stats->operations_deleted, absl::FormatDuration(absl::Now() - started));
+    spdlog::info("purge: {} in {}", DescribePurge(*stats, /*dry_run=*/false),
+                 absl::FormatDuration(absl::Now() - started));
   }
 }
 

@@ -93,7 +93,7 @@ absl::StatusOr<Result> Guard::RunIn(StoreTransaction& tx, const Request& request
   }
   IDEM_RETURN_IF_ERROR(AsStoreFault(tx.Exec(kRelease).status()));
   return Result{.outcome = Outcome::kExecuted, .value = std::move(done.result),
-                .token = done.token};
+                .token = done.token, .expires_at = done.expires_at};
 }
 
 // RunIn without the savepoint: claim, handler, result, and on anything but
@@ -111,7 +111,8 @@ absl::StatusOr<Result> Guard::RunUnconfined(StoreTransaction& tx, const Request&
   done.updated_at = options_.clock->Now();
   IDEM_ASSIGN_OR_RETURN(bool moved, Fault(tx.Replace(done, token, RecordState::kProcessing)));
   if (!moved) return absl::AbortedError("record moved during the handler; roll back");
-  return Result{.outcome = Outcome::kExecuted, .value = std::move(done.result), .token = token};
+  return Result{.outcome = Outcome::kExecuted, .value = std::move(done.result), .token = token,
+                .expires_at = done.expires_at};
 }
 
 }  // namespace idem

@@ -1,6 +1,5 @@
 #include "store/memory/memory_store.h"
 
-#include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -8,8 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "idem/status.h"
+#include "store/record_query.h"
 
 namespace idem {
 namespace {
@@ -132,10 +132,7 @@ class MemoryStore final : public Store {
   }
 
   absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override {
-    if (query.limit < 1 || query.limit > 10000) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a page of records holds 1 … 10000 records, not ", query.limit));
-    }
+    IDEM_RETURN_IF_ERROR(store::CheckRecordQuery(query));
     std::vector<Record> out;
     absl::MutexLock lock(&mu_);
     auto it = query.after.has_value() ? records_.upper_bound(*query.after)
@@ -143,18 +140,8 @@ class MemoryStore final : public Store {
                                          : records_.begin();
     for (; it != records_.end() && static_cast<int>(out.size()) < query.limit; ++it) {
       const Record& r = it->second;
-      if (query.tenant.has_value()) {
-        if (r.tenant < *query.tenant) continue;
-        if (r.tenant > *query.tenant) break;
-      }
-      if (query.biz_type.has_value() && r.biz_type != *query.biz_type) continue;
-      if (!query.states.empty() &&
-          std::find(query.states.begin(), query.states.end(), r.state) == query.states.end()) {
-        continue;
-      }
-      if (query.purged.has_value() && r.purged() != *query.purged) continue;
-      if (r.created_at >= query.created_before) continue;
-      if (query.expires_by != absl::InfiniteFuture() && r.expires_at > query.expires_by) continue;
+      if (query.tenant.has_value() && r.tenant > *query.tenant) break;  // past its keys
+      if (!store::Matches(query, r)) continue;
       Record page = r;
       page.result.clear();
       page.error.clear();

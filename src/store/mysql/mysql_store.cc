@@ -390,12 +390,7 @@ class MysqlStore final : public Store {
   }
 
   absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override {
-    std::vector<Record> out;
-    IDEM_RETURN_IF_ERROR(pool_.Run([&](Connection& c) -> absl::Status {
-      IDEM_ASSIGN_OR_RETURN(out, sql::ListRecords(c, query));
-      return absl::OkStatus();
-    }));
-    return out;
+    return sql::ListRecordsOnPool(pool_, query);
   }
 
   absl::Status Ping() override {

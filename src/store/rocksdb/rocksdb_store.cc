@@ -1,6 +1,5 @@
 #include "store/rocksdb/rocksdb_store.h"
 
-#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,6 +12,7 @@
 #include "rocksdb/utilities/transaction.h"
 #include "rocksdb/utilities/transaction_db.h"
 #include "store/record_codec.h"
+#include "store/record_query.h"
 #include "store/rocksdb/rocksdb_db.h"
 #include "store/store_url.h"
 
@@ -237,10 +237,7 @@ class RocksdbStore final : public Store {
   // keys by bytes), the cheap head of each record checked before the whole of it
   // is decoded.
   absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override {
-    if (query.limit < 1 || query.limit > 10000) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a page of records holds 1 … 10000 records, not ", query.limit));
-    }
+    IDEM_RETURN_IF_ERROR(store::CheckRecordQuery(query));
     std::vector<Record> out;
     if (db_ == nullptr) return out;
     const std::string prefix =
@@ -256,17 +253,9 @@ class RocksdbStore final : public Store {
       if (db_key == after) continue;
       const std::string_view bytes(it->value().data(), it->value().size());
       IDEM_ASSIGN_OR_RETURN(store::RecordHead head, store::DecodeRecordHead(bytes));
-      if (!query.states.empty() &&
-          std::find(query.states.begin(), query.states.end(), head.state) == query.states.end()) {
-        continue;
-      }
-      if (query.purged.has_value() && head.purged() != *query.purged) continue;
-      if (head.created_at >= query.created_before) continue;
-      if (query.expires_by != absl::InfiniteFuture() && head.expires_at > query.expires_by) {
-        continue;
-      }
+      if (!store::HeadMatches(query, head)) continue;
       IDEM_ASSIGN_OR_RETURN(Record r, store::DecodeRecord(bytes));
-      if (query.biz_type.has_value() && r.biz_type != *query.biz_type) continue;
+      if (!store::Matches(query, r)) continue;
       r.result.clear();
       r.error.clear();
       out.push_back(std::move(r));

@@ -1,6 +1,7 @@
 #include "store/sql/records.h"
 
 #include "core/absl_compat.h"
+#include "store/record_query.h"
 
 namespace idem::sql {
 namespace {
@@ -43,10 +44,7 @@ std::array<Value, 5> DeleteParams(const Record& e) {
 }
 
 absl::StatusOr<ListStatement> ListRecordsStatement(const RecordQuery& q) {
-  if (q.limit < 1 || q.limit > 10000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a page of records holds 1 … 10000 records, not ", q.limit));
-  }
+  IDEM_RETURN_IF_ERROR(store::CheckRecordQuery(q));
   ListStatement st;
   // result and error stay on the server: a page is for finding records.
   st.sql =

@@ -133,6 +133,18 @@ absl::StatusOr<std::vector<Record>> ListRecords(Conn& conn, const RecordQuery& q
   return out;
 }
 
+// Store::ListRecords on a sql::Pool of a server database: Pool::Run lends a
+// connection (and replaces one that died while idle).
+template <typename Pool>
+absl::StatusOr<std::vector<Record>> ListRecordsOnPool(Pool& pool, const RecordQuery& query) {
+  std::vector<Record> out;
+  IDEM_RETURN_IF_ERROR(pool.Run([&](auto& conn) -> absl::Status {
+    IDEM_ASSIGN_OR_RETURN(out, ListRecords(conn, query));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
 // The record of (tenant, key) read by `select` (kSelectRecord, or a locking form of
 // it) through `conn.Query`, or nullopt when there is none.
 template <typename Conn>
