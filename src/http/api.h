@@ -91,7 +91,9 @@ struct ApiOptions {
   // A claim that waits (wait_ms) re-reads its record after wait_poll_min, then
   // twice as long each time up to wait_poll_max: one plain read (no locking
   // transaction) per waiter per wait_poll_max at most while the holder's lease
-  // runs. A complete or fail through this process wakes its waiters at once.
+  // runs. Waiters on one key whose polls fall within wait_poll_min of each other
+  // share one read. A complete or fail through this process wakes its waiters at
+  // once.
   absl::Duration wait_poll_min = absl::Milliseconds(15);
   absl::Duration wait_poll_max = absl::Milliseconds(250);
   bool metrics_require_token = false;

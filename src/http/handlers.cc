@@ -177,13 +177,18 @@ Reply Api::Poll(const WaitingClaim& waiting) {
     const uint64_t epoch = watch_.Epoch();
     const absl::Duration next = std::min(waiting.poll_interval * 2, options_.wait_poll_max);
     if (now < waiting.deadline) {
-      metrics_.CountPoll();
-      absl::StatusOr<std::optional<Record>> record =
-          store_.Get(waiting.request.tenant, waiting.request.key);
+      // Every waiter on the key within wait_poll_min shares one read (KeyWatch::Read).
+      const KeyWatch::SharedRead shared =
+          watch_.Read(waiting.request.tenant, waiting.request.key, now, options_.wait_poll_min,
+                      [&]() -> KeyWatch::RecordRead {
+                        metrics_.CountPoll();
+                        return store_.Get(waiting.request.tenant, waiting.request.key);
+                      });
+      const KeyWatch::RecordRead& record = *shared.value;
       if (record.ok() && record->has_value() && (*record)->state == RecordState::kProcessing &&
           (*record)->biz_type == waiting.request.biz_type && (*record)->lease_until > now) {
         return InProgress(waiting.request, waiting.lease, waiting.deadline,
-                          (*record)->lease_until, next, epoch);
+                          (*record)->lease_until, next, std::min(epoch, shared.epoch));
       }
     }
     return ClaimAnswer(waiting.request, waiting.lease, waiting.deadline, next, epoch);

@@ -182,7 +182,8 @@ std::string Metrics::Render() const {
                   "# TYPE idem_claim_waits_total counter\n"
                   "idem_claim_waits_total ",
                   Load(waits_), "\n",
-                  "# HELP idem_claim_polls_total Record reads by claims that wait.\n"
+                  "# HELP idem_claim_polls_total Store reads by claims that wait (the waiters on one key "
+                  "share a read).\n"
                   "# TYPE idem_claim_polls_total counter\n"
                   "idem_claim_polls_total ",
                   Load(polls_), "\n");

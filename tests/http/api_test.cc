@@ -333,6 +333,39 @@ TEST_F(ApiTest, WaitAttachesToTheHolderAndGetsItsResult) {
   EXPECT_EQ(w.response.body, R"({"outcome":"replayed","expires_at":null,"result":{"ok" :true}})");
 }
 
+// Issue 11 §3: the polls of many waiters on one key share a store read while it is
+// fresh (wait_poll_min), so waiting costs the store one read per key per window, not
+// one per waiter; a complete through this Api is seen by the very next poll.
+TEST_F(ApiTest, WaitersOnOneKeyShareTheirPollsReads) {
+  ASSERT_EQ(Claim("K").status, 201);
+  auto polls = [&] {
+    const std::string text = metrics_.Render();
+    const size_t at = text.find("\nidem_claim_polls_total ");
+    return std::stoll(text.substr(at + 24));
+  };
+  std::vector<Reply> waiters;
+  for (int i = 0; i < 50; ++i) {
+    waiters.push_back(api_->Handle({"POST", "/v1/claims", "Bearer tok-a",
+                                    R"({"biz_type":"refund","key":"K","wait_ms":5000})"}));
+    ASSERT_NE(waiters.back().waiting, nullptr);
+  }
+  const long long before = polls();
+  for (Reply& w : waiters) {
+    w = api_->Poll(*w.waiting);
+    ASSERT_NE(w.waiting, nullptr);
+  }
+  EXPECT_EQ(polls() - before, 1);
+  clock_.Advance(absl::Milliseconds(15));  // the shared read is no longer fresh
+  for (Reply& w : waiters) w = api_->Poll(*w.waiting);
+  EXPECT_EQ(polls() - before, 2);
+  ASSERT_EQ(Complete("K", 1, R"({"ok":true})").status, 200);  // no clock step needed
+  for (Reply& w : waiters) {
+    w = api_->Poll(*w.waiting);
+    EXPECT_EQ(w.waiting, nullptr);
+    EXPECT_EQ(w.response.status, 200);
+  }
+}
+
 TEST_F(ApiTest, WaitEndsIn409WhenTimeRunsOut) {
   ASSERT_EQ(Claim("K").status, 201);
   Reply w = api_->Handle(

@@ -1,11 +1,14 @@
 // KeyWatch (issue 11 §3): Notify wakes the watchers of its key only, once; a
 // dropped handle is never woken; a Notify between a waiter's read and its Watch
-// (seen through the epoch) wakes it at once, so no completion is missed.
+// (seen through the epoch) wakes it at once, so no completion is missed. Read
+// shares one store read of a key among the polls within its window, never across a
+// Notify, never a failed one.
 #include "http/key_watch.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -84,6 +87,117 @@ TEST(KeyWatchTest, ConcurrentWatchersAndNotifiersMissNothing) {
   EXPECT_EQ(woken.load(), kWatchers);
   handles.clear();
   EXPECT_EQ(watch.watching(), 0u);
+}
+
+Record Processing(std::string key) {
+  Record r;
+  r.key = std::move(key);
+  r.state = RecordState::kProcessing;
+  return r;
+}
+
+TEST(KeyWatchTest, PollsWithinTheWindowShareOneReadOfTheirKey) {
+  KeyWatch watch;
+  int reads = 0;
+  auto read = [&]() -> KeyWatch::RecordRead {
+    ++reads;
+    return std::optional<Record>(Processing("k"));
+  };
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const absl::Duration fresh = absl::Milliseconds(15);
+  KeyWatch::SharedRead a = watch.Read("t", "k", t0, fresh, read);
+  KeyWatch::SharedRead b = watch.Read("t", "k", t0 + absl::Milliseconds(14), fresh, read);
+  EXPECT_EQ(reads, 1);
+  EXPECT_EQ(a.value, b.value);  // the same read
+  ASSERT_TRUE(b.value->ok());
+  EXPECT_EQ((**b.value)->key, "k");
+  watch.Read("t", "other", t0, fresh, read);  // another key reads for itself
+  watch.Read("u", "k", t0, fresh, read);      // and so does another tenant's
+  EXPECT_EQ(reads, 3);
+  watch.Read("t", "k", t0 + absl::Milliseconds(15), fresh, read);  // the window is over
+  EXPECT_EQ(reads, 4);
+  watch.Read("t", "k", t0 + absl::Milliseconds(14), fresh, read);  // a clock stepped back
+  EXPECT_EQ(reads, 5);
+}
+
+TEST(KeyWatchTest, ANotifyDropsTheSharedReadOfItsKeyOnly) {
+  KeyWatch watch;
+  int reads = 0;
+  auto read = [&]() -> KeyWatch::RecordRead {
+    ++reads;
+    return std::optional<Record>();
+  };
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const absl::Duration fresh = absl::Seconds(10);
+  watch.Read("t", "k", t0, fresh, read);
+  watch.Read("t", "j", t0, fresh, read);
+  const uint64_t before = watch.Epoch();
+  watch.Notify("t", "k");  // completed through this process: the read is stale
+  KeyWatch::SharedRead k = watch.Read("t", "k", t0, fresh, read);
+  EXPECT_EQ(reads, 3);
+  EXPECT_GT(k.epoch, before);  // taken before this read, after the Notify
+  watch.Read("t", "j", t0, fresh, read);
+  EXPECT_EQ(reads, 3);
+}
+
+TEST(KeyWatchTest, AFailedReadIsNeverShared) {
+  KeyWatch watch;
+  int reads = 0;
+  auto down = [&]() -> KeyWatch::RecordRead {
+    ++reads;
+    return absl::UnavailableError("database is locked");
+  };
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  KeyWatch::SharedRead a = watch.Read("t", "k", t0, absl::Seconds(1), down);
+  EXPECT_EQ(a.value->status().code(), absl::StatusCode::kUnavailable);
+  watch.Read("t", "k", t0, absl::Seconds(1), down);
+  EXPECT_EQ(reads, 2);
+  EXPECT_EQ(watch.reads_kept(), 0u);
+}
+
+// 64 waiters whose polls meet one slow read wait for it instead of reading too,
+// and a read that a Notify overtakes hands its callers the epoch from before it, so
+// their Watch wakes at once.
+TEST(KeyWatchTest, ConcurrentPollsJoinTheReadInFlight) {
+  KeyWatch watch;
+  std::atomic<int> reads{0};
+  std::atomic<bool> release{false};
+  auto slow = [&]() -> KeyWatch::RecordRead {
+    ++reads;
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return std::optional<Record>(Processing("hot"));
+  };
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const uint64_t start = watch.Epoch();
+  std::vector<uint64_t> epochs(64);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 64; ++i) {
+    threads.emplace_back([&, i] {
+      epochs[i] = watch.Read("t", "hot", t0, absl::Seconds(1), slow).epoch;
+    });
+  }
+  while (reads.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the others queue up
+  release = true;
+  for (auto& t : threads) t.join();
+  // Threads scheduled after the read ended use it too; none read a second time.
+  EXPECT_EQ(reads.load(), 1);
+  for (uint64_t e : epochs) EXPECT_EQ(e, start);
+  int woken = 0;
+  watch.Notify("t", "unrelated");
+  KeyWatch::Handle h = watch.Watch("t", "hot", epochs[0], [&] { ++woken; });
+  EXPECT_EQ(woken, 1);  // a Notify since the shared read: re-poll at once
+}
+
+TEST(KeyWatchTest, StaleSharedReadsAreDroppedSoTheMapStaysSmall) {
+  KeyWatch watch;
+  auto read = []() -> KeyWatch::RecordRead { return std::optional<Record>(); };
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  for (int i = 0; i < 1000; ++i) {
+    watch.Read("t", "k" + std::to_string(i), t0 + absl::Milliseconds(20 * i),
+               absl::Milliseconds(15), read);
+  }
+  EXPECT_LE(watch.reads_kept(), 64u);
 }
 
 }  // namespace
