@@ -55,6 +55,16 @@ class Transaction {
   // Runs a query, as Exec, and returns its rows.
   virtual absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params = {}) = 0;
 
+  // Runs a query, as Query, handing its rows to `page` as they are read, at most
+  // `page_rows` at a time (each page carries the columns; `page` is called at least
+  // once, with no rows for an empty result), so memory stays bounded whatever the
+  // result's size. Stops at the first error `page` returns and returns
+  // it; `page` must not use this transaction. Errors as Query; kUnimplemented where
+  // the store cannot stream a result (the default: every store but sqlite://), so a
+  // caller pages with LIMIT or a cursor there instead.
+  virtual absl::Status QueryPages(std::string_view sql, absl::Span<const Value> params,
+                                  size_t page_rows, const std::function<absl::Status(Rows&)>& page);
+
   // State-machine transition (SPEC §3, seed 1 §3.3):
   //   UPDATE <table> SET <status_column> = to WHERE <id_column> = id AND <status_column> = from
   // Returns true when the row moved, false when it did not (already moved: a

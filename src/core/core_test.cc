@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/utf8.h"
 #include "idem/failpoint.h"
 #include "idem/fingerprint.h"
 #include "idem/guard.h"
@@ -103,6 +104,27 @@ TEST(FailpointDeathTest, ArmedThenDisarmedDoesNotFire) {
         std::exit(7);
       },
       ::testing::ExitedWithCode(7), "");
+}
+
+// IsUtf8 skips ASCII eight bytes at a time: a bad or multi-byte sequence at any
+// offset, inside or after a word, is still checked byte by byte.
+TEST(Utf8Test, EveryOffsetOfABadOrMultiByteSequenceIsChecked) {
+  for (size_t at = 0; at < 20; ++at) {
+    std::string s(20, 'a');
+    s[at] = '\xff';  // never valid UTF-8
+    EXPECT_FALSE(IsUtf8(s)) << at;
+    s[at] = '\xc3';  // a lead byte without its continuation...
+    EXPECT_FALSE(IsUtf8(s)) << at;
+    if (at + 1 < s.size()) {
+      s[at + 1] = '\xa9';  // ...and with it: "é"
+      EXPECT_TRUE(IsUtf8(s)) << at;
+    }
+  }
+  EXPECT_TRUE(IsUtf8(""));
+  EXPECT_TRUE(IsUtf8("R-0000000123 exactly 24B"));
+  EXPECT_FALSE(IsUtf8("12345678\xe2\x82"));  // a 3-byte sequence cut at the end
+  EXPECT_TRUE(IsUtf8("12345678\xe2\x82\xac"));  // "€"
+  EXPECT_FALSE(IsUtf8("12345678\xed\xa0\x80"));  // a surrogate
 }
 
 }  // namespace

@@ -125,6 +125,11 @@ absl::StatusOr<bool> Transaction::RecordEvent(std::string_view table,
   return inserted.status();
 }
 
+absl::Status Transaction::QueryPages(std::string_view, absl::Span<const Value>, size_t,
+                                     const std::function<absl::Status(Rows&)>&) {
+  return absl::UnimplementedError("this store does not stream query results");
+}
+
 absl::StatusOr<int64_t> Transaction::TryExec(std::string_view sql, absl::Span<const Value> params) {
   // SAVEPOINT/ROLLBACK TO is standard SQL on all three backends; it confines a
   // failure to the statement (PostgreSQL would otherwise abort the transaction).

@@ -1,10 +1,22 @@
 #include "core/utf8.h"
 
+#include <cstdint>
+#include <cstring>
+
 namespace idem {
+namespace {
+constexpr uint64_t kHighBits = 0x8080808080808080ULL;
+}  // namespace
 
 bool IsUtf8(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
+    // ASCII eight bytes at a time: keys, amounts and times usually are ASCII.
+    uint64_t word;
+    while (i + 8 <= s.size() && (std::memcpy(&word, s.data() + i, 8), word & kHighBits) == 0) {
+      i += 8;
+    }
+    if (i == s.size()) break;
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
       ++i;

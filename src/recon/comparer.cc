@@ -12,21 +12,19 @@ namespace {
 absl::Status Fill(const std::vector<StatementReader*>& readers, RowSorter& sorter,
                   std::atomic<int64_t>& read, const CompareOptions& options,
                   std::atomic<int64_t>& other, bool is_upstream) {
-  Row row;
   for (StatementReader* reader : readers) {
-    while (true) {
-      absl::StatusOr<bool> got = reader->Next(&row);
-      if (!got.ok()) return got.status();
-      if (!*got) break;
-      absl::Status s = sorter.Add(row);
-      if (!s.ok()) return s;
+    absl::Status s = reader->ReadAll([&](Row& row) {
+      absl::Status added = sorter.Add(row);
+      if (!added.ok()) return added;
       const int64_t n = read.fetch_add(1, std::memory_order_relaxed) + 1;
       if (options.progress && n % 100000 == 0) {
         const int64_t m = other.load(std::memory_order_relaxed);
         is_upstream ? options.progress(Side::kUpstream, n, m)
                     : options.progress(Side::kLocal, m, n);
       }
-    }
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
   }
   return sorter.Finish();
 }

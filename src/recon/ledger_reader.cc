@@ -38,7 +38,45 @@ class LedgerReader final : public StatementReader {
       absl::Status s = Fetch();
       if (!s.ok()) return s;
     }
-    const std::vector<Value>& values = page_.rows[at_++];
+    absl::Status s = Convert(page_.rows[at_++], row);
+    if (!s.ok()) return s;
+    return true;
+  }
+
+  // On a store that streams a result (sqlite://), the query runs once, as written,
+  // in the table's order: no key-ordered pages that fetch every row through the
+  // key's index (the sorter puts the rows in key order anyway). Elsewhere Next().
+  absl::Status ReadAll(const std::function<absl::Status(Row&)>& each) override {
+    if (tx_ != nullptr || done_) return StatementReader::ReadAll(each);  // Next() began
+    absl::Status s = Begin();
+    if (!s.ok()) return s;
+    bool paged = false;
+    Row row;
+    s = tx_->QueryPages(query_, {}, static_cast<size_t>(page_rows_), [&](Rows& page) {
+      paged = true;
+      if (!columns_checked_) {
+        page_.columns = page.columns;
+        absl::Status c = CheckColumns();
+        if (!c.ok()) return c;
+      }
+      for (const std::vector<Value>& values : page.rows) {
+        absl::Status c = Convert(values, &row);
+        if (c.ok()) c = each(row);
+        if (!c.ok()) return c;
+      }
+      return absl::OkStatus();
+    });
+    if (!paged && s.code() == absl::StatusCode::kUnimplemented) {
+      return StatementReader::ReadAll(each);  // pages through Next() on this transaction
+    }
+    done_ = true;
+    tx_->Rollback();  // read only: nothing to commit
+    return s;
+  }
+
+ private:
+  // One row of the query as a normalised Row; counts it (number_).
+  absl::Status Convert(const std::vector<Value>& values, Row* row) {
     ++number_;
     std::array<std::string, kFieldCount> text;
     std::array<std::string_view, kFieldCount> raw{};
@@ -68,10 +106,9 @@ class LedgerReader final : public StatementReader {
     if (!s.ok()) return Bad(values, std::string(s.message()));
     row->source = 0;
     row->line = number_;
-    return true;
+    return absl::OkStatus();
   }
 
- private:
   absl::Status Bad(const std::vector<Value>& values, std::string_view what) const {
     std::string key;
     const Value& k = values[index_[0]];

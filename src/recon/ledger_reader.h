@@ -8,10 +8,11 @@
 //
 // The query's columns are named after the fields (key, amount, currency, status,
 // time; on MySQL/MariaDB quote `key`). Memory stays bounded whatever the ledger's
-// size: PostgreSQL reads through a cursor (FETCH in pages); SQLite and MySQL read in
-// key order in pages (keyset pagination on the key compared as bytes, every row of
-// a key in one page), which is fast when the key column has an index (the ledger's
-// unique key usually is one).
+// size: SQLite runs the query once and streams its rows (Transaction::QueryPages,
+// in the table's order; ReadAll); PostgreSQL reads through a cursor (FETCH in
+// pages); MySQL, and Next() on SQLite, read in key order in pages (keyset pagination
+// on the key compared as bytes, every row of a key in one page), which is fast when
+// the key column has an index (the ledger's unique key usually is one).
 //
 // Amounts must be exact: an integer or text column. A floating-point value (REAL,
 // DOUBLE, and PostgreSQL NUMERIC, which the store reads as a double) is refused as

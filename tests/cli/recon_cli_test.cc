@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -29,6 +30,7 @@
 #include "recon/fields.h"
 #include "recon/ledger_reader.h"
 #include "testing/idem_cli.h"
+#include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 
 namespace idem::testing {
@@ -384,7 +386,9 @@ TEST_P(Recon, JsonlAndHotWindowFromTheWatermark) {
 
 // The ledger read in pages of 5 rows: every row comes exactly once, also the rows
 // of a key that straddles a page boundary, a key with more rows than a page, and
-// keys equal but for case (MariaDB's default collation would call them equal).
+// keys equal but for case (MariaDB's default collation would call them equal);
+// pulled (Next: key-ordered pages) and pushed (ReadAll: one streamed pass on
+// SQLite, the same pages elsewhere), with each row's number counted alike.
 TEST_P(Recon, LedgerPagesReadEveryRowOnce) {
   std::map<std::string, int> want;
   for (int i = 0; i < 40; ++i) {
@@ -413,7 +417,47 @@ TEST_P(Recon, LedgerPagesReadEveryRowOnce) {
       ++got[row.key];
     }
     EXPECT_EQ(got, want) << "page " << page;
+
+    reader = recon::OpenLedger(*store_, Query(), norm, page);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    std::map<std::string, int> pushed;
+    std::set<int64_t> numbers;
+    ASSERT_OK((*reader)->ReadAll([&](recon::Row& r) {
+      ++pushed[r.key];
+      numbers.insert(r.line);
+      return absl::OkStatus();
+    }));
+    EXPECT_EQ(pushed, want) << "page " << page;
+    ASSERT_EQ(numbers.size(), 54u);  // 38 single keys + 3 + 12 + p-005, numbered 1 … 54
+    EXPECT_EQ(*numbers.begin(), 1);
+    EXPECT_EQ(*numbers.rbegin(), 54);
+
+    // An error of the consumer ends the read and is what ReadAll returns.
+    reader = recon::OpenLedger(*store_, Query(), norm, page);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    int taken = 0;
+    absl::Status stop = (*reader)->ReadAll([&](recon::Row&) {
+      return ++taken == 7 ? absl::UnavailableError("disk full") : absl::OkStatus();
+    });
+    EXPECT_EQ(stop.code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(taken, 7);
   }
+}
+
+// A query without a compared column is refused by name, even when the ledger has
+// no row to read (the pushed read sees the columns of an empty result too).
+TEST_P(Recon, LedgerMissingColumnIsNamedOnAnEmptyLedger) {
+  recon::StatusRules rules;
+  absl::StatusOr<recon::ColumnMap> map = recon::ParseColumnMap("key=k,amount=a");
+  ASSERT_TRUE(map.ok());
+  recon::Normalizer norm(recon::Side::kLocal, *map, 0, absl::UTCTimeZone(), rules);
+  const std::string k = mysql_ ? "`key`" : "key";
+  absl::StatusOr<std::unique_ptr<recon::StatementReader>> reader =
+      recon::OpenLedger(*store_, "SELECT order_no AS " + k + " FROM ledger", norm);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  absl::Status s = (*reader)->ReadAll([](recon::Row&) { return absl::OkStatus(); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("returns no column 'amount'"));
 }
 
 // `idem serve`'s /metrics: no sample before recon made its table, then the last

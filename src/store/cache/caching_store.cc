@@ -44,6 +44,10 @@ class CachingTransaction final : public StoreTransaction {
   absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
     return inner_->Query(sql, params);
   }
+  absl::Status QueryPages(std::string_view sql, absl::Span<const Value> params, size_t page_rows,
+                          const std::function<absl::Status(Rows&)>& page) override {
+    return inner_->QueryPages(sql, params, page_rows, page);
+  }
 
   absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& record) override {
     return Claimed(record, inner_->InsertOrLoad(record));

@@ -1,5 +1,6 @@
 #include "store/sqlite/sqlite_conn.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/absl_compat.h"
@@ -152,43 +153,86 @@ absl::StatusOr<int64_t> Connection::Exec(std::string_view sql, absl::Span<const 
   return static_cast<int64_t>(sqlite3_changes64(db_));
 }
 
+namespace {
+
+std::vector<Value> RowOf(sqlite3_stmt* stmt, int n) {
+  std::vector<Value> row;
+  row.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    switch (sqlite3_column_type(stmt, i)) {
+      case SQLITE_INTEGER:
+        row.emplace_back(static_cast<long long>(sqlite3_column_int64(stmt, i)));
+        break;
+      case SQLITE_FLOAT:
+        row.emplace_back(sqlite3_column_double(stmt, i));
+        break;
+      case SQLITE_TEXT:
+        row.emplace_back(std::string(reinterpret_cast<const char*>(sqlite3_column_text(stmt, i)),
+                                     sqlite3_column_bytes(stmt, i)));
+        break;
+      case SQLITE_BLOB: {
+        const char* p = static_cast<const char*>(sqlite3_column_blob(stmt, i));
+        row.emplace_back(Blob{std::string(p == nullptr ? "" : p,
+                                          p == nullptr ? 0 : sqlite3_column_bytes(stmt, i))});
+        break;
+      }
+      default:
+        row.emplace_back(nullptr);
+    }
+  }
+  return row;
+}
+
+std::vector<std::string> ColumnsOf(sqlite3_stmt* stmt) {
+  std::vector<std::string> columns;
+  const int n = sqlite3_column_count(stmt);
+  for (int i = 0; i < n; ++i) columns.emplace_back(sqlite3_column_name(stmt, i));
+  return columns;
+}
+
+}  // namespace
+
 absl::StatusOr<Rows> Connection::Query(std::string_view sql, absl::Span<const Value> params) {
   IDEM_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, Prepare(sql, params));
   Rows rows;
-  const int n = sqlite3_column_count(stmt);
-  for (int i = 0; i < n; ++i) rows.columns.emplace_back(sqlite3_column_name(stmt, i));
+  rows.columns = ColumnsOf(stmt);
+  const int n = static_cast<int>(rows.columns.size());
   int rc;
-  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    std::vector<Value> row;
-    row.reserve(n);
-    for (int i = 0; i < n; ++i) {
-      switch (sqlite3_column_type(stmt, i)) {
-        case SQLITE_INTEGER:
-          row.emplace_back(static_cast<long long>(sqlite3_column_int64(stmt, i)));
-          break;
-        case SQLITE_FLOAT:
-          row.emplace_back(sqlite3_column_double(stmt, i));
-          break;
-        case SQLITE_TEXT:
-          row.emplace_back(std::string(reinterpret_cast<const char*>(sqlite3_column_text(stmt, i)),
-                                       sqlite3_column_bytes(stmt, i)));
-          break;
-        case SQLITE_BLOB: {
-          const char* p = static_cast<const char*>(sqlite3_column_blob(stmt, i));
-          row.emplace_back(Blob{std::string(p == nullptr ? "" : p,
-                                            p == nullptr ? 0 : sqlite3_column_bytes(stmt, i))});
-          break;
-        }
-        default:
-          row.emplace_back(nullptr);
-      }
-    }
-    rows.rows.push_back(std::move(row));
-  }
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) rows.rows.push_back(RowOf(stmt, n));
   absl::Status status = ToStatus(rc, db_, "query");
   sqlite3_reset(stmt);
   IDEM_RETURN_IF_ERROR(status);
   return rows;
+}
+
+absl::Status Connection::QueryPages(std::string_view sql, absl::Span<const Value> params,
+                                    size_t page_rows,
+                                    const std::function<absl::Status(Rows&)>& page) {
+  IDEM_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, Prepare(sql, params));
+  Rows rows;
+  rows.columns = ColumnsOf(stmt);
+  const int n = static_cast<int>(rows.columns.size());
+  page_rows = std::max<size_t>(page_rows, 1);
+  rows.rows.reserve(page_rows);
+  int rc;
+  absl::Status handed;
+  bool any = false;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    rows.rows.push_back(RowOf(stmt, n));
+    if (rows.rows.size() < page_rows) continue;
+    handed = page(rows);
+    any = true;
+    rows.rows.clear();
+    if (!handed.ok()) break;
+  }
+  if (!handed.ok()) {
+    sqlite3_reset(stmt);
+    return handed;
+  }
+  absl::Status status = ToStatus(rc, db_, "query");
+  sqlite3_reset(stmt);
+  IDEM_RETURN_IF_ERROR(status);
+  return rows.rows.empty() && any ? absl::OkStatus() : page(rows);
 }
 
 absl::Status Connection::ExecScript(const char* sql) {

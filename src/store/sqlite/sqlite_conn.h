@@ -6,6 +6,7 @@
 
 #include <sqlite3.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -39,6 +40,11 @@ class Connection {
 
   // Runs `sql` and collects its rows.
   absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params = {});
+
+  // Runs `sql`, handing its rows to `page` every `page_rows` rows and at the end,
+  // at least once (Transaction::QueryPages). `page` must not use this connection.
+  absl::Status QueryPages(std::string_view sql, absl::Span<const Value> params, size_t page_rows,
+                          const std::function<absl::Status(Rows&)>& page);
 
   // Runs one or more statements without parameters (schema, BEGIN, COMMIT).
   absl::Status ExecScript(const char* sql);

@@ -81,6 +81,11 @@ class SqliteTransaction final : public sql::PooledTransaction<sqlite::Connection
     IDEM_RETURN_IF_ERROR(CheckOpen());
     return lease_->Query(sql, params);
   }
+  absl::Status QueryPages(std::string_view sql, absl::Span<const Value> params, size_t page_rows,
+                          const std::function<absl::Status(Rows&)>& page) override {
+    IDEM_RETURN_IF_ERROR(CheckOpen());
+    return lease_->QueryPages(sql, params, page_rows, page);
+  }
 
   absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& r) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
