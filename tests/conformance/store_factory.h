@@ -281,6 +281,15 @@ inline std::vector<Backend> KeyValueBackends() {
        .fast_params = "sync=off",
        .short_lock_timeout =
            "lock_timeout_ms=" + std::to_string(absl::ToInt64Milliseconds(kShortLockTimeout))},
+      // Commits grouped by idem's single writer instead of RocksDB's write grouping.
+      {.name = "rocksdb_queue",
+       .url =
+           [](const std::string& dir) {
+             return WithParams("rocksdb://" + dir + "/rocksdb", "writer=queue");
+           },
+       .fast_params = "sync=off",
+       .short_lock_timeout =
+           "lock_timeout_ms=" + std::to_string(absl::ToInt64Milliseconds(kShortLockTimeout))},
   };
 }
 

@@ -1,5 +1,6 @@
 #include "store/rocksdb/rocksdb_store.h"
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,8 +12,10 @@
 #include "idem/ttl.h"
 #include "rocksdb/utilities/transaction.h"
 #include "rocksdb/utilities/transaction_db.h"
+#include "rocksdb/utilities/write_batch_with_index.h"
 #include "store/record_codec.h"
 #include "store/record_query.h"
+#include "store/rocksdb/batch_writer.h"
 #include "store/rocksdb/rocksdb_db.h"
 #include "store/store_url.h"
 
@@ -33,6 +36,7 @@ struct Options {
   int64_t lock_timeout_ms = 5000;
   std::optional<absl::Duration> ttl;
   bool tombstones = true;
+  bool queue_writer = false;  // writer=queue: BatchWriter; writer=group: RocksDB's grouping
 };
 
 absl::StatusOr<Options> ParseUrl(std::string_view url) {
@@ -41,7 +45,7 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
     return absl::InvalidArgumentError(
         "rocksdb URL has no directory; use rocksdb://./idem-db or rocksdb:///var/lib/idem/db");
   }
-  IDEM_RETURN_IF_ERROR(u.OnlyParams({"sync", "lock_timeout_ms", "ttl", "tombstones"}));
+  IDEM_RETURN_IF_ERROR(u.OnlyParams({"sync", "lock_timeout_ms", "ttl", "tombstones", "writer"}));
   Options o;
   o.path = u.path;
   if (const std::string* v = u.Param("sync"); v != nullptr) {
@@ -50,6 +54,13 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
           absl::StrCat("rocksdb URL parameter sync='", *v, "' must be full or off"));
     }
     o.sync = *v == "full";
+  }
+  if (const std::string* v = u.Param("writer"); v != nullptr) {
+    if (*v != "group" && *v != "queue") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rocksdb URL parameter writer='", *v, "' must be group or queue"));
+    }
+    o.queue_writer = *v == "queue";
   }
   if (const std::string* v = u.Param("tombstones"); v != nullptr) {
     if (*v != "on" && *v != "off") {
@@ -82,8 +93,8 @@ absl::StatusOr<std::optional<Record>> Decoded(const rocksdb::Status& s, const st
 class RocksdbTransaction final : public StoreTransaction {
  public:
   RocksdbTransaction(std::shared_ptr<SharedDb> db, std::unique_ptr<rocksdb::Transaction> txn,
-                     const std::string& url)
-      : db_(std::move(db)), txn_(std::move(txn)), url_(url) {}
+                     const std::string& url, rocksdbstore::BatchWriter* writer)
+      : db_(std::move(db)), txn_(std::move(txn)), url_(url), writer_(writer) {}
   ~RocksdbTransaction() override { Rollback(); }
 
   absl::StatusOr<int64_t> Exec(std::string_view, absl::Span<const Value>) override {
@@ -166,7 +177,13 @@ class RocksdbTransaction final : public StoreTransaction {
     // With WriteOptions::sync the WAL is fsynced before this returns (grouped with
     // the commits of other threads). A failed WAL write or sync applies nothing and
     // puts the database in its error state: every later write fails too.
-    return FromRocks(txn_->Commit(), What("commit"));
+    if (writer_ == nullptr) return FromRocks(txn_->Commit(), What("commit"));
+    // writer=queue: the batch goes out in the writer's next group while this
+    // transaction still holds its keys' locks; the rollback after it only releases
+    // them (the batch is written by then, or failed as a whole).
+    absl::Status written = writer_->Write(*txn_->GetWriteBatch()->GetWriteBatch(), What("commit"));
+    txn_->Rollback().PermitUncheckedError();
+    return written;
   }
 
   void Rollback() override {
@@ -205,7 +222,8 @@ class RocksdbTransaction final : public StoreTransaction {
 
   const std::shared_ptr<SharedDb> db_;
   const std::unique_ptr<rocksdb::Transaction> txn_;
-  const std::string& url_;  // the store's, which outlives this
+  const std::string& url_;                       // the store's, which outlives this
+  rocksdbstore::BatchWriter* const writer_;      // the store's (writer=queue) or null
   bool done_ = false;
 };
 
@@ -217,12 +235,17 @@ class RocksdbStore final : public Store {
     write_options_.sync = options.sync;
     txn_options_.lock_timeout = options.lock_timeout_ms;
     txn_options_.deadlock_detect = true;
+    if (options.queue_writer && !read_only_ && db_ != nullptr) {
+      // The base DB: TransactionDB::Write would lock the keys again, which this
+      // transaction holds until the batch is written.
+      writer_ = std::make_unique<rocksdbstore::BatchWriter>(db_->db->GetBaseDB(), options.sync);
+    }
   }
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
     std::unique_ptr<rocksdb::Transaction> txn;
     if (!read_only_) txn.reset(db_->db->BeginTransaction(write_options_, txn_options_));
-    return std::make_unique<RocksdbTransaction>(db_, std::move(txn), url_);
+    return std::make_unique<RocksdbTransaction>(db_, std::move(txn), url_, writer_.get());
   }
 
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
@@ -305,6 +328,7 @@ class RocksdbStore final : public Store {
   const bool read_only_;
   rocksdb::WriteOptions write_options_;
   rocksdb::TransactionOptions txn_options_;
+  std::unique_ptr<rocksdbstore::BatchWriter> writer_;  // writer=queue; ends before db_
 };
 
 }  // namespace

@@ -7,12 +7,15 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "idem/idem.h"
 #include "store/record_codec.h"
+#include "store/rocksdb/batch_writer.h"
 #include "store/rocksdb/rocksdb_db.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
@@ -41,6 +44,9 @@ TEST(RocksdbStoreTest, UrlErrorsNameWhatIsWrong) {
   EXPECT_THAT(OpenStore(url + "?ttl=soon"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(OpenStore(url + "?ttl=0s"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_OK(OpenStore(url + "?sync=off&lock_timeout_ms=100&ttl=90d"));
+  absl::Status writer = OpenStore(url + "?writer=single").status();
+  EXPECT_THAT(writer, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Message(writer), HasSubstr("writer='single' must be group or queue"));
 }
 
 TEST(RocksdbStoreTest, NoSqlAndNoSchemaSaySo) {
@@ -82,35 +88,80 @@ TEST(RocksdbStoreTest, ADeletedOrReplacedDirectoryIsAStoreFault) {
 }
 
 TEST(RocksdbStoreTest, AcknowledgedWritesSurviveAReopen) {
-  testing::TempDir dir;
-  const std::string url = "rocksdb://" + dir.file("db");
-  const Request done{.biz_type = "refund", .key = "done"};
-  const Request failed{.biz_type = "refund", .key = "failed"};
-  const Request released{.biz_type = "refund", .key = "released"};
-  const Request held{.biz_type = "refund", .key = "held"};
-  {
+  for (const char* writer : {"group", "queue"}) {
+    SCOPED_TRACE(writer);
+    testing::TempDir dir;
+    const std::string url = "rocksdb://" + dir.file("db") + "?writer=" + writer;
+    const Request done{.biz_type = "refund", .key = "done"};
+    const Request failed{.biz_type = "refund", .key = "failed"};
+    const Request released{.biz_type = "refund", .key = "released"};
+    const Request held{.biz_type = "refund", .key = "held"};
+    {
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(url));
+      Guard guard(*store);
+      for (const Request& r : {done, failed, released, held}) {
+        ASSERT_OK_AND_ASSIGN(Result claim, guard.Claim(r, absl::Seconds(30)));
+        ASSERT_EQ(claim.outcome, Outcome::kAcquired);
+      }
+      ASSERT_OK(guard.Complete(done, 1, "{\"ok\":1}"));
+      ASSERT_OK(guard.Fail(failed, 1, false, "no"));
+      ASSERT_OK(guard.Fail(released, 1, true, "later"));
+    }
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(url));
     Guard guard(*store);
-    for (const Request& r : {done, failed, released, held}) {
-      ASSERT_OK_AND_ASSIGN(Result claim, guard.Claim(r, absl::Seconds(30)));
-      ASSERT_EQ(claim.outcome, Outcome::kAcquired);
-    }
-    ASSERT_OK(guard.Complete(done, 1, "{\"ok\":1}"));
-    ASSERT_OK(guard.Fail(failed, 1, false, "no"));
-    ASSERT_OK(guard.Fail(released, 1, true, "later"));
+    ASSERT_OK_AND_ASSIGN(Result replay, guard.Claim(done));
+    EXPECT_EQ(replay.outcome, Outcome::kReplayed);
+    EXPECT_EQ(replay.value, "{\"ok\":1}");
+    ASSERT_OK_AND_ASSIGN(Result cached, guard.Claim(failed));
+    EXPECT_EQ(cached.outcome, Outcome::kCachedFailure);
+    ASSERT_OK_AND_ASSIGN(Result again, guard.Claim(released));
+    EXPECT_EQ(again.outcome, Outcome::kAcquired);
+    EXPECT_EQ(again.token, 2);  // tokens keep growing across the release and the reopen
+    ASSERT_OK_AND_ASSIGN(Result busy, guard.Claim(held));
+    EXPECT_EQ(busy.outcome, Outcome::kInProgress);
   }
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(url));
-  Guard guard(*store);
-  ASSERT_OK_AND_ASSIGN(Result replay, guard.Claim(done));
-  EXPECT_EQ(replay.outcome, Outcome::kReplayed);
-  EXPECT_EQ(replay.value, "{\"ok\":1}");
-  ASSERT_OK_AND_ASSIGN(Result cached, guard.Claim(failed));
-  EXPECT_EQ(cached.outcome, Outcome::kCachedFailure);
-  ASSERT_OK_AND_ASSIGN(Result again, guard.Claim(released));
-  EXPECT_EQ(again.outcome, Outcome::kAcquired);
-  EXPECT_EQ(again.token, 2);  // tokens keep growing across the release and the reopen
-  ASSERT_OK_AND_ASSIGN(Result busy, guard.Claim(held));
-  EXPECT_EQ(busy.outcome, Outcome::kInProgress);
+}
+
+// writer=queue's BatchWriter: the batches of 16 concurrent committers are all
+// written (in groups: never more writes than batches), and a batch it cannot
+// write (a Merge) fails alone while the rest of its group is written.
+TEST(RocksdbStoreTest, TheQueueWriterWritesEveryBatchAndFailsABadOneAlone) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> db,
+                       rocksdbstore::OpenSharedDb({.path = dir.file("db")}, false));
+  {
+    rocksdbstore::BatchWriter writer(db->db->GetBaseDB(), /*sync=*/true);
+    std::vector<std::thread> threads;
+    std::vector<absl::Status> results(16 * 10);
+    for (int t = 0; t < 16; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 10; ++i) {
+          rocksdb::WriteBatch batch;
+          ASSERT_TRUE(batch.Put("rk" + std::to_string(t * 10 + i), "v").ok());
+          if (t == 3 && i == 5) {
+            ASSERT_TRUE(batch.Merge("rk35", "x").ok());
+          }
+          results[t * 10 + i] = writer.Write(batch, "commit");
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(writer.batches(), 160u);
+    EXPECT_LE(writer.groups(), writer.batches());
+    for (int k = 0; k < 160; ++k) {
+      std::string value;
+      const rocksdb::Status got =
+          db->db->Get(rocksdb::ReadOptions(), "rk" + std::to_string(k), &value);
+      if (k == 35) {
+        EXPECT_EQ(results[k].code(), absl::StatusCode::kInternal) << results[k];
+        EXPECT_THAT(Message(results[k]), HasSubstr("Put and Delete only, not: Merge"));
+        EXPECT_TRUE(got.IsNotFound()) << "a refused batch is not written in part";
+      } else {
+        EXPECT_OK(results[k]);
+        EXPECT_TRUE(got.ok()) << k;
+      }
+    }
+  }
 }
 
 // RocksDB's LOCK file admits one process per directory; a second gets a clear
