@@ -54,7 +54,9 @@ class KeysAnalyze {
     port_ = server_->port();
   }
   ~KeysAnalyze() {
-    if (server_ != nullptr) EXPECT_EQ(server_->Stop(SIGTERM), 0);
+    if (server_ != nullptr) {
+      EXPECT_EQ(server_->Stop(SIGTERM), 0);
+    }
   }
 
   int Claim(const std::string& biz_type, const std::string& key, const std::string& fp,
@@ -303,6 +305,12 @@ TEST(KeysAnalyzeUsage, AStoreOrServerThatDoesNotAnswerIsExit1) {
   EXPECT_EQ(refused.exit_code, 1) << refused.err;
   EXPECT_THAT(refused.err, HasSubstr("the bearer token is not accepted"));
   EXPECT_THAT(refused.err, Not(HasSubstr("nope")));
+  // The route itself: a token is needed, and it takes no parameters.
+  EXPECT_EQ(Fetch(k.port(), "GET", "/v1/keys/mismatches").status, 401);
+  ClientResponse params = Fetch(k.port(), "GET", "/v1/keys/mismatches?biz_type=refund", "", "tok-a");
+  EXPECT_EQ(params.status, 400) << params.body;
+  EXPECT_THAT(params.body, HasSubstr("takes no query parameters"));
+  EXPECT_EQ(Fetch(k.port(), "POST", "/v1/keys/mismatches", "{}", "tok-a").status, 405);
 }
 
 #else
