@@ -276,6 +276,16 @@ TEST(KeysAnalyzeUsage, BadInputIsExit2WithOneLine) {
   }
 }
 
+TEST(KeysAnalyzeUsage, ServeRefusesAnEmptyKeyWindow) {
+  TempDir dir;
+  RunResult r = RunIdem({"serve", "--listen", "127.0.0.1:0", "--store",
+                         "sqlite://" + dir.file("x.db"), "--tenant", "a:b", "--key-window", "0s"},
+                        dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err, "idem: serve: --key-window must be longer than 0s\n");
+  EXPECT_EQ(r.out, "");
+}
+
 TEST(KeysAnalyzeUsage, AStoreOrServerThatDoesNotAnswerIsExit1) {
   TempDir dir;
   RunResult pg = RunIdem({"keys", "analyze", "--store",
