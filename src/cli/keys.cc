@@ -64,8 +64,9 @@ absl::StatusOr<std::string> ServerToken(const AnalyzeFlags& f) {
   std::string token;
   if (!f.token_file.empty()) {
     std::ifstream in(f.token_file);
-    if (!in) return absl::UnavailableError(absl::StrCat("--token-file ", f.token_file,
-                                                        ": cannot be read"));
+    if (!in)
+      return absl::UnavailableError(
+          absl::StrCat("--token-file ", f.token_file, ": cannot be read"));
     std::getline(in, token);
   } else if (const char* env = std::getenv("IDEM_TOKEN"); env != nullptr) {
     token = env;
@@ -157,7 +158,8 @@ int RunAnalyze(const AnalyzeFlags& f) {
     if (!url.ok()) return Usage(absl::StrCat("--server: ", url.status().message()));
     absl::StatusOr<std::string> t = ServerToken(f);
     if (!t.ok()) {
-      if (t.status().code() == absl::StatusCode::kInvalidArgument) return Usage(SV(t.status().message()));
+      if (t.status().code() == absl::StatusCode::kInvalidArgument)
+        return Usage(SV(t.status().message()));
       PrintReason(absl::StrCat("keys analyze: ", t.status().message()));
       return kExitFailure;
     }
@@ -169,7 +171,8 @@ int RunAnalyze(const AnalyzeFlags& f) {
 
   absl::StatusOr<std::unique_ptr<Store>> store = OpenReadOnlyStore(f.store);
   if (!store.ok()) {
-    PrintReason(absl::StrCat("keys analyze: ", RedactStoreSecrets(store.status(), f.store).message()));
+    PrintReason(
+        absl::StrCat("keys analyze: ", RedactStoreSecrets(store.status(), f.store).message()));
     return ExitCodeForStoreError(store.status());
   }
   const absl::Time now = Clock::Real()->Now();
@@ -260,8 +263,9 @@ CommandFn AddKeysCommand(CLI::App& root) {
       ->add_option("--server", flags->server,
                    "http://HOST:PORT of the idem serve whose 422s show over-coarse keys")
       ->type_name("URL");
-  analyze->add_option("--token-file", flags->token_file,
-                      "File whose first line is the tenant token for --server (else IDEM_TOKEN)")
+  analyze
+      ->add_option("--token-file", flags->token_file,
+                   "File whose first line is the tenant token for --server (else IDEM_TOKEN)")
       ->type_name("FILE");
   analyze->add_flag("--json", flags->json, "Print one JSON object");
   return [flags] { return RunAnalyze(*flags); };

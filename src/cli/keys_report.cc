@@ -58,16 +58,15 @@ std::string KeyHealthText(const KeyHealthInput& in) {
   std::string out = absl::StrCat("key health of ", in.store, ": ", r.records,
                                  " records created since ", FormatUtc(in.since), " (",
                                  in.since_text, "), window ", FormatTtlDuration(in.window), "\n");
-  absl::StrAppend(&out, "regenerated keys: ", r.regenerated_groups, " groups, ",
-                  r.regenerated_keys,
+  absl::StrAppend(&out, "regenerated keys: ", r.regenerated_groups, " groups, ", r.regenerated_keys,
                   " keys (one request fingerprint under several keys: the key is remade on "
                   "retry)\n");
   for (const RegeneratedGroup& g : r.regenerated) {
     std::vector<std::string> keys;
     for (const KeyExample& e : g.examples) keys.push_back(Example(e.key));
     absl::StrAppend(&out, "  ", Printable(g.tenant), " ", Printable(g.biz_type), " fingerprint ",
-                    Short(g.fingerprint), ": ", g.keys, " keys",
-                    keys.empty() ? "" : ": ", absl::StrJoin(keys, ", "), "\n");
+                    Short(g.fingerprint), ": ", g.keys, " keys", keys.empty() ? "" : ": ",
+                    absl::StrJoin(keys, ", "), "\n");
   }
   if (!in.over_coarse.has_value()) {
     absl::StrAppend(&out,
@@ -93,8 +92,8 @@ std::string KeyHealthText(const KeyHealthInput& in) {
   for (const ShapeFinding& s : r.shapes) {
     std::vector<std::string> keys;
     for (const KeyExample& e : s.examples) {
-      keys.push_back(absl::StrCat(Printable(e.tenant), " ", Printable(e.biz_type), " ",
-                                  Example(e.key)));
+      keys.push_back(
+          absl::StrCat(Printable(e.tenant), " ", Printable(e.biz_type), " ", Example(e.key)));
     }
     absl::StrAppend(&out, "  ", AV(KeyShapeName(s.shape)), ": ", s.keys, " keys",
                     keys.empty() ? "" : ": ", absl::StrJoin(keys, ", "), "\n");

@@ -37,9 +37,9 @@ struct OverCoarse {
 };
 
 struct KeyHealthInput {
-  std::string store;       // redacted
+  std::string store;        // redacted
   absl::Time since, until;  // records created in [since, until)
-  std::string since_text;  // --since as given
+  std::string since_text;   // --since as given
   absl::Duration window;
   int examples = 3;
   KeyAnalysisReport records;

@@ -86,9 +86,8 @@ KeyShape ClassifyKeyShape(std::string_view key) {
   if (key.size() >= 36) {
     // A UUID after a namespace prefix ("refund:<uuid>") is as fresh on every retry.
     const std::string_view tail = key.substr(key.size() - 36);
-    if (IsUuid(tail) &&
-        (key.size() == 36 || std::string_view(":/|#=").find(key[key.size() - 37]) !=
-                                 std::string_view::npos)) {
+    if (IsUuid(tail) && (key.size() == 36 || std::string_view(":/|#=").find(key[key.size() - 37]) !=
+                                                 std::string_view::npos)) {
       return KeyShape::kUuid;
     }
   }

@@ -116,8 +116,7 @@ std::string KeyHealthTracker::Render() const {
   absl::MutexLock lock(&mu_);
   std::string out;
   auto series = [&](std::string_view name, std::string_view help, auto value) {
-    absl::StrAppend(&out, "# HELP ", AV(name), " ", AV(help), "\n# TYPE ", AV(name),
-                    " counter\n");
+    absl::StrAppend(&out, "# HELP ", AV(name), " ", AV(help), "\n# TYPE ", AV(name), " counter\n");
     for (const auto& [biz_type, c] : by_biz_type_) {
       absl::StrAppend(&out, AV(name), "{biz_type=\"", EscapeLabel(biz_type), "\"} ", value(c),
                       "\n");

@@ -58,7 +58,6 @@ std::string EscapeLabel(std::string_view v) {
   return out;
 }
 
-
 Metrics::Metrics(BuildInfo build) : build_(std::move(build)) {
   static_assert(kOutcomeNames.size() + 1 == kOutcomeSlots);
   static_assert(kRefusalNames.size() == std::tuple_size_v<decltype(refused_)>);

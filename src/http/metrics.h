@@ -33,8 +33,9 @@
 //
 // `route` is one of the route templates of route.h ("/v1/records/{biz_type}/{key}",
 // "other" for every unrouted target), `outcome` one of a fixed list (an unknown name
-// counts as "other"), `biz_type` one declared before serving: no label takes a value
-// a client chose, so the number of series is bounded. The per-route series appear
+// counts as "other"), `biz_type` one declared before serving (for idem_key_*: one of
+// the first 32 a client sent, "other" after): no label takes an unbounded set of
+// values a client chose, so the number of series is bounded. The per-route series appear
 // once their route has answered; outcomes, refusals and fail-open biz_types are
 // exported at 0 from the start, so alerts can use increase() at once.
 //

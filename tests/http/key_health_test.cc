@@ -42,7 +42,8 @@ TEST(KeyHealthTracker, CountsShapesOfNewKeys) {
   EXPECT_EQ(t.shapes("refund", KeyShape::kTopicPartitionOffset), 1u);
   const std::string text = t.Render();
   EXPECT_THAT(text, HasSubstr("# TYPE idem_key_suspicious_shape_total counter\n"));
-  EXPECT_THAT(text, HasSubstr("idem_key_suspicious_shape_total{biz_type=\"refund\",shape=\"uuid\"} 1\n"));
+  EXPECT_THAT(text,
+              HasSubstr("idem_key_suspicious_shape_total{biz_type=\"refund\",shape=\"uuid\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("idem_key_regenerated_total{biz_type=\"refund\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("idem_key_fingerprint_mismatch_total{biz_type=\"refund\"} 0\n"));
 }
@@ -89,8 +90,7 @@ TEST(KeyHealthTracker, LabelsAndSlotsStayBounded) {
   }
   EXPECT_EQ(t.shapes("biz-0", KeyShape::kEpochSeconds), 1u);
   EXPECT_EQ(t.shapes("biz-99", KeyShape::kEpochSeconds), 0u);  // counted as "other"
-  EXPECT_EQ(t.shapes("other", KeyShape::kEpochSeconds),
-            100u - KeyHealthTracker::kMaxBizTypes);
+  EXPECT_EQ(t.shapes("other", KeyShape::kEpochSeconds), 100u - KeyHealthTracker::kMaxBizTypes);
   const std::string text = t.Render();
   size_t series = 0;
   for (size_t at = text.find("idem_key_regenerated_total{"); at != std::string::npos;

@@ -50,7 +50,8 @@ class KeysAnalyze {
     server_ = std::make_unique<ServeProcess>(dir_.file("serve.err"));
     const std::string line = server_->Start({"--listen", "127.0.0.1:0", "--store", store_,
                                              "--tenant", "acme:tok-a", "--tenant", "beta:tok-b"});
-    ASSERT_THAT(line, MatchesRegex("listening on 127\\.0\\.0\\.1:[0-9]+")) << server_->stderr_text();
+    ASSERT_THAT(line, MatchesRegex("listening on 127\\.0\\.0\\.1:[0-9]+"))
+        << server_->stderr_text();
     port_ = server_->port();
   }
   ~KeysAnalyze() {
@@ -143,19 +144,19 @@ void CheckAnalysis(TempDir& dir, const std::string& store) {
                                       "[0-9T:.Z-]+ \\(1h\\), window 10m\n(.|\n)*"));
   const std::string shapes =
       "suspicious shapes: 10 keys\n"
-      "  uuid: 5 keys: acme refund " + Ex("018f3e2a-7b4…", kUuids[2]) + ", acme refund " +
-      Ex("550e8400-e29…", kUuids[0]) + ", acme refund " + Ex("9b2e4c1a-7f3…", kUuids[1]) + "\n" +
-      "  epoch_s: 2 keys: acme refund " + Ex("1733050000", "1733050000") + ", acme refund " +
-      Ex("1733050001", "1733050001") + "\n" +
-      "  epoch_ms: 2 keys: acme refund " + Ex("1733050000123", "1733050000123") +
-      ", acme refund " + Ex("1733050000456", "1733050000456") + "\n" +
+      "  uuid: 5 keys: acme refund " +
+      Ex("018f3e2a-7b4…", kUuids[2]) + ", acme refund " + Ex("550e8400-e29…", kUuids[0]) +
+      ", acme refund " + Ex("9b2e4c1a-7f3…", kUuids[1]) + "\n" + "  epoch_s: 2 keys: acme refund " +
+      Ex("1733050000", "1733050000") + ", acme refund " + Ex("1733050001", "1733050001") + "\n" +
+      "  epoch_ms: 2 keys: acme refund " + Ex("1733050000123", "1733050000123") + ", acme refund " +
+      Ex("1733050000456", "1733050000456") + "\n" +
       "  topic_partition_offset: 1 keys: acme refund " + Ex("orders:3:18842", "orders:3:18842") +
       "\n";
   const std::string regenerated =
       "regenerated keys: 3 groups, 7 keys (one request fingerprint under several keys: the key "
       "is remade on retry)\n"
-      "  acme payout fingerprint fp-regen-3: 2 keys: " + Ex("pay-c", "pay-c") + ", " +
-      Ex("pay-d", "pay-d") + "\n" +
+      "  acme payout fingerprint fp-regen-3: 2 keys: " +
+      Ex("pay-c", "pay-c") + ", " + Ex("pay-d", "pay-d") + "\n" +
       "  acme refund fingerprint fp-regen-1: 3 keys: " + Ex("order-1001-try1", "order-1001-try1") +
       ", " + Ex("order-1001-try2", "order-1001-try2") + ", " +
       Ex("order-1001-try3", "order-1001-try3") + "\n" +
@@ -170,16 +171,17 @@ void CheckAnalysis(TempDir& dir, const std::string& store) {
   // With --server: the 422s of acme's keys.
   RunResult full = k.Analyze({"--server", k.ServerUrl(), "--token-file", k.TokenFile()});
   ASSERT_EQ(full.exit_code, 0) << full.err;
-  EXPECT_EQ(Body(full.out),
-            regenerated + "over-coarse keys: 2 keys, 3 mismatches (one key, several "
-                          "fingerprints: the key is too broad; 422s of " +
-                k.ServerUrl() + " for tenant acme)\n" + "  acme refund " +
-                Ex("user-1", "user-1") + ": 3 fingerprints, 2 mismatches\n" + "  acme refund " +
-                Ex("user-2", "user-2") + ": 2 fingerprints, 1 mismatches\n" + shapes);
+  EXPECT_EQ(Body(full.out), regenerated +
+                                "over-coarse keys: 2 keys, 3 mismatches (one key, several "
+                                "fingerprints: the key is too broad; 422s of " +
+                                k.ServerUrl() + " for tenant acme)\n" + "  acme refund " +
+                                Ex("user-1", "user-1") + ": 3 fingerprints, 2 mismatches\n" +
+                                "  acme refund " + Ex("user-2", "user-2") +
+                                ": 2 fingerprints, 1 mismatches\n" + shapes);
 
   // --json, one tenant and one biz_type, one example each.
-  RunResult j = k.Analyze({"--json", "--tenant", "acme", "--biz-type", "refund", "--examples",
-                           "1", "--server", k.ServerUrl(), "--token-file", k.TokenFile()});
+  RunResult j = k.Analyze({"--json", "--tenant", "acme", "--biz-type", "refund", "--examples", "1",
+                           "--server", k.ServerUrl(), "--token-file", k.TokenFile()});
   ASSERT_EQ(j.exit_code, 0) << j.err;
   json doc = json::parse(j.out);
   EXPECT_EQ(doc["records"], 19);
@@ -212,11 +214,12 @@ void CheckAnalysis(TempDir& dir, const std::string& store) {
   EXPECT_EQ(doc["suspicious"]["shapes"]["topic_partition_offset"]["keys"], 1);
 
   // The server's token is acme's: --tenant beta with it is a usage error.
-  RunResult other = k.Analyze({"--tenant", "beta", "--server", k.ServerUrl(), "--token-file",
-                               k.TokenFile()});
+  RunResult other =
+      k.Analyze({"--tenant", "beta", "--server", k.ServerUrl(), "--token-file", k.TokenFile()});
   EXPECT_EQ(other.exit_code, 2) << other.err;
-  EXPECT_EQ(other.err, "idem: keys analyze: --tenant beta, but the token for --server is tenant "
-                       "acme's\n");
+  EXPECT_EQ(other.err,
+            "idem: keys analyze: --tenant beta, but the token for --server is tenant "
+            "acme's\n");
 
   // /metrics: the same findings as the server counted them (regenerations after the
   // first key of each group).
@@ -262,8 +265,9 @@ TEST(KeysAnalyzeUsage, BadInputIsExit2WithOneLine) {
            {{"--window", "0s"}, "idem: keys analyze: --window must be longer than 0s\n"},
            {{"--since", "0s"}, "idem: keys analyze: --since must be longer than 0s\n"},
            {{"--examples", "101"}, "idem: keys analyze: --examples must be 0 … 100\n"},
-           {{"--token-file", "x"}, "idem: keys analyze: --token-file is the token for --server; "
-                                   "give --server too\n"},
+           {{"--token-file", "x"},
+            "idem: keys analyze: --token-file is the token for --server; "
+            "give --server too\n"},
            {{"--server", "ftp://x"}, "idem: keys analyze: --server: "},
        }) {
     std::vector<std::string> args = {"keys", "analyze", "--store", store};
@@ -288,16 +292,16 @@ TEST(KeysAnalyzeUsage, ServeRefusesAnEmptyKeyWindow) {
 
 TEST(KeysAnalyzeUsage, AStoreOrServerThatDoesNotAnswerIsExit1) {
   TempDir dir;
-  RunResult pg = RunIdem({"keys", "analyze", "--store",
-                          "postgres://idem:s3cretpw@127.0.0.1:1/x?connect_timeout=1"},
-                         dir.path());
+  RunResult pg = RunIdem(
+      {"keys", "analyze", "--store", "postgres://idem:s3cretpw@127.0.0.1:1/x?connect_timeout=1"},
+      dir.path());
   EXPECT_EQ(pg.exit_code, 1) << pg.err;
   EXPECT_THAT(pg.err, HasSubstr("127.0.0.1"));
   EXPECT_THAT(pg.err, Not(HasSubstr("s3cretpw")));
   EXPECT_EQ(std::count(pg.err.begin(), pg.err.end(), '\n'), 1) << pg.err;
   // A missing SQLite file is not created.
-  RunResult missing = RunIdem({"keys", "analyze", "--store", "sqlite://" + dir.file("no.db")},
-                              dir.path());
+  RunResult missing =
+      RunIdem({"keys", "analyze", "--store", "sqlite://" + dir.file("no.db")}, dir.path());
   EXPECT_EQ(missing.exit_code, 1) << missing.err;
   EXPECT_FALSE(std::ifstream(dir.file("no.db")).good());
 
@@ -310,14 +314,14 @@ TEST(KeysAnalyzeUsage, AStoreOrServerThatDoesNotAnswerIsExit1) {
   EXPECT_THAT(down.err, HasSubstr("idem: keys analyze: server http://127.0.0.1:1: "));
   // A token the server does not know.
   std::ofstream(dir.file("bad-token")) << "nope\n";
-  RunResult refused =
-      k.Analyze({"--server", k.ServerUrl(), "--token-file", dir.file("bad-token")});
+  RunResult refused = k.Analyze({"--server", k.ServerUrl(), "--token-file", dir.file("bad-token")});
   EXPECT_EQ(refused.exit_code, 1) << refused.err;
   EXPECT_THAT(refused.err, HasSubstr("the bearer token is not accepted"));
   EXPECT_THAT(refused.err, Not(HasSubstr("nope")));
   // The route itself: a token is needed, and it takes no parameters.
   EXPECT_EQ(Fetch(k.port(), "GET", "/v1/keys/mismatches").status, 401);
-  ClientResponse params = Fetch(k.port(), "GET", "/v1/keys/mismatches?biz_type=refund", "", "tok-a");
+  ClientResponse params =
+      Fetch(k.port(), "GET", "/v1/keys/mismatches?biz_type=refund", "", "tok-a");
   EXPECT_EQ(params.status, 400) << params.body;
   EXPECT_THAT(params.body, HasSubstr("takes no query parameters"));
   EXPECT_EQ(Fetch(k.port(), "POST", "/v1/keys/mismatches", "{}", "tok-a").status, 405);
