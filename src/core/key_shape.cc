@@ -18,16 +18,6 @@ bool IsUuid(std::string_view s) {
   return true;
 }
 
-// A decimal number without a leading zero ("0" itself allowed), at most `max_digits`.
-bool IsPlainNumber(std::string_view s, size_t max_digits) {
-  if (s.empty() || s.size() > max_digits) return false;
-  if (s.size() > 1 && s[0] == '0') return false;
-  for (char c : s) {
-    if (!IsDigit(c)) return false;
-  }
-  return true;
-}
-
 KeyShape Epoch(std::string_view s) {
   if (s.size() != 10 && s.size() != 13) return KeyShape::kNone;
   uint64_t v = 0;
@@ -41,17 +31,32 @@ KeyShape Epoch(std::string_view s) {
   return v >= kFrom * 1000 && v < kTo * 1000 ? KeyShape::kEpochMillis : KeyShape::kNone;
 }
 
+bool IsSeparator(char c) {
+  return c == '-' || c == ':' || c == '/' || c == '@' || c == '_' || c == '.';
+}
+
+// The run of digits that ends at `end` (exclusive) in `s`: its start.
+size_t DigitsBefore(std::string_view s, size_t end) {
+  while (end > 0 && IsDigit(s[end - 1])) --end;
+  return end;
+}
+
+// One backward pass from the end: most keys fail at their last byte.
 bool IsTopicPartitionOffset(std::string_view s) {
-  const size_t last = s.find_last_of("-:/@_.");
-  if (last == std::string_view::npos || last == 0) return false;
-  const char sep = s[last];
-  if (!IsPlainNumber(s.substr(last + 1), 19)) return false;
-  const size_t prev = s.rfind(sep, last - 1);
-  if (prev == std::string_view::npos || prev == 0) return false;
-  if (!IsPlainNumber(s.substr(prev + 1, last - prev - 1), 3)) return false;
+  const size_t offset = DigitsBefore(s, s.size());
+  const size_t offset_len = s.size() - offset;
+  if (offset_len == 0 || offset_len > 19 || (offset_len > 1 && s[offset] == '0')) return false;
+  if (offset < 2 || !IsSeparator(s[offset - 1])) return false;
+  const char sep = s[offset - 1];
+  const size_t partition = DigitsBefore(s, offset - 1);
+  const size_t partition_len = offset - 1 - partition;
+  if (partition_len == 0 || partition_len > 3 || (partition_len > 1 && s[partition] == '0')) {
+    return false;
+  }
+  if (partition < 2 || s[partition - 1] != sep) return false;
   // Kafka's topic names: [a-zA-Z0-9._-], at most 249; one letter at least, so a
   // date or a number with dashes is not a topic.
-  const std::string_view topic = s.substr(0, prev);
+  const std::string_view topic = s.substr(0, partition - 1);
   if (topic.size() > 249) return false;
   bool letter = false;
   for (char c : topic) {

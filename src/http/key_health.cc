@@ -49,7 +49,8 @@ void KeyHealthTracker::OnNewKey(std::string_view tenant, std::string_view biz_ty
                                 absl::Time now) {
   const size_t shape = ShapeIndex(ClassifyKeyShape(key));
   const uint64_t group = fingerprint.empty() ? 0 : Hash3(tenant, biz_type, fingerprint);
-  const uint64_t key_hash = Hash3(tenant, biz_type, key);
+  // Compared only within one (tenant, biz_type, fingerprint) slot: the key alone.
+  const uint64_t key_hash = std::hash<std::string_view>()(key);
   absl::MutexLock lock(&mu_);
   Counters& c = For(biz_type);
   if (shape < c.shapes.size()) ++c.shapes[shape];
