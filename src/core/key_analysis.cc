@@ -4,16 +4,6 @@
 #include <utility>
 
 namespace idem {
-namespace {
-
-size_t ShapeIndex(KeyShape shape) {
-  for (size_t i = 0; i < kSuspiciousShapes.size(); ++i) {
-    if (kSuspiciousShapes[i] == shape) return i;
-  }
-  return kSuspiciousShapes.size();
-}
-
-}  // namespace
 
 KeyAnalysis::KeyAnalysis(KeyAnalysisOptions options) : options_(options) {}
 
@@ -22,7 +12,7 @@ void KeyAnalysis::Add(const Record& r) {
   if (!r.fingerprint.empty()) {
     by_fingerprint_[Group(r.tenant, r.biz_type, r.fingerprint)].emplace_back(r.created_at, r.key);
   }
-  const size_t i = ShapeIndex(ClassifyKeyShape(r.key));
+  const size_t i = KeyShapeIndex(ClassifyKeyShape(r.key));
   if (i >= shape_counts_.size()) return;
   ++shape_counts_[i];
   std::set<KeyExample>& ex = shape_examples_[i];

@@ -40,6 +40,14 @@ inline constexpr std::array<KeyShape, 4> kSuspiciousShapes = {
     KeyShape::kUuid, KeyShape::kEpochSeconds, KeyShape::kEpochMillis,
     KeyShape::kTopicPartitionOffset};
 
+// The index of `shape` in kSuspiciousShapes; kSuspiciousShapes.size() for kNone.
+constexpr size_t KeyShapeIndex(KeyShape shape) {
+  for (size_t i = 0; i < kSuspiciousShapes.size(); ++i) {
+    if (kSuspiciousShapes[i] == shape) return i;
+  }
+  return kSuspiciousShapes.size();
+}
+
 // "none", "uuid", "epoch_s", "epoch_ms", "topic_partition_offset": the metric label
 // and JSON name.
 std::string_view KeyShapeName(KeyShape shape);

@@ -23,13 +23,6 @@ uint64_t Hash3(std::string_view a, std::string_view b, std::string_view c) {
   return v == 0 ? 1 : v;
 }
 
-size_t ShapeIndex(KeyShape shape) {
-  for (size_t i = 0; i < kSuspiciousShapes.size(); ++i) {
-    if (kSuspiciousShapes[i] == shape) return i;
-  }
-  return kSuspiciousShapes.size();
-}
-
 }  // namespace
 
 KeyHealthTracker::KeyHealthTracker(KeyHealthOptions options)
@@ -47,7 +40,7 @@ KeyHealthTracker::Counters& KeyHealthTracker::For(std::string_view biz_type) {
 void KeyHealthTracker::OnNewKey(std::string_view tenant, std::string_view biz_type,
                                 std::string_view key, std::string_view fingerprint,
                                 absl::Time now) {
-  const size_t shape = ShapeIndex(ClassifyKeyShape(key));
+  const size_t shape = KeyShapeIndex(ClassifyKeyShape(key));
   const uint64_t group = fingerprint.empty() ? 0 : Hash3(tenant, biz_type, fingerprint);
   // Compared only within one (tenant, biz_type, fingerprint) slot: the key alone.
   const uint64_t key_hash = std::hash<std::string_view>()(key);
@@ -173,7 +166,7 @@ uint64_t KeyHealthTracker::over_coarse(std::string_view biz_type) const {
 uint64_t KeyHealthTracker::shapes(std::string_view biz_type, KeyShape shape) const {
   absl::MutexLock lock(&mu_);
   const Counters* c = Find(biz_type);
-  const size_t i = ShapeIndex(shape);
+  const size_t i = KeyShapeIndex(shape);
   return c == nullptr || i >= c->shapes.size() ? 0 : c->shapes[i];
 }
 
