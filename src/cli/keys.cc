@@ -227,6 +227,10 @@ int RunAnalyze(const AnalyzeFlags& f) {
 CommandFn AddKeysCommand(CLI::App& root) {
   CLI::App* cmd = root.add_subcommand("keys", "Key health: badly made keys (read-only)");
   cmd->require_subcommand(1, 1);
+  cmd->footer(
+      "idem keys analyze --store URL [--since 24h] [--window 10m] [--server URL] [--json]:\n"
+      "regenerated keys, over-coarse keys and suspicious shapes; `idem keys analyze --help`\n"
+      "lists every option, docs/keys.md explains the findings.");
   CLI::App* analyze = cmd->add_subcommand(
       "analyze",
       "Report regenerated keys, over-coarse keys and suspicious key shapes (docs/keys.md)");
