@@ -227,6 +227,7 @@ struct RecordQuery {
   std::vector<RecordState> states;  // empty: any state
   std::optional<bool> purged;       // true: tombstones only; false: live records only
   absl::Time created_before = absl::InfiniteFuture();  // created_at < this
+  absl::Time created_since = absl::InfinitePast();     // created_at >= this
   absl::Time expires_by = absl::InfiniteFuture();      // expires_at <= this
   // Continue after this (tenant, key): the last record of the previous page.
   std::optional<std::pair<std::string, std::string>> after;

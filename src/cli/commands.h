@@ -48,6 +48,7 @@ CommandFn AddReconCommand(CLI::App& root);    // recon.cc
 CommandFn AddBridgeCommand(CLI::App& root);   // bridge.cc
 CommandFn AddPurgeCommand(CLI::App& root);    // purge.cc
 CommandFn AddRecordsCommand(CLI::App& root);  // records.cc
+CommandFn AddKeysCommand(CLI::App& root);     // keys.cc
 
 // The refund example's commands live in examples/refund/cli and are their own
 // programs (idem-demo, idem-worker), run by `idem demo` and `idem worker` (external.h).

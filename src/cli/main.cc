@@ -19,7 +19,7 @@ namespace idem::cli {
 namespace {
 
 constexpr std::string_view kBuiltins[] = {"serve", "inspect", "ttl", "migrate", "stuck", "token", "proxy",
-                                          "diagnose", "recon", "bridge", "purge", "records"};
+                                          "diagnose", "recon", "bridge", "purge", "records", "keys"};
 
 bool IsBuiltin(std::string_view name) {
   for (std::string_view b : kBuiltins) {
@@ -90,7 +90,7 @@ int Main(int argc, char** argv) {
                         {&AddServeCommand, &AddInspectCommand, &AddTtlCommand, &AddMigrateCommand,
                          &AddStuckCommand, &AddTokenCommand, &AddProxyCommand,
                          &AddDiagnoseCommand, &AddReconCommand, &AddBridgeCommand,
-                         &AddPurgeCommand, &AddRecordsCommand},
+                         &AddPurgeCommand, &AddRecordsCommand, &AddKeysCommand},
                         ExternalHelp());
 }
 

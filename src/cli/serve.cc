@@ -68,6 +68,7 @@ struct ServeFlags {
   uint64_t cache_entries = 100000;  // in-process L1 size, 0: off
   std::string cache_ttl = "24h";
   std::string wait_poll_max = "250ms";
+  std::string key_window = "10m";  // key health: regenerated keys (docs/keys.md)
   // Retention (SPEC §8): a purge every this long, in the background; "": none.
   std::string purge_every;
   int purge_batch = 100;
@@ -116,6 +117,13 @@ int RunServe(const ServeFlags& flags) {
     return kExitUsage;
   }
   api_options.wait_poll_max = *poll_max;
+  absl::StatusOr<absl::Duration> key_window = ParseTtlDuration(flags.key_window, "--key-window");
+  if (!key_window.ok() || *key_window <= absl::ZeroDuration()) {
+    PrintReason("serve: " + (key_window.ok() ? std::string("--key-window must be longer than 0s")
+                                             : Str(key_window.status().message())));
+    return kExitUsage;
+  }
+  api_options.key_health.window = *key_window;
   api_options.metrics_require_token = flags.metrics_token;
 
   // Retention (SPEC §8): a configured TTL below the derived one is refused, with the
@@ -269,6 +277,11 @@ CommandFn AddServeCommand(CLI::App& root) {
                   "another request holds (15ms … 1m): each waiter costs the store one plain read "
                   "per pause at most. On postgres:// a waiter is also woken at once when any "
                   "process finishes the key (LISTEN/NOTIFY), so this can be long there")
+      ->capture_default_str();
+  sub->add_option("--key-window,--key_window", flags->key_window,
+                  "Key health: a new key whose request fingerprint had another new key less "
+                  "than this before counts as regenerated (idem_key_regenerated_total; "
+                  "docs/keys.md)")
       ->capture_default_str();
   sub->add_option("--purge-every,--purge_every", flags->purge_every,
                   "Purge records past their retention this often, in the background (as idem "

@@ -118,7 +118,8 @@ Api::Api(Guard& guard, Store& store, Metrics& metrics, ApiOptions options)
       metrics_(metrics),
       options_(std::move(options)),
       instance_(NextInstance()),
-      health_(*guard.options().clock) {
+      health_(*guard.options().clock),
+      key_health_(options_.key_health) {
   for (const std::string& biz_type : options_.fail_open) metrics_.DeclareFailOpen(biz_type);
   // Keys finished by other processes on a shared database wake this process's
   // waiting claims too (postgres:// LISTEN/NOTIFY); elsewhere their polls see it.
@@ -217,7 +218,8 @@ Reply Api::Handle(const HttpRequest& request) {
       if (!store_up) metrics_.CountStoreError();
       HttpResponse r;
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      r.body = absl::StrCat(metrics_.Render(), RenderStoreUp(store_up), RenderCacheStats(store_));
+      r.body = absl::StrCat(metrics_.Render(), RenderStoreUp(store_up), RenderCacheStats(store_),
+                            key_health_.Render());
       return Final(Route::kMetrics, std::move(r));
     }
 
@@ -229,6 +231,9 @@ Reply Api::Handle(const HttpRequest& request) {
       allow = "POST";
     } else if (path == RouteName(Route::kRecords)) {
       route = Route::kRecords;
+      allow = "GET";
+    } else if (path == RouteName(Route::kKeyMismatches)) {
+      route = Route::kKeyMismatches;
       allow = "GET";
     } else if (absl::StartsWith(AV(path), AV(kRecordsPrefix))) {
       route = Route::kRecord;
@@ -271,6 +276,7 @@ Reply Api::Handle(const HttpRequest& request) {
                   : path == "/v1/claims/complete" ? Complete(request, tenant->name)
                   : path == "/v1/claims/fail"     ? Fail(request, tenant->name)
                   : route == Route::kRecords      ? ListRecords(request, tenant->name)
+                  : route == Route::kKeyMismatches ? KeyMismatches(request, tenant->name)
                                                   : GetRecord(biz_enc, key_enc, tenant->name);
     // Answered by the store (a 503 went through StatusReply, which marks it down).
     if (reply.response.status < 500) health_.Up();

@@ -10,6 +10,8 @@
 //   GET  /v1/records/{biz_type}/{key}  Guard::Get (percent-decoded segments); 410 once purged
 //   GET  /v1/records?biz_type=&state=&limit=&cursor=
 //                                      Store::ListRecords, the caller's tenant only
+//   GET  /v1/keys/mismatches           the caller's keys answered 422 fingerprint_mismatch,
+//                                      from KeyHealthTracker (memory, since the start)
 //   GET  /healthz                      200 while the process serves
 //   GET  /readyz                       200 when Store::Ping() is OK, else 503
 //   GET  /metrics                      Prometheus text
@@ -47,6 +49,10 @@
 // met, and nothing before the first), then the cache tiers' counters. So a scrape
 // waits for the ping, as /readyz does, bounded by the store's timeouts.
 //
+// Claims that create a record and claims answered 422 feed a KeyHealthTracker
+// (key_health.h), whose counters /metrics shows after the cache tiers' and whose
+// per-key mismatches GET /v1/keys/mismatches lists for the caller's tenant.
+//
 // Thread safety: an Api is safe for concurrent use. `guard`, `store` and `metrics`
 // must outlive it. Handle() and Poll() block on the store (SQLite), so servers call
 // them off their I/O threads.
@@ -63,6 +69,7 @@
 
 #include "absl/time/time.h"
 #include "http/handler.h"
+#include "http/key_health.h"
 #include "http/key_watch.h"
 #include "http/metrics.h"
 #include "http/route.h"
@@ -101,6 +108,8 @@ struct ApiOptions {
   // biz_types whose claims are let through unrecorded when the store is unavailable
   // (UNSAFE: duplicates may pass). Empty: every biz_type fails closed.
   std::set<std::string, std::less<>> fail_open;
+  // Key health (docs/keys.md): the regenerated-key window and the tracker's sizes.
+  KeyHealthOptions key_health;
 };
 
 // A claim that met a live lease and is waiting for it (wait_ms). Opaque to callers.
@@ -154,6 +163,9 @@ class Api : public Handler {
   Reply GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
                   const std::string& tenant);
   Reply ListRecords(const HttpRequest& request, const std::string& tenant);  // record_pages.cc
+  Reply KeyMismatches(const HttpRequest& request, const std::string& tenant);  // key_pages.cc
+  // What a claim's answer tells the key-health tracker: a new key, or a 422.
+  void TrackKeyHealth(const Request& request, const Result& result);
   Reply Ready();
   Reply ClaimAnswer(const Request& request, absl::Duration lease, absl::Time deadline,
                     absl::Duration poll_interval, uint64_t epoch);
@@ -187,6 +199,7 @@ class Api : public Handler {
   // per-thread memo of the last token).
   const uint64_t instance_;
   StoreHealth health_;
+  KeyHealthTracker key_health_;
   KeyWatch watch_;
   // Store::SubscribeFinished's handle; after watch_, so it ends before watch_ does.
   std::shared_ptr<void> finished_;

@@ -248,6 +248,7 @@ Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time dead
     r.route = Route::kClaims;
     return r;
   }
+  TrackKeyHealth(req, *result);
   switch (result->outcome) {
     case Outcome::kAcquired: {
       ojson j = ojson::object();
@@ -333,9 +334,22 @@ std::optional<Reply> Api::HandleWithoutBlocking(HttpRequest& request) {
         PreparedClaim{.tenant = tenant->name, .body = *std::move(body)});
     return std::nullopt;
   }
+  TrackKeyHealth(req, *known);
   Reply reply = DecidedClaim(*known);
   reply.tenant = tenant->name;
   return reply;
+}
+
+void Api::TrackKeyHealth(const Request& req, const Result& result) {
+  // Token 1 without a takeover: this claim created the key's record. A re-acquisition
+  // after a release or an expired lease is the same key again, not a new one.
+  if (result.outcome == Outcome::kAcquired && result.token == 1 && !result.takeover) {
+    key_health_.OnNewKey(req.tenant, req.biz_type, req.key, req.fingerprint,
+                         options_.clock->Now());
+  } else if (result.outcome == Outcome::kFingerprintMismatch) {
+    key_health_.OnMismatch(req.tenant, req.biz_type, req.key, req.fingerprint,
+                           options_.clock->Now());
+  }
 }
 
 Reply Api::Complete(const HttpRequest& request, const std::string& tenant) {

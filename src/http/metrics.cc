@@ -31,8 +31,18 @@ size_t OutcomeSlot(std::string_view outcome) {
   return kOutcomeNames.size();
 }
 
-// Label values are route templates and names chosen by the server (biz_types from
-// the configuration), but escape anyway so the exposition stays parseable.
+// Exact decimal seconds of `ns` ("1.000250000"): a double printed by StrCat keeps
+// six digits only, which a long-running _sum outgrows.
+std::string Seconds(uint64_t ns) {
+  std::string frac = absl::StrCat(ns % 1000000000);
+  return absl::StrCat(ns / 1000000000, ".", std::string(9 - frac.size(), '0'), frac);
+}
+
+uint64_t Load(const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); }
+void Add(std::atomic<uint64_t>& a) { a.fetch_add(1, std::memory_order_relaxed); }
+
+}  // namespace
+
 std::string EscapeLabel(std::string_view v) {
   std::string out;
   for (char c : v) {
@@ -47,18 +57,6 @@ std::string EscapeLabel(std::string_view v) {
   }
   return out;
 }
-
-// Exact decimal seconds of `ns` ("1.000250000"): a double printed by StrCat keeps
-// six digits only, which a long-running _sum outgrows.
-std::string Seconds(uint64_t ns) {
-  std::string frac = absl::StrCat(ns % 1000000000);
-  return absl::StrCat(ns / 1000000000, ".", std::string(9 - frac.size(), '0'), frac);
-}
-
-uint64_t Load(const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); }
-void Add(std::atomic<uint64_t>& a) { a.fetch_add(1, std::memory_order_relaxed); }
-
-}  // namespace
 
 Metrics::Metrics(BuildInfo build) : build_(std::move(build)) {
   static_assert(kOutcomeNames.size() + 1 == kOutcomeSlots);

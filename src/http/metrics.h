@@ -26,11 +26,16 @@
 //                                                                recon_watermark (a section
 //                                                                idem serve adds; recon/tables.h)
 //   idem_recon_open_tickets{source,class}             gauge      recon_ticket rows not done
+//   idem_key_*_total{biz_type[,shape]}                counter    key health: the Api's
+//                                                                KeyHealthTracker
+//                                                                (http/key_health.h), its
+//                                                                biz_types capped at 32
 //
 // `route` is one of the route templates of route.h ("/v1/records/{biz_type}/{key}",
 // "other" for every unrouted target), `outcome` one of a fixed list (an unknown name
-// counts as "other"), `biz_type` one declared before serving: no label takes a value
-// a client chose, so the number of series is bounded. The per-route series appear
+// counts as "other"), `biz_type` one declared before serving (for idem_key_*: one of
+// the first 32 a client sent, "other" after): no label takes an unbounded set of
+// values a client chose, so the number of series is bounded. The per-route series appear
 // once their route has answered; outcomes, refusals and fail-open biz_types are
 // exported at 0 from the start, so alerts can use increase() at once.
 //
@@ -168,6 +173,11 @@ class Metrics {
   std::map<std::string, std::atomic<uint64_t>, std::less<>> fail_open_;
   std::vector<std::function<std::string()>> sections_ ABSL_GUARDED_BY(mu_);
 };
+
+// A label value escaped for the exposition text (\\, \" and \n): values are route
+// templates and names the server bounds (biz_types), escaped anyway so the text stays
+// parseable.
+std::string EscapeLabel(std::string_view value);
 
 // The exposition text of idem_store_up: 1 when `up`, else 0.
 std::string RenderStoreUp(bool up);

@@ -13,7 +13,7 @@ bool Decided(const RecordQuery& q, RecordState state, bool purged, absl::Time cr
     return false;
   }
   if (q.purged.has_value() && purged != *q.purged) return false;
-  if (created_at >= q.created_before) return false;
+  if (created_at >= q.created_before || created_at < q.created_since) return false;
   // expires_by = InfiniteFuture() is no condition (a record kept for ever has
   // expires_at InfiniteFuture() too).
   return q.expires_by == absl::InfiniteFuture() || expires_at <= q.expires_by;

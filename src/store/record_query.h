@@ -16,7 +16,7 @@ namespace idem::store {
 absl::Status CheckRecordQuery(const RecordQuery& query);
 
 // The conditions of `query` a record's fixed head decides: states, purged,
-// created_before, expires_by (so a store can skip a record without decoding it).
+// created_before, created_since, expires_by (so a store can skip a record without decoding it).
 bool HeadMatches(const RecordQuery& query, const RecordHead& head);
 
 // Every condition of `query` but `after` and `limit`.

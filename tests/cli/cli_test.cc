@@ -338,7 +338,7 @@ TEST_F(CliTest, Version) {
 TEST_F(CliTest, NoSubcommandIsUsageError) {
   Exec r = Idem({});
   ExpectOneLineFailure(r, 2);
-  EXPECT_EQ(r.err, "idem: a subcommand is required: serve, inspect, ttl, migrate, stuck, token, proxy, diagnose, recon, bridge, purge, records, demo, worker (see idem --help)\n");
+  EXPECT_EQ(r.err, "idem: a subcommand is required: serve, inspect, ttl, migrate, stuck, token, proxy, diagnose, recon, bridge, purge, records, keys, demo, worker (see idem --help)\n");
 }
 
 TEST_F(CliTest, UnknownSubcommandIsUsageError) {

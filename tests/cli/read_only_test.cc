@@ -1,5 +1,6 @@
-// SPEC §12: the read-only commands (inspect, stuck, records list, the --dry-runs) never create
-// or change anything in the store they are pointed at. On SQLite the file stays
+// SPEC §12: the read-only commands (inspect, stuck, records list, keys analyze, the
+// --dry-runs) never create or change anything in the store they are pointed at. On
+// SQLite the file stays
 // byte-identical, a read-only file works, and a database without idem's tables is
 // "no idem schema here" (exit 1) with nothing added; on PostgreSQL and MariaDB no
 // table appears (IDEM_TEST_POSTGRES_URL / IDEM_TEST_MYSQL_URL; fails without them).
@@ -31,6 +32,7 @@ std::vector<std::vector<std::string>> LookingCommands(const std::string& url) {
       {"migrate", "--dry-run", "--store", url},
       {"records", "list", "--store", url},
       {"purge", "--dry-run", "--store", url},
+      {"keys", "analyze", "--store", url},
   };
 }
 

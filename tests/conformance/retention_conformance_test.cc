@@ -339,6 +339,25 @@ TEST_P(RetentionConformanceTest, ListRecordsPagesFiltersAndIsolatesTenants) {
       store_->ListRecords(
           {.tenant = "a", .created_before = clock_.Now() - absl::Hours(1), .limit = 100}));
   EXPECT_EQ(old.size(), 7u);
+  // Since a time (idem keys analyze --since): only the newer one; the bound is
+  // inclusive.
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<Record> recent,
+      store_->ListRecords(
+          {.tenant = "a", .created_since = clock_.Now() - absl::Hours(1), .limit = 100}));
+  ASSERT_EQ(recent.size(), 1u);
+  EXPECT_EQ(recent[0].key, "new");
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<Record> from_then,
+      store_->ListRecords({.tenant = "a", .created_since = recent[0].created_at, .limit = 100}));
+  EXPECT_EQ(from_then.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<Record> between,
+      store_->ListRecords({.tenant = "a",
+                           .created_before = clock_.Now() - absl::Hours(1),
+                           .created_since = clock_.Now() - absl::Hours(48),
+                           .limit = 100}));
+  EXPECT_EQ(between.size(), 7u);
   EXPECT_THAT(store_->ListRecords({.limit = 0}), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(store_->ListRecords({.limit = 10001}), StatusIs(absl::StatusCode::kInvalidArgument));
 }

@@ -71,6 +71,10 @@ absl::StatusOr<ListStatement> ListRecordsStatement(const RecordQuery& q) {
     st.sql += " AND created_at < ?";
     st.params.push_back(Int(ToMicros(q.created_before)));
   }
+  if (q.created_since != absl::InfinitePast()) {
+    st.sql += " AND created_at >= ?";
+    st.params.push_back(Int(ToMicros(q.created_since)));
+  }
   if (q.expires_by != absl::InfiniteFuture()) {
     st.sql += " AND expires_at <= ?";
     st.params.push_back(Int(ToMicros(q.expires_by)));

@@ -1,0 +1,126 @@
+// KeyHealthTracker: what `idem serve` sees of badly made keys (seed 1 §2.1,
+// docs/keys.md), in bounded memory, for /metrics and GET /v1/keys/mismatches:
+//
+//   idem_key_regenerated_total{biz_type}                counter  new keys whose (tenant,
+//                                                                biz_type, fingerprint) had
+//                                                                another new key less than
+//                                                                the window (10 min) before:
+//                                                                the key is remade on retry
+//   idem_key_fingerprint_mismatch_total{biz_type}       counter  422 fingerprint_mismatch
+//                                                                answers: one key carrying
+//                                                                several requests
+//   idem_key_over_coarse_total{biz_type}                counter  keys met with a second
+//                                                                fingerprint (their first 422)
+//   idem_key_suspicious_shape_total{biz_type,shape}     counter  new keys of a suspicious shape
+//                                                                (core/key_shape.h)
+//
+// The stores keep only a key's first fingerprint, so the 422s exist only here: the
+// tracker remembers, per key, the fingerprints of its mismatches (Mismatches(), the
+// source of `idem keys analyze --server`'s over-coarse keys). Both tables are
+// direct-mapped with a fixed number of slots (options): a key or fingerprint whose
+// slot another takes is forgotten, so memory never grows with traffic, and counts of
+// regenerated keys are a lower bound. The biz_type label takes the first
+// kMaxBizTypes biz_types seen and "other" for the rest, so the number of series
+// stays bounded whatever clients send.
+//
+// Cost: OnNewKey (a claim that made a record: a store write) and OnMismatch (a 422)
+// take one short lock and hash their strings; ClassifyKeyShape is one pass over the
+// key. Duplicates answered from memory (replays) never come here.
+//
+// Thread safety: safe for concurrent use.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/key_shape.h"
+
+namespace idem::http {
+
+struct KeyHealthOptions {
+  absl::Duration window = absl::Minutes(10);  // regenerated: two new keys this close
+  size_t fingerprint_slots = 1 << 14;         // remembered (tenant, biz_type, fingerprint)s
+  size_t mismatch_slots = 1 << 12;            // remembered keys with mismatches
+};
+
+// One key met with more than one fingerprint, as Mismatches() reports it.
+struct KeyMismatches {
+  std::string biz_type;
+  std::string key;
+  int fingerprints = 0;    // distinct ones seen: the stored one and those refused,
+                           // counted up to kMaxFingerprints
+  int64_t mismatches = 0;  // 422 answers for the key
+  absl::Time first_at;     // the first and the last 422
+  absl::Time last_at;
+};
+
+class KeyHealthTracker {
+ public:
+  static constexpr size_t kMaxBizTypes = 32;
+  static constexpr int kMaxFingerprints = 8;
+
+  explicit KeyHealthTracker(KeyHealthOptions options = {});
+
+  // A claim created the record of (tenant, biz_type, key) at `now` (token 1, no
+  // takeover), with `fingerprint` ("" for none: then only its shape is checked).
+  void OnNewKey(std::string_view tenant, std::string_view biz_type, std::string_view key,
+                std::string_view fingerprint, absl::Time now);
+
+  // A claim of (tenant, biz_type, key) with `fingerprint` was answered 422
+  // fingerprint_mismatch at `now`.
+  void OnMismatch(std::string_view tenant, std::string_view biz_type, std::string_view key,
+                  std::string_view fingerprint, absl::Time now);
+
+  // `tenant`'s remembered keys with mismatches, ordered by biz_type, then key.
+  std::vector<KeyMismatches> Mismatches(std::string_view tenant) const;
+
+  // The exposition text of the four series above.
+  std::string Render() const;
+
+  // For tests: a series' value ("other" for the biz_types past kMaxBizTypes).
+  uint64_t regenerated(std::string_view biz_type) const;
+  uint64_t mismatches(std::string_view biz_type) const;
+  uint64_t over_coarse(std::string_view biz_type) const;
+  uint64_t shapes(std::string_view biz_type, KeyShape shape) const;
+
+ private:
+  struct Counters {
+    uint64_t regenerated = 0;
+    uint64_t mismatches = 0;
+    uint64_t over_coarse = 0;
+    std::array<uint64_t, kSuspiciousShapes.size()> shapes{};
+  };
+  // The last new key of a (tenant, biz_type, fingerprint).
+  struct FingerprintSlot {
+    uint64_t group = 0;  // hash of (tenant, biz_type, fingerprint); 0: empty
+    uint64_t key = 0;    // hash of the key
+    absl::Time at;
+  };
+  struct MismatchSlot {
+    uint64_t id = 0;  // hash of (tenant, biz_type, key); 0: empty
+    std::string tenant, biz_type, key;
+    std::array<uint64_t, kMaxFingerprints> fingerprints{};  // hashes, 0: unused
+    int fingerprint_count = 0;
+    int64_t mismatches = 0;
+    absl::Time first_at, last_at;
+  };
+
+  Counters& For(std::string_view biz_type) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Counters* Find(std::string_view biz_type) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const KeyHealthOptions options_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Counters, std::less<>> by_biz_type_ ABSL_GUARDED_BY(mu_);
+  std::vector<FingerprintSlot> fingerprints_ ABSL_GUARDED_BY(mu_);
+  std::vector<MismatchSlot> mismatched_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace idem::http
