@@ -281,11 +281,12 @@ inline std::vector<Backend> KeyValueBackends() {
        .fast_params = "sync=off",
        .short_lock_timeout =
            "lock_timeout_ms=" + std::to_string(absl::ToInt64Milliseconds(kShortLockTimeout))},
-      // Commits grouped by idem's single writer instead of RocksDB's write grouping.
-      {.name = "rocksdb_queue",
+      // Commits grouped by RocksDB's write grouping instead of idem's single writer
+      // (the default, writer=queue).
+      {.name = "rocksdb_group",
        .url =
            [](const std::string& dir) {
-             return WithParams("rocksdb://" + dir + "/rocksdb", "writer=queue");
+             return WithParams("rocksdb://" + dir + "/rocksdb", "writer=group");
            },
        .fast_params = "sync=off",
        .short_lock_timeout =

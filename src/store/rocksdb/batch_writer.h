@@ -1,10 +1,12 @@
-// BatchWriter: the other way to group commits that issue 11 asks to measure (the
-// rocksdb URL parameter writer=queue). One thread drains a queue of the committing
+// BatchWriter: how rocksdb:// groups commits by default (the URL parameter
+// writer=queue; issue 11 asked to measure it against RocksDB's own write grouping,
+// writer=group). One thread drains a queue of the committing
 // transactions' write batches into one WriteBatch and writes it with one WAL write
 // and, with `sync`, one fsync; each committer blocks until the write that holds its
 // batch is durable, then gets that write's status. The default (writer=group) is
 // RocksDB's own write grouping: the committing threads elect a leader that writes
-// the group's batches together. docs/benchmarks.md compares the two.
+// the group's batches together. docs/benchmarks.md compares the two: through
+// `idem serve` the queue took 1.6-1.9x the new-key claims per second.
 //
 // Nothing is visible before it is durable: the merged batch goes through one
 // DB::Write with WriteOptions::sync, as a transaction's commit would.
