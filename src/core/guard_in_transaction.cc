@@ -2,10 +2,16 @@
 // poll batch, src/kafka/runner.cc). Each key gets a savepoint of its own, so one
 // message's failure undoes only that message's claim and writes, and the batch's
 // transaction stays usable on every backend (PostgreSQL aborts a transaction at
-// its first failed statement unless a savepoint confines it).
+// its first failed statement unless a savepoint confines it). Guard::RunBatchIn is
+// the optimistic fast path of a batch: no savepoints, and the store's claims and
+// result writes of all its keys sent together.
 #include <memory>
 #include <optional>
+#include <set>
+#include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "core/guard_internal.h"
 #include "idem/guard.h"
@@ -33,14 +39,17 @@ absl::StatusOr<T> Fault(absl::StatusOr<T> value) {
 
 }  // namespace
 
+absl::Status Guard::CheckSql() const {
+  if (store_.SupportsSql()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "Guard::RunIn needs a store that runs SQL (sqlite://, postgres://, mysql://): the "
+      "batch's effects share its transaction");
+}
+
 absl::StatusOr<Result> Guard::RunIn(StoreTransaction& tx, const Request& request,
                                     const Handler& handler, bool confine) {
   IDEM_RETURN_IF_ERROR(Validate(request));
-  if (!store_.SupportsSql()) {
-    return absl::FailedPreconditionError(
-        "Guard::RunIn needs a store that runs SQL (sqlite://, postgres://, mysql://): the "
-        "batch's claims are confined by savepoints");
-  }
+  IDEM_RETURN_IF_ERROR(CheckSql());
   const absl::Time now = options_.clock->Now();
   if (std::optional<Result> known = DecideFromKnown(request, options_.lease, now)) {
     return *std::move(known);
@@ -113,6 +122,79 @@ absl::StatusOr<Result> Guard::RunUnconfined(StoreTransaction& tx, const Request&
   if (!moved) return absl::AbortedError("record moved during the handler; roll back");
   return Result{.outcome = Outcome::kExecuted, .value = std::move(done.result), .token = token,
                 .expires_at = done.expires_at};
+}
+
+absl::StatusOr<std::vector<Result>> Guard::RunBatchIn(StoreTransaction& tx,
+                                                      absl::Span<const Request> requests,
+                                                      const BatchHandler& handler) {
+  for (const Request& r : requests) IDEM_RETURN_IF_ERROR(Validate(r));
+  IDEM_RETURN_IF_ERROR(CheckSql());
+  std::vector<Result> results(requests.size());
+  // A key met a second time must see the first one's result, which is written at
+  // the end of the first one's segment: a repeat starts the next segment, whose
+  // claims then load the record the previous segment wrote (kReplayed).
+  size_t begin = 0;
+  while (begin < requests.size()) {
+    std::set<std::pair<std::string_view, std::string_view>> keys;
+    size_t end = begin;
+    while (end < requests.size() && keys.emplace(requests[end].tenant, requests[end].key).second) {
+      ++end;
+    }
+    IDEM_RETURN_IF_ERROR(RunSegmentIn(tx, requests, begin, end, handler, &results));
+    begin = end;
+  }
+  return results;
+}
+
+absl::Status Guard::RunSegmentIn(StoreTransaction& tx, absl::Span<const Request> requests,
+                                 size_t begin, size_t end, const BatchHandler& handler,
+                                 std::vector<Result>* results) {
+  const absl::Time now = options_.clock->Now();
+  std::vector<size_t> asked;  // the requests whose keys go to the store
+  std::vector<Record> claims;
+  for (size_t i = begin; i < end; ++i) {
+    if (std::optional<Result> known = DecideFromKnown(requests[i], options_.lease, now)) {
+      (*results)[i] = *std::move(known);
+      continue;
+    }
+    asked.push_back(i);
+    claims.push_back(FreshClaim(requests[i], options_.lease, now));
+  }
+  IDEM_ASSIGN_OR_RETURN(std::vector<std::optional<Record>> loaded,
+                        Fault(tx.InsertOrLoadMany(claims)));
+  if (loaded.size() != claims.size()) {
+    return absl::InternalError("InsertOrLoadMany answered another number of records");
+  }
+  std::vector<StoreTransaction::Replacement> writes;
+  std::vector<size_t> written;
+  for (size_t j = 0; j < asked.size(); ++j) {
+    const size_t i = asked[j];
+    IDEM_ASSIGN_OR_RETURN(Acquisition a, Settle(tx, requests[i], std::move(claims[j]),
+                                                std::move(loaded[j]), options_.lease, now));
+    if (a.final.has_value()) {
+      (*results)[i] = *std::move(a.final);
+      continue;
+    }
+    IDEM_ASSIGN_OR_RETURN(std::string value, handler(i, tx));
+    Record done = std::move(a.claim);
+    const int64_t token = done.token;
+    done.state = RecordState::kSucceeded;
+    done.result = std::move(value);
+    done.lease_until = absl::InfinitePast();
+    done.updated_at = options_.clock->Now();
+    (*results)[i] = Result{.outcome = Outcome::kExecuted, .value = done.result, .token = token,
+                           .expires_at = done.expires_at};
+    writes.push_back({.record = std::move(done), .expected_token = token,
+                      .expected_state = RecordState::kProcessing});
+    written.push_back(i);
+  }
+  IDEM_ASSIGN_OR_RETURN(std::vector<bool> moved, Fault(tx.ReplaceMany(writes)));
+  for (size_t j = 0; j < written.size(); ++j) {
+    if (j >= moved.size() || !moved[j]) {
+      return absl::AbortedError("record moved during the handler; roll back");
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace idem

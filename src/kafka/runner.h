@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -120,11 +121,14 @@ class Runner {
   // them on the transport.
   absl::Status ProcessChunk(absl::Span<const Message> messages);
   // One attempt at the chunk's store transaction; fills `dead`. With `confine`
-  // false (the fast path, Guard::RunIn without savepoints) it gives up with
-  // kAborted on the first message that is neither executed nor a plain duplicate.
+  // false (the fast path, Guard::RunBatchIn: no savepoints, the batch's claims and
+  // results sent together) it gives up with kAborted when a message fails.
   absl::Status TryChunk(absl::Span<const Message> messages,
                         const std::vector<absl::StatusOr<std::string>>& keys, bool confine,
                         std::vector<DeadLetterItem>* dead, RunnerStats* counted);
+  absl::Status Account(size_t i, const Message& m, const std::string& key,
+                       const absl::StatusOr<Result>& r, std::vector<DeadLetterItem>* dead,
+                       RunnerStats* counted);
   // Runs `fn` until it succeeds, with the backoff between attempts, while it
   // fails with kUnavailable; gives up after the policy's attempts when `bounded`,
   // and on Stop() (kCancelled).

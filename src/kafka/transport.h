@@ -55,6 +55,19 @@ struct Rebalance {
   std::vector<std::string> partitions;
 };
 
+// "assigned", "revoked" or "lost", for logs.
+inline std::string_view RebalanceKindName(Rebalance::Kind kind) {
+  switch (kind) {
+    case Rebalance::Kind::kAssigned:
+      return "assigned";
+    case Rebalance::Kind::kRevoked:
+      return "revoked";
+    case Rebalance::Kind::kLost:
+      return "lost";
+  }
+  return "?";
+}
+
 class Transport {
  public:
   virtual ~Transport() = default;

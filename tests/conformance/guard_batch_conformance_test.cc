@@ -4,6 +4,7 @@
 // by its savepoint there as on SQLite and MySQL.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -128,6 +129,99 @@ TEST_P(GuardBatchTest, RollingTheBatchBackUndoesEveryClaimAndEffect) {
   absl::StatusOr<Result> again = guard_->Run(Req("E1"), Inserting({"O-1"}));
   ASSERT_OK(again);
   EXPECT_EQ(again->outcome, Outcome::kExecuted);
+}
+
+// RunBatchIn: the batch's claims and results sent together, each key still its
+// own: new keys run once, a committed key replays, a key under another's live lease
+// is in progress, a key repeated in the batch replays the batch's own result.
+TEST_P(GuardBatchTest, BatchRunsEachNewKeyOnceAndAnswersTheOthers) {
+  ASSERT_OK(guard_->Run(Req("E-old"), Inserting({"O-old"}, "old")));
+  absl::StatusOr<Result> held = guard_->Claim(Req("E-held"), absl::Minutes(5));
+  ASSERT_OK(held);
+  ASSERT_EQ(held->outcome, Outcome::kAcquired);
+  runs_ = 0;
+  const std::vector<Request> batch = {Req("E1"), Req("E-old"), Req("E2"),
+                                      Req("E-held"), Req("E1"), Req("E3")};
+  std::vector<size_t> ran;
+  std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+  absl::StatusOr<std::vector<Result>> results =
+      guard_->RunBatchIn(*tx, batch, [&](size_t i, Transaction& t) -> absl::StatusOr<std::string> {
+        ran.push_back(i);
+        IDEM_RETURN_IF_ERROR(
+            t.Exec("INSERT INTO ledger (order_no) VALUES (?)", {Value("O-" + batch[i].key)}));
+        return "r-" + batch[i].key;
+      });
+  ASSERT_OK(results);
+  ASSERT_EQ(results->size(), batch.size());
+  EXPECT_EQ(ran, (std::vector<size_t>{0, 2, 5}));
+  const Outcome expected[] = {Outcome::kExecuted,   Outcome::kReplayed, Outcome::kExecuted,
+                              Outcome::kInProgress, Outcome::kReplayed, Outcome::kExecuted};
+  for (size_t i = 0; i < batch.size(); ++i) {
+    EXPECT_EQ((*results)[i].outcome, expected[i]) << i << " " << batch[i].key;
+  }
+  EXPECT_EQ((*results)[0].value, "r-E1");
+  EXPECT_EQ((*results)[1].value, "old");
+  EXPECT_EQ((*results)[4].value, "r-E1");
+  ASSERT_OK(tx->Commit());
+  EXPECT_EQ(Ledger(), (std::vector<std::string>{"O-E1", "O-E2", "O-E3", "O-old"}));
+  for (const char* key : {"E1", "E2", "E3"}) {
+    absl::StatusOr<Result> later = guard_->Run(Req(key), Inserting({"O-never"}));
+    ASSERT_OK(later);
+    EXPECT_EQ(later->outcome, Outcome::kReplayed) << key;
+    EXPECT_EQ(later->value, std::string("r-") + key);
+  }
+  EXPECT_EQ(runs_, 0);
+  // The lease holder still owns its key.
+  ASSERT_OK(guard_->Complete(Req("E-held"), held->token, "done"));
+}
+
+// A handler failing inside a batch fails the batch, which rolls back whole, and
+// rerun key by key under savepoints (what the consumer runner does) the failure is
+// confined to its key: the others run once, nothing is doubled or lost.
+TEST_P(GuardBatchTest, AFailingHandlerFailsTheBatchAndTheRerunConfinesIt) {
+  const std::vector<Request> batch = {Req("E1"), Req("E2"), Req("E3")};
+  // E2 inserts its row, then O-1 again: a primary-key violation, a final error.
+  const std::vector<std::vector<std::string>> rows = {{"O-1"}, {"O-2", "O-1"}, {"O-3"}};
+  {
+    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+    absl::StatusOr<std::vector<Result>> results =
+        guard_->RunBatchIn(*tx, batch, [&](size_t i, Transaction& t) {
+          return Inserting(rows[i])(t);
+        });
+    EXPECT_THAT(results, StatusIs(absl::StatusCode::kInvalidArgument));
+    tx->Rollback();
+  }
+  EXPECT_TRUE(Ledger().empty());
+  EXPECT_EQ(*store_->Get("default", "E1"), std::nullopt);
+  std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+  std::vector<Outcome> outcomes;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    absl::StatusOr<Result> r = guard_->RunIn(*tx, batch[i], Inserting(rows[i]));
+    if (i == 1) {
+      EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
+    } else {
+      ASSERT_OK(r);
+      EXPECT_EQ(r->outcome, Outcome::kExecuted);
+    }
+  }
+  ASSERT_OK(tx->Commit());
+  EXPECT_EQ(Ledger(), (std::vector<std::string>{"O-1", "O-3"}));
+  absl::StatusOr<Result> cached = guard_->Run(Req("E2"), Inserting({"O-2"}));
+  ASSERT_OK(cached);
+  EXPECT_EQ(cached->outcome, Outcome::kCachedFailure);
+}
+
+// A bad key anywhere in a batch is refused before anything is written.
+TEST_P(GuardBatchTest, ABadKeyFailsTheBatchBeforeAnyWrite) {
+  const std::vector<Request> batch = {Req("E1"), Req("")};
+  std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+  runs_ = 0;
+  EXPECT_THAT(guard_->RunBatchIn(*tx, batch,
+                                 [&](size_t, Transaction& t) { return Inserting({"O-1"})(t); }),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(runs_, 0);
+  ASSERT_OK(tx->Commit());
+  EXPECT_EQ(*store_->Get("default", "E1"), std::nullopt);
 }
 
 INSTANTIATE_TEST_SUITE_P(SqlBackends, GuardBatchTest, ::testing::ValuesIn(testing::SqlBackends()),

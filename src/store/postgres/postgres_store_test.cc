@@ -571,6 +571,40 @@ TEST_F(PostgresStoreTest, GuardRunTakesThreeRoundTrips) {
   EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM ledger"), 3);
 }
 
+// A consumer's batch (Guard::RunBatchIn): the claims of all its keys go in one
+// round trip (with the BEGIN), the results in another, so a batch of n messages
+// whose handler is one INSERT costs n + 3 round trips instead of 3n.
+TEST_F(PostgresStoreTest, GuardBatchSendsItsClaimsAndResultsTogether) {
+  std::unique_ptr<Store> store = Open();
+  ASSERT_NE(store, nullptr);
+  {
+    std::unique_ptr<StoreTransaction> tx = *store->Begin();
+    ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no TEXT PRIMARY KEY)"));
+    ASSERT_OK(tx->Commit());
+  }
+  Guard guard(*store);
+  for (int round = 0; round < 2; ++round) {  // the first round also prepares
+    std::vector<Request> batch;
+    for (int i = 0; i < 50; ++i) {
+      batch.push_back({.biz_type = "event", .key = absl::StrCat("R", round, "-", i)});
+    }
+    const uint64_t before = postgres::RoundTrips();
+    std::unique_ptr<StoreTransaction> tx = *store->Begin();
+    absl::StatusOr<std::vector<Result>> r =
+        guard.RunBatchIn(*tx, batch, [&](size_t i, Transaction& t) -> absl::StatusOr<std::string> {
+          IDEM_RETURN_IF_ERROR(
+              t.Exec("INSERT INTO ledger (order_no) VALUES (?)", {Value(batch[i].key)}).status());
+          return "ok";
+        });
+    ASSERT_OK(r);
+    ASSERT_OK(tx->Commit());
+    // (BEGIN, SET LOCAL, 50 claims), 50 INSERTs, (50 UPDATEs + NOTIFYs), COMMIT.
+    EXPECT_EQ(postgres::RoundTrips() - before, 53u) << "round " << round;
+    for (const Result& one : *r) EXPECT_EQ(one.outcome, Outcome::kExecuted);
+  }
+  EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM ledger"), 100);
+}
+
 // The COMMIT pipelined behind the result UPDATE (the contract, that a write that
 // does not move the record commits nothing, is the conformance suite's
 // ReplaceAndCommitThatDoesNotMoveCommitsNothing): one round trip, and after a
