@@ -185,6 +185,25 @@ class Guard {
                                                  absl::Span<const Request> requests,
                                                  const BatchHandler& handler);
 
+  // The effect of requests[index] after its first statement, which changed
+  // `first_rows` rows.
+  using BatchHandlerAfterFirst =
+      std::function<absl::StatusOr<std::string>(size_t index, Transaction& tx, int64_t first_rows)>;
+
+  // RunBatchIn with each request's first statement known up front (as Run with a
+  // first statement): once the keys are claimed, `firsts[i]` of each request whose
+  // key this batch claimed is run, all of them sent together
+  // (StoreTransaction::ExecMany: pipelined on PostgreSQL, so a batch whose effects
+  // are one statement each costs a few round trips in all), then `handler` of each
+  // in order. A key that is not the caller's (any outcome but kExecuted) runs
+  // neither. A first statement's error is returned as a handler's (roll `tx`
+  // back). Outcomes and errors as RunBatchIn; kInvalidArgument when `firsts` is
+  // not one statement per request.
+  absl::StatusOr<std::vector<Result>> RunBatchIn(StoreTransaction& tx,
+                                                 absl::Span<const Request> requests,
+                                                 absl::Span<const Statement> firsts,
+                                                 const BatchHandlerAfterFirst& handler);
+
   // Lease mode. Commits a PROCESSING record with a lease of `lease` (0 = the
   // default) and a new fencing token, or reports why not. An expired lease is taken
   // over (token + 1, takeover = true). Returns kAcquired, kReplayed, kInProgress,
@@ -243,8 +262,8 @@ class Guard {
                                      absl::Duration lease, absl::Time now);
   // RunBatchIn for requests[begin, end), whose keys are distinct.
   absl::Status RunSegmentIn(StoreTransaction& tx, absl::Span<const Request> requests,
-                            size_t begin, size_t end, const BatchHandler& handler,
-                            std::vector<Result>* results);
+                            absl::Span<const Statement> firsts, size_t begin, size_t end,
+                            const BatchHandlerAfterFirst& handler, std::vector<Result>* results);
   absl::Status CheckSql() const;
   absl::StatusOr<Result> RunUnconfined(StoreTransaction& tx, const Request& request,
                                        const Handler& handler, absl::Time now);

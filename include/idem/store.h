@@ -176,6 +176,14 @@ class StoreTransaction : public Transaction {
   virtual absl::StatusOr<bool> Replace(const Record& record, int64_t expected_token,
                                        RecordState expected_state) = 0;
 
+  // Exec for each of `statements`, in order, in this transaction. Returns each one's
+  // changed-row count, in order. A backend that can (PostgreSQL) sends them in a
+  // few round trips instead of one each: a consumer runs the first statements of a
+  // whole poll batch's effects at once. On the first error (as Exec's) the rest do
+  // not run and that error is returned: the caller rolls the transaction back. The
+  // default calls Exec for each. Blocks.
+  virtual absl::StatusOr<std::vector<int64_t>> ExecMany(absl::Span<const Statement> statements);
+
   // One write of ReplaceMany: Replace(record, expected_token, expected_state).
   struct Replacement {
     Record record;

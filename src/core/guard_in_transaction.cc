@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/guard_internal.h"
 #include "idem/guard.h"
 #include "idem/status.h"
@@ -127,6 +128,19 @@ absl::StatusOr<Result> Guard::RunUnconfined(StoreTransaction& tx, const Request&
 absl::StatusOr<std::vector<Result>> Guard::RunBatchIn(StoreTransaction& tx,
                                                       absl::Span<const Request> requests,
                                                       const BatchHandler& handler) {
+  return RunBatchIn(tx, requests, {},
+                    [&handler](size_t i, Transaction& t, int64_t) { return handler(i, t); });
+}
+
+absl::StatusOr<std::vector<Result>> Guard::RunBatchIn(StoreTransaction& tx,
+                                                      absl::Span<const Request> requests,
+                                                      absl::Span<const Statement> firsts,
+                                                      const BatchHandlerAfterFirst& handler) {
+  if (!firsts.empty() && firsts.size() != requests.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("RunBatchIn: ", firsts.size(),
+                                                   " first statements for ", requests.size(),
+                                                   " requests"));
+  }
   for (const Request& r : requests) IDEM_RETURN_IF_ERROR(Validate(r));
   IDEM_RETURN_IF_ERROR(CheckSql());
   std::vector<Result> results(requests.size());
@@ -140,14 +154,15 @@ absl::StatusOr<std::vector<Result>> Guard::RunBatchIn(StoreTransaction& tx,
     while (end < requests.size() && keys.emplace(requests[end].tenant, requests[end].key).second) {
       ++end;
     }
-    IDEM_RETURN_IF_ERROR(RunSegmentIn(tx, requests, begin, end, handler, &results));
+    IDEM_RETURN_IF_ERROR(RunSegmentIn(tx, requests, firsts, begin, end, handler, &results));
     begin = end;
   }
   return results;
 }
 
 absl::Status Guard::RunSegmentIn(StoreTransaction& tx, absl::Span<const Request> requests,
-                                 size_t begin, size_t end, const BatchHandler& handler,
+                                 absl::Span<const Statement> firsts, size_t begin, size_t end,
+                                 const BatchHandlerAfterFirst& handler,
                                  std::vector<Result>* results) {
   const absl::Time now = options_.clock->Now();
   std::vector<size_t> asked;  // the requests whose keys go to the store
@@ -165,8 +180,8 @@ absl::Status Guard::RunSegmentIn(StoreTransaction& tx, absl::Span<const Request>
   if (loaded.size() != claims.size()) {
     return absl::InternalError("InsertOrLoadMany answered another number of records");
   }
-  std::vector<StoreTransaction::Replacement> writes;
-  std::vector<size_t> written;
+  std::vector<size_t> won;  // the requests whose keys are now held in `tx`
+  std::vector<Record> held;
   for (size_t j = 0; j < asked.size(); ++j) {
     const size_t i = asked[j];
     IDEM_ASSIGN_OR_RETURN(Acquisition a, Settle(tx, requests[i], std::move(claims[j]),
@@ -175,8 +190,26 @@ absl::Status Guard::RunSegmentIn(StoreTransaction& tx, absl::Span<const Request>
       (*results)[i] = *std::move(a.final);
       continue;
     }
-    IDEM_ASSIGN_OR_RETURN(std::string value, handler(i, tx));
-    Record done = std::move(a.claim);
+    won.push_back(i);
+    held.push_back(std::move(a.claim));
+  }
+  std::vector<int64_t> first_rows(won.size(), 0);
+  if (!firsts.empty() && !won.empty()) {
+    std::vector<Statement> statements;
+    statements.reserve(won.size());
+    for (size_t i : won) statements.push_back(firsts[i]);
+    // The caller's statements: their errors are the handler's, not the store's.
+    IDEM_ASSIGN_OR_RETURN(first_rows, tx.ExecMany(statements));
+    if (first_rows.size() != won.size()) {
+      return absl::InternalError("ExecMany answered another number of statements");
+    }
+  }
+  std::vector<StoreTransaction::Replacement> writes;
+  writes.reserve(won.size());
+  for (size_t k = 0; k < won.size(); ++k) {
+    const size_t i = won[k];
+    IDEM_ASSIGN_OR_RETURN(std::string value, handler(i, tx, first_rows[k]));
+    Record done = std::move(held[k]);
     const int64_t token = done.token;
     done.state = RecordState::kSucceeded;
     done.result = std::move(value);
@@ -186,11 +219,10 @@ absl::Status Guard::RunSegmentIn(StoreTransaction& tx, absl::Span<const Request>
                            .expires_at = done.expires_at};
     writes.push_back({.record = std::move(done), .expected_token = token,
                       .expected_state = RecordState::kProcessing});
-    written.push_back(i);
   }
   IDEM_ASSIGN_OR_RETURN(std::vector<bool> moved, Fault(tx.ReplaceMany(writes)));
-  for (size_t j = 0; j < written.size(); ++j) {
-    if (j >= moved.size() || !moved[j]) {
+  for (size_t k = 0; k < writes.size(); ++k) {
+    if (k >= moved.size() || !moved[k]) {
       return absl::AbortedError("record moved during the handler; roll back");
     }
   }

@@ -65,6 +65,17 @@ absl::StatusOr<std::vector<bool>> StoreTransaction::ReplaceMany(
   return out;
 }
 
+absl::StatusOr<std::vector<int64_t>> StoreTransaction::ExecMany(
+    absl::Span<const Statement> statements) {
+  std::vector<int64_t> out;
+  out.reserve(statements.size());
+  for (const Statement& st : statements) {
+    IDEM_ASSIGN_OR_RETURN(int64_t rows, Exec(st.sql, st.params));
+    out.push_back(rows);
+  }
+  return out;
+}
+
 bool IsUniqueViolation(const absl::Status& status) {
   return !status.ok() && status.GetPayload(AV(kUniqueViolationPayload)).has_value();
 }

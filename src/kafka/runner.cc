@@ -192,11 +192,25 @@ absl::Status Runner::TryChunk(absl::Span<const Message> messages,
     return s;
   };
   if (!confine) {
-    // The whole batch's claims and results in a few round trips, no savepoints; any
-    // failure rolls it all back and it is redone below with one savepoint each.
+    // The whole batch's claims, first statements and results in a few round trips,
+    // no savepoints; any failure rolls it all back and it is redone below with one
+    // savepoint each.
+    std::vector<Statement> firsts;
+    if (options_.first_statement != nullptr) {
+      firsts.reserve(keyed.size());
+      for (size_t i : keyed) {
+        absl::StatusOr<Statement> st = options_.first_statement(messages[i]);
+        if (!st.ok()) {
+          tx->Rollback();
+          return absl::AbortedError("fast path left: a message has no first statement");
+        }
+        firsts.push_back(*std::move(st));
+      }
+    }
     absl::StatusOr<std::vector<Result>> results = guard_.RunBatchIn(
-        *tx, requests,
-        [&](size_t j, Transaction& t) { return handler_(messages[keyed[j]], t); });
+        *tx, requests, firsts, [&](size_t j, Transaction& t, int64_t) {
+          return handler_(messages[keyed[j]], t);
+        });
     if (!results.ok()) {
       tx->Rollback();
       return absl::AbortedError(absl::StrCat(
@@ -208,7 +222,13 @@ absl::Status Runner::TryChunk(absl::Span<const Message> messages,
   for (size_t j = 0; j < requests.size(); ++j) {
     const Message& m = messages[keyed[j]];
     IDEM_RETURN_IF_ERROR(account(
-        j, guard_.RunIn(*tx, requests[j], [&](Transaction& t) { return handler_(m, t); })));
+        j, guard_.RunIn(*tx, requests[j], [&](Transaction& t) -> absl::StatusOr<std::string> {
+          if (options_.first_statement != nullptr) {
+            IDEM_ASSIGN_OR_RETURN(Statement st, options_.first_statement(m));
+            IDEM_RETURN_IF_ERROR(t.Exec(st.sql, st.params).status());
+          }
+          return handler_(m, t);
+        })));
   }
   return tx->Commit();
 }

@@ -2,6 +2,7 @@
 // each individually idempotent) against every SQL backend: PostgreSQL aborts a
 // transaction at its first failed statement, so a failing message must be confined
 // by its savepoint there as on SQLite and MySQL.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -222,6 +223,93 @@ TEST_P(GuardBatchTest, ABadKeyFailsTheBatchBeforeAnyWrite) {
   EXPECT_EQ(runs_, 0);
   ASSERT_OK(tx->Commit());
   EXPECT_EQ(*store_->Get("default", "E1"), std::nullopt);
+}
+
+// First statements: run, all sent together, only for the keys the batch claimed,
+// each handler told its statement's row count; a failing one fails the batch.
+TEST_P(GuardBatchTest, FirstStatementsRunOnlyForClaimedKeys) {
+  ASSERT_OK(guard_->Run(Req("E-old"), Inserting({"O-old"}, "old")));
+  // More than one PostgreSQL round trip's worth (100), and a repeat of E0.
+  std::vector<Request> batch;
+  std::vector<Statement> firsts;
+  for (int i = 0; i < 130; ++i) {
+    batch.push_back(Req("E" + std::to_string(i)));
+    firsts.push_back({"INSERT INTO ledger (order_no) VALUES (?)", {Value("O" + std::to_string(i))}});
+  }
+  batch.push_back(Req("E-old"));
+  firsts.push_back({"INSERT INTO ledger (order_no) VALUES (?)", {Value("O-never")}});
+  batch.push_back(Req("E0"));
+  firsts.push_back({"INSERT INTO ledger (order_no) VALUES (?)", {Value("O-never-2")}});
+  std::vector<size_t> ran;
+  std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+  absl::StatusOr<std::vector<Result>> results = guard_->RunBatchIn(
+      *tx, batch, firsts,
+      [&](size_t i, Transaction&, int64_t rows) -> absl::StatusOr<std::string> {
+        EXPECT_EQ(rows, 1) << i;
+        ran.push_back(i);
+        return "r" + std::to_string(i);
+      });
+  ASSERT_OK(results);
+  EXPECT_EQ(ran.size(), 130u);
+  EXPECT_EQ((*results)[130].outcome, Outcome::kReplayed);
+  EXPECT_EQ((*results)[130].value, "old");
+  EXPECT_EQ((*results)[131].outcome, Outcome::kReplayed);
+  EXPECT_EQ((*results)[131].value, "r0");
+  ASSERT_OK(tx->Commit());
+  std::vector<std::string> ledger = Ledger();
+  EXPECT_EQ(ledger.size(), 131u);
+  EXPECT_EQ(std::count(ledger.begin(), ledger.end(), "O-never"), 0);
+  EXPECT_EQ(std::count(ledger.begin(), ledger.end(), "O-never-2"), 0);
+
+  // A first statement that fails (O1 again: the primary key) fails the batch.
+  const std::vector<Request> again = {Req("F1"), Req("F2")};
+  const std::vector<Statement> bad = {
+      {"INSERT INTO ledger (order_no) VALUES (?)", {Value("P1")}},
+      {"INSERT INTO ledger (order_no) VALUES (?)", {Value("O1")}}};
+  tx = *store_->Begin();
+  EXPECT_THAT(guard_->RunBatchIn(*tx, again, bad,
+                                 [](size_t, Transaction&, int64_t) -> absl::StatusOr<std::string> {
+                                   return std::string("never");
+                                 }),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  tx->Rollback();
+  EXPECT_EQ(Ledger().size(), 131u);
+  EXPECT_EQ(*store_->Get("default", "F1"), std::nullopt);
+  // One statement per request, or none.
+  tx = *store_->Begin();
+  EXPECT_THAT(guard_->RunBatchIn(*tx, again, absl::MakeConstSpan(bad).subspan(0, 1),
+                                 [](size_t, Transaction&, int64_t) -> absl::StatusOr<std::string> {
+                                   return std::string("never");
+                                 }),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// StoreTransaction::ExecMany: each statement as Exec, in order (each sees the ones
+// before it), row counts in order; the first error stops it.
+TEST_P(GuardBatchTest, ExecManyRunsEachStatementInOrder) {
+  std::vector<Statement> statements;
+  for (int i = 0; i < 150; ++i) {
+    statements.push_back({"INSERT INTO ledger (order_no) VALUES (?)", {Value("X" + std::to_string(i))}});
+  }
+  statements.push_back({"DELETE FROM ledger WHERE order_no LIKE ?", {Value("X1%")}});
+  std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+  absl::StatusOr<std::vector<int64_t>> rows = tx->ExecMany(statements);
+  ASSERT_OK(rows);
+  ASSERT_EQ(rows->size(), 151u);
+  EXPECT_EQ((*rows)[0], 1);
+  EXPECT_EQ((*rows)[149], 1);
+  EXPECT_EQ((*rows)[150], 61);  // X1, X10-X19, X100-X149
+  ASSERT_OK(tx->Commit());
+  EXPECT_EQ(Ledger().size(), 89u);
+
+  const std::vector<Statement> failing = {
+      {"INSERT INTO ledger (order_no) VALUES (?)", {Value("Y1")}},
+      {"INSERT INTO ledger (order_no) VALUES (?)", {Value("X2")}},
+      {"INSERT INTO ledger (order_no) VALUES (?)", {Value("Y2")}}};
+  tx = *store_->Begin();
+  EXPECT_THAT(tx->ExecMany(failing), StatusIs(absl::StatusCode::kInvalidArgument));
+  tx->Rollback();
+  EXPECT_EQ(Ledger().size(), 89u);
 }
 
 INSTANTIATE_TEST_SUITE_P(SqlBackends, GuardBatchTest, ::testing::ValuesIn(testing::SqlBackends()),

@@ -44,6 +44,9 @@ class CachingTransaction final : public StoreTransaction {
   absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> params) override {
     return inner_->Query(sql, params);
   }
+  absl::StatusOr<std::vector<int64_t>> ExecMany(absl::Span<const Statement> statements) override {
+    return inner_->ExecMany(statements);
+  }
 
   absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& record) override {
     return Claimed(record, inner_->InsertOrLoad(record));

@@ -273,6 +273,40 @@ class PostgresTransaction final : public sql::PooledTransaction<Connection> {
     return out;
   }
 
+  // A batch's statements (a consumer's first statements of its effects) as Exec
+  // would run each, kPipedPerTrip of them per round trip. A malformed one fails
+  // before its round trip is sent, as Exec would.
+  absl::StatusOr<std::vector<int64_t>> ExecMany(absl::Span<const Statement> statements) override {
+    std::vector<int64_t> out;
+    out.reserve(statements.size());
+    for (size_t at = 0; at < statements.size(); at += kPipedPerTrip) {
+      const absl::Span<const Statement> part = statements.subspan(at, kPipedPerTrip);
+      std::vector<std::string> rewritten;
+      std::vector<postgres::PipedStatement> piped_statements;
+      rewritten.reserve(part.size());
+      for (const Statement& st : part) {
+        if (postgres::IsBlankSql(st.sql)) return absl::InvalidArgumentError("empty SQL statement");
+        int nparams = 0;
+        IDEM_ASSIGN_OR_RETURN(std::string sql, postgres::RewritePlaceholders(st.sql, &nparams));
+        rewritten.push_back(std::move(sql));
+        piped_statements.push_back({rewritten.back(), nparams, st.params, false});
+      }
+      IDEM_ASSIGN_OR_RETURN(std::vector<int64_t> rows,
+                            Step([&]() -> absl::StatusOr<std::vector<int64_t>> {
+                              postgres::PipedMany piped = lease_->RunMany(piped_statements);
+                              std::vector<int64_t> changed;
+                              changed.reserve(part.size());
+                              for (absl::StatusOr<postgres::Result>& r : piped.results) {
+                                if (!r.ok()) return r.status();
+                                changed.push_back(postgres::RowsChanged(r->get()));
+                              }
+                              return changed;
+                            }));
+      out.insert(out.end(), rows.begin(), rows.end());
+    }
+    return out;
+  }
+
   absl::StatusOr<bool> Replace(const Record& r, int64_t expected_token,
                                RecordState expected_state) override {
     const auto params = sql::ReplaceParams(r, expected_token, expected_state);
