@@ -46,17 +46,7 @@ Runner::Runner(Transport& transport, Store& store, MessageHandler handler, Runne
 // partitions' finished work is already committed and the transport drops what it
 // fetched for them and had not handed out.
 void Runner::OnRebalance(const Rebalance& r) {
-  switch (r.kind) {
-    case Rebalance::Kind::kAssigned:
-      assigned_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    case Rebalance::Kind::kRevoked:
-      revoked_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    case Rebalance::Kind::kLost:
-      lost_.fetch_add(1, std::memory_order_relaxed);
-      break;
-  }
+  rebalances_.Count(r.kind);
   spdlog::info("{} rebalance: {} {}", transport_.name(), RebalanceKindName(r.kind),
                absl::StrJoin(r.partitions, ","));
 }
@@ -71,9 +61,9 @@ RunnerStats Runner::stats() const {
                      .store_retries = v(store_retries_),
                      .commits = v(commits_),
                      .commit_failures = v(commit_failures_),
-                     .assigned = v(assigned_),
-                     .revoked = v(revoked_),
-                     .lost = v(lost_)};
+                     .assigned = v(rebalances_.assigned),
+                     .revoked = v(rebalances_.revoked),
+                     .lost = v(rebalances_.lost)};
 }
 
 absl::Status Runner::Retry(const char* what, bool bounded, const std::function<absl::Status()>& fn) {

@@ -153,7 +153,8 @@ class Runner {
   RunnerOptions options_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> polled_{0}, executed_{0}, replayed_{0}, dead_lettered_{0}, batches_{0},
-      store_retries_{0}, commits_{0}, commit_failures_{0}, assigned_{0}, revoked_{0}, lost_{0};
+      store_retries_{0}, commits_{0}, commit_failures_{0};
+  RebalanceCounters rebalances_;
 };
 
 }  // namespace idem::kafka

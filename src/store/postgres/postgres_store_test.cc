@@ -180,6 +180,19 @@ class PostgresStoreTest : public ::testing::Test {
     url_ = WithParam(base_url_, "options=-csearch_path%3D" + schema_);
   }
 
+  // A store on this test's schema with a table ledger (order_no TEXT PRIMARY KEY),
+  // or nullptr (the failure recorded).
+  std::unique_ptr<Store> OpenWithLedger() {
+    std::unique_ptr<Store> store = Open();
+    if (store == nullptr) return nullptr;
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store->Begin();
+    EXPECT_TRUE(tx.ok()) << tx.status();
+    if (!tx.ok()) return nullptr;
+    EXPECT_OK((*tx)->Exec("CREATE TABLE ledger (order_no TEXT PRIMARY KEY)"));
+    EXPECT_OK((*tx)->Commit());
+    return store;
+  }
+
   void TearDown() override {
     if (admin_ != nullptr && !schema_.empty()) {
       EXPECT_OK(AdminExec("DROP SCHEMA " + schema_ + " CASCADE"));
@@ -540,13 +553,8 @@ TEST_F(PostgresStoreTest, DeferredBeginFailsOnTheFirstStatement) {
 }
 
 TEST_F(PostgresStoreTest, GuardRunTakesThreeRoundTrips) {
-  std::unique_ptr<Store> store = Open();
+  std::unique_ptr<Store> store = OpenWithLedger();
   ASSERT_NE(store, nullptr);
-  {
-    std::unique_ptr<StoreTransaction> tx = *store->Begin();
-    ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no TEXT PRIMARY KEY)"));
-    ASSERT_OK(tx->Commit());
-  }
   Guard guard(*store);
   for (int i = 0; i < 2; ++i) {  // the first run also prepares its statements
     const std::string key = "K" + std::to_string(i);
@@ -575,13 +583,8 @@ TEST_F(PostgresStoreTest, GuardRunTakesThreeRoundTrips) {
 // round trip (with the BEGIN), the results in another, so a batch of n messages
 // whose handler is one INSERT costs n + 3 round trips instead of 3n.
 TEST_F(PostgresStoreTest, GuardBatchSendsItsClaimsAndResultsTogether) {
-  std::unique_ptr<Store> store = Open();
+  std::unique_ptr<Store> store = OpenWithLedger();
   ASSERT_NE(store, nullptr);
-  {
-    std::unique_ptr<StoreTransaction> tx = *store->Begin();
-    ASSERT_OK(tx->Exec("CREATE TABLE ledger (order_no TEXT PRIMARY KEY)"));
-    ASSERT_OK(tx->Commit());
-  }
   Guard guard(*store);
   for (int round = 0; round < 2; ++round) {  // the first round also prepares
     std::vector<Request> batch;
