@@ -234,7 +234,8 @@ TEST_P(GuardBatchTest, FirstStatementsRunOnlyForClaimedKeys) {
   std::vector<Statement> firsts;
   for (int i = 0; i < 130; ++i) {
     batch.push_back(Req("E" + std::to_string(i)));
-    firsts.push_back({"INSERT INTO ledger (order_no) VALUES (?)", {Value("O" + std::to_string(i))}});
+    firsts.push_back(
+        {"INSERT INTO ledger (order_no) VALUES (?)", {Value("O" + std::to_string(i))}});
   }
   batch.push_back(Req("E-old"));
   firsts.push_back({"INSERT INTO ledger (order_no) VALUES (?)", {Value("O-never")}});
@@ -289,7 +290,8 @@ TEST_P(GuardBatchTest, FirstStatementsRunOnlyForClaimedKeys) {
 TEST_P(GuardBatchTest, ExecManyRunsEachStatementInOrder) {
   std::vector<Statement> statements;
   for (int i = 0; i < 150; ++i) {
-    statements.push_back({"INSERT INTO ledger (order_no) VALUES (?)", {Value("X" + std::to_string(i))}});
+    statements.push_back(
+        {"INSERT INTO ledger (order_no) VALUES (?)", {Value("X" + std::to_string(i))}});
   }
   statements.push_back({"DELETE FROM ledger WHERE order_no LIKE ?", {Value("X1%")}});
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();

@@ -298,7 +298,9 @@ TEST_F(KafkaBridgeTest, MetricsListenExportsTheBridgesCounters) {
   ASSERT_TRUE(testing::WaitUntil([&] {
     const std::string err = testing::ReadFile(dir_.file("run.err"));
     const size_t at = err.find(logged);
-    if (at != std::string::npos) port = static_cast<uint16_t>(std::atoi(err.c_str() + at + logged.size()));
+    if (at != std::string::npos) {
+      port = static_cast<uint16_t>(std::atoi(err.c_str() + at + logged.size()));
+    }
     return port != 0;
   })) << testing::ReadFile(dir_.file("run.err"));
 

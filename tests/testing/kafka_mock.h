@@ -81,10 +81,10 @@ class MockKafka {
   // `quiet` passes with nothing new, once at least `expected` messages are in (for
   // those, it waits up to `deadline`: a loaded machine may take longer than `quiet`
   // to connect and fetch the first one).
-  std::vector<kafka::Message> ReadAll(const std::string& topic, int partitions,
-                                      size_t expected = 0,
-                                      std::chrono::milliseconds quiet = std::chrono::seconds(2),
-                                      std::chrono::milliseconds deadline = std::chrono::seconds(60)) {
+  std::vector<kafka::Message> ReadAll(
+      const std::string& topic, int partitions, size_t expected = 0,
+      std::chrono::milliseconds quiet = std::chrono::seconds(2),
+      std::chrono::milliseconds deadline = std::chrono::seconds(60)) {
     char err[512];
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps_.c_str(), err, sizeof err);
