@@ -2,13 +2,14 @@
 # bench/consume.sh: messages/s of the consumer runner (src/kafka/runner.h) whose
 # effect is one SQL row per message, with per-message commits (one store
 # transaction and one offset commit per message) versus batched commits (one of
-# each per poll batch, each message still idempotent under its own savepoint), on
+# each per poll batch, each message still idempotent under its own claim), on
 # SQLite (synchronous=full) and a durable PostgreSQL 15 (fsync on), in one run
 # (issue 12). Kafka is librdkafka's mock cluster inside the bench, over loopback.
 #
 #   bench/consume.sh [--messages N] [--batch B]
 #
-# Prints the table of bench/consume_bench and, per store, "ratio batched/per_message".
+# Prints the table of bench/consume_bench and, per store and effect (the handler runs
+# the INSERT, or it is the runner's first_statement), "ratio batched/per_message".
 # Installs what it needs (scripts/deps.sh), builds into build/, works in
 # build/bench-consume/ and stops the PostgreSQL it started.
 set -euo pipefail

@@ -6,7 +6,8 @@
 //
 //   consume_bench [--messages N] [--batch B] STORE_URL...
 //
-// Prints one line per (store, mode) and, per store, "ratio batched/per_message = X".
+// Prints one line per (store, commits, effect) and, per store and effect,
+// "ratio batched/per_message (EFFECT) = X".
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -54,9 +55,12 @@ bool ProduceAll(const std::string& brokers, const std::string& topic, int n) {
   return ok;
 }
 
-// Messages/s from the first message handled to the last, or -1 on failure.
+// Messages/s from the first message handled to the last, or -1 on failure. With
+// `statement`, the effect's INSERT is the runner's first statement
+// (RunnerOptions::first_statement) and the handler only answers; else the handler
+// runs it.
 double Measure(const Cluster& c, const std::string& topic, Store& store, bool batched,
-               size_t batch, int n, const std::string& tenant) {
+               bool statement, size_t batch, int n, const std::string& tenant) {
   {
     auto tx = store.Begin();
     if (!tx.ok()) return -1;
@@ -76,12 +80,20 @@ double Measure(const Cluster& c, const std::string& topic, Store& store, bool ba
   o.tenant = tenant;  // a fresh key space per run: every message is a first arrival
   o.max_batch = batch;
   o.batched = batched;
+  static constexpr char kInsert[] = "INSERT INTO bench_ledger (order_no, body) VALUES (?, ?)";
+  if (statement) {
+    o.first_statement = [](const kafka::Message& m) -> absl::StatusOr<Statement> {
+      return Statement{kInsert, {Value(*m.Header("event_id")), Value(m.payload)}};
+    };
+  }
   auto runner = kafka::Runner::Create(
       **transport, store,
-      [](const kafka::Message& m, Transaction& tx) -> absl::StatusOr<std::string> {
-        const Value p[] = {Value(*m.Header("event_id")), Value(m.payload)};
-        auto r = tx.Exec("INSERT INTO bench_ledger (order_no, body) VALUES (?, ?)", p);
-        if (!r.ok()) return r.status();
+      [statement](const kafka::Message& m, Transaction& tx) -> absl::StatusOr<std::string> {
+        if (!statement) {
+          const Value p[] = {Value(*m.Header("event_id")), Value(m.payload)};
+          auto r = tx.Exec(kInsert, p);
+          if (!r.ok()) return r.status();
+        }
         return std::string("{}");
       },
       std::move(o));
@@ -137,7 +149,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("%d messages, effect = one INSERT per message, batch up to %zu\n", n, batch);
-  std::printf("%-10s %-12s %12s\n", "store", "commits", "messages/s");
+  std::printf("effect \"handler\": the handler runs the INSERT; \"statement\": it is the "
+              "runner's first_statement\n");
+  std::printf("%-10s %-12s %-10s %12s\n", "store", "commits", "effect", "messages/s");
   int run = 0;
   for (const std::string& url : stores) {
     auto store = OpenStore(url);
@@ -146,20 +160,28 @@ int main(int argc, char** argv) {
       return 1;
     }
     const std::string name = url.substr(0, url.find(':'));
-    double rates[2];
-    for (int batched = 0; batched < 2; ++batched) {
-      const std::string tenant = "bench-" + std::to_string(::getpid()) + "-" + std::to_string(run++);
-      rates[batched] = Measure(c, "bench", **store, batched == 1, batch, n, tenant);
-      if (rates[batched] < 0) {
-        std::fprintf(stderr, "consume_bench: the %s run on %s failed\n",
-                     batched ? "batched" : "per-message", name.c_str());
-        return 1;
+    double rates[2][2];  // [statement][batched]
+    for (int statement = 0; statement < 2; ++statement) {
+      for (int batched = 0; batched < 2; ++batched) {
+        const std::string tenant =
+            "bench-" + std::to_string(::getpid()) + "-" + std::to_string(run++);
+        double& rate = rates[statement][batched];
+        rate = Measure(c, "bench", **store, batched == 1, statement == 1, batch, n, tenant);
+        const char* effect = statement ? "statement" : "handler";
+        const char* commits = batched ? "batched" : "per-message";
+        if (rate < 0) {
+          std::fprintf(stderr, "consume_bench: the %s %s run on %s failed\n", commits, effect,
+                       name.c_str());
+          return 1;
+        }
+        std::printf("%-10s %-12s %-10s %12.0f\n", name.c_str(), commits, effect, rate);
+        std::fflush(stdout);
       }
-      std::printf("%-10s %-12s %12.0f\n", name.c_str(), batched ? "batched" : "per-message",
-                  rates[batched]);
-      std::fflush(stdout);
     }
-    std::printf("%s: ratio batched/per_message = %.1f\n", name.c_str(), rates[1] / rates[0]);
+    for (int statement = 0; statement < 2; ++statement) {
+      std::printf("%s: ratio batched/per_message (%s) = %.1f\n", name.c_str(),
+                  statement ? "statement" : "handler", rates[statement][1] / rates[statement][0]);
+    }
   }
   rd_kafka_mock_cluster_destroy(c.mock);
   rd_kafka_destroy(c.owner);

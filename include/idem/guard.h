@@ -26,10 +26,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "idem/clock.h"
 #include "idem/key.h"
 #include "idem/record.h"
@@ -158,6 +160,50 @@ class Guard {
   absl::StatusOr<Result> RunIn(StoreTransaction& tx, const Request& request,
                                const Handler& handler, bool confine = true);
 
+  // The effect of requests[index] in RunBatchIn, in the batch's transaction.
+  using BatchHandler = std::function<absl::StatusOr<std::string>(size_t index, Transaction& tx)>;
+
+  // RunIn without savepoints for each of `requests`, in order, in `tx`, with the
+  // store's round trips counted per batch instead of per key: the keys are claimed
+  // together (StoreTransaction::InsertOrLoadMany), the handlers of the claimed ones
+  // run in order, and their results are written together (ReplaceMany). On
+  // PostgreSQL that is two round trips per batch plus the handlers' own, instead
+  // of three per key. Each request stays individually idempotent: its own claim
+  // and record. Returns one Result per request, in order: kExecuted (the handler
+  // ran; its result is written in `tx`), or, without running the handler or
+  // writing anything, kReplayed (also for a key earlier in the same batch or
+  // `tx`), kInProgress (a live lease), kKeyReused, kFingerprintMismatch,
+  // kCachedFailure, kExpired; `tx` stays usable after each of them. Errors: a
+  // request's bad key, biz_type or tenant (kInvalidArgument, nothing written), the
+  // first handler error (retryable or final: nothing is cached), a key held by
+  // another open transaction (a ClaimContendedError), or a store error as Run()'s;
+  // after an error `tx` must be rolled back (a PostgreSQL transaction is aborted)
+  // and the batch run again with RunIn(confine true) per key, which confines each
+  // failure to its own key. Nothing is committed: the caller commits `tx`.
+  // REQUIRES: as RunIn. Blocks.
+  absl::StatusOr<std::vector<Result>> RunBatchIn(StoreTransaction& tx,
+                                                 absl::Span<const Request> requests,
+                                                 const BatchHandler& handler);
+
+  // The effect of requests[index] after its first statement, which changed
+  // `first_rows` rows.
+  using BatchHandlerAfterFirst =
+      std::function<absl::StatusOr<std::string>(size_t index, Transaction& tx, int64_t first_rows)>;
+
+  // RunBatchIn with each request's first statement known up front (as Run with a
+  // first statement): once the keys are claimed, `firsts[i]` of each request whose
+  // key this batch claimed is run, all of them sent together
+  // (StoreTransaction::ExecMany: pipelined on PostgreSQL, so a batch whose effects
+  // are one statement each costs a few round trips in all), then `handler` of each
+  // in order. A key that is not the caller's (any outcome but kExecuted) runs
+  // neither. A first statement's error is returned as a handler's (roll `tx`
+  // back). Outcomes and errors as RunBatchIn; kInvalidArgument when `firsts` is
+  // not one statement per request.
+  absl::StatusOr<std::vector<Result>> RunBatchIn(StoreTransaction& tx,
+                                                 absl::Span<const Request> requests,
+                                                 absl::Span<const Statement> firsts,
+                                                 const BatchHandlerAfterFirst& handler);
+
   // Lease mode. Commits a PROCESSING record with a lease of `lease` (0 = the
   // default) and a new fencing token, or reports why not. An expired lease is taken
   // over (token + 1, takeover = true). Returns kAcquired, kReplayed, kInProgress,
@@ -206,6 +252,19 @@ class Guard {
                                       const Statement* first = nullptr,
                                       std::optional<absl::StatusOr<int64_t>>* first_result =
                                           nullptr);
+  // The fresh PROCESSING record (token 1) that claims `request` at `now`.
+  Record FreshClaim(const Request& request, absl::Duration lease, absl::Time now) const;
+  // Decides the claim `claim` of `request` from the store's answer to inserting it
+  // (`loaded`, from InsertOrLoad or InsertOrLoadMany), taking the existing record
+  // over in `tx` when it may be.
+  absl::StatusOr<Acquisition> Settle(StoreTransaction& tx, const Request& request, Record claim,
+                                     absl::StatusOr<std::optional<Record>> loaded,
+                                     absl::Duration lease, absl::Time now);
+  // RunBatchIn for requests[begin, end), whose keys are distinct.
+  absl::Status RunSegmentIn(StoreTransaction& tx, absl::Span<const Request> requests,
+                            absl::Span<const Statement> firsts, size_t begin, size_t end,
+                            const BatchHandlerAfterFirst& handler, std::vector<Result>* results);
+  absl::Status CheckSql() const;
   absl::StatusOr<Result> RunUnconfined(StoreTransaction& tx, const Request& request,
                                        const Handler& handler, absl::Time now);
   absl::StatusOr<Result> RunTransactional(const Request& request, const Statement* first,

@@ -168,12 +168,47 @@ class StoreTransaction : public Transaction {
     return loaded;
   }
 
+  // InsertOrLoad for each of `records`, in order, with the effect of calling it
+  // for each in turn in this transaction (a record whose key an earlier one of the
+  // same call inserted loads that one). Returns one answer per record, in order.
+  // A backend that can (PostgreSQL) sends them in a few round trips instead of one
+  // each: a consumer claims a whole poll batch at once. On an error (as
+  // InsertOrLoad's; a ClaimContendedError when any key is held by another open
+  // transaction) some of them may have run: the caller rolls the transaction back.
+  // The default calls InsertOrLoad for each (an in-process store). Blocks.
+  virtual absl::StatusOr<std::vector<std::optional<Record>>> InsertOrLoadMany(
+      absl::Span<const Record> records);
+
   // Overwrites the stored record of (record.tenant, record.key) with `record` if
   // the stored one still has `expected_token` and `expected_state`; its created_at,
   // expires_at and purged_at stay as stored. Returns whether it did (a conditional
   // update; 0 rows means another holder moved it).
   virtual absl::StatusOr<bool> Replace(const Record& record, int64_t expected_token,
                                        RecordState expected_state) = 0;
+
+  // Exec for each of `statements`, in order, in this transaction. Returns each one's
+  // changed-row count, in order. A backend that can (PostgreSQL) sends them in a
+  // few round trips instead of one each: a consumer runs the first statements of a
+  // whole poll batch's effects at once. On the first error (as Exec's) the rest do
+  // not run and that error is returned: the caller rolls the transaction back. The
+  // default calls Exec for each. Blocks.
+  virtual absl::StatusOr<std::vector<int64_t>> ExecMany(absl::Span<const Statement> statements);
+
+  // One write of ReplaceMany: Replace(record, expected_token, expected_state).
+  struct Replacement {
+    Record record;
+    int64_t expected_token = 0;
+    RecordState expected_state = RecordState::kProcessing;
+  };
+
+  // Replace for each of `replacements`, in order, in this transaction. Returns
+  // for each whether it moved its record. A backend that can (PostgreSQL) sends
+  // them in a few round trips instead of one each: a consumer writes a whole poll
+  // batch's results at once. On an error (as Replace's) some of them may have run:
+  // the caller rolls the transaction back. The default calls Replace for each.
+  // Blocks.
+  virtual absl::StatusOr<std::vector<bool>> ReplaceMany(
+      absl::Span<const Replacement> replacements);
 
   // Reads the record of (tenant, key) in this transaction, or std::nullopt.
   virtual absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,

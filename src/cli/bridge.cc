@@ -14,6 +14,9 @@
 // commits what was delivered), or until --idle-exit passes without a message.
 // Prints its counts as one JSON line on stdout when it stops.
 //
+// With --metrics-listen HOST:PORT it serves GET /metrics there (kafka/kafka_metrics.h:
+// rebalances by kind, deliveries, dead letters, commits, commit failures).
+//
 // Exit status: 0 after a signal or --idle-exit; 1 when the store cannot be opened
 // or Kafka fails fatally; 2 for malformed options.
 #include <atomic>
@@ -29,10 +32,14 @@
 #include "cli/reason.h"
 #include "cli/server_command.h"
 #include "core/absl_compat.h"
+#include "http/metrics.h"
+#include "http/metrics_endpoint.h"
+#include "http/server.h"
 #include "http/upstream.h"
 #include "idem/idem.h"
 #include "idem/ttl.h"
 #include "kafka/bridge.h"
+#include "kafka/kafka_metrics.h"
 #include "kafka/kafka_transport.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -61,6 +68,7 @@ struct BridgeFlags {
   std::vector<std::string> kafka_properties;
   std::string rebalance_log;
   std::string idle_exit;  // "": run until a signal
+  std::string metrics_listen;  // "": no metrics listener
 };
 
 std::atomic<kafka::Bridge*> g_bridge{nullptr};
@@ -126,6 +134,12 @@ int RunBridgeKafka(const BridgeFlags& f) {
     idle = *d;
   }
   if (f.batch < 1 || f.batch > 10000) return Usage("--batch must be from 1 to 10000");
+  // A small listener: a scrape is one request at a time, answered from counters.
+  http::ServerOptions metrics_options{.io_threads = 1, .worker_threads = 1, .max_connections = 64};
+  if (!f.metrics_listen.empty() &&
+      !ParseListen(f.metrics_listen, &metrics_options.host, &metrics_options.port)) {
+    return Usage("--metrics-listen '" + f.metrics_listen + "' must be HOST:PORT (port 0-65535)");
+  }
   kafka::KafkaOptions kopts{.brokers = f.brokers,
                             .group = f.group,
                             .topics = {f.topic},
@@ -179,6 +193,22 @@ int RunBridgeKafka(const BridgeFlags& f) {
   absl::StatusOr<std::unique_ptr<kafka::Bridge>> bridge =
       kafka::Bridge::Create(**transport, *store, deliver, options);
   if (!bridge.ok()) return Usage(Str(bridge.status().message()));
+  // GET /metrics (idem serve's Server and Metrics, with the bridge's counters as a
+  // section; kafka/kafka_metrics.h names the series).
+  http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
+  metrics.AddSection([b = bridge->get()] { return kafka::RenderBridgeMetrics(b->stats()); });
+  http::MetricsEndpoint endpoint(metrics);
+  std::unique_ptr<http::Server> metrics_server;
+  if (!f.metrics_listen.empty()) {
+    metrics_server = std::make_unique<http::Server>(endpoint, metrics_options);
+    if (absl::Status s = metrics_server->Start(); !s.ok()) {
+      PrintReason("bridge kafka: --metrics-listen: " + Str(s.message()));
+      return kExitFailure;
+    }
+    std::string address = metrics_server->address();
+    if (address.find(':') != std::string::npos) address = "[" + address + "]";
+    spdlog::info("bridge: metrics on http://{}:{}/metrics", address, metrics_server->port());
+  }
   g_bridge = bridge->get();
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGINT, OnStopSignal);
@@ -276,6 +306,11 @@ CommandFn AddBridgeCommand(CLI::App& root) {
                   "Append each assignment/revocation to FILE, one line starting with its RFC 3339 "
                   "time (for `idem diagnose rebalance --events`)")
       ->type_name("FILE");
+  sub->add_option("--metrics-listen", flags->metrics_listen,
+                  "Serve GET /metrics (Prometheus text: rebalances by kind, deliveries, dead "
+                  "letters, commits, commit failures) on HOST:PORT (port 0: any; the address is "
+                  "logged)")
+      ->type_name("HOST:PORT");
   sub->add_option("--idle-exit", flags->idle_exit,
                   "Exit 0 after this long without a message, counted from the first partition "
                   "assignment (default: run until SIGTERM)")

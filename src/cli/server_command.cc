@@ -22,7 +22,8 @@ namespace {
 
 std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
 
-// "HOST:PORT", "[v6]:PORT".
+}  // namespace
+
 bool ParseListen(const std::string& listen, std::string* host, uint16_t* port) {
   size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0) return false;
@@ -38,6 +39,8 @@ bool ParseListen(const std::string& listen, std::string* host, uint16_t* port) {
   *port = static_cast<uint16_t>(n);
   return true;
 }
+
+namespace {
 
 // Descriptors left to everything but client connections: the store's connections
 // (pool= is at most 1024, usually 8), the database files, logs, the listener.

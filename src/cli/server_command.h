@@ -43,6 +43,10 @@ struct ServerFlags {
 // --require-store-at-start to `sub`; `flags` keeps the values (and their defaults).
 void AddServerFlags(CLI::App& root, CLI::App* sub, ServerFlags* flags);
 
+// Parses `listen`, "HOST:PORT" or "[v6]:PORT" (port 0-65535; 0: any). False when
+// it is neither.
+bool ParseListen(const std::string& listen, std::string* host, uint16_t* port);
+
 // The server options of `flags`, after checking them (the soft descriptor limit is
 // raised to the hard one on the way). Errors are kInvalidArgument naming the option.
 absl::StatusOr<http::ServerOptions> ServerOptionsOf(const ServerFlags& flags);

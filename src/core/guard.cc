@@ -174,6 +174,20 @@ absl::Status Guard::Validate(const Request& request) const {
   return ValidateKey(request.key, options_.limits);
 }
 
+// The PROCESSING record that claims `request` afresh (token 1) at `now`.
+Record Guard::FreshClaim(const Request& request, absl::Duration lease, absl::Time now) const {
+  return Record{.tenant = request.tenant,
+                .biz_type = request.biz_type,
+                .key = request.key,
+                .fingerprint = request.fingerprint,
+                .state = RecordState::kProcessing,
+                .token = 1,
+                .lease_until = now + lease,
+                .created_at = now,
+                .updated_at = now,
+                .expires_at = options_.retention.ExpiresAt(request.biz_type, now)};
+}
+
 // Claims the key inside `tx`: inserts a fresh PROCESSING record, or decides on the
 // existing one and, when it may be (re)acquired, writes the next token over it.
 // Returns the answer to give when the claim is not this caller's (`final`), else the
@@ -181,20 +195,19 @@ absl::Status Guard::Validate(const Request& request) const {
 absl::StatusOr<Guard::Acquisition> Guard::Acquire(
     StoreTransaction& tx, const Request& request, absl::Duration lease, absl::Time now,
     const Statement* first, std::optional<absl::StatusOr<int64_t>>* first_result) {
-  Acquisition a;
-  a.claim = Record{.tenant = request.tenant,
-                   .biz_type = request.biz_type,
-                   .key = request.key,
-                   .fingerprint = request.fingerprint,
-                   .state = RecordState::kProcessing,
-                   .token = 1,
-                   .lease_until = now + lease,
-                   .created_at = now,
-                   .updated_at = now,
-                   .expires_at = options_.retention.ExpiresAt(request.biz_type, now)};
+  Record claim = FreshClaim(request, lease, now);
   absl::StatusOr<std::optional<Record>> loaded =
-      Fault(first != nullptr ? tx.InsertOrLoadThen(a.claim, *first, first_result)
-                             : tx.InsertOrLoad(a.claim));
+      Fault(first != nullptr ? tx.InsertOrLoadThen(claim, *first, first_result)
+                             : tx.InsertOrLoad(claim));
+  return Settle(tx, request, std::move(claim), std::move(loaded), lease, now);
+}
+
+absl::StatusOr<Guard::Acquisition> Guard::Settle(StoreTransaction& tx, const Request& request,
+                                                 Record claim,
+                                                 absl::StatusOr<std::optional<Record>> loaded,
+                                                 absl::Duration lease, absl::Time now) {
+  Acquisition a;
+  a.claim = std::move(claim);
   // Another claim of this key holds its row in an open transaction: in progress.
   if (IsClaimContended(loaded.status())) {
     a.final = Result{.outcome = Outcome::kInProgress};

@@ -1,6 +1,9 @@
 // Transaction's SQL helpers: the state-machine and optimistic-version updates of
 // SPEC §3, built on Exec() so every backend gets them.
 #include <cctype>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "core/absl_compat.h"
 #include "absl/strings/cord.h"
@@ -38,6 +41,39 @@ absl::Status AsStoreFault(const absl::Status& status) {
   });
   s.SetPayload(AV(kStoreFaultPayload), absl::Cord("1"));
   return s;
+}
+
+absl::StatusOr<std::vector<std::optional<Record>>> StoreTransaction::InsertOrLoadMany(
+    absl::Span<const Record> records) {
+  std::vector<std::optional<Record>> out;
+  out.reserve(records.size());
+  for (const Record& r : records) {
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> loaded, InsertOrLoad(r));
+    out.push_back(std::move(loaded));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<bool>> StoreTransaction::ReplaceMany(
+    absl::Span<const Replacement> replacements) {
+  std::vector<bool> out;
+  out.reserve(replacements.size());
+  for (const Replacement& r : replacements) {
+    IDEM_ASSIGN_OR_RETURN(bool moved, Replace(r.record, r.expected_token, r.expected_state));
+    out.push_back(moved);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> StoreTransaction::ExecMany(
+    absl::Span<const Statement> statements) {
+  std::vector<int64_t> out;
+  out.reserve(statements.size());
+  for (const Statement& st : statements) {
+    IDEM_ASSIGN_OR_RETURN(int64_t rows, Exec(st.sql, st.params));
+    out.push_back(rows);
+  }
+  return out;
 }
 
 bool IsUniqueViolation(const absl::Status& status) {

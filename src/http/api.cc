@@ -53,13 +53,6 @@ Reply Final(Route route, HttpResponse response, std::string outcome = {}) {
   return r;
 }
 
-HttpResponse MethodNotAllowed(std::string_view method, std::string_view allow) {
-  HttpResponse r = MakeProblem(
-      405, "", "", absl::StrCat("method ", AV(method), " is not allowed here; use ", AV(allow)));
-  r.headers.emplace_back("Allow", std::string(allow));
-  return r;
-}
-
 HttpResponse Unauthorized(std::string_view detail, bool invalid_token) {
   HttpResponse r = MakeProblem(401, "", "", detail);
   r.headers.emplace_back("WWW-Authenticate", invalid_token

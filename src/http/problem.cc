@@ -2,6 +2,9 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+
 namespace idem::http {
 
 std::string_view ReasonPhrase(int status) {
@@ -76,6 +79,13 @@ HttpResponse MakeProblem(int status, std::string_view slug, std::string_view tit
   p.detail = std::string(detail);
   p.outcome = std::string(outcome);
   return ProblemResponse(p);
+}
+
+HttpResponse MethodNotAllowed(std::string_view method, std::string_view allow) {
+  HttpResponse r = MakeProblem(
+      405, "", "", absl::StrCat("method ", AV(method), " is not allowed here; use ", AV(allow)));
+  r.headers.emplace_back("Allow", std::string(allow));
+  return r;
 }
 
 }  // namespace idem::http

@@ -37,4 +37,7 @@ HttpResponse ProblemResponse(const Problem& problem);
 HttpResponse MakeProblem(int status, std::string_view slug, std::string_view title,
                          std::string_view detail, std::string_view outcome = {});
 
+// A 405 problem for `method`, with the Allow header naming `allow`.
+HttpResponse MethodNotAllowed(std::string_view method, std::string_view allow);
+
 }  // namespace idem::http

@@ -48,9 +48,8 @@ Bridge::Bridge(Transport& transport, Store& store, Deliverer deliver, BridgeOpti
   // Messages are delivered and committed before the next Poll(), so a revocation
   // (inside Poll) finds nothing in flight.
   transport_.SetRebalanceListener([this](const Rebalance& r) {
-    rebalances_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::info("bridge: rebalance {} {}",
-                 r.kind == Rebalance::Kind::kAssigned ? "assigned" : "revoked",
+    rebalances_.Count(r.kind);
+    spdlog::info("bridge: rebalance {} {}", RebalanceKindName(r.kind),
                  absl::StrJoin(r.partitions, ","));
   });
 }
@@ -66,7 +65,11 @@ BridgeStats Bridge::stats() const {
                      .takeovers = v(takeovers_),
                      .commits = v(commits_),
                      .commit_failures = v(commit_failures_),
-                     .rebalances = v(rebalances_)};
+                     .rebalances = v(rebalances_.assigned) + v(rebalances_.revoked) +
+                                   v(rebalances_.lost),
+                     .assigned = v(rebalances_.assigned),
+                     .revoked = v(rebalances_.revoked),
+                     .lost = v(rebalances_.lost)};
 }
 
 void Bridge::Pause(absl::Duration d) {

@@ -74,7 +74,10 @@ struct BridgeStats {
   int64_t takeovers = 0;      // claims of an expired lease (a killed bridge's)
   int64_t commits = 0;
   int64_t commit_failures = 0;
-  int64_t rebalances = 0;
+  int64_t rebalances = 0;  // assigned + revoked + lost
+  int64_t assigned = 0;    // partition assignments
+  int64_t revoked = 0;     // revocations (a cooperative leave, a rebalance)
+  int64_t lost = 0;        // partitions lost (session timed out, fenced)
 };
 
 class Bridge {
@@ -110,7 +113,8 @@ class Bridge {
   BridgeOptions options_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> polled_{0}, delivered_{0}, skipped_{0}, dead_lettered_{0}, attempts_{0},
-      rounds_failed_{0}, takeovers_{0}, commits_{0}, commit_failures_{0}, rebalances_{0};
+      rounds_failed_{0}, takeovers_{0}, commits_{0}, commit_failures_{0};
+  RebalanceCounters rebalances_;
 };
 
 }  // namespace idem::kafka

@@ -12,22 +12,6 @@
 #include "spdlog/spdlog.h"
 
 namespace idem::kafka {
-namespace {
-
-std::string_view KindName(Rebalance::Kind kind) {
-  switch (kind) {
-    case Rebalance::Kind::kAssigned:
-      return "assigned";
-    case Rebalance::Kind::kRevoked:
-      return "revoked";
-    case Rebalance::Kind::kLost:
-      return "lost";
-  }
-  return "?";
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<Runner>> Runner::Create(Transport& transport, Store& store,
                                                        MessageHandler handler,
                                                        RunnerOptions options) {
@@ -62,18 +46,8 @@ Runner::Runner(Transport& transport, Store& store, MessageHandler handler, Runne
 // partitions' finished work is already committed and the transport drops what it
 // fetched for them and had not handed out.
 void Runner::OnRebalance(const Rebalance& r) {
-  switch (r.kind) {
-    case Rebalance::Kind::kAssigned:
-      assigned_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    case Rebalance::Kind::kRevoked:
-      revoked_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    case Rebalance::Kind::kLost:
-      lost_.fetch_add(1, std::memory_order_relaxed);
-      break;
-  }
-  spdlog::info("{} rebalance: {} {}", transport_.name(), KindName(r.kind),
+  rebalances_.Count(r.kind);
+  spdlog::info("{} rebalance: {} {}", transport_.name(), RebalanceKindName(r.kind),
                absl::StrJoin(r.partitions, ","));
 }
 
@@ -87,9 +61,9 @@ RunnerStats Runner::stats() const {
                      .store_retries = v(store_retries_),
                      .commits = v(commits_),
                      .commit_failures = v(commit_failures_),
-                     .assigned = v(assigned_),
-                     .revoked = v(revoked_),
-                     .lost = v(lost_)};
+                     .assigned = v(rebalances_.assigned),
+                     .revoked = v(rebalances_.revoked),
+                     .lost = v(rebalances_.lost)};
 }
 
 absl::Status Runner::Retry(const char* what, bool bounded, const std::function<absl::Status()>& fn) {
@@ -139,65 +113,112 @@ absl::Status Runner::Run() {
   return absl::OkStatus();
 }
 
+// What the outcome `r` of message `i` means for its batch: OK to go on (counted,
+// or queued for the dead-letter destination), or the error that rolls the batch
+// back (retryable: the batch runs again).
+absl::Status Runner::Account(size_t i, const Message& m, const std::string& key,
+                             const absl::StatusOr<Result>& r, std::vector<DeadLetterItem>* dead,
+                             RunnerStats* counted) {
+  if (!r.ok()) {
+    if (IsRetryable(r.status())) {
+      return r.status().code() == absl::StatusCode::kUnavailable
+                 ? r.status()
+                 : absl::UnavailableError(absl::StrCat(Where(m), ": ", r.status().message()));
+    }
+    dead->push_back({i, absl::StrCat("failed for good: ", r.status().ToString())});
+    return absl::OkStatus();
+  }
+  switch (r->outcome) {
+    case Outcome::kExecuted:
+      ++counted->executed;
+      break;
+    case Outcome::kReplayed:
+      ++counted->replayed;
+      break;
+    case Outcome::kExpired:
+      // A redelivery later than the key's retention: its record was purged and a
+      // tombstone says it ran. It is not run again (SPEC §8); nothing to replay.
+      ++counted->replayed;
+      break;
+    case Outcome::kInProgress:
+      // Another consumer's open transaction holds the key (a rebalance moved the
+      // partition while it was mid-batch): wait for it to commit or roll back.
+      return absl::UnavailableError(
+          absl::StrCat(Where(m), ": key '", key, "' is held by another consumer's batch"));
+    case Outcome::kCachedFailure:
+      dead->push_back({i, absl::StrCat("cached failure: ", r->value)});
+      break;
+    case Outcome::kKeyReused:
+      dead->push_back(
+          {i, absl::StrCat("key_reused: key '", key, "' belongs to another biz_type")});
+      break;
+    case Outcome::kFingerprintMismatch:
+      dead->push_back({i, absl::StrCat("fingerprint_mismatch: key '", key,
+                                       "' was first seen with another payload")});
+      break;
+    case Outcome::kAcquired:
+      return absl::InternalError("the guard answered kAcquired in transactional mode");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Runner::TryChunk(absl::Span<const Message> messages,
                               const std::vector<absl::StatusOr<std::string>>& keys, bool confine,
                               std::vector<DeadLetterItem>* dead, RunnerStats* counted) {
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
+  std::vector<size_t> keyed;  // the messages with a key; the others are dead-lettered later
+  std::vector<Request> requests;
   for (size_t i = 0; i < messages.size(); ++i) {
-    if (!keys[i].ok()) continue;  // dead-lettered without touching the store
-    const Message& m = messages[i];
+    if (!keys[i].ok()) continue;
     Request request{.tenant = options_.tenant, .biz_type = options_.biz_type, .key = *keys[i]};
-    if (options_.fingerprint_payload) request.fingerprint = Fingerprint(m.payload);
-    absl::StatusOr<Result> r =
-        guard_.RunIn(*tx, request, [&](Transaction& t) { return handler_(m, t); }, confine);
-    if (!confine && (!r.ok() || (r->outcome != Outcome::kExecuted &&
-                                 r->outcome != Outcome::kReplayed))) {
-      tx->Rollback();
-      return absl::AbortedError("fast path left: a message needs its own savepoint");
-    }
-    if (!r.ok()) {
-      if (IsRetryable(r.status())) {
-        tx->Rollback();
-        return r.status().code() == absl::StatusCode::kUnavailable
-                   ? r.status()
-                   : absl::UnavailableError(absl::StrCat(Where(m), ": ", r.status().message()));
+    if (options_.fingerprint_payload) request.fingerprint = Fingerprint(messages[i].payload);
+    keyed.push_back(i);
+    requests.push_back(std::move(request));
+  }
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
+  auto account = [&](size_t j, const absl::StatusOr<Result>& r) {
+    const size_t i = keyed[j];
+    absl::Status s = Account(i, messages[i], *keys[i], r, dead, counted);
+    if (!s.ok()) tx->Rollback();
+    return s;
+  };
+  if (!confine) {
+    // The whole batch's claims, first statements and results in a few round trips,
+    // no savepoints; any failure rolls it all back and it is redone below with one
+    // savepoint each.
+    std::vector<Statement> firsts;
+    if (options_.first_statement != nullptr) {
+      firsts.reserve(keyed.size());
+      for (size_t i : keyed) {
+        absl::StatusOr<Statement> st = options_.first_statement(messages[i]);
+        if (!st.ok()) {
+          tx->Rollback();
+          return absl::AbortedError("fast path left: a message has no first statement");
+        }
+        firsts.push_back(*std::move(st));
       }
-      dead->push_back({i, absl::StrCat("failed for good: ", r.status().ToString())});
-      continue;
     }
-    switch (r->outcome) {
-      case Outcome::kExecuted:
-        ++counted->executed;
-        break;
-      case Outcome::kReplayed:
-        ++counted->replayed;
-        break;
-      case Outcome::kExpired:
-        // A redelivery later than the key's retention: its record was purged and a
-        // tombstone says it ran. It is not run again (SPEC §8); nothing to replay.
-        ++counted->replayed;
-        break;
-      case Outcome::kInProgress:
-        // Another consumer's open transaction holds the key (a rebalance moved the
-        // partition while it was mid-batch): wait for it to commit or roll back.
-        tx->Rollback();
-        return absl::UnavailableError(
-            absl::StrCat(Where(m), ": key '", *keys[i], "' is held by another consumer's batch"));
-      case Outcome::kCachedFailure:
-        dead->push_back({i, absl::StrCat("cached failure: ", r->value)});
-        break;
-      case Outcome::kKeyReused:
-        dead->push_back({i, absl::StrCat("key_reused: key '", *keys[i],
-                                         "' belongs to another biz_type")});
-        break;
-      case Outcome::kFingerprintMismatch:
-        dead->push_back({i, absl::StrCat("fingerprint_mismatch: key '", *keys[i],
-                                         "' was first seen with another payload")});
-        break;
-      case Outcome::kAcquired:
-        tx->Rollback();
-        return absl::InternalError("RunIn answered kAcquired");
+    absl::StatusOr<std::vector<Result>> results = guard_.RunBatchIn(
+        *tx, requests, firsts, [&](size_t j, Transaction& t, int64_t) {
+          return handler_(messages[keyed[j]], t);
+        });
+    if (!results.ok()) {
+      tx->Rollback();
+      return absl::AbortedError(absl::StrCat(
+          "fast path left: a message needs its own savepoint: ", results.status().message()));
     }
+    for (size_t j = 0; j < results->size(); ++j) IDEM_RETURN_IF_ERROR(account(j, (*results)[j]));
+    return tx->Commit();
+  }
+  for (size_t j = 0; j < requests.size(); ++j) {
+    const Message& m = messages[keyed[j]];
+    IDEM_RETURN_IF_ERROR(account(
+        j, guard_.RunIn(*tx, requests[j], [&](Transaction& t) -> absl::StatusOr<std::string> {
+          if (options_.first_statement != nullptr) {
+            IDEM_ASSIGN_OR_RETURN(Statement st, options_.first_statement(m));
+            IDEM_RETURN_IF_ERROR(t.Exec(st.sql, st.params).status());
+          }
+          return handler_(m, t);
+        })));
   }
   return tx->Commit();
 }

@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -51,8 +52,19 @@ namespace idem::kafka {
 // the failure is cached, and the message goes to the dead-letter destination.
 using MessageHandler = std::function<absl::StatusOr<std::string>(const Message&, Transaction& tx)>;
 
+// The first SQL statement of a message's effect, known from the message alone
+// (e.g. the one INSERT of a ledger row). An error is the message's final failure
+// (dead-lettered) unless it is retryable.
+using MessageStatement = std::function<absl::StatusOr<Statement>(const Message&)>;
+
 struct RunnerOptions {
   MessageKey key;
+  // When set, each first arrival's effect begins with first_statement(message), run
+  // in the batch's transaction before the handler (which then does the rest, if
+  // anything, and returns the result): a batch sends the first statements of all
+  // its first arrivals together (Guard::RunBatchIn; one round trip per 100 on
+  // PostgreSQL) instead of one round trip each. Duplicates run neither.
+  MessageStatement first_statement;
   std::string tenant = "default";
   std::string biz_type = "message";
   size_t max_batch = 500;
@@ -120,11 +132,14 @@ class Runner {
   // them on the transport.
   absl::Status ProcessChunk(absl::Span<const Message> messages);
   // One attempt at the chunk's store transaction; fills `dead`. With `confine`
-  // false (the fast path, Guard::RunIn without savepoints) it gives up with
-  // kAborted on the first message that is neither executed nor a plain duplicate.
+  // false (the fast path, Guard::RunBatchIn: no savepoints, the batch's claims and
+  // results sent together) it gives up with kAborted when a message fails.
   absl::Status TryChunk(absl::Span<const Message> messages,
                         const std::vector<absl::StatusOr<std::string>>& keys, bool confine,
                         std::vector<DeadLetterItem>* dead, RunnerStats* counted);
+  absl::Status Account(size_t i, const Message& m, const std::string& key,
+                       const absl::StatusOr<Result>& r, std::vector<DeadLetterItem>* dead,
+                       RunnerStats* counted);
   // Runs `fn` until it succeeds, with the backoff between attempts, while it
   // fails with kUnavailable; gives up after the policy's attempts when `bounded`,
   // and on Stop() (kCancelled).
@@ -138,7 +153,8 @@ class Runner {
   RunnerOptions options_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> polled_{0}, executed_{0}, replayed_{0}, dead_lettered_{0}, batches_{0},
-      store_retries_{0}, commits_{0}, commit_failures_{0}, assigned_{0}, revoked_{0}, lost_{0};
+      store_retries_{0}, commits_{0}, commit_failures_{0};
+  RebalanceCounters rebalances_;
 };
 
 }  // namespace idem::kafka

@@ -72,20 +72,24 @@ class RunnerTest : public ::testing::Test {
     ASSERT_TRUE(tx->Commit().ok());
   }
 
-  std::unique_ptr<Runner> Make(bool batched = true) {
+  std::unique_ptr<Runner> Make(bool batched = true, MessageStatement first = nullptr) {
     RunnerOptions o;
     o.batched = batched;
+    // With a first statement, that is the effect's INSERT; the handler only answers.
+    const bool inserts = first == nullptr;
+    o.first_statement = std::move(first);
     o.retry.initial_delay = absl::Milliseconds(1);
     o.retry.max_delay = absl::Milliseconds(2);
     auto r = Runner::Create(
         transport_, *store_,
-        [this](const Message& m, Transaction& tx) -> absl::StatusOr<std::string> {
+        [this, inserts](const Message& m, Transaction& tx) -> absl::StatusOr<std::string> {
           ++handler_calls_;
           if (transient_failures_ > 0 && m.payload == "flaky") {
             --transient_failures_;
             return absl::UnavailableError("flaky effect");
           }
           if (m.payload == "bad") return absl::FailedPreconditionError("bad order");
+          if (!inserts) return std::string("done:") + m.payload;
           const Value p[] = {Value(m.payload)};
           auto n = tx.Exec("INSERT INTO effects (payload) VALUES (?)", p);
           if (!n.ok()) return n.status();
@@ -201,6 +205,41 @@ TEST_F(RunnerTest, FailingCommitIsRetriedThenCountedNotFatal) {
   transport_.Add("E2", "b");
   EXPECT_EQ(*r->RunOnce(), 1u);
   EXPECT_EQ(r->stats().commits, 1);
+}
+
+// The effect as a first statement: a batch sends those of its first arrivals
+// together; duplicates run nothing; one that fails is confined to its message on
+// the rerun with savepoints, cached and dead-lettered.
+TEST_F(RunnerTest, FirstStatementsRunOncePerEventAndAFailingOneIsDeadLettered) {
+  transport_.Add("E1", "a");
+  transport_.Add("E2", "b");
+  transport_.Add("E1", "a");
+  transport_.Add("E3", "no statement");
+  transport_.Add("E4", "bad sql");
+  transport_.Add("E5", "c");
+  auto r = Make(true, [](const Message& m) -> absl::StatusOr<Statement> {
+    if (m.payload == "no statement") return absl::InvalidArgumentError("unparseable payload");
+    if (m.payload == "bad sql") return Statement{"INSERT INTO effects (payload) VALUES (NULL)", {}};
+    return Statement{"INSERT INTO effects (payload) VALUES (?)", {Value(m.payload)}};
+  });
+  EXPECT_EQ(*r->RunOnce(), 6u);
+  EXPECT_EQ(Effects(), (std::map<std::string, int64_t>{{"a", 1}, {"b", 1}, {"c", 1}}));
+  ASSERT_EQ(transport_.dead.size(), 2u);
+  EXPECT_EQ(transport_.dead[0].first, "no statement");
+  EXPECT_THAT(transport_.dead[0].second, ::testing::HasSubstr("unparseable payload"));
+  EXPECT_EQ(transport_.dead[1].first, "bad sql");
+  EXPECT_EQ(r->stats().executed, 3);
+  EXPECT_EQ(r->stats().replayed, 1);
+  EXPECT_EQ(transport_.committed, std::vector<size_t>{6});
+
+  // Redelivered: neither the statements nor the handler run again.
+  transport_.Add("E1", "a");
+  transport_.Add("E5", "c");
+  handler_calls_ = 0;
+  EXPECT_EQ(*r->RunOnce(), 2u);
+  EXPECT_EQ(handler_calls_, 0);
+  EXPECT_EQ(r->stats().replayed, 3);
+  EXPECT_EQ(Effects().size(), 3u);
 }
 
 TEST_F(RunnerTest, RefusesAStoreWithoutSql) {

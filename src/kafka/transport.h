@@ -14,6 +14,7 @@
 // is called on that thread, from inside Poll().
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -54,6 +55,39 @@ struct Rebalance {
   Kind kind;
   std::vector<std::string> partitions;
 };
+
+// Rebalances counted by kind: Count() on the transport's thread (the rebalance
+// listener), the values read from any thread.
+struct RebalanceCounters {
+  std::atomic<int64_t> assigned{0}, revoked{0}, lost{0};
+
+  void Count(Rebalance::Kind kind) {
+    switch (kind) {
+      case Rebalance::Kind::kAssigned:
+        assigned.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case Rebalance::Kind::kRevoked:
+        revoked.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case Rebalance::Kind::kLost:
+        lost.fetch_add(1, std::memory_order_relaxed);
+        break;
+    }
+  }
+};
+
+// "assigned", "revoked" or "lost", for logs.
+inline std::string_view RebalanceKindName(Rebalance::Kind kind) {
+  switch (kind) {
+    case Rebalance::Kind::kAssigned:
+      return "assigned";
+    case Rebalance::Kind::kRevoked:
+      return "revoked";
+    case Rebalance::Kind::kLost:
+      return "lost";
+  }
+  return "?";
+}
 
 class Transport {
  public:

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "conformance/store_factory.h"
 #include "idem/idem.h"
@@ -380,6 +381,113 @@ TEST_P(StoreContractTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
   ASSERT_OK_AND_ASSIGN(got, store->Get("default", "BIG"));
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->result, big_done.result);
+}
+
+// ---- batches: InsertOrLoadMany, ReplaceMany ----
+
+// A batch's claims and result writes answer each record as the calls one at a time
+// would: new keys insert, committed ones load, a key repeated in the batch loads
+// what the batch inserted, a stale token does not move. More records than one round
+// trip of PostgreSQL's pipeline carries (100), so its chunks are covered too.
+TEST_P(StoreContractTest, BatchClaimsAndWritesAnswerEachRecordAsOneAtATime) {
+  std::unique_ptr<Store> store = Open();
+  ASSERT_NE(store, nullptr);
+  {  // committed before the batch: every 7th key, and one PROCESSING with a lease
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
+    for (int i = 0; i < 230; i += 7) {
+      const Record claim = Claim("K" + std::to_string(i));
+      ASSERT_OK(tx->InsertOrLoad(claim));
+      ASSERT_OK(tx->Replace(Done(claim, "old"), 1, RecordState::kProcessing));
+    }
+    ASSERT_OK(tx->InsertOrLoad(Claim("HELD", 4)));
+    ASSERT_OK(tx->Commit());
+  }
+  std::vector<Record> batch;
+  for (int i = 0; i < 230; ++i) batch.push_back(Claim("K" + std::to_string(i)));
+  batch.push_back(Claim("HELD"));
+  batch.push_back(Claim("K1"));  // again: loads the batch's own claim of K1
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
+  ASSERT_OK_AND_ASSIGN(std::vector<std::optional<Record>> got, tx->InsertOrLoadMany(batch));
+  ASSERT_EQ(got.size(), batch.size());
+  std::vector<StoreTransaction::Replacement> writes;
+  for (int i = 0; i < 230; ++i) {
+    SCOPED_TRACE(batch[i].key);
+    if (i % 7 == 0) {
+      ASSERT_TRUE(got[i].has_value());
+      EXPECT_EQ(got[i]->state, RecordState::kSucceeded);
+      EXPECT_EQ(got[i]->result, "old");
+    } else {
+      EXPECT_FALSE(got[i].has_value());
+      // Every other new key's write expects a stale token: it does not move.
+      writes.push_back({.record = Done(batch[i], "new-" + batch[i].key),
+                        .expected_token = i % 2 == 0 ? 1 : 2,
+                        .expected_state = RecordState::kProcessing});
+    }
+  }
+  ASSERT_TRUE(got[230].has_value());
+  EXPECT_EQ(got[230]->state, RecordState::kProcessing);
+  EXPECT_EQ(got[230]->token, 4);
+  ASSERT_TRUE(got[231].has_value());
+  EXPECT_EQ(got[231]->state, RecordState::kProcessing);
+  EXPECT_EQ(got[231]->token, 1);
+
+  ASSERT_OK_AND_ASSIGN(std::vector<bool> moved, tx->ReplaceMany(writes));
+  ASSERT_EQ(moved.size(), writes.size());
+  for (size_t j = 0; j < writes.size(); ++j) {
+    EXPECT_EQ(moved[j], writes[j].expected_token == 1) << writes[j].record.key;
+  }
+  ASSERT_OK(tx->Commit());
+  for (const StoreTransaction::Replacement& w : writes) {
+    ASSERT_OK_AND_ASSIGN(std::optional<Record> r, store->Get("default", w.record.key));
+    ASSERT_TRUE(r.has_value()) << w.record.key;
+    if (w.expected_token == 1) {
+      EXPECT_EQ(r->state, RecordState::kSucceeded);
+      EXPECT_EQ(r->result, "new-" + w.record.key);
+    } else {
+      EXPECT_EQ(r->state, RecordState::kProcessing);
+    }
+  }
+  // The empty batch is no call at all.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> empty, store->Begin());
+  ASSERT_OK_AND_ASSIGN(std::vector<std::optional<Record>> no_claims, empty->InsertOrLoadMany({}));
+  EXPECT_TRUE(no_claims.empty());
+  ASSERT_OK_AND_ASSIGN(std::vector<bool> no_writes, empty->ReplaceMany({}));
+  EXPECT_TRUE(no_writes.empty());
+}
+
+// A rolled-back batch leaves none of its claims or writes.
+TEST_P(StoreContractTest, RolledBackBatchLeavesNothing) {
+  std::unique_ptr<Store> store = Open();
+  ASSERT_NE(store, nullptr);
+  const std::vector<Record> batch = {Claim("A"), Claim("B"), Claim("C")};
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
+    ASSERT_OK(tx->InsertOrLoadMany(batch));
+    const std::vector<StoreTransaction::Replacement> writes = {
+        {.record = Done(batch[0], "a"), .expected_token = 1}};
+    ASSERT_OK_AND_ASSIGN(std::vector<bool> moved, tx->ReplaceMany(writes));
+    EXPECT_EQ(moved, std::vector<bool>{true});
+    tx->Rollback();
+  }
+  for (const Record& r : batch) EXPECT_EQ(*store->Get("default", r.key), std::nullopt) << r.key;
+}
+
+// A batch with a key another open transaction holds fails closed after the lock
+// timeout (a claim in progress on the server backends), like InsertOrLoad.
+TEST_P(StoreContractTest, BatchClaimMeetingAHeldKeyFailsClosed) {
+  std::unique_ptr<Store> holder, store;
+  OpenContenders(&holder, &store);
+  if (IsSkipped() || HasFatalFailure()) return;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> held, holder->Begin());
+  ASSERT_OK(held->InsertOrLoad(Claim("K")));
+  absl::Status s = Contend(*store, [](StoreTransaction& tx) {
+    const std::vector<Record> batch = {Claim("FREE"), Claim("K", 9), Claim("FREE2")};
+    return tx.InsertOrLoadMany(batch).status();
+  });
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(IsClaimContended(s), !GetParam().locks_whole_database) << s;
+  held->Rollback();
+  EXPECT_EQ(*store->Get("default", "FREE"), std::nullopt);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, StoreContractTest,

@@ -7,13 +7,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/beast/core.hpp"
@@ -24,6 +28,7 @@
 #include "testing/idem_cli.h"
 #include "testing/kafka_mock.h"
 #include "testing/temp_dir.h"
+#include "testing/wait_until.h"
 
 namespace idem::kafka {
 namespace {
@@ -116,6 +121,32 @@ class RecordingTarget {
   std::map<std::string, Seen> seen_;
 };
 
+// GET `target` from 127.0.0.1:`port`: the status and body, or -1 when no answer.
+std::pair<int, std::string> HttpGet(uint16_t port, const std::string& target) {
+  asio::io_context ioc;
+  asio::ip::tcp::socket socket(ioc);
+  beast::error_code ec;
+  socket.connect({asio::ip::make_address("127.0.0.1"), port}, ec);
+  if (ec) return {-1, ec.message()};
+  bhttp::request<bhttp::empty_body> req{bhttp::verb::get, target, 11};
+  req.set(bhttp::field::host, "127.0.0.1");
+  bhttp::write(socket, req, ec);
+  if (ec) return {-1, ec.message()};
+  beast::flat_buffer buffer;
+  bhttp::response<bhttp::string_body> res;
+  bhttp::read(socket, buffer, res, ec);
+  if (ec) return {-1, ec.message()};
+  return {static_cast<int>(res.result_int()), res.body()};
+}
+
+// The value of the exposition line `series VALUE` in `text`, or -1 without one.
+int64_t SeriesValue(const std::string& text, const std::string& series) {
+  const std::string line = "\n" + series + " ";
+  const size_t at = ("\n" + text).find(line);
+  if (at == std::string::npos) return -1;
+  return std::atoll(text.c_str() + at + line.size() - 1);
+}
+
 class KafkaBridgeTest : public ::testing::Test {
  protected:
   std::vector<std::string> Args(const std::string& group) {
@@ -130,8 +161,11 @@ class KafkaBridgeTest : public ::testing::Test {
     return a;
   }
   pid_t Spawn(const std::string& name, const std::string& group = "bridge") {
+    return SpawnWith(name, Args(group));
+  }
+  pid_t SpawnWith(const std::string& name, const std::vector<std::string>& args) {
     const int out = open(dir_.file(name + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const pid_t pid = testing::SpawnIdem(Args(group), dir_.path(), out, dir_.file(name + ".err"));
+    const pid_t pid = testing::SpawnIdem(args, dir_.path(), out, dir_.file(name + ".err"));
     close(out);
     return pid;
   }
@@ -201,7 +235,7 @@ TEST_F(KafkaBridgeTest, FinalClientErrorIsDeadLetteredAndThePartitionFlows) {
   EXPECT_EQ(stats["delivered"], 2);
   EXPECT_EQ(stats["dead_lettered"], 1);
   EXPECT_EQ(target_.by_body()["reject this one"].refused, 1);  // not retried: final
-  std::vector<Message> dead = kafka_.ReadAll("orders.dlq", 1);
+  std::vector<Message> dead = kafka_.ReadAll("orders.dlq", 1, /*expected=*/1);
   ASSERT_EQ(dead.size(), 1u);
   EXPECT_THAT(*dead[0].Header("idem-dlq-reason"), HasSubstr("the target answered 422"));
   EXPECT_EQ(*dead[0].Header("idem-dlq-offset"), "1");
@@ -242,6 +276,68 @@ TEST_F(KafkaBridgeTest, KilledMidRunDeliversEveryEventUnderOneKey) {
   EXPECT_EQ(stats["delivered"].get<int>() + stats["skipped"].get<int>(),
             stats["polled"].get<int>());
   EXPECT_EQ(kafka_.Committed("bridge", "orders", 0), kEvents);
+}
+
+// --metrics-listen: GET /metrics while the bridge runs, in Prometheus text, with
+// the bridge's counters (rebalances by kind, deliveries, dead letters, commits) as
+// they happen; nothing else is served there.
+TEST_F(KafkaBridgeTest, MetricsListenExportsTheBridgesCounters) {
+  kafka_.CreateTopic("orders", 1);
+  kafka_.CreateTopic("orders.dlq", 1);
+  Produce(2);
+  kafka_.Produce("orders", 0, "", "reject this one", {{"event_id", "E-r"}});
+  std::vector<std::string> args = Args("bridge");
+  // Until SIGTERM rather than --idle-exit: the test scrapes while it runs.
+  const auto idle = std::find(args.begin(), args.end(), "--idle-exit");
+  ASSERT_NE(idle, args.end());
+  args.erase(idle, idle + 2);
+  args.insert(args.end(), {"--metrics-listen", "127.0.0.1:0"});
+  const pid_t pid = SpawnWith("run", args);
+  uint16_t port = 0;
+  const std::string logged = "metrics on http://127.0.0.1:";
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    const std::string err = testing::ReadFile(dir_.file("run.err"));
+    const size_t at = err.find(logged);
+    if (at != std::string::npos) {
+      port = static_cast<uint16_t>(std::atoi(err.c_str() + at + logged.size()));
+    }
+    return port != 0;
+  })) << testing::ReadFile(dir_.file("run.err"));
+
+  std::pair<int, std::string> scrape;
+  const bool counted = testing::WaitUntil(
+      [&] {
+        scrape = HttpGet(port, "/metrics");
+        return scrape.first == 200 &&
+               SeriesValue(scrape.second, "idem_bridge_deliveries_total") == 2 &&
+               SeriesValue(scrape.second, "idem_bridge_dead_letters_total") == 1 &&
+               SeriesValue(scrape.second, "idem_bridge_commits_total") >= 1;
+      },
+      testing::kGenerousDeadline, std::chrono::milliseconds(50));
+  const std::string& body = scrape.second;
+  EXPECT_TRUE(counted) << scrape.first << "\n" << body;
+  EXPECT_GE(SeriesValue(body, "idem_bridge_rebalances_total{kind=\"assign\"}"), 1) << body;
+  EXPECT_GE(SeriesValue(body, "idem_bridge_rebalances_total{kind=\"revoke\"}"), 0) << body;
+  EXPECT_EQ(SeriesValue(body, "idem_bridge_commit_failures_total"), 0) << body;
+  EXPECT_EQ(SeriesValue(body, "idem_bridge_polled_total"), 3) << body;
+  EXPECT_THAT(body, HasSubstr("# TYPE idem_bridge_rebalances_total counter\n"));
+  EXPECT_THAT(body, HasSubstr("idem_build_info{version="));
+  EXPECT_EQ(HttpGet(port, "/v1/claims").first, 404);
+
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  nlohmann::json stats = Wait(pid, "run");
+  EXPECT_EQ(stats["delivered"], 2);
+  EXPECT_EQ(stats["dead_lettered"], 1);
+  EXPECT_GE(stats["rebalances"].get<int>(),
+            SeriesValue(body, "idem_bridge_rebalances_total{kind=\"assign\"}"));
+
+  // A listen address that is not HOST:PORT is a usage error, before anything starts.
+  testing::Exec bad = testing::RunIdemIn(
+      dir_.path(), {"bridge", "kafka", "--brokers", kafka_.brokers(), "--topic", "orders",
+                    "--group", "g", "--key-header", "event_id", "--to", target_.url(),
+                    "--metrics-listen", "localhost"});
+  testing::ExpectOneLineFailure(bad, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--metrics-listen 'localhost' must be HOST:PORT"));
 }
 
 TEST_F(KafkaBridgeTest, KeyOnTheOffsetIsRefused) {

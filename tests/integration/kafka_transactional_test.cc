@@ -68,10 +68,10 @@ TEST_F(KafkaTransactionalTest, OutputsAndOffsetsCommitInOneTransactionPerBatch) 
   EXPECT_EQ(s.dead_lettered, 1);
   EXPECT_GE(s.committed, 1);
   EXPECT_EQ(s.aborted, 0);
-  std::vector<Message> out = kafka_.ReadAll("out", 1);
+  std::vector<Message> out = kafka_.ReadAll("out", 1, /*expected=*/10);
   ASSERT_EQ(out.size(), 10u);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(out[i].payload, "processed:m" + std::to_string(i));
-  std::vector<Message> dead = kafka_.ReadAll("in.dlq", 1);
+  std::vector<Message> dead = kafka_.ReadAll("in.dlq", 1, /*expected=*/1);
   ASSERT_EQ(dead.size(), 1u);
   EXPECT_THAT(*dead[0].Header("idem-dlq-reason"), HasSubstr("unparseable"));
 }

@@ -78,9 +78,13 @@ class MockKafka {
   }
 
   // Every message of `topic` (all of its `partitions`), read without a group until
-  // `quiet` passes with nothing new.
-  std::vector<kafka::Message> ReadAll(const std::string& topic, int partitions,
-                                      std::chrono::milliseconds quiet = std::chrono::seconds(2)) {
+  // `quiet` passes with nothing new, once at least `expected` messages are in (for
+  // those, it waits up to `deadline`: a loaded machine may take longer than `quiet`
+  // to connect and fetch the first one).
+  std::vector<kafka::Message> ReadAll(
+      const std::string& topic, int partitions, size_t expected = 0,
+      std::chrono::milliseconds quiet = std::chrono::seconds(2),
+      std::chrono::milliseconds deadline = std::chrono::seconds(60)) {
     char err[512];
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps_.c_str(), err, sizeof err);
@@ -95,8 +99,10 @@ class MockKafka {
     rd_kafka_assign(c, parts);
     rd_kafka_topic_partition_list_destroy(parts);
     std::vector<kafka::Message> out;
-    auto last = std::chrono::steady_clock::now();
-    while (std::chrono::steady_clock::now() - last < quiet) {
+    const auto start = std::chrono::steady_clock::now();
+    auto last = start;
+    while ((out.size() < expected && std::chrono::steady_clock::now() - start < deadline) ||
+           std::chrono::steady_clock::now() - last < quiet) {
       rd_kafka_message_t* m = rd_kafka_consumer_poll(c, 100);
       if (m == nullptr) continue;
       if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {

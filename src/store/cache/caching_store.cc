@@ -48,6 +48,9 @@ class CachingTransaction final : public StoreTransaction {
                           const std::function<absl::Status(Rows&)>& page) override {
     return inner_->QueryPages(sql, params, page_rows, page);
   }
+  absl::StatusOr<std::vector<int64_t>> ExecMany(absl::Span<const Statement> statements) override {
+    return inner_->ExecMany(statements);
+  }
 
   absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& record) override {
     return Claimed(record, inner_->InsertOrLoad(record));
@@ -60,22 +63,47 @@ class CachingTransaction final : public StoreTransaction {
     return Claimed(record, inner_->InsertOrLoadThen(record, next, next_result));
   }
 
-  absl::StatusOr<std::optional<Record>> Claimed(const Record& record,
-                                                absl::StatusOr<std::optional<Record>> r) {
+  // Forwarded, so the inner store can send a batch's claims together.
+  absl::StatusOr<std::vector<std::optional<Record>>> InsertOrLoadMany(
+      absl::Span<const Record> records) override {
+    absl::StatusOr<std::vector<std::optional<Record>>> r = inner_->InsertOrLoadMany(records);
     if (r.ok()) {
-      if (!r->has_value()) {
-        Wrote(record);
-      } else {
-        Read(**r);
-      }
+      for (size_t i = 0; i < records.size() && i < r->size(); ++i) Saw(records[i], (*r)[i]);
     }
     return r;
+  }
+
+  absl::StatusOr<std::optional<Record>> Claimed(const Record& record,
+                                                absl::StatusOr<std::optional<Record>> r) {
+    if (r.ok()) Saw(record, *r);
+    return r;
+  }
+
+  // The store's answer `answer` to claiming `record`: it inserted it, or read that.
+  void Saw(const Record& record, const std::optional<Record>& answer) {
+    if (!answer.has_value()) {
+      Wrote(record);
+    } else {
+      Read(*answer);
+    }
   }
 
   absl::StatusOr<bool> Replace(const Record& record, int64_t expected_token,
                                RecordState expected_state) override {
     absl::StatusOr<bool> r = inner_->Replace(record, expected_token, expected_state);
     if (r.ok() && *r) Wrote(record);
+    return r;
+  }
+
+  // Forwarded, so the inner store can send a batch's result writes together.
+  absl::StatusOr<std::vector<bool>> ReplaceMany(
+      absl::Span<const Replacement> replacements) override {
+    absl::StatusOr<std::vector<bool>> r = inner_->ReplaceMany(replacements);
+    if (r.ok()) {
+      for (size_t i = 0; i < replacements.size() && i < r->size(); ++i) {
+        if ((*r)[i]) Wrote(replacements[i].record);
+      }
+    }
     return r;
   }
 

@@ -1,5 +1,6 @@
 #include "store/postgres/postgres_store.h"
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -29,6 +30,12 @@ using postgres::Connection;
 using Pool = sql::Pool<Connection>;
 
 constexpr int kNumColumns = sql::kRecordColumnCount;
+
+// The most statements InsertOrLoadMany/ReplaceMany send in one round trip. libpq's
+// pipeline sends them all before it reads an answer: bounded so that the answers
+// (a claim's carries its row description, ~0.5 KB) fit in the sockets' buffers
+// while the client is still sending, and a batch still costs only a few trips.
+constexpr size_t kPipedPerTrip = 100;
 
 // `sql` (one of src/store/sql's, written with ?) numbered for libpq ($1, $2, …).
 std::string Numbered(std::string_view sql) {
@@ -183,6 +190,121 @@ class PostgresTransaction final : public sql::PooledTransaction<Connection> {
       }
       return ClaimFrom(r, std::move(piped.results[0]));
     });
+  }
+
+  // A batch's claims as InsertOrLoad's statement each, kPipedPerTrip of them per
+  // round trip (pipeline mode, RunMany): each sees the ones before it in this
+  // transaction, as calls one after the other would. The first failure skips the
+  // rest of its round trip and is the answer.
+  absl::StatusOr<std::vector<std::optional<Record>>> InsertOrLoadMany(
+      absl::Span<const Record> records) override {
+    std::vector<std::optional<Record>> out;
+    out.reserve(records.size());
+    for (size_t at = 0; at < records.size(); at += kPipedPerTrip) {
+      const absl::Span<const Record> part = records.subspan(at, kPipedPerTrip);
+      IDEM_ASSIGN_OR_RETURN(
+          std::vector<std::optional<Record>> claimed,
+          Step([&]() -> absl::StatusOr<std::vector<std::optional<Record>>> {
+            std::vector<std::array<Value, kNumColumns>> params;
+            params.reserve(part.size());
+            std::vector<postgres::PipedStatement> statements;
+            statements.reserve(part.size());
+            for (const Record& r : part) {
+              params.push_back(sql::RecordParams(r));
+              statements.push_back(
+                  {ClaimSql(), kNumColumns, params.back(), /*binary_results=*/true});
+            }
+            postgres::PipedMany piped = lease_->RunMany(statements);
+            std::vector<std::optional<Record>> answers;
+            answers.reserve(part.size());
+            for (size_t i = 0; i < part.size(); ++i) {
+              IDEM_ASSIGN_OR_RETURN(std::optional<Record> answer,
+                                    ClaimFrom(part[i], std::move(piped.results[i])));
+              answers.push_back(std::move(answer));
+            }
+            return answers;
+          }));
+      for (std::optional<Record>& c : claimed) out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  // A batch's result writes as Replace's statement each (and its NOTIFY), in
+  // round trips of at most kPipedPerTrip statements.
+  absl::StatusOr<std::vector<bool>> ReplaceMany(
+      absl::Span<const Replacement> replacements) override {
+    std::vector<bool> out;
+    out.reserve(replacements.size());
+    const size_t per_trip = notify_ ? kPipedPerTrip / 2 : kPipedPerTrip;
+    for (size_t at = 0; at < replacements.size(); at += per_trip) {
+      const absl::Span<const Replacement> part = replacements.subspan(at, per_trip);
+      IDEM_ASSIGN_OR_RETURN(
+          std::vector<bool> moved, Step([&]() -> absl::StatusOr<std::vector<bool>> {
+            std::vector<std::array<Value, 12>> params;
+            std::vector<std::array<Value, 1>> payloads;
+            params.reserve(part.size());
+            payloads.reserve(part.size());
+            std::vector<postgres::PipedStatement> statements;
+            std::vector<size_t> update_of;  // part[i]'s UPDATE: statements[update_of[i]]
+            for (const Replacement& w : part) {
+              params.push_back(sql::ReplaceParams(w.record, w.expected_token, w.expected_state));
+              update_of.push_back(statements.size());
+              statements.push_back({ReplaceSql(), 12, params.back(), /*binary_results=*/true});
+              if (Notifies(w.record)) {
+                payloads.push_back({Value(FinishedPayload(w.record.tenant, w.record.key))});
+                statements.push_back({kNotifyFinished, 1, payloads.back(), false});
+              }
+            }
+            postgres::PipedMany piped = lease_->RunMany(statements);
+            std::vector<bool> answers;
+            answers.reserve(part.size());
+            for (size_t i = 0; i < part.size(); ++i) {
+              const size_t u = update_of[i];
+              if (!piped.results[u].ok()) return piped.results[u].status();
+              if (Notifies(part[i].record) && !piped.results[u + 1].ok()) {
+                return piped.results[u + 1].status();
+              }
+              answers.push_back(postgres::RowsChanged(piped.results[u]->get()) == 1);
+            }
+            return answers;
+          }));
+      out.insert(out.end(), moved.begin(), moved.end());
+    }
+    return out;
+  }
+
+  // A batch's statements (a consumer's first statements of its effects) as Exec
+  // would run each, kPipedPerTrip of them per round trip. A malformed one fails
+  // before its round trip is sent, as Exec would.
+  absl::StatusOr<std::vector<int64_t>> ExecMany(absl::Span<const Statement> statements) override {
+    std::vector<int64_t> out;
+    out.reserve(statements.size());
+    for (size_t at = 0; at < statements.size(); at += kPipedPerTrip) {
+      const absl::Span<const Statement> part = statements.subspan(at, kPipedPerTrip);
+      std::vector<std::string> rewritten;
+      std::vector<postgres::PipedStatement> piped_statements;
+      rewritten.reserve(part.size());
+      for (const Statement& st : part) {
+        if (postgres::IsBlankSql(st.sql)) return absl::InvalidArgumentError("empty SQL statement");
+        int nparams = 0;
+        IDEM_ASSIGN_OR_RETURN(std::string sql, postgres::RewritePlaceholders(st.sql, &nparams));
+        rewritten.push_back(std::move(sql));
+        piped_statements.push_back({rewritten.back(), nparams, st.params, false});
+      }
+      IDEM_ASSIGN_OR_RETURN(std::vector<int64_t> rows,
+                            Step([&]() -> absl::StatusOr<std::vector<int64_t>> {
+                              postgres::PipedMany piped = lease_->RunMany(piped_statements);
+                              std::vector<int64_t> changed;
+                              changed.reserve(part.size());
+                              for (absl::StatusOr<postgres::Result>& r : piped.results) {
+                                if (!r.ok()) return r.status();
+                                changed.push_back(postgres::RowsChanged(r->get()));
+                              }
+                              return changed;
+                            }));
+      out.insert(out.end(), rows.begin(), rows.end());
+    }
+    return out;
   }
 
   absl::StatusOr<bool> Replace(const Record& r, int64_t expected_token,
