@@ -95,8 +95,10 @@ void ExactlyOneWinner(const std::string& url, const std::string& scratch) {
 
 // Attach across processes (issue 11 §3): claims waiting on server A for a key that
 // server B holds see B's complete through their polls, which are plain reads backing
-// off to 250 ms, not locking claim transactions every 15 ms: 20 waiters over ~1.5 s
-// cost at most a dozen reads each (the old polling cost about a hundred claims each).
+// off to 250 ms, not locking claim transactions every 15 ms, and which the waiters on
+// one key share (one read per 15 ms at most): 20 waiters over ~1.5 s cost fewer reads
+// than a dozen each (the old polling cost about a hundred claims each), and at least
+// one (they did read the store).
 uint64_t Counter(uint16_t port, const std::string& name) {
   const std::string text = Fetch(port, "GET", "/metrics").body;
   const size_t at = text.find("\n" + name + " ");
@@ -134,7 +136,7 @@ void WaitersSeeAnotherServersComplete(const std::string& url, const std::string&
   // The bound holds however slow the machine: a slower one polls less, not more.
   const uint64_t polls = Counter(a.port(), "idem_claim_polls_total");
   EXPECT_LE(polls, kWaiters * 12u) << "waiting claims read the store too often";
-  EXPECT_GE(polls, uint64_t{kWaiters});
+  EXPECT_GE(polls, uint64_t{1});
   EXPECT_EQ(a.Stop(), 0);
   EXPECT_EQ(b.Stop(), 0);
 }
