@@ -23,4 +23,27 @@ function(idem_add_test)
     list(APPEND props ENVIRONMENT "${T_ENV}")
   endif()
   gtest_discover_tests(${T_NAME} PROPERTIES ${props} DISCOVERY_TIMEOUT 60)
+  foreach(label IN LISTS T_LABELS)
+    set_property(GLOBAL APPEND PROPERTY IDEM_TESTS_WITH_LABEL_${label} ${T_NAME})
+    set_property(GLOBAL APPEND PROPERTY IDEM_TEST_LABELS ${label})
+  endforeach()
+endfunction()
+
+# idem_add_label_targets(): one target `tests_<label>` per label given to
+# idem_add_test, building every test binary of that label (and what they run, e.g.
+# the `idem` binary). The sanitizer builds use them (scripts/sanitize.sh builds only
+# `tests_unit tests_conformance tests_crash`, not the whole tree), so a new test
+# binary is in its label's sanitizer run without a list to keep up to date.
+# Called once, after every test folder is added.
+function(idem_add_label_targets)
+  get_property(labels GLOBAL PROPERTY IDEM_TEST_LABELS)
+  if(NOT labels)
+    return()
+  endif()
+  list(REMOVE_DUPLICATES labels)
+  foreach(label IN LISTS labels)
+    get_property(targets GLOBAL PROPERTY IDEM_TESTS_WITH_LABEL_${label})
+    add_custom_target(tests_${label})
+    add_dependencies(tests_${label} ${targets})
+  endforeach()
 endfunction()
