@@ -50,6 +50,15 @@ mkdir -p "$workdir"
 depth=${MODEL_DEPTH:-100000}
 memlim_mb=${MEMLIM_MB:-1024}
 
+# deep: states compressed (-DCOLLAPSE), a larger hash table and memory bound.
+pan_cflags=""
+hash_bits=20
+if [[ "$mode" == deep ]]; then
+  pan_cflags="-DCOLLAPSE"
+  hash_bits=24
+  memlim_mb=${MEMLIM_MB:-4096}
+fi
+
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
@@ -67,7 +76,9 @@ build() {
     return 1
   fi
   # pan.c is spin's generated code: its warnings are not ours.
-  if ! (cd "$dir" && "$cc" "$opt" -w -DMEMLIM="$memlim_mb" -o pan pan.c >cc.out 2>&1); then
+  # shellcheck disable=SC2086  # pan_cflags is a list of words on purpose
+  if ! (cd "$dir" && "$cc" "$opt" -w -DMEMLIM="$memlim_mb" $pan_cflags -o pan pan.c \
+        >cc.out 2>&1); then
     echo "check.sh: $cc pan.c for $model $* failed:" >&2
     cat "$dir/cc.out" >&2
     return 1
@@ -91,7 +102,7 @@ report() {
 }
 
 # run DIR PROP: ./pan for one ltl property (-a: acceptance cycles too).
-run() { (cd "$1" && ./pan -a -m"$depth" -w20 -N "$2" >"$2.out" 2>&1) || true; }
+run() { (cd "$1" && ./pan -a -m"$depth" -w"$hash_bits" -N "$2" >"$2.out" 2>&1) || true; }
 
 # incomplete OUT: why the search of OUT did not cover the whole state space, or nothing.
 incomplete() {
