@@ -5,15 +5,17 @@
 #                                                 by an exhaustive search that completed
 #   docs/model/check.sh [--workdir DIR] seeded   every seeded bug is found: pan reports
 #                                                 an error and writes a trail that replays
-#   docs/model/check.sh [--workdir DIR] deep     verify with three guard clients (minutes,
-#                                                 ~1 GB; not part of the tests)
+#   docs/model/check.sh [--workdir DIR] deep     verify with three guard clients and four
+#                                                 step runners (~15 minutes, ~1.2 GB; not
+#                                                 part of the tests)
 #
 # One line per run: model, -D switches, property, result, states stored, depth
 # reached, memory, time. Environment: SPIN and CC (the programs), MODEL_DEPTH (pan's
-# depth limit, default 100000) and MEMLIM_MB (its memory bound, default 1024); a
-# search that hits either is reported INCOMPLETE and fails. Exit 0 when everything is as expected, 1 when not (a
-# property violated, a search that did not complete, a seeded bug not found, spin
-# or a C compiler missing), 2 on bad usage.
+# depth limit, default 100000) and MEMLIM_MB (its memory bound, default 1024, 4096
+# for deep); a search that hits either is reported INCOMPLETE and fails.
+# Exit 0 when everything is as expected, 1 when not (a property violated, a search
+# that did not complete, a seeded bug not found, spin or a C compiler missing), 2 on
+# bad usage.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -171,6 +173,7 @@ case "$mode" in
     ;;
   deep)
     verify_model -O2 guard.pml -DTHREE_CLIENTS
+    verify_model -O2 steps.pml -DFOUR_RUNNERS
     ;;
   seeded)
     seeded guard.pml BUG_NO_TOKEN_CHECK fenced

@@ -278,6 +278,9 @@ init {
   atomic {
     run Runner();  /* StepRunner::Run */
     run Runner();  /* its restart, or a second Run of the same biz_key */
+#ifdef FOUR_RUNNERS
+    run Runner();  /* a deeper run: 17 million states, not in the test */
+#endif
     run Runner()   /* a Worker's ResumeDue */
   }
 }
