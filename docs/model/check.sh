@@ -6,7 +6,7 @@
 #   docs/model/check.sh [--workdir DIR] seeded   every seeded bug is found: pan reports
 #                                                 an error and writes a trail that replays
 #   docs/model/check.sh [--workdir DIR] deep     verify with three guard clients and four
-#                                                 step runners (~15 minutes, ~1.2 GB; not
+#                                                 step runners (~20 minutes, ~2 GB; not
 #                                                 part of the tests)
 #
 # One line per run: model, -D switches, property, result, states stored, depth
