@@ -17,7 +17,7 @@ test_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   postgresql-15 mariadb-server redis-server
   python3 python3-pytest python3-jsonschema python3-yaml
-  chromium
+  chromium spin
   "${package_pkgs[@]}"
 )
 
