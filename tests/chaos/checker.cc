@@ -138,6 +138,25 @@ class Checker {
         prev_token = token;
       }
     }
+    // Fencing: a complete is accepted only from the current holder. Once a newer
+    // token was granted, the older one's record cannot have succeeded (else there
+    // would have been nothing to grant), so its complete must lose.
+    for (const auto& [key, k] : keys_) {
+      for (const Operation* c : k.completes) {
+        if (c->status != 200) continue;
+        v.Checked();
+        auto newer = k.grants.upper_bound(c->token);
+        for (; newer != k.grants.end(); ++newer) {
+          if (newer->second->complete < c->invoke) break;
+        }
+        if (newer != k.grants.end()) {
+          v.Add(absl::StrCat("key ", key, ": stale token accepted: complete(token ", c->token,
+                             ") by client ", c->client, " at +", Ms(c->invoke),
+                             "ms answered 200 after token ", newer->first, " was granted to client ",
+                             newer->second->client, " at +", Ms(newer->second->complete), "ms"));
+        }
+      }
+    }
     return v.Take();
   }
 

@@ -8,7 +8,9 @@
 //                   one was granted by a reported takeover (or after the earlier
 //                   holder released the key with a retryable fail), and never while
 //                   the earlier holder's lease was certainly still live; every
-//                   effect was performed under a token its client was granted, once.
+//                   effect was performed under a token its client was granted, once;
+//                   and no complete was answered 200 for a token older than one
+//                   already granted (a stale token accepted: fencing broken).
 //   kDurable        every complete answered 200 is durable: the key's final read
 //                   replays it, result byte for byte.
 //   kOneResult      no key has two results: all its 200 completes sent the same

@@ -40,10 +40,11 @@ class HistoryBuilder {
     return *this;
   }
   HistoryBuilder& Complete(int client, const std::string& key, int64_t token, int at_ms,
-                           int status = 200, const std::string& body = "{}") {
+                           int status = 200, const std::string& body = "{}",
+                           const std::string& result = "") {
     Operation op = Base(client, key, OpKind::kComplete, at_ms);
     op.token = token;
-    op.result = ResultFor(key, token);
+    op.result = result.empty() ? ResultFor(key, token) : result;
     FillAnswer(&op, status, body, status == 0 ? "read: connection reset" : "");
     ops_.push_back(op);
     return *this;
@@ -139,7 +140,7 @@ TEST(ChaosChecker, CleanHistoryPassesEveryProperty) {
                            .Replay("d", ResultFor("d", 2), 5000);
   Report r = hb.Check();
   EXPECT_TRUE(r.ok()) << r.Table();
-  EXPECT_EQ(r.Get(kSingleHolder).checked, 6);
+  EXPECT_EQ(r.Get(kSingleHolder).checked, 6 + 4);  // effects + acknowledged completes
   EXPECT_EQ(r.Get(kDurable).checked, 4);
   EXPECT_EQ(r.Get(kOneResult).checked, 4);
   EXPECT_EQ(r.Get(kConverged).checked, 4);
@@ -196,19 +197,33 @@ TEST(ChaosChecker, ReplayNotByteIdentical) {
 
 TEST(ChaosChecker, TwoResultsForOneKey) {
   HistoryBuilder h;
-  // A stale holder's complete accepted after the takeover's (the seeded bug).
-  h.Grant(1, "k", 1, 0, false, 100).Effect(1, "k", 1, 10).Grant(2, "k", 2, 300, true);
-  h.Effect(2, "k", 2, 310).Complete(2, "k", 2, 320).Complete(1, "k", 1, 330);
-  h.Replay("k", ResultFor("k", 2), 5000);
+  // The same token completed twice with different results, both answered 200 (the
+  // second must have been 409: SPEC §11).
+  h.Grant(1, "k", 1, 0).Effect(1, "k", 1, 10).Complete(1, "k", 1, 20);
+  h.Complete(1, "k", 1, 30, 200, "{}", R"({"other":true})");
+  h.Replay("k", ResultFor("k", 1), 5000);
   const Report r = h.Check();
   EXPECT_EQ(r.Get(kOneResult).violations, 1) << r.Table();
   EXPECT_THAT(r.Get(kOneResult).first_example,
               HasSubstr("two completes answered 200 with different results"));
-  // Client 1's acknowledged result is not the one replayed.
+  // The second acknowledged result is not the one replayed.
   EXPECT_EQ(r.Get(kDurable).violations, 1);
   EXPECT_EQ(r.Get(kSingleHolder).violations + r.Get(kAllowedErrors).violations +
                 r.Get(kConverged).violations,
             0);
+}
+
+TEST(ChaosChecker, StaleTokenAccepted) {
+  HistoryBuilder h;
+  // Client 2 took over at +300ms (both effects reported and allowed), then client 1's
+  // complete with the old token was accepted and client 2's got lease_lost.
+  h.Grant(1, "k", 1, 0, false, 100).Effect(1, "k", 1, 10).Grant(2, "k", 2, 300, true);
+  h.Effect(2, "k", 2, 310).Complete(1, "k", 1, 400);
+  h.Complete(2, "k", 2, 410, 409, R"({"outcome":"lease_lost"})");
+  h.Replay("k", ResultFor("k", 1), 5000);
+  ExpectOnly(h.Check(), kSingleHolder,
+             "stale token accepted: complete(token 1) by client 1 at +400ms answered 200 after "
+             "token 2 was granted to client 2 at +305ms");
 }
 
 TEST(ChaosChecker, ErrorTheSpecDoesNotAllow) {
