@@ -15,9 +15,10 @@
 #                                            pg_basebackup, streaming; synchronous
 #                                            (synchronous_standby_names = the standby)
 #                                            unless IDEM_CLUSTER_PG_SYNC=0
-#   scripts/cluster.sh detach pgstandby DIR  the standby stops receiving WAL
-#                                            (primary_conninfo = ''), as a standby
-#                                            that lags or is cut off would
+#   scripts/cluster.sh detach pgstandby DIR  the standby replays what the primary
+#                                            committed so far, then stops receiving
+#                                            WAL (primary_conninfo = ''), as a
+#                                            standby that lags or is cut off would
 #   scripts/cluster.sh failover pgstandby DIR  SIGKILL the primary (all its
 #                                            processes), promote the standby, wait
 #                                            until it takes writes
@@ -394,6 +395,12 @@ pgs_base_or_die() {
 
 cmd_detach_pgstandby() {
   pgs_base_or_die
+  # First everything committed so far reaches the standby (so that what is lost
+  # afterwards is exactly what was committed after this point), then the cut.
+  local lsn
+  lsn=$(pg_sql primary "SELECT pg_current_wal_lsn()")
+  wait_until 20 sql_answers standby "SELECT pg_last_wal_replay_lsn() >= '$lsn'" t ||
+    die "the standby did not replay up to $lsn"
   pg_sql standby "ALTER SYSTEM SET primary_conninfo = ''" >/dev/null
   pg_sql standby "SELECT pg_reload_conf()" >/dev/null
   wait_until 20 sql_answers standby "SELECT count(*) FROM pg_stat_wal_receiver" 0 ||
