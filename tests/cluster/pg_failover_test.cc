@@ -97,7 +97,15 @@ void RunFailover(bool synchronous, FailoverRun* out) {
   ASSERT_TRUE(detached.ok()) << detached.message();
   ASSERT_TRUE(failed_over.ok()) << failed_over.message();
 
-  load.FinalReads(serve.port());
+  // The final reads through a fresh server without the in-process cache: what the
+  // promoted standby holds. (The load's server still remembers the results it saw
+  // completed, lost or not, and answers their duplicates from memory.)
+  ServeProcess audit(dir.file("audit.err"));
+  ASSERT_THAT(audit.Start({"--listen", "127.0.0.1:0", "--store", url, "--tenant", "t:tok",
+                           "--cache-entries", "0"}),
+              ::testing::StartsWith("listening on "))
+      << audit.stderr_text();
+  load.FinalReads(audit.port());
   const std::vector<chaos::Operation> all = history.Operations();
   absl::StatusOr<std::vector<chaos::Effect>> effect_list =
       chaos::ReadEffectLog(dir.file("effects.log"));
@@ -133,6 +141,7 @@ void RunFailover(bool synchronous, FailoverRun* out) {
             << " ms\n"
             << out->report.Table();
   EXPECT_EQ(serve.Stop(), 0) << serve.stderr_text();
+  EXPECT_EQ(audit.Stop(), 0) << audit.stderr_text();
 }
 
 TEST(PostgresFailover, SynchronousStandbyLosesNoAcknowledgedComplete) {
