@@ -102,7 +102,7 @@ TEST(Galera, TwoServersOnTwoNodesOneWinnerPerKeyThroughANodeRestart) {
   ASSERT_TRUE(effects.ok()) << effects.status();
   chaos::History history;
   Load load({.ports = {a.port(), b.port()}, .clients = 8, .lease_ms = 1500,
-             .deadline = std::chrono::seconds(90)},
+             .deadline = std::chrono::seconds(90 + LoadTailOperations() / 20)},
             &history, effects->get());
   std::atomic<int64_t> ops{0};
   std::atomic<bool> stop{false};
@@ -118,7 +118,9 @@ TEST(Galera, TwoServersOnTwoNodesOneWinnerPerKeyThroughANodeRestart) {
   absl::Status rejoined = cluster.Run("rejoin", {"2"});
   const int64_t after_rejoin = ops.load();
   const int64_t after_fault = after_rejoin;
-  WaitUntil([&] { return ops.load() >= after_fault + 150; }, std::chrono::seconds(15));
+  const int64_t tail = LoadTailOperations();
+  WaitUntil([&] { return ops.load() >= after_fault + tail; },
+            std::chrono::seconds(15 + tail / 20));
   stop = true;
   runner.join();
   ASSERT_TRUE(underway) << "the load did not get going";

@@ -1,5 +1,6 @@
 #include "cluster/load.h"
 
+#include <cstdlib>
 #include <memory>
 #include <set>
 #include <thread>
@@ -45,6 +46,12 @@ std::string ClaimBody(const LoadOptions& o, const std::string& key) {
 
 Load::Load(LoadOptions options, chaos::History* history, chaos::EffectLog* effects)
     : options_(std::move(options)), history_(history), effects_(effects) {}
+
+int64_t LoadTailOperations() {
+  const char* env = std::getenv("IDEM_CLUSTER_LOAD_OPS");
+  const int64_t n = env != nullptr ? std::atoll(env) : 0;
+  return n > 0 ? n : 150;
+}
 
 std::string Load::Key(int i) const { return absl::StrCat(options_.key_prefix, "-", i); }
 

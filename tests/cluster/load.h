@@ -41,6 +41,10 @@ struct LoadOptions {
   std::chrono::seconds deadline{60};
 };
 
+// How many operations the load runs on after the last fault before a test stops
+// it: $IDEM_CLUSTER_LOAD_OPS (bench/cluster.sh sets it for long runs), else 150.
+int64_t LoadTailOperations();
+
 class Load {
  public:
   // `history` and `effects` must outlive the Load.

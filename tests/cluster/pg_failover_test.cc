@@ -72,7 +72,7 @@ void RunFailover(bool synchronous, FailoverRun* out) {
   ASSERT_TRUE(effects.ok()) << effects.status();
   chaos::History history;
   Load load({.ports = {serve.port()}, .clients = 8, .lease_ms = 1500,
-             .deadline = std::chrono::seconds(60)},
+             .deadline = std::chrono::seconds(60 + LoadTailOperations() / 20)},
             &history, effects->get());
   std::atomic<int64_t> ops{0};
   std::atomic<bool> stop{false};
@@ -90,7 +90,9 @@ void RunFailover(bool synchronous, FailoverRun* out) {
   const absl::Status failed_over = cluster.Run("failover");
   const auto failed_over_at = Clock::now();
   const int64_t after_fault = ops.load();
-  WaitUntil([&] { return ops.load() >= after_fault + 150; }, std::chrono::seconds(15));
+  const int64_t tail = LoadTailOperations();
+  WaitUntil([&] { return ops.load() >= after_fault + tail; },
+            std::chrono::seconds(15 + tail / 20));
   stop = true;
   runner.join();
   ASSERT_TRUE(underway) << "the load did not get going";
