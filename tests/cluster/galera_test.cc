@@ -117,12 +117,7 @@ TEST(Galera, TwoServersOnTwoNodesOneWinnerPerKeyThroughANodeRestart) {
   const int64_t at_rejoin = ops.load();
   absl::Status rejoined = cluster.Run("rejoin", {"2"});
   const int64_t after_rejoin = ops.load();
-  const int64_t after_fault = after_rejoin;
-  const int64_t tail = LoadTailOperations();
-  WaitUntil([&] { return ops.load() >= after_fault + tail; },
-            std::chrono::seconds(15 + tail / 20));
-  stop = true;
-  runner.join();
+  FinishLoad(ops, stop, runner);
   ASSERT_TRUE(underway) << "the load did not get going";
   ASSERT_TRUE(killed.ok()) << killed.message();
   ASSERT_TRUE(rejoined.ok()) << rejoined.message();

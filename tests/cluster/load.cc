@@ -53,6 +53,18 @@ int64_t LoadTailOperations() {
   return n > 0 ? n : 150;
 }
 
+void FinishLoad(const std::atomic<int64_t>& operations, std::atomic<bool>& stop,
+                std::thread& runner) {
+  const int64_t from = operations.load();
+  const int64_t tail = LoadTailOperations();
+  const auto give_up = Clock::now() + std::chrono::seconds(15 + tail / 20);
+  while (operations.load() < from + tail && Clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stop = true;
+  runner.join();
+}
+
 std::string Load::Key(int i) const { return absl::StrCat(options_.key_prefix, "-", i); }
 
 void Load::Run(std::atomic<int64_t>* operations, const std::atomic<bool>* stop) {

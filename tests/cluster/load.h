@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chaos/effect_log.h"
@@ -44,6 +45,11 @@ struct LoadOptions {
 // How many operations the load runs on after the last fault before a test stops
 // it: $IDEM_CLUSTER_LOAD_OPS (bench/cluster.sh sets it for long runs), else 150.
 int64_t LoadTailOperations();
+
+// After the last fault: lets the load run LoadTailOperations() more operations
+// (for a bounded time), then sets `stop` and joins `runner` (the thread in Run).
+void FinishLoad(const std::atomic<int64_t>& operations, std::atomic<bool>& stop,
+                std::thread& runner);
 
 class Load {
  public:

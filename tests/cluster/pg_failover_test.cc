@@ -89,12 +89,7 @@ void RunFailover(bool synchronous, FailoverRun* out) {
   const auto failover_began = Clock::now();
   const absl::Status failed_over = cluster.Run("failover");
   const auto failed_over_at = Clock::now();
-  const int64_t after_fault = ops.load();
-  const int64_t tail = LoadTailOperations();
-  WaitUntil([&] { return ops.load() >= after_fault + tail; },
-            std::chrono::seconds(15 + tail / 20));
-  stop = true;
-  runner.join();
+  FinishLoad(ops, stop, runner);
   ASSERT_TRUE(underway) << "the load did not get going";
   ASSERT_TRUE(detached.ok()) << detached.message();
   ASSERT_TRUE(failed_over.ok()) << failed_over.message();
