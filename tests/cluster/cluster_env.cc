@@ -1,14 +1,11 @@
 #include "cluster/cluster_env.h"
 
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "http/idem_process.h"
 
 #ifndef IDEM_SOURCE_DIR
 #error "IDEM_SOURCE_DIR must name the source tree (it holds scripts/cluster.sh)"
@@ -17,10 +14,9 @@
 namespace idem::cluster_testing {
 namespace {
 
-std::string Tail(const std::string& path, size_t lines) {
-  std::ifstream in(path);
-  std::vector<std::string> all;
-  for (std::string line; std::getline(in, line);) all.push_back(line);
+// The last `lines` lines of `text`.
+std::string Tail(const std::string& text, size_t lines) {
+  std::vector<std::string> all = absl::StrSplit(text, '\n', absl::SkipEmpty());
   const size_t from = all.size() > lines ? all.size() - lines : 0;
   return absl::StrJoin(all.begin() + static_cast<std::ptrdiff_t>(from), all.end(), "\n");
 }
@@ -55,29 +51,16 @@ std::string ClusterEnv::Var(const std::string& name) const {
 }
 
 absl::Status ClusterEnv::Script(const std::vector<std::string>& args) {
-  const std::string err_path = dir_ + "/cluster-script.err";
-  std::vector<std::string> argv_s = {"/bin/bash", IDEM_SOURCE_DIR "/scripts/cluster.sh"};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  const pid_t pid = fork();
-  if (pid == 0) {
-    for (const auto& [k, v] : env_) setenv(k.c_str(), v.c_str(), 1);
-    const int in = open("/dev/null", O_RDONLY);
-    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(in, STDIN_FILENO);
-    dup2(err, STDOUT_FILENO);
-    dup2(err, STDERR_FILENO);
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-      WEXITSTATUS(status) != 0) {
+  // env(1) puts env_ into the script's environment only.
+  std::vector<std::string> argv = {"/usr/bin/env"};
+  for (const auto& [k, v] : env_) argv.push_back(k + "=" + v);
+  argv.insert(argv.end(), {"/bin/bash", IDEM_SOURCE_DIR "/scripts/cluster.sh"});
+  argv.insert(argv.end(), args.begin(), args.end());
+  const ::idem::testing::RunResult r = ::idem::testing::RunProgram(std::move(argv), dir_);
+  if (r.exit_code != 0) {
     return absl::UnavailableError(absl::StrCat("scripts/cluster.sh ", absl::StrJoin(args, " "),
-                                               " failed; its last words:\n",
-                                               Tail(err_path, 25)));
+                                               " failed (exit ", r.exit_code,
+                                               "); its last words:\n", Tail(r.err, 25)));
   }
   return absl::OkStatus();
 }
