@@ -16,6 +16,7 @@ package_pkgs=(help2man dpkg-dev file)
 test_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   postgresql-15 mariadb-server redis-server
+  galera-4 rsync iproute2
   python3 python3-pytest python3-jsonschema python3-yaml
   chromium spin
   "${package_pkgs[@]}"

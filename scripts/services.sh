@@ -32,8 +32,11 @@ readonly DURABLE=${IDEM_SERVICES_DURABLE:-0}
   exit 2
 }
 
+# Scripts that source this file (scripts/cluster.sh) set SCRIPT_NAME for messages.
+SCRIPT_NAME=${SCRIPT_NAME:-services.sh}
+
 die() {
-  echo "services.sh: $*" >&2
+  echo "$SCRIPT_NAME: $*" >&2
   exit 1
 }
 
@@ -87,7 +90,7 @@ stop_pid() {
   local deadline=$((SECONDS + STOP_SECONDS))
   while kill -0 "$pid" 2>/dev/null; do
     if ((SECONDS >= deadline)); then
-      echo "services.sh: $name (pid $pid) did not stop within ${STOP_SECONDS}s; killing it" >&2
+      echo "$SCRIPT_NAME: $name (pid $pid) did not stop within ${STOP_SECONDS}s; killing it" >&2
       kill -KILL "$pid" 2>/dev/null || true
       sleep 0.2
       break
@@ -98,7 +101,7 @@ stop_pid() {
 
 log_tail() {
   local what=$1 log=$2
-  echo "services.sh: $what did not start; last lines of $log:" >&2
+  echo "$SCRIPT_NAME: $what did not start; last lines of $log:" >&2
   if [[ -f "$log" ]]; then tail -n 40 "$log" >&2; else echo "  (no log written)" >&2; fi
 }
 
@@ -133,45 +136,68 @@ pg_os_user() {
 }
 
 as_pg_user() {
-  if [[ $(id -u) -eq 0 ]]; then
-    runuser -u "$PG_USER" -- "$@"
-  else
-    "$@"
-  fi
+  as_user "$PG_USER" "$@"
 }
 
-# Removes DIR/postgres, and the private directory it links to (see start_postgres).
+# Removes DIR/postgres, and the private directory it links to (see make_pg_base).
 remove_postgres_dir() {
-  local link=$DIR/postgres
+  remove_owned_dir "$DIR/postgres"
+}
+
+# remove_owned_dir LINK: removes LINK and the private directory it may link to.
+remove_owned_dir() {
+  local link=$1
   if [[ -L "$link" ]]; then
     rm -rf "$(readlink -f "$link")"
   fi
   rm -rf "$link"
 }
 
-start_postgres() {
-  local port=$1
-  local base=$DIR/postgres
-  remove_postgres_dir
+# make_pg_base LINK: creates the directory LINK for a PostgreSQL data directory
+# writable by PG_USER and prints its real path (see make_owned_dir).
+make_pg_base() {
+  make_owned_dir "$1" "$PG_USER"
+}
+
+# as_user USER CMD...: CMD as USER (as root), or as ourselves.
+as_user() {
+  local user=$1
+  shift
+  if [[ $(id -u) -eq 0 ]]; then
+    runuser -u "$user" -- "$@"
+  else
+    "$@"
+  fi
+}
+
+# make_owned_dir LINK USER: creates the directory LINK, owned by (as root) and
+# writable by USER, and prints its real path: LINK itself, or a private directory
+# under /tmp that LINK links to when USER cannot reach DIR (a checkout under /root,
+# mode 700, on a fresh Debian), so that everything of a run is still found under
+# DIR and removed with it. Remove it with remove_owned_dir LINK.
+make_owned_dir() {
+  local base=$1 user=$2
+  remove_owned_dir "$base"
   mkdir -p "$base"
-  [[ $(id -u) -eq 0 ]] && chown "$PG_USER" "$base"
+  [[ $(id -u) -eq 0 ]] && chown "$user" "$base"
   chmod 700 "$base"
-  if ! as_pg_user test -w "$base"; then
-    # The server's OS user cannot reach DIR (a checkout under /root, mode 700, on a
-    # fresh Debian). Its data then goes to a private directory under /tmp, linked
-    # from DIR/postgres so that everything of this run is still found under DIR
-    # and removed with it.
+  if ! as_user "$user" test -w "$base"; then
     rm -rf "$base"
     local private
-    private=$(mktemp -d /tmp/idem-postgres.XXXXXX)
-    chown "$PG_USER" "$private"
+    private=$(mktemp -d /tmp/idem-data.XXXXXX)
+    [[ $(id -u) -eq 0 ]] && chown "$user" "$private"
     chmod 700 "$private"
     ln -s "$private" "$base"
-    as_pg_user test -w "$private" || die "user $PG_USER cannot write $private"
-    echo "services.sh: user $PG_USER cannot reach $DIR; PostgreSQL data in $private" \
+    as_user "$user" test -w "$private" || die "user $user cannot write $private"
+    echo "$SCRIPT_NAME: user $user cannot reach $DIR; its data is in $private" \
       "(linked from $base)" >&2
   fi
-  PG_BASE=$(readlink -f "$base")
+  readlink -f "$base"
+}
+
+start_postgres() {
+  local port=$1
+  PG_BASE=$(make_pg_base "$DIR/postgres") || return 1
   local log=$PG_BASE/postgres.log
   if ! as_pg_user "$PG_BIN/initdb" -D "$PG_BASE/data" -U postgres --auth-local=trust \
       --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 >"$PG_BASE/initdb.log" 2>&1; then
@@ -410,6 +436,9 @@ cmd_start() {
   echo "services.sh: started; source $DIR/env.sh" >&2
   grep -E '_URL=|_PID=' "$DIR/env.sh" | sed 's/:[^:@/]*@/:***@/' >&2
 }
+
+# Sourced (by scripts/cluster.sh): only the functions above.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 
 [[ $# -eq 2 ]] || usage
 command=$1

@@ -73,6 +73,18 @@ TEST(WithPasswordTest, WritesThePasswordIntoTheUserinfoEncoded) {
   EXPECT_EQ(parsed->host, "db");
 }
 
+// libpq's multi-host URLs (a primary and its standbys, docs/operations.md §7a): the
+// host list stays as written, only the password goes or comes.
+TEST(WithPasswordTest, KeepsTheHostListOfAMultiHostUrl) {
+  const std::string url =
+      "postgres://idem@10.0.0.1:5432,10.0.0.2:5433/app?target_session_attrs=read-write";
+  EXPECT_EQ(*WithPassword(url, "pw"),
+            "postgres://idem:pw@10.0.0.1:5432,10.0.0.2:5433/app?target_session_attrs=read-write");
+  EXPECT_EQ(RedactUrl(*WithPassword(url, "pw")), url);
+  EXPECT_EQ(RedactSecretsIn("auth failed for pw", *WithPassword(url, "pw")),
+            "auth failed for ***");
+}
+
 TEST(WithPasswordTest, RefusesATwiceGivenPasswordAndPathUrls) {
   absl::StatusOr<std::string> twice = WithPassword("postgres://idem:old@db/app", "new");
   EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);

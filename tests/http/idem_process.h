@@ -1,4 +1,5 @@
-// Test support: run the real `idem` binary. RunIdem() runs a subcommand to its end;
+// Test support: run the real `idem` binary. RunIdem() runs a subcommand to its end
+// (RunProgram() any program);
 // ServeProcess runs `idem serve` in the background and reads its
 // "listening on HOST:PORT" line. The binary is $IDEM_BIN, else IDEM_BIN_DEFAULT
 // (compiled in by CMake). Used by tests/http and tests/integration.
@@ -46,15 +47,13 @@ struct RunResult {
   std::string err;
 };
 
-// Runs `idem args...` with stdin from /dev/null, stdout and stderr captured in files
-// under `scratch_dir`.
-inline RunResult RunIdem(const std::vector<std::string>& args, const std::string& scratch_dir) {
+// Runs the program `argv_s[0]` (a path) with its arguments, stdin from /dev/null,
+// stdout and stderr captured in files under `scratch_dir`.
+inline RunResult RunProgram(std::vector<std::string> argv_s, const std::string& scratch_dir) {
   static int counter = 0;
   const std::string base = scratch_dir + "/run" + std::to_string(getpid()) + "_" +
                            std::to_string(__atomic_add_fetch(&counter, 1, __ATOMIC_SEQ_CST));
   const std::string out_path = base + ".out", err_path = base + ".err";
-  std::vector<std::string> argv_s = {IdemBinary()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
   pid_t pid = fork();
   if (pid == 0) {
     int in = open("/dev/null", O_RDONLY);  // never the test's own stdin
@@ -77,6 +76,13 @@ inline RunResult RunIdem(const std::vector<std::string>& args, const std::string
   r.out = ReadWholeFile(out_path);
   r.err = ReadWholeFile(err_path);
   return r;
+}
+
+// Runs `idem args...` as RunProgram does.
+inline RunResult RunIdem(const std::vector<std::string>& args, const std::string& scratch_dir) {
+  std::vector<std::string> argv_s = {IdemBinary()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  return RunProgram(std::move(argv_s), scratch_dir);
 }
 
 // One `idem serve` child: stdout on a pipe (its first line announces the port),

@@ -100,6 +100,19 @@ TEST(PostgresUrlTest, ParsesIdemParametersAndPassesTheRestToLibpq) {
   EXPECT_EQ(o->connect.keywords.front(), "connect_timeout");  // default 5 s
 }
 
+// A primary and its standby in one URL (libpq multi-host, docs/operations.md §7a):
+// libpq gets the host list and target_session_attrs as written.
+TEST(PostgresUrlTest, PassesAMultiHostUrlToLibpq) {
+  absl::StatusOr<postgres::Options> o = postgres::ParseUrl(
+      "postgres://u:pw@10.0.0.1:5432,10.0.0.2:5433/db?target_session_attrs=read-write&pool=4");
+  ASSERT_OK(o);
+  EXPECT_EQ(o->pool, 4);
+  EXPECT_EQ(o->connect.display,
+            "postgres://u@10.0.0.1:5432,10.0.0.2:5433/db?target_session_attrs=read-write&pool=4");
+  EXPECT_EQ(o->connect.values.back(),
+            "postgres://u:pw@10.0.0.1:5432,10.0.0.2:5433/db?target_session_attrs=read-write");
+}
+
 TEST(PostgresUrlTest, RedactsPasswords) {
   EXPECT_EQ(store::RedactUrl("postgres://u:p%40ss@h/db"), "postgres://u@h/db");
   EXPECT_EQ(store::RedactUrl("postgresql://u@h/db?password=x&pool=2"),
