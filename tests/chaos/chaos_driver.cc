@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -81,6 +82,17 @@ int main(int argc, char** argv) {
     std::cerr << "chaos_driver: seed=" << r->seed << ": " << r->report.violations()
               << " violations; the run's files are in " << o.work_dir << "\n";
     for (const std::string& f : r->fault_log) std::cerr << "  fault " << f << "\n";
+    // The whole history and effect log, for a person to read.
+    std::ofstream out(o.work_dir + "/history.txt");
+    const auto t0 = r->history.empty() ? idem::chaos::Clock::time_point{} : r->history[0].invoke;
+    for (const idem::chaos::Operation& op : r->history) {
+      out << idem::chaos::FormatOperation(op, t0) << "\n";
+    }
+    for (const idem::chaos::Effect& e : r->effects) {
+      out << "+" << std::chrono::duration_cast<std::chrono::milliseconds>(e.at - t0).count()
+          << "ms effect " << e.key << " token " << e.token << " client " << e.client << "\n";
+    }
+    std::cerr << "chaos_driver: the history is in " << o.work_dir << "/history.txt\n";
     return 1;
   }
   return 0;

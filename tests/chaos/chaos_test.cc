@@ -36,7 +36,7 @@ ScenarioOptions Options(const std::string& backend, uint64_t seed) {
   o.services_sh = IDEM_SERVICES_SH;
   o.driver.seed = seed;
   o.driver.clients = 8;
-  o.driver.duration = std::chrono::seconds(25);
+  o.driver.duration = std::chrono::seconds(20);
   o.driver.pause_probability = 0.05;
   return o;
 }
