@@ -10,8 +10,9 @@
 //   kDelay      forwards both ways, each chunk set_delay() late (a slow network);
 //   kCutBeforeCommit / kCutAfterCommit
 //               forwards both ways, but a connection whose client sends bytes that
-//               contain the word COMMIT (any case: the SQL text of PostgreSQL's and
-//               MySQL's protocols) is reset before / right after those bytes are
+//               contain the word COMMIT or CALL (any case: the SQL text of
+//               PostgreSQL's and MySQL's protocols; idem's MariaDB procedures commit
+//               inside a CALL) is reset before / right after those bytes are
 //               forwarded, so the client never learns whether its COMMIT happened.
 // Back to kPass is "the network healed": new connections forward again; the ones
 // that were black-holed stay dead, as they would across a real partition.
@@ -101,17 +102,19 @@ class FaultProxy {
   }
 
   // True when the bytes hold the word COMMIT (not COMMITTED, as in the session's
-  // "READ COMMITTED").
+  // "READ COMMITTED") or CALL (MariaDB: idem's procedures commit inside).
   static bool HasCommit(const char* data, size_t n) {
-    static constexpr std::string_view kWord = "commit";
+    return HasWord(data, n, "commit") || HasWord(data, n, "call");
+  }
+  static bool HasWord(const char* data, size_t n, std::string_view word) {
     const char* end = data + n;
     const auto alpha = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; };
     for (const char* at = data;; ++at) {
-      at = std::search(at, end, kWord.begin(), kWord.end(), [](char a, char b) {
+      at = std::search(at, end, word.begin(), word.end(), [](char a, char b) {
         return std::tolower(static_cast<unsigned char>(a)) == b;
       });
       if (at == end) return false;
-      const char* after = at + kWord.size();
+      const char* after = at + word.size();
       if ((at == data || !alpha(at[-1])) && (after == end || !alpha(*after))) return true;
     }
   }
