@@ -141,12 +141,17 @@ class Run {
     history_.Record(op);
   }
 
-  Operation Claim(int client, const std::string& key, int64_t wait_ms, OpKind kind,
-                  std::mt19937_64& rng) {
+  static Operation NewOp(int client, const std::string& key, OpKind kind) {
     Operation op;
     op.client = client;
     op.key = key;
     op.kind = kind;
+    return op;
+  }
+
+  Operation Claim(int client, const std::string& key, int64_t wait_ms, OpKind kind,
+                  std::mt19937_64& rng) {
+    Operation op = NewOp(client, key, kind);
     op.lease_ms = o_.lease_ms;
     std::string body = absl::StrCat(R"({"biz_type":")", o_.biz_type, R"(","key":")", key,
                                     R"(","lease_ms":)", o_.lease_ms);
@@ -157,19 +162,15 @@ class Run {
 
   Operation Finish(int client, const std::string& key, int64_t token, bool fail,
                    std::mt19937_64& rng) {
-    Operation op;
-    op.client = client;
-    op.key = key;
+    Operation op = NewOp(client, key, fail ? OpKind::kFail : OpKind::kComplete);
     op.token = token;
     std::string body = absl::StrCat(R"({"biz_type":")", o_.biz_type, R"(","key":")", key,
                                     R"(","token":)", token);
     if (fail) {
-      op.kind = OpKind::kFail;
       op.retryable = true;
       absl::StrAppend(&body, R"(,"retryable":true,"error":{"refused":true}})");
       Send(op, "/v1/claims/fail", body, {}, rng);
     } else {
-      op.kind = OpKind::kComplete;
       op.result = ResultFor(key, token, client);
       absl::StrAppend(&body, R"(,"result":)", op.result, "}");
       Send(op, "/v1/claims/complete", body, {}, rng);
