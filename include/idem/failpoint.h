@@ -6,8 +6,14 @@
 // tests are built and off otherwise, so an installed binary ignores it), or by
 // ArmFailpoint(). Actions: `kill` (SIGKILL the
 // process at that point), `abort` (std::abort); `kill@N` / `abort@N` fire on the
-// Nth hit and let the earlier ones pass. The disarmed cost is one relaxed
+// Nth hit and let the earlier ones pass; `on` does nothing at an IDEM_FAILPOINT
+// and makes IDEM_FAILPOINT_ON(name) true. The disarmed cost is one relaxed
 // atomic load.
+//
+// IDEM_FAILPOINT_ON("guard.finish.skip_token_check") is a seeded bug: true only
+// while that failpoint is armed with `on`, so a test can make a branch misbehave
+// and show that a checker catches it (tests/chaos). An installed binary cannot arm
+// one from the environment.
 //
 // Thread safety: safe for concurrent use.
 #pragma once
@@ -33,6 +39,7 @@ void SetFailpointHook(FailpointHook hook);
 namespace internal {
 extern std::atomic<bool> g_failpoints_armed;
 void HitFailpoint(const char* name);
+bool FailpointOn(const char* name);
 void LoadFailpointsFromEnvOnce();
 }  // namespace internal
 
@@ -44,3 +51,9 @@ void LoadFailpointsFromEnvOnce();
     if (::idem::internal::g_failpoints_armed.load(std::memory_order_relaxed)) \
       ::idem::internal::HitFailpoint(name);                                    \
   } while (0)
+
+// True while failpoint `name` is armed with the action `on` (see above).
+#define IDEM_FAILPOINT_ON(name)                                                \
+  (::idem::internal::LoadFailpointsFromEnvOnce(),                              \
+   ::idem::internal::g_failpoints_armed.load(std::memory_order_relaxed) &&     \
+       ::idem::internal::FailpointOn(name))

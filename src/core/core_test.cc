@@ -106,6 +106,21 @@ TEST(FailpointDeathTest, ArmedThenDisarmedDoesNotFire) {
       ::testing::ExitedWithCode(7), "");
 }
 
+// `on` is a seeded bug for the chaos test: IDEM_FAILPOINT_ON reads it, and an
+// IDEM_FAILPOINT of the same name passes it by.
+TEST(FailpointTest, OnMakesFailpointOnTrueAndNeverFires) {
+  EXPECT_FALSE(IDEM_FAILPOINT_ON("test.point"));
+  ArmFailpoint("test.point", "on");
+  EXPECT_TRUE(IDEM_FAILPOINT_ON("test.point"));
+  EXPECT_FALSE(IDEM_FAILPOINT_ON("test.other"));
+  HitTwice();  // neither kills nor aborts
+  ArmFailpoint("test.point", "kill");
+  EXPECT_FALSE(IDEM_FAILPOINT_ON("test.point"));  // only `on` turns the branch
+  ArmFailpoint("test.point", "");
+  EXPECT_FALSE(IDEM_FAILPOINT_ON("test.point"));
+  DisarmAllFailpoints();
+}
+
 // IsUtf8 skips ASCII eight bytes at a time: a bad or multi-byte sequence at any
 // offset, inside or after a word, is still checked byte by byte.
 TEST(Utf8Test, EveryOffsetOfABadOrMultiByteSequenceIsChecked) {

@@ -101,10 +101,17 @@ void HitFailpoint(const char* name) {
     }
     action = it->second;
   }
+  if (action == "on") return;  // a seeded bug, read by IDEM_FAILPOINT_ON only
   if (action == "kill") {
     std::raise(SIGKILL);
   }
   std::abort();
+}
+
+bool FailpointOn(const char* name) {
+  absl::MutexLock lock(&g_mu);
+  auto it = Armed().find(std::string_view(name));
+  return it != Armed().end() && it->second == "on";
 }
 
 }  // namespace internal

@@ -23,6 +23,10 @@
 //   kConverged      every key a client touched ended with a result: its last final
 //                   read answered 200 (replayed or cached_failure).
 //
+// Clients are assumed to behave as SPEC §3 asks: a holder told of a takeover never
+// releases the key with a retryable fail (it probes the effect; the driver performs
+// it again), so the next holder is always told when an effect may have happened.
+//
 // The final reads are the History's OpKind::kReplay operations: the driver claims
 // every key once more after the run, with the faults healed; the checker uses the
 // last one recorded for each key.

@@ -16,40 +16,11 @@
 namespace idem::chaos {
 namespace {
 
-std::string EncodeKey(const std::string& key) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
+// A key that can stand in a line as one field.
+bool PlainKey(std::string_view key) {
+  if (key.empty()) return false;
   for (unsigned char c : key) {
-    if (c == '%' || c <= 0x20 || c >= 0x7f) {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
-bool DecodeKey(std::string_view in, std::string* out) {
-  out->clear();
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      *out += in[i];
-      continue;
-    }
-    if (i + 2 >= in.size()) return false;
-    const int hi = HexDigit(in[i + 1]), lo = HexDigit(in[i + 2]);
-    if (hi < 0 || lo < 0) return false;
-    *out += static_cast<char>(hi * 16 + lo);
-    i += 2;
+    if (c <= 0x20 || c == 0x7f) return false;
   }
   return true;
 }
@@ -68,8 +39,12 @@ absl::StatusOr<std::unique_ptr<EffectLog>> EffectLog::Open(const std::string& pa
 EffectLog::~EffectLog() { ::close(fd_); }
 
 absl::Status EffectLog::Append(const Effect& effect) {
+  if (!PlainKey(effect.key)) {
+    return absl::InvalidArgumentError(
+        "effect log: a key must be non-empty, without spaces or control bytes");
+  }
   const std::string line =
-      absl::StrCat(EncodeKey(effect.key), " ", effect.token, " ", effect.client, " ",
+      absl::StrCat(effect.key, " ", effect.token, " ", effect.client, " ",
                    std::chrono::duration_cast<std::chrono::nanoseconds>(
                        effect.at.time_since_epoch())
                        .count(),
@@ -113,7 +88,8 @@ absl::StatusOr<std::vector<Effect>> ReadEffectLog(const std::string& path) {
     if (f.size() != 4) return bad(absl::StrCat("expected 4 fields, found ", f.size()));
     Effect e;
     int64_t ns = 0;
-    if (!DecodeKey(std::string_view(f[0].data(), f[0].size()), &e.key) || e.key.empty()) return bad("bad key");
+    e.key = std::string(f[0].data(), f[0].size());
+    if (!PlainKey(e.key)) return bad("bad key");
     if (!absl::SimpleAtoi(f[1], &e.token) || e.token <= 0) return bad("bad token");
     if (!absl::SimpleAtoi(f[2], &e.client)) return bad("bad client");
     if (!absl::SimpleAtoi(f[3], &ns)) return bad("bad time");

@@ -7,8 +7,8 @@
 //
 // Line format (text, one effect per line, fields separated by one space):
 //   <key> <token> <client> <steady-clock nanoseconds>
-// Keys are percent-encoded ('%', space, control bytes and bytes >= 0x7f), so a line
-// never holds a separator or a newline of its own.
+// A key holds no space or control byte (Append refuses one), so a line never holds a
+// separator or a newline of its own.
 //
 // Get one with EffectLog::Open(path); read one back with ReadEffectLog(path).
 // Thread safety: Append may be called from any number of threads at once.
@@ -43,8 +43,9 @@ class EffectLog {
   EffectLog& operator=(const EffectLog&) = delete;
 
   // Appends `effect` as one line and fdatasyncs the file; blocks for the disk.
-  // Returns kUnavailable (naming the path) when the write or the sync fails: the
-  // caller must then not treat the effect as recorded.
+  // Returns kInvalidArgument for an empty key or one with a space or control byte,
+  // kUnavailable (naming the path) when the write or the sync fails: the caller
+  // must then not treat the effect as recorded.
   absl::Status Append(const Effect& effect);
 
   const std::string& path() const { return path_; }

@@ -127,6 +127,19 @@ std::string RawMember(std::string_view json, std::string_view name) {
   }
 }
 
+std::string FormatOperation(const Operation& op, Clock::time_point t0) {
+  const auto ms = [&](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t - t0).count();
+  };
+  std::string s = "+" + std::to_string(ms(op.invoke)) + "..+" + std::to_string(ms(op.complete)) +
+                  "ms client " + std::to_string(op.client) + " " + std::string(OpKindName(op.kind)) +
+                  " " + op.key + " token " + std::to_string(op.token) +
+                  (op.takeover ? " takeover" : "") + " -> " + std::to_string(op.status) + " " +
+                  op.error + " " + op.body;
+  if (!op.result.empty()) s += " result " + op.result;
+  return s;
+}
+
 void History::Record(Operation op) {
   std::lock_guard<std::mutex> lock(mu_);
   ops_.push_back(std::move(op));

@@ -67,6 +67,10 @@ void FillAnswer(Operation* op, int status, std::string_view body,
 // not an object or has no such member. Used to compare results byte for byte.
 std::string RawMember(std::string_view json, std::string_view name);
 
+// One line describing `op` for a human: client, key, kind, times (ms since `t0`),
+// token, status, outcome and body.
+std::string FormatOperation(const Operation& op, Clock::time_point t0);
+
 // An append-only list of finished operations.
 class History {
  public:

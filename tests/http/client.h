@@ -205,8 +205,14 @@ inline Exchange ParseRawRequest(std::string_view bytes) {
 
 class Client {
  public:
-  explicit Client(uint16_t port) : stream_(ioc_) {
-    stream_.expires_after(std::chrono::seconds(10));
+  explicit Client(uint16_t port) : Client(port, std::chrono::seconds(10), std::chrono::seconds(40)) {}
+  // Connects within `connect_timeout`; each Send() or Read() then gives up (error
+  // "... timed out" / "... operation canceled") after `io_timeout`. The chaos driver
+  // uses short ones so that a stopped server costs a client seconds, not minutes.
+  Client(uint16_t port, std::chrono::milliseconds connect_timeout,
+         std::chrono::milliseconds io_timeout)
+      : stream_(ioc_), io_timeout_(io_timeout) {
+    stream_.expires_after(connect_timeout);
     boost::beast::error_code ec;
     stream_.connect(
         boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), port), ec);
@@ -230,7 +236,7 @@ class Client {
     }
     for (auto& [k, v] : extra) req.set(k, v);
     req.prepare_payload();
-    stream_.expires_after(std::chrono::seconds(40));
+    stream_.expires_after(io_timeout_);
     boost::beast::error_code ec;
     http::write(stream_, req, ec);
     if (ec) {
@@ -305,6 +311,7 @@ class Client {
   boost::asio::io_context ioc_;
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;
+  std::chrono::milliseconds io_timeout_;
   bool connected_ = false;
   // Requests written and not yet answered, oldest first (for recording).
   std::deque<recording::Exchange> pending_;

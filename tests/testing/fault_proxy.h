@@ -6,7 +6,14 @@
 //               forwards and answers nothing: a peer that went silent without a
 //               reset (a partition, a dead host behind a NAT), the case TCP alone
 //               never reports;
-//   kReset      resets every open connection (RST) and every new one at once.
+//   kReset      resets every open connection (RST) and every new one at once;
+//   kDelay      forwards both ways, each chunk set_delay() late (a slow network);
+//   kCutBeforeCommit / kCutAfterCommit
+//               forwards both ways, but a connection whose client sends bytes that
+//               contain the word COMMIT or CALL (any case: the SQL text of
+//               PostgreSQL's and MySQL's protocols; idem's MariaDB procedures commit
+//               inside a CALL) is reset before / right after those bytes are
+//               forwarded, so the client never learns whether its COMMIT happened.
 // Back to kPass is "the network healed": new connections forward again; the ones
 // that were black-holed stay dead, as they would across a real partition.
 //
@@ -20,11 +27,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -32,7 +43,7 @@ namespace idem::testing {
 
 class FaultProxy {
  public:
-  enum class Mode { kPass, kBlackhole, kReset };
+  enum class Mode { kPass, kBlackhole, kReset, kDelay, kCutBeforeCommit, kCutAfterCommit };
 
   // Listens on a free port of 127.0.0.1 and forwards to 127.0.0.1:`target_port`.
   // Returns null when it cannot listen.
@@ -70,6 +81,11 @@ class FaultProxy {
   int port() const { return port_; }
 
   void SetMode(Mode mode) { mode_ = mode; }
+  // The lateness of each chunk in kDelay (default 100 ms).
+  void set_delay(std::chrono::milliseconds delay) { delay_ms_ = static_cast<int>(delay.count()); }
+
+  // Connections cut around a COMMIT so far.
+  int commits_cut() const { return commits_cut_; }
 
   // Connections accepted so far.
   int accepted() const { return accepted_; }
@@ -83,6 +99,24 @@ class FaultProxy {
     linger l{1, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
     ::close(fd);
+  }
+
+  // True when the bytes hold the word COMMIT (not COMMITTED, as in the session's
+  // "READ COMMITTED") or CALL (MariaDB: idem's procedures commit inside).
+  static bool HasCommit(const char* data, size_t n) {
+    return HasWord(data, n, "commit") || HasWord(data, n, "call");
+  }
+  static bool HasWord(const char* data, size_t n, std::string_view word) {
+    const char* end = data + n;
+    const auto alpha = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; };
+    for (const char* at = data;; ++at) {
+      at = std::search(at, end, word.begin(), word.end(), [](char a, char b) {
+        return std::tolower(static_cast<unsigned char>(a)) == b;
+      });
+      if (at == end) return false;
+      const char* after = at + word.size();
+      if ((at == data || !alpha(at[-1])) && (after == end || !alpha(*after))) return true;
+    }
   }
 
   void AcceptLoop() {
@@ -120,6 +154,7 @@ class FaultProxy {
       ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
     char buf[16384];
+    bool cut = false;  // reset around a COMMIT
     while (!stopping_) {
       const Mode mode = mode_;
       if (mode == Mode::kReset) break;
@@ -136,6 +171,17 @@ class FaultProxy {
           break;
         }
         if (blackholed) continue;  // swallowed: nothing goes on, nothing comes back
+        const bool commit = i == 0 && (mode == Mode::kCutBeforeCommit ||
+                                       mode == Mode::kCutAfterCommit) &&
+                            HasCommit(buf, static_cast<size_t>(r));
+        if (commit && mode == Mode::kCutBeforeCommit) {
+          ++commits_cut_;
+          cut = true;
+          break;
+        }
+        if (mode == Mode::kDelay) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_.load()));
+        }
         const int to = i == 0 ? server : client;
         for (ssize_t off = 0; off < r;) {
           const ssize_t w = ::write(to, buf + off, static_cast<size_t>(r - off));
@@ -145,10 +191,15 @@ class FaultProxy {
           }
           off += w;
         }
+        if (commit && !closed) {
+          ++commits_cut_;
+          cut = true;
+          break;
+        }
       }
-      if (closed) break;
+      if (closed || cut) break;
     }
-    if (mode_ == Mode::kReset) {
+    if (mode_ == Mode::kReset || cut) {
       Reset(client);
       if (server >= 0) Reset(server);
     } else {
@@ -163,6 +214,8 @@ class FaultProxy {
   std::atomic<Mode> mode_{Mode::kPass};
   std::atomic<bool> stopping_{false};
   std::atomic<int> accepted_{0};
+  std::atomic<int> delay_ms_{100};
+  std::atomic<int> commits_cut_{0};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<std::thread> threads_;
