@@ -18,6 +18,7 @@ test_pkgs=(
   postgresql-15 mariadb-server redis-server
   python3 python3-pytest python3-jsonschema python3-yaml
   chromium
+  clang-14 libclang-rt-14-dev  # tests/fuzz: clang, libFuzzer and the sanitizer runtimes
   "${package_pkgs[@]}"
 )
 
