@@ -21,8 +21,6 @@ bool IsSecretName(std::string_view name) {
   return false;
 }
 
-bool IsSecretParam(std::string_view item) { return IsSecretName(item.substr(0, item.find('='))); }
-
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -45,6 +43,14 @@ bool Decode(std::string_view in, std::string* out) {
     i += 2;
   }
   return true;
+}
+
+// Whether the query item "k=v" is a secret parameter. Its name is read as the
+// parsers and the drivers read it, percent-decoded: "pass%77ord" is password.
+bool IsSecretParam(std::string_view item) {
+  std::string name;
+  if (!Decode(item.substr(0, item.find('=')), &name)) return false;
+  return IsSecretName(name);
 }
 
 // The non-empty "k=v" items of a query (the part after '?').
@@ -101,7 +107,7 @@ std::vector<std::string_view> RawSecrets(std::string_view url) {
   }
   for (std::string_view item : QueryItems(query)) {
     const size_t eq = item.find('=');
-    if (eq != std::string_view::npos && IsSecretName(item.substr(0, eq)) && eq + 1 < item.size()) {
+    if (eq != std::string_view::npos && IsSecretParam(item) && eq + 1 < item.size()) {
       out.push_back(item.substr(eq + 1));
     }
   }
@@ -353,6 +359,11 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
   if (port.has_value()) {
     int p = 0;
     auto [ptr, ec] = std::from_chars(port->data(), port->data() + port->size(), p);
+    if (port->find_first_not_of("0123456789") != std::string_view::npos) {
+      // Not echoed: text after ':' that is no number may be a password written
+      // without its '@host' ("user:secret/db"), which RedactUrl hides too.
+      return bad("the text after ':' is not a port 1..65535 (a password needs '@host' after it)");
+    }
     if (ec != std::errc() || ptr != port->data() + port->size() || p < 1 || p > 65535) {
       return bad(absl::StrCat("port '", AV(*port), "' must be 1..65535"));
     }

@@ -48,6 +48,20 @@ TEST(RedactUrlTest, APasswordWithoutItsHostIsStillHidden) {
   EXPECT_EQ(RedactUrl("mysql://db:3306/app"), "mysql://db:3306/app");  // a port stays
 }
 
+// Found by tests/fuzz/fuzz_store_url: a parameter's name is percent-decoded by the
+// parser (and by libpq), so "pass%77ord" is the password and must be hidden too.
+TEST(RedactUrlTest, SecretParametersWithPercentEncodedNamesAreDropped) {
+  EXPECT_EQ(RedactUrl("postgres://db/app?pass%77ord=s3cret&pool=2&%73ecret=x"),
+            "postgres://db/app?pool=2");
+  const std::string url = "postgres://db/app?pass%77ord=s3cret";
+  EXPECT_EQ(RedactSecretsIn("connect failed for password s3cret", url),
+            "connect failed for password ***");
+  absl::StatusOr<StoreUrl> u = ParseStoreUrl(url, "postgres");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(*u->Param("password"), "s3cret");
+  EXPECT_EQ(u->redacted, "postgres://db/app");
+}
+
 TEST(RedactSecretsInTest, ReplacesThePasswordWhereverADriverQuotedIt) {
   const std::string url = "postgres://idem:p%40ss-w0rd@[::1/db?password=other";
   EXPECT_EQ(RedactSecretsIn("bad URI \"postgres://idem:p%40ss-w0rd@[::1/db\"; p@ss-w0rd; other", url),
@@ -130,6 +144,10 @@ TEST(ParseStoreUrlTest, ErrorsNameWhatIsWrongAndNeverThePassword) {
       {"redis://:s3cret@host/#frag", "fragment"},
       {"redis://:s3cret@host?=1", "without a name"},
       {"postgres://:s3cret@host", "not a redis:// URL"},
+      // Found by tests/fuzz/fuzz_store_url: a password written without its '@host'
+      // reads as a port, and the error quoted it.
+      {"redis://idem:s3cret/0", "not a port 1..65535 (a password needs '@host'"},
+      {"redis://idem:12ab", "not a port"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<StoreUrl> u = ParseStoreUrl(c.url, "redis");

@@ -44,7 +44,7 @@ void CheckTimestamps(std::string_view text) {
     return;
   }
   Check(length > 0 && length <= text.size(), "a timestamp's length is within the text");
-  const std::string back = absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", *t, absl::UTCTimeZone());
+  const std::string back = absl::FormatTime("%4Y-%m-%dT%H:%M:%E*SZ", *t, absl::UTCTimeZone());
   size_t back_length = 0;
   absl::StatusOr<absl::Time> again = kafka::ParseRfc3339Prefix(back, &back_length);
   // Years outside 0000..9999 (an offset past midnight of 0000-01-01) have no
