@@ -10,11 +10,8 @@
 // "internal error") here, as the command itself never fails operationally; a
 // refused retention section is kInvalidArgument or kFailedPrecondition naming
 // "config file: ".
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -64,30 +61,12 @@ cli::CommandFn AddServe(CLI::App& root) {
   };
 }
 
-const std::string& ConfigPath() {
-  static const std::string* path = [] {
-    const char* dir = std::getenv("TMPDIR");
-    std::string templ = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") +
-                        "/idem-fuzz-config-XXXXXX";
-    const int fd = ::mkstemp(templ.data());
-    Check(fd >= 0, "mkstemp for the config file");
-    ::close(fd);
-    return new std::string(templ);
-  }();
-  return *path;
-}
-
 }  // namespace
 }  // namespace idem::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string& path = idem::fuzz::ConfigPath();
-  {
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    idem::fuzz::Check(f != nullptr, "open the config file");
-    idem::fuzz::Check(std::fwrite(data, 1, size, f) == size, "write the config file");
-    std::fclose(f);
-  }
+  const std::string& path = idem::fuzz::ScratchFile("config");
+  idem::fuzz::WriteFile(path, data, size);
   // RunCommandLine registers its logger by name each run, as a process does once.
   spdlog::drop("idem");
   std::string arg0 = "idem", arg1 = "serve", arg2 = "--config", arg3 = path;

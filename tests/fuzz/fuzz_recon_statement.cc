@@ -9,12 +9,8 @@
 // rows come in increasing lines (after the header for CSV), each with a non-empty
 // UTF-8 key, an amount in canonical form (ParseDecimal at scale 0 keeps it), a
 // status the status map allows; the end is sticky (Next after false is false).
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -27,37 +23,6 @@
 #include "recon/fields.h"
 #include "recon/statement_readers.h"
 
-namespace idem::fuzz {
-namespace {
-
-// The file the readers read: one per process, rewritten for each input.
-const std::string& StatementPath() {
-  static const std::string* path = [] {
-    const char* dir = std::getenv("TMPDIR");
-    std::string templ = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") +
-                        "/idem-fuzz-statement-XXXXXX";
-    const int fd = ::mkstemp(templ.data());
-    Check(fd >= 0, "mkstemp for the statement file");
-    ::close(fd);
-    return new std::string(templ);
-  }();
-  return *path;
-}
-
-void WriteFile(const std::string& path, const uint8_t* data, size_t size) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-  Check(fd >= 0, "open the statement file");
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    Check(n > 0, "write the statement file");
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  ::close(fd);
-}
-
-}  // namespace
-}  // namespace idem::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using idem::fuzz::Check;
@@ -65,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const uint8_t settings = data[0];
   const int scale = data[1] % (recon::kMaxScale + 1);
-  const std::string& path = idem::fuzz::StatementPath();
+  const std::string& path = idem::fuzz::ScratchFile("statement");
   idem::fuzz::WriteFile(path, data + 2, size - 2);
 
   static const recon::ColumnMap map =
