@@ -192,25 +192,25 @@ std::string RedactSecretsIn(std::string_view text, std::string_view url) {
       secrets.push_back(std::move(decoded));
     }
   }
-  // One pass over `text`, the longest secret first at each place: replacing one
-  // secret after another would redact the "***" of the last (a secret "*" given
-  // n times made 3^n of them, found by tests/fuzz/fuzz_store_url).
-  std::sort(secrets.begin(), secrets.end(),
-            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
-  std::string out;
-  for (size_t i = 0; i < text.size();) {
-    size_t matched = 0;
-    for (const std::string& secret : secrets) {
-      if (!secret.empty() && text.substr(i).starts_with(secret)) {
-        matched = secret.size();
-        break;
-      }
+  // Every character inside some occurrence of some secret is covered, and each run
+  // of covered characters becomes one "***". Replacing one secret after another
+  // instead redacted the "***" of the last (a secret "*" given n times made 3^n of
+  // them) and broke a secret that overlaps another; both found by
+  // tests/fuzz/fuzz_store_url.
+  std::vector<bool> covered(text.size(), false);
+  for (const std::string& secret : secrets) {
+    if (secret.empty()) continue;
+    for (size_t at = text.find(secret); at != std::string_view::npos;
+         at = text.find(secret, at + 1)) {
+      std::fill(covered.begin() + at, covered.begin() + at + secret.size(), true);
     }
-    if (matched > 0) {
+  }
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!covered[i]) {
+      out += text[i];
+    } else if (i == 0 || !covered[i - 1]) {
       out += "***";
-      i += matched;
-    } else {
-      out += text[i++];
     }
   }
   return out;
