@@ -195,8 +195,8 @@ std::string RedactSecretsIn(std::string_view text, std::string_view url) {
   // Every character inside some occurrence of some secret is covered, and each run
   // of covered characters becomes one "***". Replacing one secret after another
   // instead redacted the "***" of the last (a secret "*" given n times made 3^n of
-  // them) and broke a secret that overlaps another; both found by
-  // tests/fuzz/fuzz_store_url.
+  // them; found by tests/fuzz/fuzz_store_url) and left the rest of a secret that
+  // overlaps one replaced before it.
   std::vector<bool> covered(text.size(), false);
   for (const std::string& secret : secrets) {
     if (secret.empty()) continue;

@@ -74,8 +74,8 @@ TEST(RedactSecretsInTest, ReplacesThePasswordWhereverADriverQuotedIt) {
 
 // Found by tests/fuzz/fuzz_store_url: secrets were replaced one after another, so a
 // secret that is part of "***" redacted the stars of the one before, tripling them
-// for each such parameter (3^n characters: a timeout at a dozen), and a secret that
-// overlaps another was left partly in the text.
+// for each such parameter (3^n characters: a timeout at a dozen). Seen while fixing
+// it: a secret that overlaps one replaced before it was left partly in the text.
 TEST(RedactSecretsInTest, SecretsAreCoveredOnceEvenWhenTheyOverlap) {
   std::string url = "postgres://db/app?pool=1";
   for (int i = 0; i < 40; ++i) url += "&pass=*";
