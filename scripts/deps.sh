@@ -19,6 +19,7 @@ test_pkgs=(
   galera-4 rsync iproute2
   python3 python3-pytest python3-jsonschema python3-yaml
   chromium spin
+  clang-14 libclang-rt-14-dev  # tests/fuzz: clang, libFuzzer and the sanitizer runtimes
   "${package_pkgs[@]}"
 )
 

@@ -26,6 +26,9 @@ std::vector<CLI::ConfigItem>& RetentionItems() {
 class Reader final : public CLI::ConfigTOML {
  public:
   std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    // The items of the file read last: a process that parses a command line again
+    // (the config fuzzer does, once per input) must not see an earlier file's.
+    RetentionItems().clear();
     std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(input);
     std::vector<CLI::ConfigItem> rest;
     for (CLI::ConfigItem& item : items) {
@@ -70,7 +73,11 @@ absl::StatusOr<RetentionPolicy> RetentionFromConfig(std::string* derivation) {
     sections[item.parents[1]].values[item.name] = item.inputs.front();
   }
   RetentionPolicy policy;
-  for (const auto& [biz_type, section] : sections) {
+  for (const auto& entry : sections) {
+    // Named references, not a structured binding: clang 14 (the fuzz build) cannot
+    // capture a binding in the lambda below.
+    const std::string& biz_type = entry.first;
+    const Section& section = entry.second;
     TtlInputs inputs;
     std::optional<absl::Duration> ttl, tombstone;
     const std::pair<const char*, absl::Duration*> windows[] = {

@@ -34,7 +34,7 @@ namespace idem::cli {
 // CLI11's TOML reader, keeping the [retention.*] items for RetentionFromConfig().
 std::shared_ptr<CLI::Config> ConfigReader();
 
-// The policy of the [retention.*] sections of the --config file read by this
+// The policy of the [retention.*] sections of the --config file read last by this
 // process (empty without one, or without such sections). Errors, each naming the
 // section and key: kInvalidArgument for an unknown key, a missing window, a bad
 // duration (exit 2); kFailedPrecondition for a ttl below the derived TTL, with

@@ -21,9 +21,10 @@ namespace idem::store {
 
 // `url` without its secrets, for messages, logs, metric labels and problem details:
 // the password of `user:password@` is dropped (`user@host`), and so are query
-// parameters named password, pass, passwd or secret. Works on malformed URLs too
-// (it never fails): a URL without "://" is returned unchanged only when it has no
-// '@' (else everything up to the last '@' is dropped).
+// parameters named password, pass, passwd or secret (names read percent-decoded, as
+// the parser and the drivers read them: "pass%77ord" is password). Works on
+// malformed URLs too (it never fails): a URL without "://" is returned unchanged
+// only when it has no '@' (else everything up to the last '@' is dropped).
 std::string RedactUrl(std::string_view url);
 
 // `text` (a driver's message, which may quote the URL it was given) with every
