@@ -112,7 +112,7 @@ TEST(MysqlUrlTest, ErrorsNameWhatIsWrongAndNeverThePassword) {
       {"mysql://u@/d", "names no host"},
       {"mysql://u@h:0/d", "port '0'"},
       {"mysql://u@h:65536/d", "port '65536'"},
-      {"mysql://u@h:33x/d", "port '33x'"},
+      {"mysql://u@h:33x/d", "not a port 1..65535"},
       {"mysql://u@h:/d", "empty port"},
       {"mysql://u@::1/d", "write IPv6 as [::1]"},
       {"mysql://u@[::1/d", "unclosed '['"},
