@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The sanitizer runs of the test suite (part of scripts/test.sh):
+# The sanitizer runs of the test suite (asan is part of scripts/test.sh; tsan is not
+# yet, see docs/reliability.md "Sanitizers": Debian's absl::Mutex is invisible to TSan):
 #   asan  ASan+UBSan build (build-asan) of every test labelled unit, conformance or
 #         crash, run with ctest; any report (leak, overflow, use-after-free,
 #         undefined behaviour) fails the test that caused it.
