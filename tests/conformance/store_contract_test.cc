@@ -273,7 +273,7 @@ TEST_P(StoreContractTest, PoolRecoversAfterItsSessionsAreKilled) {
   }
 
   // The pool's connections and no more (pool= bounds it).
-  EXPECT_EQ(GetParam().kill_sessions(url_), 3);
+  EXPECT_EQ(GetParam().kill_sessions(url_, 3), 3);
 
   EXPECT_THAT(open_tx->Exec("INSERT INTO t VALUES (3)"), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(open_tx->Commit(), StatusIs(absl::StatusCode::kUnavailable));
@@ -297,7 +297,7 @@ TEST_P(StoreContractTest, PoolRecoversAfterItsSessionsAreKilled) {
   EXPECT_EQ(replay->outcome, Outcome::kReplayed);
   EXPECT_EQ(replay->value, "done");
   // Replacing the dead sessions did not grow the pool past its bound.
-  EXPECT_LE(GetParam().kill_sessions(url_), 3);
+  EXPECT_LE(GetParam().kill_sessions(url_, 3), 3);
 }
 
 // ---- the Guard's final write ----

@@ -49,7 +49,12 @@ struct Backend {
   // `url` made), as an operator's KILL or a failover would, and returns once they
   // are gone. Returns how many sessions it ended, or -1 after reporting a test
   // failure. Null for a backend without a server (memory://, SQLite).
-  std::function<int64_t(const std::string& url)> kill_sessions;
+  //
+  // A client's close does not wait for the server: a session the store already
+  // closed (the one that set up the schema) can still be listed for a while on a
+  // loaded machine. So it first waits (up to WaitUntil's deadline) for at most
+  // `settle_to` sessions to be left, then ends those there are.
+  std::function<int64_t(const std::string& url, int64_t settle_to)> kill_sessions;
 };
 
 // Opens `url` (made by backend.url) and applies backend.wrap, if any.
@@ -131,7 +136,7 @@ inline std::string PostgresUrl(const std::string& dir) {
 
 // Backend::kill_sessions for PostgreSQL: pg_terminate_backend on every session whose
 // application_name is the one PostgresUrl put in `url`.
-inline int64_t KillPostgresSessions(const std::string& url) {
+inline int64_t KillPostgresSessions(const std::string& url, int64_t settle_to) {
   const std::string app = UrlParam(url, "application_name");
   const char* base = std::getenv("IDEM_TEST_POSTGRES_URL");
   if (app.empty() || base == nullptr) {
@@ -149,17 +154,19 @@ inline int64_t KillPostgresSessions(const std::string& url) {
     IDEM_RETURN_IF_ERROR(tx->Commit());
     return rows;
   };
+  absl::StatusOr<Rows> left;
+  auto count = [&] {
+    left = query("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?");
+    return left.ok() ? left->rows[0][0].as_int() : int64_t{-1};
+  };
+  WaitUntil([&] { return count() <= settle_to; });  // else the count below tells
   absl::StatusOr<Rows> killed =
       query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ?");
   if (!killed.ok()) {
     ADD_FAILURE() << "pg_terminate_backend: " << killed.status();
     return -1;
   }
-  absl::StatusOr<Rows> left;
-  if (!WaitUntil([&] {
-        left = query("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?");
-        return left.ok() && left->rows[0][0].as_int() == 0;
-      })) {
+  if (!WaitUntil([&] { return count() == 0; })) {
     ADD_FAILURE() << "the sessions of " << app << " outlived pg_terminate_backend: "
                   << (left.ok() ? std::to_string(left->rows[0][0].as_int()) + " left"
                                 : left.status().ToString());
@@ -188,7 +195,7 @@ inline std::string MysqlTestUrl(const std::string& dir) {
 
 // Backend::kill_sessions for MariaDB/MySQL: KILL every other session on the test's
 // own database (MysqlTestUrl gives each test one), from a store of its own there.
-inline int64_t KillMysqlSessions(const std::string& url) {
+inline int64_t KillMysqlSessions(const std::string& url, int64_t settle_to) {
   absl::StatusOr<std::unique_ptr<Store>> admin = OpenStore(WithParams(url, "pool=1"));
   if (!admin.ok()) {
     ADD_FAILURE() << "cannot open the test database: " << admin.status();
@@ -205,7 +212,11 @@ inline int64_t KillMysqlSessions(const std::string& url) {
     for (const std::vector<Value>& row : rows.rows) ids.push_back(row[0].as_int());
     return ids;
   };
-  absl::StatusOr<std::vector<int64_t>> ids = others();
+  absl::StatusOr<std::vector<int64_t>> ids;
+  WaitUntil([&] {  // else the count returned tells
+    ids = others();
+    return ids.ok() && static_cast<int64_t>(ids->size()) <= settle_to;
+  });
   if (!ids.ok()) {
     ADD_FAILURE() << "cannot list the sessions: " << ids.status();
     return -1;
