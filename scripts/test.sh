@@ -5,10 +5,10 @@
 #   1. every test of the main build with CTest (labels unit, conformance, crash, http,
 #      integration, kafka, streams, browser, dist, chaos, cluster, model, ...);
 #   2. the ASan+UBSan build of the unit, conformance and crash suites and its run
-#      (scripts/sanitize.sh asan); the TSan run (scripts/sanitize.sh tsan) is not part
-#      of it yet: Debian's libabsl is not built with TSan, so every race report of it
-#      is on data an absl::Mutex guards (docs/reliability.md, Sanitizers);
-#   3. the fuzzers: clang-14 build in build-fuzz, 20 s of libFuzzer under ASan+UBSan
+#      (scripts/sanitize.sh asan);
+#   3. the TSan build of the concurrency suite and the server tests and its run
+#      (scripts/sanitize.sh tsan; docs/reliability.md, Sanitizers);
+#   4. the fuzzers: clang-14 build in build-fuzz, 20 s of libFuzzer under ASan+UBSan
 #      per fuzzer and a replay of each seed corpus (label fuzz, tests/fuzz/).
 # Every part runs even when an earlier one failed; the exit status is non-zero when
 # any did, and a table at the end says which part failed and how long each took.
@@ -50,6 +50,9 @@ if [[ $# -eq 0 ]]; then
     scripts/build.sh idem_fuzzers >build-fuzz/build.log 2>&1 &
   fuzz_build=$!
   run_part "asan+ubsan unit/conformance/crash" scripts/sanitize.sh test asan
+  # The TSan build runs beside the rest of the fuzz build (which has one job).
+  run_part "tsan build" scripts/sanitize.sh build tsan
+  run_part "tsan concurrency/http" scripts/sanitize.sh test tsan
   wait_fuzz_build() {
     local rc=0
     wait "$fuzz_build" || rc=$?
