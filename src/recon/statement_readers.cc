@@ -1,11 +1,14 @@
 #include "recon/statement_readers.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,12 +20,24 @@ namespace idem::recon {
 namespace {
 
 constexpr size_t kBlock = 1 << 20;
+constexpr size_t kMinBlock = 4096;
 
 // A file read in blocks, with the unconsumed tail kept in one buffer so that a
-// record (or line) is always contiguous while it is parsed.
+// record (or line) is always contiguous while it is parsed. Reads go into a block
+// that is never zero-filled (growing buf_ by a whole block zeroed 1 MiB per read,
+// twice for a small file), sized to the file when it is a regular one.
 class BlockFile {
  public:
-  BlockFile(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
+  BlockFile(int fd, std::string name) : fd_(fd), name_(std::move(name)) {
+    struct stat st;
+    size_t size = kBlock;
+    if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 0) {
+      // One byte more than the file, so the read that sees EOF needs no second block.
+      size = std::clamp<size_t>(static_cast<size_t>(st.st_size) + 1, kMinBlock, kBlock);
+    }
+    block_size_ = size;
+    block_ = std::make_unique_for_overwrite<char[]>(size);
+  }
   ~BlockFile() { ::close(fd_); }
 
   // Makes more bytes available after data(); false at EOF. kUnavailable on error.
@@ -32,17 +47,12 @@ class BlockFile {
       buf_.erase(0, pos_);
       pos_ = 0;
     }
-    const size_t old = buf_.size();
-    buf_.resize(old + kBlock);
     ssize_t n;
     do {
-      n = ::read(fd_, buf_.data() + old, kBlock);
+      n = ::read(fd_, block_.get(), block_size_);
     } while (n < 0 && errno == EINTR);
-    if (n < 0) {
-      buf_.resize(old);
-      return absl::UnavailableError(name_ + ": " + std::strerror(errno));
-    }
-    buf_.resize(old + static_cast<size_t>(n));
+    if (n < 0) return absl::UnavailableError(name_ + ": " + std::strerror(errno));
+    buf_.append(block_.get(), static_cast<size_t>(n));
     if (n == 0) eof_ = true;
     return n > 0;
   }
@@ -54,6 +64,8 @@ class BlockFile {
  private:
   const int fd_;
   const std::string name_;
+  size_t block_size_ = kBlock;
+  std::unique_ptr<char[]> block_;
   std::string buf_;
   size_t pos_ = 0;
   bool eof_ = false;
