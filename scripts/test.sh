@@ -38,9 +38,30 @@ run_part() {
   if "$@"; then rc=0; else rc=$?; failed=1; fi
   parts+=("$(printf '%-34s %-6s %5d s' "$name" "$([[ $rc -eq 0 ]] && echo ok || echo FAILED)" $((SECONDS - start)))")
 }
+# list_failed DIR: the tests that ctest's last run in DIR failed, into the summary,
+# so the last lines of a CI log say which ones.
+list_failed() {
+  local log="$1/Testing/Temporary/LastTestsFailed.log" line
+  [[ -s $log ]] || return 0
+  while IFS= read -r line; do parts+=("    failed: ${line#*:}"); done <"$log"
+}
+forget_failed() { rm -f "$1/Testing/Temporary/LastTestsFailed.log"; }
+# run_ctest NAME BUILD_DIR ARGS...: a ctest part in BUILD_DIR.
+run_ctest() {
+  local name=$1 dir=$2
+  shift 2
+  forget_failed "$dir"
+  run_part "$name" ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" --timeout 600 "$@"
+  list_failed "$dir"
+}
+# run_sanitized NAME KIND: scripts/sanitize.sh's test run of build-KIND.
+run_sanitized() {
+  forget_failed "build-$2"
+  run_part "$1" scripts/sanitize.sh test "$2"
+  list_failed "build-$2"
+}
 
-run_part "main suite (ctest)" \
-  ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 600 "$@"
+run_ctest "main suite (ctest)" build "$@"
 if [[ $# -eq 0 ]]; then
   run_part "asan+ubsan build" scripts/sanitize.sh build asan
   # The fuzzers build (one job, clang) while the ASan suite runs: those tests mostly
@@ -49,10 +70,10 @@ if [[ $# -eq 0 ]]; then
   JOBS=1 BUILD_DIR=build-fuzz CC=clang-14 CXX=clang++-14 IDEM_CMAKE_ARGS=-DIDEM_FUZZ=ON \
     scripts/build.sh idem_fuzzers >build-fuzz/build.log 2>&1 &
   fuzz_build=$!
-  run_part "asan+ubsan unit/conformance/crash" scripts/sanitize.sh test asan
+  run_sanitized "asan+ubsan unit/conformance/crash" asan
   # The TSan build runs beside the rest of the fuzz build (which has one job).
   run_part "tsan build" scripts/sanitize.sh build tsan
-  run_part "tsan concurrency/http" scripts/sanitize.sh test tsan
+  run_sanitized "tsan concurrency/http" tsan
   wait_fuzz_build() {
     local rc=0
     wait "$fuzz_build" || rc=$?
@@ -60,8 +81,7 @@ if [[ $# -eq 0 ]]; then
     return "$rc"
   }
   run_part "fuzz build (clang-14, build-fuzz/build.log)" wait_fuzz_build
-  run_part "fuzz (ctest -L fuzz)" \
-    ctest --test-dir build-fuzz --output-on-failure -j "$(nproc)" --timeout 600 -L fuzz
+  run_ctest "fuzz (ctest -L fuzz)" build-fuzz -L fuzz
 else
   parts+=("sanitizer and fuzz runs           skipped (ctest arguments given)")
 fi
