@@ -90,38 +90,17 @@ class Run {
   }
 
   void Schedule(Clock::time_point start) {
-    std::mt19937_64 rng(o_.seed);
-    const auto ms_since = [&] {
-      return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-    };
-    const auto uniform_ms = [&](std::chrono::milliseconds lo, std::chrono::milliseconds hi) {
-      return std::chrono::milliseconds(
-          std::uniform_int_distribution<int64_t>(lo.count(), std::max(lo, hi).count())(rng));
-    };
-    while (!faults_.empty() && !aborted_) {
-      const auto gap = uniform_ms(o_.fault_gap_min, o_.fault_gap_max);
-      if (Clock::now() + gap >= fault_end_) break;
-      Sleep(gap);
-      const FaultKind& f = faults_[rng() % faults_.size()];
-      const auto hold = uniform_ms(f.min_hold, f.max_hold);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        fault_log_.push_back(absl::StrCat("+", ms_since(), "ms ", f.name, " (hold ", hold.count(),
-                                          "ms)"));
-      }
-      if (absl::Status s = f.inject(); !s.ok()) {
-        Fatal(absl::Status(s.code(), absl::StrCat("injecting ", f.name, ": ", s.message())));
-        break;
-      }
-      Sleep(hold);
-      if (absl::Status s = f.heal(); !s.ok()) {
-        Fatal(absl::Status(s.code(), absl::StrCat("healing ", f.name, ": ", s.message())));
-        break;
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      ++fault_counts_[f.name];
-    }
-    while (!aborted_ && Clock::now() < fault_end_) Sleep(std::chrono::milliseconds(50));
+    absl::Status s = ScheduleFaults({.seed = o_.seed,
+                                     .gap_min = o_.fault_gap_min,
+                                     .gap_max = o_.fault_gap_max,
+                                     .start = start,
+                                     .end = fault_end_,
+                                     .aborted = &aborted_,
+                                     .mu = &mu_,
+                                     .log = &fault_log_,
+                                     .counts = &fault_counts_},
+                                    faults_);
+    if (!s.ok()) Fatal(std::move(s));
   }
 
   // One request, recorded as `op` (kind, key, client and the request fields set).
@@ -282,6 +261,50 @@ class Run {
 };
 
 }  // namespace
+
+absl::Status ScheduleFaults(const FaultSchedule& o, const std::vector<FaultKind>& faults) {
+  using Clock = std::chrono::steady_clock;
+  std::mt19937_64 rng(o.seed);
+  const auto aborted = [&] { return o.aborted != nullptr && o.aborted->load(); };
+  // Sleeps `d` in slices, returning early once the run is aborted.
+  const auto sleep = [&](Clock::duration d) {
+    const Clock::time_point until = Clock::now() + d;
+    while (!aborted() && Clock::now() < until) {
+      std::this_thread::sleep_for(
+          std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(20)));
+    }
+  };
+  const auto ms_since = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - o.start).count();
+  };
+  const auto uniform_ms = [&](std::chrono::milliseconds lo, std::chrono::milliseconds hi) {
+    return std::chrono::milliseconds(
+        std::uniform_int_distribution<int64_t>(lo.count(), std::max(lo, hi).count())(rng));
+  };
+  while (!faults.empty() && !aborted()) {
+    const auto gap = uniform_ms(o.gap_min, o.gap_max);
+    if (Clock::now() + gap >= o.end) break;
+    sleep(gap);
+    const FaultKind& f = faults[rng() % faults.size()];
+    const auto hold = uniform_ms(f.min_hold, f.max_hold);
+    {
+      std::lock_guard<std::mutex> lock(*o.mu);
+      o.log->push_back(
+          absl::StrCat("+", ms_since(), "ms ", f.name, " (hold ", hold.count(), "ms)"));
+    }
+    if (absl::Status s = f.inject(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("injecting ", f.name, ": ", s.message()));
+    }
+    sleep(hold);
+    if (absl::Status s = f.heal(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("healing ", f.name, ": ", s.message()));
+    }
+    std::lock_guard<std::mutex> lock(*o.mu);
+    ++(*o.counts)[f.name];
+  }
+  while (!aborted() && Clock::now() < o.end) sleep(std::chrono::milliseconds(50));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<RunResult> RunChaos(const DriverOptions& options, Endpoints& endpoints,
                                    const std::vector<FaultKind>& faults) {

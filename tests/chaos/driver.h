@@ -30,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,26 @@ struct FaultKind {
   std::chrono::milliseconds min_hold{0};
   std::chrono::milliseconds max_hold{0};
 };
+
+// Where the fault scheduler (ScheduleFaults) runs and what it records.
+struct FaultSchedule {
+  uint64_t seed = 1;  // every choice (gap, fault, hold) comes from it
+  std::chrono::milliseconds gap_min{300};
+  std::chrono::milliseconds gap_max{1500};
+  std::chrono::steady_clock::time_point start;  // "+Nms" in the log counts from here
+  std::chrono::steady_clock::time_point end;    // no fault starts a gap after this
+  const std::atomic<bool>* aborted = nullptr;   // optional: stop early once it holds
+  std::mutex* mu = nullptr;                      // REQUIRED: guards `log` and `counts`
+  std::vector<std::string>* log = nullptr;       // REQUIRED: "+1234ms kill serve0 (hold 300ms)"
+  std::map<std::string, int>* counts = nullptr;  // REQUIRED: fault kind → times healed
+};
+
+// The fault scheduler: until `o.end`, waits a random gap, injects a random one of
+// `faults`, holds it and heals it; it returns at `o.end` (or once aborted) with every
+// fault it injected healed. Each fault is logged before it is injected and counted
+// once healed. Returns the first inject or heal error, prefixed with the fault
+// (the harness failed, not idem). Blocks.
+absl::Status ScheduleFaults(const FaultSchedule& o, const std::vector<FaultKind>& faults);
 
 struct DriverOptions {
   uint64_t seed = 1;
