@@ -1,5 +1,8 @@
 #include "store/sql/schema.h"
 
+#include <chrono>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
@@ -59,10 +62,14 @@ absl::Status Create(SchemaSession& session, const Dialect& dialect, std::string_
   return absl::OkStatus();
 }
 
-}  // namespace
+// How often a creation the database rolled back (kAborted: a deadlock, or a
+// certification conflict on Galera, where the schema lock is node-local and two
+// processes on two nodes create together) is tried again. The next try usually
+// takes the fast path: it finds the winner's schema.
+constexpr int kCreateAttempts = 5;
 
-absl::Status OpenSchema(SchemaSession& session, const Dialect& dialect, std::string_view where,
-                        SchemaMode mode) {
+absl::Status OpenSchemaOnce(SchemaSession& session, const Dialect& dialect,
+                            std::string_view where, SchemaMode mode) {
   // Fast path without a lock: the schema is usually there, and an existing schema
   // needs neither DDL nor the lock (a store opens while another process holds
   // long transactions on the tables).
@@ -98,6 +105,19 @@ absl::Status OpenSchema(SchemaSession& session, const Dialect& dialect, std::str
                         absl::StrCat(AV(where), ": creating the idem schema: ", s.message()));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status OpenSchema(SchemaSession& session, const Dialect& dialect, std::string_view where,
+                        SchemaMode mode) {
+  absl::Status s;
+  for (int attempt = 0; attempt < kCreateAttempts; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50 << (attempt - 1)));
+    s = OpenSchemaOnce(session, dialect, where, mode);
+    if (s.code() != absl::StatusCode::kAborted || session.broken()) return s;
+  }
+  return s;
 }
 
 absl::StatusOr<SchemaInfo> DescribeSchema(SchemaSession& session, const Dialect& dialect) {
