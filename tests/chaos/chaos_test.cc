@@ -15,19 +15,12 @@
 #include <filesystem>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "chaos/scenario.h"
 
 namespace idem::chaos {
 namespace {
 
 using ::testing::HasSubstr;
-
-uint64_t Seed(uint64_t fallback) {
-  const char* env = std::getenv("IDEM_CHAOS_SEED");
-  uint64_t seed = 0;
-  return env != nullptr && absl::SimpleAtoi(env, &seed) ? seed : fallback;
-}
 
 ScenarioOptions Options(const std::string& backend, uint64_t seed) {
   ScenarioOptions o;
@@ -61,11 +54,11 @@ int ExpectClean(const ScenarioOptions& o, size_t min_fault_kinds = 2) {
   return takeovers;
 }
 
-TEST(Chaos, Rocksdb) { ExpectClean(Options("rocksdb", Seed(1501))); }
+TEST(Chaos, Rocksdb) { ExpectClean(Options("rocksdb", SeedFromEnv(1501))); }
 
-TEST(Chaos, Postgres) { ExpectClean(Options("postgres", Seed(1502))); }
+TEST(Chaos, Postgres) { ExpectClean(Options("postgres", SeedFromEnv(1502))); }
 
-TEST(Chaos, Mysql) { ExpectClean(Options("mysql", Seed(1503))); }
+TEST(Chaos, Mysql) { ExpectClean(Options("mysql", SeedFromEnv(1503))); }
 
 // Clients that stall past their leases half the time, so keys are taken over and
 // the old holders complete late with their stale tokens.
@@ -82,11 +75,11 @@ ScenarioOptions StallingClients(uint64_t seed, const std::string& suffix) {
 // The control of the next test: the same clients, no bug, no violation.
 TEST(Chaos, StallingClientsWithoutTheBugAreClean) {
   // Stale completes were sent (keys were taken over) and all of them lost.
-  EXPECT_GT(ExpectClean(StallingClients(Seed(1504), "-control"), 0), 5);
+  EXPECT_GT(ExpectClean(StallingClients(SeedFromEnv(1504), "-control"), 0), 5);
 }
 
 TEST(Chaos, CheckerCatchesTheSeededStaleTokenBug) {
-  ScenarioOptions o = StallingClients(Seed(1504), "-bug");
+  ScenarioOptions o = StallingClients(SeedFromEnv(1504), "-bug");
   o.serve_failpoints = "guard.finish.skip_token_check=on";
   absl::StatusOr<RunResult> r = RunScenario(o);
   ASSERT_TRUE(r.ok()) << r.status();

@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "http/client.h"
 
@@ -16,17 +18,27 @@ namespace idem::chaos {
 Endpoints::Endpoints(size_t count)
     : count_(count), ports_(std::make_unique<std::atomic<uint16_t>[]>(count)) {}
 
-std::string RunResult::Summary() const {
+std::string FaultSummary(const std::map<std::string, int>& counts) {
   int64_t injected = 0;
   std::string kinds;
-  for (const auto& [name, n] : faults) {
+  for (const auto& [name, n] : counts) {
     injected += n;
     absl::StrAppend(&kinds, kinds.empty() ? "" : ", ", name, "=", n);
   }
+  return absl::StrCat(injected, " faults (", kinds.empty() ? "none" : kinds, ")");
+}
+
+uint64_t SeedFromEnv(uint64_t fallback) {
+  const char* env = std::getenv("IDEM_CHAOS_SEED");
+  uint64_t seed = 0;
+  return env != nullptr && absl::SimpleAtoi(env, &seed) ? seed : fallback;
+}
+
+std::string RunResult::Summary() const {
   return absl::StrCat("seed=", seed, ": ", history.size(), " operations, ", keys, " keys, ",
-                      effects.size(), " effects, ", injected, " faults (",
-                      kinds.empty() ? "none" : kinds, ") in ", elapsed.count(), " ms, ",
-                      report.violations(), " violations\n", report.Table());
+                      effects.size(), " effects, ", FaultSummary(faults), " in ",
+                      elapsed.count(), " ms, ", report.violations(), " violations\n",
+                      report.Table());
 }
 
 namespace {

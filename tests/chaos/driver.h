@@ -81,6 +81,13 @@ struct FaultSchedule {
   std::map<std::string, int>* counts = nullptr;  // REQUIRED: fault kind → times healed
 };
 
+// "N faults (kind=n, kind=n)" or "0 faults (none)", for the runs' summaries.
+std::string FaultSummary(const std::map<std::string, int>& counts);
+
+// $IDEM_CHAOS_SEED when it is set to a number, else `fallback`: a test's runs are
+// reproducible, and a failing seed can be run again.
+uint64_t SeedFromEnv(uint64_t fallback);
+
 // The fault scheduler: until `o.end`, waits a random gap, injects a random one of
 // `faults`, holds it and heals it; it returns at `o.end` (or once aborted) with every
 // fault it injected healed. Each fault is logged before it is injected and counted

@@ -18,19 +18,13 @@
 #include <iostream>
 #include <string>
 
-#include "absl/strings/numbers.h"
+#include "chaos/driver.h"
 #include "chaos/messaging.h"
 
 namespace idem::chaos {
 namespace {
 
 using ::testing::HasSubstr;
-
-uint64_t Seed(uint64_t fallback) {
-  const char* env = std::getenv("IDEM_CHAOS_SEED");
-  uint64_t seed = 0;
-  return env != nullptr && absl::SimpleAtoi(env, &seed) ? seed : fallback;
-}
 
 MessagingOptions Options(const std::string& transport, uint64_t seed) {
   MessagingOptions o;
@@ -61,12 +55,12 @@ MessagingResult ExpectClean(const MessagingOptions& o) {
   return *std::move(r);
 }
 
-TEST(MessagingChaos, Kafka) { ExpectClean(Options("kafka", Seed(1511))); }
+TEST(MessagingChaos, Kafka) { ExpectClean(Options("kafka", SeedFromEnv(1511))); }
 
-TEST(MessagingChaos, RedisStreams) { ExpectClean(Options("streams", Seed(1512))); }
+TEST(MessagingChaos, RedisStreams) { ExpectClean(Options("streams", SeedFromEnv(1512))); }
 
 TEST(MessagingChaos, CheckerCatchesAnEffectOutsideTheTransaction) {
-  MessagingOptions o = Options("kafka", Seed(1513));
+  MessagingOptions o = Options("kafka", SeedFromEnv(1513));
   o.work_dir += "-bug";
   o.duration = std::chrono::seconds(12);
   o.external_effect = true;
