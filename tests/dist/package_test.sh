@@ -61,6 +61,12 @@ dpkg --root="$root" -s idem | grep -q '^Status: install ok installed' || fail "d
 zcat "$root/usr/share/man/man1/idem-serve.1.gz" | grep -q 'fB\\-\\-listen' || fail "idem-serve(1) lacks --listen"
 zcat "$root/usr/share/man/man1/idem-serve.1.gz" | grep -q 'SPEC §11' || fail "idem-serve(1) lost its UTF-8"
 zcat "$root/usr/share/man/man1/idem.1.gz" | grep -q 'serve' || fail "idem(1) lacks serve"
+# Every subcommand `idem --help` lists has its page (purge and records had none).
+subs=$("$root/usr/bin/idem" --help | awk '/^Subcommands:/ { on = 1; next } on && /^$/ { exit } on { print $1 }')
+[[ -n $subs ]] || fail "installed idem --help lists no subcommands"
+for sub in $subs; do
+  [[ -f "$root/usr/share/man/man1/idem-$sub.1.gz" ]] || fail "no man page idem-$sub(1) for the subcommand $sub"
+done
 # The packaged config is valid: serve starts on it (the command line overrides its
 # listen and store, which point at the service's own directories).
 # IDEM_FAILPOINTS is for the crash tests of a test build: the packaged binary ignores
