@@ -6,11 +6,13 @@
 # FIXTURES_REQUIRED a FIXTURES_SETUP b); they are applied at discovery time. They go
 # ENVIRONMENT is added only when ENV is given: an empty value would vanish from the
 # list and pair ENVIRONMENT with the next property's name.
+# Compiled with IDEM_TEST_COMPILE_OPTIONS (-O1 -g1 in optimised builds, CMakeLists.txt).
 # IDEM_BIN: a black-box test of the `idem` binary: it is built first, its path is
 # compiled in (IDEM_BIN_DEFAULT) and set in the environment (IDEM_BIN).
 function(idem_add_test)
   cmake_parse_arguments(T "IDEM_BIN" "NAME" "SOURCES;LIBS;LABELS;ENV;PROPERTIES" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
+  target_compile_options(${T_NAME} PRIVATE ${IDEM_TEST_COMPILE_OPTIONS})
   if(T_IDEM_BIN)
     list(APPEND T_ENV "IDEM_BIN=$<TARGET_FILE:idem>")
     target_compile_definitions(${T_NAME} PRIVATE IDEM_BIN_DEFAULT="$<TARGET_FILE:idem>")

@@ -4,12 +4,16 @@
 # under build/services, stopped by pid at the end) and runs, in order:
 #   1. every test of the main build with CTest (labels unit, conformance, crash, http,
 #      integration, kafka, streams, browser, dist, chaos, cluster, model, ...);
-#   2. the ASan+UBSan build of the unit, conformance and crash suites and its run
-#      (scripts/sanitize.sh asan);
-#   3. the TSan build of the concurrency suite and the server tests and its run
-#      (scripts/sanitize.sh tsan; docs/reliability.md, Sanitizers);
-#   4. the fuzzers: clang-14 build in build-fuzz, 20 s of libFuzzer under ASan+UBSan
-#      per fuzzer and a replay of each seed corpus (label fuzz, tests/fuzz/).
+#   2. the ASan+UBSan build (clang-14, build-asan) of the unit, conformance and crash
+#      suites and its run (scripts/sanitize.sh asan);
+#   3. the fuzzers, built in the same tree: 20 s of libFuzzer under ASan+UBSan per
+#      fuzzer and a replay of each seed corpus (label fuzz, tests/fuzz/);
+#   4. the TSan build of the concurrency suite and the server tests and its run
+#      (scripts/sanitize.sh tsan; docs/reliability.md, Sanitizers).
+# The two sanitizer builds run in the background, one after the other, at the lowest
+# CPU priority (nice 19) from the start of the main suite: its tests mostly wait on
+# servers, timers and their own idem processes, and the builds take the CPU they
+# leave, which CI's 90 minutes on two cores need. Their logs: build-KIND/build.log.
 # Every part runs even when an earlier one failed; the exit status is non-zero when
 # any did, and a table at the end says which part failed and how long each took.
 # Extra arguments go to the main ctest run (e.g. -L unit, -R Guard); with any, only
@@ -61,27 +65,47 @@ run_sanitized() {
   list_failed "build-$2"
 }
 
+builder=
+if [[ $# -eq 0 ]]; then
+  for kind in asan tsan; do
+    mkdir -p "build-$kind"
+    rm -f "build-$kind/build.status"
+  done
+  # setsid: its own process group, so the EXIT trap can stop the builds with it.
+  setsid bash -c '
+    for kind in asan tsan; do
+      start=$SECONDS
+      if nice -n 19 scripts/sanitize.sh build "$kind" >"build-$kind/build.log" 2>&1; then rc=0; else rc=$?; fi
+      echo "$rc $((SECONDS - start))" >"build-$kind/build.status"
+    done' &
+  builder=$!
+  trap 'rc=$?; [[ -z $builder ]] || kill -- "-$builder" 2>/dev/null || true
+        "$root/scripts/services.sh" stop "$services_dir" || true; exit $rc' EXIT
+fi
+# wait_build KIND: waits for the background build of build-KIND; its status, and the
+# last lines of its log.
+wait_build() {
+  local status=build-$1/build.status rc secs
+  while [[ ! -f $status ]]; do
+    # Gone, or a zombie (exited, not yet reaped), without writing the status.
+    local state=X
+    [[ -r /proc/$builder/stat ]] && read -r _ _ state _ <"/proc/$builder/stat"
+    [[ $state != [XZ] ]] || { echo "test.sh: the $1 build stopped without a status" >&2; return 1; }
+    sleep 5
+  done
+  read -r rc secs <"$status"
+  tail -3 "build-$1/build.log"
+  echo "test.sh: the $1 build took $secs s (in the background, nice 19)" >&2
+  return "$rc"
+}
+
 run_ctest "main suite (ctest)" build "$@"
 if [[ $# -eq 0 ]]; then
-  run_part "asan+ubsan build" scripts/sanitize.sh build asan
-  # The fuzzers build (one job, clang) while the ASan suite runs: those tests mostly
-  # wait on servers and timers, and CI's time is bounded.
-  mkdir -p build-fuzz
-  JOBS=1 BUILD_DIR=build-fuzz CC=clang-14 CXX=clang++-14 IDEM_CMAKE_ARGS=-DIDEM_FUZZ=ON \
-    scripts/build.sh idem_fuzzers >build-fuzz/build.log 2>&1 &
-  fuzz_build=$!
+  run_part "asan+ubsan+fuzz build (wait)" wait_build asan
   run_sanitized "asan+ubsan unit/conformance/crash" asan
-  # The TSan build runs beside the rest of the fuzz build (which has one job).
-  run_part "tsan build" scripts/sanitize.sh build tsan
+  run_ctest "fuzz (ctest -L fuzz)" build-asan -L fuzz
+  run_part "tsan build (wait)" wait_build tsan
   run_sanitized "tsan concurrency/http" tsan
-  wait_fuzz_build() {
-    local rc=0
-    wait "$fuzz_build" || rc=$?
-    tail -3 build-fuzz/build.log
-    return "$rc"
-  }
-  run_part "fuzz build (clang-14, build-fuzz/build.log)" wait_fuzz_build
-  run_ctest "fuzz (ctest -L fuzz)" build-fuzz -L fuzz
 else
   parts+=("sanitizer and fuzz runs           skipped (ctest arguments given)")
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A build with only the embedded stores (-DIDEM_WITH_POSTGRES=OFF, IDEM_WITH_MYSQL,
-# IDEM_WITH_REDIS, no examples): it builds without the drivers linked, serves
+# IDEM_WITH_REDIS, no examples; -O0, since only its options are under test): it
+# builds without the drivers linked, serves
 # sqlite://, and answers a clear error naming the missing backend for the others.
 #   minimal_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -9,7 +10,7 @@ build=$2
 # shellcheck source=common.sh
 source "$(dirname "$0")/common.sh"
 
-cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DIDEM_WERROR=ON \
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O0 -DIDEM_WERROR=ON \
   -DIDEM_WITH_POSTGRES=OFF -DIDEM_WITH_MYSQL=OFF -DIDEM_WITH_REDIS=OFF \
   -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_TESTS=AUTO -DIDEM_BUILD_BENCH=AUTO \
   >"$work/configure.log" || { cat "$work/configure.log" >&2; fail "configure"; }
