@@ -16,7 +16,8 @@
 #                                            source build/services/env.sh first)
 #
 # Both builds use -O1 -g1: fast enough to run, line numbers in every report, and
-# about half the compile time of -O2 -g. TSan is GCC's (the shim is written for it). Environment: JOBS as in scripts/build.sh.
+# about half the compile time of -O2 -g. TSan is GCC's (the shim is written for it).
+# Environment: JOBS as in scripts/build.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

@@ -27,8 +27,11 @@ IDEM_CMAKE_ARGS="-DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_BENCH=ON -DIDEM_LINE_TABLES_
 root=$PWD
 services_dir="$root/build/services"
 scripts/services.sh start "$services_dir"
-# Stop the servers however the run ends, and keep the exit status.
-trap 'rc=$?; "$root/scripts/services.sh" stop "$services_dir" || true; exit $rc' EXIT
+# Stop the servers (and the background sanitizer builds, below) however the run ends,
+# and keep the exit status.
+builder=
+trap 'rc=$?; [[ -z $builder ]] || kill -- "-$builder" 2>/dev/null || true
+      "$root/scripts/services.sh" stop "$services_dir" || true; exit $rc' EXIT
 # shellcheck source=/dev/null
 source "$services_dir/env.sh"
 
@@ -66,7 +69,6 @@ run_sanitized() {
   list_failed "build-$2"
 }
 
-builder=
 if [[ $# -eq 0 ]]; then
   for kind in asan tsan; do
     mkdir -p "build-$kind"
@@ -75,7 +77,7 @@ if [[ $# -eq 0 ]]; then
   # setsid: its own process group, so the EXIT trap can stop the builds with it. A new
   # session is also a new scheduler autogroup (Linux), in which nice is relative to the
   # group only: its own nice goes to 19 too, or the builds take half of the CPU from
-  # the tests (seen: dist.first_run 829 s instead of ~450 s).
+  # the tests (seen: dist.first_run took 829 s beside them).
   setsid bash -c '
     echo 19 >/proc/self/autogroup 2>/dev/null || true
     for kind in asan tsan; do
@@ -84,8 +86,6 @@ if [[ $# -eq 0 ]]; then
       echo "$rc $((SECONDS - start))" >"build-$kind/build.status"
     done' &
   builder=$!
-  trap 'rc=$?; [[ -z $builder ]] || kill -- "-$builder" 2>/dev/null || true
-        "$root/scripts/services.sh" stop "$services_dir" || true; exit $rc' EXIT
 fi
 # wait_build KIND: waits for the background build of build-KIND; its status, and the
 # last lines of its log.
