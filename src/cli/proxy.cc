@@ -57,6 +57,7 @@ int Usage(const std::string& why) {
 }
 
 int RunProxy(const ProxyFlags& flags) {
+  BlockStopSignals();  // before any thread starts: see server_command.h
   absl::StatusOr<http::ServerOptions> server_options = ServerOptionsOf(flags.server);
   if (!server_options.ok()) return Usage(Str(server_options.status().message()));
   absl::StatusOr<http::UpstreamUrl> upstream_url = http::ParseUpstreamUrl(flags.upstream);

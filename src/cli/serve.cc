@@ -79,6 +79,7 @@ struct ServeFlags {
 std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
 
 int RunServe(const ServeFlags& flags) {
+  BlockStopSignals();  // before any thread starts: see server_command.h
   absl::StatusOr<http::ServerOptions> server_options = ServerOptionsOf(flags.server);
   if (!server_options.ok()) {
     PrintReason("serve: " + Str(server_options.status().message()));

@@ -1,6 +1,7 @@
 #include "cli/server_command.h"
 
 #include <malloc.h>
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -11,8 +12,6 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
-#include "boost/asio/io_context.hpp"
-#include "boost/asio/signal_set.hpp"
 #include "cli/commands.h"
 #include "cli/reason.h"
 #include "cli/secrets.h"
@@ -192,11 +191,28 @@ std::unique_ptr<Store> OpenServerStore(std::string_view cmd, const ServerFlags& 
   return *std::move(store);
 }
 
+namespace {
+
+sigset_t StopSignalSet() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+}  // namespace
+
+void BlockStopSignals() {
+  const sigset_t set = StopSignalSet();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
 int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_view what,
                      const std::vector<std::string>& warnings) {
-  // Installed before the listening line, so a signal sent right after it is handled.
-  boost::asio::io_context signal_ioc;
-  boost::asio::signal_set signals(signal_ioc, SIGINT, SIGTERM);
+  // Blocked before any thread started (BlockStopSignals), so the kernel keeps a
+  // SIGTERM sent at any time, even before the listening line, for the sigwait below.
+  BlockStopSignals();
   if (absl::Status s = server.Start(); !s.ok()) {
     PrintReason(std::string(cmd) + ": " + Str(s.message()));
     return kExitFailure;
@@ -207,11 +223,12 @@ int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_vie
   std::fflush(stdout);
   spdlog::info("{} on {}:{}", what, address, server.port());
   for (const std::string& warning : warnings) spdlog::warn("{}", warning);
-  signals.async_wait([&](const boost::system::error_code& ec, int signo) {
-    if (!ec) spdlog::info("signal {}: shutting down", signo);
-    server.Shutdown();
-  });
-  signal_ioc.run();
+  const sigset_t set = StopSignalSet();
+  int signo = 0;
+  while (sigwait(&set, &signo) != 0) {
+  }
+  spdlog::info("signal {}: shutting down", signo);
+  server.Shutdown();
   server.Wait();
   spdlog::info("stopped");
   return kExitOk;

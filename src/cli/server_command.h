@@ -61,6 +61,16 @@ std::string ConfigFile(const ServerFlags& flags);
 std::unique_ptr<Store> OpenServerStore(std::string_view cmd, const ServerFlags& flags,
                                        std::vector<std::string>* warnings, int* exit_code);
 
+// Blocks SIGINT and SIGTERM in the calling thread and so in every thread started
+// after it (a thread inherits its creator's mask). A server command calls it first,
+// before opening the store starts any thread: ServeUntilSignal then takes the
+// signals with sigwait() in the thread that waits for them. With a handler instead,
+// the kernel hands a process-wide signal to any thread that does not block it;
+// under ThreadSanitizer, which defers a signal until that thread next enters an
+// intercepted call, a worker parked on a futex kept a SIGTERM for good and the
+// server did not stop. A signal that arrives during start-up waits for the sigwait.
+void BlockStopSignals();
+
 // Starts `server`, prints "listening on HOST:PORT" on stdout (the first line, which
 // scripts wait for), logs `what` and `warnings` and serves until SIGTERM or SIGINT;
 // returns the exit status (1 when the address cannot be bound). The warnings wait

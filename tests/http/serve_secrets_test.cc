@@ -275,7 +275,7 @@ TEST(ServeSecrets, TheCachePasswordStaysOffTheCommandLineToo) {
     ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store", "memory://", "--cache",
                              "redis://:inline-redis-pw@127.0.0.1:1"}),
                 StartsWith("listening on "));
-    EXPECT_EQ(serve.Stop(), 0);
+    EXPECT_EQ(serve.Stop(), 0) << serve.stderr_text();
     EXPECT_THAT(serve.stderr_text(), HasSubstr("the --cache URL carries a password on the "
                                                "command line"));
     EXPECT_THAT(serve.stderr_text(), HasSubstr("--cache-password-file FILE or IDEM_CACHE_PASSWORD"));
