@@ -18,7 +18,8 @@ struct Blob {
   bool operator==(const Blob&) const = default;
 };
 
-// A SQL value: NULL, a 64-bit integer, a double, text or a blob.
+// A SQL value: NULL, a 64-bit integer, a double, text or a blob. Exact decimals
+// (PostgreSQL NUMERIC, MySQL DECIMAL) come back as text, never rounded to a double.
 class Value {
  public:
   Value() : v_(nullptr) {}

@@ -96,7 +96,8 @@ class LedgerReader final : public StatementReader {
         text[f] = v.as_blob();
       } else {
         return Bad(values, std::string(kFieldNames[f]) +
-                               " is a floating-point value (REAL, DOUBLE or PostgreSQL NUMERIC): "
+                               " is a floating-point value (REAL, FLOAT, DOUBLE, or NUMERIC on SQLite, which stores "
+                               "it as REAL): "
                                "amounts are exact, select it as text (CAST(" +
                                std::string(kFieldNames[f]) + " AS TEXT))");
       }

@@ -14,9 +14,10 @@
 // on the key compared as bytes, every row of a key in one page), which is fast when
 // the key column has an index (the ledger's unique key usually is one).
 //
-// Amounts must be exact: an integer or text column. A floating-point value (REAL,
-// DOUBLE, and PostgreSQL NUMERIC, which the store reads as a double) is refused as
-// bad input; select it as text (CAST(amount AS TEXT), amount::text).
+// Amounts must be exact: an integer, text or exact decimal column (PostgreSQL
+// NUMERIC and MySQL DECIMAL come back as text). A floating-point value (REAL, FLOAT,
+// DOUBLE, and NUMERIC on SQLite, whose affinity stores a decimal as REAL) is refused
+// as bad input; select it as text (CAST(amount AS TEXT)).
 //
 // Thread safety: used by one thread at a time; the Store must outlive the reader.
 #pragma once

@@ -460,6 +460,35 @@ TEST_P(Recon, LedgerMissingColumnIsNamedOnAnEmptyLedger) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("returns no column 'amount'"));
 }
 
+// An exact decimal column (PostgreSQL NUMERIC, MySQL DECIMAL) is read exactly: as a
+// double, 1234567890123456.78 came back as ...456.75 and PostgreSQL's was refused.
+// SQLite's NUMERIC affinity stores it as REAL, which is refused, naming the fix.
+TEST_P(Recon, ExactDecimalColumnsAreReadExactly) {
+  Sql("CREATE TABLE ledger_dec (order_no VARCHAR(64) NOT NULL, amount NUMERIC(20,2) NOT NULL)");
+  Sql("INSERT INTO ledger_dec VALUES ('D-1', 1234567890123456.78), ('D-2', -0.10)");
+  recon::StatusRules rules;
+  absl::StatusOr<recon::ColumnMap> map = recon::ParseColumnMap("key=k,amount=a");
+  ASSERT_TRUE(map.ok());
+  recon::Normalizer norm(recon::Side::kLocal, *map, 0, absl::UTCTimeZone(), rules);
+  const std::string k = mysql_ ? "`key`" : "key";
+  absl::StatusOr<std::unique_ptr<recon::StatementReader>> reader = recon::OpenLedger(
+      *store_, "SELECT order_no AS " + k + ", amount AS amount FROM ledger_dec", norm);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::map<std::string, std::string> amounts;
+  absl::Status s = (*reader)->ReadAll([&](recon::Row& row) {
+    amounts[row.key] = row.amount;
+    return absl::OkStatus();
+  });
+  if (GetParam().name == std::string("sqlite")) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("CAST(amount AS TEXT)"));
+    return;
+  }
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(amounts["D-1"], "1234567890123456.78");
+  EXPECT_EQ(amounts["D-2"], "-0.1");
+}
+
 // `idem serve`'s /metrics: no sample before recon made its table, then the last
 // success of the source (SPEC §9).
 TEST_P(Recon, ServeExportsTheLastSuccess) {

@@ -132,9 +132,12 @@ Value TextCell(const PGresult* res, int row, int col) {
     }
     case kFloat4Oid:
     case kFloat8Oid:
-    case kNumericOid:
       // strtod reads "NaN", "Infinity" and "-Infinity" as PostgreSQL writes them.
       return Value(std::strtod(p, nullptr));
+    case kNumericOid:
+      // Exact, as text (as the MySQL store reads DECIMAL): a double would round
+      // amounts past 15 digits (1234567890123456.78 became ...456.75).
+      break;
     case kBoolOid:
       // As integers, like SQLite and MySQL answer for booleans.
       return Value(p[0] == 't' ? 1 : 0);
