@@ -19,8 +19,6 @@
 //
 // Exit status: 0 after a signal or --idle-exit; 1 when the store cannot be opened
 // or Kafka fails fatally; 2 for malformed options.
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -71,12 +69,6 @@ struct BridgeFlags {
   std::string metrics_listen;  // "": no metrics listener
 };
 
-std::atomic<kafka::Bridge*> g_bridge{nullptr};
-
-extern "C" void OnStopSignal(int) {
-  if (kafka::Bridge* b = g_bridge.load()) b->Stop();
-}
-
 std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
 
 int Usage(const std::string& why) {
@@ -85,6 +77,7 @@ int Usage(const std::string& why) {
 }
 
 int RunBridgeKafka(const BridgeFlags& f) {
+  BlockStopSignals();  // before any thread starts: see server_command.h
   int keys = !f.key_header.empty() + !f.key_field.empty() + !f.key_template.empty();
   if (keys != 1) {
     return Usage("give exactly one of --key-header, --key-field or --key-template (the key "
@@ -209,9 +202,7 @@ int RunBridgeKafka(const BridgeFlags& f) {
     if (address.find(':') != std::string::npos) address = "[" + address + "]";
     spdlog::info("bridge: metrics on http://{}:{}/metrics", address, metrics_server->port());
   }
-  g_bridge = bridge->get();
-  std::signal(SIGTERM, OnStopSignal);
-  std::signal(SIGINT, OnStopSignal);
+  StopOnSignal on_signal([b = bridge->get()] { b->Stop(); });
   spdlog::info("bridging kafka topic {} (group {}) to http://{}{} with keys from {} in {}", f.topic,
                f.group, url->authority, url->base_path, key->ToString(), store->url());
 
@@ -238,7 +229,6 @@ int RunBridgeKafka(const BridgeFlags& f) {
       break;
     }
   }
-  g_bridge = nullptr;
   const kafka::BridgeStats s = (*bridge)->stats();
   nlohmann::json j{{"polled", s.polled},         {"delivered", s.delivered},
                    {"skipped", s.skipped},       {"dead_lettered", s.dead_lettered},

@@ -208,6 +208,25 @@ void BlockStopSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+StopOnSignal::StopOnSignal(std::function<void()> stop)
+    : stop_(std::move(stop)), thread_([this] {
+        const sigset_t set = StopSignalSet();
+        while (true) {
+          int signo = 0;
+          if (sigwait(&set, &signo) != 0) continue;
+          if (done_.load()) return;
+          spdlog::info("signal {}: stopping", signo);
+          stop_();
+        }
+      }) {}
+
+StopOnSignal::~StopOnSignal() {
+  done_.store(true);
+  // Blocked in that thread too, so this SIGTERM goes to its sigwait and nowhere else.
+  pthread_kill(thread_.native_handle(), SIGTERM);
+  thread_.join();
+}
+
 int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_view what,
                      const std::vector<std::string>& warnings) {
   // Blocked before any thread started (BlockStopSignals), so the kernel keeps a

@@ -5,10 +5,13 @@
 // Thread safety: plain functions, called from main's thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -70,6 +73,23 @@ std::unique_ptr<Store> OpenServerStore(std::string_view cmd, const ServerFlags& 
 // intercepted call, a worker parked on a futex kept a SIGTERM for good and the
 // server did not stop. A signal that arrives during start-up waits for the sigwait.
 void BlockStopSignals();
+
+// For a command that runs a loop of its own (bridge kafka) rather than a Server:
+// calls `stop` on every SIGINT or SIGTERM, from a thread that takes them with
+// sigwait(). BlockStopSignals() must have run first, before any thread started.
+// The destructor wakes that thread and joins it; `stop` is not called then.
+class StopOnSignal {
+ public:
+  explicit StopOnSignal(std::function<void()> stop);
+  ~StopOnSignal();
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+
+ private:
+  std::atomic<bool> done_{false};
+  std::function<void()> stop_;
+  std::thread thread_;  // last: starts after what it reads
+};
 
 // Starts `server`, prints "listening on HOST:PORT" on stdout (the first line, which
 // scripts wait for), logs `what` and `warnings` and serves until SIGTERM or SIGINT;

@@ -340,6 +340,31 @@ TEST_F(KafkaBridgeTest, MetricsListenExportsTheBridgesCounters) {
   EXPECT_THAT(bad.err, HasSubstr("--metrics-listen 'localhost' must be HOST:PORT"));
 }
 
+// A SIGTERM that arrives while the bridge is still starting (before it joined the
+// group) is kept and stops it gracefully: exit 0 and its counts. It used to be
+// handled only from just before the loop, so earlier the default action killed it.
+TEST_F(KafkaBridgeTest, ASigtermDuringStartupStopsItGracefully) {
+  kafka_.CreateTopic("orders", 1);
+  std::vector<std::string> args = Args("early");
+  const auto idle = std::find(args.begin(), args.end(), "--idle-exit");
+  ASSERT_NE(idle, args.end());
+  args.erase(idle, idle + 2);  // would end it by itself otherwise
+  const pid_t pid = SpawnWith("early", args);
+  // Once the command has started it blocks SIGTERM (its main thread's SigBlk).
+  const std::string status_file = "/proc/" + std::to_string(pid) + "/status";
+  const bool blocked = testing::WaitUntil([&] {
+    const std::string status = testing::ReadFile(status_file);
+    const size_t at = status.find("SigBlk:");
+    if (at == std::string::npos) return false;
+    const uint64_t mask = std::stoull(status.substr(at + 7), nullptr, 16);
+    return (mask & (uint64_t{1} << (SIGTERM - 1))) != 0;
+  });
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  nlohmann::json stats = Wait(pid, "early");
+  EXPECT_TRUE(blocked);
+  EXPECT_EQ(stats["delivered"], 0);
+}
+
 TEST_F(KafkaBridgeTest, KeyOnTheOffsetIsRefused) {
   testing::Exec r = testing::RunIdemIn(
       dir_.path(), {"bridge", "kafka", "--brokers", kafka_.brokers(), "--topic", "orders",
