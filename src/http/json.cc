@@ -1,7 +1,9 @@
 #include "http/json.h"
 
+#include <cstdint>
 #include <initializer_list>
-#include <set>
+#include <cstring>
+#include <span>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -142,16 +144,51 @@ absl::Status ValidateWithoutNumbers(std::string_view body) {
   return absl::OkStatus();
 }
 
+// A request body copied once, with the SIMDJSON_PADDING bytes simdjson may read
+// past its end, so that the DOM pass and the on-demand pass both parse it in place
+// (realloc_if_needed and padded_string each allocated and copied it again). Bodies
+// up to 64 KiB (every claim) use this thread's buffer, which stays allocated;
+// bigger ones a buffer of their own, so no thread keeps a megabyte.
+class PaddedBody {
+ public:
+  explicit PaddedBody(std::string_view body) : size_(body.size()) {
+    constexpr size_t kKeptPerThread = 64 * 1024;
+    thread_local std::string reused;
+    std::string& buffer = body.size() <= kKeptPerThread ? reused : own_;
+    if (buffer.size() < body.size() + simdjson::SIMDJSON_PADDING) {
+      buffer.resize(body.size() + simdjson::SIMDJSON_PADDING);
+    }
+    std::memcpy(buffer.data(), body.data(), body.size());
+    std::memset(buffer.data() + body.size(), 0, simdjson::SIMDJSON_PADDING);
+    data_ = buffer.data();
+    capacity_ = buffer.size();
+  }
+  PaddedBody(const PaddedBody&) = delete;
+  PaddedBody& operator=(const PaddedBody&) = delete;
+
+  std::string_view bytes() const { return {data_, size_}; }
+  simdjson::padded_string_view view() const {
+    return simdjson::padded_string_view(data_, size_, capacity_);
+  }
+
+ private:
+  std::string own_;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
 // Rejects anything that is not one well-formed JSON object in valid UTF-8. The
 // on-demand pass that follows skips over nested values without checking them, so
 // this full pass is what makes the raw `result`/`error` bytes trustworthy.
-absl::Status ValidateObject(std::string_view body) {
+absl::Status ValidateObject(const PaddedBody& padded) {
+  const std::string_view body = padded.bytes();
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     return absl::InvalidArgumentError("request body is empty; expected a JSON object");
   }
   thread_local simdjson::dom::parser parser;  // reused per thread, as above
   simdjson::dom::element root;
-  auto error = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/true).get(root);
+  auto error = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/false).get(root);
   if (error == simdjson::NUMBER_ERROR || error == simdjson::NUMBER_OUT_OF_RANGE) {
     // Valid JSON whose numbers do not fit int64/uint64/double (1e400,
     // 18446744073709551616): SPEC §11 stores any JSON value byte-for-byte, and
@@ -240,39 +277,55 @@ absl::StatusOr<std::string> GetRaw(od::value& v, std::string_view field) {
 
 // Walks the members of the top-level object, calling `on_field(name, value)` for
 // each; rejects duplicates and members outside `allowed`.
+// The members present, as bits by their index in `allowed`.
+using FieldSet = uint32_t;
+
+// Walks the members of the top-level object, calling `on_field(name, value)` for
+// each; rejects duplicates and members outside `allowed` (at most 32). Sets
+// `*present` to the members seen.
 template <typename OnField>
-absl::Status ForEachField(std::string_view body, std::initializer_list<std::string_view> allowed,
-                          OnField on_field) {
-  if (absl::Status s = ValidateObject(body); !s.ok()) return s;
-  simdjson::padded_string padded(body);
+absl::Status ForEachField(std::string_view body, std::span<const std::string_view> allowed,
+                          FieldSet* present, OnField on_field) {
+  *present = 0;
+  const PaddedBody padded(body);
+  if (absl::Status s = ValidateObject(padded); !s.ok()) return s;
   // One parser per thread, reused: its buffers are allocated once, not per request.
   thread_local od::parser parser;
   od::document doc;
   od::object object;
-  if (parser.iterate(padded).get(doc) || doc.get_object().get(object)) {
+  if (parser.iterate(padded.view()).get(doc) || doc.get_object().get(object)) {
     return absl::InvalidArgumentError("request body must be a JSON object");
   }
-  std::set<std::string, std::less<>> seen;
   for (auto field_result : object) {
     od::field field;
     std::string_view name;
     if (std::move(field_result).get(field) || field.unescaped_key().get(name)) {
       return absl::InvalidArgumentError("request body has a malformed member name");
     }
-    std::string name_copy(name);
-    bool known = false;
-    for (std::string_view a : allowed) known = known || a == name_copy;
-    if (!known) return FieldError(name_copy, "is not a known field");
-    if (!seen.insert(name_copy).second) return FieldError(name_copy, "appears more than once");
-    if (absl::Status s = on_field(name_copy, field.value()); !s.ok()) return s;
+    FieldSet bit = 0;
+    FieldSet next = 1;
+    for (std::string_view a : allowed) {
+      if (a == name) bit = next;
+      next <<= 1;
+    }
+    if (bit == 0) return FieldError(name, "is not a known field");
+    if ((*present & bit) != 0) return FieldError(name, "appears more than once");
+    *present |= bit;
+    if (absl::Status s = on_field(name, field.value()); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
-absl::Status Require(const std::set<std::string, std::less<>>& present,
-                     std::initializer_list<std::string_view> required) {
+// `required`'s members in `allowed` order, as ForEachField numbered them.
+absl::Status Require(FieldSet present, std::span<const std::string_view> allowed,
+                     std::span<const std::string_view> required) {
   for (std::string_view r : required) {
-    if (present.find(r) == present.end()) return FieldError(r, "is required");
+    FieldSet bit = 1;
+    for (std::string_view a : allowed) {
+      if (a == r) break;
+      bit <<= 1;
+    }
+    if ((present & bit) == 0) return FieldError(r, "is required");
   }
   return absl::OkStatus();
 }
@@ -287,12 +340,13 @@ absl::Status Require(const std::set<std::string, std::less<>>& present,
 }  // namespace
 
 absl::StatusOr<ClaimBody> ParseClaimBody(std::string_view body) {
+  static constexpr std::string_view kClaimFields[] = {
+      "biz_type", "key", "fingerprint", "lease_ms", "wait_ms"};
   ClaimBody out;
-  std::set<std::string, std::less<>> present;
+  FieldSet present = 0;
   absl::Status s =
-      ForEachField(body, {"biz_type", "key", "fingerprint", "lease_ms", "wait_ms"},
-                   [&](const std::string& name, od::value v) -> absl::Status {
-                     present.insert(name);
+      ForEachField(body, kClaimFields, &present,
+                   [&](std::string_view name, od::value v) -> absl::Status {
                      if (name == "biz_type") {
                        IDEM_ASSIGN_FIELD(out.biz_type, GetString(v, name));
                      } else if (name == "key") {
@@ -307,16 +361,20 @@ absl::StatusOr<ClaimBody> ParseClaimBody(std::string_view body) {
                      return absl::OkStatus();
                    });
   if (!s.ok()) return s;
-  if (absl::Status r = Require(present, {"biz_type", "key"}); !r.ok()) return r;
+  // biz_type and key, the first two.
+  if (absl::Status r = Require(present, kClaimFields, std::span(kClaimFields).first(2)); !r.ok()) {
+    return r;
+  }
   return out;
 }
 
 absl::StatusOr<CompleteBody> ParseCompleteBody(std::string_view body) {
+  static constexpr std::string_view kCompleteFields[] = {
+      "biz_type", "key", "token", "result"};
   CompleteBody out;
-  std::set<std::string, std::less<>> present;
-  absl::Status s = ForEachField(body, {"biz_type", "key", "token", "result"},
-                                [&](const std::string& name, od::value v) -> absl::Status {
-                                  present.insert(name);
+  FieldSet present = 0;
+  absl::Status s = ForEachField(body, kCompleteFields, &present,
+                                [&](std::string_view name, od::value v) -> absl::Status {
                                   if (name == "biz_type") {
                                     IDEM_ASSIGN_FIELD(out.biz_type, GetString(v, name));
                                   } else if (name == "key") {
@@ -329,18 +387,19 @@ absl::StatusOr<CompleteBody> ParseCompleteBody(std::string_view body) {
                                   return absl::OkStatus();
                                 });
   if (!s.ok()) return s;
-  if (absl::Status r = Require(present, {"biz_type", "key", "token", "result"}); !r.ok()) {
+  if (absl::Status r = Require(present, kCompleteFields, kCompleteFields); !r.ok()) {
     return r;
   }
   return out;
 }
 
 absl::StatusOr<FailBody> ParseFailBody(std::string_view body) {
+  static constexpr std::string_view kFailFields[] = {
+      "biz_type", "key", "token", "retryable", "error"};
   FailBody out;
-  std::set<std::string, std::less<>> present;
-  absl::Status s = ForEachField(body, {"biz_type", "key", "token", "retryable", "error"},
-                                [&](const std::string& name, od::value v) -> absl::Status {
-                                  present.insert(name);
+  FieldSet present = 0;
+  absl::Status s = ForEachField(body, kFailFields, &present,
+                                [&](std::string_view name, od::value v) -> absl::Status {
                                   if (name == "biz_type") {
                                     IDEM_ASSIGN_FIELD(out.biz_type, GetString(v, name));
                                   } else if (name == "key") {
@@ -355,7 +414,7 @@ absl::StatusOr<FailBody> ParseFailBody(std::string_view body) {
                                   return absl::OkStatus();
                                 });
   if (!s.ok()) return s;
-  if (absl::Status r = Require(present, {"biz_type", "key", "token", "retryable", "error"});
+  if (absl::Status r = Require(present, kFailFields, kFailFields);
       !r.ok()) {
     return r;
   }
@@ -382,6 +441,20 @@ std::string RawJsonOrString(std::string_view bytes) {
 }
 
 std::string JsonString(std::string_view text) {
+  // Printable ASCII without '"' and '\\' needs no escape (names, times, tokens):
+  // quoted as is, what the dump below writes for it, without building a json.
+  bool plain = true;
+  for (const char c : text) {
+    plain = plain && c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+  }
+  if (plain) {
+    std::string out;
+    out.reserve(text.size() + 2);
+    out += '"';
+    out.append(text);
+    out += '"';
+    return out;
+  }
   return nlohmann::json(std::string(text))
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

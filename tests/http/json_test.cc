@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "nlohmann/json.hpp"
 #include "testing/status_matchers.h"
 
 namespace idem::http {
@@ -148,6 +149,48 @@ TEST(RawJsonOrString, SplicesJsonAndQuotesTheRest) {
   EXPECT_EQ(RawJsonOrString(R"({"a" : 1.50})"), R"({"a" : 1.50})");
   EXPECT_EQ(RawJsonOrString(""), "null");
   EXPECT_EQ(RawJsonOrString("not json"), R"("not json")");
+}
+
+// The quick path for plain text writes what nlohmann's dump writes, for every byte.
+TEST(JsonString, IsWhatTheJsonLibraryWrites) {
+  auto reference = [](const std::string& text) {
+    return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  for (int c = 0; c < 256; ++c) {
+    const std::string one(1, static_cast<char>(c));
+    EXPECT_EQ(JsonString(one), reference(one)) << "byte " << c;
+    const std::string mixed = "ab" + one + "cd";
+    EXPECT_EQ(JsonString(mixed), reference(mixed)) << "byte " << c;
+  }
+  for (const std::string text : {"", "result", "2026-01-01T00:00:00.123Z", "h\xc3\xa9", "a\"b",
+                                 "tab\there", "\xff\xfe"}) {
+    EXPECT_EQ(JsonString(text), reference(text)) << text;
+  }
+}
+
+// Missing members are named in every body; a body past the 64 KiB a thread keeps
+// for parsing is parsed from a buffer of its own, its bytes kept exactly.
+TEST(ParseBodies, NameTheMissingMemberAndKeepBigBodiesExactly) {
+  auto message = [](const absl::Status& s) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    return std::string(s.message());
+  };
+  EXPECT_THAT(message(ParseCompleteBody(R"({"biz_type":"r","key":"k","token":1})").status()),
+              HasSubstr("\"result\" is required"));
+  EXPECT_THAT(message(ParseCompleteBody(R"({"key":"k","token":1,"result":1})").status()),
+              HasSubstr("\"biz_type\" is required"));
+  EXPECT_THAT(message(ParseFailBody(R"({"biz_type":"r","key":"k","token":1,"error":1})").status()),
+              HasSubstr("\"retryable\" is required"));
+  const std::string big = "\"" + std::string(100 * 1024, 'x') + "\"";
+  for (int round = 0; round < 2; ++round) {  // big, then small again on the same thread
+    ASSERT_OK_AND_ASSIGN(
+        CompleteBody b,
+        ParseCompleteBody(R"({"biz_type":"r","key":"k","token":1,"result":)" + big + "}"));
+    EXPECT_EQ(b.result, big);
+    ASSERT_OK_AND_ASSIGN(CompleteBody small,
+                         ParseCompleteBody(R"({"biz_type":"r","key":"k","token":1,"result":7})"));
+    EXPECT_EQ(small.result, "7");
+  }
 }
 
 TEST(FormatRfc3339, Rfc3339WithMillis) {
