@@ -35,16 +35,20 @@ inline void CheckBadInput(const absl::Status& s, std::string_view what) {
   Check(!s.message().empty(), "an error on bad input says what is wrong", what);
 }
 
-// A file of this process's own under $TMPDIR (else /tmp), "idem-fuzz-NAME-XXXXXX",
-// made at the first call and removed when the process exits (libFuzzer ends
-// with exit(); a crash leaves it). One per process: the first call's `name` wins.
+// A file of this process's own under $TMPDIR, else /dev/shm (memory) when there is
+// one, else /tmp: "idem-fuzz-NAME-XXXXXX", made at the first call and removed when
+// the process exits (libFuzzer ends with exit(); a crash leaves it). One per
+// process: the first call's `name` wins. Not on a disk by default: there, one
+// open(O_TRUNC) of it waited 11 s for the journal while the test suite wrote, and
+// libFuzzer reported the input as a timeout of the reader (which takes 50 ms).
 inline std::string* scratch_file = nullptr;
 inline void RemoveScratchFile() { ::unlink(scratch_file->c_str()); }
 inline const std::string& ScratchFile(std::string_view name) {
   if (scratch_file == nullptr) {
-    const char* dir = std::getenv("TMPDIR");
-    std::string templ = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") +
-                        "/idem-fuzz-" + std::string(name) + "-XXXXXX";
+    const char* env = std::getenv("TMPDIR");
+    std::string dir = env != nullptr && *env != '\0' ? env : "";
+    if (dir.empty()) dir = ::access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
+    std::string templ = dir + "/idem-fuzz-" + std::string(name) + "-XXXXXX";
     const int fd = ::mkstemp(templ.data());
     Check(fd >= 0, "mkstemp for a scratch file", templ);
     ::close(fd);
