@@ -82,7 +82,7 @@ std::string RequestIdFrom(std::string_view given) {
   return id;
 }
 
-Connection::Connection(asio::ip::tcp::socket&& socket, ServerShared shared)
+Connection::Connection(ConnectionSocket&& socket, ServerShared shared)
     : shared_(shared), stream_(std::move(socket)), timer_(stream_.get_executor()) {}
 
 void Connection::Start() {

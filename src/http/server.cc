@@ -50,7 +50,7 @@ std::string BusyAnswer() {
 // half-closed and drained until the client closes (or 2 s), so that the client's
 // unread request does not turn the close into a reset that loses the answer.
 struct Refused : std::enable_shared_from_this<Refused> {
-  explicit Refused(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+  explicit Refused(ConnectionSocket s) : socket(std::move(s)), timer(socket.get_executor()) {}
 
   void Start() {
     auto self = shared_from_this();
@@ -76,7 +76,7 @@ struct Refused : std::enable_shared_from_this<Refused> {
     socket.close(ignored);
   }
 
-  tcp::socket socket;
+  ConnectionSocket socket;
   asio::steady_timer timer;
   const std::string answer = BusyAnswer();  // lives until the write is done
   char buf[512];
@@ -165,12 +165,12 @@ class ServerImpl {
  private:
   void Accept() {
     acceptor_.async_accept(asio::make_strand(ioc_),
-                           [this](boost::system::error_code ec, tcp::socket socket) {
+                           [this](boost::system::error_code ec, ConnectionSocket socket) {
                              OnAccept(ec, std::move(socket));
                            });
   }
 
-  void OnAccept(boost::system::error_code ec, tcp::socket socket) {
+  void OnAccept(boost::system::error_code ec, ConnectionSocket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
     if (ec) {
       // Out of descriptors the failure repeats for as long as its cause lasts:
@@ -206,7 +206,7 @@ class ServerImpl {
     if (!stopping_.load()) Accept();
   }
 
-  void Serve(tcp::socket socket) {
+  void Serve(ConnectionSocket socket) {
     uint64_t id = next_id_++;
     // The deleter unregisters the connection when its last handler is done.
     std::shared_ptr<Connection> conn(
