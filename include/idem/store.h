@@ -141,6 +141,12 @@ absl::Status StoreFaultError(std::string_view message);
 // kStoreFaultPayload. OK stays OK; kAborted (a deadlock or serialization failure:
 // retry the whole transaction) and a ClaimContendedError stay as they are.
 absl::Status AsStoreFault(const absl::Status& status);
+// The same for a value or its error.
+template <typename T>
+absl::StatusOr<T> AsStoreFault(absl::StatusOr<T> value) {
+  if (!value.ok()) return AsStoreFault(value.status());
+  return value;
+}
 
 // True for a status that carries kStoreFaultPayload.
 bool IsStoreFault(const absl::Status& status);

@@ -69,9 +69,7 @@ struct BridgeFlags {
   std::string metrics_listen;  // "": no metrics listener
 };
 
-std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
-
-int Usage(const std::string& why) {
+int BridgeUsage(const std::string& why) {
   PrintReason("bridge kafka: " + why);
   return kExitUsage;
 }
@@ -80,30 +78,30 @@ int RunBridgeKafka(const BridgeFlags& f) {
   BlockStopSignals();  // before any thread starts: see server_command.h
   int keys = !f.key_header.empty() + !f.key_field.empty() + !f.key_template.empty();
   if (keys != 1) {
-    return Usage("give exactly one of --key-header, --key-field or --key-template (the key "
+    return BridgeUsage("give exactly one of --key-header, --key-field or --key-template (the key "
                  "must come from the event, never from the partition/offset)");
   }
   absl::StatusOr<kafka::MessageKey> key =
       !f.key_header.empty()  ? kafka::MessageKey::Parse(kafka::MessageKey::Kind::kHeader, f.key_header)
       : !f.key_field.empty() ? kafka::MessageKey::Parse(kafka::MessageKey::Kind::kJsonField, f.key_field)
                              : kafka::MessageKey::Parse(kafka::MessageKey::Kind::kTemplate, f.key_template);
-  if (!key.ok()) return Usage(Str(key.status().message()));
+  if (!key.ok()) return BridgeUsage(Str(key.status().message()));
   absl::StatusOr<http::UpstreamUrl> url = http::ParseUpstreamUrl(f.to);
   if (!url.ok()) {
     std::string why = Str(url.status().message());
     if (why.starts_with("--upstream")) why = "--to" + why.substr(10);
-    return Usage(why);
+    return BridgeUsage(why);
   }
   absl::StatusOr<absl::Duration> timeout = ParseTtlDuration(f.timeout, "--timeout");
   absl::StatusOr<absl::Duration> backoff = ParseTtlDuration(f.backoff, "--backoff");
   absl::StatusOr<absl::Duration> max_backoff = ParseTtlDuration(f.max_backoff, "--max-backoff");
   for (const auto* d : {&timeout, &backoff, &max_backoff}) {
-    if (!d->ok()) return Usage(Str(d->status().message()));
+    if (!d->ok()) return BridgeUsage(Str(d->status().message()));
   }
-  if (*timeout <= absl::ZeroDuration()) return Usage("--timeout must be more than 0");
+  if (*timeout <= absl::ZeroDuration()) return BridgeUsage("--timeout must be more than 0");
   RetryPolicy retry{.initial_delay = *backoff, .max_delay = *max_backoff, .max_attempts = f.attempts};
   if (absl::Status s = retry.Validate(); !s.ok()) {
-    return Usage("--attempts/--backoff/--max-backoff: " + Str(s.message()));
+    return BridgeUsage("--attempts/--backoff/--max-backoff: " + Str(s.message()));
   }
   // A round of attempts must fit in the lease, or a second bridge could take the
   // key over while the first still sends (the same key, but twice as many requests).
@@ -112,9 +110,9 @@ int RunBridgeKafka(const BridgeFlags& f) {
   absl::Duration lease = round + absl::Seconds(10);
   if (!f.lease.empty()) {
     absl::StatusOr<absl::Duration> l = ParseTtlDuration(f.lease, "--lease");
-    if (!l.ok()) return Usage(Str(l.status().message()));
+    if (!l.ok()) return BridgeUsage(Str(l.status().message()));
     if (*l <= round) {
-      return Usage(absl::StrCat("--lease (", f.lease, ") must be longer than one round of "
+      return BridgeUsage(absl::StrCat("--lease (", f.lease, ") must be longer than one round of "
                                 "attempts (--attempts × --timeout plus the backoff: ",
                                 absl::FormatDuration(round), ")"));
     }
@@ -123,15 +121,15 @@ int RunBridgeKafka(const BridgeFlags& f) {
   absl::Duration idle = absl::InfiniteDuration();
   if (!f.idle_exit.empty()) {
     absl::StatusOr<absl::Duration> d = ParseTtlDuration(f.idle_exit, "--idle-exit");
-    if (!d.ok()) return Usage(Str(d.status().message()));
+    if (!d.ok()) return BridgeUsage(Str(d.status().message()));
     idle = *d;
   }
-  if (f.batch < 1 || f.batch > 10000) return Usage("--batch must be from 1 to 10000");
+  if (f.batch < 1 || f.batch > 10000) return BridgeUsage("--batch must be from 1 to 10000");
   // A small listener: a scrape is one request at a time, answered from counters.
   http::ServerOptions metrics_options{.io_threads = 1, .worker_threads = 1, .max_connections = 64};
   if (!f.metrics_listen.empty() &&
       !ParseListen(f.metrics_listen, &metrics_options.host, &metrics_options.port)) {
-    return Usage("--metrics-listen '" + f.metrics_listen + "' must be HOST:PORT (port 0-65535)");
+    return BridgeUsage("--metrics-listen '" + f.metrics_listen + "' must be HOST:PORT (port 0-65535)");
   }
   kafka::KafkaOptions kopts{.brokers = f.brokers,
                             .group = f.group,
@@ -141,7 +139,7 @@ int RunBridgeKafka(const BridgeFlags& f) {
   for (const std::string& p : f.kafka_properties) {
     const size_t eq = p.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return Usage("--kafka-property '" + p + "' must be NAME=VALUE (e.g. session.timeout.ms=10000)");
+      return BridgeUsage("--kafka-property '" + p + "' must be NAME=VALUE (e.g. session.timeout.ms=10000)");
     }
     kopts.consumer_config.emplace_back(p.substr(0, eq), p.substr(eq + 1));
   }
@@ -155,7 +153,7 @@ int RunBridgeKafka(const BridgeFlags& f) {
       kafka::KafkaTransport::Create(std::move(kopts));
   if (!transport.ok()) {
     if (transport.status().code() == absl::StatusCode::kInvalidArgument) {
-      return Usage(Str(transport.status().message()));
+      return BridgeUsage(Str(transport.status().message()));
     }
     PrintReason("bridge kafka: " + Str(transport.status().message()));
     return kExitFailure;
@@ -185,7 +183,7 @@ int RunBridgeKafka(const BridgeFlags& f) {
                                .lease = lease};
   absl::StatusOr<std::unique_ptr<kafka::Bridge>> bridge =
       kafka::Bridge::Create(**transport, *store, deliver, options);
-  if (!bridge.ok()) return Usage(Str(bridge.status().message()));
+  if (!bridge.ok()) return BridgeUsage(Str(bridge.status().message()));
   // GET /metrics (idem serve's Server and Metrics, with the bridge's counters as a
   // section; kafka/kafka_metrics.h names the series).
   http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});

@@ -54,7 +54,7 @@ struct AnalyzeFlags {
   bool json = false;
 };
 
-int Usage(std::string_view why) {
+int KeysUsage(std::string_view why) {
   PrintReason(absl::StrCat("keys analyze: ", AV(why)));
   return kExitUsage;
 }
@@ -132,22 +132,22 @@ absl::StatusOr<OverCoarse> FetchMismatches(const AnalyzeFlags& f, const http::Up
 
 int RunAnalyze(const AnalyzeFlags& f) {
   absl::StatusOr<absl::Duration> since = ParseTtlDuration(f.since, "--since");
-  if (!since.ok()) return Usage(SV(since.status().message()));
-  if (*since <= absl::ZeroDuration()) return Usage("--since must be longer than 0s");
+  if (!since.ok()) return KeysUsage(SV(since.status().message()));
+  if (*since <= absl::ZeroDuration()) return KeysUsage("--since must be longer than 0s");
   absl::StatusOr<absl::Duration> window = ParseTtlDuration(f.window, "--window");
-  if (!window.ok()) return Usage(SV(window.status().message()));
-  if (*window <= absl::ZeroDuration()) return Usage("--window must be longer than 0s");
-  if (f.examples < 0 || f.examples > 100) return Usage("--examples must be 0 … 100");
+  if (!window.ok()) return KeysUsage(SV(window.status().message()));
+  if (*window <= absl::ZeroDuration()) return KeysUsage("--window must be longer than 0s");
+  if (f.examples < 0 || f.examples > 100) return KeysUsage("--examples must be 0 … 100");
   RecordQuery query;
   if (!f.tenant.empty()) {
     if (absl::Status s = ValidateTenant(f.tenant); !s.ok()) {
-      return Usage(absl::StrCat("--tenant: ", s.message()));
+      return KeysUsage(absl::StrCat("--tenant: ", s.message()));
     }
     query.tenant = f.tenant;
   }
   if (!f.biz_type.empty()) {
     if (absl::Status s = ValidateBizType(f.biz_type); !s.ok()) {
-      return Usage(absl::StrCat("--biz-type: ", s.message()));
+      return KeysUsage(absl::StrCat("--biz-type: ", s.message()));
     }
     query.biz_type = f.biz_type;
   }
@@ -155,18 +155,18 @@ int RunAnalyze(const AnalyzeFlags& f) {
   std::string token;
   if (!f.server.empty()) {
     absl::StatusOr<http::UpstreamUrl> url = http::ParseUpstreamUrl(f.server);
-    if (!url.ok()) return Usage(absl::StrCat("--server: ", url.status().message()));
+    if (!url.ok()) return KeysUsage(absl::StrCat("--server: ", url.status().message()));
     absl::StatusOr<std::string> t = ServerToken(f);
     if (!t.ok()) {
       if (t.status().code() == absl::StatusCode::kInvalidArgument)
-        return Usage(SV(t.status().message()));
+        return KeysUsage(SV(t.status().message()));
       PrintReason(absl::StrCat("keys analyze: ", t.status().message()));
       return kExitFailure;
     }
     server = *url;
     token = *std::move(t);
   } else if (!f.token_file.empty()) {
-    return Usage("--token-file is the token for --server; give --server too");
+    return KeysUsage("--token-file is the token for --server; give --server too");
   }
 
   absl::StatusOr<std::unique_ptr<Store>> store = OpenReadOnlyStore(f.store);
@@ -208,7 +208,7 @@ int RunAnalyze(const AnalyzeFlags& f) {
       return kExitFailure;
     }
     if (!f.tenant.empty() && oc->tenant != f.tenant) {
-      return Usage(absl::StrCat("--tenant ", f.tenant, ", but the token for --server is tenant ",
+      return KeysUsage(absl::StrCat("--tenant ", f.tenant, ", but the token for --server is tenant ",
                                 oc->tenant, "'s"));
     }
     std::erase_if(oc->keys, [&](const OverCoarseKey& k) {

@@ -49,9 +49,7 @@ struct ProxyFlags {
   std::string admin_listen;  // "": no admin listener
 };
 
-std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
-
-int Usage(const std::string& why) {
+int ProxyUsage(const std::string& why) {
   PrintReason("proxy: " + why);
   return kExitUsage;
 }
@@ -59,9 +57,9 @@ int Usage(const std::string& why) {
 int RunProxy(const ProxyFlags& flags) {
   BlockStopSignals();  // before any thread starts: see server_command.h
   absl::StatusOr<http::ServerOptions> server_options = ServerOptionsOf(flags.server);
-  if (!server_options.ok()) return Usage(Str(server_options.status().message()));
+  if (!server_options.ok()) return ProxyUsage(Str(server_options.status().message()));
   absl::StatusOr<http::UpstreamUrl> upstream_url = http::ParseUpstreamUrl(flags.upstream);
-  if (!upstream_url.ok()) return Usage(Str(upstream_url.status().message()));
+  if (!upstream_url.ok()) return ProxyUsage(Str(upstream_url.status().message()));
 
   http::ProxyOptions options;
   options.methods.clear();
@@ -70,47 +68,47 @@ int RunProxy(const ProxyFlags& flags) {
       std::string method = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(m));
       if (method.empty() || method.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ-") !=
                                 std::string::npos) {
-        return Usage("--methods '" + list + "': a method is a word such as POST");
+        return ProxyUsage("--methods '" + list + "': a method is a word such as POST");
       }
       if (method == "GET" || method == "HEAD" || method == "OPTIONS") {
-        return Usage("--methods: " + method + " is safe and needs no key; list the methods "
+        return ProxyUsage("--methods: " + method + " is safe and needs no key; list the methods "
                      "with effects (POST, PATCH, PUT, DELETE)");
       }
       options.methods.insert(method);
     }
   }
   for (const std::string& prefix : flags.key_optional) {
-    if (!prefix.starts_with("/")) return Usage("--key-optional '" + prefix + "' must start with /");
+    if (!prefix.starts_with("/")) return ProxyUsage("--key-optional '" + prefix + "' must start with /");
     options.optional_prefixes.push_back(prefix);
   }
   options.client_header = flags.client_header;
   if (flags.fingerprint != "raw" && flags.fingerprint != "json") {
-    return Usage("--fingerprint '" + flags.fingerprint + "' must be raw or json");
+    return ProxyUsage("--fingerprint '" + flags.fingerprint + "' must be raw or json");
   }
   options.canonical_json = flags.fingerprint == "json";
   options.keep_set_cookie = flags.keep_set_cookie;
   if (absl::Status s = ValidateBizType(flags.biz_type, KeyLimits{}); !s.ok()) {
-    return Usage("--biz-type '" + flags.biz_type + "': " + Str(s.message()));
+    return ProxyUsage("--biz-type '" + flags.biz_type + "': " + Str(s.message()));
   }
   options.biz_type = flags.biz_type;
   absl::StatusOr<absl::Duration> lease = ParseTtlDuration(flags.lease, "--lease");
   absl::StatusOr<absl::Duration> timeout =
       ParseTtlDuration(flags.upstream_timeout, "--upstream-timeout");
-  if (!lease.ok()) return Usage(Str(lease.status().message()));
-  if (!timeout.ok()) return Usage(Str(timeout.status().message()));
-  if (*timeout <= absl::ZeroDuration()) return Usage("--upstream-timeout must be more than 0");
+  if (!lease.ok()) return ProxyUsage(Str(lease.status().message()));
+  if (!timeout.ok()) return ProxyUsage(Str(timeout.status().message()));
+  if (*timeout <= absl::ZeroDuration()) return ProxyUsage("--upstream-timeout must be more than 0");
   if (*lease < absl::Milliseconds(100) || *lease > absl::Hours(1)) {
-    return Usage("--lease must be from 100ms to 1h");
+    return ProxyUsage("--lease must be from 100ms to 1h");
   }
   // The lease must outlast the forwarded request, or a retry would be forwarded
   // while the first is still running upstream.
   if (*lease <= *timeout) {
-    return Usage("--lease (" + flags.lease + ") must be longer than --upstream-timeout (" +
+    return ProxyUsage("--lease (" + flags.lease + ") must be longer than --upstream-timeout (" +
                  flags.upstream_timeout + ")");
   }
   options.lease = *lease;
   if (flags.max_response < 1 || flags.max_response > (uint64_t{1} << 30)) {
-    return Usage("--max-response must be between 1 and 1073741824 bytes");
+    return ProxyUsage("--max-response must be between 1 and 1073741824 bytes");
   }
 
   int exit_code = kExitOk;
@@ -136,7 +134,7 @@ int RunProxy(const ProxyFlags& flags) {
     admin_flags.threads = 2;
     admin_flags.max_connections = 64;
     absl::StatusOr<http::ServerOptions> admin_options = ServerOptionsOf(admin_flags);
-    if (!admin_options.ok()) return Usage("--admin-listen '" + flags.admin_listen + "' must be HOST:PORT");
+    if (!admin_options.ok()) return ProxyUsage("--admin-listen '" + flags.admin_listen + "' must be HOST:PORT");
     admin = std::make_unique<http::Api>(guard, *store, metrics, http::ApiOptions{});
     admin_server = std::make_unique<http::Server>(*admin, *admin_options);
     if (absl::Status s = admin_server->Start(); !s.ok()) {

@@ -80,7 +80,7 @@ struct ReconFlags {
   std::string max_age = "15m";
 };
 
-int Usage(const std::string& why) {
+int ReconUsage(const std::string& why) {
   PrintReason("recon: " + why);
   return kExitUsage;
 }
@@ -108,7 +108,7 @@ int ResolveSecrets(ReconFlags* f) {
   for (auto [option, url, file] : {std::tuple{"--ledger", &f->ledger, &f->ledger_password_file},
                                    std::tuple{"--store", &f->store, &f->store_password_file}}) {
     if (url->empty()) {
-      if (!file->empty()) return Usage(std::string(option) + "-password-file needs " + option);
+      if (!file->empty()) return ReconUsage(std::string(option) + "-password-file needs " + option);
       continue;
     }
     absl::StatusOr<std::string> with = UrlWithSecret(option, *url, *file, "", &warnings);
@@ -134,11 +134,11 @@ absl::StatusOr<std::unique_ptr<Store>> OpenLedgerStore(const std::string& url) {
 
 int RunStatus(ReconFlags f) {
   if (int exit = ResolveSecrets(&f); exit >= 0) return exit;
-  if (f.source.empty()) return Usage("status needs --source");
+  if (f.source.empty()) return ReconUsage("status needs --source");
   absl::StatusOr<absl::Duration> max_age = recon::ParseDurationFlag(f.max_age, false);
-  if (!max_age.ok()) return Usage("--max-age: " + Msg(max_age.status()));
+  if (!max_age.ok()) return ReconUsage("--max-age: " + Msg(max_age.status()));
   const std::string url = f.store.empty() ? f.ledger : f.store;
-  if (url.empty()) return Usage("status needs --store URL (where recon keeps its watermark)");
+  if (url.empty()) return ReconUsage("status needs --store URL (where recon keeps its watermark)");
   if (absl::Status s = CheckSqliteFileExists(url); !s.ok()) return Failure(Msg(s));
   absl::StatusOr<std::unique_ptr<Store>> store =
       OpenStore(url, StoreOptions{.read_only = true, .require_schema = false});
@@ -179,32 +179,32 @@ int RunStatus(ReconFlags f) {
 int RunRecon(ReconFlags f) {
   if (int exit = ResolveSecrets(&f); exit >= 0) return exit;
   // --- usage ---
-  if (f.source.empty()) return Usage("--source NAME is required (e.g. the payment channel)");
-  if (f.statements.empty()) return Usage("--statement FILE is required");
-  if (f.map.empty()) return Usage("--map key=COLUMN,… is required");
+  if (f.source.empty()) return ReconUsage("--source NAME is required (e.g. the payment channel)");
+  if (f.statements.empty()) return ReconUsage("--statement FILE is required");
+  if (f.map.empty()) return ReconUsage("--map key=COLUMN,… is required");
   if (f.ledger.empty() || f.ledger_query.empty()) {
-    return Usage("--ledger URL and --ledger-query SQL are required");
+    return ReconUsage("--ledger URL and --ledger-query SQL are required");
   }
   absl::StatusOr<recon::ColumnMap> map = recon::ParseColumnMap(f.map);
-  if (!map.ok()) return Usage(Msg(map.status()));
+  if (!map.ok()) return ReconUsage(Msg(map.status()));
   absl::StatusOr<recon::StatusRules> rules = recon::ParseStatusRules(f.status_map, f.intermediate);
-  if (!rules.ok()) return Usage(Msg(rules.status()));
+  if (!rules.ok()) return ReconUsage(Msg(rules.status()));
   if (!rules->map.empty() && !map->has(recon::Field::kStatus)) {
-    return Usage("--status-map needs status=COLUMN in --map");
+    return ReconUsage("--status-map needs status=COLUMN in --map");
   }
   for (int scale : {f.upstream_scale, f.local_scale}) {
     if (scale < 0 || scale > recon::kMaxScale)
-      return Usage("--upstream-scale/--local-scale: 0 to 18");
+      return ReconUsage("--upstream-scale/--local-scale: 0 to 18");
   }
   absl::StatusOr<absl::TimeZone> tz = recon::ParseTimeZone(f.tz);
-  if (!tz.ok()) return Usage("--tz: " + Msg(tz.status()));
+  if (!tz.ok()) return ReconUsage("--tz: " + Msg(tz.status()));
   recon::StatementOptions statement_options;
   if (f.delimiter == "\\t" || f.delimiter == "tab") {
     statement_options.delimiter = '\t';
   } else if (f.delimiter.size() == 1 && f.delimiter[0] != '"' && f.delimiter[0] != '\n') {
     statement_options.delimiter = f.delimiter[0];
   } else {
-    return Usage("--delimiter: one character (or tab)");
+    return ReconUsage("--delimiter: one character (or tab)");
   }
   std::vector<recon::StatementFormat> formats;
   for (const std::string& path : f.statements) {
@@ -212,7 +212,7 @@ int RunRecon(ReconFlags f) {
     if (format.empty()) {
       format = path.ends_with(".jsonl") || path.ends_with(".ndjson") ? "jsonl" : "csv";
     }
-    if (format != "csv" && format != "jsonl") return Usage("--format: csv or jsonl");
+    if (format != "csv" && format != "jsonl") return ReconUsage("--format: csv or jsonl");
     formats.push_back(format == "csv" ? recon::StatementFormat::kCsv
                                       : recon::StatementFormat::kJsonl);
   }
@@ -220,27 +220,27 @@ int RunRecon(ReconFlags f) {
       f.replay_url.empty() ? Action::kTicket : Action::kReplay, Action::kTicket,
       f.repush_url.empty() ? Action::kTicket : Action::kRepush, Action::kTicket, Action::kTicket};
   for (const std::string& on : f.on) {
-    if (absl::Status s = recon::ParseActionFlag(on, &plan); !s.ok()) return Usage(Msg(s));
+    if (absl::Status s = recon::ParseActionFlag(on, &plan); !s.ok()) return ReconUsage(Msg(s));
   }
   if (plan[0] == Action::kReplay && f.replay_url.empty()) {
-    return Usage("--on missing_local=replay needs --replay-url");
+    return ReconUsage("--on missing_local=replay needs --replay-url");
   }
   if (plan[2] == Action::kRepush && f.repush_url.empty()) {
-    return Usage("--on status_mismatch=repush needs --repush-url");
+    return ReconUsage("--on status_mismatch=repush needs --repush-url");
   }
   absl::StatusOr<std::unique_ptr<recon::ActionSink>> sink =
       recon::NewHttpActionSink(f.replay_url, f.repush_url, absl::Seconds(30));
-  if (!sink.ok()) return Usage(Msg(sink.status()));
+  if (!sink.ok()) return ReconUsage(Msg(sink.status()));
   absl::StatusOr<absl::Duration> lateness = recon::ParseDurationFlag(f.lateness, true);
-  if (!lateness.ok()) return Usage("--lateness: " + Msg(lateness.status()));
+  if (!lateness.ok()) return ReconUsage("--lateness: " + Msg(lateness.status()));
   absl::StatusOr<absl::Duration> skew = recon::ParseDurationFlag(f.skew, true);
-  if (!skew.ok()) return Usage("--skew: " + Msg(skew.status()));
+  if (!skew.ok()) return ReconUsage("--skew: " + Msg(skew.status()));
   const int modes = (!f.from.empty() || !f.to.empty()) + !f.day.empty() + !f.hot.empty();
-  if (modes > 1) return Usage("choose one window: --from/--to, --day or --hot");
+  if (modes > 1) return ReconUsage("choose one window: --from/--to, --day or --hot");
   if (modes == 1 && !map->has(recon::Field::kTime)) {
-    return Usage("a window needs time=COLUMN in --map");
+    return ReconUsage("a window needs time=COLUMN in --map");
   }
-  if (f.memory_mib < 16 || f.memory_mib > 65536) return Usage("--memory-mib: 16 to 65536");
+  if (f.memory_mib < 16 || f.memory_mib > 65536) return ReconUsage("--memory-mib: 16 to 65536");
 
   const absl::Time now_time = absl::Now();
   const int64_t now = absl::ToUnixMicros(now_time);
@@ -252,25 +252,25 @@ int RunRecon(ReconFlags f) {
   if (!f.from.empty() || !f.to.empty()) {
     if (!f.from.empty()) {
       absl::StatusOr<int64_t> t = recon::ParseTimeUs(f.from, *tz);
-      if (!t.ok()) return Usage("--from: " + Msg(t.status()));
+      if (!t.ok()) return ReconUsage("--from: " + Msg(t.status()));
       window.from_us = *t;
     }
     if (!f.to.empty()) {
       absl::StatusOr<int64_t> t = recon::ParseTimeUs(f.to, *tz);
-      if (!t.ok()) return Usage("--to: " + Msg(t.status()));
+      if (!t.ok()) return ReconUsage("--to: " + Msg(t.status()));
       window.to_us = *t;
     }
   } else if (!f.day.empty()) {
     absl::CivilDay day;
-    if (!absl::ParseCivilTime(f.day, &day)) return Usage("--day: YYYY-MM-DD");
+    if (!absl::ParseCivilTime(f.day, &day)) return ReconUsage("--day: YYYY-MM-DD");
     window.from_us = absl::ToUnixMicros(absl::FromCivil(day, *tz));
     window.to_us = absl::ToUnixMicros(absl::FromCivil(day + 1, *tz));
   } else if (!f.hot.empty()) {
     absl::StatusOr<absl::Duration> hot = recon::ParseDurationFlag(f.hot, false);
-    if (!hot.ok()) return Usage("--hot: " + Msg(hot.status()));
+    if (!hot.ok()) return ReconUsage("--hot: " + Msg(hot.status()));
     absl::StatusOr<absl::Duration> overlap =
         f.overlap.empty() ? *hot : recon::ParseDurationFlag(f.overlap, true);
-    if (!overlap.ok()) return Usage("--overlap: " + Msg(overlap.status()));
+    if (!overlap.ok()) return ReconUsage("--overlap: " + Msg(overlap.status()));
     std::optional<recon::Watermark> mark;
     if (absl::Status s = CheckSqliteFileExists(store_url); s.ok()) {
       absl::StatusOr<std::unique_ptr<Store>> store =
@@ -311,7 +311,7 @@ int RunRecon(ReconFlags f) {
   }
   absl::StatusOr<std::unique_ptr<recon::StatementReader>> local =
       recon::OpenLedger(**ledger, f.ledger_query, local_norm);
-  if (!local.ok()) return Usage(Msg(local.status()));
+  if (!local.ok()) return ReconUsage(Msg(local.status()));
 
   recon::CompareOptions options;
   options.window = window;

@@ -25,8 +25,6 @@ namespace {
 
 constexpr std::string_view kHashPrefix = "sha256:";
 
-std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
-
 // "sha256:" + 64 hex digits (either case): the digest, lower case.
 std::optional<std::string> DigestOf(std::string_view hash) {
   if (!hash.starts_with(kHashPrefix)) return std::nullopt;

@@ -76,8 +76,6 @@ struct ServeFlags {
   bool purge_no_tombstones = false;
 };
 
-std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
-
 int RunServe(const ServeFlags& flags) {
   BlockStopSignals();  // before any thread starts: see server_command.h
   absl::StatusOr<http::ServerOptions> server_options = ServerOptionsOf(flags.server);

@@ -15,16 +15,12 @@
 #include "cli/commands.h"
 #include "cli/reason.h"
 #include "cli/secrets.h"
+#include "core/absl_compat.h"
 #include "idem/idem.h"
 #include "idem/ttl.h"
 #include "spdlog/spdlog.h"
 
 namespace idem::cli {
-namespace {
-
-std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
-
-}  // namespace
 
 bool ParseListen(const std::string& listen, std::string* host, uint16_t* port) {
   size_t colon = listen.rfind(':');

@@ -116,19 +116,10 @@ std::string internal::FailureBytes(const absl::Status& status) {
                       R"(","message":")", message, "\"}");
 }
 
-namespace {
-
 // The Store's record primitives run statements idem wrote for a request it has
 // already validated: whatever fails in them is the store's fault (SPEC §3), never
-// the request's, so a missing table or a read-only file is 503, not 400.
-absl::Status Fault(const absl::Status& status) { return AsStoreFault(status); }
-template <typename T>
-absl::StatusOr<T> Fault(absl::StatusOr<T> value) {
-  if (!value.ok()) return AsStoreFault(value.status());
-  return value;
-}
-
-}  // namespace
+// the request's, so a missing table or a read-only file is 503, not 400: every
+// result of one goes through AsStoreFault (idem/store.h).
 
 std::string_view OutcomeName(Outcome outcome) {
   switch (outcome) {
@@ -197,7 +188,7 @@ absl::StatusOr<Guard::Acquisition> Guard::Acquire(
     const Statement* first, std::optional<absl::StatusOr<int64_t>>* first_result) {
   Record claim = FreshClaim(request, lease, now);
   absl::StatusOr<std::optional<Record>> loaded =
-      Fault(first != nullptr ? tx.InsertOrLoadThen(claim, *first, first_result)
+      AsStoreFault(first != nullptr ? tx.InsertOrLoadThen(claim, *first, first_result)
                              : tx.InsertOrLoad(claim));
   return Settle(tx, request, std::move(claim), std::move(loaded), lease, now);
 }
@@ -220,7 +211,8 @@ absl::StatusOr<Guard::Acquisition> Guard::Settle(StoreTransaction& tx, const Req
     a.final = std::move(d.final);
     return a;
   }
-  IDEM_ASSIGN_OR_RETURN(bool moved, Fault(tx.Replace(d.next, existing->token, existing->state)));
+  IDEM_ASSIGN_OR_RETURN(bool moved,
+                        AsStoreFault(tx.Replace(d.next, existing->token, existing->state)));
   if (!moved) {
     // Only possible if the store let another writer in between our read and
     // write; report it as contention rather than guess.
@@ -267,13 +259,13 @@ absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease
   if (lease <= absl::ZeroDuration()) lease = options_.lease;
   const absl::Time now = options_.clock->Now();
   if (std::optional<Result> known = DecideFromKnown(request, lease, now)) return *std::move(known);
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, Fault(store_.Begin()));
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, AsStoreFault(store_.Begin()));
   IDEM_ASSIGN_OR_RETURN(Acquisition a, Acquire(*tx, request, lease, now));
   if (a.final.has_value()) {
     tx->Rollback();
     return *std::move(a.final);
   }
-  IDEM_RETURN_IF_ERROR(Fault(tx->Commit()));
+  IDEM_RETURN_IF_ERROR(AsStoreFault(tx->Commit()));
   IDEM_FAILPOINT("guard.after_claim_commit");
   return Result{.outcome = Outcome::kAcquired,
                 .token = a.claim.token,
@@ -300,7 +292,7 @@ absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Sta
   if (std::optional<Result> known = DecideFromKnown(request, options_.lease, now)) {
     return *std::move(known);
   }
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, Fault(store_.Begin()));
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, AsStoreFault(store_.Begin()));
   std::optional<absl::StatusOr<int64_t>> first_result;
   absl::StatusOr<Acquisition> acquired =
       Acquire(*tx, request, options_.lease, now, first, &first_result);
@@ -312,7 +304,7 @@ absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Sta
     // this caller may take over: the failed statement has aborted the transaction
     // (PostgreSQL) the takeover needs. Start again without sending them together.
     tx->Rollback();
-    IDEM_ASSIGN_OR_RETURN(tx, Fault(store_.Begin()));
+    IDEM_ASSIGN_OR_RETURN(tx, AsStoreFault(store_.Begin()));
     first_result.reset();
     acquired = Acquire(*tx, request, options_.lease, now);
   }
@@ -343,13 +335,14 @@ absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Sta
     // A final failure: the handler's writes are gone with the rollback; cache the
     // failure in a transaction of its own. If someone claimed the key in between,
     // their record stands and ours is not written.
-    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> ftx, Fault(store_.Begin()));
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> ftx, AsStoreFault(store_.Begin()));
     Record failed = claim;
     failed.state = RecordState::kFailed;
     failed.error = internal::FailureBytes(value.status());
     failed.lease_until = absl::InfinitePast();
     failed.updated_at = options_.clock->Now();
-    IDEM_ASSIGN_OR_RETURN(std::optional<Record> now_existing, Fault(ftx->InsertOrLoad(failed)));
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> now_existing,
+                          AsStoreFault(ftx->InsertOrLoad(failed)));
     if (now_existing.has_value()) {
       // The rollback restored what this claim had acquired: a released key, or the
       // expired lease it took over (same token as before the takeover). Either is
@@ -362,13 +355,13 @@ absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Sta
       if (acquired_from_it) {
         failed.token = now_existing->token + 1;
         IDEM_RETURN_IF_ERROR(
-            Fault(ftx->Replace(failed, now_existing->token, now_existing->state)).status());
+            AsStoreFault(ftx->Replace(failed, now_existing->token, now_existing->state)).status());
       } else {
         ftx->Rollback();
         return value.status();
       }
     }
-    IDEM_RETURN_IF_ERROR(Fault(ftx->Commit()));
+    IDEM_RETURN_IF_ERROR(AsStoreFault(ftx->Commit()));
     return value.status();
   }
   IDEM_FAILPOINT("guard.after_handler");
@@ -381,7 +374,8 @@ absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Sta
   // Before anything of the commit is sent: the result write goes out with it.
   IDEM_FAILPOINT("guard.before_commit");
   IDEM_ASSIGN_OR_RETURN(
-      bool moved, Fault(tx->ReplaceAndCommit(done, expected_token, RecordState::kProcessing)));
+      bool moved,
+      AsStoreFault(tx->ReplaceAndCommit(done, expected_token, RecordState::kProcessing)));
   if (!moved) return absl::AbortedError("record moved during the handler; rolled back");
   IDEM_FAILPOINT("guard.after_commit");
   return Result{.outcome = Outcome::kExecuted, .value = std::move(done.result),
@@ -391,9 +385,9 @@ absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Sta
 absl::Status Guard::Finish(const Request& request, int64_t token, RecordState final_state,
                            std::string_view bytes) {
   IDEM_RETURN_IF_ERROR(Validate(request));
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, Fault(store_.Begin()));
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, AsStoreFault(store_.Begin()));
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing,
-                        Fault(tx->Load(request.tenant, request.key)));
+                        AsStoreFault(tx->Load(request.tenant, request.key)));
   if (!existing.has_value()) {
     return absl::NotFoundError(absl::StrCat("no record for key '", request.key, "'"));
   }
@@ -437,9 +431,10 @@ absl::Status Guard::Finish(const Request& request, int64_t token, RecordState fi
   } else if (final_state == RecordState::kFailed) {
     next.error = std::string(bytes);
   }
-  IDEM_ASSIGN_OR_RETURN(bool moved, Fault(tx->Replace(next, token, RecordState::kProcessing)));
+  IDEM_ASSIGN_OR_RETURN(bool moved,
+                        AsStoreFault(tx->Replace(next, token, RecordState::kProcessing)));
   if (!moved) return absl::AbortedError("lease_lost: the record moved");
-  return Fault(tx->Commit());
+  return AsStoreFault(tx->Commit());
 }
 
 absl::Status Guard::Complete(const Request& request, int64_t token, std::string_view result) {
@@ -455,7 +450,7 @@ absl::StatusOr<Record> Guard::Get(const Request& request) {
   IDEM_RETURN_IF_ERROR(ValidateTenant(request.tenant, options_.limits));
   IDEM_RETURN_IF_ERROR(ValidateKey(request.key, options_.limits));
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> record,
-                        Fault(store_.Get(request.tenant, request.key)));
+                        AsStoreFault(store_.Get(request.tenant, request.key)));
   if (!record.has_value() || (record->state == RecordState::kReleased && !record->purged())) {
     return absl::NotFoundError(absl::StrCat("no record for key '", request.key, "'"));
   }

@@ -32,12 +32,6 @@ absl::Status Undo(StoreTransaction& tx) {
   return AsStoreFault(tx.Exec(kRelease).status());
 }
 
-template <typename T>
-absl::StatusOr<T> Fault(absl::StatusOr<T> value) {
-  if (!value.ok()) return AsStoreFault(value.status());
-  return value;
-}
-
 }  // namespace
 
 absl::Status Guard::CheckSql() const {
@@ -81,11 +75,11 @@ absl::StatusOr<Result> Guard::RunIn(StoreTransaction& tx, const Request& request
     failed.error = internal::FailureBytes(value.status());
     failed.lease_until = absl::InfinitePast();
     failed.updated_at = options_.clock->Now();
-    IDEM_ASSIGN_OR_RETURN(std::optional<Record> before, Fault(tx.InsertOrLoad(failed)));
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> before, AsStoreFault(tx.InsertOrLoad(failed)));
     if (before.has_value()) {
       failed.token = before->token + 1;
       IDEM_ASSIGN_OR_RETURN(bool moved,
-                            Fault(tx.Replace(failed, before->token, before->state)));
+                            AsStoreFault(tx.Replace(failed, before->token, before->state)));
       if (!moved) return absl::AbortedError("record moved while caching a failure; retry");
     }
     return value.status();
@@ -96,7 +90,7 @@ absl::StatusOr<Result> Guard::RunIn(StoreTransaction& tx, const Request& request
   done.lease_until = absl::InfinitePast();
   done.updated_at = options_.clock->Now();
   IDEM_ASSIGN_OR_RETURN(bool moved,
-                        Fault(tx.Replace(done, claim.token, RecordState::kProcessing)));
+                        AsStoreFault(tx.Replace(done, claim.token, RecordState::kProcessing)));
   if (!moved) {
     Undo(tx).IgnoreError();  // reported as kAborted: the caller retries the batch
     return absl::AbortedError("record moved during the handler; rolled back");
@@ -119,7 +113,8 @@ absl::StatusOr<Result> Guard::RunUnconfined(StoreTransaction& tx, const Request&
   done.result = std::move(value);
   done.lease_until = absl::InfinitePast();
   done.updated_at = options_.clock->Now();
-  IDEM_ASSIGN_OR_RETURN(bool moved, Fault(tx.Replace(done, token, RecordState::kProcessing)));
+  IDEM_ASSIGN_OR_RETURN(bool moved,
+                        AsStoreFault(tx.Replace(done, token, RecordState::kProcessing)));
   if (!moved) return absl::AbortedError("record moved during the handler; roll back");
   return Result{.outcome = Outcome::kExecuted, .value = std::move(done.result), .token = token,
                 .expires_at = done.expires_at};
@@ -176,7 +171,7 @@ absl::Status Guard::RunSegmentIn(StoreTransaction& tx, absl::Span<const Request>
     claims.push_back(FreshClaim(requests[i], options_.lease, now));
   }
   IDEM_ASSIGN_OR_RETURN(std::vector<std::optional<Record>> loaded,
-                        Fault(tx.InsertOrLoadMany(claims)));
+                        AsStoreFault(tx.InsertOrLoadMany(claims)));
   if (loaded.size() != claims.size()) {
     return absl::InternalError("InsertOrLoadMany answered another number of records");
   }
@@ -220,7 +215,7 @@ absl::Status Guard::RunSegmentIn(StoreTransaction& tx, absl::Span<const Request>
     writes.push_back({.record = std::move(done), .expected_token = token,
                       .expected_state = RecordState::kProcessing});
   }
-  IDEM_ASSIGN_OR_RETURN(std::vector<bool> moved, Fault(tx.ReplaceMany(writes)));
+  IDEM_ASSIGN_OR_RETURN(std::vector<bool> moved, AsStoreFault(tx.ReplaceMany(writes)));
   for (size_t k = 0; k < writes.size(); ++k) {
     if (k >= moved.size() || !moved[k]) {
       return absl::AbortedError("record moved during the handler; roll back");
