@@ -6,7 +6,13 @@
 # fuzzer found a crash, leak, timeout or out-of-memory input (kept, with the log,
 # in build-fuzz/bench-fuzz/).
 #
-#   bench/fuzz.sh [--runs N] [--jobs J] [FUZZER ...]   (FUZZER: http_api, store_url, ...)
+#   bench/fuzz.sh [--runs N] [--jobs J] [--timeout S] [FUZZER ...]
+#                                         (FUZZER: http_api, store_url, ...)
+#
+# --timeout: libFuzzer's -timeout, the wall-clock seconds one input may take before
+# it is reported as a timeout (default 10). libFuzzer measures wall time: a fuzzer
+# stopped with SIGSTOP (to keep a benchmark quiet) reports the input it was running
+# as a timeout when continued, unless this is longer than the stop.
 #
 # Builds the fuzzers first when needed (clang-14, -DIDEM_FUZZ=ON, in build-fuzz;
 # see docs/reliability.md). 10^7 inputs take from minutes (the small parsers) to
@@ -16,18 +22,21 @@ cd "$(dirname "$0")/.."
 root=$PWD
 runs=10000000
 jobs=1
+timeout=10
 names=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --runs) runs=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --timeout) timeout=$2; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) names+=("$1"); shift ;;
   esac
 done
 [[ $runs =~ ^[0-9]+$ && $runs -gt 0 ]] || { echo "fuzz.sh: --runs takes a positive integer" >&2; exit 2; }
 [[ $jobs =~ ^[0-9]+$ && $jobs -gt 0 ]] || { echo "fuzz.sh: --jobs takes a positive integer" >&2; exit 2; }
+[[ $timeout =~ ^[0-9]+$ && $timeout -gt 0 ]] || { echo "fuzz.sh: --timeout takes a positive number of seconds" >&2; exit 2; }
 build=$root/build-fuzz
 if [[ ${#names[@]} -eq 0 ]]; then
   for dir in "$root"/tests/fuzz/corpus/*/; do names+=("$(basename "$dir")"); done
@@ -49,14 +58,16 @@ run_one() {
   mkdir -p "$work" "$out/crashes"
   rm -f "$out/crashes/$name-"*
   start=$(date +%s)
-  "$build/tests/fuzz/fuzz_$name" -runs="$runs" -timeout=10 -rss_limit_mb=2048 \
+  "$build/tests/fuzz/fuzz_$name" -runs="$runs" -timeout="$timeout" -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$out/crashes/$name-" \
     "$work" "$root/tests/fuzz/corpus/$name" >"$out/$name.log" 2>&1 || status=$?
   end=$(date +%s)
   local inputs rate crashes corpus
   inputs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/$name.log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$out/$name.log" | tail -1)
-  crashes=$(find "$out/crashes" -name "$name-*" | wc -l)
+  # Findings only: libFuzzer also saves "slow-unit-" inputs (-report_slow_units),
+  # which are no failure.
+  crashes=$(find "$out/crashes" -name "$name-*" ! -name "$name-slow-unit-*" | wc -l)
   [[ $status -ne 0 && $crashes -eq 0 ]] && crashes="exit $status"
   # libFuzzer's corpus at the end (seeds and findings that add coverage).
   corpus=$(grep -o 'corp: [0-9]*' "$out/$name.log" | tail -1 | cut -d' ' -f2)

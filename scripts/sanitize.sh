@@ -15,8 +15,10 @@
 #                                            run them (needs the services' env:
 #                                            source build/services/env.sh first)
 #
-# Both builds use -O1 -g1: fast enough to run, line numbers in every report, and
-# about half the compile time of -O2 -g. TSan is GCC's (the shim is written for it).
+# Both builds compile the product code at -O1 -g1: fast enough to run, line numbers
+# in every report, and about half the compile time of -O2 -g. Test code gets less
+# (CMakeLists.txt, IDEM_TEST_COMPILE_OPTIONS: -O0 -g1 with clang, -Og -g1 with GCC).
+# TSan is GCC's (the shim is written for it).
 # Environment: JOBS as in scripts/build.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -14,13 +14,8 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Dump(const json& j) {
-  // Strings that came in as percent-encoded bytes need not be UTF-8; never throw.
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
 ChannelReply Answer(int status, const json& body, ChannelFault fault = ChannelFault::kNone) {
-  return ChannelReply{status, Dump(body), fault};
+  return ChannelReply{status, DumpJson(body), fault};
 }
 
 ChannelReply BadRequest(const absl::Status& status) {
@@ -114,7 +109,7 @@ absl::StatusOr<std::map<std::string, std::string>> ParseQuery(std::string_view q
 }  // namespace
 
 ChannelReply ChannelReply::Error(int status, std::string message) {
-  return ChannelReply{status, Dump(json{{"error", std::move(message)}})};
+  return ChannelReply{status, DumpJson(json{{"error", std::move(message)}})};
 }
 
 ChannelBook::ChannelBook(double fault_rate, uint64_t seed) : fault_rate_(fault_rate), rng_(seed) {}

@@ -24,8 +24,6 @@ using json = nlohmann::json;
 
 constexpr size_t kMaxReplyBytes = 16 << 20;
 
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 std::string UrlEncode(std::string_view in) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;
@@ -92,6 +90,10 @@ absl::StatusOr<int64_t> IntField(const json& j, const char* name, std::string_vi
 }
 
 }  // namespace
+
+std::string DumpJson(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 ChannelClient::ChannelClient(std::string host, uint16_t port, absl::Duration timeout)
     : host_(std::move(host)), port_(port), timeout_(timeout) {}
@@ -236,7 +238,7 @@ absl::StatusOr<std::string> ChannelClient::Reverse(std::string_view request_id,
   const json body{{"request_id", std::string(request_id)},
                   {"order_no", std::string(order_no)},
                   {"amount", amount}};
-  IDEM_ASSIGN_OR_RETURN(Reply reply, Call(true, "/reversals", Dump(body), kWhat, context));
+  IDEM_ASSIGN_OR_RETURN(Reply reply, Call(true, "/reversals", DumpJson(body), kWhat, context));
   if (reply.status != 201) return StatusFromReply(reply.status, reply.body, kWhat, context);
   IDEM_ASSIGN_OR_RETURN(json j, ParseReply(reply.body, kWhat));
   IDEM_ASSIGN_OR_RETURN(Reversal reversal, ParseReversal(j, kWhat));
@@ -273,7 +275,7 @@ absl::StatusOr<int> ChannelClient::Cancel(std::string_view request_id) const {
   constexpr std::string_view kWhat = "POST /reversals/cancel";
   const std::string context = Context("request_id", request_id);
   const json body{{"request_id", std::string(request_id)}};
-  IDEM_ASSIGN_OR_RETURN(Reply reply, Call(true, "/reversals/cancel", Dump(body), kWhat, context));
+  IDEM_ASSIGN_OR_RETURN(Reply reply, Call(true, "/reversals/cancel", DumpJson(body), kWhat, context));
   if (reply.status != 200) return StatusFromReply(reply.status, reply.body, kWhat, context);
   IDEM_ASSIGN_OR_RETURN(json j, ParseReply(reply.body, kWhat));
   IDEM_ASSIGN_OR_RETURN(int64_t cancelled, IntField(j, "cancelled", kWhat));

@@ -23,8 +23,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace idem::refund {
+
+// `j` as compact JSON text. Strings that came in as percent-encoded bytes need not
+// be UTF-8: invalid bytes become U+FFFD instead of an exception.
+std::string DumpJson(const nlohmann::json& j);
 
 // One reversal as the channel reports it.
 struct Reversal {

@@ -50,9 +50,9 @@ std::string ResultFor(const std::string& key, int64_t token, int client) {
                       R"(,"amount":1.50})");
 }
 
-class Run {
+class HttpRun {
  public:
-  Run(const DriverOptions& o, Endpoints& endpoints, const std::vector<FaultKind>& faults,
+  HttpRun(const DriverOptions& o, Endpoints& endpoints, const std::vector<FaultKind>& faults,
       std::unique_ptr<EffectLog> log)
       : o_(o), endpoints_(endpoints), faults_(faults), log_(std::move(log)) {}
 
@@ -328,7 +328,7 @@ absl::StatusOr<RunResult> RunChaos(const DriverOptions& options, Endpoints& endp
   ::unlink(options.effect_log_path.c_str());  // a fresh log: effects of this run only
   absl::StatusOr<std::unique_ptr<EffectLog>> log = EffectLog::Open(options.effect_log_path);
   if (!log.ok()) return log.status();
-  return Run(options, endpoints, faults, *std::move(log)).Go();
+  return HttpRun(options, endpoints, faults, *std::move(log)).Go();
 }
 
 }  // namespace idem::chaos

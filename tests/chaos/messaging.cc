@@ -480,9 +480,9 @@ Report Judge(const Produced& p, const std::map<std::string, std::vector<std::str
   return Report{.properties = {once, lost, drained}};
 }
 
-class Run {
+class MessagingRun {
  public:
-  Run(const MessagingOptions& o, Source& source, std::string store_url)
+  MessagingRun(const MessagingOptions& o, Source& source, std::string store_url)
       : o_(o),
         source_(source),
         store_url_(std::move(store_url)),
@@ -708,7 +708,7 @@ absl::StatusOr<MessagingResult> RunMessaging(const MessagingOptions& o) {
   }
   MessagingOptions options = o;
   if (o.transport == "streams") options.partitions = 1;
-  return Run(options, *source, store_url).Go();
+  return MessagingRun(options, *source, store_url).Go();
 }
 
 }  // namespace idem::chaos
