@@ -16,8 +16,8 @@
 #                                            source build/services/env.sh first)
 #
 # Both builds compile the product code at -O1 -g1: fast enough to run, line numbers
-# in every report, and about half the compile time of -O2 -g. Test code gets less
-# (CMakeLists.txt, IDEM_TEST_COMPILE_OPTIONS: -O0 -g1 with clang, -Og -g1 with GCC).
+# in every report, and about half the compile time of -O2 -g. Test code too (the
+# main build's is at -Og: CMakeLists.txt, IDEM_TEST_COMPILE_OPTIONS, says why not here).
 # TSan is GCC's (the shim is written for it).
 # Environment: JOBS as in scripts/build.sh.
 set -euo pipefail
