@@ -92,11 +92,10 @@ simdjson::error_code WalkValue(od::value v) {
   return simdjson::TAPE_ERROR;
 }
 
-// IsValidJson's and ValidateObject's check for a body simdjson's DOM refused only
-// for a number's size (1e400, 18446744073709551616): the same grammar, numbers
-// unconverted. `object`: the top value must be an object.
-bool ValidWithBigNumbers(std::string_view bytes, bool object) {
-  if (!object) {  // a number alone: the whole text, trimmed, is its token
+// IsValidJson's check for a value simdjson's DOM refused only for a number's size
+// (1e400, 18446744073709551616): the same grammar, numbers unconverted.
+bool ValidWithBigNumbers(std::string_view bytes) {
+  {  // a number alone: the whole text, trimmed, is its token
     const size_t first = bytes.find_first_not_of(" \t\r\n");
     const size_t last = bytes.find_last_not_of(" \t\r\n");
     if (first != std::string_view::npos && bytes[first] != '{' && bytes[first] != '[') {
@@ -111,8 +110,7 @@ bool ValidWithBigNumbers(std::string_view bytes, bool object) {
     od::document doc;
     od::value root;
     od::json_type type;
-    if (parser.iterate(padded).get(doc) || doc.get_value().get(root) ||
-        root.type().get(type) || (object && type != od::json_type::object)) {
+    if (parser.iterate(padded).get(doc) || doc.get_value().get(root) || root.type().get(type)) {
       return false;
     }
     std::string_view raw;
@@ -138,18 +136,11 @@ bool ValidWithBigNumbers(std::string_view bytes, bool object) {
   return !WalkValue(root);
 }
 
-absl::Status ValidateWithoutNumbers(std::string_view body) {
-  if (!ValidWithBigNumbers(body, /*object=*/true)) {
-    return absl::InvalidArgumentError("request body is not valid JSON (or not a JSON object)");
-  }
-  return absl::OkStatus();
-}
-
 // A request body copied once, with the SIMDJSON_PADDING bytes simdjson may read
-// past its end, so that the DOM pass and the on-demand pass both parse it in place
-// (realloc_if_needed and padded_string each allocated and copied it again). Bodies
-// up to 64 KiB (every claim) use this thread's buffer, which stays allocated;
-// bigger ones a buffer of their own, so no thread keeps a megabyte.
+// past its end, so that the on-demand pass parses it in place (padded_string
+// allocated and copied it again). Bodies up to 64 KiB (every claim) use this
+// thread's buffer, which stays allocated; bigger ones a buffer of their own, so no
+// thread keeps a megabyte.
 class PaddedBody {
  public:
   explicit PaddedBody(std::string_view body) : size_(body.size()) {
@@ -167,7 +158,6 @@ class PaddedBody {
   PaddedBody(const PaddedBody&) = delete;
   PaddedBody& operator=(const PaddedBody&) = delete;
 
-  std::string_view bytes() const { return {data_, size_}; }
   simdjson::padded_string_view view() const {
     return simdjson::padded_string_view(data_, size_, capacity_);
   }
@@ -179,32 +169,9 @@ class PaddedBody {
   size_t capacity_ = 0;
 };
 
-// Rejects anything that is not one well-formed JSON object in valid UTF-8. The
-// on-demand pass that follows skips over nested values without checking them, so
-// this full pass is what makes the raw `result`/`error` bytes trustworthy.
-absl::Status ValidateObject(const PaddedBody& padded) {
-  const std::string_view body = padded.bytes();
-  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
-    return absl::InvalidArgumentError("request body is empty; expected a JSON object");
-  }
-  thread_local simdjson::dom::parser parser;  // reused per thread, as above
-  simdjson::dom::element root;
-  auto error = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/false).get(root);
-  if (error == simdjson::NUMBER_ERROR || error == simdjson::NUMBER_OUT_OF_RANGE) {
-    // Valid JSON whose numbers do not fit int64/uint64/double (1e400,
-    // 18446744073709551616): SPEC §11 stores any JSON value byte-for-byte, and
-    // complete comes after the effect, so it must not be refused. The grammar is
-    // checked without converting numbers.
-    return ValidateWithoutNumbers(body);
-  }
-  if (error) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request body is not valid JSON: ", simdjson::error_message(error)));
-  }
-  if (!root.is_object()) {
-    return absl::InvalidArgumentError("request body must be a JSON object");
-  }
-  return absl::OkStatus();
+absl::Status NotJson(simdjson::error_code error) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("request body is not valid JSON: ", simdjson::error_message(error)));
 }
 
 std::string_view TrimRight(std::string_view s) {
@@ -225,7 +192,9 @@ absl::StatusOr<std::string> GetString(od::value& v, std::string_view field) {
     return FieldError(field, "must be a string");
   }
   std::string_view s;
-  if (v.get_string().get(s)) return FieldError(field, "is not a valid string");
+  if (auto e = v.get_string().get(s)) {  // a bad escape or a lone surrogate
+    return FieldError(field, absl::StrCat("is not valid JSON: ", simdjson::error_message(e)));
+  }
   if (s.find('\0') != std::string_view::npos) {
     return FieldError(field, "must not contain NUL (\\u0000)");
   }
@@ -273,34 +242,54 @@ absl::StatusOr<std::string> GetRaw(od::value& v, std::string_view field) {
   if (error) return FieldError(field, "is not a JSON value");
   // raw_json() of an object/array and raw_json_token() of a scalar run up to the
   // next structural character, so they carry the whitespace that follows the value.
-  return std::string(TrimRight(raw));
+  // That character must end the member: the loop's next step skips what is left of
+  // an unread value up to the object's depth without checking it, so it would walk
+  // over `"b":[1]` after a scalar `"b"` (the padding reads as NUL at the end).
+  const char after = raw.data()[raw.size()];
+  if (after != ',' && after != '}') return FieldError(field, "is not valid JSON");
+  raw = TrimRight(raw);
+  // The on-demand pass skipped over the value without checking it: this is its only
+  // full check, and what makes the stored bytes replayable as JSON.
+  if (!IsValidJson(raw)) return FieldError(field, "is not valid JSON");
+  return std::string(raw);
 }
 
 // The members present, as bits by their index in `allowed`.
 using FieldSet = uint32_t;
 
-// Walks the members of the top-level object, calling `on_field(name, value)` for
-// each; rejects duplicates and members outside `allowed` (at most 32). Sets
-// `*present` to the members seen.
+// Walks the members of the top-level object in one on-demand pass, calling
+// `on_field(name, value)` for each; rejects duplicates and members outside
+// `allowed` (at most 32). Sets `*present` to the members seen.
+//
+// One pass is a full check because every part of the body is read: the whole
+// input's UTF-8 and string characters when the document starts, each member's name
+// and separators as it is reached, each scalar by on_field, which must read its
+// value completely or fail (GetString, GetInt, GetBool), or hand it to GetRaw, which
+// validates the skipped value's bytes alone, and what follows the object.
 template <typename OnField>
 absl::Status ForEachField(std::string_view body, std::span<const std::string_view> allowed,
                           FieldSet* present, OnField on_field) {
   *present = 0;
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    return absl::InvalidArgumentError("request body is empty; expected a JSON object");
+  }
   const PaddedBody padded(body);
-  if (absl::Status s = ValidateObject(padded); !s.ok()) return s;
   // One parser per thread, reused: its buffers are allocated once, not per request.
   thread_local od::parser parser;
   od::document doc;
-  od::object object;
-  if (parser.iterate(padded.view()).get(doc) || doc.get_object().get(object)) {
+  od::json_type type;
+  if (auto e = parser.iterate(padded.view()).get(doc)) return NotJson(e);
+  if (auto e = doc.type().get(type)) return NotJson(e);
+  if (type != od::json_type::object) {
     return absl::InvalidArgumentError("request body must be a JSON object");
   }
+  od::object object;
+  if (auto e = doc.get_object().get(object)) return NotJson(e);
   for (auto field_result : object) {
     od::field field;
     std::string_view name;
-    if (std::move(field_result).get(field) || field.unescaped_key().get(name)) {
-      return absl::InvalidArgumentError("request body has a malformed member name");
-    }
+    if (auto e = std::move(field_result).get(field)) return NotJson(e);
+    if (auto e = field.unescaped_key().get(name)) return NotJson(e);
     FieldSet bit = 0;
     FieldSet next = 1;
     for (std::string_view a : allowed) {
@@ -311,6 +300,12 @@ absl::Status ForEachField(std::string_view body, std::span<const std::string_vie
     if ((*present & bit) != 0) return FieldError(name, "appears more than once");
     *present |= bit;
     if (absl::Status s = on_field(name, field.value()); !s.ok()) return s;
+  }
+  // Only whitespace may follow the object: at the end, there is no location left.
+  const char* trailing = nullptr;
+  if (doc.current_location().get(trailing) != simdjson::OUT_OF_BOUNDS) {
+    return absl::InvalidArgumentError(
+        "request body is not valid JSON: content after the top-level object");
   }
   return absl::OkStatus();
 }
@@ -420,7 +415,7 @@ bool IsValidJson(std::string_view bytes) {
   simdjson::dom::element root;
   const simdjson::error_code error = parser.parse(bytes.data(), bytes.size(), true).get(root);
   if (error == simdjson::NUMBER_ERROR || error == simdjson::NUMBER_OUT_OF_RANGE) {
-    return ValidWithBigNumbers(bytes, /*object=*/false);  // numbers past double/int64
+    return ValidWithBigNumbers(bytes);  // numbers past double/int64
   }
   return !error;
 }

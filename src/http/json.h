@@ -1,15 +1,15 @@
 // Parsing of the JSON request bodies of the §11 API, and the JSON helpers the
 // handlers use to build answers.
 //
-// Bodies are validated strictly first (well-formed JSON, valid UTF-8, one top-level
-// object, no duplicate or unknown members); `result` and `error` values are then
-// kept as the exact bytes they had in the body, so they can be stored and replayed
-// byte-for-byte (SPEC §11).
+// Bodies are read in one strict pass (well-formed JSON, valid UTF-8, one top-level
+// object, no duplicate or unknown members); `result` and `error` values are kept as
+// the exact bytes they had in the body, checked once as JSON of their own, so they
+// can be stored and replayed byte-for-byte (SPEC §11).
 //
 // Errors are kInvalidArgument with a message that names the offending field; the
 // API layer turns them into 400 problem+json.
 //
-// Thread safety: pure functions (each call uses its own parser).
+// Thread safety: safe from any thread (each thread reuses parsers of its own).
 #pragma once
 
 #include <cstdint>

@@ -133,6 +133,47 @@ TEST(ParseCompleteBody, RejectsInvalidJsonInsideResult) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// A body is read in one on-demand pass, whose step to the next member skips an
+// unread value up to the object's depth without checking it. A scalar `result` is
+// only looked at, never read, so what follows it must be checked: these were
+// accepted, with "b" as the result, before that check (found by a differential
+// fuzzer against the former DOM-then-on-demand parse).
+TEST(ParseCompleteBody, RejectsWhatFollowsAScalarResultWhenItDoesNotEndTheMember) {
+  for (const char* body : {
+           R"({"biz_type":"r","key":"k","token":4,"result":"b":[1,2 ]}  })",
+           R"({"biz_type":"r","key":"k","token":4,"result":"b" 7})",
+           R"({"biz_type":"r","key":"k","token":4,"result":1 2})",
+           R"({"biz_type":"r","key":"k","token":4,"result":{"a":1}:2}})",
+           R"({"biz_type":"r","key":"k","token":4,"result":"b"}})",
+           R"({"biz_type":"r","key":"k","token":4,"result":"b")",
+       }) {
+    EXPECT_THAT(ParseCompleteBody(body), StatusIs(absl::StatusCode::kInvalidArgument)) << body;
+  }
+  EXPECT_THAT(ParseFailBody(R"({"biz_type":"r","key":"k","token":4,"retryable":true,"error":1:2}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // Whitespace after the value is still fine, and kept out of the stored bytes.
+  ASSERT_OK_AND_ASSIGN(CompleteBody b,
+                       ParseCompleteBody("{\"biz_type\":\"r\",\"key\":\"k\",\"token\":4,"
+                                         "\"result\":\"b\" \r\n\t}"));
+  EXPECT_EQ(b.result, "\"b\"");
+}
+
+// What the single pass must still refuse anywhere in the body (the former DOM pass
+// refused all of it): raw control characters in strings, bad escapes, invalid
+// UTF-8 and anything after the object.
+TEST(ParseClaimBody, RefusesInvalidJsonAnywhere) {
+  for (std::string body : {std::string("{\"biz_type\":\"a\",\"key\":\"b\x01\"}"),
+                           std::string("{\"biz_type\":\"a\",\"k\x01\":\"b\"}"),
+                           std::string(R"({"biz_type":"a","key":"\q"})"),
+                           std::string(R"({"biz_type":"a","key":"\ud800"})"),
+                           std::string("{\"biz_type\":\"a\",\"key\":\"b\"} \xff"),
+                           std::string(R"({"biz_type":"a","key":"b"}})"),
+                           std::string(R"({"biz_type":"a","key":"b",})"),
+                           std::string(R"({"biz_type":"a" "key":"b"})"),
+                           std::string(R"({"biz_type":"a","key":"b","lease_ms":100:5})")}) {
+    EXPECT_THAT(ParseClaimBody(body), StatusIs(absl::StatusCode::kInvalidArgument)) << body;
+  }
+}
 TEST(ParseFailBody, Fields) {
   ASSERT_OK_AND_ASSIGN(FailBody b, ParseFailBody(R"({"biz_type":"r","key":"k","token":2,
       "retryable":true,"error":{"code" :"E1"}})"));
