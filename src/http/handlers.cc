@@ -28,11 +28,15 @@ using ojson = nlohmann::ordered_json;
 
 std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
-// Appends `"name":<raw>` to the JSON object text `object` (which ends in '}').
-std::string Splice(std::string object, std::string_view name, std::string_view raw) {
+// Appends `"name":<value>` to the JSON object text `object` (which ends in '}'),
+// the value as RawJsonOrString gives it.
+std::string Splice(std::string object, std::string_view name, std::string_view value) {
   object.pop_back();
   if (object.size() > 1) object += ',';
-  absl::StrAppend(&object, JsonString(name), ":", AV(raw), "}");
+  AppendJsonString(&object, name);
+  object += ':';
+  AppendRawJsonOrString(&object, value);
+  object += '}';
   return object;
 }
 
@@ -282,10 +286,19 @@ Reply Api::DecidedClaim(const Result& result) {
       const bool replayed = result.outcome == Outcome::kReplayed;
       std::string_view name = replayed ? "replayed" : "cached_failure";
       const std::string expires = FormatRfc3339(result.expires_at);
-      HttpResponse r = Json(
-          200, Splice(absl::StrCat(R"({"outcome":")", AV(name), R"(","expires_at":)",
-                                   expires.empty() ? "null" : JsonString(expires), "}"),
-                      replayed ? "result" : "error", RawJsonOrString(result.value)));
+      // Built in one buffer: this is every duplicate's answer.
+      std::string body;
+      body.reserve(80 + result.value.size());
+      body.append(R"({"outcome":")").append(name).append(R"(","expires_at":)");
+      if (expires.empty()) {
+        body.append("null");
+      } else {
+        AppendJsonString(&body, expires);
+      }
+      body.append(replayed ? R"(,"result":)" : R"(,"error":)");
+      AppendRawJsonOrString(&body, result.value);
+      body.push_back('}');
+      HttpResponse r = Json(200, std::move(body));
       r.headers.emplace_back("Idempotent-Replayed", "true");
       return Make(Route::kClaims, std::move(r), name);
     }
@@ -428,9 +441,9 @@ Reply Api::GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
   if (rec->purged()) return Make(Route::kRecord, ExpiredProblem(rec->purged_at, rec->expires_at));
   std::string body = Dump(RecordJson(*rec));
   if (rec->state == RecordState::kSucceeded) {
-    body = Splice(std::move(body), "result", RawJsonOrString(rec->result));
+    body = Splice(std::move(body), "result", rec->result);
   } else if (rec->state == RecordState::kFailed) {
-    body = Splice(std::move(body), "error", RawJsonOrString(rec->error));
+    body = Splice(std::move(body), "error", rec->error);
   }
   return Make(Route::kRecord, Json(200, std::move(body)));
 }

@@ -421,12 +421,28 @@ bool IsValidJson(std::string_view bytes) {
 }
 
 std::string RawJsonOrString(std::string_view bytes) {
-  if (bytes.empty()) return "null";
-  if (IsValidJson(bytes)) return std::string(bytes);
-  return JsonString(bytes);
+  std::string out;
+  AppendRawJsonOrString(&out, bytes);
+  return out;
+}
+
+void AppendRawJsonOrString(std::string* out, std::string_view bytes) {
+  if (bytes.empty()) {
+    out->append("null");
+  } else if (IsValidJson(bytes)) {
+    out->append(bytes);
+  } else {
+    AppendJsonString(out, bytes);
+  }
 }
 
 std::string JsonString(std::string_view text) {
+  std::string out;
+  AppendJsonString(&out, text);
+  return out;
+}
+
+void AppendJsonString(std::string* out, std::string_view text) {
   // Printable ASCII without '"' and '\\' needs no escape (names, times, tokens):
   // quoted as is, what the dump below writes for it, without building a json.
   bool plain = true;
@@ -434,15 +450,14 @@ std::string JsonString(std::string_view text) {
     plain = plain && c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
   }
   if (plain) {
-    std::string out;
-    out.reserve(text.size() + 2);
-    out += '"';
-    out.append(text);
-    out += '"';
-    return out;
+    out->reserve(out->size() + text.size() + 2);
+    out->push_back('"');
+    out->append(text);
+    out->push_back('"');
+    return;
   }
-  return nlohmann::json(std::string(text))
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out->append(nlohmann::json(std::string(text))
+                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 std::string FormatRfc3339(absl::Time t) {

@@ -69,10 +69,14 @@ bool IsValidJson(std::string_view bytes);
 // JSON (byte-for-byte), else a JSON string holding it (invalid UTF-8 replaced), for
 // values stored through the C++ API that are not JSON. Empty bytes give "null".
 std::string RawJsonOrString(std::string_view bytes);
+// The same, appended to `*out`.
+void AppendRawJsonOrString(std::string* out, std::string_view bytes);
 
 // Returns `text` as a JSON string literal, quotes included; invalid UTF-8 is replaced
 // by U+FFFD.
 std::string JsonString(std::string_view text);
+// The same, appended to `*out`.
+void AppendJsonString(std::string* out, std::string_view text);
 
 // Formats `t` as RFC 3339 UTC with milliseconds: "2024-06-18T07:13:00.123Z".
 std::string FormatRfc3339(absl::Time t);

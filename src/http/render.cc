@@ -15,7 +15,14 @@ bool IsNamed(std::string_view name, std::string_view wanted) {
   return absl::EqualsIgnoreCase(AV(name), AV(wanted));
 }
 
-bool HasLineBreak(std::string_view s) { return s.find_first_of("\r\n") != std::string_view::npos; }
+// A plain loop: libstdc++'s find_first_of("\r\n") calls memchr on the two-byte set
+// once per character of `s` (71 calls, ~4 % of a duplicate's instructions).
+bool HasLineBreak(std::string_view s) {
+  for (const char c : s) {
+    if (c == '\r' || c == '\n') return true;
+  }
+  return false;
+}
 
 bool WithoutContentLength(int status) {
   return (status >= 100 && status < 200) || status == 204 || status == 304;

@@ -99,7 +99,8 @@ TEST(RenderTest, ServerFramingHeadersAndLineBreaksFromTheReplyAreDropped) {
   r.body = "hi";
   r.headers = {{"content-length", "999"}, {"Transfer-Encoding", "chunked"},
                {"Connection", "upgrade"},  {"Content-Type", "text/html"},
-               {"X-Evil", "a\r\nSet-Cookie: x=1"}, {"server", "upstream/1"},
+               {"X-Evil", "a\r\nSet-Cookie: x=1"}, {"X-Lf", "a\nSet-Cookie: y=1"},
+               {"X-Cr", "a\rb"}, {"X-Name\n", "v"}, {"server", "upstream/1"},
                {"Link", "<a>"}, {"Link", "<b>"}};
   std::string out;
   RenderResponse(r, {.request_id = "r"}, out);
@@ -111,6 +112,9 @@ TEST(RenderTest, ServerFramingHeadersAndLineBreaksFromTheReplyAreDropped) {
   EXPECT_EQ(p.message.count(bhttp::field::server), 1u);
   EXPECT_EQ(p.message.count(bhttp::field::link), 2u);
   EXPECT_EQ(p.message.count("X-Evil"), 0u);
+  EXPECT_EQ(p.message.count("X-Lf"), 0u);
+  EXPECT_EQ(p.message.count("X-Cr"), 0u);
+  EXPECT_THAT(out, Not(HasSubstr("X-Name")));
   EXPECT_EQ(p.message.count("Set-Cookie"), 0u);
   EXPECT_EQ(p.message.count(bhttp::field::transfer_encoding), 0u);
 }
