@@ -176,14 +176,32 @@ void Connection::OnHeader(beast::error_code ec) {
   state_ = State::kBusy;
   const auto& req = parser_->get();
   version_ = req.version();
-  auto given_id = req["X-Request-Id"];
+  // The fields read here, found in one pass (the first of each, as operator[] gives)
+  // instead of a case-insensitive tree search per field: ~4 % of a duplicate.
+  beast::string_view given_id, transfer_encoding, authorization, expect;
+  bool seen_id = false, seen_coding = false, seen_auth = false, seen_expect = false;
+  auto first = [](bool& seen, beast::string_view& into, beast::string_view value) {
+    if (!seen) into = value;
+    seen = true;
+  };
+  for (const auto& f : req) {
+    switch (f.name()) {
+      case bhttp::field::transfer_encoding: first(seen_coding, transfer_encoding, f.value()); break;
+      case bhttp::field::authorization: first(seen_auth, authorization, f.value()); break;
+      case bhttp::field::expect: first(seen_expect, expect, f.value()); break;
+      case bhttp::field::unknown:
+        if (beast::iequals(f.name_string(), "x-request-id")) first(seen_id, given_id, f.value());
+        break;
+      default: break;
+    }
+  }
   request_id_ = RequestIdFrom(std::string_view(given_id.data(), given_id.size()));
   head_ = req.method() == bhttp::verb::head;
   method_ = std::string(req.method_string());
   started_ = std::chrono::steady_clock::now();
   // Only chunked is a transfer-coding this server decodes; a body in another one
   // (gzip, deflate, …) would reach the API still encoded (RFC 9112 §6.1: 501).
-  if (std::string coding = UnsupportedCoding(req[bhttp::field::transfer_encoding]);
+  if (std::string coding = UnsupportedCoding(transfer_encoding);
       !coding.empty()) {
     Reply reply;
     reply.route = Route::kOther;
@@ -195,16 +213,14 @@ void Connection::OnHeader(beast::error_code ec) {
     return;
   }
   if (!parser_->is_done()) {  // a body is to come: authenticate before reading it
-    auto auth = req[bhttp::field::authorization];
     std::optional<Reply> refused = shared_.api.BeforeBody(
         OriginForm(std::string_view(req.target().data(), req.target().size())),
-        std::string_view(auth.data(), auth.size()));
+        std::string_view(authorization.data(), authorization.size()));
     if (refused.has_value()) {
       Send(*refused, /*force_close=*/true);  // the body is drained unread (DrainAndClose)
       return;
     }
   }
-  auto expect = req[bhttp::field::expect];
   if (absl::EqualsIgnoreCase(absl::string_view(expect.data(), expect.size()), "100-continue") &&
       !parser_->is_done()) {
     continue_ =
