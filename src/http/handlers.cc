@@ -286,19 +286,18 @@ Reply Api::DecidedClaim(const Result& result) {
       const bool replayed = result.outcome == Outcome::kReplayed;
       std::string_view name = replayed ? "replayed" : "cached_failure";
       const std::string expires = FormatRfc3339(result.expires_at);
-      // Built in one buffer: this is every duplicate's answer.
+      // Every duplicate's answer: reserved once, so the splice appends in place.
       std::string body;
-      body.reserve(80 + result.value.size());
+      body.reserve(100 + result.value.size());
       body.append(R"({"outcome":")").append(name).append(R"(","expires_at":)");
       if (expires.empty()) {
         body.append("null");
       } else {
         AppendJsonString(&body, expires);
       }
-      body.append(replayed ? R"(,"result":)" : R"(,"error":)");
-      AppendRawJsonOrString(&body, result.value);
       body.push_back('}');
-      HttpResponse r = Json(200, std::move(body));
+      HttpResponse r =
+          Json(200, Splice(std::move(body), replayed ? "result" : "error", result.value));
       r.headers.emplace_back("Idempotent-Replayed", "true");
       return Make(Route::kClaims, std::move(r), name);
     }

@@ -95,12 +95,11 @@ simdjson::error_code WalkValue(od::value v) {
 // IsValidJson's check for a value simdjson's DOM refused only for a number's size
 // (1e400, 18446744073709551616): the same grammar, numbers unconverted.
 bool ValidWithBigNumbers(std::string_view bytes) {
-  {  // a number alone: the whole text, trimmed, is its token
-    const size_t first = bytes.find_first_not_of(" \t\r\n");
-    const size_t last = bytes.find_last_not_of(" \t\r\n");
-    if (first != std::string_view::npos && bytes[first] != '{' && bytes[first] != '[') {
-      return IsNumberToken(bytes.substr(first, last - first + 1));
-    }
+  // A number alone: the whole text, trimmed, is its token.
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  const size_t last = bytes.find_last_not_of(" \t\r\n");
+  if (first != std::string_view::npos && bytes[first] != '{' && bytes[first] != '[') {
+    return IsNumberToken(bytes.substr(first, last - first + 1));
   }
   simdjson::padded_string padded(bytes);
   // One parser per thread, reused: its buffers are allocated once, not per request.
