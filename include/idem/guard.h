@@ -229,6 +229,23 @@ class Guard {
   // and answered as kCachedFailure. Errors as Complete().
   absl::Status Fail(const Request& request, int64_t token, bool retryable, std::string_view error);
 
+  // Claim(), Complete() and Fail() for a server's network thread, on a transaction
+  // of Store::BeginNonBlocking(): nothing waits on a lock, the disk's sync or
+  // another thread. Each returns false, having changed nothing, when the store has
+  // no such transactions, the request is invalid, or the key is locked by another
+  // transaction at this instant (for a claim, also when it lost a race on the
+  // record, kAborted): the caller then makes the blocking call, which waits or
+  // words the error. Otherwise `done` is called once with the blocking
+  // call's answer (without Claim()'s read of Store::LookupDecided, which may be a
+  // round trip): on this thread before the return when nothing is written, else on
+  // the store's writer thread once the write is durable, where it must be quick.
+  bool ClaimNonBlocking(const Request& request, absl::Duration lease,
+                        std::function<void(absl::StatusOr<Result>)> done);
+  bool CompleteNonBlocking(const Request& request, int64_t token, std::string_view result,
+                           std::function<void(absl::Status)> done);
+  bool FailNonBlocking(const Request& request, int64_t token, bool retryable,
+                       std::string_view error, std::function<void(absl::Status)> done);
+
   // Returns the record of (tenant, key), or its tombstone once purged
   // (Record::purged(): no result or error); kNotFound when there is none (or it was
   // released), kFailedPrecondition when it belongs to another biz_type than a
@@ -279,6 +296,14 @@ class Guard {
   absl::Status Validate(const Request& request) const;
   absl::Status Finish(const Request& request, int64_t token, RecordState final_state,
                       std::string_view bytes);
+  bool FinishNonBlocking(const Request& request, int64_t token, RecordState final_state,
+                         std::string_view bytes, std::function<void(absl::Status)> done);
+  // Finish()'s checks and write in `tx`: true when `tx` now holds the write to
+  // commit, false when the answer is OK without one (the same call again).
+  absl::StatusOr<bool> FinishIn(StoreTransaction& tx, const Request& request, int64_t token,
+                                RecordState final_state, std::string_view bytes);
+  // The answer of a claim whose acquisition `a` is committed.
+  static Result Acquired(const Acquisition& a);
 
   Store& store_;
   GuardOptions options_;

@@ -126,6 +126,17 @@ absl::Status ClaimContendedError(std::string_view message);
 // True for a status made by ClaimContendedError (or carrying its payload).
 bool IsClaimContended(const absl::Status& status);
 
+// The status payload of a transaction from Store::BeginNonBlocking that would
+// have had to wait (a key another open transaction holds): nothing was decided,
+// and the caller does the same work again on a transaction of Begin(), which waits.
+inline constexpr std::string_view kWouldBlockPayload = "type.idem.dev/would-block";
+
+// Returns a kUnavailable status with `message` and kWouldBlockPayload.
+absl::Status WouldBlockError(std::string_view message);
+
+// True for a status made by WouldBlockError (or carrying its payload).
+bool IsWouldBlock(const absl::Status& status);
+
 // The status payload that marks an error as the store's fault, not the request's
 // (SPEC §3): a missing or wrong schema, permission denied, disk full, a read-only,
 // deleted or replaced database file, a lost connection. Such an error is always
@@ -139,7 +150,8 @@ absl::Status StoreFaultError(std::string_view message);
 
 // `status` as the store's fault: kUnavailable with the same message and
 // kStoreFaultPayload. OK stays OK; kAborted (a deadlock or serialization failure:
-// retry the whole transaction) and a ClaimContendedError stay as they are.
+// retry the whole transaction), a ClaimContendedError and a WouldBlockError stay
+// as they are.
 absl::Status AsStoreFault(const absl::Status& status);
 // The same for a value or its error.
 template <typename T>
@@ -222,6 +234,15 @@ class StoreTransaction : public Transaction {
 
   // Commits. On error nothing was committed (kUnavailable / kAborted: retry).
   virtual absl::Status Commit() = 0;
+
+  // Commit() without blocking the calling thread, for a transaction of
+  // Store::BeginNonBlocking: `done` is called once with what Commit() would
+  // return, once the commit is durable, on a thread of the store's (it must be
+  // quick: other commits wait behind it), or on this thread before this returns
+  // when the commit ended at once. This transaction must stay alive until `done`
+  // has been called, and `done` may destroy it. The default calls Commit(), then
+  // `done`.
+  virtual void CommitAsync(std::function<void(absl::Status)> done) { done(Commit()); }
 
   // Replace, then Commit only if it moved the record: the Guard's final write,
   // which a backend may do in one round trip (PostgreSQL pipelines the UPDATE with
@@ -329,6 +350,17 @@ class Store {
   // same key. Blocks up to the store's lock timeout; kUnavailable when the store
   // cannot be reached or stays locked past it.
   virtual absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() = 0;
+
+  // A transaction as Begin()'s whose calls never wait on another thread, a lock or
+  // the disk's sync, for a server's network threads: a key another open
+  // transaction holds answers a WouldBlockError at once, and CommitAsync hands the
+  // commit to the store's writer. nullptr when this store cannot (the default:
+  // its calls block on a database); non_blocking() says so beforehand.
+  virtual absl::StatusOr<std::unique_ptr<StoreTransaction>> BeginNonBlocking() { return nullptr; }
+
+  // True when BeginNonBlocking() gives transactions (rocksdb:// with its default
+  // writer=queue).
+  virtual bool non_blocking() const { return false; }
 
   // Reads the record of (tenant, key) outside any transaction, or std::nullopt.
   virtual absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,

@@ -266,6 +266,10 @@ absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease
     return *std::move(a.final);
   }
   IDEM_RETURN_IF_ERROR(AsStoreFault(tx->Commit()));
+  return Acquired(a);
+}
+
+Result Guard::Acquired(const Acquisition& a) {
   IDEM_FAILPOINT("guard.after_claim_commit");
   return Result{.outcome = Outcome::kAcquired,
                 .token = a.claim.token,
@@ -273,6 +277,41 @@ absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease
                 .takeover = a.takeover,
                 .previous_token = a.previous_token,
                 .expires_at = a.claim.expires_at};
+}
+
+bool Guard::ClaimNonBlocking(const Request& request, absl::Duration lease,
+                             std::function<void(absl::StatusOr<Result>)> done) {
+  if (!Validate(request).ok()) return false;
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> begun = store_.BeginNonBlocking();
+  if (!begun.ok() || *begun == nullptr) return false;
+  // Shared: it rides in the commit's callback, which the store's writer owns.
+  std::shared_ptr<StoreTransaction> tx = *std::move(begun);
+  if (lease <= absl::ZeroDuration()) lease = options_.lease;
+  absl::StatusOr<Acquisition> a = Acquire(*tx, request, lease, options_.clock->Now());
+  // kAborted (a race on the record) too: nothing is written, and the blocking
+  // path's caller repeats the claim (the Api does).
+  if (!a.ok() && (IsWouldBlock(a.status()) || a.status().code() == absl::StatusCode::kAborted)) {
+    return false;
+  }
+  if (!a.ok()) {
+    done(a.status());
+    return true;
+  }
+  if (a->final.has_value()) {
+    tx->Rollback();
+    done(*std::move(a->final));
+    return true;
+  }
+  StoreTransaction* committing = tx.get();
+  committing->CommitAsync(
+      [tx = std::move(tx), a = *std::move(a), done = std::move(done)](absl::Status s) {
+        if (!s.ok()) {
+          done(AsStoreFault(s));
+        } else {
+          done(Acquired(a));
+        }
+      });
+  return true;
 }
 
 absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler) {
@@ -386,8 +425,33 @@ absl::Status Guard::Finish(const Request& request, int64_t token, RecordState fi
                            std::string_view bytes) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, AsStoreFault(store_.Begin()));
+  IDEM_ASSIGN_OR_RETURN(bool write, FinishIn(*tx, request, token, final_state, bytes));
+  if (!write) return absl::OkStatus();
+  return AsStoreFault(tx->Commit());
+}
+
+bool Guard::FinishNonBlocking(const Request& request, int64_t token, RecordState final_state,
+                              std::string_view bytes, std::function<void(absl::Status)> done) {
+  if (!Validate(request).ok()) return false;
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> begun = store_.BeginNonBlocking();
+  if (!begun.ok() || *begun == nullptr) return false;
+  std::shared_ptr<StoreTransaction> tx = *std::move(begun);
+  absl::StatusOr<bool> write = FinishIn(*tx, request, token, final_state, bytes);
+  if (!write.ok() && IsWouldBlock(write.status())) return false;
+  if (!write.ok() || !*write) {
+    done(write.status());
+    return true;
+  }
+  StoreTransaction* committing = tx.get();
+  committing->CommitAsync(
+      [tx = std::move(tx), done = std::move(done)](absl::Status s) { done(AsStoreFault(s)); });
+  return true;
+}
+
+absl::StatusOr<bool> Guard::FinishIn(StoreTransaction& tx, const Request& request, int64_t token,
+                                     RecordState final_state, std::string_view bytes) {
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing,
-                        AsStoreFault(tx->Load(request.tenant, request.key)));
+                        AsStoreFault(tx.Load(request.tenant, request.key)));
   if (!existing.has_value()) {
     return absl::NotFoundError(absl::StrCat("no record for key '", request.key, "'"));
   }
@@ -401,7 +465,7 @@ absl::Status Guard::Finish(const Request& request, int64_t token, RecordState fi
   }
   if (existing->state == RecordState::kReleased && existing->token == token &&
       final_state == RecordState::kReleased) {
-    return absl::OkStatus();  // the same retryable failure reported again
+    return false;  // the same retryable failure reported again
   }
   // The seeded bug of the chaos test (tests/chaos): a stale token passes as the
   // current holder's. Only a test build can arm it.
@@ -416,11 +480,10 @@ absl::Status Guard::Finish(const Request& request, int64_t token, RecordState fi
     const bool same = existing->state == final_state &&
                       (final_state == RecordState::kSucceeded ? existing->result == bytes
                                                               : existing->error == bytes);
-    if (same) return absl::OkStatus();
-    return absl::AlreadyExistsError(absl::StrCat("the claim with token ", token,
-                                                 " already ended as ",
-                                                 AV(RecordStateName(existing->state)),
-                                                 " with other content"));
+    if (same) return false;
+    return absl::AlreadyExistsError(
+        absl::StrCat("the claim with token ", token, " already ended as ",
+                     AV(RecordStateName(existing->state)), " with other content"));
   }
   Record next = *existing;
   next.state = final_state;
@@ -432,9 +495,9 @@ absl::Status Guard::Finish(const Request& request, int64_t token, RecordState fi
     next.error = std::string(bytes);
   }
   IDEM_ASSIGN_OR_RETURN(bool moved,
-                        AsStoreFault(tx->Replace(next, token, RecordState::kProcessing)));
+                        AsStoreFault(tx.Replace(next, token, RecordState::kProcessing)));
   if (!moved) return absl::AbortedError("lease_lost: the record moved");
-  return AsStoreFault(tx->Commit());
+  return true;
 }
 
 absl::Status Guard::Complete(const Request& request, int64_t token, std::string_view result) {
@@ -444,6 +507,18 @@ absl::Status Guard::Complete(const Request& request, int64_t token, std::string_
 absl::Status Guard::Fail(const Request& request, int64_t token, bool retryable,
                          std::string_view error) {
   return Finish(request, token, retryable ? RecordState::kReleased : RecordState::kFailed, error);
+}
+
+bool Guard::CompleteNonBlocking(const Request& request, int64_t token, std::string_view result,
+                                std::function<void(absl::Status)> done) {
+  return FinishNonBlocking(request, token, RecordState::kSucceeded, result, std::move(done));
+}
+
+bool Guard::FailNonBlocking(const Request& request, int64_t token, bool retryable,
+                            std::string_view error, std::function<void(absl::Status)> done) {
+  return FinishNonBlocking(request, token,
+                           retryable ? RecordState::kReleased : RecordState::kFailed, error,
+                           std::move(done));
 }
 
 absl::StatusOr<Record> Guard::Get(const Request& request) {

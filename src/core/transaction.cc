@@ -13,26 +13,45 @@
 
 namespace idem {
 
-absl::Status ClaimContendedError(std::string_view message) {
+namespace {
+
+// kUnavailable with `message`, marked with `payload` (one of store.h's kinds).
+absl::Status MarkedUnavailable(std::string_view message, std::string_view payload) {
   absl::Status s = absl::UnavailableError(AV(message));
-  s.SetPayload(AV(kClaimContendedPayload), absl::Cord("1"));
+  s.SetPayload(AV(payload), absl::Cord("1"));
   return s;
+}
+
+bool IsMarkedUnavailable(const absl::Status& status, std::string_view payload) {
+  return status.code() == absl::StatusCode::kUnavailable &&
+         status.GetPayload(AV(payload)).has_value();
+}
+
+}  // namespace
+
+absl::Status ClaimContendedError(std::string_view message) {
+  return MarkedUnavailable(message, kClaimContendedPayload);
 }
 
 bool IsClaimContended(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kUnavailable &&
-         status.GetPayload(AV(kClaimContendedPayload)).has_value();
+  return IsMarkedUnavailable(status, kClaimContendedPayload);
+}
+
+absl::Status WouldBlockError(std::string_view message) {
+  return MarkedUnavailable(message, kWouldBlockPayload);
+}
+
+bool IsWouldBlock(const absl::Status& status) {
+  return IsMarkedUnavailable(status, kWouldBlockPayload);
 }
 
 absl::Status StoreFaultError(std::string_view message) {
-  absl::Status s = absl::UnavailableError(AV(message));
-  s.SetPayload(AV(kStoreFaultPayload), absl::Cord("1"));
-  return s;
+  return MarkedUnavailable(message, kStoreFaultPayload);
 }
 
 absl::Status AsStoreFault(const absl::Status& status) {
   if (status.ok() || status.code() == absl::StatusCode::kAborted || IsClaimContended(status) ||
-      IsStoreFault(status)) {
+      IsWouldBlock(status) || IsStoreFault(status)) {
     return status;
   }
   absl::Status s = absl::UnavailableError(status.message());

@@ -270,15 +270,19 @@ Reply Api::Handle(const HttpRequest& request) {
                   : path == "/v1/claims/fail"     ? Fail(request, tenant->name)
                   : route == Route::kRecords      ? ListRecords(request, tenant->name)
                   : route == Route::kKeyMismatches ? KeyMismatches(request, tenant->name)
-                                                  : GetRecord(biz_enc, key_enc, tenant->name);
-    // Answered by the store (a 503 went through StatusReply, which marks it down).
-    if (reply.response.status < 500) health_.Up();
-    reply.tenant = tenant->name;
-    return reply;
+                                                   : GetRecord(biz_enc, key_enc, tenant->name);
+    return Answered(std::move(reply), tenant->name);
   } catch (const std::exception& e) {
     // Handlers catch their dependencies' exceptions; this is the last net.
     return Internal("request", e.what());
   }
+}
+
+Reply Api::Answered(Reply reply, const std::string& tenant) {
+  // Answered by the store (a 503 went through StatusReply, which marks it down).
+  if (reply.response.status < 500) health_.Up();
+  reply.tenant = tenant;
+  return reply;
 }
 
 Reply Api::Internal(std::string_view action, std::string_view cause) {

@@ -1,7 +1,10 @@
 // Api: the routes and handlers of the `idem serve` HTTP API (SPEC §11), apart from
 // any socket so it can be driven directly by tests. The server (server.h) turns Beast
 // messages into HttpRequest values, runs Handle() on a worker pool, and writes the
-// HttpResponse back.
+// HttpResponse back. A decided duplicate is answered on the network thread
+// (HandleWithoutBlocking), and on a store with non-blocking transactions
+// (rocksdb://) a claim, complete or fail is started there and answered once its
+// write is durable (HandleAsync), without a worker thread.
 //
 //   POST /v1/claims                    Guard::Claim   201 acquired | 200 replayed,
 //                                                     cached_failure | 409 | 422
@@ -136,6 +139,13 @@ class Api : public Handler {
   // nullopt for anything else.
   std::optional<Reply> HandleWithoutBlocking(HttpRequest& request) override;
 
+  // A claim, complete or fail on a store with non-blocking transactions
+  // (Store::non_blocking(): rocksdb://), started on the calling network thread
+  // (Guard::ClaimNonBlocking, ...), its answer built by `resume`'s function once
+  // the write is durable; false for anything else, or a key another transaction
+  // holds this instant (Handle() then answers it on the pool).
+  bool HandleAsync(HttpRequest& request, Resume resume) override;
+
   // Wakes a waiting claim when its key is completed or failed through this Api.
   std::shared_ptr<void> Watch(const WaitingClaim& waiting, std::function<void()> wake) override;
 
@@ -169,6 +179,16 @@ class Api : public Handler {
   Reply Ready();
   Reply ClaimAnswer(const Request& request, absl::Duration lease, absl::Time deadline,
                     absl::Duration poll_interval, uint64_t epoch);
+  // The answer to a claim whose Guard answer is `result`.
+  Reply AnswerClaim(const Request& request, absl::Duration lease, absl::Time deadline,
+                    absl::Duration poll_interval, uint64_t epoch, absl::StatusOr<Result> result);
+  // The answer to a complete (kComplete) or fail whose Guard answer is `status`;
+  // `outcome` names a success.
+  Reply AnswerFinish(Route route, const Request& request, const absl::Status& status,
+                     std::string_view outcome);
+  // What every answered /v1/ request goes through last: the store's health, and
+  // the tenant for the access log.
+  Reply Answered(Reply reply, const std::string& tenant);
   // The 409 in_progress of a claim that met a live lease ending at `lease_until`,
   // waiting on (with the next poll `poll_interval` on) while `deadline` is ahead.
   // The answer of a claim whose key is decided (replayed, cached_failure,

@@ -315,6 +315,16 @@ void Connection::Dispatch(HttpRequest request) {
     Send(*now, /*force_close=*/false);
     return;
   }
+  // A write the store makes without blocking (rocksdb://) starts here too; its
+  // answer is built back on this strand once the write is durable. The work guard
+  // keeps the I/O threads running until then, as RunOnPool's does.
+  const bool started = shared_.api.HandleAsync(
+      request, [self = shared_from_this(),
+                work = asio::make_work_guard(shared_.ioc)](std::function<Reply()> answer) {
+        asio::post(self->stream_.get_executor(),
+                   [self, answer = std::move(answer)] { self->OnReply(answer()); });
+      });
+  if (started) return;
   RunOnPool(nullptr, std::move(request));
 }
 

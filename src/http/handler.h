@@ -53,6 +53,21 @@ class Handler {
     return std::nullopt;
   }
 
+  // Where the rest of an asynchronous request goes (HandleAsync): the Server runs
+  // the function it is given on the request's network thread, and sends its Reply.
+  using Resume = std::function<void(std::function<Reply()>)>;
+
+  // For a request HandleWithoutBlocking did not answer: starts it without blocking
+  // this network thread, when its store write can be made so (rocksdb://), and
+  // returns true; once the write is durable a store thread calls `resume` with the
+  // rest of the work (building the answer), once. false: nothing was done, and the
+  // request goes to Handle() on the worker pool. Never throws.
+  virtual bool HandleAsync(HttpRequest& request, Resume resume) {
+    (void)request;
+    (void)resume;
+    return false;
+  }
+
   // Re-tries a request that waits (Reply::waiting). May block. Never throws.
   virtual Reply Poll(const WaitingClaim& waiting) = 0;
 

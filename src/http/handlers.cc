@@ -236,6 +236,12 @@ Reply Api::ClaimAnswer(const Request& req, absl::Duration lease, absl::Time dead
        ++attempt) {
     result = guard_.Claim(req, lease);
   }
+  return AnswerClaim(req, lease, deadline, poll_interval, epoch, std::move(result));
+}
+
+Reply Api::AnswerClaim(const Request& req, absl::Duration lease, absl::Time deadline,
+                       absl::Duration poll_interval, uint64_t epoch,
+                       absl::StatusOr<Result> result) {
   // Still aborted after the retries: the store answers but the key is hot. That is
   // 503 (retry later) but never grounds for fail-open, which is only for a store
   // that does not answer.
@@ -375,14 +381,19 @@ Reply Api::Complete(const HttpRequest& request, const std::string& tenant) {
   req.tenant = tenant;
   req.biz_type = std::move(body->biz_type);
   req.key = std::move(body->key);
-  absl::Status s = guard_.Complete(req, body->token, body->result);
-  if (!s.ok()) {
-    Reply r = StatusReply(s, "complete");
-    r.route = Route::kComplete;
+  return AnswerFinish(Route::kComplete, req, guard_.Complete(req, body->token, body->result),
+                      "completed");
+}
+
+Reply Api::AnswerFinish(Route route, const Request& req, const absl::Status& status,
+                        std::string_view outcome) {
+  if (!status.ok()) {
+    Reply r = StatusReply(status, route == Route::kComplete ? "complete" : "fail");
+    r.route = route;
     return r;
   }
   watch_.Notify(req.tenant, req.key);  // claims waiting on the key answer now
-  return Make(Route::kComplete, Json(200, R"({"outcome":"completed"})"), "completed");
+  return Make(route, Json(200, absl::StrCat(R"({"outcome":")", AV(outcome), R"("})")), outcome);
 }
 
 Reply Api::Fail(const HttpRequest& request, const std::string& tenant) {
@@ -396,16 +407,94 @@ Reply Api::Fail(const HttpRequest& request, const std::string& tenant) {
   req.tenant = tenant;
   req.biz_type = std::move(body->biz_type);
   req.key = std::move(body->key);
-  absl::Status s = guard_.Fail(req, body->token, body->retryable, body->error);
-  if (!s.ok()) {
-    Reply r = StatusReply(s, "fail");
-    r.route = Route::kFail;
-    return r;
+  return AnswerFinish(Route::kFail, req,
+                      guard_.Fail(req, body->token, body->retryable, body->error),
+                      body->retryable ? "released" : "failed");
+}
+
+bool Api::HandleAsync(HttpRequest& request, Resume resume) {
+  // Only what the pool would answer the same way: an authenticated POST of a
+  // claim, complete or fail with a valid body. Anything else (and every error of
+  // the body, which Handle() words) goes to the pool.
+  if (!store_.non_blocking() || request.method != "POST" ||
+      request.body.size() > options_.max_body_bytes) {
+    return false;
   }
-  watch_.Notify(req.tenant, req.key);
-  std::string_view outcome = body->retryable ? "released" : "failed";
-  return Make(Route::kFail, Json(200, absl::StrCat(R"({"outcome":")", AV(outcome), R"("})")),
-              outcome);
+  std::string_view path = request.target;
+  path = path.substr(0, path.find('?'));
+  const bool claim = path == RouteName(Route::kClaims);
+  const bool complete = path == RouteName(Route::kComplete);
+  if (!claim && !complete && path != RouteName(Route::kFail)) return false;
+  try {
+    const Tenant* tenant = Authenticate(request.authorization);
+    if (tenant == nullptr) return false;
+    // The rest runs on the network thread `resume` hands it to; a throw there is
+    // answered as Handle() answers one.
+    auto finish = [this, tenant = tenant->name](std::function<Reply()> answer) {
+      return [this, tenant, answer = std::move(answer)]() -> Reply {
+        try {
+          return Answered(answer(), tenant);
+        } catch (const std::exception& e) {
+          return Internal("request", e.what());
+        }
+      };
+    };
+    Request req;
+    req.tenant = tenant->name;
+    if (claim) {
+      // Parsed and validated by HandleWithoutBlocking, which found the key unknown.
+      const auto* prepared = static_cast<const PreparedClaim*>(request.prepared.get());
+      if (prepared == nullptr || prepared->tenant != tenant->name) return false;
+      const ClaimBody& body = prepared->body;
+      req.biz_type = body.biz_type;
+      req.key = body.key;
+      req.fingerprint = body.fingerprint;
+      const absl::Duration lease = absl::Milliseconds(body.lease_ms);
+      const absl::Time deadline = body.wait_ms > 0
+                                      ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
+                                      : absl::InfinitePast();
+      const uint64_t epoch = watch_.Epoch();
+      return guard_.ClaimNonBlocking(
+          req, lease,
+          [this, req, lease, deadline, epoch, finish, resume](absl::StatusOr<Result> result) {
+            resume(finish([this, req, lease, deadline, epoch, result = std::move(result)] {
+              Reply reply =
+                  AnswerClaim(req, lease, deadline, options_.wait_poll_min, epoch, result);
+              if (reply.waiting != nullptr) metrics_.CountWait();
+              return reply;
+            }));
+          });
+    }
+    if (complete) {
+      absl::StatusOr<CompleteBody> body = ParseCompleteBody(request.body);
+      if (!body.ok() || !ValidateIds(body->biz_type, body->key).ok() || body->token == 0) {
+        return false;
+      }
+      req.biz_type = std::move(body->biz_type);
+      req.key = std::move(body->key);
+      return guard_.CompleteNonBlocking(
+          req, body->token, body->result, [this, req, finish, resume](absl::Status status) {
+            resume(finish([this, req, status = std::move(status)] {
+              return AnswerFinish(Route::kComplete, req, status, "completed");
+            }));
+          });
+    }
+    absl::StatusOr<FailBody> body = ParseFailBody(request.body);
+    if (!body.ok() || !ValidateIds(body->biz_type, body->key).ok() || body->token == 0) {
+      return false;
+    }
+    req.biz_type = std::move(body->biz_type);
+    req.key = std::move(body->key);
+    const std::string_view outcome = body->retryable ? "released" : "failed";
+    return guard_.FailNonBlocking(req, body->token, body->retryable, body->error,
+                                  [this, req, outcome, finish, resume](absl::Status status) {
+                                    resume(finish([this, req, outcome, status = std::move(status)] {
+                                      return AnswerFinish(Route::kFail, req, status, outcome);
+                                    }));
+                                  });
+  } catch (const std::exception&) {
+    return false;  // Handle() on the pool answers it
+  }
 }
 
 Reply Api::GetRecord(std::string_view biz_type_enc, std::string_view key_enc,

@@ -1,10 +1,13 @@
 // Server: the HTTP/1.1 front of `idem serve`. Accepts connections on an io_context
 // run by a few I/O threads, reads requests with Boost.Beast (keep-alive, 100-continue,
 // a body limit), runs the blocking Handler calls (the API, or the proxy) on a separate
-// worker pool and writes the
-// answers back on each connection's strand. A claim that waits (wait_ms) re-polls on
-// a steady_timer (Reply::poll_after), or sooner when the Handler's Watch wakes it,
-// so no thread blocks while it waits.
+// worker pool and writes the answers back on each connection's strand. What the
+// Handler answers without blocking (HandleWithoutBlocking: a decided duplicate) is
+// answered on the I/O thread; what it starts without blocking (HandleAsync: a
+// claim, complete or fail on rocksdb://) is answered on the connection's strand
+// once the store's writer thread resumes it, with no worker thread in between. A claim that waits
+// (wait_ms) re-polls on a steady_timer (Reply::poll_after), or sooner when the Handler's Watch
+// wakes it, so no thread blocks while it waits.
 //
 //   idem::http::Server server(api, {.host = "127.0.0.1", .port = 0});
 //   if (absl::Status s = server.Start(); !s.ok()) ...;

@@ -99,6 +99,16 @@ class LateStore final : public Store {
     IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
     return s->Begin();
   }
+  // Only once opened (opening blocks).
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> BeginNonBlocking() override {
+    Store* s = ready_.load(std::memory_order_acquire);
+    if (s == nullptr) return nullptr;
+    return s->BeginNonBlocking();
+  }
+  bool non_blocking() const override {
+    Store* s = ready_.load(std::memory_order_acquire);
+    return s != nullptr && s->non_blocking();
+  }
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
                                             std::string_view key) override {
     IDEM_ASSIGN_OR_RETURN(Store * s, Inner());

@@ -143,6 +143,15 @@ class CachingTransaction final : public StoreTransaction {
     return moved;
   }
 
+  // The tiers learn what it wrote once the inner commit is durable (L1 only: see
+  // CachingStore::BeginNonBlocking), before `done` hears of it.
+  void CommitAsync(std::function<void(absl::Status)> done) override {
+    inner_->CommitAsync([this, done = std::move(done)](absl::Status s) {
+      Ended(s.ok());
+      done(std::move(s));  // may destroy *this: nothing after it
+    });
+  }
+
   void Rollback() override {
     inner_->Rollback();
     Ended(/*committed=*/false);
@@ -226,6 +235,13 @@ absl::StatusOr<std::unique_ptr<CachingStore>> CachingStore::Make(std::unique_ptr
 
 absl::StatusOr<std::unique_ptr<StoreTransaction>> CachingStore::Begin() {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, inner_->Begin());
+  return std::unique_ptr<StoreTransaction>(new CachingTransaction(*this, std::move(tx)));
+}
+
+absl::StatusOr<std::unique_ptr<StoreTransaction>> CachingStore::BeginNonBlocking() {
+  if (!non_blocking()) return nullptr;
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, inner_->BeginNonBlocking());
+  if (tx == nullptr) return nullptr;
   return std::unique_ptr<StoreTransaction>(new CachingTransaction(*this, std::move(tx)));
 }
 

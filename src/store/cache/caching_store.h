@@ -34,6 +34,10 @@ class CachingStore final : public Store {
                                                             CacheOptions options);
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override;
+  // The inner store's, when the tiers are L1 only: a Redis tier's fills are round
+  // trips, which the store's writer thread (where a CommitAsync ends) must not make.
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> BeginNonBlocking() override;
+  bool non_blocking() const override { return redis_ == nullptr && inner_->non_blocking(); }
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant, std::string_view key) override;
   absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override;
   absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,

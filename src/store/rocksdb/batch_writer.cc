@@ -1,5 +1,6 @@
 #include "store/rocksdb/batch_writer.h"
 
+#include <memory>
 #include <utility>
 
 #include "store/rocksdb/rocksdb_db.h"
@@ -41,6 +42,14 @@ class Copy final : public rocksdb::WriteBatch::Handler {
   rocksdb::WriteBatch* const into_;
 };
 
+// A queued batch's status as the committer gets it.
+absl::Status Outcome(const rocksdb::Status& status, std::string_view what) {
+  if (status.IsNotSupported()) {
+    return absl::InternalError(std::string(what) + ": " + status.ToString());
+  }
+  return FromRocks(status, what);
+}
+
 }  // namespace
 
 BatchWriter::BatchWriter(rocksdb::DB* db, bool sync) : db_(db) {
@@ -57,18 +66,27 @@ BatchWriter::~BatchWriter() {
   thread_.join();
 }
 
+void BatchWriter::Enqueue(Pending* pending) {
+  queue_.push_back(pending);
+  // The writer waits only on an empty queue: one signal for the first batch of a group.
+  if (queue_.size() == 1) queued_.Signal();
+}
+
 absl::Status BatchWriter::Write(const rocksdb::WriteBatch& batch, std::string_view what) {
-  Pending pending{&batch, rocksdb::Status::OK(), false};
+  Pending pending{.batch = &batch};
   {
     absl::MutexLock lock(&mu_);
-    queue_.push_back(&pending);
-    queued_.Signal();
+    Enqueue(&pending);
     while (!pending.done) written_.Wait(&mu_);
   }
-  if (pending.status.IsNotSupported()) {
-    return absl::InternalError(std::string(what) + ": " + pending.status.ToString());
-  }
-  return FromRocks(pending.status, what);
+  return Outcome(pending.status, what);
+}
+
+void BatchWriter::WriteAsync(const rocksdb::WriteBatch& batch, std::string what,
+                             std::function<void(absl::Status)> done) {
+  auto* pending = new Pending{.batch = &batch, .then = std::move(done), .what = std::move(what)};
+  absl::MutexLock lock(&mu_);
+  Enqueue(pending);
 }
 
 void BatchWriter::Run() {
@@ -90,14 +108,30 @@ void BatchWriter::Run() {
       if (p->status.ok()) p->status = p->batch->Iterate(&copy);
       if (p->status.ok()) written.push_back(p);
     }
-    const rocksdb::Status s = written.empty() ? rocksdb::Status::OK() : db_->Write(options_, &merged);
-    absl::MutexLock lock(&mu_);
-    for (Pending* p : written) p->status = s;
-    for (Pending* p : group) p->done = true;
-    ++groups_;
-    batches_ += group.size();
-    group.clear();
-    written_.SignalAll();
+    const rocksdb::Status s =
+        written.empty() ? rocksdb::Status::OK() : db_->Write(options_, &merged);
+    std::vector<Pending*> called;  // WriteAsync's, answered below, outside the lock
+    {
+      absl::MutexLock lock(&mu_);
+      bool waiting = false;
+      for (Pending* p : written) p->status = s;
+      for (Pending* p : group) {
+        if (p->then) {
+          called.push_back(p);
+        } else {
+          p->done = true;
+          waiting = true;
+        }
+      }
+      ++groups_;
+      batches_ += group.size();
+      group.clear();
+      if (waiting) written_.SignalAll();
+    }
+    for (Pending* p : called) {
+      std::unique_ptr<Pending> owned(p);
+      owned->then(Outcome(owned->status, owned->what));
+    }
   }
 }
 

@@ -14,9 +14,14 @@
 //   BatchWriter writer(txn_db->GetBaseDB(), /*sync=*/true);  // not the TransactionDB
 //   absl::Status s = writer.Write(*txn->GetWriteBatch()->GetWriteBatch(), "commit");
 //
+// WriteAsync queues the same way without blocking: the writer thread calls the
+// committer back once the group is written, so a server's network thread hands
+// it a claim and goes on serving (issue 11: no thread hop to a worker pool).
+//
 // Thread safety: Write is safe for concurrent use; the DB must outlive the writer.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -43,6 +48,12 @@ class BatchWriter {
   // holding anything else.
   absl::Status Write(const rocksdb::WriteBatch& batch, std::string_view what);
 
+  // As Write without blocking: `done` gets Write's status on the writer thread once
+  // the group holding `batch` is written (and synced), and must be quick: the next
+  // group waits for it. `batch` must stay alive until then.
+  void WriteAsync(const rocksdb::WriteBatch& batch, std::string what,
+                  std::function<void(absl::Status)> done);
+
   // For tests and the benchmark: how many writes (groups) and batches so far.
   uint64_t groups() const;
   uint64_t batches() const;
@@ -52,8 +63,13 @@ class BatchWriter {
     const rocksdb::WriteBatch* batch;
     rocksdb::Status status;
     bool done = false;
+    // WriteAsync's: the writer calls it, then deletes this Pending. Write's
+    // Pending lives on its caller's stack, which waits for `done`.
+    std::function<void(absl::Status)> then;
+    std::string what;
   };
 
+  void Enqueue(Pending* pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run();
 
   rocksdb::DB* const db_;

@@ -95,9 +95,16 @@ absl::StatusOr<std::optional<Record>> Decoded(const rocksdb::Status& s, const st
 // database (read-only stores: `txn_` is null and every write is refused).
 class RocksdbTransaction final : public StoreTransaction {
  public:
+  // `non_blocking`: `txn` was begun with lock_timeout 0 (BeginNonBlocking), so a
+  // key another transaction holds is a WouldBlockError, not a wait.
   RocksdbTransaction(std::shared_ptr<SharedDb> db, std::unique_ptr<rocksdb::Transaction> txn,
-                     const std::string& url, rocksdbstore::BatchWriter* writer)
-      : db_(std::move(db)), txn_(std::move(txn)), url_(url), writer_(writer) {}
+                     const std::string& url, rocksdbstore::BatchWriter* writer,
+                     bool non_blocking = false)
+      : db_(std::move(db)),
+        txn_(std::move(txn)),
+        url_(url),
+        writer_(writer),
+        non_blocking_(non_blocking) {}
   ~RocksdbTransaction() override { Rollback(); }
 
   absl::StatusOr<int64_t> Exec(std::string_view, absl::Span<const Value>) override {
@@ -169,14 +176,7 @@ class RocksdbTransaction final : public StoreTransaction {
   }
 
   absl::Status Commit() override {
-    IDEM_RETURN_IF_ERROR(CheckOpen());
-    done_ = true;
-    if (txn_ == nullptr) return absl::OkStatus();
-    // Nothing is acknowledged into a directory that was deleted or replaced.
-    if (absl::Status s = db_->identity.Check(); !s.ok()) {
-      txn_->Rollback().PermitUncheckedError();
-      return s;
-    }
+    if (std::optional<absl::Status> ended = StartCommit()) return *ended;
     // With WriteOptions::sync the WAL is fsynced before this returns (grouped with
     // the commits of other threads). A failed WAL write or sync applies nothing and
     // puts the database in its error state: every later write fails too.
@@ -189,6 +189,25 @@ class RocksdbTransaction final : public StoreTransaction {
     return written;
   }
 
+  // writer=queue: the writer thread calls back once the batch is durable, releases
+  // the keys' locks, then answers `done`. Otherwise (writer=group, whose commit
+  // blocks; or nothing to write) as Commit().
+  void CommitAsync(std::function<void(absl::Status)> done) override {
+    if (writer_ == nullptr) {
+      done(Commit());
+      return;
+    }
+    if (std::optional<absl::Status> ended = StartCommit()) {
+      done(*ended);
+      return;
+    }
+    writer_->WriteAsync(*txn_->GetWriteBatch()->GetWriteBatch(), What("commit"),
+                        [this, done = std::move(done)](absl::Status written) {
+                          txn_->Rollback().PermitUncheckedError();
+                          done(std::move(written));  // may destroy *this: nothing after it
+                        });
+  }
+
   void Rollback() override {
     if (done_) return;
     done_ = true;
@@ -199,6 +218,20 @@ class RocksdbTransaction final : public StoreTransaction {
  private:
   std::string What(std::string_view op) const {
     return absl::StrCat("rocksdb store ", url_, ": ", AV(op));
+  }
+
+  // The start of every commit: ends the transaction, and returns its status when
+  // nothing is left to write (an error, or a read-only transaction's OK).
+  std::optional<absl::Status> StartCommit() {
+    if (absl::Status s = CheckOpen(); !s.ok()) return s;
+    done_ = true;
+    if (txn_ == nullptr) return absl::OkStatus();
+    // Nothing is acknowledged into a directory that was deleted or replaced.
+    if (absl::Status s = db_->identity.Check(); !s.ok()) {
+      txn_->Rollback().PermitUncheckedError();
+      return s;
+    }
+    return std::nullopt;
   }
 
   absl::Status CheckOpen() const {
@@ -219,14 +252,18 @@ class RocksdbTransaction final : public StoreTransaction {
   // with the key locked until the transaction ends.
   absl::StatusOr<std::optional<Record>> Locked(const std::string& key) {
     std::string value;
-    return Decoded(txn_->GetForUpdate(rocksdb::ReadOptions(), key, &value), value,
-                   What("read for update"));
+    const rocksdb::Status s = txn_->GetForUpdate(rocksdb::ReadOptions(), key, &value);
+    if (non_blocking_ && s.IsTimedOut()) {
+      return WouldBlockError(What("read for update: the key is held by another transaction"));
+    }
+    return Decoded(s, value, What("read for update"));
   }
 
   const std::shared_ptr<SharedDb> db_;
   const std::unique_ptr<rocksdb::Transaction> txn_;
-  const std::string& url_;                       // the store's, which outlives this
-  rocksdbstore::BatchWriter* const writer_;      // the store's (writer=queue) or null
+  const std::string& url_;                   // the store's, which outlives this
+  rocksdbstore::BatchWriter* const writer_;  // the store's (writer=queue) or null
+  const bool non_blocking_;
   bool done_ = false;
 };
 
@@ -238,6 +275,8 @@ class RocksdbStore final : public Store {
     write_options_.sync = options.sync;
     txn_options_.lock_timeout = options.lock_timeout_ms;
     txn_options_.deadlock_detect = true;
+    // 0: a lock another transaction holds fails at once (Status::TimedOut).
+    non_blocking_options_.lock_timeout = 0;
     if (options.queue_writer && !read_only_ && db_ != nullptr) {
       // The base DB: TransactionDB::Write would lock the keys again, which this
       // transaction holds until the batch is written.
@@ -250,6 +289,20 @@ class RocksdbStore final : public Store {
     if (!read_only_) txn.reset(db_->db->BeginTransaction(write_options_, txn_options_));
     return std::make_unique<RocksdbTransaction>(db_, std::move(txn), url_, writer_.get());
   }
+
+  // The queue writer's transactions: their reads never wait for a lock (a held key
+  // is a WouldBlockError) and CommitAsync hands the batch to the writer thread.
+  // A read may still reach RocksDB's files through the page cache, as a new key's
+  // point read does when its bloom filters cannot rule it out.
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> BeginNonBlocking() override {
+    if (!non_blocking()) return nullptr;
+    std::unique_ptr<rocksdb::Transaction> txn(
+        db_->db->BeginTransaction(write_options_, non_blocking_options_));
+    return std::make_unique<RocksdbTransaction>(db_, std::move(txn), url_, writer_.get(),
+                                                /*non_blocking=*/true);
+  }
+
+  bool non_blocking() const override { return writer_ != nullptr; }
 
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
                                             std::string_view key) override {
@@ -331,6 +384,7 @@ class RocksdbStore final : public Store {
   const bool read_only_;
   rocksdb::WriteOptions write_options_;
   rocksdb::TransactionOptions txn_options_;
+  rocksdb::TransactionOptions non_blocking_options_;
   std::unique_ptr<rocksdbstore::BatchWriter> writer_;  // writer=queue; ends before db_
 };
 

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +14,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/synchronization/notification.h"
+#include "idem/cache.h"
 #include "idem/idem.h"
 #include "store/record_codec.h"
 #include "store/rocksdb/batch_writer.h"
@@ -161,6 +164,212 @@ TEST(RocksdbStoreTest, TheQueueWriterWritesEveryBatchAndFailsABadOneAlone) {
         EXPECT_TRUE(got.ok()) << k;
       }
     }
+  }
+}
+
+// Starts a non-blocking Guard call with `start` (given the call's `done`), expects
+// it taken, and waits for the status `done` gets.
+absl::Status Await(const std::function<bool(std::function<void(absl::Status)>)>& start) {
+  absl::Notification called;
+  absl::Status status = absl::UnknownError("not called");
+  EXPECT_TRUE(start([&](absl::Status s) {
+    status = std::move(s);
+    called.Notify();
+  }));
+  EXPECT_TRUE(called.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  return status;
+}
+
+// WriteAsync: every callback comes once, from the writer thread, after its batch is
+// written (readable), with the batch's own status; a refused batch fails alone;
+// Write and WriteAsync share groups.
+TEST(RocksdbStoreTest, TheQueueWritersAsyncWritesCallBackOnceAfterTheWrite) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> db,
+                       rocksdbstore::OpenSharedDb({.path = dir.file("db")}, false));
+  constexpr int kBatches = 200;
+  std::vector<rocksdb::WriteBatch> batches(kBatches);
+  std::vector<absl::Status> results(kBatches, absl::UnknownError("not called"));
+  std::vector<int> calls(kBatches, 0);
+  std::vector<bool> readable(kBatches, false);
+  std::vector<std::thread::id> callers(kBatches);
+  {
+    rocksdbstore::BatchWriter writer(db->db->GetBaseDB(), /*sync=*/true);
+    for (int k = 0; k < kBatches; ++k) {
+      ASSERT_TRUE(batches[k].Put("ak" + std::to_string(k), "v").ok());
+      if (k == 7) {
+        ASSERT_TRUE(batches[k].Merge("ak7", "x").ok());
+      }
+      writer.WriteAsync(batches[k], "commit " + std::to_string(k), [&, k](absl::Status s) {
+        ++calls[k];
+        results[k] = std::move(s);
+        callers[k] = std::this_thread::get_id();
+        std::string value;
+        readable[k] = db->db->Get(rocksdb::ReadOptions(), "ak" + std::to_string(k), &value).ok();
+      });
+    }
+    rocksdb::WriteBatch blocking;
+    ASSERT_TRUE(blocking.Put("ak-blocking", "v").ok());
+    EXPECT_OK(writer.Write(blocking, "commit"));
+    EXPECT_EQ(writer.batches(), static_cast<uint64_t>(kBatches + 1));
+  }  // the destructor writes what is queued, then stops
+  for (int k = 0; k < kBatches; ++k) {
+    SCOPED_TRACE(k);
+    EXPECT_EQ(calls[k], 1);
+    EXPECT_NE(callers[k], std::this_thread::get_id()) << "called back on the writer thread";
+    if (k == 7) {
+      EXPECT_EQ(results[k].code(), absl::StatusCode::kInternal) << results[k];
+      EXPECT_THAT(Message(results[k]), HasSubstr("commit 7: "));
+      EXPECT_FALSE(readable[k]);
+    } else {
+      EXPECT_OK(results[k]);
+      EXPECT_TRUE(readable[k]) << "the callback comes after the write";
+    }
+  }
+}
+
+// BeginNonBlocking (writer=queue only): a key another open transaction holds is a
+// WouldBlockError at once, not a wait of lock_timeout_ms; CommitAsync calls back
+// once the claim is durable, after which the key's lock is free; Guard's
+// ClaimNonBlocking and CompleteNonBlocking answer as Claim and Complete do.
+TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter) {
+  testing::TempDir dir;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> group,
+                         OpenStore("rocksdb://" + dir.file("g") + "?writer=group"));
+    EXPECT_FALSE(group->non_blocking());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> none, group->BeginNonBlocking());
+    EXPECT_EQ(none, nullptr) << "writer=group commits block: no non-blocking transactions";
+  }
+  const std::string url = "rocksdb://" + dir.file("db") + "?lock_timeout_ms=60000";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(url));
+  ASSERT_TRUE(store->non_blocking());
+  Guard guard(*store);
+  const Request held{.tenant = "t", .biz_type = "refund", .key = "held"};
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> holder, store->Begin());
+  ASSERT_OK_AND_ASSIGN(std::optional<Record> none,
+                       holder->Load(held.tenant, held.key));  // locks the key
+  EXPECT_FALSE(none.has_value());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->BeginNonBlocking());
+  ASSERT_NE(tx, nullptr);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::optional<Record>> blocked = tx->Load(held.tenant, held.key);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "waited for the lock";
+  EXPECT_TRUE(IsWouldBlock(blocked.status())) << blocked.status();
+  EXPECT_TRUE(IsWouldBlock(AsStoreFault(blocked.status())));
+  EXPECT_FALSE(IsClaimContended(blocked.status()));
+  tx->Rollback();
+  bool called = false;
+  EXPECT_FALSE(guard.ClaimNonBlocking(held, absl::Seconds(30), [&](absl::StatusOr<Result>) {
+    called = true;
+  })) << "a held key is left to the blocking call";
+  EXPECT_FALSE(called);
+  holder->Rollback();
+
+  // Acquired through the writer: `done` runs on its thread once the claim is durable.
+  absl::Notification claimed;
+  absl::StatusOr<Result> claim = absl::UnknownError("not called");
+  std::thread::id claim_thread;
+  ASSERT_TRUE(guard.ClaimNonBlocking(held, absl::Seconds(30), [&](absl::StatusOr<Result> r) {
+    claim = std::move(r);
+    claim_thread = std::this_thread::get_id();
+    claimed.Notify();
+  }));
+  ASSERT_TRUE(claimed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_OK(claim.status());
+  EXPECT_EQ(claim->outcome, Outcome::kAcquired);
+  EXPECT_EQ(claim->token, 1);
+  EXPECT_NE(claim_thread, std::this_thread::get_id());
+  ASSERT_OK_AND_ASSIGN(std::optional<Record> stored, store->Get(held.tenant, held.key));
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->state, RecordState::kProcessing);
+  // The lock was released with the write: a blocking claim answers at once.
+  ASSERT_OK_AND_ASSIGN(Result busy, guard.Claim(held));
+  EXPECT_EQ(busy.outcome, Outcome::kInProgress);
+
+  // A claim that writes nothing is answered on this thread before the return.
+  bool answered = false;
+  ASSERT_TRUE(guard.ClaimNonBlocking(held, absl::Seconds(30), [&](absl::StatusOr<Result> r) {
+    ASSERT_OK(r.status());
+    EXPECT_EQ(r->outcome, Outcome::kInProgress);
+    answered = true;
+  }));
+  EXPECT_TRUE(answered);
+
+  // A stale token is lease_lost at once; the holder's complete goes through the writer.
+  const absl::Status stale =
+      Await([&](auto done) { return guard.CompleteNonBlocking(held, 9, "{}", done); });
+  EXPECT_EQ(stale.code(), absl::StatusCode::kAborted) << stale;
+  EXPECT_THAT(Message(stale), HasSubstr("lease_lost"));
+  EXPECT_OK(
+      Await([&](auto done) { return guard.CompleteNonBlocking(held, 1, R"({"ok":1})", done); }));
+  ASSERT_OK_AND_ASSIGN(Result replay, guard.Claim(held));
+  EXPECT_EQ(replay.outcome, Outcome::kReplayed);
+  EXPECT_EQ(replay.value, R"({"ok":1})");
+  // The same complete again: OK without a write.
+  EXPECT_OK(
+      Await([&](auto done) { return guard.CompleteNonBlocking(held, 1, R"({"ok":1})", done); }));
+
+  // A retryable fail releases the key through the writer.
+  const Request other{.tenant = "t", .biz_type = "refund", .key = "other"};
+  ASSERT_OK_AND_ASSIGN(Result taken, guard.Claim(other));
+  EXPECT_OK(Await([&](auto done) {
+    return guard.FailNonBlocking(other, taken.token, /*retryable=*/true, R"({"e":1})", done);
+  }));
+  ASSERT_OK_AND_ASSIGN(Result retaken, guard.Claim(other));
+  EXPECT_EQ(retaken.outcome, Outcome::kAcquired);
+  EXPECT_EQ(retaken.token, 2);
+
+  // An invalid request is left to the blocking call, which words it.
+  EXPECT_FALSE(guard.ClaimNonBlocking(Request{.tenant = "t", .biz_type = "refund", .key = ""},
+                                      absl::Seconds(1), [](absl::StatusOr<Result>) {}));
+}
+
+// The cache decorator passes non-blocking transactions through with an L1 only (its
+// fills are in memory), and fills the L1 when CommitAsync's write is durable; with
+// a Redis tier it offers none, as a fill would be a round trip on the writer thread.
+TEST(RocksdbStoreTest, TheL1PassesNonBlockingTransactionsThroughAndFillsAtTheCommit) {
+  testing::TempDir dir;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore("rocksdb://" + dir.file("r")));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> redis,
+                         NewCachingStore(std::move(inner), {.redis_url = "redis://127.0.0.1:1"}));
+    EXPECT_FALSE(redis->non_blocking());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> none, redis->BeginNonBlocking());
+    EXPECT_EQ(none, nullptr);
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore("rocksdb://" + dir.file("db")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, NewCachingStore(std::move(inner)));
+  ASSERT_TRUE(store->non_blocking());
+  Guard guard(*store);
+  const Request r{.tenant = "t", .biz_type = "refund", .key = "k"};
+  ASSERT_OK_AND_ASSIGN(Result claim, guard.Claim(r));
+  absl::Notification completed;
+  ASSERT_TRUE(guard.CompleteNonBlocking(r, claim.token, R"({"ok":1})", [&](absl::Status s) {
+    EXPECT_OK(s);
+    completed.Notify();
+  }));
+  ASSERT_TRUE(completed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  std::optional<Record> peeked = store->PeekDecided(r.tenant, r.key);
+  ASSERT_TRUE(peeked.has_value()) << "the L1 learnt the result at the commit";
+  EXPECT_EQ(peeked->result, R"({"ok":1})");
+}
+
+// The SQL and memory stores block: they offer no non-blocking transactions, and
+// the Guard's non-blocking calls leave everything to the blocking ones.
+TEST(RocksdbStoreTest, BlockingStoresHaveNoNonBlockingTransactions) {
+  testing::TempDir dir;
+  for (const std::string& url :
+       std::vector<std::string>{"memory://", "sqlite://" + dir.file("s.db")}) {
+    SCOPED_TRACE(url);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(url));
+    EXPECT_FALSE(store->non_blocking());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->BeginNonBlocking());
+    EXPECT_EQ(tx, nullptr);
+    Guard guard(*store);
+    EXPECT_FALSE(guard.ClaimNonBlocking(Request{.tenant = "t", .biz_type = "b", .key = "k"},
+                                        absl::Seconds(1), [](absl::StatusOr<Result>) {}));
   }
 }
 
