@@ -22,6 +22,8 @@
 # running changes the numbers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+source bench/lib.sh
 root=$PWD
 seconds=10
 while [[ $# -gt 0 ]]; do
@@ -80,7 +82,7 @@ source "$services/env.sh"
 redis_port=${IDEM_TEST_REDIS_URL##*:}
 redis_port=${redis_port%%/*}
 # A second Redis that fsyncs every write (appendfsync always).
-aof_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+aof_port=$(free_port)
 mkdir -p "$work/redis-aof"
 redis-server --bind 127.0.0.1 --port "$aof_port" --dir "$work/redis-aof" --save "" \
   --appendonly yes --appendfsync always --daemonize no >"$work/redis-aof.log" 2>&1 &
@@ -168,12 +170,7 @@ run_pg() {  # conns
 # A completed key for the duplicate workload, on each idem store.
 dup_key="dup-$RANDOM"
 for name in "${!idem_port[@]}"; do
-  port=${idem_port[$name]}
-  token=$(curl -s -X POST -H "Authorization: Bearer bench" -d "{\"biz_type\":\"bench\",\"key\":\"$dup_key\"}" \
-    "http://127.0.0.1:$port/v1/claims" | sed -n 's/.*"token":\([0-9]*\).*/\1/p')
-  curl -s -o /dev/null -X POST -H "Authorization: Bearer bench" \
-    -d "{\"biz_type\":\"bench\",\"key\":\"$dup_key\",\"token\":$token,\"result\":{\"ok\":true}}" \
-    "http://127.0.0.1:$port/v1/claims/complete"
+  complete_key "${idem_port[$name]}" "$dup_key"
 done
 export IDEM_BENCH_KEY=$dup_key
 

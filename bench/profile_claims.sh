@@ -14,6 +14,8 @@
 # stay in build/bench-profile/ for callgrind_annotate or kcachegrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+source bench/lib.sh
 seconds=20
 conns=8
 while [[ $# -gt 0 ]]; do
@@ -36,7 +38,7 @@ scripts/build.sh idem >/dev/null
 work=$PWD/build/bench-profile
 rm -rf "$work"
 mkdir -p "$work"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 export IDEM_TOKEN=bench IDEM_TENANTS="bench:bench" IDEM_BENCH_KEY=dup
 pid=
 cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null || true; }
@@ -54,11 +56,7 @@ for workload in duplicates new_keys; do
     kill -0 "$pid" 2>/dev/null || { echo "idem serve did not start: $(tail -1 "$out.serve.err")" >&2; exit 1; }
     sleep 0.1
   done
-  token=$(curl -s -X POST -H "Authorization: Bearer bench" -d '{"biz_type":"bench","key":"dup"}' \
-    "http://127.0.0.1:$port/v1/claims" | sed -n 's/.*"token":\([0-9]*\).*/\1/p')
-  curl -s -o /dev/null -X POST -H "Authorization: Bearer bench" \
-    -d "{\"biz_type\":\"bench\",\"key\":\"dup\",\"token\":$token,\"result\":{\"ok\":true}}" \
-    "http://127.0.0.1:$port/v1/claims/complete"
+  complete_key "$port" dup
   # Only the load is counted: the counters are zeroed after start-up and the setup
   # requests, and dumped (to $out.callgrind.1) when wrk is done, before shutdown.
   # Counting the whole process made a slower run's requests look dearer, since the

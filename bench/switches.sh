@@ -16,6 +16,8 @@
 # per thread name: switches per request. Stops the server by pid.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+source bench/lib.sh
 workload=new_keys
 conns=64
 seconds=8
@@ -42,7 +44,7 @@ fi
 work=$PWD/build/bench-switches
 rm -rf "$work"
 mkdir -p "$work"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 export IDEM_TOKEN=bench IDEM_TENANTS="bench:bench" IDEM_BENCH_KEY=dup
 pid=
 cleanup() { [[ -z $pid ]] || { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; } || true; }
@@ -56,11 +58,7 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 url=http://127.0.0.1:$port
-token=$(curl -s -X POST -H "Authorization: Bearer bench" -d '{"biz_type":"bench","key":"dup"}' \
-  "$url/v1/claims" | sed -n 's/.*"token":\([0-9]*\).*/\1/p')
-curl -s -o /dev/null -X POST -H "Authorization: Bearer bench" \
-  -d "{\"biz_type\":\"bench\",\"key\":\"dup\",\"token\":$token,\"result\":{\"ok\":true}}" \
-  "$url/v1/claims/complete"
+complete_key "$port" dup
 IDEM_BENCH_RUN=warm$RANDOM wrk -t2 -c"$conns" -d2s -s "bench/claims/$workload.lua" "$url" >/dev/null 2>&1
 # Switches by thread name: "name total" lines, summed over the threads of a name.
 snapshot() {
