@@ -16,3 +16,14 @@ complete_key() {
     -d "{\"biz_type\":\"bench\",\"key\":\"$key\",\"token\":$token,\"result\":{\"ok\":true}}" \
     "http://127.0.0.1:$port/v1/claims/complete"
 }
+
+# serve_setup NAME: for a script that starts `idem serve`: a fresh work directory
+# build/NAME in $work, a free port in $port, and the bench tenant's environment
+# (token "bench"; IDEM_BENCH_KEY, the key bench/claims/duplicates.lua repeats).
+serve_setup() {
+  work=$PWD/build/$1
+  rm -rf "$work"
+  mkdir -p "$work"
+  port=$(free_port)
+  export IDEM_TOKEN=bench IDEM_TENANTS="bench:bench" IDEM_BENCH_KEY=dup
+}

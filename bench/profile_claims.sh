@@ -35,11 +35,7 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 fi
 scripts/build.sh idem >/dev/null
 
-work=$PWD/build/bench-profile
-rm -rf "$work"
-mkdir -p "$work"
-port=$(free_port)
-export IDEM_TOKEN=bench IDEM_TENANTS="bench:bench" IDEM_BENCH_KEY=dup
+serve_setup bench-profile
 pid=
 cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null || true; }
 trap cleanup EXIT

@@ -41,11 +41,7 @@ if [[ -z $bin ]]; then
   bin=build/src/cli/idem
 fi
 
-work=$PWD/build/bench-switches
-rm -rf "$work"
-mkdir -p "$work"
-port=$(free_port)
-export IDEM_TOKEN=bench IDEM_TENANTS="bench:bench" IDEM_BENCH_KEY=dup
+serve_setup bench-switches
 pid=
 cleanup() { [[ -z $pid ]] || { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; } || true; }
 trap cleanup EXIT
