@@ -362,7 +362,11 @@ TEST(ChannelBookTest, FaultRateZeroNeverFaults) {
 }
 
 TEST(FakeChannelTest, ClientTimeoutIsEnforced) {
-  auto server = StartServer(/*fault_rate=*/1, /*seed=*/42);
+  // The answer is held back far longer than the client waits, so a stalled machine
+  // (a loaded CI run under ASan) cannot make the client's 100 ms look like the
+  // server's delay; Stop() does not wait for held-back answers.
+  constexpr absl::Duration kLongHold = absl::Seconds(5);
+  auto server = StartServer(/*fault_rate=*/1, /*seed=*/42, kLongHold);
   ASSERT_NE(server, nullptr);
   ChannelClient client = ClientFor(*server, kClientTimeout);
   int timeouts = 0;
@@ -373,7 +377,7 @@ TEST(FakeChannelTest, ClientTimeoutIsEnforced) {
     if (r.status().code() != absl::StatusCode::kDeadlineExceeded) continue;
     ++timeouts;
     EXPECT_GE(elapsed, std::chrono::milliseconds(95));
-    EXPECT_LT(elapsed, absl::ToChronoMilliseconds(kResponseDelay));
+    EXPECT_LT(elapsed, absl::ToChronoMilliseconds(kLongHold));
   }
   EXPECT_EQ(timeouts, 2);
 }
