@@ -17,14 +17,26 @@
 
 #include "absl/status/status.h"
 
+#if __has_include(<sanitizer/common_interface_defs.h>)
+#include <sanitizer/common_interface_defs.h>
+#define IDEM_FUZZ_HAS_SANITIZER_REPORT 1
+#endif
+
 namespace idem::fuzz {
 
-// Aborts with `what` (and `detail`) on stderr unless `ok`.
+// Aborts with `what` (and `detail`) unless `ok`. The message goes where the
+// sanitizer's reports go: stderr, or libFuzzer's copy of it when the target's own
+// stderr is closed (-close_fd_mask=2, as bench/fuzz.sh runs them).
 inline void Check(bool ok, std::string_view what, std::string_view detail = {}) {
   if (ok) return;
-  std::fprintf(stderr, "fuzz property violated: %.*s%s%.*s\n", static_cast<int>(what.size()),
-               what.data(), detail.empty() ? "" : ": ", static_cast<int>(detail.size()),
-               detail.data());
+  std::string line = "fuzz property violated: ";
+  line.append(what);
+  if (!detail.empty()) line.append(": ").append(detail);
+#ifdef IDEM_FUZZ_HAS_SANITIZER_REPORT
+  __sanitizer_report_error_summary(line.c_str());
+#else
+  std::fprintf(stderr, "%s\n", line.c_str());
+#endif
   std::abort();
 }
 
