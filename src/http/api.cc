@@ -279,8 +279,8 @@ Reply Api::Handle(const HttpRequest& request) {
 }
 
 Reply Api::Answered(Reply reply, const std::string& tenant) {
-  // Answered by the store (a 503 went through StatusReply, which marks it down).
-  if (reply.response.status < 500) health_.Up();
+  // A 503 went through StatusReply, which marked the store down.
+  if (reply.store_answered) health_.Up();
   reply.tenant = tenant;
   return reply;
 }

@@ -34,6 +34,12 @@ struct Reply {
   // `poll_after`, or sooner when the Handler's Watch wakes it.
   std::shared_ptr<const WaitingClaim> waiting;
   absl::Duration poll_after = absl::Milliseconds(15);
+  // The store itself answered: it wrote a claim, complete or fail, or read a
+  // record. Only such an answer ends an outage (StoreHealth::Up); one that never
+  // reached the store (bad input, a duplicate answered from a cache tier, a
+  // fail-open claim) says nothing of it, or every such request in an outage
+  // would log "store available again" and the next one "store unavailable".
+  bool store_answered = false;
 };
 
 class Handler {

@@ -137,7 +137,9 @@ Reply Api::ListRecords(const HttpRequest& request, const std::string& tenant) {
   }
   HttpResponse response;
   response.body = page.dump(-1, ' ', false, ojson::error_handler_t::replace);
-  return Answer(std::move(response));
+  Reply reply = Answer(std::move(response));
+  reply.store_answered = true;
+  return reply;
 }
 
 }  // namespace idem::http

@@ -46,12 +46,24 @@ ClientResponse Claim(uint16_t port, const std::string& key) {
                "tok");
 }
 
+// How often `what` occurs in `log`.
+int Count(const std::string& log, const std::string& what) {
+  int n = 0;
+  for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+  return n;
+}
+
 void MissingSchemaIs503(const std::string& url, const std::string& scratch) {
   ServeProcess serve(scratch + "/serve.err");
   ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store", url, "--tenant", "t:tok"}),
               ::testing::StartsWith("listening on "))
       << serve.stderr_text();
   ASSERT_EQ(Claim(serve.port(), "K-1").status, 201);
+  ASSERT_EQ(Claim(serve.port(), "K-0").status, 201);
+  ASSERT_EQ(Fetch(serve.port(), "POST", "/v1/claims/complete",
+                  R"({"biz_type":"refund","key":"K-0","token":1,"result":{}})", "tok")
+                .status,
+            200);
   ASSERT_EQ(Fetch(serve.port(), "GET", "/readyz").status, 200);
   absl::StatusOr<std::unique_ptr<Store>> admin = OpenStore(url);
   ASSERT_TRUE(admin.ok()) << admin.status();
@@ -65,6 +77,11 @@ void MissingSchemaIs503(const std::string& url, const std::string& scratch) {
     EXPECT_EQ(json::parse(r.body).value("outcome", ""), "unavailable") << r.body;
     EXPECT_THAT(r.body, ::testing::Not(::testing::HasSubstr("idem_records"))) << "the cause leaks";
   }
+  // Answers that never reach the store say nothing of it: bad input, and a
+  // duplicate the in-process cache replays. Each used to log "store available
+  // again", and the next refused request "store unavailable" once more.
+  EXPECT_EQ(Claim(serve.port(), "").status, 400);
+  EXPECT_EQ(Claim(serve.port(), "K-0").status, 200);
   ClientResponse complete = Fetch(serve.port(), "POST", "/v1/claims/complete",
                                   R"({"biz_type":"refund","key":"K-1","token":1,"result":{}})",
                                   "tok");
@@ -90,13 +107,8 @@ void MissingSchemaIs503(const std::string& url, const std::string& scratch) {
   // One log line when the store went down and one when it came back, not one per
   // refused request (SPEC §10).
   const std::string log = serve.stderr_text();
-  auto count = [&](const std::string& what) {
-    int n = 0;
-    for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
-    return n;
-  };
-  EXPECT_EQ(count("store unavailable: "), 1) << log;
-  EXPECT_EQ(count("store available again after "), 1) << log;
+  EXPECT_EQ(Count(log, "store unavailable: "), 1) << log;
+  EXPECT_EQ(Count(log, "store available again after "), 1) << log;
   EXPECT_THAT(log, ::testing::HasSubstr("5 request(s) were refused")) << log;
 }
 
@@ -125,6 +137,38 @@ TEST(StoreFault, SqliteDeletedFileIs503) {
   EXPECT_EQ(complete.status, 503) << complete.body;
   EXPECT_EQ(Fetch(serve.port(), "GET", "/readyz").status, 503);
   EXPECT_EQ(serve.Stop(), 0);
+}
+
+// The RocksDB directory moved away under the running server: nothing is read from
+// it either, not even a claim that meets a live lease (it answered 409 from what
+// RocksDB held in memory, and that answer logged "store available again" between
+// two "store unavailable" lines). Moved back, the same server answers again.
+TEST(StoreFault, RocksdbMovedDirectoryIs503UntilItIsBack) {
+  TempDir dir;
+  const std::string path = dir.path() + "/db";
+  ServeProcess serve(dir.path() + "/serve.err");
+  ASSERT_THAT(
+      serve.Start({"--listen", "127.0.0.1:0", "--store", "rocksdb://" + path, "--tenant", "t:tok"}),
+      ::testing::StartsWith("listening on "))
+      << serve.stderr_text();
+  ASSERT_EQ(Claim(serve.port(), "K-1").status, 201);
+  ASSERT_EQ(std::rename(path.c_str(), (path + ".moved").c_str()), 0);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(Claim(serve.port(), "K-1").status, 503) << "a live lease read from a moved store";
+    EXPECT_EQ(Claim(serve.port(), "K-2").status, 503);
+    EXPECT_EQ(Fetch(serve.port(), "GET", "/v1/records/refund/K-1", "", "tok").status, 503);
+    EXPECT_EQ(Fetch(serve.port(), "GET", "/v1/records?biz_type=refund", "", "tok").status, 503);
+  }
+  EXPECT_EQ(Fetch(serve.port(), "GET", "/readyz").status, 503);
+  ASSERT_EQ(std::rename((path + ".moved").c_str(), path.c_str()), 0);
+  EXPECT_EQ(Claim(serve.port(), "K-1").status, 409);
+  EXPECT_EQ(Claim(serve.port(), "K-2").status, 201);
+  EXPECT_EQ(serve.Stop(), 0);
+  const std::string log = serve.stderr_text();
+  EXPECT_THAT(log, ::testing::HasSubstr("was deleted while idem had it open")) << log;
+  EXPECT_EQ(Count(log, "store unavailable: "), 1) << log;
+  EXPECT_EQ(Count(log, "store available again after "), 1) << log;
+  EXPECT_THAT(log, ::testing::HasSubstr("9 request(s) were refused")) << log;
 }
 
 // `url` with its port replaced by `port` (to go through a FaultProxy).

@@ -285,6 +285,7 @@ class RocksdbStore final : public Store {
   }
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
+    IDEM_RETURN_IF_ERROR(CheckIdentity());
     std::unique_ptr<rocksdb::Transaction> txn;
     if (!read_only_) txn.reset(db_->db->BeginTransaction(write_options_, txn_options_));
     return std::make_unique<RocksdbTransaction>(db_, std::move(txn), url_, writer_.get());
@@ -296,6 +297,7 @@ class RocksdbStore final : public Store {
   // point read does when its bloom filters cannot rule it out.
   absl::StatusOr<std::unique_ptr<StoreTransaction>> BeginNonBlocking() override {
     if (!non_blocking()) return nullptr;
+    IDEM_RETURN_IF_ERROR(CheckIdentity());
     std::unique_ptr<rocksdb::Transaction> txn(
         db_->db->BeginTransaction(write_options_, non_blocking_options_));
     return std::make_unique<RocksdbTransaction>(db_, std::move(txn), url_, writer_.get(),
@@ -307,6 +309,7 @@ class RocksdbStore final : public Store {
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
                                             std::string_view key) override {
     if (db_ == nullptr) return std::nullopt;
+    IDEM_RETURN_IF_ERROR(CheckIdentity());
     std::string value;
     return Decoded(db_->base()->Get(rocksdb::ReadOptions(), RecordDbKey(tenant, key), &value),
                    value, absl::StrCat("rocksdb store ", url_, ": read"));
@@ -319,6 +322,7 @@ class RocksdbStore final : public Store {
     IDEM_RETURN_IF_ERROR(store::CheckRecordQuery(query));
     std::vector<Record> out;
     if (db_ == nullptr) return out;
+    IDEM_RETURN_IF_ERROR(CheckIdentity());
     const std::string prefix =
         query.tenant.has_value() ? RecordDbKey(*query.tenant, "") : std::string("r");
     const std::string after = query.after.has_value()
@@ -379,6 +383,14 @@ class RocksdbStore final : public Store {
   std::string_view url() const override { return url_; }
 
  private:
+  // Nothing is read from a directory that was deleted or replaced either (as
+  // sqlite:// checks its file before every transaction): what RocksDB still holds
+  // in memory and in open files of it vanishes at the next start. Checked again
+  // before a commit (StartCommit).
+  absl::Status CheckIdentity() const {
+    return db_ == nullptr ? absl::OkStatus() : db_->identity.Check();
+  }
+
   const std::string url_;
   const std::shared_ptr<SharedDb> db_;  // null: read-only, no database there yet
   const bool read_only_;
