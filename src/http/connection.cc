@@ -107,7 +107,11 @@ void Connection::ReadHeader() {
   }
   state_ = State::kIdle;
   parser_.emplace();
-  parser_->body_limit(shared_.options.max_body_bytes);
+  // No limit while the header is read: the declared length is judged in OnHeader,
+  // after the token, so a client without one is told 401, not 413. (Not
+  // boost::none: Boost 1.74's parser compares a Content-Length with the optional
+  // itself, and every length is greater than none.)
+  parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
   parser_->header_limit(static_cast<std::uint32_t>(shared_.options.max_header_bytes));
   if (buffer_.size() > 0) {  // a pipelined request is already here
     ReadRestOfHeader();
@@ -221,6 +225,14 @@ void Connection::OnHeader(beast::error_code ec) {
       return;
     }
   }
+  // A declared body over the limit is refused before any of it is read; a chunked
+  // one when its chunks pass the limit (the parser's body_limit).
+  if (const boost::optional<std::uint64_t> length = parser_->content_length();
+      length.has_value() && *length > shared_.options.max_body_bytes) {
+    OnReadError(bhttp::error::body_limit);
+    return;
+  }
+  parser_->body_limit(shared_.options.max_body_bytes);
   if (absl::EqualsIgnoreCase(absl::string_view(expect.data(), expect.size()), "100-continue") &&
       !parser_->is_done()) {
     continue_ =

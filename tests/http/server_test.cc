@@ -127,6 +127,33 @@ TEST_F(ServerTest, DeclaredBodyOverTheLimitIs413AndCloses) {
   EXPECT_TRUE(c.ClosedByPeer());
 }
 
+// The token is checked before the declared length (SPEC §11: authentication once
+// the headers are in): a client without one learns nothing but 401, and neither
+// body is read.
+TEST_F(ServerTest, DeclaredBodyOverTheLimitWithoutATokenIs401) {
+  for (const char* auth : {"", "Authorization: Bearer wrong\r\n"}) {
+    Client c(port_);
+    ASSERT_TRUE(c.WriteRaw(std::string("POST /v1/claims HTTP/1.1\r\nHost: x\r\n") + auth +
+                           "Content-Length: 10000000000\r\n\r\n"));
+    ClientResponse r = c.Read();
+    EXPECT_EQ(r.status, 401) << auth << r.error;
+    EXPECT_FALSE(r.keep_alive);
+    EXPECT_TRUE(c.ClosedByPeer());
+  }
+}
+
+// Chunked, the limit holds as the chunks arrive.
+TEST_F(ServerTest, ChunkedBodyOverTheLimitIs413) {
+  Client c(port_);
+  ASSERT_TRUE(
+      c.WriteRaw("POST /v1/claims HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-a\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n3e8\r\n" +
+                 std::string(1000, ' ') + "\r\n3e8\r\n" + std::string(1000, ' ') + "\r\n"));
+  ClientResponse r = c.Read();
+  EXPECT_EQ(r.status, 413) << r.error;
+  EXPECT_FALSE(r.keep_alive);
+}
+
 TEST_F(ServerTest, SentBodyOverTheLimitIs413) {
   Client c(port_);
   ClientResponse r = c.Send("POST", "/v1/claims", std::string(5000, ' '), "tok-a");
