@@ -3,9 +3,10 @@
 // when one is installed beside it (cli/external.h: the refund example's `demo` and
 // `worker`). What the subcommands share (--config, --version, exit statuses) is
 // RunCommandLine (cli/command_line.cc).
+#include <csignal>
 #include <string>
-#include <utility>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -86,6 +87,10 @@ int Main(int argc, char** argv) {
       }
     }
   }
+  // A write past a file size limit (ulimit -f, systemd's LimitFSIZE) fails with EFBIG,
+  // which a store reports (503, nothing acknowledged), instead of SIGXFSZ ending the
+  // process in the middle of a request.
+  std::signal(SIGXFSZ, SIG_IGN);
   return RunCommandLine(argc, argv,
                         {&AddServeCommand, &AddInspectCommand, &AddTtlCommand, &AddMigrateCommand,
                          &AddStuckCommand, &AddTokenCommand, &AddProxyCommand,

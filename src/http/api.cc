@@ -280,7 +280,7 @@ Reply Api::Handle(const HttpRequest& request) {
 
 Reply Api::Answered(Reply reply, const std::string& tenant) {
   // A 503 went through StatusReply, which marked the store down.
-  if (reply.store_answered) health_.Up();
+  if (reply.store_wrote) health_.Up();
   reply.tenant = tenant;
   return reply;
 }

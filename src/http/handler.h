@@ -34,12 +34,13 @@ struct Reply {
   // `poll_after`, or sooner when the Handler's Watch wakes it.
   std::shared_ptr<const WaitingClaim> waiting;
   absl::Duration poll_after = absl::Milliseconds(15);
-  // The store itself answered: it wrote a claim, complete or fail, or read a
-  // record. Only such an answer ends an outage (StoreHealth::Up); one that never
-  // reached the store (bad input, a duplicate answered from a cache tier, a
-  // fail-open claim) says nothing of it, or every such request in an outage
-  // would log "store available again" and the next one "store unavailable".
-  bool store_answered = false;
+  // The store wrote this request's claim, complete or fail: it takes writes again,
+  // so an outage is over (StoreHealth::Up; /readyz's ping is the other way). Not
+  // set for answers that never reached it (bad input, a duplicate answered from a
+  // cache tier, a fail-open claim) nor for reads, which a store refusing writes
+  // may still answer (rocksdb:// after a failed WAL write): each such request in
+  // an outage logged "store available again", and the next "store unavailable".
+  bool store_wrote = false;
 };
 
 class Handler {

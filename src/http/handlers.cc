@@ -48,9 +48,9 @@ Reply Make(Route route, HttpResponse response, std::string_view outcome = {}) {
   return r;
 }
 
-// `r`, marked as the store's own answer (Reply::store_answered).
-Reply FromStore(Reply r) {
-  r.store_answered = true;
+// `r`, marked as written by the store (Reply::store_wrote).
+Reply Written(Reply r) {
+  r.store_wrote = true;
   return r;
 }
 
@@ -274,7 +274,7 @@ Reply Api::AnswerClaim(const Request& req, absl::Duration lease, absl::Time dead
       j["takeover"] = result->takeover;
       if (result->takeover) j["previous_token"] = result->previous_token;
       j["expires_at"] = TimeOrNull(result->expires_at);
-      return FromStore(Make(Route::kClaims, Json(201, Dump(j)), "acquired"));
+      return Written(Make(Route::kClaims, Json(201, Dump(j)), "acquired"));
     }
     case Outcome::kReplayed:
     case Outcome::kCachedFailure:
@@ -282,8 +282,8 @@ Reply Api::AnswerClaim(const Request& req, absl::Duration lease, absl::Time dead
     case Outcome::kFingerprintMismatch:
     case Outcome::kExpired:
       return DecidedClaim(*result);
-    case Outcome::kInProgress:  // the caches hold finished records only
-      return FromStore(InProgress(req, lease, deadline, result->lease_until, poll_interval, epoch));
+    case Outcome::kInProgress:
+      return InProgress(req, lease, deadline, result->lease_until, poll_interval, epoch);
     case Outcome::kExecuted:
       break;
   }
@@ -396,12 +396,10 @@ Reply Api::AnswerFinish(Route route, const Request& req, const absl::Status& sta
   if (!status.ok()) {
     Reply r = StatusReply(status, route == Route::kComplete ? "complete" : "fail");
     r.route = route;
-    // lease_lost, conflict, key_reused, not_found: the store's own answers.
-    r.store_answered = !IsStoreDown(status) && status.code() != absl::StatusCode::kInvalidArgument;
     return r;
   }
   watch_.Notify(req.tenant, req.key);  // claims waiting on the key answer now
-  return FromStore(
+  return Written(
       Make(route, Json(200, absl::StrCat(R"({"outcome":")", AV(outcome), R"("})")), outcome));
 }
 
@@ -532,20 +530,17 @@ Reply Api::GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
     Reply r = StatusReply(rec.status(), "get record");
     r.route = Route::kRecord;
     r.outcome.clear();  // a read reports no guard outcome
-    r.store_answered = rec.status().code() == absl::StatusCode::kNotFound;
     return r;
   }
   // Only the tombstone is left: the record is gone, as a late claim is told.
-  if (rec->purged()) {
-    return FromStore(Make(Route::kRecord, ExpiredProblem(rec->purged_at, rec->expires_at)));
-  }
+  if (rec->purged()) return Make(Route::kRecord, ExpiredProblem(rec->purged_at, rec->expires_at));
   std::string body = Dump(RecordJson(*rec));
   if (rec->state == RecordState::kSucceeded) {
     body = Splice(std::move(body), "result", rec->result);
   } else if (rec->state == RecordState::kFailed) {
     body = Splice(std::move(body), "error", rec->error);
   }
-  return FromStore(Make(Route::kRecord, Json(200, std::move(body))));
+  return Make(Route::kRecord, Json(200, std::move(body)));
 }
 
 }  // namespace idem::http

@@ -137,9 +137,7 @@ Reply Api::ListRecords(const HttpRequest& request, const std::string& tenant) {
   }
   HttpResponse response;
   response.body = page.dump(-1, ' ', false, ojson::error_handler_t::replace);
-  Reply reply = Answer(std::move(response));
-  reply.store_answered = true;
-  return reply;
+  return Answer(std::move(response));
 }
 
 }  // namespace idem::http

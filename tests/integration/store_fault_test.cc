@@ -6,6 +6,7 @@
 // MariaDB (IDEM_TEST_POSTGRES_URL / IDEM_TEST_MYSQL_URL; fails without them).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
@@ -169,6 +170,59 @@ TEST(StoreFault, RocksdbMovedDirectoryIs503UntilItIsBack) {
   EXPECT_EQ(Count(log, "store unavailable: "), 1) << log;
   EXPECT_EQ(Count(log, "store available again after "), 1) << log;
   EXPECT_THAT(log, ::testing::HasSubstr("9 request(s) were refused")) << log;
+}
+
+// A file size limit (ulimit -f, systemd's LimitFSIZE) reached by the WAL: the write
+// fails (503, nothing acknowledged) and idem serve stays up (SIGXFSZ ended it),
+// /readyz is 503 while RocksDB refuses writes after the error (it said "ready"),
+// and every complete answered 200 before is replayed after a restart.
+TEST(StoreFault, RocksdbPastAFileSizeLimitIs503AndNotReady) {
+  TempDir dir;
+  const std::vector<std::string> args = {
+      "--listen", "127.0.0.1:0", "--store", "rocksdb://" + dir.path() + "/db", "--tenant", "t:tok"};
+  const std::string result = "\"" + std::string(300'000, 'x') + "\"";
+  std::vector<std::string> completed;
+  {
+    ServeProcess serve(dir.path() + "/serve.err");
+    ASSERT_THAT(serve.Start(args), ::testing::StartsWith("listening on ")) << serve.stderr_text();
+    rlimit limit{};
+    ASSERT_EQ(prlimit(serve.pid(), RLIMIT_FSIZE, nullptr, &limit), 0);
+    limit.rlim_cur = 2'000'000;
+    ASSERT_EQ(prlimit(serve.pid(), RLIMIT_FSIZE, &limit, nullptr), 0);
+    bool refused = false;
+    for (int i = 0; i < 20 && !refused; ++i) {
+      const std::string key = "K-" + std::to_string(i);
+      ClientResponse claim = Claim(serve.port(), key);
+      refused = claim.status == 503;
+      if (refused) break;
+      ASSERT_EQ(claim.status, 201) << claim.body;
+      ClientResponse done =
+          Fetch(serve.port(), "POST", "/v1/claims/complete",
+                R"({"biz_type":"refund","key":")" + key + R"(","token":1,"result":)" + result + "}",
+                "tok");
+      refused = done.status == 503;
+      if (!refused) {
+        ASSERT_EQ(done.status, 200) << done.body;
+        completed.push_back(key);
+      }
+    }
+    EXPECT_TRUE(refused) << "no write failed past the file size limit";
+    EXPECT_EQ(Claim(serve.port(), "K-new").status, 503);
+    ClientResponse ready = Fetch(serve.port(), "GET", "/readyz");
+    EXPECT_EQ(ready.status, 503) << ready.body;
+    EXPECT_EQ(serve.Stop(), 0);
+    EXPECT_THAT(serve.stderr_text(), ::testing::HasSubstr("File too large")) << serve.stderr_text();
+  }
+  ASSERT_FALSE(completed.empty());
+  ServeProcess again(dir.path() + "/again.err");
+  ASSERT_THAT(again.Start(args), ::testing::StartsWith("listening on ")) << again.stderr_text();
+  for (const std::string& key : completed) {
+    ClientResponse r = Claim(again.port(), key);
+    EXPECT_EQ(r.status, 200) << key << ": " << r.body.substr(0, 200);
+    EXPECT_EQ(json::parse(r.body).value("result", ""), std::string(300'000, 'x')) << key;
+  }
+  EXPECT_EQ(Claim(again.port(), "K-new").status, 201);
+  EXPECT_EQ(again.Stop(), 0);
 }
 
 // `url` with its port replaced by `port` (to go through a FaultProxy).

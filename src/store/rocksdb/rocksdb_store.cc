@@ -352,16 +352,19 @@ class RocksdbStore final : public Store {
   // (GetForUpdate), so for a new key it was paid twice. Decided keys are answered
   // from the cache decorator's L1 before either.
 
-  // Ready while the database takes writes: after a failed WAL write or sync RocksDB
-  // keeps a background error and refuses every write until it is reopened.
+  // Ready while the database takes writes: after a failed WAL write or sync, flush
+  // or compaction RocksDB keeps a background error and refuses every write until it
+  // recovers (a full disk with room again) or is reopened.
   absl::Status Ping() override {
     if (db_ == nullptr) return absl::OkStatus();
     IDEM_RETURN_IF_ERROR(db_->identity.Check());
-    uint64_t errors = 0;
-    if (db_->base()->GetIntProperty("rocksdb.background-errors", &errors) && errors > 0) {
-      return StoreFaultError(absl::StrCat("rocksdb store ", url_, ": ", errors,
-                                          " background error(s); writes are refused until "
-                                          "idem is restarted"));
+    if (db_->errors != nullptr) {
+      if (std::optional<std::string> error = db_->errors->Error()) {
+        return StoreFaultError(absl::StrCat(
+            "rocksdb store ", url_, ": writes are refused after a background error (", *error,
+            "); RocksDB resumes by itself after a full disk has room again (64 MB), after "
+            "other errors restart idem"));
+      }
     }
     std::string value;
     rocksdb::Status s =
