@@ -43,7 +43,7 @@ namespace idem::cli {
 namespace {
 
 struct AnalyzeFlags {
-  std::string store = "sqlite://./idem.db";
+  std::string store = std::string(DefaultServeStore());  // where `idem serve` keeps them
   std::string since = "24h";
   std::string window = "10m";
   std::string tenant;

@@ -36,7 +36,7 @@ namespace idem::cli {
 namespace {
 
 struct PurgeFlags {
-  std::string store = "sqlite://./idem.db";
+  std::string store = std::string(DefaultServeStore());  // where `idem serve` keeps them
   bool dry_run = false;
   int batch = 100;
   double max_rate = 0;

@@ -33,7 +33,7 @@ namespace idem::cli {
 namespace {
 
 struct ListFlags {
-  std::string store = "sqlite://./idem.db";
+  std::string store = std::string(DefaultServeStore());  // where `idem serve` keeps them
   std::string tenant;
   std::string biz_type;
   std::string state;

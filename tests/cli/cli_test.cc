@@ -215,6 +215,29 @@ TEST_F(CliTest, ServeDefaultStoreIsRocksdbInTheWorkingDirectory) {
   EXPECT_FALSE(std::filesystem::exists(dir_.file("idem.db")));
 }
 
+// The commands that read or purge records look where `idem serve` keeps them when
+// --store is not given (records list, purge and keys analyze read ./idem.db, which
+// was no longer serve's default, and found nothing there).
+TEST_F(CliTest, RecordCommandsDefaultToServesStore) {
+  {
+    std::unique_ptr<Store> store = *OpenStore("rocksdb://" + dir_.file("idem-db"));
+    Guard guard(*store);
+    ASSERT_OK(guard.Claim({.tenant = "acme", .biz_type = "refund", .key = "R-1"}));
+  }
+  Exec list = Idem({"records", "list"});
+  EXPECT_EQ(list.status, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr("R-1"));
+  Exec inspect = Idem({"inspect", "--tenant", "acme", "--key", "R-1"});
+  EXPECT_EQ(inspect.status, 0) << inspect.err;
+  Exec purge = Idem({"purge", "--dry-run", "--json"});
+  EXPECT_EQ(purge.status, 0) << purge.err;
+  EXPECT_THAT(purge.out, HasSubstr("idem-db")) << "purged another store than serve's";
+  Exec keys = Idem({"keys", "analyze", "--json"});
+  EXPECT_EQ(keys.status, 0) << keys.err;
+  EXPECT_THAT(keys.out, HasSubstr("idem-db")) << "analyzed another store than serve's";
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("idem.db")));
+}
+
 // Next to an earlier version's default store (./idem.db) and no ./idem-db, serve
 // without --store refuses to start on an empty new store, which would run every key
 // the old one knows again, and says how to keep or move it.
