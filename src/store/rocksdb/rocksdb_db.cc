@@ -143,8 +143,6 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
   } else {
     std::error_code mk;
     fs::create_directories(dir, mk);  // RocksDB makes only the last component
-    shared->errors = std::make_shared<BackgroundErrors>();
-    options.listeners.push_back(shared->errors);
     rocksdb::TransactionDBOptions txn_options;
     rocksdb::TransactionDB* db = nullptr;
     const rocksdb::Status s = rocksdb::TransactionDB::Open(options, txn_options, dir, &db);
@@ -185,26 +183,6 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
     return absl::FailedPreconditionError(detail);
   }
   return StoreFaultError(detail);
-}
-
-void BackgroundErrors::OnBackgroundError(rocksdb::BackgroundErrorReason, rocksdb::Status* error) {
-  if (error == nullptr || error->ok()) return;
-  absl::MutexLock lock(&mu_);
-  error_ = error->ToString();
-}
-
-void BackgroundErrors::OnErrorRecoveryEnd(const rocksdb::BackgroundErrorRecoveryInfo& info) {
-  absl::MutexLock lock(&mu_);
-  if (info.new_bg_error.ok()) {
-    error_.reset();
-  } else {
-    error_ = info.new_bg_error.ToString();
-  }
-}
-
-std::optional<std::string> BackgroundErrors::Error() const {
-  absl::MutexLock lock(&mu_);
-  return error_;
 }
 
 bool RetentionFilter::Filter(int, const rocksdb::Slice& key, const rocksdb::Slice& value,

@@ -12,22 +12,19 @@
 // OpenSharedDb may be called from any thread.
 #pragma once
 
+#include "store/file_identity.h"
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "idem/clock.h"
 #include "rocksdb/compaction_filter.h"
 #include "rocksdb/db.h"
-#include "rocksdb/listener.h"
 #include "rocksdb/utilities/transaction_db.h"
-#include "store/file_identity.h"
 
 namespace idem::rocksdbstore {
 
@@ -77,25 +74,6 @@ class RetentionFilter final : public rocksdb::CompactionFilter {
   const Clock* const clock_;
 };
 
-// Whether RocksDB refuses writes after a background error, and why. A failed WAL
-// write or sync (a full disk, EIO, a file size limit), or a flush or compaction
-// that failed, leaves the database in an error state in which every write fails
-// while reads still answer; the store's Ping reports it, so /readyz does not say
-// "ready" while every claim is 503. RocksDB ends some of these states itself (a
-// full disk: once it has room again, polled every few seconds); the recovery's end
-// clears it. Thread safety: RocksDB calls it on its threads; Error() from any.
-class BackgroundErrors final : public rocksdb::EventListener {
- public:
-  void OnBackgroundError(rocksdb::BackgroundErrorReason reason, rocksdb::Status* error) override;
-  void OnErrorRecoveryEnd(const rocksdb::BackgroundErrorRecoveryInfo& info) override;
-  // The error RocksDB is in, as it words it; nullopt when none.
-  std::optional<std::string> Error() const;
-
- private:
-  mutable absl::Mutex mu_;
-  std::optional<std::string> error_ ABSL_GUARDED_BY(mu_);
-};
-
 // One opened directory. Read-write opens of the same directory in one process
 // share it (RocksDB's LOCK file admits one opener per directory); its last holder
 // closes it.
@@ -109,8 +87,6 @@ struct SharedDb {
   // The directory opened read-write, checked before every commit and ping: RocksDB
   // would go on writing into a deleted directory's unlinked files.
   store::FileIdentity identity;
-  // Read-write opens: RocksDB's background error state (a listener of the database).
-  std::shared_ptr<BackgroundErrors> errors;
 
   rocksdb::DB* base() const { return db != nullptr ? db.get() : read_only_db.get(); }
 };

@@ -352,24 +352,31 @@ class RocksdbStore final : public Store {
   // (GetForUpdate), so for a new key it was paid twice. Decided keys are answered
   // from the cache decorator's L1 before either.
 
-  // Ready while the database takes writes: after a failed WAL write or sync, flush
-  // or compaction RocksDB keeps a background error and refuses every write until it
-  // recovers (a full disk with room again) or is reopened.
+  // Ready while the database takes writes. After a failed write (a full disk, EIO,
+  // a file size limit) RocksDB keeps the error and refuses every write, while reads
+  // still answer: so the ping writes the format key's own value again, without the
+  // WAL (nothing to make durable), which fails exactly while writes are refused.
+  // (rocksdb.background-errors does not count a failed WAL write, and never goes
+  // down again.) RocksDB resumes by itself once a full disk has room for a
+  // memtable again; after other errors idem must be restarted.
   absl::Status Ping() override {
     if (db_ == nullptr) return absl::OkStatus();
     IDEM_RETURN_IF_ERROR(db_->identity.Check());
-    if (db_->errors != nullptr) {
-      if (std::optional<std::string> error = db_->errors->Error()) {
+    const std::string key(rocksdbstore::kFormatKey);
+    std::string value;
+    rocksdb::Status s = db_->base()->Get(rocksdb::ReadOptions(), key, &value);
+    if (s.IsNotFound()) return absl::OkStatus();
+    if (s.ok() && !read_only_ && db_->db != nullptr) {
+      rocksdb::WriteOptions probe;
+      probe.disableWAL = true;
+      s = db_->base()->Put(probe, key, value);
+      if (!s.ok()) {
         return StoreFaultError(absl::StrCat(
-            "rocksdb store ", url_, ": writes are refused after a background error (", *error,
-            "); RocksDB resumes by itself after a full disk has room again (64 MB), after "
-            "other errors restart idem"));
+            "rocksdb store ", url_, ": writes are refused after a failed one (", s.ToString(),
+            "); RocksDB resumes by itself once a full disk has room for a memtable (64 MB) "
+            "again, after other errors restart idem"));
       }
     }
-    std::string value;
-    rocksdb::Status s =
-        db_->base()->Get(rocksdb::ReadOptions(), std::string(rocksdbstore::kFormatKey), &value);
-    if (s.IsNotFound()) return absl::OkStatus();
     return AsStoreFault(FromRocks(s, absl::StrCat("rocksdb store ", url_, ": ping")));
   }
 
