@@ -119,6 +119,7 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
   }
 
   rocksdb::Options options;
+  if (o.env != nullptr) options.env = o.env;
   options.create_if_missing = true;
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   options.keep_log_file_num = 4;
@@ -143,6 +144,8 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
   } else {
     std::error_code mk;
     fs::create_directories(dir, mk);  // RocksDB makes only the last component
+    shared->no_resume = std::make_shared<NoResumeAfterAFailedWalWrite>();
+    options.listeners.push_back(shared->no_resume);
     rocksdb::TransactionDBOptions txn_options;
     rocksdb::TransactionDB* db = nullptr;
     const rocksdb::Status s = rocksdb::TransactionDB::Open(options, txn_options, dir, &db);
@@ -183,6 +186,18 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
     return absl::FailedPreconditionError(detail);
   }
   return StoreFaultError(detail);
+}
+
+void NoResumeAfterAFailedWalWrite::OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason reason,
+                                                        rocksdb::Status error,
+                                                        bool* auto_recovery) {
+  error.PermitUncheckedError();
+  // kWriteCallback: the error of a write (its WAL append or sync), not of a flush.
+  if (reason == rocksdb::BackgroundErrorReason::kWriteCallback && auto_recovery != nullptr &&
+      *auto_recovery) {
+    *auto_recovery = false;
+    declined_.fetch_add(1);
+  }
 }
 
 bool RetentionFilter::Filter(int, const rocksdb::Slice& key, const rocksdb::Slice& value,

@@ -12,7 +12,7 @@
 // OpenSharedDb may be called from any thread.
 #pragma once
 
-#include "store/file_identity.h"
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,7 +24,10 @@
 #include "idem/clock.h"
 #include "rocksdb/compaction_filter.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
+#include "rocksdb/listener.h"
 #include "rocksdb/utilities/transaction_db.h"
+#include "store/file_identity.h"
 
 namespace idem::rocksdbstore {
 
@@ -74,6 +77,27 @@ class RetentionFilter final : public rocksdb::CompactionFilter {
   const Clock* const clock_;
 };
 
+// After a failed write to the WAL (a full disk, EIO, a failed sync) RocksDB stops
+// taking writes; once a full disk has room again it resumes by itself, and 7.8
+// (Debian 12's) then appends to the WAL file whose write failed, past the torn
+// record: its debug assertions abort the process there (seen under idem serve), and
+// without them a later restart stops replaying at the torn record and loses what
+// was acknowledged after it (RocksDB's own fix came later: "Don't write to WAL after
+// previous WAL write error"). So this listener declines the automatic recovery from
+// an error of a write: the store answers 503 and /readyz is 503 until idem is
+// restarted, which opens a new WAL. Errors of flushes and compactions (no WAL
+// written) still recover by themselves.
+class NoResumeAfterAFailedWalWrite final : public rocksdb::EventListener {
+ public:
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason reason, rocksdb::Status error,
+                            bool* auto_recovery) override;
+  // How many automatic recoveries were declined.
+  int declined() const { return declined_.load(); }
+
+ private:
+  std::atomic<int> declined_{0};
+};
+
 // One opened directory. Read-write opens of the same directory in one process
 // share it (RocksDB's LOCK file admits one opener per directory); its last holder
 // closes it.
@@ -87,6 +111,8 @@ struct SharedDb {
   // The directory opened read-write, checked before every commit and ping: RocksDB
   // would go on writing into a deleted directory's unlinked files.
   store::FileIdentity identity;
+  // Read-write opens: RocksDB's listener (above), shared with its options.
+  std::shared_ptr<NoResumeAfterAFailedWalWrite> no_resume;
 
   rocksdb::DB* base() const { return db != nullptr ? db.get() : read_only_db.get(); }
 };
@@ -97,6 +123,9 @@ struct OpenOptions {
   std::optional<absl::Duration> ttl;
   bool tombstones = true;
   const Clock* clock = Clock::Real();
+  // The Env RocksDB does its I/O through (not owned; it must outlive the SharedDb);
+  // null: the default. Tests inject file system faults with it.
+  rocksdb::Env* env = nullptr;
 };
 
 // Opens `options.path` (creating it when missing, unless read-only) or returns the

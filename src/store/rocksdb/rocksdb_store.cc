@@ -357,8 +357,8 @@ class RocksdbStore final : public Store {
   // still answer: so the ping writes the format key's own value again, without the
   // WAL (nothing to make durable), which fails exactly while writes are refused.
   // (rocksdb.background-errors does not count a failed WAL write, and never goes
-  // down again.) RocksDB resumes by itself once a full disk has room for a
-  // memtable again; after other errors idem must be restarted.
+  // down again.) After a failed flush or compaction RocksDB resumes by itself; after
+  // a failed WAL write idem must be restarted (NoResumeAfterAFailedWalWrite).
   absl::Status Ping() override {
     if (db_ == nullptr) return absl::OkStatus();
     IDEM_RETURN_IF_ERROR(db_->identity.Check());
@@ -373,8 +373,7 @@ class RocksdbStore final : public Store {
       if (!s.ok()) {
         return StoreFaultError(absl::StrCat(
             "rocksdb store ", url_, ": writes are refused after a failed one (", s.ToString(),
-            "); RocksDB resumes by itself once a full disk has room for a memtable (64 MB) "
-            "again, after other errors restart idem"));
+            "): fix the cause (a full disk: make room), then restart idem"));
       }
     }
     return AsStoreFault(FromRocks(s, absl::StrCat("rocksdb store ", url_, ": ping")));

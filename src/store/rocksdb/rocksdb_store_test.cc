@@ -1,6 +1,8 @@
 // rocksdb://-specific behaviour: URLs, durability across a reopen, one process per
 // directory, the format version, and retention by the compaction filter. The
 // contract every backend keeps is tests/conformance.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,12 +13,11 @@
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "absl/synchronization/notification.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
+#include "rocksdb/env.h"
+#include "rocksdb/file_system.h"
 #include "store/record_codec.h"
 #include "store/rocksdb/batch_writer.h"
 #include "store/rocksdb/rocksdb_db.h"
@@ -88,6 +89,94 @@ TEST(RocksdbStoreTest, ADeletedOrReplacedDirectoryIsAStoreFault) {
                 HasSubstr(replace ? "was replaced by another one" : "was deleted"));
     EXPECT_THAT(store->Ping(), StatusIs(absl::StatusCode::kUnavailable));
   }
+}
+
+// A file system whose appends fail with NoSpace while `full` is set, as a full
+// disk's do, and which reports room enough for RocksDB's recovery otherwise.
+class FullDiskFs final : public rocksdb::FileSystemWrapper {
+ public:
+  explicit FullDiskFs(std::shared_ptr<rocksdb::FileSystem> base) : FileSystemWrapper(base) {}
+  const char* Name() const override { return "FullDiskFs"; }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* file,
+                                    rocksdb::IODebugContext* debug) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(name, options, file, debug);
+    if (s.ok()) *file = std::make_unique<File>(std::move(*file), this);
+    return s;
+  }
+  rocksdb::IOStatus GetFreeSpace(const std::string&, const rocksdb::IOOptions&, uint64_t* free,
+                                 rocksdb::IODebugContext*) override {
+    *free = full ? 0 : uint64_t{1} << 40;
+    return rocksdb::IOStatus::OK();
+  }
+
+  std::atomic<bool> full{false};
+
+ private:
+  class File final : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> file, FullDiskFs* fs)
+        : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             rocksdb::IODebugContext* debug) override {
+      if (fs_->full) return rocksdb::IOStatus::NoSpace("injected: the disk is full");
+      return target()->Append(data, options, debug);
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             const rocksdb::DataVerificationInfo& info,
+                             rocksdb::IODebugContext* debug) override {
+      if (fs_->full) return rocksdb::IOStatus::NoSpace("injected: the disk is full");
+      return target()->Append(data, options, info, debug);
+    }
+
+   private:
+    FullDiskFs* const fs_;
+  };
+};
+
+// A WAL write that failed on a full disk stops every write until a restart, also
+// once the disk has room again: RocksDB 7.8 would resume by itself within seconds
+// and append to the WAL whose write failed, where its assertion aborted idem serve
+// (NoResumeAfterAFailedWalWrite). The ping says so; what was acknowledged before is
+// there after the restart, and writes work again.
+TEST(RocksdbStoreTest, AFailedWalWriteStopsWritesUntilARestart) {
+  testing::TempDir dir;
+  const std::string path = dir.file("db");
+  {
+    auto fs = std::make_shared<FullDiskFs>(rocksdb::FileSystem::Default());
+    std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+    // The store below shares this open of the directory, and with it the faulty Env.
+    ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> shared,
+                         rocksdbstore::OpenSharedDb({.path = path, .env = env.get()}, false));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
+    Guard guard(*store);
+    ASSERT_OK(guard.Claim({.biz_type = "pay", .key = "before"}).status());
+    ASSERT_OK(store->Ping());
+    fs->full = true;
+    EXPECT_THAT(guard.Claim({.biz_type = "pay", .key = "full"}),
+                StatusIs(absl::StatusCode::kUnavailable));
+    EXPECT_THAT(store->Ping(), StatusIs(absl::StatusCode::kUnavailable));
+    fs->full = false;
+    EXPECT_EQ(shared->no_resume->declined(), 1);
+    // RocksDB's full-disk recovery polls every 5 s: past that, nothing resumed.
+    std::this_thread::sleep_for(std::chrono::seconds(6));
+    EXPECT_THAT(guard.Claim({.biz_type = "pay", .key = "room again"}),
+                StatusIs(absl::StatusCode::kUnavailable));
+    absl::Status ping = store->Ping();
+    EXPECT_THAT(ping, StatusIs(absl::StatusCode::kUnavailable));
+    EXPECT_THAT(Message(ping), HasSubstr("restart idem"));
+    store.reset();
+    shared.reset();  // closes the database before its Env goes
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
+  ASSERT_OK(store->Ping());
+  Guard guard(*store);
+  ASSERT_OK_AND_ASSIGN(Result before, guard.Claim({.biz_type = "pay", .key = "before"}));
+  EXPECT_EQ(before.outcome, Outcome::kInProgress);
+  ASSERT_OK_AND_ASSIGN(Result full, guard.Claim({.biz_type = "pay", .key = "full"}));
+  EXPECT_EQ(full.outcome, Outcome::kAcquired);
+  EXPECT_EQ(full.token, 1);
 }
 
 TEST(RocksdbStoreTest, AcknowledgedWritesSurviveAReopen) {
