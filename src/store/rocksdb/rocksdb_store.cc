@@ -360,8 +360,8 @@ class RocksdbStore final : public Store {
   // down again.) After a failed flush or compaction RocksDB resumes by itself; after
   // a failed WAL write idem must be restarted (NoResumeAfterAFailedWalWrite).
   absl::Status Ping() override {
+    IDEM_RETURN_IF_ERROR(CheckIdentity());
     if (db_ == nullptr) return absl::OkStatus();
-    IDEM_RETURN_IF_ERROR(db_->identity.Check());
     const std::string key(rocksdbstore::kFormatKey);
     std::string value;
     rocksdb::Status s = db_->base()->Get(rocksdb::ReadOptions(), key, &value);

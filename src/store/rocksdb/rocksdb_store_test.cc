@@ -1,8 +1,6 @@
 // rocksdb://-specific behaviour: URLs, durability across a reopen, one process per
 // directory, the format version, and retention by the compaction filter. The
 // contract every backend keeps is tests/conformance.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +10,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "absl/synchronization/notification.h"
 #include "idem/cache.h"
