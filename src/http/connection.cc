@@ -11,12 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "http/api.h"
-#include "http/problem.h"
-#include "http/render.h"
+#include "boost/asio/dispatch.hpp"
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/post.hpp"
 #include "boost/asio/write.hpp"
+#include "http/api.h"
+#include "http/problem.h"
+#include "http/render.h"
 #include "spdlog/spdlog.h"
 
 namespace idem::http {
@@ -328,7 +329,7 @@ void Connection::Dispatch(HttpRequest request) {
     return;
   }
   // A write the store makes without blocking (rocksdb://) starts here too; its
-  // answer is built back on this strand once the write is durable. The work guard
+  // answer is built back on this connection's thread once the write is durable. The work guard
   // keeps the I/O threads running until then, as RunOnPool's does.
   const bool started = shared_.api.HandleAsync(
       request, [self = shared_from_this(),
@@ -357,7 +358,7 @@ void Connection::OnReply(Reply reply) {
   if (reply.waiting != nullptr && !shared_.stopping.load()) {
     state_ = State::kWaiting;
     // Woken early when the key is finished through this process (Handler::Watch):
-    // the timer is cancelled on the strand and OnTimer polls at once.
+    // the timer is cancelled on the connection's thread and OnTimer polls at once.
     watch_ = shared_.api.Watch(*reply.waiting, [weak = weak_from_this()] {
       if (auto self = weak.lock()) {
         asio::post(self->stream_.get_executor(), [self] {

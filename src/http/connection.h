@@ -1,10 +1,11 @@
 // Connection: one accepted HTTP/1.1 connection of the Server (internal).
 //
-// All of a Connection's handlers run on its strand; Api calls run on the worker
-// pool and post their Reply back to the strand.
+// All of a Connection's handlers run on the one thread of its io_context (the
+// Server gives each I/O thread an io_context of its own and spreads connections
+// over them); Api calls run on the worker pool and post their Reply back to it.
 //
 // Thread safety: Start() and BeginShutdown() may be called from any thread; they
-// post to the strand.
+// post to the connection's io_context.
 #pragma once
 
 #include <atomic>
@@ -15,7 +16,6 @@
 
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/steady_timer.hpp"
-#include "boost/asio/strand.hpp"
 #include "boost/asio/thread_pool.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
@@ -33,17 +33,21 @@ std::string RequestIdFrom(std::string_view given);
 struct ServerShared {
   Handler& api;
   const ServerOptions& options;
-  boost::asio::io_context& ioc;
+  boost::asio::io_context& ioc;  // the connection's own: one thread runs it
   boost::asio::thread_pool& pool;
   std::atomic<bool>& stopping;
 };
 
 // A connection's executor, its socket and its stream, as concrete types: with
 // asio's type-erased any_io_executor (beast::tcp_stream, tcp::socket) every copy
-// of a strand executor, several per request in Beast's reads and writes, was a heap
-// allocation (14 per answered duplicate claim in a callgrind profile).
-using ConnectionStrand = boost::asio::strand<boost::asio::io_context::executor_type>;
-using ConnectionSocket = boost::asio::basic_stream_socket<boost::asio::ip::tcp, ConnectionStrand>;
+// of the executor, several per request in Beast's reads and writes, was a heap
+// allocation (14 per answered duplicate claim in a callgrind profile). A plain
+// io_context executor, not a strand: each io_context is run by one thread, which
+// serializes a connection's handlers as a strand would, without a strand's lock,
+// queue and reference counts on every completion (4,000 of the 30,300 instructions
+// of a duplicate claim, callgrind, bench/profile_claims.sh).
+using ConnectionExecutor = boost::asio::io_context::executor_type;
+using ConnectionSocket = boost::asio::basic_stream_socket<boost::asio::ip::tcp, ConnectionExecutor>;
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -82,7 +86,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Close();
 
   ServerShared shared_;
-  boost::beast::basic_stream<boost::asio::ip::tcp, ConnectionStrand> stream_;
+  boost::beast::basic_stream<boost::asio::ip::tcp, ConnectionExecutor> stream_;
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> continue_;
@@ -91,7 +95,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string out_;
   boost::asio::basic_waitable_timer<std::chrono::steady_clock,
                                     boost::asio::wait_traits<std::chrono::steady_clock>,
-                                    ConnectionStrand>
+                                    ConnectionExecutor>
       timer_;
   State state_ = State::kIdle;
   unsigned version_ = 11;

@@ -7,8 +7,10 @@
 
 #include <cerrno>
 #include <map>
+#include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -19,9 +21,8 @@
 #include "boost/asio/post.hpp"
 #include "boost/asio/read.hpp"
 #include "boost/asio/steady_timer.hpp"
-#include "boost/asio/write.hpp"
-#include "boost/asio/strand.hpp"
 #include "boost/asio/thread_pool.hpp"
+#include "boost/asio/write.hpp"
 #include "core/absl_compat.h"
 #include "http/connection.h"
 #include "spdlog/spdlog.h"
@@ -87,8 +88,9 @@ class ServerImpl {
   ServerImpl(Handler& api, ServerOptions options)
       : api_(api),
         options_(std::move(options)),
+        contexts_(MakeContexts(options_.io_threads)),
         pool_(static_cast<std::size_t>(std::max(1, options_.worker_threads))),
-        acceptor_(asio::make_strand(ioc_)),
+        acceptor_(*contexts_.front()),
         accept_timer_(acceptor_.get_executor()) {}
 
   ~ServerImpl() {
@@ -99,7 +101,7 @@ class ServerImpl {
 
   absl::Status Start() {
     boost::system::error_code ec;
-    tcp::resolver resolver(ioc_);
+    tcp::resolver resolver(*contexts_.front());
     auto results =
         resolver.resolve(options_.host, std::to_string(options_.port), tcp::resolver::passive, ec);
     if (ec || results.empty()) {
@@ -119,11 +121,10 @@ class ServerImpl {
     spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     {
       absl::MutexLock lock(&mu_);
-      work_.emplace(ioc_.get_executor());
+      for (auto& ioc : contexts_) work_.emplace_back(ioc->get_executor());
     }
     Accept();
-    const int n = std::max(1, options_.io_threads);
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { ioc_.run(); });
+    for (auto& ioc : contexts_) threads_.emplace_back([&ioc = *ioc] { ioc.run(); });
     started_ = true;
     return absl::OkStatus();
   }
@@ -151,7 +152,7 @@ class ServerImpl {
     for (auto& c : live) c->BeginShutdown();
     live.clear();
     absl::MutexLock lock(&mu_);
-    if (connections_.empty()) work_.reset();
+    if (connections_.empty()) work_.clear();
   }
 
   void Wait() {
@@ -163,14 +164,24 @@ class ServerImpl {
   }
 
  private:
+  static std::vector<std::unique_ptr<asio::io_context>> MakeContexts(int n) {
+    std::vector<std::unique_ptr<asio::io_context>> contexts;
+    // Concurrency hint 1: one thread runs each (other threads still post to it).
+    for (int i = 0; i < std::max(1, n); ++i)
+      contexts.push_back(std::make_unique<asio::io_context>(1));
+    return contexts;
+  }
+
   void Accept() {
-    acceptor_.async_accept(asio::make_strand(ioc_),
-                           [this](boost::system::error_code ec, ConnectionSocket socket) {
-                             OnAccept(ec, std::move(socket));
+    // The next connection goes to the next I/O thread's io_context, in turn.
+    asio::io_context& ioc = *contexts_[next_id_ % contexts_.size()];
+    acceptor_.async_accept(ioc.get_executor(),
+                           [this, &ioc](boost::system::error_code ec, ConnectionSocket socket) {
+                             OnAccept(ec, std::move(socket), ioc);
                            });
   }
 
-  void OnAccept(boost::system::error_code ec, ConnectionSocket socket) {
+  void OnAccept(boost::system::error_code ec, ConnectionSocket socket, asio::io_context& ioc) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
     if (ec) {
       // Out of descriptors the failure repeats for as long as its cause lasts:
@@ -200,23 +211,23 @@ class ServerImpl {
         Note(&refused_, absl::StrCat("connection limit (", options_.max_connections,
                                      ") reached: new connections are answered 503"));
       } else {
-        Serve(std::move(socket));
+        Serve(std::move(socket), ioc);
       }
     }
     if (!stopping_.load()) Accept();
   }
 
-  void Serve(ConnectionSocket socket) {
+  void Serve(ConnectionSocket socket, asio::io_context& ioc) {
     uint64_t id = next_id_++;
     // The deleter unregisters the connection when its last handler is done.
     std::shared_ptr<Connection> conn(
-        new Connection(std::move(socket), ServerShared{api_, options_, ioc_, pool_, stopping_}),
+        new Connection(std::move(socket), ServerShared{api_, options_, ioc, pool_, stopping_}),
         [this, id](Connection* c) {
           delete c;
           api_.metrics().ConnectionClosed();
           absl::MutexLock lock(&mu_);
           connections_.erase(id);
-          if (stopping_.load() && connections_.empty()) work_.reset();
+          if (stopping_.load() && connections_.empty()) work_.clear();
         });
     {
       absl::MutexLock lock(&mu_);
@@ -273,26 +284,27 @@ class ServerImpl {
 
   Handler& api_;
   const ServerOptions options_;
-  // Declared before ioc_ so that they outlive any handler ioc_ destroys.
+  // Declared before contexts_ so that they outlive any handler ~io_context destroys.
   absl::Mutex mu_;
   std::map<uint64_t, std::weak_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stopping_{false};
-  asio::io_context ioc_;
-  // Keeps the I/O threads running until every connection is gone after Shutdown():
+  // One per I/O thread; the first also runs the acceptor.
+  std::vector<std::unique_ptr<asio::io_context>> contexts_;
+  // Keep the I/O threads running until every connection is gone after Shutdown():
   // otherwise they could return while a connection still has a posted handler
   // (BeginShutdown), leaving it for ~io_context.
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work_
       ABSL_GUARDED_BY(mu_);
   asio::thread_pool pool_;
   tcp::acceptor acceptor_;
   asio::steady_timer accept_timer_;  // the back-off after a failed accept
   int spare_fd_ = -1;                // the descriptor kept in reserve (ShedPending)
-  Repeated accept_errors_;           // accept strand only
-  Repeated refused_;                 // accept strand only
+  Repeated accept_errors_;           // the first io_context's thread only
+  Repeated refused_;                 // the first io_context's thread only
   tcp::endpoint bound_;
   std::atomic<bool> started_{false};
   std::vector<std::thread> threads_;
-  uint64_t next_id_ = 0;  // accept strand only
+  uint64_t next_id_ = 0;  // the first io_context's thread only
 };
 
 Server::Server(Handler& handler, ServerOptions options)

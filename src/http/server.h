@@ -1,11 +1,13 @@
-// Server: the HTTP/1.1 front of `idem serve`. Accepts connections on an io_context
-// run by a few I/O threads, reads requests with Boost.Beast (keep-alive, 100-continue,
-// a body limit), runs the blocking Handler calls (the API, or the proxy) on a separate
-// worker pool and writes the answers back on each connection's strand. What the
-// Handler answers without blocking (HandleWithoutBlocking: a decided duplicate) is
-// answered on the I/O thread; what it starts without blocking (HandleAsync: a
-// claim, complete or fail on rocksdb://) is answered on the connection's strand
-// once the store's writer thread resumes it, with no worker thread in between. A claim that waits
+// Server: the HTTP/1.1 front of `idem serve`. A few I/O threads, each running an
+// io_context of its own; connections are accepted on the first and given to them in
+// turn, so all of a connection's handlers run on one thread (no strand needed).
+// Reads requests with Boost.Beast (keep-alive, 100-continue, a body limit), runs the
+// blocking Handler calls (the API, or the proxy) on a separate worker pool and writes
+// the answers back on each connection's thread. What the Handler answers without
+// blocking (HandleWithoutBlocking: a decided duplicate) is answered on the I/O
+// thread; what it starts without blocking (HandleAsync: a claim, complete or fail on
+// rocksdb://) is answered on the connection's thread once the store's writer thread
+// resumes it, with no worker thread in between. A claim that waits
 // (wait_ms) re-polls on a steady_timer (Reply::poll_after), or sooner when the Handler's Watch
 // wakes it, so no thread blocks while it waits.
 //
@@ -42,7 +44,7 @@ namespace idem::http {
 struct ServerOptions {
   std::string host = "127.0.0.1";  // an IP address or a resolvable name
   uint16_t port = 7070;            // 0: the kernel picks one; see port()
-  int io_threads = 2;
+  int io_threads = 2;              // each runs an io_context of its own
   int worker_threads = 16;  // threads that run Handler calls (they block on the store)
   size_t max_body_bytes = 1 << 20;
   size_t max_header_bytes = 16 << 10;
