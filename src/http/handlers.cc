@@ -267,14 +267,23 @@ Reply Api::AnswerClaim(const Request& req, absl::Duration lease, absl::Time dead
   TrackKeyHealth(req, *result);
   switch (result->outcome) {
     case Outcome::kAcquired: {
-      ojson j = ojson::object();
-      j["outcome"] = "acquired";
-      j["token"] = result->token;
-      j["lease_until"] = FormatRfc3339(result->lease_until);
-      j["takeover"] = result->takeover;
-      if (result->takeover) j["previous_token"] = result->previous_token;
-      j["expires_at"] = TimeOrNull(result->expires_at);
-      return Written(Make(Route::kClaims, Json(201, Dump(j)), "acquired"));
+      // Written out directly, as DecidedClaim does: a JSON object built member by
+      // member and dumped cost ~9,600 instructions of a new key's ~89,000 (callgrind).
+      std::string body;
+      body.reserve(160);
+      absl::StrAppend(&body, R"({"outcome":"acquired","token":)", result->token,
+                      R"(,"lease_until":)");
+      AppendJsonString(&body, FormatRfc3339(result->lease_until));
+      body.append(result->takeover ? R"(,"takeover":true)" : R"(,"takeover":false)");
+      if (result->takeover) absl::StrAppend(&body, R"(,"previous_token":)", result->previous_token);
+      body.append(R"(,"expires_at":)");
+      if (const std::string expires = FormatRfc3339(result->expires_at); expires.empty()) {
+        body.append("null");
+      } else {
+        AppendJsonString(&body, expires);
+      }
+      body.push_back('}');
+      return Written(Make(Route::kClaims, Json(201, std::move(body)), "acquired"));
     }
     case Outcome::kReplayed:
     case Outcome::kCachedFailure:

@@ -1,5 +1,6 @@
 #include "http/json.h"
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -461,7 +462,32 @@ void AppendJsonString(std::string* out, std::string_view text) {
 
 std::string FormatRfc3339(absl::Time t) {
   if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) return "";
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
+  // Years 1970-9999 (every lease, claim and expiry) from std::chrono's calendar and
+  // written digit by digit: absl::FormatTime, which interprets its format and looks
+  // up the zone, was a third of a new key's answer (~2,900 instructions a call,
+  // callgrind). Other years (and the floor of a time before 1970) are its job.
+  constexpr int64_t kMillisPerDay = 86'400'000;
+  constexpr int64_t kYear10000 = 253'402'300'800'000;  // 10000-01-01T00:00:00Z in ms
+  const int64_t ms = absl::ToUnixMillis(t);            // rounds down, as %E3S truncates
+  if (ms < 0 || ms >= kYear10000) {
+    return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
+  }
+  const std::chrono::year_month_day date{
+      std::chrono::sys_days{std::chrono::days{ms / kMillisPerDay}}};
+  const int64_t of_day = ms % kMillisPerDay;
+  std::string out = "0000-00-00T00:00:00.000Z";
+  auto put = [&out](size_t at, int64_t value, int width) {
+    for (int i = width - 1; i >= 0; --i, value /= 10)
+      out[at + i] = static_cast<char>('0' + value % 10);
+  };
+  put(0, static_cast<int>(date.year()), 4);
+  put(5, static_cast<unsigned>(date.month()), 2);
+  put(8, static_cast<unsigned>(date.day()), 2);
+  put(11, of_day / 3'600'000, 2);
+  put(14, of_day / 60'000 % 60, 2);
+  put(17, of_day / 1'000 % 60, 2);
+  put(20, of_day % 1'000, 3);
+  return out;
 }
 
 }  // namespace idem::http

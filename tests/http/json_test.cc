@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <random>
+#include <vector>
+
 #include "nlohmann/json.hpp"
 #include "testing/status_matchers.h"
 
@@ -236,6 +239,38 @@ TEST(ParseBodies, NameTheMissingMemberAndKeepBigBodiesExactly) {
 
 TEST(FormatRfc3339, Rfc3339WithMillis) {
   EXPECT_EQ(FormatRfc3339(absl::FromUnixMillis(1767225600123)), "2026-01-01T00:00:00.123Z");
+  EXPECT_EQ(FormatRfc3339(absl::InfinitePast()), "");
+  EXPECT_EQ(FormatRfc3339(absl::InfiniteFuture()), "");
+}
+
+// The calendar arithmetic of the common years against absl::FormatTime, which the
+// other years still use: the edges of days, months, leap days, the range's ends and
+// sub-millisecond parts (truncated, not rounded), then a spread of random times.
+TEST(FormatRfc3339, IsWhatAbslFormatTimeWrites) {
+  auto absl_format = [](absl::Time t) {
+    return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
+  };
+  std::vector<absl::Time> times = {
+      absl::UnixEpoch(),
+      absl::UnixEpoch() - absl::Nanoseconds(1),
+      absl::UnixEpoch() - absl::Milliseconds(1500),
+      absl::FromUnixMillis(951782400000),     // 2000-02-29
+      absl::FromUnixMillis(951868799999),     // 2000-02-29T23:59:59.999
+      absl::FromUnixMillis(4107542400000),    // 2100-03-01
+      absl::FromUnixMillis(253402300799999),  // 9999-12-31T23:59:59.999
+      absl::FromUnixMillis(253402300800000),  // 10000-01-01
+      absl::FromUnixMillis(1767225600123) + absl::Microseconds(999),
+      absl::FromUnixSeconds(-62135596800),  // 0001-01-01
+  };
+  std::mt19937_64 random(20261205);
+  std::uniform_int_distribution<int64_t> nanos(-5'000'000'000'000'000'000,
+                                               5'000'000'000'000'000'000);
+  for (int i = 0; i < 20000; ++i) times.push_back(absl::FromUnixNanos(nanos(random)));
+  std::uniform_int_distribution<int64_t> millis(0, 253402300799999);
+  for (int i = 0; i < 20000; ++i) times.push_back(absl::FromUnixMillis(millis(random)));
+  for (absl::Time t : times) {
+    ASSERT_EQ(FormatRfc3339(t), absl_format(t)) << absl::ToUnixNanos(t);
+  }
 }
 
 }  // namespace
