@@ -70,6 +70,15 @@ ojson TimeOrNull(absl::Time t) {
   return s.empty() ? ojson(nullptr) : ojson(s);
 }
 
+// TimeOrNull's JSON text, appended to `*out` (the claim answers, built without a json).
+void AppendTimeOrNull(std::string* out, absl::Time t) {
+  if (const std::string s = FormatRfc3339(t); s.empty()) {
+    out->append("null");
+  } else {
+    AppendJsonString(out, s);
+  }
+}
+
 // Whole seconds until `until`, rounded up, at least 1 (SPEC §11 Retry-After).
 int64_t RetryAfterSeconds(absl::Time now, absl::Time until) {
   double s = std::ceil(absl::ToDoubleSeconds(until - now));
@@ -277,11 +286,7 @@ Reply Api::AnswerClaim(const Request& req, absl::Duration lease, absl::Time dead
       body.append(result->takeover ? R"(,"takeover":true)" : R"(,"takeover":false)");
       if (result->takeover) absl::StrAppend(&body, R"(,"previous_token":)", result->previous_token);
       body.append(R"(,"expires_at":)");
-      if (const std::string expires = FormatRfc3339(result->expires_at); expires.empty()) {
-        body.append("null");
-      } else {
-        AppendJsonString(&body, expires);
-      }
+      AppendTimeOrNull(&body, result->expires_at);
       body.push_back('}');
       return Written(Make(Route::kClaims, Json(201, std::move(body)), "acquired"));
     }
@@ -306,16 +311,11 @@ Reply Api::DecidedClaim(const Result& result) {
     case Outcome::kCachedFailure: {
       const bool replayed = result.outcome == Outcome::kReplayed;
       std::string_view name = replayed ? "replayed" : "cached_failure";
-      const std::string expires = FormatRfc3339(result.expires_at);
       // Every duplicate's answer: reserved once, so the splice appends in place.
       std::string body;
       body.reserve(100 + result.value.size());
       body.append(R"({"outcome":")").append(name).append(R"(","expires_at":)");
-      if (expires.empty()) {
-        body.append("null");
-      } else {
-        AppendJsonString(&body, expires);
-      }
+      AppendTimeOrNull(&body, result.expires_at);
       body.push_back('}');
       HttpResponse r =
           Json(200, Splice(std::move(body), replayed ? "result" : "error", result.value));
