@@ -18,6 +18,10 @@ source "$(dirname "$0")/common.sh"
 # minutes. The optimised flags are the main build's (RelWithDebInfo, -Werror).
 export BUILD_DIR=$build CMAKE_BUILD_TYPE=None CXXFLAGS=-O0
 export IDEM_CMAKE_ARGS="-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON -DCMAKE_INSTALL_PREFIX=/usr"
+# A fresh configure, as a new user's first run has: the cache of an earlier run goes
+# (dist.minimal_backends reconfigures this tree and puts it back at exit, which a
+# killed run would not), and ninja still reuses the objects whose command lines match.
+rm -f "$build/CMakeCache.txt"
 # run.sh's stdout is the server's; its first line is "listening on HOST:PORT".
 "$src/scripts/run.sh" --listen 127.0.0.1:0 --store "sqlite://$work/idem.db" \
   >"$work/stdout" 2>"$work/stderr" &
