@@ -1,8 +1,12 @@
 #include "cli/retention_config.h"
 
+#include <toml++/toml.h>
+
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,13 +27,34 @@ std::vector<CLI::ConfigItem>& RetentionItems() {
   return *items;
 }
 
+// CLI11's reader is INI at heart and takes what TOML refuses: an unclosed array
+// (`tenant = ["a:tok"`), an unquoted string, text after a value, a broken section
+// header, each read as some value or key that then fails somewhere else or not at
+// all. The file is checked as TOML first (toml++), and a file that is not TOML is an
+// error naming its line and column.
+void CheckToml(const std::string& text) {
+  try {
+    (void)toml::parse(text);
+  } catch (const toml::parse_error& e) {
+    std::string description(e.description());
+    for (char& c : description) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    throw CLI::ConfigError(absl::StrCat("not valid TOML at line ", e.source().begin.line,
+                                        ", column ", e.source().begin.column, ": ", description));
+  }
+}
+
 class Reader final : public CLI::ConfigTOML {
  public:
   std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
     // The items of the file read last: a process that parses a command line again
     // (the config fuzzer does, once per input) must not see an earlier file's.
     RetentionItems().clear();
-    std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(input);
+    const std::string text{std::istreambuf_iterator<char>(input), std::istreambuf_iterator<char>()};
+    CheckToml(text);
+    std::istringstream checked(text);
+    std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(checked);
     std::vector<CLI::ConfigItem> rest;
     for (CLI::ConfigItem& item : items) {
       if (!item.parents.empty() && item.parents.front() == kSection) {

@@ -453,6 +453,31 @@ TEST_F(CliTest, ConfigUnknownRootKeyIsUsageError) {
   EXPECT_THAT(r.err, HasSubstr("unknown key 'margin'"));
 }
 
+// CLI11's own reader took these as values or keys (an unclosed array served its
+// one tenant; an unquoted address was used as given): a file that is not TOML is a
+// usage error naming the line and column.
+TEST_F(CliTest, ConfigThatIsNotTomlIsUsageErrorWithLineAndColumn) {
+  struct Case {
+    std::string text;
+    std::string where;
+  };
+  const std::vector<Case> cases = {
+      {"[serve]\ntenant = [\"a:tok\"\n", "not valid TOML at line 2, column "},
+      {"[ttl]\nmargin = 60d\n", "not valid TOML at line 2, column "},
+      {"[ttl]\nmargin = \"60d\" junk\n", "not valid TOML at line 2, column "},
+      {"[ttl\nmargin = \"60d\"\n", "not valid TOML at line 1, column "},
+      {"[ttl]\nmargin = \"60d\nredelivery = \"10m\"\n", "not valid TOML at line 2, column "},
+      {"[ttl]\nmargin = \"60d\"\nmargin = \"61d\"\n", "not valid TOML at line 3, column "},
+  };
+  for (const Case& c : cases) {
+    std::string config = WriteConfig(c.text);
+    Exec r = Idem(With({"--config", config}, kSeedExample));
+    ExpectOneLineFailure(r, 2);
+    EXPECT_THAT(r.err, HasSubstr("idem: config file " + config + ": " + c.where)) << c.text;
+    EXPECT_EQ(r.out, "") << c.text;
+  }
+}
+
 TEST_F(CliTest, ConfigMissingFileIsUsageError) {
   Exec r = Idem(With({"--config", "no-such.toml"}, kSeedExample));
   ExpectOneLineFailure(r, 2);
