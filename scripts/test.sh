@@ -112,16 +112,13 @@ wait_build() {
 
 if [[ $# -eq 0 ]]; then
   run_ctest "main suite (not unit/conf/crash)" build -LE '^(unit|conformance|crash)$'
-else
-  run_ctest "main suite (ctest)" build "$@"
-fi
-if [[ $# -eq 0 ]]; then
   run_part "asan+ubsan+fuzz build (wait)" wait_build asan
   run_sanitized "asan+ubsan unit/conformance/crash" asan
   run_ctest "fuzz (ctest -L fuzz)" build-asan -L fuzz
   run_part "tsan build (wait)" wait_build tsan
   run_sanitized "tsan concurrency/http" tsan
 else
+  run_ctest "main suite (ctest)" build "$@"
   parts+=("sanitizer and fuzz runs           skipped (ctest arguments given)")
 fi
 

@@ -23,6 +23,7 @@
 
 #include "http/idem_process.h"
 #include "http/prometheus_text.h"
+#include "testing/sanitizer.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 
@@ -314,12 +315,12 @@ TEST_F(ServeHttpTest, UnauthenticatedBodiesAreRefusedBeforeTheyAreRead) {
 // Measured: 300 token-less connections each sending 1 MiB - 1 byte of body used
 // to take the server's memory up by the sum of the bodies; it stays under 64 MB.
 TEST_F(ServeHttpTest, UnauthenticatedUploadsDoNotGrowMemory) {
-#if defined(__SANITIZE_THREAD__)
-  // TSan maps shadow memory for every byte the server touches (the 300 connections'
-  // buffers, its threads' stacks), so the resident set says nothing about idem's
-  // own buffering there; the main build's run of this test checks it.
-  GTEST_SKIP() << "resident-set bound not meaningful under ThreadSanitizer's shadow memory";
-#endif
+  if (::idem::testing::kUnderThreadSanitizer) {
+    // TSan maps shadow memory for every byte the server touches (the 300 connections'
+    // buffers, its threads' stacks), so the resident set says nothing about idem's
+    // own buffering there; the main build's run of this test checks it.
+    GTEST_SKIP() << "resident-set bound not meaningful under ThreadSanitizer's shadow memory";
+  }
   const int64_t before = MemoryKb(serve_->pid(), "VmRSS");
   ASSERT_GT(before, 0);
   constexpr int kClients = 300;
