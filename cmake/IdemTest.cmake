@@ -6,8 +6,8 @@
 # FIXTURES_REQUIRED a FIXTURES_SETUP b); they are applied at discovery time. They go
 # ENVIRONMENT is added only when ENV is given: an empty value would vanish from the
 # list and pair ENVIRONMENT with the next property's name.
-# Compiled with IDEM_TEST_COMPILE_OPTIONS (-Og -g1 in the main build, -O1 -g1 in the
-# sanitizer builds: CMakeLists.txt).
+# Compiled with IDEM_TEST_COMPILE_OPTIONS (-Og -g1 in the main build, -O0 -g1 in the
+# ASan+UBSan build, -O1 -g1 in the TSan build: CMakeLists.txt).
 # IDEM_BIN: a black-box test of the `idem` binary: it is built first, its path is
 # compiled in (IDEM_BIN_DEFAULT) and set in the environment (IDEM_BIN).
 function(idem_add_test)

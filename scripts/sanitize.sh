@@ -16,8 +16,10 @@
 #                                            source build/services/env.sh first)
 #
 # Both builds compile the product code at -O1 -g1: fast enough to run, line numbers
-# in every report, and about half the compile time of -O2 -g. Test code too (the
-# main build's is at -Og: CMakeLists.txt, IDEM_TEST_COMPILE_OPTIONS, says why not here).
+# in every report, and about half the compile time of -O2 -g. Test code is at -O1 in
+# the TSan build and at -O0 in the ASan+UBSan build, where the examples and the
+# `idem` program are too: there only the libraries the fuzzers run keep -O1
+# (CMakeLists.txt, IDEM_TEST_COMPILE_OPTIONS, says why).
 # TSan is GCC's (the shim is written for it).
 # Environment: JOBS as in scripts/build.sh.
 set -euo pipefail
