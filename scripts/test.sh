@@ -4,8 +4,9 @@
 # under build/services, stopped by pid at the end) and runs, in order:
 #   1. the tests of the main build with CTest (labels http, integration, kafka,
 #      streams, browser, dist, chaos, cluster, model, ...) but unit, conformance and
-#      crash, which run once, in part 2 (they are built here all the same, so GCC's
-#      -Werror checks their code);
+#      crash, which run once, in part 2, and are not compiled here either
+#      (IDEM_SKIP_TEST_LABELS, cmake/IdemTest.cmake): GCC's -Werror checks the product
+#      code and the other tests; `scripts/build.sh tests_unit` builds them with GCC;
 #   2. the ASan+UBSan build (clang-14, build-asan) of the unit, conformance and crash
 #      suites and its run (scripts/sanitize.sh asan): every test of those labels, with
 #      the sanitizers' checks on top. Running them in the main build as well took
@@ -23,13 +24,15 @@
 # Every part runs even when an earlier one failed; the exit status is non-zero when
 # any did, and a table at the end says which part failed and how long each took.
 # Extra arguments go to the main ctest run (e.g. -L unit, -R Guard); with any, only
-# that run is made (the sanitizer and fuzz parts are skipped, and the table says so).
+# that run is made, with every test built (the sanitizer and fuzz parts are skipped,
+# and the table says so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+if [[ $# -eq 0 ]]; then skip_labels="unit;conformance;crash"; else skip_labels=; fi
 # The test and bench packages are installed now: a build without them is an error here.
 # Line tables only (-g1) in the product code: a quarter less compile time (CMakeLists.txt).
-IDEM_CMAKE_ARGS="-DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_BENCH=ON -DIDEM_LINE_TABLES_ONLY=ON ${IDEM_CMAKE_ARGS:-}" scripts/build.sh
+IDEM_CMAKE_ARGS="-DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_BENCH=ON -DIDEM_LINE_TABLES_ONLY=ON -DIDEM_SKIP_TEST_LABELS=$skip_labels ${IDEM_CMAKE_ARGS:-}" scripts/build.sh
 root=$PWD
 services_dir="$root/build/services"
 scripts/services.sh start "$services_dir"
@@ -111,6 +114,7 @@ wait_build() {
 }
 
 if [[ $# -eq 0 ]]; then
+  # (-LE: what a build that has them, e.g. after `ninja tests_unit`, would also list.)
   run_ctest "main suite (not unit/conf/crash)" build -LE '^(unit|conformance|crash)$'
   run_part "asan+ubsan+fuzz build (wait)" wait_build asan
   run_sanitized "asan+ubsan unit/conformance/crash" asan
