@@ -18,7 +18,11 @@
 # Their label targets (`ninja tests_unit`) still build them.
 function(idem_add_test)
   cmake_parse_arguments(T "IDEM_BIN" "NAME" "SOURCES;LIBS;LABELS;ENV;PROPERTIES" ${ARGN})
-  set(skipped TRUE)
+  # (A binary without labels is never skipped.)
+  set(skipped FALSE)
+  if(T_LABELS AND IDEM_SKIP_TEST_LABELS)
+    set(skipped TRUE)
+  endif()
   foreach(label IN LISTS T_LABELS)
     if(NOT label IN_LIST IDEM_SKIP_TEST_LABELS)
       set(skipped FALSE)
