@@ -7,28 +7,26 @@
 
 namespace idem::testing {
 
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool kUnderThreadSanitizer = true;  // GCC
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool kUnderThreadSanitizer = true;  // clang
+// GCC 12 names the sanitizers with macros, clang with __has_feature (which GCC 12
+// does not have).
+#if defined(__has_feature)
+#define IDEM_TESTING_HAS_FEATURE(x) __has_feature(x)
 #else
-inline constexpr bool kUnderThreadSanitizer = false;
+#define IDEM_TESTING_HAS_FEATURE(x) 0
 #endif
+
+#if defined(__SANITIZE_THREAD__) || IDEM_TESTING_HAS_FEATURE(thread_sanitizer)
+inline constexpr bool kUnderThreadSanitizer = true;
 #else
 inline constexpr bool kUnderThreadSanitizer = false;
 #endif
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kUnderSanitizer = true;  // GCC
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kUnderSanitizer = true;  // clang
+#if defined(__SANITIZE_ADDRESS__) || IDEM_TESTING_HAS_FEATURE(address_sanitizer)
+inline constexpr bool kUnderSanitizer = true;
 #else
-inline constexpr bool kUnderSanitizer = false;
+inline constexpr bool kUnderSanitizer = kUnderThreadSanitizer;
 #endif
-#else
-inline constexpr bool kUnderSanitizer = false;
-#endif
+
+#undef IDEM_TESTING_HAS_FEATURE
 
 }  // namespace idem::testing
