@@ -32,6 +32,9 @@ struct Exchange {
   bool raw = false;  // written with WriteRaw()
 };
 
+// The helpers are this file's own; Exchange is named in Client::Impl's members.
+namespace {
+
 // Length of the valid UTF-8 sequence at s[i], or 0 when the bytes there are not one.
 size_t Utf8SequenceLength(std::string_view s, size_t i) {
   const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
@@ -163,6 +166,7 @@ Exchange ParseRawRequest(std::string_view bytes) {
   return e;
 }
 
+}  // namespace
 }  // namespace recording
 
 struct Client::Impl {
