@@ -20,6 +20,7 @@ test_pkgs=(
   python3 python3-pytest python3-jsonschema python3-yaml
   chromium spin
   clang-14 libclang-rt-14-dev  # tests/fuzz: clang, libFuzzer and the sanitizer runtimes
+  ccache  # scripts/test.sh: the dist tests' tree reuses the main tree's objects
   "${package_pkgs[@]}"
 )
 

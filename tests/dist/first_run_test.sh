@@ -5,19 +5,31 @@
 # test (it did on a fresh Debian 12: "Could NOT find GTest").
 #   first_run_test.sh SOURCE_DIR BUILD_DIR
 # Also checks that the user's own flags win over run.sh's (--listen, --store), and
-# leaves BUILD_DIR (an -O0 build, prefix /usr, then built in full) for the install
-# and package tests.
+# leaves BUILD_DIR (prefix /usr, then built in full) for the install and package
+# tests.
+# The build's flags: with IDEM_DIST_CCACHE_DIR (tests/dist/CMakeLists.txt sets it to
+# the main tree's IDEM_CCACHE_DIR, which scripts/test.sh sets), the main tree's build
+# type and line-tables setting through the same ccache: every compile is one the main
+# tree made, so it comes from the cache (~20 s of CPU, not ~280 s at -O0), and the
+# binaries are run.sh's optimised ones. ccache reuses an object only for the same
+# sources, headers and flags, so a header missing without the test packages still
+# fails the build. Without it: -O0 (build type None), since what is checked is
+# run.sh's path and what it builds, not the code's speed.
 set -euo pipefail
 src=$1
 build=$2
 # shellcheck source=common.sh
 source "$(dirname "$0")/common.sh"
 
-# Built at -O0 (build type None): what is checked here is run.sh's path and what it
-# builds, not the code's speed, and a full -O3 build of the tree took ~10 of CI's 90
-# minutes. The optimised flags are the main build's (RelWithDebInfo, -Werror).
-export BUILD_DIR=$build CMAKE_BUILD_TYPE=None CXXFLAGS=-O0
+export BUILD_DIR=$build
 export IDEM_CMAKE_ARGS="-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON -DCMAKE_INSTALL_PREFIX=/usr"
+if [[ -n ${IDEM_DIST_CCACHE_DIR:-} ]]; then
+  export CMAKE_BUILD_TYPE=${IDEM_DIST_BUILD_TYPE:-RelWithDebInfo}
+  unset CXXFLAGS CFLAGS
+  IDEM_CMAKE_ARGS+=" -DIDEM_CCACHE_DIR=$IDEM_DIST_CCACHE_DIR -DIDEM_LINE_TABLES_ONLY=${IDEM_DIST_LINE_TABLES_ONLY:-OFF}"
+else
+  export CMAKE_BUILD_TYPE=None CXXFLAGS=-O0
+fi
 # A fresh configure, as a new user's first run has: the cache of an earlier run goes
 # (dist.minimal_backends reconfigures this tree and puts it back at exit, which a
 # killed run would not), and ninja still reuses the objects whose command lines match.

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # A build with only the embedded stores (-DIDEM_WITH_POSTGRES=OFF, IDEM_WITH_MYSQL,
-# IDEM_WITH_REDIS, no examples; -O0, since only its options are under test): it
-# builds without the drivers linked, serves
+# IDEM_WITH_REDIS, no examples; dist.first_run's flags, since only its options are
+# under test): it builds without the drivers linked, serves
 # sqlite://, and answers a clear error naming the missing backend for the others.
 #   minimal_test.sh SOURCE_DIR DIST_BUILD_DIR
-# It reconfigures dist.first_run's tree (the dist_build fixture, an -O0 build of
-# every backend) with those options and builds `idem` there: the backend options
+# It reconfigures dist.first_run's tree (the dist_build fixture, a build of every
+# backend) with those options and builds `idem` there: the backend options
 # change the compile lines of a few objects (two today: the store opener and the
 # cache tier), so ninja recompiles those and relinks, where a tree of its own compiled all of idem
 # again (~240 s of CPU, 86 s of CI's wall time). The output is what a clean build
