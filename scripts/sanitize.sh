@@ -72,7 +72,7 @@ case "$action" in
   build)
     # The benchmarks and the examples are not part of the sanitizer runs.
     env "${compiler[@]}" CXXFLAGS="-O1 -g1" CMAKE_BUILD_TYPE=None BUILD_DIR=$build_dir \
-      IDEM_CMAKE_ARGS="-DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_BENCH=OFF $cmake_args" \
+      IDEM_CMAKE_ARGS="-DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_BENCH=OFF -DIDEM_LINKER=lld $cmake_args" \
       scripts/build.sh "${targets[@]}"
     ;;
   test)
