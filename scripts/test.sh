@@ -18,9 +18,7 @@
 #   4. the TSan build of the concurrency suite and the server tests and its run
 #      (scripts/sanitize.sh tsan; docs/reliability.md, Sanitizers).
 # The two sanitizer builds run in the background, one after the other, at the lowest
-# CPU priority (nice 19) from the start of the main suite: its tests mostly wait on
-# servers, timers and their own idem processes, and the builds take the CPU they
-# leave, which CI's 90 minutes on two cores need. Their logs: build-KIND/build.log.
+# CPU priority (nice 19) from before the main build (below says why).
 # Every part runs even when an earlier one failed; the exit status is non-zero when
 # any did, and a table at the end says which part failed and how long each took.
 # Extra arguments go to the main ctest run (e.g. -L unit, -R Guard); with any, only
@@ -36,8 +34,42 @@ scripts/deps.sh
 if [[ $# -eq 0 ]]; then
   skip_labels="unit;conformance;crash" bench=OFF
 else
-  skip_labels= bench=ON
+  skip_labels="" bench=ON
 fi
+root=$PWD
+services_dir="$root/build/services"
+# Stop the background sanitizer builds (below) and the servers however the run ends,
+# and keep the exit status.
+builder=
+services_started=
+trap 'rc=$?; [[ -z $builder ]] || kill -- "-$builder" 2>/dev/null || true
+      [[ -z $services_started ]] || "$root/scripts/services.sh" stop "$services_dir" || true
+      exit $rc' EXIT
+
+# The two sanitizer builds run in the background, one after the other, at the lowest
+# CPU priority (nice 19), from before the main build: they take the CPU that it and
+# the main suite leave (the end of a build, where one unit compiles alone; the
+# suite's tests mostly wait on servers, timers and their own idem processes), which
+# CI's 90 minutes on two cores need. Their logs: build-KIND/build.log.
+if [[ $# -eq 0 ]]; then
+  for kind in asan tsan; do
+    mkdir -p "build-$kind"
+    rm -f "build-$kind/build.status"
+  done
+  # setsid: its own process group, so the EXIT trap can stop the builds with it. A new
+  # session is also a new scheduler autogroup (Linux), in which nice is relative to the
+  # group only: its own nice goes to 19 too, or the builds take half of the CPU from
+  # the tests (seen: dist.first_run took 829 s beside them).
+  setsid bash -c '
+    echo 19 >/proc/self/autogroup 2>/dev/null || true
+    for kind in asan tsan; do
+      start=$SECONDS
+      if nice -n 19 scripts/sanitize.sh build "$kind" >"build-$kind/build.log" 2>&1; then rc=0; else rc=$?; fi
+      echo "$rc $((SECONDS - start))" >"build-$kind/build.status"
+    done' &
+  builder=$!
+fi
+
 # The main tree compiles through ccache (IDEM_CCACHE_DIR, CMakeLists.txt), so that
 # dist.first_run's tree, build-dist beside it, takes its objects from the cache
 # instead of compiling idem a second time (~280 s of CPU; tests/dist/CMakeLists.txt).
@@ -45,14 +77,8 @@ fi
 # The test packages are installed now: a build without them is an error here.
 # Line tables only (-g1) in the product code: a quarter less compile time (CMakeLists.txt).
 IDEM_CMAKE_ARGS="-DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_BENCH=$bench -DIDEM_LINE_TABLES_ONLY=ON -DIDEM_SKIP_TEST_LABELS=$skip_labels -DIDEM_CCACHE_DIR=$PWD/build/ccache -DIDEM_DIST_BUILD_DIR=$PWD/build-dist -DIDEM_LINKER=lld ${IDEM_CMAKE_ARGS:-}" scripts/build.sh
-root=$PWD
-services_dir="$root/build/services"
 scripts/services.sh start "$services_dir"
-# Stop the servers (and the background sanitizer builds, below) however the run ends,
-# and keep the exit status.
-builder=
-trap 'rc=$?; [[ -z $builder ]] || kill -- "-$builder" 2>/dev/null || true
-      "$root/scripts/services.sh" stop "$services_dir" || true; exit $rc' EXIT
+services_started=1
 # shellcheck source=/dev/null
 source "$services_dir/env.sh"
 
@@ -90,24 +116,6 @@ run_sanitized() {
   list_failed "build-$2"
 }
 
-if [[ $# -eq 0 ]]; then
-  for kind in asan tsan; do
-    mkdir -p "build-$kind"
-    rm -f "build-$kind/build.status"
-  done
-  # setsid: its own process group, so the EXIT trap can stop the builds with it. A new
-  # session is also a new scheduler autogroup (Linux), in which nice is relative to the
-  # group only: its own nice goes to 19 too, or the builds take half of the CPU from
-  # the tests (seen: dist.first_run took 829 s beside them).
-  setsid bash -c '
-    echo 19 >/proc/self/autogroup 2>/dev/null || true
-    for kind in asan tsan; do
-      start=$SECONDS
-      if nice -n 19 scripts/sanitize.sh build "$kind" >"build-$kind/build.log" 2>&1; then rc=0; else rc=$?; fi
-      echo "$rc $((SECONDS - start))" >"build-$kind/build.status"
-    done' &
-  builder=$!
-fi
 # wait_build KIND: waits for the background build of build-KIND; its status, and the
 # last lines of its log.
 wait_build() {

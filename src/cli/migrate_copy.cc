@@ -45,7 +45,7 @@ struct Counts {
   int64_t records = 0, copied = 0, present = 0, differing = 0;
 };
 
-int Fail(const absl::Status& raw, std::string_view what, std::string_view url) {
+int CopyFail(const absl::Status& raw, std::string_view what, std::string_view url) {
   const absl::Status status = RedactStoreSecrets(raw, url);
   PrintReason(absl::StrCat("migrate: ", AV(what), " ", RedactStoreUrl(url), ": ",
                            status.message()));
@@ -60,11 +60,11 @@ int RunMigrateCopy(const std::string& from, const std::string& to, bool dry_run,
     return kExitUsage;
   }
   absl::StatusOr<std::unique_ptr<Store>> source = OpenReadOnlyStore(from);
-  if (!source.ok()) return Fail(source.status(), "opening --from", from);
+  if (!source.ok()) return CopyFail(source.status(), "opening --from", from);
   std::unique_ptr<Store> destination;
   if (!dry_run) {
     absl::StatusOr<std::unique_ptr<Store>> opened = OpenStore(to);
-    if (!opened.ok()) return Fail(opened.status(), "opening --to", to);
+    if (!opened.ok()) return CopyFail(opened.status(), "opening --to", to);
     destination = *std::move(opened);
   } else if (absl::StatusOr<std::unique_ptr<Store>> opened = OpenReadOnlyStore(to); opened.ok()) {
     destination = *std::move(opened);  // what is there already, if anything
@@ -75,14 +75,14 @@ int RunMigrateCopy(const std::string& from, const std::string& to, bool dry_run,
   query.limit = batch;
   while (true) {
     absl::StatusOr<std::vector<Record>> page = (*source)->ListRecords(query);
-    if (!page.ok()) return Fail(page.status(), "listing the records of", from);
+    if (!page.ok()) return CopyFail(page.status(), "listing the records of", from);
     if (page->empty()) break;
     query.after = std::make_pair(page->back().tenant, page->back().key);
     std::vector<Record> full;
     full.reserve(page->size());
     for (const Record& listed : *page) {  // the listing leaves result and error out
       absl::StatusOr<std::optional<Record>> r = (*source)->Get(listed.tenant, listed.key);
-      if (!r.ok()) return Fail(r.status(), "reading a record of", from);
+      if (!r.ok()) return CopyFail(r.status(), "reading a record of", from);
       if (r->has_value()) full.push_back(**std::move(r));
     }
     counts.records += static_cast<int64_t>(full.size());
@@ -93,7 +93,7 @@ int RunMigrateCopy(const std::string& from, const std::string& to, bool dry_run,
     if (dry_run) {
       for (const Record& r : full) {
         absl::StatusOr<std::optional<Record>> there = destination->Get(r.tenant, r.key);
-        if (!there.ok()) return Fail(there.status(), "reading", to);
+        if (!there.ok()) return CopyFail(there.status(), "reading", to);
         if (!there->has_value()) {
           ++counts.copied;
         } else if (SameRecord(**there, r)) {
@@ -107,13 +107,13 @@ int RunMigrateCopy(const std::string& from, const std::string& to, bool dry_run,
     // One destination transaction per page: a crash loses at most the page, which
     // the next run copies.
     absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = destination->Begin();
-    if (!tx.ok()) return Fail(tx.status(), "writing to", to);
+    if (!tx.ok()) return CopyFail(tx.status(), "writing to", to);
     Counts page_counts;
     for (const Record& r : full) {
       absl::StatusOr<std::optional<Record>> existing = (*tx)->InsertOrLoad(r);
       if (!existing.ok()) {
         (*tx)->Rollback();
-        return Fail(existing.status(), "writing to", to);
+        return CopyFail(existing.status(), "writing to", to);
       }
       if (!existing->has_value()) {
         ++page_counts.copied;
@@ -125,7 +125,7 @@ int RunMigrateCopy(const std::string& from, const std::string& to, bool dry_run,
                      Printable(r.tenant).c_str(), Printable(r.key).c_str());
       }
     }
-    if (absl::Status s = (*tx)->Commit(); !s.ok()) return Fail(s, "committing to", to);
+    if (absl::Status s = (*tx)->Commit(); !s.ok()) return CopyFail(s, "committing to", to);
     counts.copied += page_counts.copied;
     counts.present += page_counts.present;
     counts.differing += page_counts.differing;

@@ -25,14 +25,14 @@ constexpr int64_t kNanosPerMinute = 60 * kNanosPerSecond;
 constexpr int64_t kNanosPerHour = 60 * kNanosPerMinute;
 constexpr int64_t kNanosPerDay = 24 * kNanosPerHour;
 
-struct Unit {
+struct DurationUnit {
   std::string_view name;
   int64_t nanos;
 };
 
 // Largest first; a duration names each unit at most once and in this order, so
 // "1d12h" is read one way only and a slip such as "12h1d" or "5m5m" is caught.
-constexpr Unit kUnits[] = {
+constexpr DurationUnit kUnits[] = {
     {"d", kNanosPerDay},    {"h", kNanosPerHour}, {"m", kNanosPerMinute},
     {"s", kNanosPerSecond}, {"ms", kNanosPerMs},
 };
