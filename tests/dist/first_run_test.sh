@@ -10,7 +10,7 @@
 # The build's flags: with IDEM_DIST_CCACHE_DIR (tests/dist/CMakeLists.txt sets it to
 # the main tree's IDEM_CCACHE_DIR, which scripts/test.sh sets), the main tree's build
 # type and line-tables setting through the same ccache: every compile is one the main
-# tree made, so it comes from the cache (~20 s of CPU, not ~280 s at -O0), and the
+# tree made, so it comes from the cache (~40 s of CPU, not ~280 s at -O0), and the
 # binaries are run.sh's optimised ones. ccache reuses an object only for the same
 # sources, headers and flags, so a header missing without the test packages still
 # fails the build. Without it: -O0 (build type None), since what is checked is
