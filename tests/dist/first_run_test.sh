@@ -9,9 +9,9 @@
 # tests.
 # The build's flags: with IDEM_DIST_CCACHE_DIR (tests/dist/CMakeLists.txt sets it to
 # the main tree's IDEM_CCACHE_DIR, which scripts/test.sh sets), the main tree's build
-# type and line-tables setting through the same ccache: every compile is one the main
-# tree made, so it comes from the cache (~40 s of CPU, not ~280 s at -O0), and the
-# binaries are run.sh's optimised ones. ccache reuses an object only for the same
+# type, line-tables setting and unity batches through the same ccache: every compile
+# is one the main tree made, so it comes from the cache (~40 s of CPU, not ~280 s at
+# -O0), and the binaries are run.sh's optimised ones. ccache reuses an object only for the same
 # sources, headers and flags, so a header missing without the test packages still
 # fails the build. Without it: -O0 (build type None), since what is checked is
 # run.sh's path and what it builds, not the code's speed.
@@ -25,8 +25,10 @@ export BUILD_DIR=$build
 export IDEM_CMAKE_ARGS="-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON -DCMAKE_INSTALL_PREFIX=/usr"
 if [[ -n ${IDEM_DIST_CCACHE_DIR:-} ]]; then
   export CMAKE_BUILD_TYPE=${IDEM_DIST_BUILD_TYPE:-RelWithDebInfo}
-  unset CXXFLAGS CFLAGS
   IDEM_CMAKE_ARGS+=" -DIDEM_CCACHE_DIR=$IDEM_DIST_CCACHE_DIR -DIDEM_LINE_TABLES_ONLY=${IDEM_DIST_LINE_TABLES_ONLY:-OFF}"
+  # The same unity batches, or no unit is the same (a tree configured before the
+  # default batch changed keeps its own in its cache).
+  IDEM_CMAKE_ARGS+=" ${IDEM_DIST_UNITY:-}"
 else
   export CMAKE_BUILD_TYPE=None CXXFLAGS=-O0
 fi
