@@ -16,6 +16,16 @@
 # under ASan+UBSan (scripts/sanitize.sh), and compiling them a second time with GCC
 # was ~200 s of the 20 minutes' CPU (docs/reliability.md, "The test command's time").
 # Their label targets (`ninja tests_unit`) still build them.
+# IDEM_TEST_SHARDS (0 by default): with N > 0, a binary's tests are not registered one
+# by one but as N CTest tests, `<binary>.shard<i>of<N>`, each running 1/N of them in one
+# process (GoogleTest's GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX), with the binary's
+# labels, environment and properties. The sanitizer builds use it (scripts/sanitize.sh):
+# under ASan+UBSan a process's start and exit (the runtime, 68 shared libraries, the
+# first store opened, LeakSanitizer's scan) cost ~70 ms of CPU, more than most tests:
+# the 1,241 tests of the unit, conformance and crash labels took 201 s of CPU one per
+# process and 126 s one process per binary (docs/reliability.md). A failing shard's
+# output names the failing tests; the binary runs one of them alone with
+# --gtest_filter=NAME.
 function(idem_add_test)
   cmake_parse_arguments(T "IDEM_BIN" "NAME" "SOURCES;LIBS;LABELS;ENV;PROPERTIES" ${ARGN})
   # (A binary without labels is never skipped.)
@@ -43,6 +53,25 @@ function(idem_add_test)
   endif()
   if(skipped)
     set_target_properties(${T_NAME} PROPERTIES EXCLUDE_FROM_ALL TRUE)
+  elseif(IDEM_TEST_SHARDS GREATER 0)
+    # Registered when CTest runs, as gtest_discover_tests does, and only if the binary
+    # is built: the sanitizer trees build some labels' binaries and not others (the TSan
+    # tree builds concurrency_test of the conformance label).
+    set(shards "")
+    foreach(shard RANGE 1 ${IDEM_TEST_SHARDS})
+      math(EXPR index "${shard} - 1")
+      set(name ${T_NAME}.shard${shard}of${IDEM_TEST_SHARDS})
+      set(env ${T_ENV} GTEST_TOTAL_SHARDS=${IDEM_TEST_SHARDS} GTEST_SHARD_INDEX=${index})
+      # A shard runs many tests: the timeout of a whole run (scripts/test.sh's 600 s).
+      string(APPEND shards
+        "  add_test([==[${name}]==] [==[$<TARGET_FILE:${T_NAME}>]==])\n"
+        "  set_tests_properties([==[${name}]==] PROPERTIES LABELS [==[${T_LABELS}]==] TIMEOUT 600\n"
+        "    ENVIRONMENT [==[${env}]==] ${T_PROPERTIES})\n")
+    endforeach()
+    set(include_file "${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}_shards.cmake")
+    file(GENERATE OUTPUT "${include_file}" CONTENT
+      "if(EXISTS [==[$<TARGET_FILE:${T_NAME}>]==])\n${shards}else()\n  add_test([==[${T_NAME}_NOT_BUILT]==] [==[${T_NAME}_NOT_BUILT]==])\nendif()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${include_file}")
   else()
     gtest_discover_tests(${T_NAME} PROPERTIES ${props} DISCOVERY_TIMEOUT 60)
   endif()
