@@ -5,10 +5,13 @@
 #         conformance or crash, run with ctest; any report (leak, overflow,
 #         use-after-free, undefined behaviour) fails the test that caused it. The
 #         fuzzers (tests/fuzz, ctest -L fuzz) are built in the same tree.
-#   tsan  TSan build (build-tsan) of the concurrency suite and the server tests
-#         (label http, which run the TSan-built `idem serve`), run with ctest and
-#         the suppressions in scripts/tsan.supp. Debian's absl::Mutex is not built
-#         with TSan: tests/tsan/absl_sync_shim.cc tells TSan what its locks order.
+#   tsan  TSan build (build-tsan) of the concurrency suite, the server tests (label
+#         http) and the `idem` program, run with ctest and the suppressions in
+#         scripts/tsan.supp; then the black-box tests (label http_blackbox) as the
+#         main tree (build/) built them, with IDEM_BIN set to the TSan-built `idem`:
+#         they check the server they start, and compiling them with TSan as well
+#         was ~50 s of CPU. Debian's absl::Mutex is not built with TSan:
+#         tests/tsan/absl_sync_shim.cc tells TSan what its locks order.
 #
 #   scripts/sanitize.sh build asan|tsan     configure and build the tests of that run
 #   scripts/sanitize.sh test asan|tsan [ctest args...]
@@ -58,10 +61,12 @@ case "$kind" in
     # GCC: the absl::Mutex shim and scripts/tsan.supp are written for its runtime.
     compiler=()
     cmake_args="-DIDEM_TSAN=ON"
-    targets=(concurrency_test tests_http tests_tsan)
+    targets=(concurrency_test tests_http tests_tsan idem)
     # Only concurrency_test is built of the conformance label here; tsan is the
     # absl::Mutex shim's own test (tests/tsan/).
     labels='^(http|conformance|tsan)$'
+    # Run from the main tree against build-tsan's `idem` (above).
+    blackbox_labels='^http_blackbox$'
     ;;
   *) usage ;;
 esac
@@ -86,17 +91,37 @@ case "$action" in
       echo "sanitize.sh: $build_dir is not built: run scripts/sanitize.sh build $kind" >&2
       exit 1
     }
-    cd "$build_dir"
+    if [[ -n ${blackbox_labels:-} ]] &&
+      [[ $(ctest --test-dir build -N -L "$blackbox_labels" 2>/dev/null) != *"Test #"* ]]; then
+      echo "sanitize.sh: the main tree (build/) has no $blackbox_labels tests built; the $kind run" \
+        "starts build-$kind's idem from them: run scripts/build.sh tests_http_blackbox" >&2
+      exit 1
+    fi
+    # The black-box tests wait on their servers about half of the time: they run beside
+    # the others, their output after them.
+    blackbox_pid=
+    if [[ -n ${blackbox_labels:-} ]]; then
+      IDEM_BIN=$root/$build_dir/src/cli/idem \
+        ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 600 -L "$blackbox_labels" "$@" \
+        >"$build_dir/blackbox.log" 2>&1 &
+      blackbox_pid=$!
+    fi
     # -L selects by label; the tests of binaries not built here have no labels and
     # are not selected (ctest -N -L ... lists exactly what runs).
-    if ctest --output-on-failure -j "$(nproc)" --timeout 600 -L "$labels" "$@"; then rc=0; else rc=$?; fi
+    rc=0
+    ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" --timeout 600 -L "$labels" "$@" || rc=$?
     # A shard that skipped some of its tests passed: name those tests, as ctest does
     # for the tests it skips itself.
-    skipped=$(sed -n 's/^\[  SKIPPED \] \([A-Za-z_][^ ]*\).*/\t\1/p' Testing/Temporary/LastTest.log 2>/dev/null |
-      sort -u)
+    skipped=$(sed -n 's/^\[  SKIPPED \] \([A-Za-z_][^ ]*\).*/\t\1/p' \
+      "$build_dir/Testing/Temporary/LastTest.log" 2>/dev/null | sort -u)
     if [[ -n $skipped ]]; then
       echo "sanitize.sh: tests skipped by GoogleTest (GTEST_SKIP; the reasons are in the code):"
       echo "$skipped"
+    fi
+    if [[ -n $blackbox_pid ]]; then
+      wait "$blackbox_pid" || rc=$?
+      echo "sanitize.sh: the black-box tests of build/ against $build_dir/src/cli/idem ($build_dir/blackbox.log):"
+      cat "$build_dir/blackbox.log"
     fi
     exit "$rc"
     ;;

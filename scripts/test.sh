@@ -109,11 +109,14 @@ run_ctest() {
   run_part "$name" ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" --timeout 600 "$@"
   list_failed "$dir"
 }
-# run_sanitized NAME KIND: scripts/sanitize.sh's test run of build-KIND.
+# run_sanitized NAME KIND: scripts/sanitize.sh's test run of build-KIND (the TSan run
+# also runs the main tree's black-box tests against its `idem`).
 run_sanitized() {
   forget_failed "build-$2"
+  forget_failed build
   run_part "$1" scripts/sanitize.sh test "$2"
   list_failed "build-$2"
+  list_failed build
 }
 
 # wait_build KIND: waits for the background build of build-KIND; its status, and the
