@@ -4,10 +4,12 @@
 // nothing: the run keeps its teeth). Built and run in build-tsan only
 // (scripts/sanitize.sh tsan); TSAN_OPTIONS there has halt_on_error=1, so a report
 // fails the process with TSan's exit code 66.
+#include <atomic>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -115,6 +117,48 @@ TEST(TsanShim, CondVarWaitsSeeWhatTheSignallerWrote) {
     EXPECT_EQ(message, "written before the signal");
   }
   signaller.join();
+}
+
+// A hand-off through absl::Notification, with the notifier still running: waited for
+// (the notifier is held back until the wait started), and found already notified,
+// where absl reads its flag without taking the mutex (a race was reported there in
+// tests/http/api_test.cc before the shim wrapped Notification).
+TEST(TsanShim, NotificationWaitsSeeWhatTheNotifierWrote) {
+  enum Wait { kPlain, kTimeout, kDeadline };
+  for (bool already_notified : {false, true}) {
+    for (Wait wait : {kPlain, kTimeout, kDeadline}) {
+      std::vector<long> payload;
+      absl::Notification done;
+      std::atomic<bool> go{already_notified}, finish{false};
+      std::thread notifier([&] {
+        while (!go.load()) std::this_thread::yield();
+        payload.assign(100, 7);
+        done.Notify();
+        while (!finish.load()) std::this_thread::yield();  // alive past the wait
+      });
+      if (already_notified) {
+        absl::SleepFor(absl::Milliseconds(20));  // Notify() has run by now
+      } else {
+        go = true;
+      }
+      bool notified = true;
+      switch (wait) {
+        case kPlain:
+          done.WaitForNotification();
+          break;
+        case kTimeout:
+          notified = done.WaitForNotificationWithTimeout(absl::Seconds(30));
+          break;
+        case kDeadline:
+          notified = done.WaitForNotificationWithDeadline(absl::Now() + absl::Seconds(30));
+          break;
+      }
+      EXPECT_TRUE(notified);
+      EXPECT_EQ(payload.size(), 100u);
+      finish = true;
+      notifier.join();
+    }
+  }
 }
 
 // Two threads write one plain variable with no lock: TSan must report it.
