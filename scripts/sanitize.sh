@@ -105,6 +105,7 @@ case "$action" in
         ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 600 -L "$blackbox_labels" "$@" \
         >"$build_dir/blackbox.log" 2>&1 &
       blackbox_pid=$!
+      trap '[[ -z $blackbox_pid ]] || kill "$blackbox_pid" 2>/dev/null || true' EXIT
     fi
     # -L selects by label; the tests of binaries not built here have no labels and
     # are not selected (ctest -N -L ... lists exactly what runs).
@@ -112,14 +113,16 @@ case "$action" in
     ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" --timeout 600 -L "$labels" "$@" || rc=$?
     # A shard that skipped some of its tests passed: name those tests, as ctest does
     # for the tests it skips itself.
-    skipped=$(sed -n 's/^\[  SKIPPED \] \([A-Za-z_][^ ]*\).*/\t\1/p' \
-      "$build_dir/Testing/Temporary/LastTest.log" 2>/dev/null | sort -u)
+    log=$build_dir/Testing/Temporary/LastTest.log
+    skipped=
+    [[ ! -f $log ]] || skipped=$(sed -n 's/^\[  SKIPPED \] \([A-Za-z_][^ ]*\).*/\t\1/p' "$log" | sort -u)
     if [[ -n $skipped ]]; then
       echo "sanitize.sh: tests skipped by GoogleTest (GTEST_SKIP; the reasons are in the code):"
       echo "$skipped"
     fi
     if [[ -n $blackbox_pid ]]; then
       wait "$blackbox_pid" || rc=$?
+      blackbox_pid=
       echo "sanitize.sh: the black-box tests of build/ against $build_dir/src/cli/idem ($build_dir/blackbox.log):"
       cat "$build_dir/blackbox.log"
     fi
