@@ -15,8 +15,10 @@
 #      'unit|conformance|crash'` runs them in the main build;
 #   3. the fuzzers, built in the same tree: 20 s of libFuzzer under ASan+UBSan per
 #      fuzzer and a replay of each seed corpus (label fuzz, tests/fuzz/);
-#   4. the TSan build of the concurrency suite and the server tests and its run
-#      (scripts/sanitize.sh tsan; docs/reliability.md, Sanitizers).
+#   4. the TSan build of the concurrency suite and the server tests and its run,
+#      with the main tree's black-box tests (label http_blackbox) against the
+#      TSan-built `idem` (scripts/sanitize.sh tsan; docs/reliability.md, Sanitizers).
+# The sanitizer trees run each test binary as three CTest tests (IDEM_TEST_SHARDS).
 # The two sanitizer builds run in the background, one after the other, at the lowest
 # CPU priority (nice 19) from before the main build (below says why).
 # Every part runs even when an earlier one failed; the exit status is non-zero when
