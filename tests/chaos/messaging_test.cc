@@ -9,17 +9,26 @@
 // And the checker catches a consumer whose effect is outside the batch's
 // transaction (an external call without a key): kills between that effect and
 // the batch's commit repeat it, and kEffectOnce reports it.
+#include "chaos/messaging.h"
+
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "chaos/driver.h"
-#include "chaos/messaging.h"
 
 namespace idem::chaos {
 namespace {
@@ -55,11 +64,59 @@ MessagingResult ExpectClean(const MessagingOptions& o) {
   return *std::move(r);
 }
 
-TEST(MessagingChaos, Kafka) { ExpectClean(Options("kafka", SeedFromEnv(1511))); }
+// Runs `body` (a Kafka run) in a child process and reports its failures here.
+// librdkafka 2.0.2's mock cluster (Debian's; it runs in the test's process) can
+// abort on its own assertion, `rdkafka_mock_cgrp.c: rd_kafka_mock_cgrp_member_sync_set:
+// Assertion '!member->resp' failed`: its group coordinator takes a second SyncGroup
+// from a member whose first is still parked (seen once in ~30 runs, in a clean-clone
+// run of 2026-12-06; 12 repeats after it passed). That is the mock's bug, not idem's
+// or the consumers': a child killed that way is reported on stderr and the run is
+// repeated once with the same seed. Any other end of the child is the result.
+void RunApartFromMockAborts(const std::string& name, const std::function<void()>& body) {
+  for (int attempt = 1;; ++attempt) {
+    std::filesystem::create_directories(IDEM_CHAOS_WORK_DIR);
+    const std::string err_path =
+        std::string(IDEM_CHAOS_WORK_DIR) + "/" + name + "-" + std::to_string(getpid()) + ".stderr";
+    std::cout.flush();
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0) << "fork: " << std::strerror(errno);
+    if (pid == 0) {
+      const int fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) dup2(fd, STDERR_FILENO);
+      body();
+      std::cout.flush();
+      _exit(::testing::Test::HasFailure() ? 1 : 0);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    std::stringstream err;
+    err << std::ifstream(err_path).rdbuf();
+    std::filesystem::remove(err_path);
+    std::cerr << err.str();
+    const bool mock_abort = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT &&
+                            err.str().find("rdkafka_mock_cgrp.c") != std::string::npos;
+    if (mock_abort && attempt == 1) {
+      std::cerr << "messaging_test: librdkafka's mock cluster aborted (its bug, above);"
+                   " the run is repeated once\n";
+      continue;
+    }
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << name << ": the run's child process "
+        << (WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                : "exited " + std::to_string(WEXITSTATUS(status)))
+        << " (its failures and stderr above)";
+    return;
+  }
+}
+
+TEST(MessagingChaos, Kafka) {
+  RunApartFromMockAborts("kafka", [] { ExpectClean(Options("kafka", SeedFromEnv(1511))); });
+}
 
 TEST(MessagingChaos, RedisStreams) { ExpectClean(Options("streams", SeedFromEnv(1512))); }
 
-TEST(MessagingChaos, CheckerCatchesAnEffectOutsideTheTransaction) {
+void CheckerCatchesAnEffectOutsideTheTransactionRun() {
   MessagingOptions o = Options("kafka", SeedFromEnv(1513));
   o.work_dir += "-bug";
   o.duration = std::chrono::seconds(12);
@@ -75,6 +132,10 @@ TEST(MessagingChaos, CheckerCatchesAnEffectOutsideTheTransaction) {
   EXPECT_EQ(r->report.Get(kDrained).violations, 0) << r->Summary();
   EXPECT_THAT(r->Summary(), HasSubstr("seed=" + std::to_string(r->seed) + ": "));
   std::filesystem::remove_all(o.work_dir);
+}
+
+TEST(MessagingChaos, CheckerCatchesAnEffectOutsideTheTransaction) {
+  RunApartFromMockAborts("kafka-bug", CheckerCatchesAnEffectOutsideTheTransactionRun);
 }
 
 }  // namespace
