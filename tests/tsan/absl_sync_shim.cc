@@ -219,27 +219,33 @@ void Notification::Notify() {
   real(this);
 }
 
+namespace {
+
+// A wait that returned notified saw everything before Notify(); returns `notified`.
+bool AcquireIfNotified(const Notification* n, bool notified) {
+  if (notified) __tsan_acquire(const_cast<Notification*>(n));
+  return notified;
+}
+
+}  // namespace
+
 void Notification::WaitForNotification() const {
   static const NotificationWaitFn real =
       Real<NotificationWaitFn>("12Notification19WaitForNotificationEv", "_ZNK");
   real(this);
-  __tsan_acquire(const_cast<Notification*>(this));
+  AcquireIfNotified(this, true);
 }
 
 bool Notification::WaitForNotificationWithTimeout(absl::Duration timeout) const {
   static const NotificationWaitTimeoutFn real = Real<NotificationWaitTimeoutFn>(
       "12Notification30WaitForNotificationWithTimeoutENS0_8DurationE", "_ZNK");
-  const bool notified = real(this, timeout);
-  if (notified) __tsan_acquire(const_cast<Notification*>(this));
-  return notified;
+  return AcquireIfNotified(this, real(this, timeout));
 }
 
 bool Notification::WaitForNotificationWithDeadline(absl::Time deadline) const {
   static const NotificationWaitDeadlineFn real = Real<NotificationWaitDeadlineFn>(
       "12Notification31WaitForNotificationWithDeadlineENS0_4TimeE", "_ZNK");
-  const bool notified = real(this, deadline);
-  if (notified) __tsan_acquire(const_cast<Notification*>(this));
-  return notified;
+  return AcquireIfNotified(this, real(this, deadline));
 }
 
 ABSL_NAMESPACE_END
