@@ -10,7 +10,9 @@
 #     NOTHING through pgbench;
 #   - bench/http_ceiling, a fixed-body Beast server: the HTTP ceiling.
 # at 16 and 64 connections (wrk + Lua, redis-benchmark, pgbench). Prints one table
-# (throughput, p50, p99), then `ratio durable_claims/redis_setnx = X.XX` (idem's
+# (throughput, p50, p99, and the server's CPU time per operation: user + system of
+# the server process, PostgreSQL's postmaster with its backends, over the cell,
+# divided by the operations; the load generator's is not in it), then `ratio durable_claims/redis_setnx = X.XX` (idem's
 # durable new-key claims ÷ Redis SET NX without persistence, both at 64
 # connections), writes claims.png (gnuplot) and stops everything it started by pid.
 #
@@ -59,11 +61,13 @@ trap cleanup EXIT
 # Starts `$@` in the background with stdout in $work/NAME.out, waits for its
 # "listening on HOST:PORT" line and sets `port` (not in a subshell: the pid must
 # reach `pids`, which the EXIT trap stops).
+declare -A server_pid  # system name (as in the table) -> its server's pid
 start_listening() {
   local name=$1; shift
   "$@" >"$work/$name.out" 2>"$work/$name.err" &
   local pid=$!
   pids+=("$pid")
+  server_pid[$name]=$pid
   for _ in $(seq 1 300); do
     if grep -q "^listening on " "$work/$name.out" 2>/dev/null; then
       port=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$work/$name.out" | head -1)
@@ -87,6 +91,9 @@ mkdir -p "$work/redis-aof"
 redis-server --bind 127.0.0.1 --port "$aof_port" --dir "$work/redis-aof" --save "" \
   --appendonly yes --appendfsync always --daemonize no >"$work/redis-aof.log" 2>&1 &
 pids+=($!)
+server_pid[redis-aof]=$!
+server_pid[redis]=$IDEM_TEST_REDIS_PID
+server_pid[postgres]=$IDEM_TEST_POSTGRES_PID
 for _ in $(seq 1 100); do redis-cli -p "$aof_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 pg_url=$IDEM_TEST_POSTGRES_URL
@@ -113,8 +120,48 @@ ceiling_port=$port
 
 results="$work/results.tsv"
 : >"$results"
-record() {  # system workload conns rps p50 p99
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$results"
+# The CPU a cell's server used: each record() reports the ticks since the last
+# cpu_start of that server, divided by the operations it did.
+clock_ticks=$(getconf CLK_TCK)
+# cpu_ticks PID: user + system ticks of PID (all its threads) and of its children,
+# the live ones and those it has reaped (PostgreSQL's backends are its children and
+# exit when pgbench disconnects).
+cpu_ticks() {
+  # /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so the fields
+  # are counted after the last ")": f[2] ppid, f[12] utime, f[13] stime, f[14]
+  # cutime, f[15] cstime. A process that ends while this reads is left out.
+  cat /proc/[0-9]*/stat 2>/dev/null | awk -v pid="$1" '
+    {
+      own = ($1 == pid)
+      sub(/.*\) /, "")
+      split($0, f, " ")
+      if (own || f[2] == pid) total += f[12] + f[13] + f[14] + f[15]
+    }
+    END { print total + 0 }'
+}
+cpu_server=
+cpu_before=0
+cpu_start() {  # server name
+  cpu_server=${server_pid[$1]:-}
+  cpu_before=$([[ -n $cpu_server ]] && cpu_ticks "$cpu_server" || echo 0)
+}
+# Microseconds of server CPU per operation, for `ops` operations (empty when no
+# cpu_start preceded it).
+cpu_per_op() {  # ops
+  [[ -n $cpu_server ]] || return 0
+  sleep 0.2  # PostgreSQL reaps its backends after pgbench has gone
+  local after
+  after=$(cpu_ticks "$cpu_server")
+  awk -v a="$after" -v b="$cpu_before" -v hz="$clock_ticks" -v ops="$1" \
+    'BEGIN {if (ops > 0) printf "%.1f", (a - b) * 1e6 / hz / ops}'
+}
+# system workload conns rps p50 p99 [ops: default rps × seconds, for the load
+# generators that run for `seconds`]
+record() {
+  local ops=${7:-$(awk -v r="$4" -v s="$seconds" 'BEGIN {printf "%d", r * s}')}
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$(cpu_per_op "$ops")" \
+    >>"$results"
+  cpu_server=
 }
 
 # Records the RESULT line `out` of wrk or pair_load: system workload conns out.
@@ -128,27 +175,42 @@ record_result() {
   record "$1" "$2" "$3" "${rps:-0}" "${p50:-0}" "${p99:-0}"
 }
 
+# The server a table row's system names: "idem rocksdb" -> idem-rocksdb.
+server_of() {
+  case $1 in
+    "idem "*) echo "idem-${1#idem }" ;;
+    "http ceiling") echo ceiling ;;
+    "redis no persistence") echo redis ;;
+    "redis appendfsync always") echo redis-aof ;;
+    *) echo "" ;;
+  esac
+}
+
 run_wrk() {  # system workload conns port script
+  cpu_start "$(server_of "$1")"
   record_result "$1" "$2" "$3" "$(IDEM_BENCH_RUN="$1-$3-$RANDOM" wrk -t2 -c"$3" -d"${seconds}s" \
     --latency -s "$5" "http://127.0.0.1:$4/" 2>&1 | grep '^RESULT' || true)"
 }
 
 run_pairs() {  # system conns port
+  cpu_start "$(server_of "$1")"
   record_result "$1" "claim+complete" "$2" "$(build/bench/pair_load --port "$3" --token bench \
     --connections "$2" --seconds "$seconds" || true)"
 }
 
 run_redis() {  # system port conns
   local n=$((seconds * 60000)) line
+  cpu_start "$(server_of "$1")"
   line=$(redis-benchmark -p "$2" -c "$3" -n "$n" -r 100000000 -q --csv \
     SET "k:__rand_int__" v NX EX 86400 2>/dev/null | tail -1)
   # "SET k:__rand_int__ v NX EX 86400","rps","avg","min","p50","p95","p99","max"
   IFS=, read -r _ rps _ _ p50 _ p99 _ <<<"${line//\"/}"
-  record "$1" "SET NX" "$3" "$rps" "$p50" "$p99"
+  record "$1" "SET NX" "$3" "$rps" "$p50" "$p99" "$n"  # -n: a count, not a duration
 }
 
 run_pg() {  # conns
   rm -f "$work"/pgbench_log.*
+  cpu_start postgres
   local out tps
   if ! out=$(cd "$work" && pgbench -n -c "$1" -j 2 -T "$seconds" \
       -f "$root/bench/claims/pg_insert.sql" --log --log-prefix=pgbench_log "$pg_url" 2>&1); then
@@ -199,14 +261,17 @@ best_idem=$(awk -F'\t' '$1 ~ /^idem / && $2 == "new keys" && $3 == 64 {print $4 
 half=$(awk -v p="$(value "$best_idem" "new keys" 64)" 'BEGIN {printf "%d", p / 2}')
 if [[ -n $best_idem && $half -gt 0 ]]; then
   echo "bench/claims.sh: $best_idem, new keys at $half/s (half of its peak)" >&2
+  cpu_start "$(server_of "$best_idem")"
   record_result "$best_idem" "new keys @ half peak" 64 "$(build/bench/pair_load \
     --port "${idem_port[${best_idem#idem }]}" --token bench --connections 64 \
     --seconds "$seconds" --claims-only --rate "$half" || true)"
 fi
 
-printf '\n%-26s %-20s %6s %12s %9s %9s\n' system workload conns "ops/s" "p50 ms" "p99 ms"
-while IFS=$'\t' read -r system workload conns rps p50 p99; do
-  printf '%-26s %-20s %6s %12.0f %9.3f %9.3f\n' "$system" "$workload" "$conns" "$rps" "$p50" "$p99"
+printf '\n%-26s %-20s %6s %12s %9s %9s %11s\n' system workload conns "ops/s" "p50 ms" "p99 ms" \
+  "cpu us/op"
+while IFS=$'\t' read -r system workload conns rps p50 p99 cpu; do
+  printf '%-26s %-20s %6s %12.0f %9.3f %9.3f %11s\n' "$system" "$workload" "$conns" "$rps" "$p50" \
+    "$p99" "${cpu:--}"
 done <"$results"
 
 redis=$(value "redis no persistence" "SET NX" 64)
