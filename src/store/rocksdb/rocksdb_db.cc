@@ -147,6 +147,7 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
     shared->no_resume = std::make_shared<NoResumeAfterAFailedWalWrite>();
     options.listeners.push_back(shared->no_resume);
     rocksdb::TransactionDBOptions txn_options;
+    txn_options.custom_mutex_factory = o.mutex_factory;
     rocksdb::TransactionDB* db = nullptr;
     const rocksdb::Status s = rocksdb::TransactionDB::Open(options, txn_options, dir, &db);
     if (IsLockHeld(s)) {

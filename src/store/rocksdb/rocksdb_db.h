@@ -126,6 +126,9 @@ struct OpenOptions {
   // The Env RocksDB does its I/O through (not owned; it must outlive the SharedDb);
   // null: the default. Tests inject file system faults with it.
   rocksdb::Env* env = nullptr;
+  // The mutexes of RocksDB's lock manager (TransactionDBOptions::custom_mutex_factory);
+  // null: RocksDB's own. Tests make a lock stripe look busy with it.
+  std::shared_ptr<rocksdb::TransactionDBMutexFactory> mutex_factory;
 };
 
 // Opens `options.path` (creating it when missing, unless read-only) or returns the

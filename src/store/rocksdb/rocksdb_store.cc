@@ -26,6 +26,11 @@ using rocksdbstore::FromRocks;
 using rocksdbstore::RecordDbKey;
 using rocksdbstore::SharedDb;
 
+// How often a non-blocking transaction tries a key again whose lock stripe was busy
+// (RocksdbTransaction::Locked). The stripe's mutex is held for the few hundred
+// nanoseconds of a lock table update, so a few tries nearly always get it.
+constexpr int kBusyStripeRetries = 16;
+
 constexpr std::string_view kNoSql =
     "rocksdb:// has no SQL: Transaction::Exec/Query need a SQL store (sqlite://, postgres://, "
     "mysql://); use one for transactional mode, rocksdb:// for lease mode (idem serve)";
@@ -252,7 +257,17 @@ class RocksdbTransaction final : public StoreTransaction {
   // with the key locked until the transaction ends.
   absl::StatusOr<std::optional<Record>> Locked(const std::string& key) {
     std::string value;
-    const rocksdb::Status s = txn_->GetForUpdate(rocksdb::ReadOptions(), key, &value);
+    rocksdb::Status s = txn_->GetForUpdate(rocksdb::ReadOptions(), key, &value);
+    // With a lock timeout of 0 RocksDB only try-locks the mutex of the key's lock
+    // stripe, which another thread holds for a moment while it locks or releases a
+    // key of the same stripe (the writer thread releasing committed claims does,
+    // all the time under load): kMutexTimeout, not the key held (kLockTimeout). A
+    // few more tries; a stripe still busy after them goes to the pool as a held key.
+    for (int retry = 0; retry < kBusyStripeRetries && non_blocking_ && s.IsTimedOut() &&
+                        s.subcode() == rocksdb::Status::kMutexTimeout;
+         ++retry) {
+      s = txn_->GetForUpdate(rocksdb::ReadOptions(), key, &value);
+    }
     if (non_blocking_ && s.IsTimedOut()) {
       return WouldBlockError(What("read for update: the key is held by another transaction"));
     }
@@ -292,7 +307,8 @@ class RocksdbStore final : public Store {
   }
 
   // The queue writer's transactions: their reads never wait for a lock (a held key
-  // is a WouldBlockError) and CommitAsync hands the batch to the writer thread.
+  // is a WouldBlockError; a lock stripe busy for a moment is tried again, Locked)
+  // and CommitAsync hands the batch to the writer thread.
   // A read may still reach RocksDB's files through the page cache, as a new key's
   // point read does when its bloom filters cannot rule it out.
   absl::StatusOr<std::unique_ptr<StoreTransaction>> BeginNonBlocking() override {

@@ -1,24 +1,29 @@
 // rocksdb://-specific behaviour: URLs, durability across a reopen, one process per
 // directory, the format version, and retention by the compaction filter. The
 // contract every backend keeps is tests/conformance.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/synchronization/notification.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
+#include "rocksdb/utilities/transaction_db_mutex.h"
 #include "store/record_codec.h"
 #include "store/rocksdb/batch_writer.h"
 #include "store/rocksdb/rocksdb_db.h"
@@ -414,6 +419,120 @@ TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter
   // An invalid request is left to the blocking call, which words it.
   EXPECT_FALSE(guard.ClaimNonBlocking(Request{.tenant = "t", .biz_type = "refund", .key = ""},
                                       absl::Seconds(1), [](absl::StatusOr<Result>) {}));
+}
+
+// RocksDB's lock manager, as idem opens it: its stripes' mutexes, of which a
+// try-lock (what a lock timeout of 0 does) fails while `busy` is above 0, counting
+// it down, as it fails while another thread holds the stripe for a moment (the
+// writer thread releasing a committed claim's key takes it).
+class BusyStripes final : public rocksdb::TransactionDBMutexFactory {
+ public:
+  std::atomic<int> busy{0};
+  std::atomic<int> failed{0};
+
+  std::shared_ptr<rocksdb::TransactionDBMutex> AllocateMutex() override {
+    return std::make_shared<Mutex>(this);
+  }
+  std::shared_ptr<rocksdb::TransactionDBCondVar> AllocateCondVar() override {
+    return std::make_shared<CondVar>();
+  }
+
+ private:
+  class Mutex final : public rocksdb::TransactionDBMutex {
+   public:
+    explicit Mutex(BusyStripes* owner) : owner_(owner) {}
+    rocksdb::Status Lock() override {
+      mu.lock();
+      return rocksdb::Status::OK();
+    }
+    rocksdb::Status TryLockFor(int64_t timeout_time) override {
+      if (timeout_time == 0) {
+        int left = owner_->busy.load();
+        while (left > 0 && !owner_->busy.compare_exchange_weak(left, left - 1)) {
+        }
+        if (left > 0 || !mu.try_lock()) {
+          ++owner_->failed;
+          return rocksdb::Status::TimedOut(rocksdb::Status::SubCode::kMutexTimeout);
+        }
+        return rocksdb::Status::OK();
+      }
+      return Lock();
+    }
+    void UnLock() override { mu.unlock(); }
+    std::mutex mu;
+
+   private:
+    BusyStripes* const owner_;
+  };
+  class CondVar final : public rocksdb::TransactionDBCondVar {
+   public:
+    rocksdb::Status Wait(std::shared_ptr<rocksdb::TransactionDBMutex> mutex) override {
+      std::unique_lock<std::mutex> lock(static_cast<Mutex*>(mutex.get())->mu, std::adopt_lock);
+      cv_.wait(lock);
+      lock.release();
+      return rocksdb::Status::OK();
+    }
+    rocksdb::Status WaitFor(std::shared_ptr<rocksdb::TransactionDBMutex> mutex,
+                            int64_t timeout_time) override {
+      std::unique_lock<std::mutex> lock(static_cast<Mutex*>(mutex.get())->mu, std::adopt_lock);
+      const bool woken =
+          cv_.wait_for(lock, std::chrono::microseconds(timeout_time)) == std::cv_status::no_timeout;
+      lock.release();
+      return woken ? rocksdb::Status::OK() : rocksdb::Status::TimedOut();
+    }
+    void Notify() override { cv_.notify_one(); }
+    void NotifyAll() override { cv_.notify_all(); }
+
+   private:
+    std::condition_variable cv_;
+  };
+};
+
+// A lock stripe busy for a moment is not a key another transaction holds: the
+// non-blocking claim tries again instead of going to the worker pool (a claim of a
+// new key went there whenever the writer thread was releasing another key of the
+// same stripe, more often the busier the server). A stripe that stays busy still
+// goes to the pool, where the blocking claim waits for it.
+TEST(RocksdbStoreTest, ABusyLockStripeIsNotAHeldKey) {
+  testing::TempDir dir;
+  const std::string path = dir.file("db");
+  auto stripes = std::make_shared<BusyStripes>();
+  // The store below shares this open of the directory, and with it the mutexes.
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> shared,
+                       rocksdbstore::OpenSharedDb({.path = path, .mutex_factory = stripes}, false));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
+  ASSERT_TRUE(store->non_blocking());
+  Guard guard(*store);
+
+  stripes->busy = 3;
+  absl::Notification claimed;
+  absl::StatusOr<Result> claim = absl::UnknownError("not called");
+  ASSERT_TRUE(guard.ClaimNonBlocking({.tenant = "t", .biz_type = "pay", .key = "new"},
+                                     absl::Seconds(30),
+                                     [&](absl::StatusOr<Result> r) {
+                                       claim = std::move(r);
+                                       claimed.Notify();
+                                     }))
+      << "a new key went to the pool because its lock stripe was busy for a moment";
+  ASSERT_TRUE(claimed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_OK(claim.status());
+  EXPECT_EQ(claim->outcome, Outcome::kAcquired);
+  EXPECT_EQ(stripes->failed, 3);
+  EXPECT_EQ(stripes->busy, 0);
+
+  // Busy for good: left to the blocking claim, which waits for the stripe.
+  stripes->busy = 1 << 30;
+  bool called = false;
+  EXPECT_FALSE(guard.ClaimNonBlocking({.tenant = "t", .biz_type = "pay", .key = "busy"},
+                                      absl::Seconds(30),
+                                      [&](absl::StatusOr<Result>) { called = true; }));
+  EXPECT_FALSE(called);
+  ASSERT_OK_AND_ASSIGN(Result blocking,
+                       guard.Claim({.tenant = "t", .biz_type = "pay", .key = "busy"}));
+  EXPECT_EQ(blocking.outcome, Outcome::kAcquired);
+  stripes->busy = 0;
+  store.reset();
+  shared.reset();  // closes the database before its mutex factory goes
 }
 
 // The cache decorator passes non-blocking transactions through with an L1 only (its
