@@ -342,6 +342,7 @@ void Connection::Dispatch(HttpRequest request) {
 }
 
 void Connection::RunOnPool(std::shared_ptr<const WaitingClaim> waiting, HttpRequest request) {
+  shared_.api.metrics().CountPoolRequest();
   // The work guard keeps the I/O threads running while the reply is computed, even
   // when nothing else is pending on the io_context (e.g. during shutdown).
   asio::post(shared_.pool, [self = shared_from_this(), waiting = std::move(waiting),

@@ -83,6 +83,8 @@ void Metrics::CountWait() { Add(waits_); }
 
 void Metrics::CountPoll() { Add(polls_); }
 
+void Metrics::CountPoolRequest() { Add(pool_requests_); }
+
 void Metrics::CountFailOpen(std::string_view biz_type) {
   if (auto it = fail_open_.find(biz_type); it != fail_open_.end()) Add(it->second);
 }
@@ -185,6 +187,14 @@ std::string Metrics::Render() const {
                   "# TYPE idem_claim_polls_total counter\n"
                   "idem_claim_polls_total ",
                   Load(polls_), "\n");
+  absl::StrAppend(&out,
+                  "# HELP idem_http_pool_requests_total Requests the network threads handed to "
+                  "the worker pool: all on a store whose calls block (sqlite, postgres, mysql) and "
+                  "every request idem proxy forwards; on rocksdb:// a key another transaction "
+                  "holds, a waiting claim's read, and what is not a claim, complete or fail.\n"
+                  "# TYPE idem_http_pool_requests_total counter\n"
+                  "idem_http_pool_requests_total ",
+                  Load(pool_requests_), "\n");
   absl::MutexLock lock(&mu_);
   absl::StrAppend(&out,
                   "# HELP idem_fail_open_total Claims of fail-open biz_types answered without a "

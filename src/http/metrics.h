@@ -12,6 +12,8 @@
 //   idem_store_errors_total                           counter    store calls that failed
 //   idem_claim_waits_total                            counter    claims that waited (wait_ms)
 //   idem_claim_polls_total                            counter    record reads by waiting claims
+//   idem_http_pool_requests_total                     counter    requests the network threads
+//                                                                handed to the worker pool
 //   idem_fail_open_total{biz_type}                    counter    claims let through unrecorded
 //                                                                while the store was down
 //                                                                (--fail-open; UNSAFE)
@@ -111,6 +113,10 @@ class Metrics {
   // Counts one store read by a waiting claim (Api::Poll).
   void CountPoll();
 
+  // Counts one request (or a waiting claim's read) handed to the worker pool
+  // instead of being answered on the network thread that read it.
+  void CountPoolRequest();
+
   // Counts one claim of a fail-open biz_type answered "acquired" without a record
   // because the store was unavailable. REQUIRES: DeclareFailOpen(biz_type) was called
   // (Api's constructor does it for ApiOptions::fail_open); an undeclared biz_type is
@@ -165,6 +171,7 @@ class Metrics {
   std::atomic<uint64_t> store_errors_{0};
   std::atomic<uint64_t> waits_{0};
   std::atomic<uint64_t> polls_{0};
+  std::atomic<uint64_t> pool_requests_{0};
   std::atomic<int64_t> connections_open_{0};
   std::array<std::atomic<uint64_t>, 2> refused_{};
   mutable absl::Mutex mu_;

@@ -5,7 +5,6 @@
 // own: a waiting claim is answered only by what the test does (a completion, a
 // shutdown). The tests wait for conditions (the waits counter, an answer) with
 // generous deadlines instead of sleeping and measuring elapsed time.
-#include "http/api.h"
 #include "http/server.h"
 
 #include <gmock/gmock.h>
@@ -18,11 +17,13 @@
 #include <thread>
 #include <vector>
 
+#include "http/api.h"
 #include "http/client.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 
 namespace idem::http {
@@ -69,11 +70,13 @@ class ServerTest : public ::testing::Test {
   }
 
   // Claims that met a live lease and started waiting (idem_claim_waits_total).
-  uint64_t Waits() const {
-    const std::string text = metrics_.Render();
-    const std::string name = "\nidem_claim_waits_total ";
-    const size_t at = text.find(name);
-    return at == std::string::npos ? 0 : std::stoull(text.substr(at + name.size()));
+  uint64_t Waits() const { return Counter(metrics_, "idem_claim_waits_total"); }
+
+  // The value of the unlabelled counter `name` in `metrics`' exposition.
+  static uint64_t Counter(const Metrics& metrics, const std::string& name) {
+    const std::string text = metrics.Render();
+    const size_t at = text.find("\n" + name + " ");
+    return at == std::string::npos ? ~uint64_t{0} : std::stoull(text.substr(at + name.size() + 2));
   }
 
   // Starts at the real time so Retry-After stays meaningful against the Guard's
@@ -242,11 +245,7 @@ TEST_F(ServerTest, ACompleteWakesItsWaitersWithoutTheirTimer) {
   ASSERT_OK(server.Start());
   const uint16_t port = server.port();
   ASSERT_EQ(Fetch(port, "POST", "/v1/claims", ClaimBody("W"), "tok-a").status, 201);
-  auto polls = [&] {
-    const std::string text = metrics.Render();
-    const size_t at = text.find("\nidem_claim_polls_total ");
-    return at == std::string::npos ? ~uint64_t{0} : std::stoull(text.substr(at + 24));
-  };
+  auto polls = [&] { return Counter(metrics, "idem_claim_polls_total"); };
   std::vector<std::future<ClientResponse>> waiters;
   for (int i = 0; i < 3; ++i) {
     waiters.push_back(std::async(std::launch::async, [&] {
@@ -267,6 +266,53 @@ TEST_F(ServerTest, ACompleteWakesItsWaitersWithoutTheirTimer) {
     EXPECT_EQ(r.body, R"({"outcome":"replayed","expires_at":null,"result":[1]})");
   }
   EXPECT_LE(polls(), 3u) << metrics.Render();  // one read each when woken, no more
+  server.Shutdown();
+  server.Wait();
+}
+
+// What the network threads hand to the worker pool is counted
+// (idem_http_pool_requests_total): on memory://, whose calls block, every claim and
+// complete; on rocksdb:// behind the L1 (as `idem serve` opens it) no claim,
+// complete or duplicate of keys nobody else holds, while a page of records is read
+// on the pool.
+TEST_F(ServerTest, CountsTheRequestsHandedToTheWorkerPool) {
+  ASSERT_EQ(Fetch(port_, "POST", "/v1/claims", ClaimBody("P"), "tok-a").status, 201);
+  ASSERT_EQ(Fetch(port_, "POST", "/v1/claims/complete",
+                  R"({"biz_type":"t","key":"P","token":1,"result":1})", "tok-a")
+                .status,
+            200);
+  EXPECT_EQ(Counter(metrics_, "idem_http_pool_requests_total"), 2u) << metrics_.Render();
+
+  ::idem::testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore("rocksdb://" + dir.file("db")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, NewCachingStore(std::move(inner)));
+  Guard guard(*store);
+  ApiOptions o;
+  o.tenants = {Tenant::WithToken("acme", "tok-a")};
+  o.clock = &clock_;
+  Metrics metrics;
+  Api api(guard, *store, metrics, o);
+  ServerOptions so;
+  so.port = 0;
+  so.io_threads = 1;
+  so.worker_threads = 2;
+  Server server(api, so);
+  ASSERT_OK(server.Start());
+  const uint16_t port = server.port();
+  for (int i = 0; i < 10; ++i) {
+    const std::string key = "K" + std::to_string(i);
+    ASSERT_EQ(Fetch(port, "POST", "/v1/claims", ClaimBody(key), "tok-a").status, 201);
+    ASSERT_EQ(Fetch(port, "POST", "/v1/claims/complete",
+                    R"({"biz_type":"t","key":")" + key + R"(","token":1,"result":1})", "tok-a")
+                  .status,
+              200);
+  }
+  ClientResponse replay = Fetch(port, "POST", "/v1/claims", ClaimBody("K0"), "tok-a");
+  EXPECT_EQ(replay.status, 200) << replay.body;
+  EXPECT_EQ(Counter(metrics, "idem_http_pool_requests_total"), 0u) << metrics.Render();
+  ClientResponse page = Fetch(port, "GET", "/v1/records", "", "tok-a");
+  EXPECT_EQ(page.status, 200) << page.body;
+  EXPECT_EQ(Counter(metrics, "idem_http_pool_requests_total"), 1u) << metrics.Render();
   server.Shutdown();
   server.Wait();
 }
