@@ -36,6 +36,36 @@ using ::idem::testing::kGenerousDeadline;
 using ::idem::testing::WaitUntil;
 using ::testing::HasSubstr;
 
+// An Api on `guard` and `store` with `options` (tenant acme, token tok-a, unless
+// they name tenants), served by a started Server on one I/O thread and `workers`
+// worker threads; stopped when it goes.
+struct StartedServer {
+  StartedServer(Guard& guard, Store& store, ApiOptions options, int workers)
+      : api(guard, store, metrics, WithTenant(std::move(options))) {
+    ServerOptions so;
+    so.port = 0;
+    so.io_threads = 1;
+    so.worker_threads = workers;
+    server = std::make_unique<Server>(api, so);
+    started = server->Start();
+  }
+  ~StartedServer() {
+    server->Shutdown();
+    server->Wait();
+  }
+  uint16_t port() const { return server->port(); }
+
+  static ApiOptions WithTenant(ApiOptions o) {
+    if (o.tenants.empty()) o.tenants = {Tenant::WithToken("acme", "tok-a")};
+    return o;
+  }
+
+  Metrics metrics;
+  Api api;
+  std::unique_ptr<Server> server;
+  absl::Status started;
+};
+
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -231,19 +261,13 @@ TEST_F(ServerTest, WaitingClaimsDoNotBlockTheServer) {
 // fires, so it read the store once (when it started waiting) or not at all.
 TEST_F(ServerTest, ACompleteWakesItsWaitersWithoutTheirTimer) {
   ApiOptions o;
-  o.tenants = {Tenant::WithToken("acme", "tok-a")};
   o.clock = &clock_;
   o.wait_poll_min = absl::Hours(1);
   o.wait_poll_max = absl::Hours(1);
-  Metrics metrics;
-  Api api(*guard_, *store_, metrics, o);
-  ServerOptions so;
-  so.port = 0;
-  so.io_threads = 1;
-  so.worker_threads = 2;
-  Server server(api, so);
-  ASSERT_OK(server.Start());
-  const uint16_t port = server.port();
+  StartedServer served(*guard_, *store_, o, /*workers=*/2);
+  ASSERT_OK(served.started);
+  const Metrics& metrics = served.metrics;
+  const uint16_t port = served.port();
   ASSERT_EQ(Fetch(port, "POST", "/v1/claims", ClaimBody("W"), "tok-a").status, 201);
   auto polls = [&] { return Counter(metrics, "idem_claim_polls_total"); };
   std::vector<std::future<ClientResponse>> waiters;
@@ -266,8 +290,6 @@ TEST_F(ServerTest, ACompleteWakesItsWaitersWithoutTheirTimer) {
     EXPECT_EQ(r.body, R"({"outcome":"replayed","expires_at":null,"result":[1]})");
   }
   EXPECT_LE(polls(), 3u) << metrics.Render();  // one read each when woken, no more
-  server.Shutdown();
-  server.Wait();
 }
 
 // What the network threads hand to the worker pool is counted
@@ -287,18 +309,10 @@ TEST_F(ServerTest, CountsTheRequestsHandedToTheWorkerPool) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore("rocksdb://" + dir.file("db")));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, NewCachingStore(std::move(inner)));
   Guard guard(*store);
-  ApiOptions o;
-  o.tenants = {Tenant::WithToken("acme", "tok-a")};
-  o.clock = &clock_;
-  Metrics metrics;
-  Api api(guard, *store, metrics, o);
-  ServerOptions so;
-  so.port = 0;
-  so.io_threads = 1;
-  so.worker_threads = 2;
-  Server server(api, so);
-  ASSERT_OK(server.Start());
-  const uint16_t port = server.port();
+  StartedServer served(guard, *store, ApiOptions{.clock = &clock_}, /*workers=*/2);
+  ASSERT_OK(served.started);
+  const Metrics& metrics = served.metrics;
+  const uint16_t port = served.port();
   for (int i = 0; i < 10; ++i) {
     const std::string key = "K" + std::to_string(i);
     ASSERT_EQ(Fetch(port, "POST", "/v1/claims", ClaimBody(key), "tok-a").status, 201);
@@ -313,8 +327,6 @@ TEST_F(ServerTest, CountsTheRequestsHandedToTheWorkerPool) {
   ClientResponse page = Fetch(port, "GET", "/v1/records", "", "tok-a");
   EXPECT_EQ(page.status, 200) << page.body;
   EXPECT_EQ(Counter(metrics, "idem_http_pool_requests_total"), 1u) << metrics.Render();
-  server.Shutdown();
-  server.Wait();
 }
 
 // A store whose transactions wait while `blocked` is set: it holds the server's
@@ -349,17 +361,10 @@ TEST(ServerFastPath, DuplicatesAreAnsweredWhileEveryWorkerIsBusy) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store,
                        NewCachingStore(std::move(blocking_owner), {.l1_entries = 1000}));
   Guard guard(*store);
-  Metrics metrics;
-  ApiOptions o;
-  o.tenants = {Tenant::WithToken("acme", "tok-a")};
-  Api api(guard, *store, metrics, o);
-  ServerOptions so;
-  so.port = 0;
-  so.io_threads = 1;
-  so.worker_threads = 1;
-  Server server(api, so);
-  ASSERT_OK(server.Start());
-  const uint16_t port = server.port();
+  StartedServer served(guard, *store, ApiOptions{}, /*workers=*/1);
+  ASSERT_OK(served.started);
+  Api& api = served.api;
+  const uint16_t port = served.port();
   const std::string claim = R"({"biz_type":"t","key":"D","fingerprint":"f1"})";
   ClientResponse first = Fetch(port, "POST", "/v1/claims", claim, "tok-a");
   ASSERT_EQ(first.status, 201) << first.body;
@@ -402,8 +407,6 @@ TEST(ServerFastPath, DuplicatesAreAnsweredWhileEveryWorkerIsBusy) {
   HttpRequest again{.method = "POST", .target = "/v1/claims", .authorization = "Bearer tok-a",
                     .body = R"({"biz_type":"t","key":"unknown"})"};
   EXPECT_EQ(api.Handle(again).response.status, 409);  // "unknown" is the key that was claimed
-  server.Shutdown();
-  server.Wait();
 }
 
 TEST_F(ServerTest, GracefulShutdownAnswersInFlightAndClosesIdle) {
