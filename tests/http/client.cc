@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <charconv>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
@@ -163,6 +164,24 @@ Exchange ParseRawRequest(std::string_view bytes) {
   for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   e.authorization = head.find("\r\nauthorization:") != std::string::npos;
   if (head_end != std::string_view::npos) e.body = std::string(bytes.substr(head_end + 4));
+  // A chunked body is recorded decoded, as the server reads it (kept as written when
+  // it is not whole or not well formed: the server answers that one 400).
+  if (head.find("\r\ntransfer-encoding: chunked") != std::string::npos) {
+    std::string decoded;
+    std::string_view rest = e.body;
+    for (;;) {
+      const size_t eol = rest.find("\r\n");
+      if (eol == std::string_view::npos) return e;
+      size_t size = 0;
+      const std::string_view hex = rest.substr(0, eol);
+      const auto [end, err] = std::from_chars(hex.data(), hex.data() + hex.size(), size, 16);
+      if (err != std::errc() || end == hex.data() || rest.size() < eol + 2 + size + 2) return e;
+      if (size == 0) break;
+      decoded.append(rest.substr(eol + 2, size));
+      rest.remove_prefix(eol + 2 + size + 2);
+    }
+    e.body = std::move(decoded);
+  }
   return e;
 }
 
@@ -256,6 +275,17 @@ struct Client::Impl {
     return !ec;
   }
 
+  bool WritePipelined(const std::vector<std::string>& requests) {
+    std::string bytes;
+    for (const std::string& r : requests) {
+      pending_.push_back(recording::ParseRawRequest(r));
+      bytes += r;
+    }
+    boost::beast::error_code ec;
+    boost::asio::write(stream_, boost::asio::buffer(bytes), ec);
+    return !ec;
+  }
+
   bool ClosedByPeer(std::chrono::milliseconds timeout) {
     stream_.expires_after(timeout);
     char c;
@@ -292,6 +322,10 @@ ClientResponse Client::Send(const std::string& method, const std::string& target
 ClientResponse Client::Read() { return impl_->Read(); }
 
 bool Client::WriteRaw(const std::string& bytes) { return impl_->WriteRaw(bytes); }
+
+bool Client::WritePipelined(const std::vector<std::string>& requests) {
+  return impl_->WritePipelined(requests);
+}
 
 bool Client::ClosedByPeer(std::chrono::milliseconds timeout) {
   return impl_->ClosedByPeer(timeout);

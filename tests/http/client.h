@@ -67,6 +67,10 @@ class Client {
   // after 100 Continue).
   bool WriteRaw(const std::string& bytes);
 
+  // Writes whole raw requests back to back in one write, as a client that pipelines
+  // them does; each Read() then answers the next (and is recorded with it).
+  bool WritePipelined(const std::vector<std::string>& requests);
+
   // True when the server closed the connection (a read gets EOF within `timeout`).
   bool ClosedByPeer(std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <memory>
 #include <string>
@@ -132,6 +133,62 @@ TEST_F(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
   EXPECT_EQ(h.status, 200);
   EXPECT_EQ(h.body, R"({"status":"ok"})");
   EXPECT_EQ(metrics_.requests("/v1/claims", 201), 5u);
+}
+
+// Requests a client pipelines (RFC 9112 §9.3.2: several written before the first
+// answer) arrive in one read and are answered in order, each after the one before:
+// on memory://, whose calls go to the worker pool, and on rocksdb:// behind the L1,
+// where claims are answered from the writer thread and duplicates at once.
+TEST_F(ServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  auto claim = [](const std::string& key) {
+    const std::string body = ClaimBody(key);
+    return "POST /v1/claims HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-a\r\n"
+           "Content-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  const std::string complete_p = R"({"biz_type":"t","key":"P","token":1,"result":7})";
+  const std::string complete =
+      "POST /v1/claims/complete HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-a\r\n"
+      "Content-Length: " +
+      std::to_string(complete_p.size()) + "\r\n\r\n" + complete_p;
+  const std::string health = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  // claim P, the same claim while P is held, a health check, P completed, P again
+  // (now a replay), then a chunked claim of Q.
+  const std::string chunked_body = ClaimBody("Q");
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", chunked_body.size());
+  const std::vector<std::string> requests = {
+      claim("P"),
+      claim("P"),
+      health,
+      complete,
+      claim("P"),
+      "POST /v1/claims HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-a\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n" +
+          std::string(size) + "\r\n" + chunked_body + "\r\n0\r\n\r\n"};
+  const std::vector<int> statuses = {201, 409, 200, 200, 200, 201};
+
+  auto check = [&](uint16_t port, const std::string& where) {
+    Client c(port);
+    ASSERT_TRUE(c.WritePipelined(requests)) << where;
+    for (size_t i = 0; i < statuses.size(); ++i) {
+      ClientResponse r = c.Read();
+      EXPECT_EQ(r.status, statuses[i]) << where << ", answer " << i << ": " << r.error << r.body;
+      EXPECT_TRUE(r.keep_alive) << where << ", answer " << i;
+      if (i == 4) {
+        EXPECT_EQ(r.header("idempotent-replayed"), "true") << where << ": " << r.body;
+      }
+    }
+  };
+  check(port_, "memory://");
+
+  ::idem::testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore("rocksdb://" + dir.file("db")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, NewCachingStore(std::move(inner)));
+  Guard guard(*store);
+  StartedServer served(guard, *store, ApiOptions{.clock = &clock_}, /*workers=*/2);
+  ASSERT_OK(served.started);
+  check(served.port(), "rocksdb://");
 }
 
 TEST_F(ServerTest, Expect100ContinueIsAnswered) {
