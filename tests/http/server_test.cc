@@ -67,6 +67,15 @@ struct StartedServer {
   absl::Status started;
 };
 
+// rocksdb:// behind the L1 (as `idem serve` opens it) in a fresh directory, and its
+// server (ServerTest::ServeRocksdb); members end in reverse order, the server first.
+struct RocksdbServed {
+  ::idem::testing::TempDir dir;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Guard> guard;
+  std::unique_ptr<StartedServer> served;
+};
+
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -98,6 +107,17 @@ class ServerTest : public ::testing::Test {
 
   static std::string ClaimBody(const std::string& key, const std::string& extra = "") {
     return R"({"biz_type":"t","key":")" + key + "\"" + extra + "}";
+  }
+
+  // Opens `out`'s store and starts its server, with two worker threads.
+  void ServeRocksdb(RocksdbServed& out) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner,
+                         OpenStore("rocksdb://" + out.dir.file("db")));
+    ASSERT_OK_AND_ASSIGN(out.store, NewCachingStore(std::move(inner)));
+    out.guard = std::make_unique<Guard>(*out.store);
+    out.served = std::make_unique<StartedServer>(*out.guard, *out.store,
+                                                 ApiOptions{.clock = &clock_}, /*workers=*/2);
+    ASSERT_OK(out.served->started);
   }
 
   // Claims that met a live lease and started waiting (idem_claim_waits_total).
@@ -182,13 +202,9 @@ TEST_F(ServerTest, PipelinedRequestsAreAnsweredInOrder) {
   };
   check(port_, "memory://");
 
-  ::idem::testing::TempDir dir;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore("rocksdb://" + dir.file("db")));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, NewCachingStore(std::move(inner)));
-  Guard guard(*store);
-  StartedServer served(guard, *store, ApiOptions{.clock = &clock_}, /*workers=*/2);
-  ASSERT_OK(served.started);
-  check(served.port(), "rocksdb://");
+  RocksdbServed rocksdb;
+  ASSERT_NO_FATAL_FAILURE(ServeRocksdb(rocksdb));
+  check(rocksdb.served->port(), "rocksdb://");
 }
 
 TEST_F(ServerTest, Expect100ContinueIsAnswered) {
@@ -362,14 +378,10 @@ TEST_F(ServerTest, CountsTheRequestsHandedToTheWorkerPool) {
             200);
   EXPECT_EQ(Counter(metrics_, "idem_http_pool_requests_total"), 2u) << metrics_.Render();
 
-  ::idem::testing::TempDir dir;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore("rocksdb://" + dir.file("db")));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, NewCachingStore(std::move(inner)));
-  Guard guard(*store);
-  StartedServer served(guard, *store, ApiOptions{.clock = &clock_}, /*workers=*/2);
-  ASSERT_OK(served.started);
-  const Metrics& metrics = served.metrics;
-  const uint16_t port = served.port();
+  RocksdbServed rocksdb;
+  ASSERT_NO_FATAL_FAILURE(ServeRocksdb(rocksdb));
+  const Metrics& metrics = rocksdb.served->metrics;
+  const uint16_t port = rocksdb.served->port();
   for (int i = 0; i < 10; ++i) {
     const std::string key = "K" + std::to_string(i);
     ASSERT_EQ(Fetch(port, "POST", "/v1/claims", ClaimBody(key), "tok-a").status, 201);
