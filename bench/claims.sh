@@ -12,9 +12,10 @@
 # at 16 and 64 connections (wrk + Lua, redis-benchmark, pgbench). Prints one table
 # (throughput, p50, p99, and the server's CPU time per operation: user + system of
 # the server process, PostgreSQL's postmaster with its backends, over the cell,
-# divided by the operations; the load generator's is not in it), then `ratio durable_claims/redis_setnx = X.XX` (idem's
-# durable new-key claims ÷ Redis SET NX without persistence, both at 64
-# connections), writes claims.png (gnuplot) and stops everything it started by pid.
+# divided by the operations; the load generator's is not in it), then
+# `ratio durable_claims/redis_setnx = X.XX` (idem's durable new-key claims ÷ Redis
+# SET NX without persistence, both at 64 connections), writes claims.png (gnuplot)
+# and stops everything it started by pid.
 #
 #   bench/claims.sh [--seconds N] [--quick]
 #

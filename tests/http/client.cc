@@ -270,9 +270,7 @@ struct Client::Impl {
     } else {
       pending_.back().body += bytes;
     }
-    boost::beast::error_code ec;
-    boost::asio::write(stream_, boost::asio::buffer(bytes), ec);
-    return !ec;
+    return Write(bytes);
   }
 
   bool WritePipelined(const std::vector<std::string>& requests) {
@@ -281,6 +279,11 @@ struct Client::Impl {
       pending_.push_back(recording::ParseRawRequest(r));
       bytes += r;
     }
+    return Write(bytes);
+  }
+
+  // `bytes` on the socket as they are, in one write.
+  bool Write(const std::string& bytes) {
     boost::beast::error_code ec;
     boost::asio::write(stream_, boost::asio::buffer(bytes), ec);
     return !ec;
