@@ -329,6 +329,7 @@ class MysqlTransaction final : public sql::PooledTransaction<Connection> {
   absl::Status Start(const std::function<absl::Status(Connection&)>& first = {}) {
     if (!deferred_) return absl::OkStatus();
     deferred_ = false;
+    StartCall();
     auto run = [&first](Connection& c) {
       return first ? first(c) : c.ExecText("START TRANSACTION");
     };
@@ -366,11 +367,12 @@ class MysqlStore final : public Store {
  public:
   MysqlStore(MysqlOptions options, bool procedures)
       : options_(std::move(options)),
-        pool_([this] { return Connection::Open(options_); }, options_.pool,
-              absl::Milliseconds(options_.pool_wait_ms),
+        pool_([this](absl::Time deadline) { return Connection::Open(options_, deadline); },
+              options_.pool, absl::Milliseconds(options_.pool_wait_ms),
               absl::StrCat("mysql store ", options_.redacted_url, ": all ", options_.pool,
                            " connections stayed busy for ", options_.pool_wait_ms,
-                           " ms (raise pool= or pool_wait_ms=, or look for long transactions)")),
+                           " ms (raise pool= or pool_wait_ms=, or look for long transactions)"),
+              absl::Seconds(options_.io_timeout_s)),
         procedures_(procedures) {}
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
