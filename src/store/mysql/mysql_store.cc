@@ -508,7 +508,7 @@ absl::StatusOr<bool> OpenMysqlSchema(const MysqlOptions& o, sql::SchemaMode mode
   IDEM_RETURN_IF_ERROR(sql::OpenSchema(session, sql::MysqlDialect(), where, mode));
   if (!o.procedures) return false;
   IDEM_ASSIGN_OR_RETURN(std::vector<std::string> procedures, ListProcedures(*conn));
-  if (procedures.size() == 2 || mode.read_only) return procedures.size() == 2;
+  if (procedures.size() == 2 || mode.read_only || !mode.create) return procedures.size() == 2;
   absl::Status s = session.BeginCreate();
   absl::StatusOr<bool> made =
       s.ok() ? CreateProcedures(*conn, procedures) : absl::StatusOr<bool>(s);
