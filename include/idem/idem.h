@@ -32,6 +32,13 @@ struct StoreOptions {
   // schema (or, for SQLite, without a file), for Store::DescribeSchema to say so
   // (`idem migrate --dry-run`); only DescribeSchema is of use on such a store.
   bool require_schema = true;
+  // False: open for writing only a store that is already there (`idem purge`,
+  // `idem stuck --resolve`; SPEC §12: only `idem migrate` creates one). A
+  // database without idem's schema, a missing SQLite file or RocksDB directory is
+  // kFailedPrecondition "no idem schema here", an older schema is too, and nothing
+  // is created (tables, procedures, files) or upgraded. True (the default): made
+  // when missing, as an embedded store's first run needs.
+  bool create_schema = true;
   // When a database server (postgres://, mysql://) cannot be reached at open
   // (kUnavailable: down, refusing, unreachable), succeed anyway with a store that answers every call kUnavailable
   // (a store fault, SPEC §3) and opens the real store on the first call after the

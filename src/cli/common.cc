@@ -111,7 +111,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenReadOnlyStore(std::string_view url) {
 
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(std::string_view url) {
   if (absl::Status s = CheckSqliteFileExists(url); !s.ok()) return s;
-  return OpenStore(url);
+  return OpenStore(url, StoreOptions{.create_schema = false});
 }
 
 int ExitCodeForStoreError(const absl::Status& s) {

@@ -57,8 +57,10 @@ inline constexpr std::string_view kLegacyDefaultStore = "sqlite://./idem.db";
 // Empty otherwise.
 std::string LegacyDefaultStoreInTheWay(std::string_view url, bool store_given);
 
-// OpenStore for a command that resumes what is there (worker): CheckSqliteFileExists
-// first, so a missing SQLite file is kUnavailable and is not created.
+// OpenStore for a command that writes to what is there (purge, stuck --resolve):
+// CheckSqliteFileExists first, so a missing SQLite file is kUnavailable; a database
+// without idem's schema is kFailedPrecondition "no idem schema here" and nothing is
+// created (StoreOptions::create_schema).
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(std::string_view url);
 
 // OpenStore for a command that only looks (inspect, stuck; SPEC §12): read-only

@@ -14,11 +14,18 @@
 //   action: copied            (or "nothing to copy", "would copy" with --dry-run)
 // Stop the servers on both stores first: records written to the source during the
 // copy may be missed (run it again after stopping them), and rocksdb:// allows one
-// process per directory anyway.
+// process per directory anyway. A rocksdb:// source that a running process (idem
+// serve) holds is refused: its read-only open would take no lock and copy a store
+// that is changing under it.
 #include "cli/migrate_copy.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,12 +59,42 @@ int CopyFail(const absl::Status& raw, std::string_view what, std::string_view ur
   return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
 }
 
+// OK unless `url` is a rocksdb:// directory another process has open for writing.
+// RocksDB holds a POSIX record lock (fcntl F_SETLK, F_WRLCK) on DIR/LOCK while it
+// has the database open; F_GETLK reports another process's lock without taking it.
+absl::Status CheckRocksdbSourceNotHeld(std::string_view url) {
+  constexpr std::string_view kScheme = "rocksdb://";
+  if (!url.starts_with(kScheme)) return absl::OkStatus();
+  std::string_view dir = url.substr(kScheme.size());
+  dir = dir.substr(0, dir.find('?'));  // as the rocksdb:// parser reads it: not decoded
+  const std::string lock_file = absl::StrCat(AV(dir), "/LOCK");
+  const int fd = ::open(lock_file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::OkStatus();  // no database, or none open: the open says which
+  struct flock query {};
+  query.l_type = F_WRLCK;
+  query.l_whence = SEEK_SET;
+  const int rc = ::fcntl(fd, F_GETLK, &query);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot check whether another process holds ",
+                                               lock_file, ": ", std::strerror(err)));
+  }
+  if (query.l_type == F_UNLCK) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rocksdb directory '", AV(dir), "' is held by another process (pid ", query.l_pid,
+      ", e.g. the idem serve using it): stop it first, or the copy would miss what it writes"));
+}
+
 }  // namespace
 
 int RunMigrateCopy(const std::string& from, const std::string& to, bool dry_run, int batch) {
   if (from == to) {
     PrintReason("migrate: --from and --to name the same store");
     return kExitUsage;
+  }
+  if (absl::Status held = CheckRocksdbSourceNotHeld(from); !held.ok()) {
+    return CopyFail(held, "opening --from", from);
   }
   absl::StatusOr<std::unique_ptr<Store>> source = OpenReadOnlyStore(from);
   if (!source.ok()) return CopyFail(source.status(), "opening --from", from);

@@ -216,7 +216,7 @@ class LateStore final : public Store {
 
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url,
                                                  const StoreOptions& options) {
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenByScheme(url, {.read_only = options.read_only, .require_schema = options.require_schema},
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenByScheme(url, {.read_only = options.read_only, .require_schema = options.require_schema, .create = options.create_schema},
                    options.clock != nullptr ? options.clock : Clock::Real());
   // Drivers may quote the URL they were given (libpq does, on a malformed URI):
   // no message leaves here with a secret of the URL in it.

@@ -4,9 +4,14 @@
 // byte-identical, a read-only file works, and a database without idem's tables is
 // "no idem schema here" (exit 1) with nothing added; on PostgreSQL and MariaDB no
 // table appears (IDEM_TEST_POSTGRES_URL / IDEM_TEST_MYSQL_URL; fails without them).
+// The tools that write (purge) refuse a database without idem's schema and create
+// nothing either: only `idem migrate` makes one.
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -143,6 +148,110 @@ TEST(ReadOnly, MysqlWithoutIdemTablesIsNoSchemaHereAndUntouched) {
   ServerStaysEmpty(MysqlTestUrl(dir.path()),
                    "SELECT table_name FROM information_schema.tables WHERE table_schema = "
                    "DATABASE()");
+}
+
+// What `url`'s database holds, seen without creating anything: its tables and (on
+// MariaDB) idem's procedures.
+std::string Holdings(const std::string& url) {
+  absl::StatusOr<std::unique_ptr<Store>> look =
+      OpenStore(url, StoreOptions{.read_only = true, .require_schema = false});
+  if (!look.ok()) return "cannot look: " + look.status().ToString();
+  absl::StatusOr<SchemaInfo> info = (*look)->DescribeSchema();
+  if (!info.ok()) return "cannot describe: " + info.status().ToString();
+  std::string out = "tables:";
+  for (const std::string& t : info->tables) out += " " + t;
+  out += "; procedures:";
+  for (const std::string& p : info->procedures.value_or(std::vector<std::string>{})) {
+    out += " " + p;
+  }
+  return out + "; version " + std::to_string(info->version);
+}
+
+// Runs `sql` through a store on `base` (a database that has idem's schema), as an
+// administrator would by hand.
+void RunAsAdmin(const std::string& base, const std::string& sql) {
+  absl::StatusOr<std::unique_ptr<Store>> admin = OpenStore(base);
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = (*admin)->Begin();
+  ASSERT_TRUE(tx.ok()) << tx.status();
+  absl::Status s = (*tx)->Exec(sql).status();
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_TRUE((*tx)->Commit().ok());
+}
+
+// `idem purge` (which writes) on a database without idem's schema: exit 1, a
+// reason that names the store and `idem migrate`, and nothing created — neither on
+// an empty database nor on one whose own table happens to be called idem_records.
+// `foreign_table` makes that table.
+void PurgeCreatesNothing(const std::string& url, const std::string& password,
+                         const std::function<void()>& foreign_table) {
+  TempDir dir;
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) foreign_table();
+    const std::string before = Holdings(url);
+    ASSERT_THAT(before, ::testing::StartsWith("tables:")) << before;
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"purge", "--store", url},
+          std::vector<std::string>{"stuck", "--store", url, "--resolve", "x", "--note", "ok"}}) {
+      Exec r = RunIdemIn(dir.path(), args);
+      EXPECT_EQ(r.status, 1) << args[0] << ": " << r.out << r.err;
+      EXPECT_THAT(r.err, HasSubstr("no idem schema here")) << args[0];
+      EXPECT_THAT(r.err, HasSubstr("idem migrate")) << args[0];
+      EXPECT_THAT(r.err, ::testing::Not(HasSubstr(password))) << args[0];
+      EXPECT_EQ(Holdings(url), before) << args[0] << " changed the database (round " << round
+                                       << ")";
+    }
+  }
+}
+
+TEST(ReadOnly, SqlitePurgeWithoutIdemSchemaCreatesNothing) {
+  TempDir dir;
+  // An empty file (made by hand, or by a tool that failed), and a database of
+  // someone else's with a table named idem_records.
+  const std::string empty = dir.file("empty.db");
+  { std::ofstream touch(empty); }
+  const std::string foreign = dir.file("shop.db");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(foreign.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE idem_records (id INTEGER PRIMARY KEY)", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  for (const std::string& path : {empty, foreign}) {
+    const std::string before = ReadFile(path);
+    Exec r = RunIdemIn(dir.path(), {"purge", "--store", "sqlite://" + path});
+    EXPECT_EQ(r.status, 1) << path << ": " << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("no idem schema here")) << path;
+    EXPECT_THAT(r.err, HasSubstr("idem migrate")) << path;
+    EXPECT_EQ(ReadFile(path), before) << "purge changed " << path;
+  }
+  // The default store, rocksdb://./idem-db, is not made by purge either.
+  Exec r = RunIdemIn(dir.path(), {"purge"});
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  struct stat st;
+  EXPECT_NE(stat(dir.file("idem-db").c_str(), &st), 0) << "purge created the default store";
+}
+
+TEST(ReadOnly, PostgresPurgeWithoutIdemSchemaCreatesNothing) {
+  TempDir dir;
+  const std::string url = PostgresUrl(dir.path());
+  const std::string schema = UrlParam(url, "application_name");
+  PurgeCreatesNothing(url, "unused-password-marker", [&] {
+    RunAsAdmin(std::getenv("IDEM_TEST_POSTGRES_URL"),
+               "CREATE TABLE " + schema + ".idem_records (id integer PRIMARY KEY)");
+  });
+}
+
+TEST(ReadOnly, MysqlPurgeWithoutIdemSchemaCreatesNothing) {
+  TempDir dir;
+  const std::string url = MysqlTestUrl(dir.path());
+  std::string database = url.substr(url.rfind('/') + 1);
+  database = database.substr(0, database.find('?'));
+  const std::string password = url.substr(url.find(':', 8) + 1, url.find('@') - url.find(':', 8) - 1);
+  PurgeCreatesNothing(url, password, [&] {
+    RunAsAdmin(mysql::testing::BaseUrl(),
+               "CREATE TABLE `" + database + "`.idem_records (id INT PRIMARY KEY)");
+  });
 }
 
 }  // namespace

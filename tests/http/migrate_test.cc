@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "http/idem_process.h"
 #include "idem/idem.h"
@@ -133,6 +134,31 @@ TEST(MigrateUsage, NotADatabaseIsAnOperationalFailure) {
   { std::ofstream(dir.file("junk.db")) << std::string(4096, 'x'); }
   RunResult r = RunIdem({"migrate", "--store", "sqlite://" + dir.file("junk.db")}, dir.path());
   EXPECT_EQ(r.exit_code, 1) << r.err;
+}
+
+// A rocksdb:// directory a running `idem serve` holds is not copied from: the copy
+// would miss what the server writes meanwhile. Once the server stops, it is.
+TEST(MigrateRocksdb, RefusesASourceARunningServerHolds) {
+  TempDir dir;
+  const std::string from = "rocksdb://" + dir.file("held");
+  const std::string to = "sqlite://" + dir.file("copy.db");
+  ServeProcess serve(dir.file("serve.err"));
+  ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store", from, "--tenant", "t:tok"}),
+              ::testing::StartsWith("listening on "))
+      << serve.stderr_text();
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"migrate", "--from", from, "--to", to},
+        std::vector<std::string>{"migrate", "--from", from, "--to", to, "--dry-run"}}) {
+    RunResult r = RunIdem(args, dir.path());
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("rocksdb directory '" + dir.file("held") +
+                                 "' is held by another process"));
+    EXPECT_FALSE(Exists(dir.file("copy.db"))) << "the destination was made";
+  }
+  EXPECT_EQ(serve.Stop(), 0);
+  RunResult r = RunIdem({"migrate", "--from", from, "--to", to}, dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("records: 0"));
 }
 
 TEST(MigrateUsage, HelpExitsZero) {

@@ -27,6 +27,7 @@
 #include <map>
 #include <mutex>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,16 +69,23 @@ bool Alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
 
 class DegradationTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { StartServer("postgres"); }
+
+  // Starts a database server of this test's own: `service` is postgres or mysql
+  // (scripts/services.sh); url_ is its test URL, pid_ its server's pid.
+  void StartServer(const std::string& service) {
     svc_ = dir_.file("svc");
-    const std::string cmd = "IDEM_SERVICES=postgres " + std::string(IDEM_SOURCE_DIR) +
+    const std::string cmd = "IDEM_SERVICES=" + service + " " + std::string(IDEM_SOURCE_DIR) +
                             "/scripts/services.sh start " + svc_ + " >" + dir_.file("svc.log") +
                             " 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadWholeFile(dir_.file("svc.log"));
     started_ = true;
     const std::string env = ReadWholeFile(svc_ + "/env.sh");
-    url_ = EnvValue(env, "IDEM_TEST_POSTGRES_URL");
+    const std::string name = service == "postgres" ? "POSTGRES" : "MYSQL";
+    url_ = EnvValue(env, "IDEM_TEST_" + name + "_URL");
     ASSERT_FALSE(url_.empty()) << env;
+    pid_ = static_cast<pid_t>(std::atol(EnvValue(env, "IDEM_TEST_" + name + "_PID").c_str()));
+    ASSERT_TRUE(Alive(pid_)) << env;
     data_ = svc_ + "/postgres/data";
   }
 
@@ -135,6 +143,7 @@ class DegradationTest : public ::testing::Test {
 
   TempDir dir_;
   std::string svc_, url_, data_, opts_;
+  pid_t pid_ = -1;
   bool started_ = false;
 };
 
@@ -289,6 +298,106 @@ TEST_F(DegradationTest, FailsClosedFailOpenOnlyWhereAskedAndRecovers) {
 
   EXPECT_EQ(idem.Stop(), 0);
 }
+
+}  // namespace
+}  // namespace idem::testing
+
+namespace idem::testing {
+namespace {
+
+// The processes whose parent is `pid` (PostgreSQL's backends of the postmaster).
+std::vector<pid_t> ChildrenOf(pid_t pid) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    // /proc/PID/stat: "PID (COMM) STATE PPID …"; COMM may hold spaces and ')'.
+    const std::string stat = ReadWholeFile(entry.path().string() + "/stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    long ppid = 0;
+    if (rest >> state >> ppid && ppid == pid) out.push_back(std::atoi(name.c_str()));
+  }
+  return out;
+}
+
+// A database server frozen (SIGSTOP) for the object's lifetime: its process and
+// every child (PostgreSQL's backends; a stopped postmaster forks no new ones). The
+// kernel still completes TCP handshakes for it, so clients see a server that
+// accepts and never answers, as across a partition or a stuck host.
+class Frozen {
+ public:
+  explicit Frozen(pid_t server) : pids_(ChildrenOf(server)) {
+    pids_.insert(pids_.begin(), server);
+    for (pid_t p : pids_) kill(p, SIGSTOP);
+  }
+  ~Frozen() { Thaw(); }
+  void Thaw() {
+    for (pid_t p : pids_) kill(p, SIGCONT);
+    pids_.clear();
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+// A store that stops answering is answered 503 fast with the URL's defaults (no
+// timeout parameters): the first claim, whose pooled connection waits for an
+// answer, within 5 s; every later one, which must connect, within 2 s. Then the
+// server thaws and the same idem serves again without a restart.
+class FrozenStoreTest : public DegradationTest, public ::testing::WithParamInterface<const char*> {
+ protected:
+  void SetUp() override { StartServer(GetParam()); }
+};
+
+TEST_P(FrozenStoreTest, IsAnswered503WithinTheDefaultDeadline) {
+  ServeProcess idem(dir_.file("serve.err"));
+  ASSERT_THAT(idem.Start({"--listen", "127.0.0.1:0", "--store", url_, "--tenant", "t:tok"}),
+              ::testing::StartsWith("listening on "))
+      << idem.stderr_text();
+  const uint16_t port = idem.port();
+  // The client waits far longer than any bound, so a slow answer is measured, not cut.
+  Client c(port, std::chrono::seconds(5), std::chrono::seconds(120));
+  auto claim = [&](const std::string& key, Clock::duration* took) {
+    const auto start = Clock::now();
+    ClientResponse r =
+        c.Send("POST", "/v1/claims", R"({"biz_type":"pay","key":")" + key + R"("})", "tok");
+    *took = Clock::now() - start;
+    return r;
+  };
+  auto ms = [](Clock::duration d) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
+  };
+  Clock::duration took;
+  for (int i = 0; i < 3; ++i) {  // pooled connections that will wait on the frozen server
+    ASSERT_EQ(claim("warm-" + std::to_string(i), &took).status, 201);
+  }
+
+  Frozen frozen(pid_);
+  ClientResponse r = claim("frozen-0", &took);
+  EXPECT_EQ(r.status, 503) << r.body << r.error;
+  EXPECT_LT(took, std::chrono::seconds(5)) << "first claim on a frozen store: " << ms(took);
+  for (int i = 1; i <= 3; ++i) {
+    r = claim("frozen-" + std::to_string(i), &took);
+    EXPECT_EQ(r.status, 503) << r.body << r.error;
+    EXPECT_LT(took, std::chrono::seconds(2)) << "claim " << i << " on a frozen store: " << ms(took);
+  }
+  frozen.Thaw();
+
+  ASSERT_TRUE(WaitUntil([&] { return claim("thawed", &took).status == 201; }, kGenerousDeadline,
+                        std::chrono::milliseconds(100)))
+      << idem.stderr_text();
+  r = claim("frozen-0", &took);  // refused while frozen: nothing was recorded
+  EXPECT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(idem.Stop(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Databases, FrozenStoreTest, ::testing::Values("postgres", "mysql"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
 
 }  // namespace
 }  // namespace idem::testing

@@ -1,5 +1,6 @@
 #include "store/mysql/mysql_conn.h"
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
 
@@ -111,13 +113,25 @@ struct Connection::Statement {
   }
 };
 
-absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const MysqlOptions& o) {
+absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const MysqlOptions& o,
+                                                             absl::Time deadline) {
   IDEM_RETURN_IF_ERROR(InitLibrary());
   MYSQL* m = mysql_init(nullptr);
   if (m == nullptr) return absl::ResourceExhaustedError("mysql_init: out of memory");
   std::unique_ptr<Connection> conn(new Connection(m));
 
-  const unsigned int connect_timeout = o.connect_timeout_s;
+  // Within the store call's time, in libmariadb's whole seconds (at least 1).
+  unsigned int connect_timeout = o.connect_timeout_s;
+  if (deadline != absl::InfiniteFuture()) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot connect to ", o.redacted_url, ": the store call's time ran out"));
+    }
+    connect_timeout = std::min<unsigned int>(
+        connect_timeout,
+        static_cast<unsigned int>(absl::ToInt64Seconds(absl::Ceil(left, absl::Seconds(1)))));
+  }
   const unsigned int io_timeout = o.io_timeout_s;
   // Auto-reconnect would silently open a new session in the middle of what the
   // caller believes is one transaction; a lost connection must surface instead.

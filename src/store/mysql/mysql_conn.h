@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "idem/value.h"
 #include "store/mysql/mysql_error.h"
@@ -27,9 +28,12 @@ class Connection {
  public:
   // Connects with the session settings idem relies on: READ COMMITTED,
   // innodb_lock_wait_timeout, utf8mb4, no auto-reconnect, affected (not found)
-  // rows. Errors: kUnavailable when the server cannot be reached, kPermissionDenied
-  // for bad credentials, kFailedPrecondition for an unknown database.
-  static absl::StatusOr<std::unique_ptr<Connection>> Open(const MysqlOptions& options);
+  // rows. Gives up after connect_timeout_s, or at `deadline` if sooner (rounded up
+  // to whole seconds, libmariadb's unit). Errors: kUnavailable when the server
+  // cannot be reached or does not answer in time, kPermissionDenied for bad
+  // credentials, kFailedPrecondition for an unknown database.
+  static absl::StatusOr<std::unique_ptr<Connection>> Open(
+      const MysqlOptions& options, absl::Time deadline = absl::InfiniteFuture());
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;

@@ -329,6 +329,7 @@ class MysqlTransaction final : public sql::PooledTransaction<Connection> {
   absl::Status Start(const std::function<absl::Status(Connection&)>& first = {}) {
     if (!deferred_) return absl::OkStatus();
     deferred_ = false;
+    StartCall();
     auto run = [&first](Connection& c) {
       return first ? first(c) : c.ExecText("START TRANSACTION");
     };
@@ -366,11 +367,12 @@ class MysqlStore final : public Store {
  public:
   MysqlStore(MysqlOptions options, bool procedures)
       : options_(std::move(options)),
-        pool_([this] { return Connection::Open(options_); }, options_.pool,
-              absl::Milliseconds(options_.pool_wait_ms),
+        pool_([this](absl::Time deadline) { return Connection::Open(options_, deadline); },
+              options_.pool, absl::Milliseconds(options_.pool_wait_ms),
               absl::StrCat("mysql store ", options_.redacted_url, ": all ", options_.pool,
                            " connections stayed busy for ", options_.pool_wait_ms,
-                           " ms (raise pool= or pool_wait_ms=, or look for long transactions)")),
+                           " ms (raise pool= or pool_wait_ms=, or look for long transactions)"),
+              absl::Seconds(options_.io_timeout_s)),
         procedures_(procedures) {}
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
@@ -506,7 +508,7 @@ absl::StatusOr<bool> OpenMysqlSchema(const MysqlOptions& o, sql::SchemaMode mode
   IDEM_RETURN_IF_ERROR(sql::OpenSchema(session, sql::MysqlDialect(), where, mode));
   if (!o.procedures) return false;
   IDEM_ASSIGN_OR_RETURN(std::vector<std::string> procedures, ListProcedures(*conn));
-  if (procedures.size() == 2 || mode.read_only) return procedures.size() == 2;
+  if (procedures.size() == 2 || mode.read_only || !mode.create) return procedures.size() == 2;
   absl::Status s = session.BeginCreate();
   absl::StatusOr<bool> made =
       s.ok() ? CreateProcedures(*conn, procedures) : absl::StatusOr<bool>(s);

@@ -122,7 +122,7 @@ TEST(MysqlUrlTest, ErrorsNameWhatIsWrongAndNeverThePassword) {
       {"mysql://u@h/d?pool=257", "1..256"},
       {"mysql://u@h/d?pool=8&pool=9", "given twice"},
       {"mysql://u@h/d?lock_wait_timeout_s=-1", "lock_wait_timeout_s='-1'"},
-      {"mysql://u@h/d?lock_wait_timeout_s=40", "io_timeout_s (30) must be greater"},
+      {"mysql://u@h/d?lock_wait_timeout_s=40", "io_timeout_s (3) must be greater"},
       {"mysql://u@h/d?ssl=maybe", "disabled, required or verify"},
       {"mysql://u@h/d?procedures=yes", "procedures='yes' must be on or off"},
       {"mysql://u@h/d?ssl_ca=%2Fca", "needs ssl=required or verify"},

@@ -16,9 +16,12 @@
 //   lock_wait_timeout_s=N  innodb_lock_wait_timeout of every session, whole seconds
 //                          1..3600 (default 2): a claim that waits longer on another
 //                          transaction's lock is answered as a claim in progress
-//   connect_timeout_s=N    TCP connect + handshake, 1..600 (default 2)
-//   io_timeout_s=N         each read/write on the socket, 1..86400 (default 30); must be
-//                          greater than lock_wait_timeout_s
+//   connect_timeout_s=N    TCP connect + handshake, 1..600 (default 1), within the
+//                          store call's time
+//   io_timeout_s=N         one store call's time, 1..86400 (default 3): each read or
+//                          write on the socket waits at most this long, and a call
+//                          starts no wait for a connection, no new connection and no
+//                          retry past it; must be greater than lock_wait_timeout_s
 //   socket=PATH            connect through this Unix socket instead of TCP
 //   ssl=disabled|required|verify   TLS (default disabled); verify also checks the
 //                          server certificate and host name
@@ -48,8 +51,8 @@ struct MysqlOptions {
   int pool = 8;
   int pool_wait_ms = 2000;
   int lock_wait_timeout_s = 2;
-  int connect_timeout_s = 2;
-  int io_timeout_s = 30;
+  int connect_timeout_s = 1;
+  int io_timeout_s = 3;
   SslMode ssl = SslMode::kDisabled;
   std::string ssl_ca;
   // Create and call idem's stored procedures (docs/operations.md §3); off: the

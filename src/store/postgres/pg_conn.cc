@@ -4,8 +4,8 @@
 
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <bit>
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +13,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
 #include "idem/store.h"
@@ -294,7 +295,8 @@ absl::StatusOr<std::string> RewritePlaceholders(std::string_view sql, int* count
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const ConnectSpec& spec) {
+absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const ConnectSpec& spec,
+                                                             absl::Time deadline) {
   std::vector<const char*> keywords, values;
   for (size_t i = 0; i < spec.keywords.size(); ++i) {
     keywords.push_back(spec.keywords[i].c_str());
@@ -302,13 +304,45 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const ConnectSpec& 
   }
   keywords.push_back(nullptr);
   values.push_back(nullptr);
-  PGconn* conn = PQconnectdbParams(keywords.data(), values.data(), /*expand_dbname=*/1);
+  // Asynchronously, so that one bound covers every step (a server that accepts
+  // TCP but never answers the startup packet, a frozen one, costs the bound and
+  // no more); libpq's connect_timeout is not applied on this path.
+  PGconn* conn = PQconnectStartParams(keywords.data(), values.data(), /*expand_dbname=*/1);
   if (conn == nullptr) {
     return absl::ResourceExhaustedError("postgres: libpq could not allocate a connection");
   }
-  if (PQstatus(conn) != CONNECTION_OK) {
-    const std::string message = absl::StrCat(
-        "postgres ", spec.display, ": cannot connect: ", TrimMessage(PQerrorMessage(conn)));
+  if (spec.connect_timeout_ms > 0) {
+    deadline = std::min(deadline, absl::Now() + absl::Milliseconds(spec.connect_timeout_ms));
+  }
+  PostgresPollingStatusType polled = PGRES_POLLING_WRITING;
+  bool timed_out = false;
+  while (PQstatus(conn) != CONNECTION_BAD && polled != PGRES_POLLING_OK &&
+         polled != PGRES_POLLING_FAILED) {
+    // The socket may change between calls (another host, another address).
+    pollfd p{PQsocket(conn), static_cast<short>(polled == PGRES_POLLING_READING ? POLLIN : POLLOUT),
+             0};
+    int wait_ms = -1;
+    if (deadline != absl::InfiniteFuture()) {
+      wait_ms = static_cast<int>(
+          std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now() +
+                                                         absl::Microseconds(999))));
+    }
+    const int n = wait_ms == 0 ? 0 : ::poll(&p, 1, wait_ms);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) {
+      timed_out = true;
+      break;
+    }
+    polled = PQconnectPoll(conn);
+  }
+  if (timed_out || PQstatus(conn) != CONNECTION_OK) {
+    const std::string message =
+        timed_out ? absl::StrCat("postgres ", spec.display,
+                                 ": cannot connect: the server did not answer in time (the call's "
+                                 "io_timeout_ms=", spec.io_timeout_ms, ", connect_timeout=",
+                                 spec.connect_timeout_ms, " ms)")
+                  : absl::StrCat("postgres ", spec.display, ": cannot connect: ",
+                                 TrimMessage(PQerrorMessage(conn)));
     PQfinish(conn);
     // libpq reports connection failures as text only; these phrases are its own
     // (and the server's, in the C locale the test servers run with).
@@ -341,20 +375,20 @@ absl::StatusOr<std::vector<std::string>> Connection::TakeNotifications() {
 
 absl::Status Connection::AwaitInput(std::string_view context) {
   if (io_timeout_ms_ <= 0) return absl::OkStatus();
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(io_timeout_ms_);
+  const absl::Time deadline = deadline_ != absl::InfiniteFuture()
+                                  ? deadline_
+                                  : absl::Now() + absl::Milliseconds(io_timeout_ms_);
   while (PQisBusy(conn_)) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now() + absl::Microseconds(999));
     pollfd p{PQsocket(conn_), POLLIN, 0};
-    const int n = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+    const int n = left > 0 ? ::poll(&p, 1, static_cast<int>(left)) : 0;
     if (n < 0 && errno == EINTR) continue;
     if (n == 0) {
       // The session is in an unknown state: never reuse it (the pool closes it).
       broken_ = true;
       return StoreFaultError(absl::StrCat("postgres ", display_, ": ", AV(context),
-                                          ": no answer within io_timeout_ms=", io_timeout_ms_,
-                                          "; the connection is given up"));
+                                          ": no answer within the store call's io_timeout_ms=",
+                                          io_timeout_ms_, "; the connection is given up"));
     }
     // An error here (a reset) is what PQgetResult reports next.
     if (n < 0 || PQconsumeInput(conn_) == 0) return absl::OkStatus();

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "idem/value.h"
 
@@ -84,18 +85,25 @@ struct ConnectSpec {
   std::vector<std::string> keywords;
   std::vector<std::string> values;
   std::string display;  // the URL with the password removed, for messages
-  // The longest wait for an answer of the server (per round trip) before the
-  // connection is given up as lost (kUnavailable, a store fault) and closed: a peer
-  // that went silent without a reset otherwise pins the connection forever.
+  // The time one store call may take, waiting for a pooled connection, connecting
+  // and every answer of the server together (sql::Pool's call_timeout), before
+  // the connection is given up as lost (kUnavailable, a store fault) and closed: a
+  // peer that went silent without a reset otherwise pins the connection forever.
   // 0: no bound.
   int io_timeout_ms = 0;
+  // The longest a new connection may take (within the call's time): TCP, TLS,
+  // authentication. libpq's own connect_timeout is whole seconds and counts per
+  // host; this one is enforced here, around PQconnectPoll. 0: no bound.
+  int connect_timeout_ms = 0;
 };
 
 class Connection {
  public:
-  // Connects. Errors: kUnavailable when the server cannot be reached,
-  // kPermissionDenied when it refuses the credentials.
-  static absl::StatusOr<std::unique_ptr<Connection>> Open(const ConnectSpec& spec);
+  // Connects, giving up at `deadline` or after spec.connect_timeout_ms, whichever
+  // comes first. Errors: kUnavailable when the server cannot be reached or does
+  // not answer in time, kPermissionDenied when it refuses the credentials.
+  static absl::StatusOr<std::unique_ptr<Connection>> Open(
+      const ConnectSpec& spec, absl::Time deadline = absl::InfiniteFuture());
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -148,6 +156,11 @@ class Connection {
   // network): the pool must not hand it out again.
   bool broken() const { return broken_ || PQstatus(conn_) != CONNECTION_OK; }
 
+  // The deadline of the store call this connection serves (sql::Pool): no wait
+  // for the server's answer goes past it. Until one is set (a connection not from
+  // a pool), each round trip waits up to io_timeout_ms.
+  void set_deadline(absl::Time deadline) { deadline_ = deadline; }
+
   // PQTRANS_IDLE, PQTRANS_INTRANS, PQTRANS_INERROR, … of the session.
   PGTransactionStatusType transaction_status() const { return PQtransactionStatus(conn_); }
 
@@ -161,8 +174,9 @@ class Connection {
   Connection(PGconn* conn, std::string display, int io_timeout_ms)
       : conn_(conn), display_(std::move(display)), io_timeout_ms_(io_timeout_ms) {}
 
-  // Waits until a result can be read without blocking, at most io_timeout_ms_. On
-  // a timeout marks the connection broken and returns the store fault to answer.
+  // Waits until a result can be read without blocking, at most until the call's
+  // deadline (or io_timeout_ms_ from now, without one). On a timeout marks the
+  // connection broken and returns the store fault to answer.
   absl::Status AwaitInput(std::string_view context);
 
   // The status for a failed `result` (may be null when libpq itself failed).
@@ -171,6 +185,7 @@ class Connection {
   PGconn* conn_;
   const std::string display_;
   const int io_timeout_ms_;
+  absl::Time deadline_ = absl::InfiniteFuture();  // set_deadline
   bool broken_ = false;
   uint64_t next_statement_ = 0;
   // SQL text + parameter type signature → server-side statement name.

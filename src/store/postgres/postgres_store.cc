@@ -336,6 +336,7 @@ class PostgresTransaction final : public sql::PooledTransaction<Connection> {
       Rollback();
       return s;
     }
+    StartCall();
     const auto params = sql::ReplaceParams(r, expected_token, expected_state);
     const Value payload[] = {Value(FinishedPayload(r.tenant, r.key))};
     const postgres::PipedStatement statements[] = {
@@ -467,6 +468,7 @@ class PostgresTransaction final : public sql::PooledTransaction<Connection> {
   template <typename Op>
   auto Step(Op op) -> decltype(op()) {
     IDEM_RETURN_IF_ERROR(CheckOpen());
+    StartCall();
     if (Begun()) return After(op());
     decltype(op()) out = absl::UnknownError("not run");
     absl::Status s = pool_.RunFirstUse(&lease_, [&](Connection& c) {
@@ -537,10 +539,12 @@ class PostgresStore final : public Store {
       : options_(std::move(options)),
         begin_({"BEGIN ISOLATION LEVEL READ COMMITTED",
                 absl::StrCat("SET LOCAL lock_timeout = ", options_.lock_timeout_ms)}),
-        pool_([this] { return Connection::Open(options_.connect); }, options_.pool,
-              absl::Milliseconds(options_.pool_timeout_ms),
+        pool_([this](absl::Time deadline) { return Connection::Open(options_.connect, deadline); },
+              options_.pool, absl::Milliseconds(options_.pool_timeout_ms),
               absl::StrCat("postgres: all ", options_.pool, " pooled connections stayed busy for ",
-                           options_.pool_timeout_ms, " ms (raise pool= or pool_timeout_ms=)")) {}
+                           options_.pool_timeout_ms, " ms (raise pool= or pool_timeout_ms=)"),
+              options_.connect.io_timeout_ms > 0 ? absl::Milliseconds(options_.connect.io_timeout_ms)
+                                                 : absl::InfiniteDuration()) {}
 
   void Seed(std::unique_ptr<Connection> conn) { pool_.Seed(std::move(conn)); }
 

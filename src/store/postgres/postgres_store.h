@@ -13,8 +13,16 @@
 //   lock_timeout_ms=N  (default 2000, 0 = wait forever: SET LOCAL lock_timeout of
 //                       every transaction; a claim that waits longer for a row held
 //                       by another transaction is answered as a claim in progress)
-// and libpq's connect_timeout (seconds) defaults to 2 instead of "forever", so a store
-// that is down is answered (503, fail closed) within about 2 s.
+//   io_timeout_ms=N    (default 3000, 0 = none: one deadline for each store call,
+//                       covering the wait for a pooled connection, a new connection
+//                       and every answer of the server; past it the call is
+//                       kUnavailable and its connection closed. The server's
+//                       statement_timeout is set 500 ms below it)
+//   notify=on|off      (default on: finished claims wake waiters in other processes)
+// and libpq's connect_timeout (whole seconds, 0 = none) bounds a new connection
+// within the call's deadline; it defaults to 1.5 s. So a database that stops
+// answering (frozen, partitioned) costs the first call on a pooled connection
+// io_timeout_ms and every later one, which must connect, the connect bound.
 //
 // Tables: idem_schema_version and idem_records in the connection's current
 // schema, created on first open under a transaction-scoped advisory lock.

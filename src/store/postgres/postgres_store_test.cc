@@ -97,7 +97,14 @@ TEST(PostgresUrlTest, ParsesIdemParametersAndPassesTheRestToLibpq) {
   ASSERT_FALSE(o->connect.values.empty());
   EXPECT_EQ(o->connect.keywords.back(), "dbname");
   EXPECT_EQ(o->connect.values.back(), "postgres://u:pw@h:5433/db?sslmode=disable");
-  EXPECT_EQ(o->connect.keywords.front(), "connect_timeout");  // default 5 s
+  // One store call's bound and a new connection's, by default.
+  EXPECT_EQ(o->connect.io_timeout_ms, 3000);
+  EXPECT_EQ(o->connect.connect_timeout_ms, 1500);
+  absl::StatusOr<postgres::Options> given =
+      postgres::ParseUrl("postgres://u@h/db?connect_timeout=4&io_timeout_ms=6000");
+  ASSERT_OK(given);
+  EXPECT_EQ(given->connect.io_timeout_ms, 6000);
+  EXPECT_EQ(given->connect.connect_timeout_ms, 4000);
 }
 
 // A primary and its standby in one URL (libpq multi-host, docs/operations.md §7a):

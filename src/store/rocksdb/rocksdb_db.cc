@@ -112,6 +112,10 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
     return absl::FailedPreconditionError(
         absl::StrCat(where, " exists and is not a RocksDB database (it has other files)"));
   }
+  if (!o.read_only && !o.create && !has_db) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no idem schema here: ", where, " holds no database; `idem migrate` creates it"));
+  }
   if (o.read_only && !has_db) {
     if (!require_database) return std::unique_ptr<SharedDb>();
     return absl::FailedPreconditionError(

@@ -120,6 +120,7 @@ struct SharedDb {
 struct OpenOptions {
   std::string path;
   bool read_only = false;
+  bool create = true;  // false: a directory without a database is refused, not made
   std::optional<absl::Duration> ttl;
   bool tombstones = true;
   const Clock* clock = Clock::Real();

@@ -81,16 +81,14 @@ absl::Status OpenSchemaOnce(SchemaSession& session, const Dialect& dialect,
       // An older schema: upgraded below (under the lock, like a creation), after
       // the same damage check as a current one.
       IDEM_RETURN_IF_ERROR(CheckExisting(session, version, where));
-      if (mode.read_only) {
-        // Described as it is (`idem migrate --dry-run`), or refused for reading.
-        return mode.require_schema ? OutdatedSchemaError(where, version) : absl::OkStatus();
-      }
+      if (mode.read_only && !mode.require_schema) return absl::OkStatus();  // described
+      if (mode.read_only || !mode.create) return OutdatedSchemaError(where, version);
     }
   } else if (session.broken() || !session.IsNoTable(rows.status())) {
     return rows.status();
   }
-  if (mode.read_only) {
-    if (!mode.require_schema) return absl::OkStatus();
+  if (mode.read_only && !mode.require_schema) return absl::OkStatus();
+  if (mode.read_only || !mode.create) {
     return NoSchemaError(where, rows.ok() ? "has no idem schema version" : "has no idem tables");
   }
   absl::Status s = session.BeginCreate();
@@ -153,7 +151,8 @@ absl::Status OutdatedSchemaError(std::string_view where, int64_t version) {
 }
 
 absl::Status NoSchemaError(std::string_view where, std::string_view what) {
-  return absl::FailedPreconditionError(absl::StrCat("no idem schema here: ", AV(where), " ", AV(what)));
+  return absl::FailedPreconditionError(absl::StrCat("no idem schema here: ", AV(where), " ", AV(what),
+                                                   "; `idem migrate` creates it"));
 }
 
 }  // namespace idem::sql

@@ -66,12 +66,13 @@ class SchemaOn : public SchemaSession {
 struct SchemaMode {
   bool read_only = false;      // create and change nothing
   bool require_schema = true;  // with read_only: no schema is an error
+  bool create = true;          // false: a missing or older schema is an error
 };
 
 // Makes sure idem's schema is there: a schema in place must not be newer than this
 // build nor damaged; a missing one is created and an older one upgraded (unless
-// mode.read_only: then "no idem schema here", or OK when !mode.require_schema, and
-// OutdatedSchemaError for an older one). `where` names the database in
+// mode.read_only or !mode.create: then "no idem schema here", or OK when read-only
+// and !mode.require_schema, and OutdatedSchemaError for an older one). `where` names the database in
 // messages ("postgres database 'postgres://idem@db/app'"); it holds no password.
 absl::Status OpenSchema(SchemaSession& session, const Dialect& dialect, std::string_view where,
                         SchemaMode mode);

@@ -43,6 +43,7 @@ class PooledTransaction : public StoreTransaction {
       return s;
     }
     if (s.ok()) {
+      StartCall();
       s = CommitNow();
       if (!s.ok() && lease_->broken()) s = CommitOutcomeUnknown(s);
     }
@@ -56,7 +57,10 @@ class PooledTransaction : public StoreTransaction {
 
   void Rollback() final {
     if (done_) return;
-    if (lease_ && Begun() && !lease_->broken()) RollbackNow();
+    if (lease_ && Begun() && !lease_->broken()) {
+      StartCall();
+      RollbackNow();
+    }
     End();
   }
 
@@ -84,6 +88,12 @@ class PooledTransaction : public StoreTransaction {
   // Sends ROLLBACK on a connection that is not broken. A session whose
   // transaction state is unknown afterwards must not go back to the pool.
   virtual void RollbackNow() = 0;
+
+  // Each call on the transaction is a store call of its own, with its own
+  // deadline (Pool::CallDeadline) for every wait of the server it makes.
+  void StartCall() {
+    if (lease_) lease_.set_deadline(pool_.CallDeadline());
+  }
 
   // OK while the transaction is open. `failed_`, once set, is every later call's
   // answer, also after the end: the server may already have rolled it back.

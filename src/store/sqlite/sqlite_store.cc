@@ -262,6 +262,19 @@ absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(std::string_view url, sql
       // writability.
       open_path = ":memory:";
     }
+  } else if (!mode.create && options.path != ":memory:") {
+    // Checked on a read-only connection first: the writable open would create a
+    // missing file and switch the journal to WAL, which writes to the file.
+    const std::string where = absl::StrCat("sqlite database '", options.path, "'");
+    if (struct stat st; stat(options.path.c_str(), &st) != 0) {
+      return sql::NoSchemaError(where, "does not exist");
+    }
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<sqlite::Connection> probe,
+                          sqlite::Connection::Open(options.path, options.synchronous,
+                                                   options.busy_timeout_ms, /*read_only=*/true));
+    SqliteSchema look(*probe, options.path);
+    IDEM_RETURN_IF_ERROR(sql::OpenSchema(look, sql::SqliteDialect(), where,
+                                         {.read_only = true, .require_schema = true}));
   } else {
     mode.read_only = false;  // :memory: has nothing to keep unchanged
   }
