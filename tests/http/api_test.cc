@@ -586,6 +586,30 @@ TEST_F(ApiTest, ReadinessFollowsWritesOnAFullDisk) {
   EXPECT_EQ(store.commits.load(), commits + 3);  // no probe while writes work
 }
 
+// The readiness probe writes and deletes its record on every embedded store (behind
+// the cache, as idem serve opens them), also when an earlier probe left it behind.
+TEST(ProbeStoreWrite, WritesAndLeavesNothingBehind) {
+  testing::TempDir dir;
+  for (const std::string& url :
+       {std::string("memory://"), "sqlite://" + dir.file("p.db"), "rocksdb://" + dir.file("p")}) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore(url));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, NewCachingStore(std::move(inner)));
+    const absl::Time now = absl::FromUnixSeconds(1767225600);
+    EXPECT_TRUE(ProbeStoreWrite(*store, now).ok()) << url;
+    EXPECT_FALSE((*store->Get("", "write-probe")).has_value()) << url;
+    {
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
+      ASSERT_OK(tx->InsertOrLoad(Record{.tenant = "", .biz_type = "idem.readiness",
+                                        .key = "write-probe", .token = 1, .lease_until = now,
+                                        .created_at = now, .updated_at = now})
+                    .status());
+      ASSERT_OK(tx->Commit());
+    }
+    EXPECT_TRUE(ProbeStoreWrite(*store, now).ok()) << url;
+    EXPECT_FALSE((*store->Get("", "write-probe")).has_value()) << url;
+  }
+}
+
 // A successful write by a request ends the outage too, without a probe.
 TEST_F(ApiTest, AWriteThatSucceedsMakesTheStoreReadyAgain) {
   FullDiskStore store;
