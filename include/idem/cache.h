@@ -37,6 +37,16 @@ struct CacheOptions {
   // L1: at most this many records in process (least recently used evicted first).
   // 0 disables L1.
   size_t l1_entries = 100000;
+  // L1: at most this many bytes in process, whatever the records' sizes: each is
+  // charged its tenant, biz_type, key (twice: entry and index), fingerprint, result
+  // and error, plus a fixed per-entry overhead of about 300 bytes. 0 disables L1.
+  // The default, 64 MiB, fits a small machine (a 512 MB container) and holds about
+  // 150,000 typical records of a few hundred bytes, more than l1_entries.
+  size_t l1_bytes = size_t{64} << 20;
+  // A record charged more than this is cached in no tier (its duplicates are answered
+  // by the database): a few large results cannot push every small one out of L1,
+  // nor fill Redis. Must be positive. The default, 256 KiB, is 1/256 of l1_bytes.
+  size_t max_entry_bytes = size_t{256} << 10;
   // L2: "redis://host:port" (optionally "redis://host:port/DB"); empty disables it.
   std::string redis_url;
   // How long a record stays cached in either tier.
@@ -66,12 +76,14 @@ struct CacheStats {
   uint64_t misses = 0;        // neither tier knew the key (the database decides)
   uint64_t redis_errors = 0;  // Redis unreachable, slow, or an unreadable value
   uint64_t fills = 0;         // final records written into the tiers
+  uint64_t too_large = 0;     // final records not cached: over max_entry_bytes
   uint64_t l1_entries = 0;    // records in L1 now (not monotonic)
+  uint64_t l1_bytes = 0;      // bytes charged for them (not monotonic; <= l1_bytes)
 };
 
 // Wraps `inner` with the cache tiers. The Redis tier connects lazily, so an
 // unreachable Redis is not an error here. Returns kInvalidArgument for a malformed
-// `redis_url` or a null `inner`. Takes ownership of `inner`. Does not block.
+// `redis_url`, a null `inner`, a ttl or max_entry_bytes that is not positive. Takes ownership of `inner`. Does not block.
 absl::StatusOr<std::unique_ptr<Store>> NewCachingStore(std::unique_ptr<Store> inner,
                                                        CacheOptions options = {});
 

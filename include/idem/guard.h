@@ -57,11 +57,20 @@ enum class Outcome {
 // "fingerprint_mismatch", "cached_failure" or "expired".
 std::string_view OutcomeName(Outcome outcome);
 
+// The longest fingerprint a request may carry, in bytes. A fingerprint is a digest
+// of the request (idem::Fingerprint gives 64 hex digits); the bound keeps what a
+// record stores and the server compares small whatever a client sends.
+inline constexpr size_t kMaxFingerprintBytes = 1024;
+
+// OK for a fingerprint of at most kMaxFingerprintBytes (empty: none), else
+// kInvalidArgument giving its length and the limit.
+absl::Status ValidateFingerprint(std::string_view fingerprint);
+
 struct Request {
   std::string tenant = "default";
   std::string biz_type;
   std::string key;          // opaque bytes
-  std::string fingerprint;  // optional; see idem::Fingerprint
+  std::string fingerprint;  // optional, at most kMaxFingerprintBytes; see idem::Fingerprint
 };
 
 struct Result {
@@ -115,8 +124,8 @@ class Guard {
   // runs `handler` in the same transaction and commits its writes with the result.
   // Returns kExecuted, kReplayed, kInProgress, kKeyReused, kFingerprintMismatch,
   // kCachedFailure or kExpired (a tombstone: the handler does not run) as values.
-  // Errors: kInvalidArgument for a bad key/biz_type/tenant (the handler does not
-  // run); kUnavailable when the store cannot be reached, stays locked or is unusable
+  // Errors: kInvalidArgument for a bad key/biz_type/tenant or a fingerprint over
+  // kMaxFingerprintBytes (the handler does not run); kUnavailable when the store cannot be reached, stays locked or is unusable
   // (any failure of idem's own statements is the store's fault, IsStoreFault: a
   // missing table, a read-only or deleted file, permission denied; fail closed: the
   // handler does not run, nothing is cached); the handler's own error on its first

@@ -15,6 +15,7 @@
 #include "CLI/CLI.hpp"
 #include "cli/logging.h"
 #include "cli/commands.h"
+#include "cli/config_values.h"
 #include "cli/reason.h"
 #include "cli/retention_config.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -141,7 +142,9 @@ int Run(int argc, char** argv, std::initializer_list<AddCommandFn> commands_to_a
   CLI::App root("idem: exactly-once effects on at-least-once delivery", "idem");
   // Set before the subcommands are added: they copy these settings from the root.
   root.allow_config_extras(CLI::config_extras_mode::error);
-  root.config_formatter(ConfigReader());  // keeps [retention.*] for cli/retention_config.h
+  // Keeps [retention.*] for cli/retention_config.h; checks every other value's type
+  // against its option (cli/config_values.h).
+  root.config_formatter(ConfigReader(&root));
   root.fallthrough();  // root options (--config) may also follow the subcommand
   root.require_subcommand(1, 1);
   root.set_version_flag("--version", "idem " IDEM_VERSION, "Print the version and exit");
@@ -165,6 +168,7 @@ int Run(int argc, char** argv, std::initializer_list<AddCommandFn> commands_to_a
   };
   for (AddCommandFn add_command : commands_to_add) add(add_command);
   for (const auto& [name, help] : listed_only) root.add_subcommand(name, help);
+  RefuseNegativeUnsigned(root);
   // After the subcommands: they copy the root's footer when they are added, and
   // this one is about the root.
   root.footer(std::string(kFooter));

@@ -241,7 +241,7 @@ CommandFn AddKeysCommand(CLI::App& root) {
       "--since. Over-coarse keys (one key, several fingerprints: the 422s) are in no store:\n"
       "--server URL reads them from that idem serve (GET /v1/keys/mismatches, its memory\n"
       "since it started) with the tenant token in IDEM_TOKEN or --token-file; its\n"
-      "/metrics counts all four (idem_key_*_total{biz_type}). Keys are shown cut, with\n"
+      "/metrics counts all four (idem_key_*_total{tenant[,biz_type]}). Keys are shown cut, with\n"
       "their SHA-256's start. Read-only. Exit status: 0 analysed (findings included),\n"
       "1 store or server unreachable, 2 bad usage.");
   auto flags = std::make_shared<AnalyzeFlags>();

@@ -13,6 +13,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "cli/config_values.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
 
@@ -32,9 +33,9 @@ std::vector<CLI::ConfigItem>& RetentionItems() {
 // header, each read as some value or key that then fails somewhere else or not at
 // all. The file is checked as TOML first (toml++), and a file that is not TOML is an
 // error naming its line and column.
-void CheckToml(const std::string& text) {
+toml::table CheckToml(const std::string& text) {
   try {
-    (void)toml::parse(text);
+    return toml::parse(text);
   } catch (const toml::parse_error& e) {
     std::string description(e.description());
     for (char& c : description) {
@@ -47,12 +48,19 @@ void CheckToml(const std::string& text) {
 
 class Reader final : public CLI::ConfigTOML {
  public:
+  explicit Reader(const CLI::App* root) : root_(root) {}
+
   std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
     // The items of the file read last: a process that parses a command line again
     // (the config fuzzer does, once per input) must not see an earlier file's.
     RetentionItems().clear();
     const std::string text{std::istreambuf_iterator<char>(input), std::istreambuf_iterator<char>()};
-    CheckToml(text);
+    const toml::table file = CheckToml(text);
+    if (root_ != nullptr) {
+      if (std::string wrong = CheckConfigValues(file, *root_); !wrong.empty()) {
+        throw CLI::ConfigError(wrong);
+      }
+    }
     std::istringstream checked(text);
     std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(checked);
     std::vector<CLI::ConfigItem> rest;
@@ -65,6 +73,9 @@ class Reader final : public CLI::ConfigTOML {
     }
     return rest;
   }
+
+ private:
+  const CLI::App* const root_;
 };
 
 struct Section {
@@ -77,7 +88,9 @@ std::string Where(std::string_view biz_type) {
 
 }  // namespace
 
-std::shared_ptr<CLI::Config> ConfigReader() { return std::make_shared<Reader>(); }
+std::shared_ptr<CLI::Config> ConfigReader(const CLI::App* root) {
+  return std::make_shared<Reader>(root);
+}
 
 absl::StatusOr<RetentionPolicy> RetentionFromConfig(std::string* derivation) {
   std::map<std::string, Section> sections;

@@ -26,13 +26,16 @@
 #include "idem/ttl.h"
 
 namespace CLI {
+class App;
 class Config;
 }
 
 namespace idem::cli {
 
 // CLI11's TOML reader, keeping the [retention.*] items for RetentionFromConfig().
-std::shared_ptr<CLI::Config> ConfigReader();
+// With `root`, each value is first checked against the option it sets
+// (cli/config_values.h); `root` must outlive the reader.
+std::shared_ptr<CLI::Config> ConfigReader(const CLI::App* root = nullptr);
 
 // The policy of the [retention.*] sections of the --config file read last by this
 // process (empty without one, or without such sections). Errors, each naming the

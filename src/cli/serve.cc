@@ -65,7 +65,9 @@ struct ServeFlags {
   std::vector<std::string> fail_open;
   std::string cache;            // redis://host:port, empty: no Redis tier
   std::string cache_password_file;
-  uint64_t cache_entries = 100000;  // in-process L1 size, 0: off
+  uint64_t cache_entries = CacheOptions{}.l1_entries;  // in-process L1 size, 0: off
+  uint64_t cache_bytes = CacheOptions{}.l1_bytes;      // in-process L1 bytes, 0: off
+  uint64_t cache_max_entry_bytes = CacheOptions{}.max_entry_bytes;
   std::string cache_ttl = "24h";
   std::string wait_poll_max = "250ms";
   std::string key_window = "10m";  // key health: regenerated keys (docs/keys.md)
@@ -170,14 +172,20 @@ int RunServe(const ServeFlags& flags) {
     PrintReason("serve: --cache-password-file needs --cache redis://…");
     return kExitUsage;
   }
-  if (flags.cache_entries > 0 || !cache_url.empty()) {
+  if (flags.cache_max_entry_bytes == 0) {
+    PrintReason("serve: --cache-max-entry-bytes must be 1 or more");
+    return kExitUsage;
+  }
+  if ((flags.cache_entries > 0 && flags.cache_bytes > 0) || !cache_url.empty()) {
     absl::StatusOr<absl::Duration> ttl = ParseTtlDuration(flags.cache_ttl, "--cache-ttl");
     if (!ttl.ok()) {
       PrintReason("serve: " + Str(ttl.status().message()));
       return kExitUsage;
     }
     CacheOptions cache_options;
-    cache_options.l1_entries = flags.cache_entries;
+    cache_options.l1_entries = flags.cache_bytes > 0 ? flags.cache_entries : 0;
+    cache_options.l1_bytes = flags.cache_bytes;
+    cache_options.max_entry_bytes = flags.cache_max_entry_bytes;
     cache_options.redis_url = cache_url;
     cache_options.ttl = *ttl;
     cache_options.log = [](std::string_view message) { spdlog::warn("cache: {}", message); };
@@ -266,7 +274,15 @@ CommandFn AddServeCommand(CLI::App& root) {
                   "(else IDEM_CACHE_PASSWORD; keeps it out of ps)")
       ->type_name("FILE");
   sub->add_option("--cache-entries,--cache_entries", flags->cache_entries,
-                  "In-process cache (L1) size in records; 0 turns it off")
+                  "In-process cache (L1): at most this many records; 0 turns it off")
+      ->capture_default_str();
+  sub->add_option("--cache-bytes,--cache_bytes", flags->cache_bytes,
+                  "In-process cache (L1): at most this many bytes of records (results, keys "
+                  "and bookkeeping), least recently used evicted first; 0 turns it off")
+      ->capture_default_str();
+  sub->add_option("--cache-max-entry-bytes,--cache_max_entry_bytes", flags->cache_max_entry_bytes,
+                  "A finished record larger than this is cached in no tier (its duplicates "
+                  "are answered by the store)")
       ->capture_default_str();
   sub->add_option("--cache-ttl,--cache_ttl", flags->cache_ttl,
                   "How long finished records stay cached (keep it below the retention TTL)")

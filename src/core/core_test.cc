@@ -32,6 +32,15 @@ TEST(KeyTest, LimitsAndMessages) {
   EXPECT_THAT(ValidateTenant(std::string(256, 't')), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// A fingerprint is a digest; 1 MB ones were accepted and stored.
+TEST(FingerprintTest, LengthIsBounded) {
+  EXPECT_OK(ValidateFingerprint(""));
+  EXPECT_OK(ValidateFingerprint(std::string(kMaxFingerprintBytes, 'f')));
+  absl::Status over = ValidateFingerprint(std::string(kMaxFingerprintBytes + 1, 'f'));
+  EXPECT_THAT(over, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(over.message(), "fingerprint is 1025 bytes, over the limit of 1024");
+}
+
 TEST(FingerprintTest, IsHexSha256) {
   EXPECT_EQ(Fingerprint(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(Fingerprint("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");

@@ -159,7 +159,15 @@ Guard::Guard(Store& store, GuardOptions options) : store_(store), options_(std::
   if (options_.clock == nullptr) options_.clock = Clock::Real();
 }
 
+absl::Status ValidateFingerprint(std::string_view fingerprint) {
+  if (fingerprint.size() <= kMaxFingerprintBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("fingerprint is ", fingerprint.size(),
+                                                 " bytes, over the limit of ",
+                                                 kMaxFingerprintBytes));
+}
+
 absl::Status Guard::Validate(const Request& request) const {
+  IDEM_RETURN_IF_ERROR(ValidateFingerprint(request.fingerprint));
   IDEM_RETURN_IF_ERROR(ValidateTenant(request.tenant, options_.limits));
   IDEM_RETURN_IF_ERROR(ValidateBizType(request.biz_type, options_.limits));
   return ValidateKey(request.key, options_.limits);

@@ -15,6 +15,7 @@
 #include "idem/cache.h"
 #include "idem/fingerprint.h"
 #include "idem/key.h"
+#include "idem/status.h"
 #include "simdjson.h"
 
 namespace idem::http {
@@ -38,8 +39,13 @@ std::string RenderCacheStats(const Store& store) {
               stats->redis_errors),
       counter("idem_cache_fills_total", "Finished records written into the cache tiers.",
               stats->fills),
+      counter("idem_cache_too_large_total",
+              "Finished records not cached: larger than the per-record bound.", stats->too_large),
       counter("idem_cache_l1_entries", "Records in the in-process cache now.", stats->l1_entries,
-              "gauge"));
+              "gauge"),
+      counter("idem_cache_l1_bytes",
+              "Bytes the in-process cache holds now (records and their bookkeeping).",
+              stats->l1_bytes, "gauge"));
 }
 
 
@@ -205,14 +211,18 @@ Reply Api::Handle(const HttpRequest& request) {
       if (options_.metrics_require_token && Authenticate(request.authorization) == nullptr) {
         return Final(Route::kMetrics, Unauthorized("/metrics needs a bearer token", false));
       }
-      // A failed ping is a failed store call (counted), but not a refused request:
-      // StoreHealth's outage log and its count of refused requests stay as they were.
-      const bool store_up = store_.Ping().ok();
+      // A failed readiness check is a failed store call (counted), but not a refused
+      // request: StoreHealth's outage log and its count of refused requests stay as
+      // they were.
+      const bool store_up = StoreReadiness().ok();
       if (!store_up) metrics_.CountStoreError();
       HttpResponse r;
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
       r.body = absl::StrCat(metrics_.Render(), RenderStoreUp(store_up), RenderCacheStats(store_),
-                            key_health_.Render());
+                            // Names a client chose (biz_types) only behind a token.
+                            key_health_.Render(options_.metrics_require_token
+                                                   ? KeyHealthTracker::kWithBizTypes
+                                                   : KeyHealthTracker::kTenantOnly));
       return Final(Route::kMetrics, std::move(r));
     }
 
@@ -280,7 +290,7 @@ Reply Api::Handle(const HttpRequest& request) {
 
 Reply Api::Answered(Reply reply, const std::string& tenant) {
   // A 503 went through StatusReply, which marked the store down.
-  if (reply.store_wrote) health_.Up();
+  if (reply.store_wrote) health_.Up(/*wrote=*/true);
   reply.tenant = tenant;
   return reply;
 }
@@ -293,10 +303,17 @@ Reply Api::Internal(std::string_view action, std::string_view cause) {
                                           "internal error; the cause is in the server's log"));
 }
 
+absl::Status Api::StoreReadiness() {
+  IDEM_RETURN_IF_ERROR(store_.Ping());
+  IDEM_RETURN_IF_ERROR(
+      health_.Writable([this] { return ProbeStoreWrite(store_, options_.clock->Now()); }));
+  health_.Up(/*wrote=*/false);
+  return absl::OkStatus();
+}
+
 Reply Api::Ready() {
-  absl::Status s = store_.Ping();
+  absl::Status s = StoreReadiness();
   if (s.ok()) {
-    health_.Up();
     HttpResponse r;
     r.body = R"({"status":"ready"})";
     return Final(Route::kReadyz, std::move(r));
@@ -349,7 +366,11 @@ Reply Api::StatusReply(const absl::Status& status, std::string_view action) {
   }
 }
 
-absl::Status Api::ValidateIds(std::string_view biz_type, std::string_view key) const {
+absl::Status Api::ValidateIds(std::string_view biz_type, std::string_view key,
+                              std::string_view fingerprint) const {
+  if (absl::Status s = ValidateFingerprint(fingerprint); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("field \"fingerprint\": ", s.message()));
+  }
   if (absl::Status s = ValidateBizType(biz_type, guard_.options().limits); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("field \"biz_type\": ", s.message()));
   }

@@ -16,7 +16,8 @@
 //   GET  /v1/keys/mismatches           the caller's keys answered 422 fingerprint_mismatch,
 //                                      from KeyHealthTracker (memory, since the start)
 //   GET  /healthz                      200 while the process serves
-//   GET  /readyz                       200 when Store::Ping() is OK, else 503
+//   GET  /readyz                       200 when Store::Ping() is OK and the store takes
+//                                      writes (StoreHealth), else 503
 //   GET  /metrics                      Prometheus text
 //
 // Every /v1/ call needs "Authorization: Bearer <token>"; the token names the tenant,
@@ -47,9 +48,9 @@
 //
 // The caller counts each final answer with Metrics::CountRequest(reply.route,
 // status, reply.outcome, latency) when it sends it. GET /metrics answers
-// Metrics::Render(), then idem_store_up from a Store::Ping() made for that scrape
-// (the truth now, as /readyz tells it; StoreHealth only knows what the last request
-// met, and nothing before the first), then the cache tiers' counters. So a scrape
+// Metrics::Render(), then idem_store_up from the readiness check made for that
+// scrape (a Store::Ping(), and after a failed write a write probe: the truth now, as
+// /readyz tells it), then the cache tiers' counters. So a scrape
 // waits for the ping, as /readyz does, bounded by the store's timeouts.
 //
 // Claims that create a record and claims answered 422 feed a KeyHealthTracker
@@ -177,6 +178,9 @@ class Api : public Handler {
   // What a claim's answer tells the key-health tracker: a new key, or a 422.
   void TrackKeyHealth(const Request& request, const Result& result);
   Reply Ready();
+  // OK when the store answers a ping and takes writes (StoreHealth::Writable, which
+  // probes them after a write failed); /readyz and idem_store_up. Blocks.
+  absl::Status StoreReadiness();
   Reply ClaimAnswer(const Request& request, absl::Duration lease, absl::Time deadline,
                     absl::Duration poll_interval, uint64_t epoch);
   // The answer to a claim whose Guard answer is `result`.
@@ -204,7 +208,10 @@ class Api : public Handler {
   // 500 for a failure that is nobody's but idem's: logged with its cause, which
   // the answer does not repeat.
   Reply Internal(std::string_view action, std::string_view cause);
-  absl::Status ValidateIds(std::string_view biz_type, std::string_view key) const;
+  // kInvalidArgument naming the field ("field \"key\": ...") for a bad biz_type,
+  // key or fingerprint (over kMaxFingerprintBytes).
+  absl::Status ValidateIds(std::string_view biz_type, std::string_view key,
+                           std::string_view fingerprint = {}) const;
   bool IsFailOpen(std::string_view biz_type) const;
   // The degraded 201 of a fail-open claim whose store call failed with `status`.
   Reply FailOpenClaim(const Request& request, const absl::Status& status);

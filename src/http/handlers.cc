@@ -163,7 +163,7 @@ Reply Api::Claims(const HttpRequest& request, const std::string& tenant) {
   } else {
     body = ParseClaimBody(request.body);
     if (!body.ok()) return BadRequest(Route::kClaims, body.status());
-    if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
+    if (absl::Status s = ValidateIds(body->biz_type, body->key, body->fingerprint); !s.ok()) {
       return BadRequest(Route::kClaims, s);
     }
   }
@@ -201,7 +201,16 @@ Reply Api::Poll(const WaitingClaim& waiting) {
           watch_.Read(waiting.request.tenant, waiting.request.key, now, options_.wait_poll_min,
                       [&]() -> KeyWatch::RecordRead {
                         metrics_.CountPoll();
-                        return store_.Get(waiting.request.tenant, waiting.request.key);
+                        KeyWatch::RecordRead read =
+                            store_.Get(waiting.request.tenant, waiting.request.key);
+                        // Kept for the key's other waiters: only its state, biz_type
+                        // and lease are read here, so a final record's result or
+                        // error (up to the body limit each) is not kept with it.
+                        if (read.ok() && read->has_value()) {
+                          std::string().swap((*read)->result);
+                          std::string().swap((*read)->error);
+                        }
+                        return read;
                       });
       const KeyWatch::RecordRead& record = *shared.value;
       if (record.ok() && record->has_value() && (*record)->state == RecordState::kProcessing &&
@@ -269,6 +278,7 @@ Reply Api::AnswerClaim(const Request& req, absl::Duration lease, absl::Time dead
     if (!contended && IsStoreDown(result.status()) && IsFailOpen(req.biz_type)) {
       return FailOpenClaim(req, result.status());
     }
+    if (!contended && IsStoreDown(result.status())) health_.WriteFailed();
     Reply r = StatusReply(result.status(), "claim");
     r.route = Route::kClaims;
     return r;
@@ -355,7 +365,9 @@ std::optional<Reply> Api::HandleWithoutBlocking(HttpRequest& request) {
   const Tenant* tenant = Authenticate(request.authorization);
   if (tenant == nullptr) return std::nullopt;
   absl::StatusOr<ClaimBody> body = ParseClaimBody(request.body);
-  if (!body.ok() || !ValidateIds(body->biz_type, body->key).ok()) return std::nullopt;
+  if (!body.ok() || !ValidateIds(body->biz_type, body->key, body->fingerprint).ok()) {
+    return std::nullopt;
+  }
   Request req;
   req.tenant = tenant->name;
   req.biz_type = body->biz_type;
@@ -403,6 +415,7 @@ Reply Api::Complete(const HttpRequest& request, const std::string& tenant) {
 Reply Api::AnswerFinish(Route route, const Request& req, const absl::Status& status,
                         std::string_view outcome) {
   if (!status.ok()) {
+    if (IsStoreDown(status)) health_.WriteFailed();
     Reply r = StatusReply(status, route == Route::kComplete ? "complete" : "fail");
     r.route = route;
     return r;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <iterator>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -15,6 +16,20 @@
 
 namespace idem::http {
 namespace {
+
+// What a thread keeps allocated for the bodies and results it parses: buffers for
+// documents up to this size (every claim) stay with the thread and are reused;
+// bigger ones get their own, freed once parsed. A parser's buffers are several times
+// its document (structural indexes, tape, strings), so 16 workers each keeping one
+// sized for a 1 MB result held over 100 MB after a few large completes.
+constexpr size_t kKeptPerThread = 64 * 1024;
+
+// The parser for a document of `size` bytes: `kept` (the calling thread's) up to
+// kKeptPerThread, else one made in `own`, which the caller's scope frees.
+template <typename Parser>
+Parser& ParserFor(size_t size, Parser& kept, std::optional<Parser>& own) {
+  return size <= kKeptPerThread ? kept : own.emplace();
+}
 
 namespace od = simdjson::ondemand;
 
@@ -103,8 +118,10 @@ bool ValidWithBigNumbers(std::string_view bytes) {
     return IsNumberToken(bytes.substr(first, last - first + 1));
   }
   simdjson::padded_string padded(bytes);
-  // One parser per thread, reused: its buffers are allocated once, not per request.
-  thread_local od::parser parser;
+  // One parser per thread, reused for small documents (ParserFor).
+  thread_local od::parser kept;
+  std::optional<od::parser> own;
+  od::parser& parser = ParserFor(bytes.size(), kept, own);
   // First pass: where the top value ends; only whitespace may follow it.
   {
     od::document doc;
@@ -144,7 +161,6 @@ bool ValidWithBigNumbers(std::string_view bytes) {
 class PaddedBody {
  public:
   explicit PaddedBody(std::string_view body) : size_(body.size()) {
-    constexpr size_t kKeptPerThread = 64 * 1024;
     thread_local std::string reused;
     std::string& buffer = body.size() <= kKeptPerThread ? reused : own_;
     if (buffer.size() < body.size() + simdjson::SIMDJSON_PADDING) {
@@ -274,8 +290,10 @@ absl::Status ForEachField(std::string_view body, std::span<const std::string_vie
     return absl::InvalidArgumentError("request body is empty; expected a JSON object");
   }
   const PaddedBody padded(body);
-  // One parser per thread, reused: its buffers are allocated once, not per request.
-  thread_local od::parser parser;
+  // One parser per thread, reused for small bodies (ParserFor).
+  thread_local od::parser kept;
+  std::optional<od::parser> own;
+  od::parser& parser = ParserFor(body.size(), kept, own);
   od::document doc;
   od::json_type type;
   if (auto e = parser.iterate(padded.view()).get(doc)) return NotJson(e);
@@ -411,7 +429,9 @@ absl::StatusOr<FailBody> ParseFailBody(std::string_view body) {
 
 bool IsValidJson(std::string_view bytes) {
   if (bytes.empty()) return false;
-  thread_local simdjson::dom::parser parser;  // reused per thread, as above
+  thread_local simdjson::dom::parser kept;  // reused per thread, as above
+  std::optional<simdjson::dom::parser> own;
+  simdjson::dom::parser& parser = ParserFor(bytes.size(), kept, own);
   simdjson::dom::element root;
   const simdjson::error_code error = parser.parse(bytes.data(), bytes.size(), true).get(root);
   if (error == simdjson::NUMBER_ERROR || error == simdjson::NUMBER_OUT_OF_RANGE) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <functional>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
@@ -23,6 +25,14 @@ uint64_t Hash3(std::string_view a, std::string_view b, std::string_view c) {
   return v == 0 ? 1 : v;
 }
 
+template <typename Counters>
+void AddCounters(Counters& total, const Counters& c) {
+  total.regenerated += c.regenerated;
+  total.mismatches += c.mismatches;
+  total.over_coarse += c.over_coarse;
+  for (size_t i = 0; i < c.shapes.size(); ++i) total.shapes[i] += c.shapes[i];
+}
+
 }  // namespace
 
 KeyHealthTracker::KeyHealthTracker(KeyHealthOptions options)
@@ -30,11 +40,15 @@ KeyHealthTracker::KeyHealthTracker(KeyHealthOptions options)
       fingerprints_(std::max<size_t>(1, options.fingerprint_slots)),
       mismatched_(std::max<size_t>(1, options.mismatch_slots)) {}
 
-KeyHealthTracker::Counters& KeyHealthTracker::For(std::string_view biz_type) {
-  if (auto it = by_biz_type_.find(biz_type); it != by_biz_type_.end()) return it->second;
-  // "other" is the last slot, so the map holds at most kMaxBizTypes + 1 entries.
-  const std::string_view name = by_biz_type_.size() < kMaxBizTypes ? biz_type : kOtherBizType;
-  return by_biz_type_.try_emplace(std::string(name)).first->second;
+KeyHealthTracker::Counters& KeyHealthTracker::For(std::string_view tenant,
+                                                  std::string_view biz_type) {
+  auto t = by_tenant_.find(tenant);
+  if (t == by_tenant_.end()) t = by_tenant_.try_emplace(std::string(tenant)).first;
+  ByBizType& names = t->second;
+  if (auto it = names.find(biz_type); it != names.end()) return it->second;
+  // "other" is the last slot, so a tenant holds at most kMaxBizTypes + 1 entries.
+  const std::string_view name = names.size() < kMaxBizTypes ? biz_type : kOtherBizType;
+  return names.try_emplace(std::string(name)).first->second;
 }
 
 void KeyHealthTracker::OnNewKey(std::string_view tenant, std::string_view biz_type,
@@ -45,7 +59,7 @@ void KeyHealthTracker::OnNewKey(std::string_view tenant, std::string_view biz_ty
   // Compared only within one (tenant, biz_type, fingerprint) slot: the key alone.
   const uint64_t key_hash = std::hash<std::string_view>()(key);
   absl::MutexLock lock(&mu_);
-  Counters& c = For(biz_type);
+  Counters& c = For(tenant, biz_type);
   if (shape < c.shapes.size()) ++c.shapes[shape];
   if (group == 0) return;
   FingerprintSlot& slot = fingerprints_[group % fingerprints_.size()];
@@ -63,7 +77,7 @@ void KeyHealthTracker::OnMismatch(std::string_view tenant, std::string_view biz_
   const uint64_t id = Hash3(tenant, biz_type, key);
   const uint64_t fp = Hash3(fingerprint, "", "");
   absl::MutexLock lock(&mu_);
-  Counters& c = For(biz_type);
+  Counters& c = For(tenant, biz_type);
   ++c.mismatches;
   MismatchSlot& slot = mismatched_[id % mismatched_.size()];
   if (slot.id != id || slot.tenant != tenant || slot.biz_type != biz_type || slot.key != key) {
@@ -106,14 +120,29 @@ std::vector<KeyMismatches> KeyHealthTracker::Mismatches(std::string_view tenant)
   return out;
 }
 
-std::string KeyHealthTracker::Render() const {
+std::string KeyHealthTracker::Render(Labels labels) const {
   absl::MutexLock lock(&mu_);
+  // The series to show: one per (tenant, biz_type), or one per tenant with its
+  // biz_types' counters added up; each with its label text.
+  std::vector<std::pair<std::string, Counters>> rows;
+  for (const auto& [tenant, names] : by_tenant_) {
+    const std::string tenant_label = absl::StrCat("tenant=\"", EscapeLabel(tenant), "\"");
+    if (labels == kWithBizTypes) {
+      for (const auto& [biz_type, c] : names) {
+        rows.emplace_back(absl::StrCat(tenant_label, ",biz_type=\"", EscapeLabel(biz_type), "\""),
+                          c);
+      }
+      continue;
+    }
+    Counters total;
+    for (const auto& entry : names) AddCounters(total, entry.second);
+    rows.emplace_back(tenant_label, total);
+  }
   std::string out;
   auto series = [&](std::string_view name, std::string_view help, auto value) {
     absl::StrAppend(&out, "# HELP ", AV(name), " ", AV(help), "\n# TYPE ", AV(name), " counter\n");
-    for (const auto& [biz_type, c] : by_biz_type_) {
-      absl::StrAppend(&out, AV(name), "{biz_type=\"", EscapeLabel(biz_type), "\"} ", value(c),
-                      "\n");
+    for (const auto& [label, c] : rows) {
+      absl::StrAppend(&out, AV(name), "{", label, "} ", value(c), "\n");
     }
   };
   series("idem_key_regenerated_total",
@@ -130,44 +159,43 @@ std::string KeyHealthTracker::Render() const {
                   "# HELP idem_key_suspicious_shape_total New keys that look made up: random "
                   "UUIDs, epoch timestamps, topic-partition-offset.\n"
                   "# TYPE idem_key_suspicious_shape_total counter\n");
-  for (const auto& [biz_type, c] : by_biz_type_) {
+  for (const auto& [label, c] : rows) {
     for (size_t i = 0; i < kSuspiciousShapes.size(); ++i) {
-      absl::StrAppend(&out, "idem_key_suspicious_shape_total{biz_type=\"", EscapeLabel(biz_type),
-                      "\",shape=\"", AV(KeyShapeName(kSuspiciousShapes[i])), "\"} ", c.shapes[i],
-                      "\n");
+      absl::StrAppend(&out, "idem_key_suspicious_shape_total{", label, ",shape=\"",
+                      AV(KeyShapeName(kSuspiciousShapes[i])), "\"} ", c.shapes[i], "\n");
     }
   }
   return out;
 }
 
-const KeyHealthTracker::Counters* KeyHealthTracker::Find(std::string_view biz_type) const {
-  auto it = by_biz_type_.find(biz_type);
-  return it == by_biz_type_.end() ? nullptr : &it->second;
+KeyHealthTracker::Counters KeyHealthTracker::Sum(std::string_view biz_type) const {
+  Counters total;
+  for (const auto& entry : by_tenant_) {
+    if (auto it = entry.second.find(biz_type); it != entry.second.end()) AddCounters(total, it->second);
+  }
+  return total;
 }
 
 uint64_t KeyHealthTracker::regenerated(std::string_view biz_type) const {
   absl::MutexLock lock(&mu_);
-  const Counters* c = Find(biz_type);
-  return c == nullptr ? 0 : c->regenerated;
+  return Sum(biz_type).regenerated;
 }
 
 uint64_t KeyHealthTracker::mismatches(std::string_view biz_type) const {
   absl::MutexLock lock(&mu_);
-  const Counters* c = Find(biz_type);
-  return c == nullptr ? 0 : c->mismatches;
+  return Sum(biz_type).mismatches;
 }
 
 uint64_t KeyHealthTracker::over_coarse(std::string_view biz_type) const {
   absl::MutexLock lock(&mu_);
-  const Counters* c = Find(biz_type);
-  return c == nullptr ? 0 : c->over_coarse;
+  return Sum(biz_type).over_coarse;
 }
 
 uint64_t KeyHealthTracker::shapes(std::string_view biz_type, KeyShape shape) const {
   absl::MutexLock lock(&mu_);
-  const Counters* c = Find(biz_type);
   const size_t i = KeyShapeIndex(shape);
-  return c == nullptr || i >= c->shapes.size() ? 0 : c->shapes[i];
+  const Counters c = Sum(biz_type);
+  return i >= c.shapes.size() ? 0 : c.shapes[i];
 }
 
 }  // namespace idem::http

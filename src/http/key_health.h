@@ -1,27 +1,32 @@
 // KeyHealthTracker: what `idem serve` sees of badly made keys (seed 1 §2.1,
 // docs/keys.md), in bounded memory, for /metrics and GET /v1/keys/mismatches:
 //
-//   idem_key_regenerated_total{biz_type}                counter  new keys whose (tenant,
-//                                                                biz_type, fingerprint) had
-//                                                                another new key less than
-//                                                                the window (10 min) before:
-//                                                                the key is remade on retry
-//   idem_key_fingerprint_mismatch_total{biz_type}       counter  422 fingerprint_mismatch
-//                                                                answers: one key carrying
-//                                                                several requests
-//   idem_key_over_coarse_total{biz_type}                counter  keys met with a second
-//                                                                fingerprint (their first 422)
-//   idem_key_suspicious_shape_total{biz_type,shape}     counter  new keys of a suspicious shape
-//                                                                (core/key_shape.h)
+//   idem_key_regenerated_total{tenant[,biz_type]}          new keys whose (tenant,
+//                                                          biz_type, fingerprint) had
+//                                                          another new key less than the
+//                                                          window (10 min) before: the
+//                                                          key is remade on retry
+//   idem_key_fingerprint_mismatch_total{tenant[,biz_type]} 422 fingerprint_mismatch
+//                                                          answers: one key carrying
+//                                                          several requests
+//   idem_key_over_coarse_total{tenant[,biz_type]}          keys met with a second
+//                                                          fingerprint (their first 422)
+//   idem_key_suspicious_shape_total{tenant[,biz_type],shape}  new keys of a suspicious
+//                                                          shape (core/key_shape.h)
 //
-// The stores keep only a key's first fingerprint, so the 422s exist only here: the
-// tracker remembers, per key, the fingerprints of its mismatches (Mismatches(), the
-// source of `idem keys analyze --server`'s over-coarse keys). Both tables are
-// direct-mapped with a fixed number of slots (options): a key or fingerprint whose
-// slot another takes is forgotten, so memory never grows with traffic, and counts of
-// regenerated keys are a lower bound. The biz_type label takes the first
-// kMaxBizTypes biz_types seen and "other" for the rest, so the number of series
-// stays bounded whatever clients send.
+// All counters. The stores keep only a key's first fingerprint, so the 422s exist
+// only here: the tracker remembers, per key, the fingerprints of its mismatches
+// (Mismatches(), the source of `idem keys analyze --server`'s over-coarse keys). Both
+// tables are direct-mapped with a fixed number of slots (options): a key or
+// fingerprint whose slot another takes is forgotten, so memory never grows with
+// traffic, and counts of regenerated keys are a lower bound.
+//
+// Labels: `tenant` is the operator's name for an authenticated client (the tenants
+// configuration bounds it). A biz_type is the client's choice, so each tenant has
+// its own budget of kMaxBizTypes names ("other" takes the rest): one tenant cannot
+// use up another's. And a biz_type name is shown only by Render(kWithBizTypes), which
+// the server uses when /metrics needs a tenant's token; an unauthenticated /metrics
+// shows each tenant's totals, without the names its clients chose.
 //
 // Cost: OnNewKey (a claim that made a record: a store write) and OnMismatch (a 422)
 // take one short lock and hash their strings; ClassifyKeyShape is one pass over the
@@ -64,7 +69,7 @@ struct KeyMismatches {
 
 class KeyHealthTracker {
  public:
-  static constexpr size_t kMaxBizTypes = 32;
+  static constexpr size_t kMaxBizTypes = 16;  // per tenant
   static constexpr int kMaxFingerprints = 8;
 
   explicit KeyHealthTracker(KeyHealthOptions options = {});
@@ -82,10 +87,14 @@ class KeyHealthTracker {
   // `tenant`'s remembered keys with mismatches, ordered by biz_type, then key.
   std::vector<KeyMismatches> Mismatches(std::string_view tenant) const;
 
-  // The exposition text of the four series above.
-  std::string Render() const;
+  enum Labels { kTenantOnly, kWithBizTypes };
 
-  // For tests: a series' value ("other" for the biz_types past kMaxBizTypes).
+  // The exposition text of the four series above: per tenant, or per tenant and
+  // biz_type.
+  std::string Render(Labels labels) const;
+
+  // For tests: a series' value over every tenant ("other" for the biz_types past a
+  // tenant's kMaxBizTypes).
   uint64_t regenerated(std::string_view biz_type) const;
   uint64_t mismatches(std::string_view biz_type) const;
   uint64_t over_coarse(std::string_view biz_type) const;
@@ -113,12 +122,16 @@ class KeyHealthTracker {
     absl::Time first_at, last_at;
   };
 
-  Counters& For(std::string_view biz_type) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  const Counters* Find(std::string_view biz_type) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  using ByBizType = std::map<std::string, Counters, std::less<>>;
+
+  Counters& For(std::string_view tenant, std::string_view biz_type)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sum of `biz_type`'s counters over every tenant.
+  Counters Sum(std::string_view biz_type) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const KeyHealthOptions options_;
   mutable absl::Mutex mu_;
-  std::map<std::string, Counters, std::less<>> by_biz_type_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, ByBizType, std::less<>> by_tenant_ ABSL_GUARDED_BY(mu_);
   std::vector<FingerprintSlot> fingerprints_ ABSL_GUARDED_BY(mu_);
   std::vector<MismatchSlot> mismatched_ ABSL_GUARDED_BY(mu_);
 };

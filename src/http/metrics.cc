@@ -270,7 +270,7 @@ uint64_t Metrics::refused(Refusal why) const { return Load(refused_[static_cast<
 
 std::string RenderStoreUp(bool up) {
   return absl::StrCat(
-      "# HELP idem_store_up Whether the store answered a ping during this scrape.\n"
+      "# HELP idem_store_up Whether the store answered and took writes during this scrape.\n"
       "# TYPE idem_store_up gauge\n"
       "idem_store_up ",
       up ? 1 : 0, "\n");

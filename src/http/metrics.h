@@ -22,21 +22,23 @@
 //                                                                closed unserved, reason=
 //                                                                "max_connections|fd_exhausted"
 //   idem_build_info{version}                          gauge      always 1
-//   idem_store_up                                     gauge      1/0 (RenderStoreUp; the Api
-//                                                                pings the store per scrape)
+//   idem_store_up                                     gauge      1/0 (RenderStoreUp; the Api's
+//                                                                readiness check per scrape)
 //   idem_recon_last_success_timestamp_seconds{source} gauge      from the store's
 //                                                                recon_watermark (a section
 //                                                                idem serve adds; recon/tables.h)
 //   idem_recon_open_tickets{source,class}             gauge      recon_ticket rows not done
-//   idem_key_*_total{biz_type[,shape]}                counter    key health: the Api's
+//   idem_key_*_total{tenant[,biz_type][,shape]}       counter    key health: the Api's
 //                                                                KeyHealthTracker
-//                                                                (http/key_health.h), its
-//                                                                biz_types capped at 32
+//                                                                (http/key_health.h), 16
+//                                                                biz_types per tenant, shown
+//                                                                only behind a token
 //
 // `route` is one of the route templates of route.h ("/v1/records/{biz_type}/{key}",
 // "other" for every unrouted target), `outcome` one of a fixed list (an unknown name
 // counts as "other"), `biz_type` one declared before serving (for idem_key_*: one of
-// the first 32 a client sent, "other" after): no label takes an unbounded set of
+// the first 16 a tenant's clients sent, "other" after, and only when /metrics needs a
+// token): no label takes an unbounded set of
 // values a client chose, so the number of series is bounded. The per-route series appear
 // once their route has answered; outcomes, refusals and fail-open biz_types are
 // exported at 0 from the start, so alerts can use increase() at once.

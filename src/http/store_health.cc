@@ -1,7 +1,10 @@
 #include "http/store_health.h"
 
+#include <memory>
+#include <optional>
 #include <string>
 
+#include "idem/status.h"
 #include "spdlog/spdlog.h"
 
 namespace idem::http {
@@ -18,13 +21,72 @@ void StoreHealth::Down(const absl::Status& cause) {
                std::string(cause.message()));
 }
 
-void StoreHealth::Up() {
+void StoreHealth::WriteFailed() { writes_failing_.store(true, std::memory_order_relaxed); }
+
+void StoreHealth::Up(bool wrote) {
+  // A read that succeeds while writes fail says nothing about writes: the outage
+  // goes on (and is logged as over once, when a write succeeds).
+  if (!wrote && writes_failing_.load(std::memory_order_relaxed)) return;
+  writes_failing_.store(false, std::memory_order_relaxed);
+  Recovered();
+}
+
+void StoreHealth::Recovered() {
   if (!down_.load(std::memory_order_relaxed)) return;
   absl::MutexLock lock(&mu_);
   if (!down_.exchange(false)) return;
   const int64_t refused = refused_.exchange(0);
   spdlog::info("store available again after {:.1f} s; {} request(s) were refused meanwhile",
                absl::ToDoubleSeconds(clock_.Now() - since_), refused);
+}
+
+absl::Status StoreHealth::Writable(const std::function<absl::Status()>& probe) {
+  if (!writes_failing_.load(std::memory_order_relaxed)) return absl::OkStatus();
+  if (!probe_mu_.TryLock()) {
+    return absl::UnavailableError("the store's writes are being probed after a failed write");
+  }
+  // Only a failed probe is answered again: a successful one ended the outage, so
+  // writes_failing_ set again since means a newer failure, which a new probe decides.
+  const absl::Time now = clock_.Now();
+  absl::Status status = last_probe_status_;
+  if (status.ok() || now - last_probe_ >= kProbeInterval) {
+    status = probe();
+    last_probe_ = now;
+    last_probe_status_ = status;
+  }
+  probe_mu_.Unlock();
+  if (status.ok()) Up(/*wrote=*/true);
+  return status;
+}
+
+absl::Status ProbeStoreWrite(Store& store, absl::Time now) {
+  Record probe;
+  probe.tenant = "";
+  probe.biz_type = "idem.readiness";
+  probe.key = "write-probe";
+  probe.state = RecordState::kProcessing;
+  probe.token = 1;
+  probe.lease_until = now;
+  probe.created_at = now;
+  probe.updated_at = now;
+  {
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> left, tx->InsertOrLoad(probe));
+    (void)left;  // a record an earlier probe left: the delete below writes
+    IDEM_RETURN_IF_ERROR(tx->Commit());
+  }
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> written, tx->Load(probe.tenant, probe.key));
+  if (!written.has_value()) {
+    tx->Rollback();
+    return absl::UnavailableError("the store lost the readiness probe's record");
+  }
+  IDEM_ASSIGN_OR_RETURN(bool deleted, tx->Retire(*written, now, std::nullopt));
+  if (!deleted) {
+    tx->Rollback();
+    return absl::UnavailableError("the store did not delete the readiness probe's record");
+  }
+  return tx->Commit();
 }
 
 }  // namespace idem::http

@@ -493,6 +493,55 @@ TEST_F(CliTest, ConfigBadValueIsUsageError) {
   EXPECT_THAT(r.err, HasSubstr("--margin: invalid duration \"sixty days\""));
 }
 
+// CLI11 took a TOML value as text and converted it as the option's type would a
+// command-line word: each of these started a server without a word (a biz_type
+// "true", a flag read as false, -1 wrapped to 18446744073709551615). Every value is
+// checked against its option's type now, in one place, with one line naming the
+// file, the section and key, and what it takes; exit 2 before anything starts.
+TEST_F(CliTest, ConfigValuesOfTheWrongTypeAreUsageErrors) {
+  struct Case {
+    std::string line;
+    std::string err;
+  };
+  const std::vector<Case> cases = {
+      {"fail-open = true", "[serve] fail-open: takes a string (BIZ_TYPE) or an array of them, "
+                           "not a boolean"},
+      {"fail-open = 5", "[serve] fail-open: takes a string (BIZ_TYPE) or an array of them, "
+                        "not an integer"},
+      {"fail_open = [\"refund\", 5]", "[serve] fail_open: takes a string (BIZ_TYPE) or an "
+                                       "array of them; element 2 is an integer"},
+      {"metrics-token = \"no\"", "[serve] metrics-token: takes true or false, not a string"},
+      {"cache-entries = -1", "[serve] cache-entries: takes an integer, 0 or more, not -1"},
+      {"cache-bytes = 1.5", "[serve] cache-bytes: takes an integer, 0 or more, not a float"},
+      {"threads = \"16\"", "[serve] threads: takes an integer, not a string"},
+      {"purge-max-rate = \"fast\"", "[serve] purge-max-rate: takes a number, not a string"},
+      {"cache-ttl = 5", "[serve] cache-ttl: takes a string, not an integer"},
+      {"listen = [\"127.0.0.1:0\"]", "[serve] listen: takes a string, not an array"},
+  };
+  for (const Case& c : cases) {
+    const std::string config = WriteConfig("[serve]\n" + c.line + "\n");
+    Exec r = Idem({"--config", config, "serve", "--store", "memory://", "--tenant", "t:tok"});
+    ExpectOneLineFailure(r, 2);
+    EXPECT_EQ(r.err, "idem: config file " + config + ": " + c.err + "\n") << c.line;
+    EXPECT_EQ(r.out, "") << c.line;
+  }
+  // The root's options too, and another subcommand's section.
+  std::string config = WriteConfig("log-level = 3\n");
+  Exec r = Idem(With({"--config", config}, kSeedExample));
+  EXPECT_EQ(r.err, "idem: config file " + config + ": log-level: takes a string, not an integer\n");
+  config = WriteConfig("[ttl]\njson = \"yes\"\n");
+  r = Idem(With({"--config", config}, kSeedExample));
+  EXPECT_EQ(r.err,
+            "idem: config file " + config + ": [ttl] json: takes true or false, not a string\n");
+}
+
+// The same class on the command line: CLI11 2.1 wraps a negative unsigned value.
+TEST_F(CliTest, NegativeUnsignedOptionsAreUsageErrors) {
+  Exec r = Idem({"serve", "--store", "memory://", "--tenant", "t:tok", "--cache-entries", "-1"});
+  ExpectOneLineFailure(r, 2);
+  EXPECT_THAT(r.err, HasSubstr("--cache-entries: -1 is negative")) << r.err;
+}
+
 // --- inspect -----------------------------------------------------------------
 
 TEST_F(CliTest, InspectMissingKeyExitsOne) {

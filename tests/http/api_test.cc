@@ -12,6 +12,8 @@
 
 #include "absl/synchronization/notification.h"
 #include "http/json.h"
+#include "http/store_health.h"
+#include "idem/status.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
 #include "nlohmann/json.hpp"
@@ -37,6 +39,68 @@ class DownStore final : public Store {
   absl::Status Ping() override { return absl::UnavailableError("database is locked"); }
   bool SupportsSql() const override { return false; }
   std::string_view url() const override { return "down://"; }
+};
+
+// A memory:// store whose writes fail while `full` is set, as on a full disk:
+// reads and pings answer, every commit is the store's fault.
+class FullDiskStore final : public Store {
+ public:
+  FullDiskStore() : inner_(*OpenStore("memory://")) {}
+
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, inner_->Begin());
+    return std::unique_ptr<StoreTransaction>(new Tx(*this, std::move(tx)));
+  }
+  absl::StatusOr<std::optional<Record>> Get(std::string_view t, std::string_view k) override {
+    return inner_->Get(t, k);
+  }
+  absl::Status Ping() override { return inner_->Ping(); }
+  std::string_view url() const override { return "full://"; }
+
+  std::atomic<bool> full{false};
+  std::atomic<int> commits{0};  // those that succeeded
+
+ private:
+  class Tx final : public StoreTransaction {
+   public:
+    Tx(FullDiskStore& store, std::unique_ptr<StoreTransaction> inner)
+        : store_(store), inner_(std::move(inner)) {}
+    absl::StatusOr<int64_t> Exec(std::string_view sql, absl::Span<const Value> p) override {
+      return inner_->Exec(sql, p);
+    }
+    absl::StatusOr<Rows> Query(std::string_view sql, absl::Span<const Value> p) override {
+      return inner_->Query(sql, p);
+    }
+    absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& r) override {
+      return inner_->InsertOrLoad(r);
+    }
+    absl::StatusOr<bool> Replace(const Record& r, int64_t token, RecordState state) override {
+      return inner_->Replace(r, token, state);
+    }
+    absl::StatusOr<std::optional<Record>> Load(std::string_view t, std::string_view k) override {
+      return inner_->Load(t, k);
+    }
+    absl::StatusOr<bool> Retire(const Record& r, absl::Time now,
+                                std::optional<absl::Time> until) override {
+      return inner_->Retire(r, now, until);
+    }
+    absl::Status Commit() override {
+      if (store_.full.load()) {
+        inner_->Rollback();
+        return StoreFaultError("database or disk is full");
+      }
+      IDEM_RETURN_IF_ERROR(inner_->Commit());
+      store_.commits.fetch_add(1);
+      return absl::OkStatus();
+    }
+    void Rollback() override { inner_->Rollback(); }
+
+   private:
+    FullDiskStore& store_;
+    std::unique_ptr<StoreTransaction> inner_;
+  };
+
+  std::unique_ptr<Store> inner_;
 };
 
 class ApiTest : public ::testing::Test {
@@ -487,6 +551,96 @@ TEST_F(ApiTest, StoreDownIs503FailClosed) {
   EXPECT_EQ(metrics.status, 200);
   EXPECT_THAT(metrics.body, HasSubstr("\nidem_store_up 0\n"));
   EXPECT_EQ(metrics_.store_errors(), 4u);
+}
+
+// A full disk: pings answer, every write fails. /readyz and idem_store_up used to
+// stay 200 and 1 while every claim was 503; they follow writes now, and come back
+// once a write succeeds: the readiness probe's own (at most one per interval), so a
+// server that a load balancer stopped sending claims to is seen ready again.
+TEST_F(ApiTest, ReadinessFollowsWritesOnAFullDisk) {
+  FullDiskStore store;
+  Build(store);
+  EXPECT_EQ(Claim("K-1").status, 201);
+  EXPECT_EQ(Call("GET", "/readyz", "", "").status, 200);
+  store.full = true;
+  EXPECT_EQ(Call("GET", "/readyz", "", "").status, 200);  // no write has failed yet
+  ExpectProblem(Claim("K-2"), 503, "unavailable");
+  ExpectProblem(Call("GET", "/readyz", "", ""), 503, "");
+  EXPECT_THAT(Call("GET", "/metrics", "", "").body, HasSubstr("\nidem_store_up 0\n"));
+  // Within the probe interval the last probe's answer stands; past it a new probe
+  // writes, and fails while the disk is full.
+  const int commits = store.commits.load();
+  clock_.Advance(StoreHealth::kProbeInterval);
+  ExpectProblem(Call("GET", "/readyz", "", ""), 503, "");
+  store.full = false;
+  ExpectProblem(Call("GET", "/readyz", "", ""), 503, "");
+  EXPECT_EQ(store.commits.load(), commits);
+  clock_.Advance(StoreHealth::kProbeInterval);
+  EXPECT_EQ(Call("GET", "/readyz", "", "").status, 200);
+  EXPECT_EQ(store.commits.load(), commits + 2);  // the probe's write and its delete
+  EXPECT_THAT(Call("GET", "/metrics", "", "").body, HasSubstr("\nidem_store_up 1\n"));
+  // The probe left nothing behind; claims work again.
+  EXPECT_FALSE(store.Get("", "write-probe")->has_value());
+  EXPECT_EQ(Claim("K-2").status, 201);
+  EXPECT_EQ(Call("GET", "/readyz", "", "").status, 200);
+  EXPECT_EQ(store.commits.load(), commits + 3);  // no probe while writes work
+}
+
+// The readiness probe writes and deletes its record on every embedded store (behind
+// the cache, as idem serve opens them), also when an earlier probe left it behind.
+TEST(ProbeStoreWrite, WritesAndLeavesNothingBehind) {
+  testing::TempDir dir;
+  for (const std::string& url :
+       {std::string("memory://"), "sqlite://" + dir.file("p.db"), "rocksdb://" + dir.file("p")}) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore(url));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, NewCachingStore(std::move(inner)));
+    const absl::Time now = absl::FromUnixSeconds(1767225600);
+    EXPECT_TRUE(ProbeStoreWrite(*store, now).ok()) << url;
+    EXPECT_FALSE((*store->Get("", "write-probe")).has_value()) << url;
+    {
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
+      ASSERT_OK(tx->InsertOrLoad(Record{.tenant = "", .biz_type = "idem.readiness",
+                                        .key = "write-probe", .token = 1, .lease_until = now,
+                                        .created_at = now, .updated_at = now})
+                    .status());
+      ASSERT_OK(tx->Commit());
+    }
+    EXPECT_TRUE(ProbeStoreWrite(*store, now).ok()) << url;
+    EXPECT_FALSE((*store->Get("", "write-probe")).has_value()) << url;
+  }
+}
+
+// A successful write by a request ends the outage too, without a probe.
+TEST_F(ApiTest, AWriteThatSucceedsMakesTheStoreReadyAgain) {
+  FullDiskStore store;
+  Build(store);
+  store.full = true;
+  ExpectProblem(Claim("K-1"), 503, "unavailable");
+  store.full = false;
+  EXPECT_EQ(Claim("K-1").status, 201);
+  const int commits = store.commits.load();
+  EXPECT_EQ(Call("GET", "/readyz", "", "").status, 200);
+  EXPECT_EQ(store.commits.load(), commits);
+}
+
+// A fingerprint is a digest: one over 1 KiB (1 MB was accepted and stored) is 400
+// naming the field, on the blocking path and the network thread's alike.
+TEST_F(ApiTest, FingerprintOverTheLimitIs400) {
+  const std::string at_limit(kMaxFingerprintBytes, 'f');
+  EXPECT_EQ(Claim("F-1", R"(,"fingerprint":")" + at_limit + "\"").status, 201);
+  const std::string over(kMaxFingerprintBytes + 1, 'f');
+  HttpResponse r = Claim("F-2", R"(,"fingerprint":")" + over + "\"");
+  ExpectProblem(r, 400, "");
+  EXPECT_THAT(J(r)["detail"].get<std::string>(),
+              HasSubstr("field \"fingerprint\": fingerprint is 1025 bytes, over the limit of 1024"));
+  HttpRequest request{"POST", "/v1/claims", "Bearer tok-a",
+                      R"({"biz_type":"refund","key":"F-2","fingerprint":")" + over + "\"}"};
+  EXPECT_FALSE(api_->HandleWithoutBlocking(request).has_value());
+  EXPECT_EQ(Call("GET", "/v1/records/refund/F-2").status, 404);
+  // The C++ guard refuses it too, before the store.
+  EXPECT_THAT(guard_->Claim({.tenant = "acme", .biz_type = "refund", .key = "F-3",
+                             .fingerprint = over}).status(),
+              ::idem::testing::StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // Issue 11 §2: on rocksdb:// (behind the L1, as `idem serve` opens it) a claim,

@@ -40,12 +40,13 @@ TEST(KeyHealthTracker, CountsShapesOfNewKeys) {
   EXPECT_EQ(t.shapes("refund", KeyShape::kEpochSeconds), 1u);
   EXPECT_EQ(t.shapes("refund", KeyShape::kEpochMillis), 1u);
   EXPECT_EQ(t.shapes("refund", KeyShape::kTopicPartitionOffset), 1u);
-  const std::string text = t.Render();
+  const std::string text = t.Render(KeyHealthTracker::kWithBizTypes);
   EXPECT_THAT(text, HasSubstr("# TYPE idem_key_suspicious_shape_total counter\n"));
-  EXPECT_THAT(text,
-              HasSubstr("idem_key_suspicious_shape_total{biz_type=\"refund\",shape=\"uuid\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("idem_key_regenerated_total{biz_type=\"refund\"} 0\n"));
-  EXPECT_THAT(text, HasSubstr("idem_key_fingerprint_mismatch_total{biz_type=\"refund\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("idem_key_suspicious_shape_total{tenant=\"acme\",biz_type=\"refund\","
+                              "shape=\"uuid\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("idem_key_regenerated_total{tenant=\"acme\",biz_type=\"refund\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr(
+                        "idem_key_fingerprint_mismatch_total{tenant=\"acme\",biz_type=\"refund\"} 0\n"));
 }
 
 TEST(KeyHealthTracker, RemembersMismatchedKeysPerTenant) {
@@ -69,7 +70,7 @@ TEST(KeyHealthTracker, RemembersMismatchedKeysPerTenant) {
   EXPECT_EQ(acme[1].last_at, kT0 + absl::Seconds(2));
   for (const KeyMismatches& k : acme) EXPECT_NE(k.key, "secret-key");
   // Keys never become labels.
-  EXPECT_THAT(t.Render(), Not(HasSubstr("user-1")));
+  EXPECT_THAT(t.Render(KeyHealthTracker::kWithBizTypes), Not(HasSubstr("user-1")));
 }
 
 TEST(KeyHealthTracker, FingerprintsAreCountedUpToTheCap) {
@@ -91,7 +92,7 @@ TEST(KeyHealthTracker, LabelsAndSlotsStayBounded) {
   EXPECT_EQ(t.shapes("biz-0", KeyShape::kEpochSeconds), 1u);
   EXPECT_EQ(t.shapes("biz-99", KeyShape::kEpochSeconds), 0u);  // counted as "other"
   EXPECT_EQ(t.shapes("other", KeyShape::kEpochSeconds), 100u - KeyHealthTracker::kMaxBizTypes);
-  const std::string text = t.Render();
+  const std::string text = t.Render(KeyHealthTracker::kWithBizTypes);
   size_t series = 0;
   for (size_t at = text.find("idem_key_regenerated_total{"); at != std::string::npos;
        at = text.find("idem_key_regenerated_total{", at + 1)) {
@@ -99,6 +100,37 @@ TEST(KeyHealthTracker, LabelsAndSlotsStayBounded) {
   }
   EXPECT_EQ(series, KeyHealthTracker::kMaxBizTypes + 1);
   EXPECT_LE(t.Mismatches("acme").size(), 4u);
+}
+
+// One tenant used to take all 32 biz_type labels, so every other tenant's counted
+// as "other": each tenant has a budget of its own now.
+TEST(KeyHealthTracker, OneTenantCannotTakeAnotherTenantsLabels) {
+  KeyHealthTracker t;
+  for (int i = 0; i < 100; ++i) {
+    t.OnNewKey("acme", "biz-" + std::to_string(i), "1733050000", "fp", kT0);
+  }
+  t.OnNewKey("beta", "refund", "1733050000", "fp", kT0);
+  EXPECT_EQ(t.shapes("refund", KeyShape::kEpochSeconds), 1u);
+  const std::string text = t.Render(KeyHealthTracker::kWithBizTypes);
+  EXPECT_THAT(text, HasSubstr("idem_key_suspicious_shape_total{tenant=\"beta\",biz_type=\"refund\","
+                              "shape=\"epoch_s\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("idem_key_suspicious_shape_total{tenant=\"acme\",biz_type=\"other\","
+                              "shape=\"epoch_s\"} " +
+                              std::to_string(100 - KeyHealthTracker::kMaxBizTypes) + "\n"));
+}
+
+// Without biz_types (an unauthenticated /metrics): each tenant's totals, and no name
+// a client chose.
+TEST(KeyHealthTracker, TenantOnlyLabelsShowNoBizTypeNames) {
+  KeyHealthTracker t;
+  t.OnNewKey("acme", "secret-project", "1733050000", "fp", kT0);
+  t.OnNewKey("acme", "refund", "1733050001", "fp2", kT0);
+  t.OnMismatch("acme", "refund", "k", "x", kT0);
+  const std::string text = t.Render(KeyHealthTracker::kTenantOnly);
+  EXPECT_THAT(text, Not(HasSubstr("secret-project")));
+  EXPECT_THAT(text, Not(HasSubstr("biz_type=")));
+  EXPECT_THAT(text, HasSubstr("idem_key_suspicious_shape_total{tenant=\"acme\",shape=\"epoch_s\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("idem_key_fingerprint_mismatch_total{tenant=\"acme\"} 1\n"));
 }
 
 }  // namespace

@@ -164,7 +164,7 @@ TEST(MetricsTest, ConnectionsRefusalsBuildInfoAndFailOpen) {
   EXPECT_THAT(SeriesValue(text, "idem_store_errors_total"), Optional(1));
   EXPECT_THAT(SeriesValue(text, "idem_claim_waits_total"), Optional(1));
   EXPECT_EQ(RenderStoreUp(true),
-            "# HELP idem_store_up Whether the store answered a ping during "
+            "# HELP idem_store_up Whether the store answered and took writes during "
             "this scrape.\n# TYPE idem_store_up gauge\nidem_store_up 1\n");
   EXPECT_THAT(RenderStoreUp(false), HasSubstr("\nidem_store_up 0\n"));
 }

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "http/client.h"
 #include "http/idem_process.h"
 #include "http/prometheus_text.h"
 #include "testing/temp_dir.h"
@@ -29,6 +30,8 @@
 namespace idem::http {
 namespace {
 
+using ::idem::http::testing::ClientResponse;
+using ::idem::http::testing::Fetch;
 using ::idem::http::testing::SeriesValue;
 using ::idem::testing::ServeProcess;
 using ::idem::testing::WaitUntil;
@@ -356,6 +359,78 @@ TEST_F(ServeHttpTest, UnauthenticatedUploadsDoNotGrowMemory) {
   const int64_t peak = MemoryKb(serve_->pid(), "VmHWM");
   EXPECT_LT(peak - before, 64 * 1024) << "resident set grew from " << before << " kB to a peak of "
                                       << peak << " kB";
+}
+
+}  // namespace
+}  // namespace idem::http
+
+namespace idem::http {
+namespace {
+
+// 600 completes with 1 MB results (just under the 1 MiB body limit) took the server
+// from 24 to 877 MB resident: the in-process cache was capped at 100,000 records,
+// whatever their size. It is bounded in bytes now (--cache-bytes): with records
+// small enough to be cached at all (--cache-max-entry-bytes above them), the server
+// stays within the cache's bytes + 64 MB, and /metrics shows what the cache holds.
+TEST_F(ServeLimitsTest, LargeResultsKeepTheServerWithinTheCacheBytes) {
+  constexpr int64_t kCacheBytes = int64_t{32} << 20;
+  ServeProcess serve(dir_.path() + "/large.log");
+  ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store",
+                           "sqlite://" + dir_.path() + "/large.db", "--tenant", "t:tok",
+                           "--cache-bytes", std::to_string(kCacheBytes),
+                           "--cache-max-entry-bytes", std::to_string(2 << 20)}),
+              StartsWith("listening on "))
+      << serve.stderr_text();
+  if (UnderThreadSanitizer(serve.pid())) {
+    GTEST_SKIP() << "resident-set bound not meaningful under ThreadSanitizer's shadow memory";
+  }
+  const std::string result = "\"" + std::string(1'000'000, 'r') + "\"";
+  for (int i = 0; i < 600; ++i) {
+    const std::string ids = R"({"biz_type":"refund","key":"L-)" + std::to_string(i) + "\"";
+    ClientResponse claim = Fetch(serve.port(), "POST", "/v1/claims", ids + "}", "tok");
+    ASSERT_EQ(claim.status, 201) << claim.body;
+    ClientResponse done = Fetch(serve.port(), "POST", "/v1/claims/complete",
+                                ids + R"(,"token":1,"result":)" + result + "}", "tok");
+    ASSERT_EQ(done.status, 200) << done.body;
+  }
+  // A duplicate of the last is answered from the cache, so the records were cached.
+  ClientResponse again = Fetch(serve.port(), "POST", "/v1/claims",
+                               R"({"biz_type":"refund","key":"L-599"})", "tok");
+  ASSERT_EQ(again.status, 200);
+  const int64_t rss_kb = MemoryKb(serve.pid(), "VmRSS");
+  EXPECT_LT(rss_kb, kCacheBytes / 1024 + 64 * 1024) << "resident set " << rss_kb << " kB";
+  ClientResponse metrics = Fetch(serve.port(), "GET", "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  const std::optional<double> bytes = SeriesValue(metrics.body, "idem_cache_l1_bytes");
+  ASSERT_TRUE(bytes.has_value()) << metrics.body;
+  EXPECT_LE(*bytes, static_cast<double>(kCacheBytes));
+  EXPECT_GT(*bytes, static_cast<double>(kCacheBytes) * 0.9);
+  EXPECT_THAT(SeriesValue(metrics.body, "idem_cache_l1_hits_total"), Optional(1.0));
+}
+
+// With the defaults a 1 MB result is over the per-record bound (256 KiB): it is
+// not cached at all, counted, and its duplicate is answered by the store.
+TEST_F(ServeLimitsTest, ResultsOverTheEntryBoundAreNotCached) {
+  ServeProcess serve(dir_.path() + "/entry.log");
+  ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store",
+                           "sqlite://" + dir_.path() + "/entry.db", "--tenant", "t:tok"}),
+              StartsWith("listening on "))
+      << serve.stderr_text();
+  const std::string ids = R"({"biz_type":"refund","key":"E-1")";
+  ASSERT_EQ(Fetch(serve.port(), "POST", "/v1/claims", ids + "}", "tok").status, 201);
+  const std::string result = std::string(1'000'000, 'r');
+  ASSERT_EQ(Fetch(serve.port(), "POST", "/v1/claims/complete",
+                  ids + R"(,"token":1,"result":")" + result + "\"}", "tok")
+                .status,
+            200);
+  ClientResponse again = Fetch(serve.port(), "POST", "/v1/claims", ids + "}", "tok");
+  ASSERT_EQ(again.status, 200);
+  EXPECT_NE(again.body.find(result), std::string::npos);
+  ClientResponse metrics = Fetch(serve.port(), "GET", "/metrics");
+  EXPECT_THAT(SeriesValue(metrics.body, "idem_cache_too_large_total"), Optional(2.0))
+      << metrics.body;  // the complete's write and the duplicate's read
+  EXPECT_THAT(SeriesValue(metrics.body, "idem_cache_l1_entries"), Optional(0.0));
+  EXPECT_THAT(SeriesValue(metrics.body, "idem_cache_l1_hits_total"), Optional(0.0));
 }
 
 }  // namespace

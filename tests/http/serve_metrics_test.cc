@@ -27,6 +27,7 @@ using ::idem::testing::RunIdem;
 using ::idem::testing::ServeProcess;
 using ::idem::testing::WaitUntil;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::Optional;
 using ::testing::StartsWith;
 
@@ -124,6 +125,41 @@ TEST_F(ServeMetricsTest, OpenConnectionsGauge) {
     text = Metrics();
     return SeriesValue(text, "idem_http_connections_open") == 1;
   })) << text;
+}
+
+// An unauthenticated /metrics showed the first 32 biz_type names any tenant sent:
+// names a client chose are shown only behind --metrics-token now, and without it
+// each tenant's key-health totals are shown, labelled by tenant.
+TEST_F(ServeMetricsTest, BizTypeNamesOnlyBehindTheMetricsToken) {
+  const std::string uuid = "550e8400-e29b-41d4-a716-446655440000";
+  ASSERT_EQ(Fetch(serve_->port(), "POST", "/v1/claims",
+                  R"({"biz_type":"secret-plan","key":")" + uuid + "\"}", "tok")
+                .status,
+            201);
+  const std::string open = Metrics();
+  EXPECT_THAT(open, Not(HasSubstr("secret-plan")));
+  EXPECT_THAT(SeriesValue(open, "idem_key_suspicious_shape_total{tenant=\"t\",shape=\"uuid\"}"),
+              Optional(1.0))
+      << open;
+
+  ServeProcess guarded(dir_.file("guarded.err"));
+  ASSERT_THAT(guarded.Start({"--listen", "127.0.0.1:0", "--store",
+                             "sqlite://" + dir_.file("guarded.db"), "--tenant", "t:tok",
+                             "--metrics-token"}),
+              StartsWith("listening on "))
+      << guarded.stderr_text();
+  ASSERT_EQ(Fetch(guarded.port(), "POST", "/v1/claims",
+                  R"({"biz_type":"secret-plan","key":")" + uuid + "\"}", "tok")
+                .status,
+            201);
+  EXPECT_EQ(Fetch(guarded.port(), "GET", "/metrics").status, 401);
+  const auto r = Fetch(guarded.port(), "GET", "/metrics", "", "tok");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_THAT(SeriesValue(r.body, "idem_key_suspicious_shape_total{tenant=\"t\",biz_type=\""
+                                  "secret-plan\",shape=\"uuid\"}"),
+              Optional(1.0))
+      << r.body;
+  EXPECT_EQ(guarded.Stop(), 0);
 }
 
 }  // namespace

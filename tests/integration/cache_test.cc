@@ -409,6 +409,44 @@ TEST_F(CacheTest, L1SizeBoundIsRespected) {
   EXPECT_EQ(runs_.load(), 100);
 }
 
+// L1 was bounded by its number of records only, so 1 MB results took the server's
+// memory up by a megabyte each. It is bounded in bytes too, each record charged its
+// strings and bookkeeping, and a record over max_entry_bytes is cached nowhere.
+TEST_F(CacheTest, L1BytesBoundIsRespected) {
+  std::atomic<int> begins{0};
+  constexpr size_t kBytes = 64 * 1024;
+  std::unique_ptr<Store> store =
+      Open({.l1_entries = 1000, .l1_bytes = kBytes, .max_entry_bytes = 32 * 1024}, &begins);
+  Guard guard(*store, {.clock = &clock_});
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(guard.Run(Req(absl::StrCat("m", i)),
+                          Counting(absl::StrCat(std::string(10000, 'r'), i)))
+                    .ok());
+    EXPECT_LE(GetCacheStats(*store)->l1_bytes, kBytes);
+  }
+  const CacheStats full = *GetCacheStats(*store);
+  EXPECT_EQ(full.l1_entries, 6u);  // 6 records of ~10.3 KB fit 64 KiB, 7 do not
+  EXPECT_GT(full.l1_bytes, 6u * 10000);
+  EXPECT_EQ(full.too_large, 0u);
+  // The most recent are answered from L1; an evicted one by the database.
+  EXPECT_TRUE(store->PeekDecided("default", "m99").has_value());
+  EXPECT_FALSE(store->PeekDecided("default", "m0").has_value());
+  EXPECT_EQ(guard.Run(Req("m0"), Counting("x"))->value, std::string(10000, 'r') + "0");
+
+  // Over max_entry_bytes: not cached, counted, and nothing evicted for it.
+  ASSERT_TRUE(guard.Run(Req("big"), Counting(std::string(40000, 'b'))).ok());
+  EXPECT_FALSE(store->PeekDecided("default", "big").has_value());
+  EXPECT_EQ(GetCacheStats(*store)->too_large, 1u);
+  EXPECT_TRUE(store->PeekDecided("default", "m99").has_value());
+  EXPECT_EQ(guard.Run(Req("big"), Counting("x"))->value, std::string(40000, 'b'));
+  EXPECT_EQ(runs_.load(), 101);
+}
+
+TEST(CacheOptionsTest, ZeroMaxEntryBytesIsInvalidArgument) {
+  EXPECT_EQ(NewCachingStore(*OpenStore("memory://"), {.max_entry_bytes = 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CacheTest, L1EntriesExpireAfterTtl) {
   std::atomic<int> begins{0};
   std::unique_ptr<Store> store = Open({.ttl = absl::Minutes(1)}, &begins);

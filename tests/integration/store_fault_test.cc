@@ -6,7 +6,14 @@
 // MariaDB (IDEM_TEST_POSTGRES_URL / IDEM_TEST_MYSQL_URL; fails without them).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <cstdio>
@@ -223,6 +230,93 @@ TEST(StoreFault, RocksdbPastAFileSizeLimitIs503AndNotReady) {
   }
   EXPECT_EQ(Claim(again.port(), "K-new").status, 201);
   EXPECT_EQ(again.Stop(), 0);
+}
+
+// A small tmpfs mounted at a directory of its own for the test's life (root only).
+class SmallDisk {
+ public:
+  explicit SmallDisk(const std::string& dir) : dir_(dir) {
+    mounted_ = mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=8m") == 0;
+  }
+  ~SmallDisk() {
+    if (mounted_) umount2(dir_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+
+  // Writes a file until the disk refuses (ENOSPC); false if it never did.
+  bool Fill() {
+    const int fd = open((dir_ + "/filler").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return false;
+    const std::string chunk(64 * 1024, 'f');
+    bool full = false;
+    while (!full) {
+      const ssize_t n = write(fd, chunk.data(), chunk.size());
+      full = n < 0 && errno == ENOSPC;
+      if (n < 0 && !full) break;
+    }
+    close(fd);
+    return full;
+  }
+  void Free() { std::remove((dir_ + "/filler").c_str()); }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+};
+
+// A full disk under sqlite://: every claim was 503 (the writes fail) while reads and
+// pings still answered, so /readyz stayed 200 and idem_store_up 1 and a load
+// balancer kept sending traffic. Readiness follows writes now: 503 as soon as a
+// write has failed (well within 2 s of the disk filling), and 200 within 2 s of
+// space returning, by the readiness check's own write probe, without any claim.
+// A real full disk (a small tmpfs) needs root to mount; CI runs as root.
+TEST(StoreFault, SqliteFullDiskIsNotReadyUntilWritesWorkAgain) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs to fill needs root";
+  TempDir dir;
+  SmallDisk disk(dir.path());
+  ASSERT_TRUE(disk.mounted()) << "mount tmpfs on " << dir.path() << ": " << std::strerror(errno);
+  const std::string log_dir = dir.path() + ".log";  // off the full disk: the log must go on
+  ASSERT_EQ(mkdir(log_dir.c_str(), 0700), 0);
+  ServeProcess serve(log_dir + "/serve.err");
+  ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store",
+                           "sqlite://" + dir.path() + "/idem.db", "--tenant", "t:tok"}),
+              ::testing::StartsWith("listening on "))
+      << serve.stderr_text();
+  ASSERT_EQ(Claim(serve.port(), "K-0").status, 201);
+  ASSERT_EQ(Fetch(serve.port(), "GET", "/readyz").status, 200);
+
+  ASSERT_TRUE(disk.Fill());
+  const auto filled = std::chrono::steady_clock::now();
+  // The WAL may still have room of its own for a claim or two.
+  int refused_at = -1;
+  for (int i = 1; i <= 50 && refused_at < 0; ++i) {
+    const int status = Claim(serve.port(), "K-" + std::to_string(i)).status;
+    if (status == 503) refused_at = i;
+    ASSERT_TRUE(status == 201 || status == 503) << status;
+  }
+  ASSERT_GT(refused_at, 0) << "no claim failed on the full disk";
+  EXPECT_TRUE(WaitUntil([&] { return Fetch(serve.port(), "GET", "/readyz").status == 503; },
+                        std::chrono::seconds(2)))
+      << "/readyz stayed 200 on a full disk";
+  EXPECT_LT(std::chrono::steady_clock::now() - filled, std::chrono::seconds(2));
+  EXPECT_THAT(Fetch(serve.port(), "GET", "/metrics").body,
+              ::testing::HasSubstr("\nidem_store_up 0\n"));
+
+  disk.Free();
+  const auto freed = std::chrono::steady_clock::now();
+  EXPECT_TRUE(WaitUntil([&] { return Fetch(serve.port(), "GET", "/readyz").status == 200; },
+                        std::chrono::seconds(2)))
+      << "/readyz stayed 503 once space returned";
+  EXPECT_LT(std::chrono::steady_clock::now() - freed, std::chrono::seconds(2));
+  EXPECT_THAT(Fetch(serve.port(), "GET", "/metrics").body,
+              ::testing::HasSubstr("\nidem_store_up 1\n"));
+  const std::string refused_key = "K-" + std::to_string(refused_at);
+  EXPECT_EQ(Claim(serve.port(), refused_key).status, 201);  // nothing was recorded for it
+  EXPECT_EQ(Claim(serve.port(), "K-0").status, 409);         // still held: nothing was lost
+  EXPECT_EQ(serve.Stop(), 0);
+  const std::string log = serve.stderr_text();
+  EXPECT_EQ(Count(log, "store unavailable: "), 1) << log;
+  EXPECT_EQ(Count(log, "store available again after "), 1) << log;
 }
 
 // `url` with its port replaced by `port` (to go through a FaultProxy).

@@ -205,7 +205,9 @@ CachingStore::CachingStore(std::unique_ptr<Store> inner, CacheOptions options,
                            std::unique_ptr<cache::SharedTier> redis)
     : inner_(std::move(inner)),
       options_(std::move(options)),
-      l1_(options_.l1_entries > 0 ? std::make_unique<LruCache>(options_.l1_entries) : nullptr),
+      l1_(options_.l1_entries > 0 && options_.l1_bytes > 0
+              ? std::make_unique<LruCache>(options_.l1_entries, options_.l1_bytes)
+              : nullptr),
       redis_(std::move(redis)) {}
 
 absl::StatusOr<std::unique_ptr<CachingStore>> CachingStore::Make(std::unique_ptr<Store> inner,
@@ -214,6 +216,9 @@ absl::StatusOr<std::unique_ptr<CachingStore>> CachingStore::Make(std::unique_ptr
   if (options.clock == nullptr) options.clock = Clock::Real();
   if (options.ttl <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("NewCachingStore: ttl must be positive");
+  }
+  if (options.max_entry_bytes == 0) {
+    return absl::InvalidArgumentError("NewCachingStore: max_entry_bytes must be positive");
   }
   std::unique_ptr<cache::SharedTier> redis;
   if (!options.redis_url.empty()) {
@@ -277,7 +282,7 @@ absl::StatusOr<std::optional<Record>> CachingStore::LookupDecided(std::string_vi
       absl::StatusOr<Record> r = store::DecodeRecord(**bytes);
       if (r.ok() && usable(*r)) {
         l2_hits_.fetch_add(1, std::memory_order_relaxed);
-        if (l1_ != nullptr) l1_->Put(name, *r, now + options_.ttl);
+        if (l1_ != nullptr && Fits(name, *r)) l1_->Put(name, *r, now + options_.ttl);
         return std::optional<Record>(*std::move(r));
       }
       OnRedisError(absl::DataLossError(
@@ -296,10 +301,22 @@ std::optional<Record> CachingStore::PeekDecided(std::string_view tenant, std::st
   return r;
 }
 
+bool CachingStore::Fits(const std::string& name, const Record& record) {
+  if (LruCache::ChargedBytes(name, record) <= options_.max_entry_bytes) return true;
+  too_large_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
 void CachingStore::Fill(const Record& record) {
   if (!IsFinal(record)) return;
   const absl::Time now = options_.clock->Now();
   const std::string name = store::RecordKey(record.tenant, record.key);
+  if (!Fits(name, record)) {
+    // What a tier held under the key stays right (a final record never changes),
+    // but L1 gives the room back at once.
+    if (l1_ != nullptr) l1_->Erase(name);
+    return;
+  }
   if (l1_ != nullptr) l1_->Put(name, record, now + options_.ttl);
   if (redis_ != nullptr && RedisUsable(now)) {
     absl::Status s = redis_->SetPx(absl::StrCat(options_.redis_key_prefix, name),
@@ -347,7 +364,9 @@ CacheStats CachingStore::stats() const {
                     .misses = misses_.load(std::memory_order_relaxed),
                     .redis_errors = redis_errors_.load(std::memory_order_relaxed),
                     .fills = fills_.load(std::memory_order_relaxed),
-                    .l1_entries = l1_ != nullptr ? l1_->size() : 0};
+                    .too_large = too_large_.load(std::memory_order_relaxed),
+                    .l1_entries = l1_ != nullptr ? l1_->size() : 0,
+                    .l1_bytes = l1_ != nullptr ? l1_->bytes() : 0};
 }
 
 }  // namespace cache

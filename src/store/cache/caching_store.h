@@ -56,8 +56,9 @@ class CachingStore final : public Store {
 
   CacheStats stats() const;
 
-  // Puts `record` into every tier if it is final; ignores any other. Redis errors
-  // are counted and logged, never returned. Blocks up to the Redis timeouts.
+  // Puts `record` into every tier if it is final and within max_entry_bytes;
+  // ignores any other. Redis errors are counted and logged, never returned. Blocks
+  // up to the Redis timeouts.
   void Fill(const Record& record);
 
   // Drops (tenant, key) from L1: a committed write left it non-final, which the
@@ -68,6 +69,8 @@ class CachingStore final : public Store {
   CachingStore(std::unique_ptr<Store> inner, CacheOptions options,
                std::unique_ptr<cache::SharedTier> redis);
 
+  // Whether `record` under `name` is within max_entry_bytes (else counted).
+  bool Fits(const std::string& name, const Record& record);
   // Whether Redis may be asked now (not within redis_retry_after of an error).
   bool RedisUsable(absl::Time now) const;
   void OnRedisError(const absl::Status& status);
@@ -82,6 +85,7 @@ class CachingStore final : public Store {
   std::atomic<uint64_t> misses_{0};
   std::atomic<uint64_t> redis_errors_{0};
   std::atomic<uint64_t> fills_{0};
+  std::atomic<uint64_t> too_large_{0};
   std::atomic<int64_t> redis_down_until_micros_{0};  // Unix micros; 0: usable
 
   absl::Mutex log_mu_;
