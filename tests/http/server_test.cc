@@ -275,6 +275,18 @@ TEST_F(ServerTest, MalformedHttpIs400AndCloses) {
   EXPECT_TRUE(c.ClosedByPeer());
 }
 
+// RFC 9112 §3.2: a server answers 400 to a request with two Host header fields.
+TEST_F(ServerTest, TwoHostHeadersAre400AndClose) {
+  Client c(port_);
+  ASSERT_TRUE(c.WriteRaw("GET /healthz HTTP/1.1\r\nHost: a.example\r\nhost: b.example\r\n\r\n"));
+  ClientResponse r = c.Read();
+  EXPECT_EQ(r.status, 400) << r.error;
+  EXPECT_EQ(r.header("content-type"), "application/problem+json");
+  EXPECT_THAT(r.body, HasSubstr("more than one Host header"));
+  EXPECT_TRUE(c.ClosedByPeer());
+  EXPECT_EQ(Fetch(port_, "GET", "/healthz").status, 200);  // one Host is fine
+}
+
 // A header trickled in (slowloris) is cut off at header_timeout with 408, not
 // held for the keep-alive idle timeout (60 s here) and then dropped silently. A
 // connection idle between requests is not: the deadline starts at the first byte.
