@@ -9,6 +9,7 @@
 // sticky; a whole answer has a final status (200-999), a body within the limit
 // (none for HEAD); the outcome does not depend on how the bytes were split into
 // reads (the same status, headers and body, or the same error code).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
