@@ -82,6 +82,9 @@ int RunProxy(const ProxyFlags& flags) {
     options.optional_prefixes.push_back(prefix);
   }
   options.client_header = flags.client_header;
+  // Claims and replays on one set of threads, upstream calls on another (Proxy).
+  options.store_threads = flags.server.threads;
+  options.upstream_threads = flags.server.threads;
   if (flags.fingerprint != "raw" && flags.fingerprint != "json") {
     return ProxyUsage("--fingerprint '" + flags.fingerprint + "' must be raw or json");
   }
@@ -115,6 +118,13 @@ int RunProxy(const ProxyFlags& flags) {
   std::vector<std::string> warnings;
   std::unique_ptr<Store> store = OpenServerStore("proxy", flags.server, &warnings, &exit_code);
   if (store == nullptr) return exit_code;
+  if (options.client_header.empty()) {
+    warnings.push_back(
+        "keys are global (no --client-header): every client shares one key space, so a "
+        "client that sends another's Idempotency-Key and request is answered with the "
+        "other's stored response; if the upstream authenticates its clients, restart with "
+        "--client-header Authorization (or the header that names the client)");
+  }
   GuardOptions guard_options;
   guard_options.lease = options.lease;
   Guard guard(*store, guard_options);
@@ -122,6 +132,9 @@ int RunProxy(const ProxyFlags& flags) {
   const http::Upstream upstream(*upstream_url,
                                 {.timeout = *timeout, .max_response_bytes = flags.max_response});
   http::Proxy proxy(guard, upstream, metrics, options);
+  // Every request of the main listener goes to the Proxy's own threads
+  // (Proxy::HandleAsync); the Server's worker pool is left one thread.
+  server_options->worker_threads = 1;
   http::Server server(proxy, *server_options);
   // Every path of the main listener is the upstream's; /healthz, /readyz (the store
   // answers) and /metrics (the proxy's counts) get a listener of their own. It is
@@ -148,8 +161,10 @@ int RunProxy(const ProxyFlags& flags) {
       "proxy", server,
       absl::StrCat("proxying to http://", upstream_url->authority, upstream_url->base_path,
                    " with keys in ", AV(store->url()),
-                   options.client_header.empty() ? " (global keys)"
-                                                 : " (keys per " + options.client_header + ")",
+                   options.client_header.empty()
+                       ? " (keys are global: one key space shared by every client)"
+                       : " (keys per client, by a digest of the " + options.client_header +
+                             " header)",
                    ","),
       warnings);
   if (admin_server != nullptr) {
@@ -179,8 +194,9 @@ CommandFn AddProxyCommand(CLI::App& root) {
                   "(repeatable); with a key it is still deduplicated")
       ->type_name("PREFIX");
   sub->add_option("--client-header", flags->client_header,
-                  "Keep keys per client, by a digest of this header (e.g. Authorization); "
-                  "without it keys are global")
+                  "Keep keys per client, by a digest of this header (e.g. Authorization); a "
+                  "request without it, or with it twice, is 400. Without this option keys are "
+                  "global: one client that sends another's key and request gets its answer")
       ->type_name("NAME");
   sub->add_option("--fingerprint", flags->fingerprint,
                   "How a retry is recognised as the same request: raw (method, target and body "
@@ -192,10 +208,12 @@ CommandFn AddProxyCommand(CLI::App& root) {
                   "retry after it is forwarded again. Longer than --upstream-timeout")
       ->capture_default_str();
   sub->add_option("--upstream-timeout", flags->upstream_timeout,
-                  "Time for the upstream's whole answer (else 504, and the key is released)")
+                  "Time from a request's arrival to the upstream's whole answer (else 504, "
+                  "and the key is released)")
       ->capture_default_str();
   sub->add_option("--max-response", flags->max_response,
-                  "Largest upstream answer body in bytes (else 502, and the key is released)")
+                  "Largest upstream answer body in bytes, checked against Content-Length "
+                  "and while it streams (else 502, nothing stored, and the key is released)")
       ->capture_default_str();
   sub->add_flag("--keep-set-cookie", flags->keep_set_cookie,
                 "Store Set-Cookie with the answer and replay it (default: replays drop it)");

@@ -185,6 +185,7 @@ void Connection::OnHeader(beast::error_code ec) {
   // instead of a case-insensitive tree search per field: ~4 % of a duplicate.
   beast::string_view given_id, transfer_encoding, authorization, expect;
   bool seen_id = false, seen_coding = false, seen_auth = false, seen_expect = false;
+  int hosts = 0;
   auto first = [](bool& seen, beast::string_view& into, beast::string_view value) {
     if (!seen) into = value;
     seen = true;
@@ -194,6 +195,7 @@ void Connection::OnHeader(beast::error_code ec) {
       case bhttp::field::transfer_encoding: first(seen_coding, transfer_encoding, f.value()); break;
       case bhttp::field::authorization: first(seen_auth, authorization, f.value()); break;
       case bhttp::field::expect: first(seen_expect, expect, f.value()); break;
+      case bhttp::field::host: ++hosts; break;
       case bhttp::field::unknown:
         if (beast::iequals(f.name_string(), "x-request-id")) first(seen_id, given_id, f.value());
         break;
@@ -204,6 +206,16 @@ void Connection::OnHeader(beast::error_code ec) {
   head_ = req.method() == bhttp::verb::head;
   method_ = std::string(req.method_string());
   started_ = std::chrono::steady_clock::now();
+  // Two Host fields leave the request's authority ambiguous, and a server MUST
+  // answer 400 (RFC 9112 §3.2); a proxy that read one and forwarded both could be
+  // steered by whichever one the next hop reads.
+  if (hosts > 1) {
+    Reply reply;
+    reply.route = Route::kOther;
+    reply.response = Api::BadHttp("the request has more than one Host header");
+    Send(reply, /*force_close=*/true);
+    return;
+  }
   // Only chunked is a transfer-coding this server decodes; a body in another one
   // (gzip, deflate, …) would reach the API still encoded (RFC 9112 §6.1: 501).
   if (std::string coding = UnsupportedCoding(transfer_encoding);
@@ -306,6 +318,7 @@ void Connection::OnBody(beast::error_code ec) {
   auto auth = req[bhttp::field::authorization];
   request.authorization = std::string(auth.data(), auth.size());
   request.request_id = request_id_;
+  request.received = started_;
   if (shared_.api.wants_headers()) {
     for (const auto& field : req) {
       request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));

@@ -1,12 +1,15 @@
 #include "http/proxy.h"
 
 #include <cmath>
+#include <exception>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "boost/asio/post.hpp"
+#include "boost/asio/thread_pool.hpp"
 #include "core/absl_compat.h"
 #include "http/canonical_json.h"
 #include "http/json.h"
@@ -72,11 +75,24 @@ HttpResponse NoUpstreamAnswer(const absl::Status& why) {
                      "the upstream could not be reached or gave no valid answer");
 }
 
-// A stored answer: {"status":N,"headers":[["Name","value"],...],"body_base64":"..."}.
-std::string Encode(const HttpResponse& response) {
+// The answer when a request's handling threw (out of memory, say): 500, and the
+// cause in the log.
+Reply ProxyInternalError(const HttpRequest& request, std::string_view what) {
+  spdlog::error("proxy: {} {} failed inside the proxy: {} (request_id={})", request.method,
+                request.target, what, request.request_id);
+  return Answer(Route::kOther,
+                MakeProblem(500, "internal", "Internal Server Error",
+                            "the request failed inside the proxy; see the log"),
+                "");
+}
+
+// A stored answer: {"status":N,"headers":[["Name","value"],...],"body_base64":"..."},
+// without Set-Cookie unless `keep_set_cookie`.
+std::string Encode(const HttpResponse& response, bool keep_set_cookie) {
   std::string out = absl::StrCat("{\"status\":", response.status, ",\"headers\":[");
   bool first = true;
   for (const auto& [name, value] : response.headers) {
+    if (!keep_set_cookie && absl::EqualsIgnoreCase(AV(name), "set-cookie")) continue;
     absl::StrAppend(&out, first ? "" : ",", "[", JsonString(name), ",", JsonString(value), "]");
     first = false;
   }
@@ -159,8 +175,26 @@ absl::StatusOr<std::string> ParseIdempotencyKey(std::string_view value) {
   return key;
 }
 
+struct Proxy::Threads {
+  Threads(int store_threads, int upstream_threads)
+      : store(static_cast<size_t>(store_threads)), upstream(static_cast<size_t>(upstream_threads)) {}
+  boost::asio::thread_pool store;     // claims and replays: they wait on the store only
+  boost::asio::thread_pool upstream;  // forwarded calls, which may hang until the timeout
+};
+
 Proxy::Proxy(Guard& guard, const Upstream& upstream, Metrics& metrics, ProxyOptions options)
-    : guard_(guard), upstream_(upstream), metrics_(metrics), options_(std::move(options)) {}
+    : guard_(guard), upstream_(upstream), metrics_(metrics), options_(std::move(options)) {
+  if (options_.store_threads > 0 && options_.upstream_threads > 0) {
+    threads_ = std::make_unique<Threads>(options_.store_threads, options_.upstream_threads);
+  }
+}
+
+Proxy::~Proxy() {
+  if (threads_ != nullptr) {
+    threads_->store.join();  // first: its tasks hand work to the upstream threads
+    threads_->upstream.join();
+  }
+}
 
 Reply Proxy::Poll(const WaitingClaim&) {
   return Answer(Route::kOther, MakeProblem(500, "internal", "Internal Server Error", "nothing waits"),
@@ -172,7 +206,57 @@ std::optional<Reply> Proxy::BeforeBody(std::string_view, std::string_view) const
 }
 
 Reply Proxy::Handle(const HttpRequest& request) {
-  if (options_.methods.count(request.method) == 0) return PassThrough(request);
+  try {
+    std::optional<Claimed> claimed;
+    if (std::optional<Reply> answer = Admit(request, &claimed)) return *std::move(answer);
+    return Forward(request, claimed);
+  } catch (const std::exception& e) {
+    return ProxyInternalError(request, e.what());
+  }
+}
+
+bool Proxy::HandleAsync(HttpRequest& request, Resume resume) {
+  if (threads_ == nullptr) return false;
+  auto taken = std::make_shared<const HttpRequest>(std::move(request));
+  auto send = [resume](Reply reply) {
+    resume([reply = std::move(reply)] { return reply; });
+  };
+  // Upstream calls run apart from claims: a replay never waits for a thread that
+  // an upstream holds until its timeout.
+  auto forward = [this, taken, send](std::optional<Claimed> claimed) {
+    boost::asio::post(threads_->upstream, [this, taken, send, claimed = std::move(claimed)] {
+      Reply reply;
+      try {
+        reply = Forward(*taken, claimed);
+      } catch (const std::exception& e) {
+        reply = ProxyInternalError(*taken, e.what());
+      }
+      send(std::move(reply));
+    });
+  };
+  if (options_.methods.count(taken->method) == 0) {  // no key, no store: straight on
+    forward(std::nullopt);
+    return true;
+  }
+  boost::asio::post(threads_->store, [this, taken, send, forward] {
+    std::optional<Claimed> claimed;
+    std::optional<Reply> answer;
+    try {
+      answer = Admit(*taken, &claimed);
+    } catch (const std::exception& e) {
+      answer = ProxyInternalError(*taken, e.what());
+    }
+    if (answer.has_value()) {
+      send(*std::move(answer));
+    } else {
+      forward(std::move(claimed));
+    }
+  });
+  return true;
+}
+
+std::optional<Reply> Proxy::Admit(const HttpRequest& request, std::optional<Claimed>* claimed) {
+  if (options_.methods.count(request.method) == 0) return std::nullopt;  // passes through
   const auto [value, count] = HeaderOf(request, "Idempotency-Key");
   if (count > 1) {
     return Answer(kGuardedRoute,
@@ -183,7 +267,7 @@ Reply Proxy::Handle(const HttpRequest& request) {
   if (count == 0) {
     const std::string_view path = std::string_view(request.target).substr(0, request.target.find('?'));
     for (const std::string& prefix : options_.optional_prefixes) {
-      if (path.starts_with(prefix)) return PassThrough(request);
+      if (path.starts_with(prefix)) return std::nullopt;
     }
     return Answer(kGuardedRoute,
                   MakeProblem(400, "missing_idempotency_key", "Bad Request",
@@ -199,17 +283,25 @@ Reply Proxy::Handle(const HttpRequest& request) {
                               SV(key.status().message())),
                   "invalid_key");
   }
-  return Guarded(request, *std::move(key));
+  return AdmitGuarded(request, *std::move(key), claimed);
 }
 
-Reply Proxy::PassThrough(const HttpRequest& request) {
-  absl::StatusOr<UpstreamResponse> answer = upstream_.Send(request, request.target);
-  if (!answer.ok()) {
-    spdlog::warn("upstream: {} {} failed: {} (request_id={})", request.method, request.target,
-                 std::string(answer.status().message()), request.request_id);
-    return Answer(kPassRoute, NoUpstreamAnswer(answer.status()), "");
+void Proxy::WarnSharedKeys(const HttpRequest& request) {
+  if (HeaderOf(request, "Authorization").second == 0 && HeaderOf(request, "Cookie").second == 0) {
+    return;
   }
-  return Answer(kPassRoute, Relay(*answer), "");
+  const int64_t now = absl::ToUnixNanos(guard_.options().clock->Now());
+  int64_t last = shared_keys_warned_ns_.load();
+  if (last != std::numeric_limits<int64_t>::min() && now - last < absl::ToInt64Nanoseconds(absl::Hours(1))) {
+    return;
+  }
+  if (!shared_keys_warned_ns_.compare_exchange_strong(last, now)) return;  // another thread warns
+  spdlog::warn("proxy: keyed requests carry Authorization or Cookie, so the upstream seems to "
+               "tell clients apart, but keys are global (no --client-header): a client that "
+               "sends another's Idempotency-Key and request gets that client's stored answer; "
+               "start the proxy with --client-header Authorization (or the header that names "
+               "the client). Logged at most once an hour (request_id={})",
+               request.request_id);
 }
 
 std::string Proxy::FingerprintOf(const HttpRequest& request) const {
@@ -223,7 +315,7 @@ std::string Proxy::FingerprintOf(const HttpRequest& request) const {
   return Fingerprint(absl::StrCat(request.method, "\n", request.target, "\n", body_digest));
 }
 
-HttpResponse Proxy::Relay(const UpstreamResponse& answer) const {
+HttpResponse Proxy::Relay(UpstreamResponse&& answer) const {
   HttpResponse out;
   out.status = answer.status;
   out.content_type.clear();
@@ -238,11 +330,12 @@ HttpResponse Proxy::Relay(const UpstreamResponse& answer) const {
     }
     out.headers.emplace_back(name, value);
   }
-  out.body = answer.body;
+  out.body = std::move(answer.body);
   return out;
 }
 
-Reply Proxy::Guarded(const HttpRequest& request, std::string key) {
+std::optional<Reply> Proxy::AdmitGuarded(const HttpRequest& request, std::string key,
+                                         std::optional<Claimed>* claimed) {
   Request claim_request;
   claim_request.biz_type = options_.biz_type;
   claim_request.key = std::move(key);
@@ -257,8 +350,20 @@ Reply Proxy::Guarded(const HttpRequest& request, std::string key) {
                                              "no ", options_.client_header, " header")),
                     "missing_client");
     }
+    // Which one names the client? Scoping by one while the upstream reads another
+    // would replay one client's answer to another: refuse, forward nothing.
+    if (count > 1) {
+      return Answer(kGuardedRoute,
+                    MakeProblem(400, "ambiguous_client_identity", "Bad Request",
+                                absl::StrCat("keys are kept per client here, and the ",
+                                             options_.client_header,
+                                             " header is given more than once; send it once")),
+                    "missing_client");  // no usable client identity
+    }
     // A digest, never the value itself (it may be a bearer token).
     claim_request.tenant = "client-" + Fingerprint(client).substr(0, 32);
+  } else {
+    WarnSharedKeys(request);
   }
   const std::string tenant_shown = claim_request.tenant;
 
@@ -323,9 +428,26 @@ Reply Proxy::Guarded(const HttpRequest& request, std::string key) {
     case Outcome::kExecuted:
       break;
   }
+  *claimed = Claimed{.request = std::move(claim_request),
+                     .token = claim->token,
+                     .takeover = claim->takeover,
+                     .previous_token = claim->previous_token};
+  return std::nullopt;
+}
 
-  const int64_t token = claim->token;
+Reply Proxy::Forward(const HttpRequest& request, const std::optional<Claimed>& claimed) {
   absl::StatusOr<UpstreamResponse> answer = upstream_.Send(request, request.target);
+  if (!claimed.has_value()) {  // passed through
+    if (!answer.ok()) {
+      spdlog::warn("upstream: {} {} failed: {} (request_id={})", request.method, request.target,
+                   std::string(answer.status().message()), request.request_id);
+      return Answer(kPassRoute, NoUpstreamAnswer(answer.status()), "");
+    }
+    return Answer(kPassRoute, Relay(*std::move(answer)), "");
+  }
+  const Request& claim_request = claimed->request;
+  const int64_t token = claimed->token;
+  const std::string& tenant_shown = claim_request.tenant;
   if (!answer.ok() || !IsFinal(answer->status)) {
     const std::string why = answer.ok() ? absl::StrCat("upstream answered ", answer->status)
                                         : std::string(answer.status().message());
@@ -340,16 +462,12 @@ Reply Proxy::Guarded(const HttpRequest& request, std::string key) {
                    request.target, why, request.request_id);
       return Answer(kGuardedRoute, NoUpstreamAnswer(answer.status()), "released", tenant_shown);
     }
-    return Answer(kGuardedRoute, Relay(*answer), "released", tenant_shown);
+    return Answer(kGuardedRoute, Relay(*std::move(answer)), "released", tenant_shown);
   }
-  HttpResponse live = Relay(*answer);
-  HttpResponse kept = live;
-  if (!options_.keep_set_cookie) {
-    std::erase_if(kept.headers, [](const auto& h) {
-      return absl::EqualsIgnoreCase(AV(h.first), "set-cookie");
-    });
-  }
-  if (absl::Status s = guard_.Complete(claim_request, token, Encode(kept)); !s.ok()) {
+  HttpResponse live = Relay(*std::move(answer));
+  if (absl::Status s =
+          guard_.Complete(claim_request, token, Encode(live, options_.keep_set_cookie));
+      !s.ok()) {
     // The effect happened and the client gets its answer; only a retry after the
     // lease ends would be sent again.
     metrics_.CountStoreError();
@@ -358,10 +476,10 @@ Reply Proxy::Guarded(const HttpRequest& request, std::string key) {
                   std::string(s.message()), absl::FormatDuration(options_.lease),
                   request.request_id);
   }
-  if (claim->takeover) {
+  if (claimed->takeover) {
     spdlog::info("proxy: a request whose proxy died mid-flight (token {}) was forwarded again "
                  "after its lease ended (request_id={})",
-                 claim->previous_token, request.request_id);
+                 claimed->previous_token, request.request_id);
   }
   return Answer(kGuardedRoute, std::move(live), "executed", tenant_shown);
 }

@@ -18,11 +18,25 @@
 //
 // Keys are global, or per client when client_header is set (the tenant is a digest
 // of that header's value, e.g. Authorization: one client cannot see another's
-// answers).
+// answers; a request that gives that header more than once is 400 and is not
+// forwarded). Global keys are shared by every client: B sending A's key and request
+// gets A's answer; a keyed request with Authorization or Cookie while keys are global
+// is logged as a warning (at most once an hour).
+//
+// Threads: through the Server, every request is taken by HandleAsync and runs on the
+// Proxy's own threads: the claim (and a replay) on `store_threads`, the forwarded
+// call and the complete or fail after it on `upstream_threads`. So replays of
+// finished keys never queue behind upstream calls that hang, and the upstream
+// timeout counts from the request's arrival (HttpRequest::received), time queued
+// for a thread included.
 //
 // Thread safety: safe for concurrent use (Handler).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -46,6 +60,10 @@ struct ProxyOptions {
   bool canonical_json = false;                    // fingerprint JSON bodies canonically
   absl::Duration lease = absl::Seconds(60);       // longer than the upstream timeout
   bool keep_set_cookie = false;                   // store and replay Set-Cookie
+  // Threads for claims (and replays), and for upstream calls; 0 and 0: none, every
+  // request is answered by Handle() on the caller's thread (HandleAsync declines).
+  int store_threads = 16;
+  int upstream_threads = 16;
 };
 
 // The key of an Idempotency-Key value: an RFC 8941 sf-string (parameters after it
@@ -57,8 +75,16 @@ class Proxy : public Handler {
  public:
   // `guard`, `upstream` and `metrics` must outlive the Proxy.
   Proxy(Guard& guard, const Upstream& upstream, Metrics& metrics, ProxyOptions options);
+  // Waits for the requests its threads still hold (each ends within the upstream
+  // timeout of its arrival).
+  ~Proxy() override;
 
+  // Answers `request` on the calling thread. Blocks on the store and the upstream.
   Reply Handle(const HttpRequest& request) override;
+  // Takes `request` (moved from) onto the Proxy's threads and returns true; `resume`
+  // is called once, from one of them, with its answer. false (nothing taken) when
+  // the Proxy has no threads. Does not block.
+  bool HandleAsync(HttpRequest& request, Resume resume) override;
   Reply Poll(const WaitingClaim& waiting) override;  // never waits: 500
   std::optional<Reply> BeforeBody(std::string_view target,
                                   std::string_view authorization) const override;
@@ -66,17 +92,36 @@ class Proxy : public Handler {
   Metrics& metrics() override { return metrics_; }
 
  private:
-  Reply PassThrough(const HttpRequest& request);
-  Reply Guarded(const HttpRequest& request, std::string key);
+  struct Threads;
+  // A guarded request's claimed key: forwarded, it is completed or failed.
+  struct Claimed {
+    Request request;  // as claimed (biz_type, key, fingerprint, tenant)
+    int64_t token = 0;
+    bool takeover = false;
+    int64_t previous_token = 0;
+  };
+
+  // What can be decided before the upstream is called (blocks on the store): the
+  // answer (a 400, a replay, 409, 422, 503, ...), or nullopt to forward, with the
+  // key claimed in `*claimed` (left empty for a request that passes through).
+  std::optional<Reply> Admit(const HttpRequest& request, std::optional<Claimed>* claimed);
+  std::optional<Reply> AdmitGuarded(const HttpRequest& request, std::string key,
+                                    std::optional<Claimed>* claimed);
+  // Calls the upstream and, for a claimed key, completes or releases it.
+  Reply Forward(const HttpRequest& request, const std::optional<Claimed>& claimed);
   // The fingerprint of `request` (method, target, body digest).
   std::string FingerprintOf(const HttpRequest& request) const;
-  // The response to send and the bytes to store for an upstream answer.
-  HttpResponse Relay(const UpstreamResponse& response) const;
+  // The response to send for an upstream answer (its body moved in).
+  HttpResponse Relay(UpstreamResponse&& response) const;
+  // Logs, at most once an hour, that keys are global while clients authenticate.
+  void WarnSharedKeys(const HttpRequest& request);
 
   Guard& guard_;
   const Upstream& upstream_;
   Metrics& metrics_;
   const ProxyOptions options_;
+  std::atomic<int64_t> shared_keys_warned_ns_{std::numeric_limits<int64_t>::min()};
+  std::unique_ptr<Threads> threads_;  // null without threads
 };
 
 }  // namespace idem::http

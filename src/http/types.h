@@ -4,6 +4,7 @@
 // Thread safety: plain values.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -20,6 +21,10 @@ struct HttpRequest {
   // The client's X-Request-Id when it is a sane token, else one made up; echoed in
   // the answer's X-Request-Id and in every problem body (`request_id`).
   std::string request_id;
+  // When the server had the request's header (its clock); deadlines that cover the
+  // whole request (the proxy's --upstream-timeout) count from here. Unset (the
+  // epoch) for a request made in process: such deadlines count from their start.
+  std::chrono::steady_clock::time_point received{};
   // Every header as received, in order; filled only for a Handler that wants them
   // (Handler::wants_headers).
   std::vector<std::pair<std::string, std::string>> headers;

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "http/types.h"
+#include "http/upstream_response.h"
 
 namespace idem::http {
 
@@ -35,14 +36,8 @@ struct UpstreamUrl {
 absl::StatusOr<UpstreamUrl> ParseUpstreamUrl(std::string_view url);
 
 struct UpstreamOptions {
-  absl::Duration timeout = absl::Seconds(30);  // the whole exchange
+  absl::Duration timeout = absl::Seconds(30);  // from the request's arrival to its answer
   size_t max_response_bytes = 8 << 20;         // a larger answer's body is refused
-};
-
-struct UpstreamResponse {
-  int status = 0;
-  std::vector<std::pair<std::string, std::string>> headers;  // as received, in order
-  std::string body;
 };
 
 // The hop-by-hop headers of RFC 9110 §7.6.1 (Connection, Keep-Alive, TE, Trailer,
@@ -55,10 +50,13 @@ class Upstream {
   Upstream(UpstreamUrl url, UpstreamOptions options);
 
   // Sends `request` (method, headers without the hop-by-hop ones and Host, body) to
-  // base_path + `target`, with X-Request-Id = request.request_id. Errors, all meaning
-  // "no usable answer": kUnavailable (the name does not resolve, the connection is
-  // refused or breaks, the answer is not HTTP), kDeadlineExceeded (no whole answer
-  // within the timeout), kResourceExhausted (the answer's body is over the limit).
+  // base_path + `target`, with X-Request-Id = request.request_id, and reads the
+  // answer (UpstreamResponseReader). Errors, all meaning "no usable answer":
+  // kUnavailable (the name does not resolve, the connection is refused or breaks,
+  // the answer is not HTTP), kDeadlineExceeded (no whole answer within the timeout
+  // of request.received, or of now when it is not set; nothing is sent when that
+  // time has already passed), kResourceExhausted (the answer's body is over the
+  // limit: its Content-Length, before the body is read, or as it streams). Blocks.
   absl::StatusOr<UpstreamResponse> Send(const HttpRequest& request, std::string_view target) const;
 
   const UpstreamUrl& url() const { return url_; }

@@ -182,4 +182,24 @@ class ServeProcess {
   uint16_t port_ = 0;
 };
 
+// Kilobytes of the process's resident set: "VmRSS" now, "VmHWM" its peak.
+inline int64_t MemoryKb(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(field + ":")) return std::stoll(line.substr(field.size() + 1));
+  }
+  return -1;
+}
+
+// Whether the process runs ThreadSanitizer's runtime: the TSan run starts the TSan-built
+// `idem` from this (GCC-built) test binary (scripts/sanitize.sh), so the test's own
+// build says nothing about the server's; a TSan-built server maps libtsan either way.
+inline bool UnderThreadSanitizer(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("/libtsan.so") != std::string::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace idem::testing

@@ -307,6 +307,168 @@ TEST_F(ProxyTest, TheAdminListenerAnswersHealthReadinessAndMetrics) {
   EXPECT_EQ(testing::Fetch(admin, "POST", "/v1/claims", "{}").status, 401);
 }
 
+// Answers larger than --max-response never reach the client and are never
+// stored, whatever their framing: a Content-Length over the limit (its first body
+// bytes in the same read as the header, which Boost 1.74's own limit missed), a
+// chunked body or one delimited by closing that passes it. 502, the key released:
+// the retry is forwarded again. An answer exactly at the limit passes.
+TEST_F(ProxyTest, OversizeAnswersNeverPassAndAreNeverStored) {
+  auto proxy = StartProxy({"--max-response", "1048576"});
+  int effects = 0;
+  for (const std::string framing : {"length", "chunked", "close"}) {
+    const std::vector<Header> key = {{"Idempotency-Key", "big-" + framing}};
+    const std::string target = "/big?big=20000000&framing=" + framing;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      testing::ClientResponse r = Post(*proxy, target, "{}", key);
+      EXPECT_EQ(r.status, 502) << framing << " " << r.error;
+      EXPECT_THAT(r.body, HasSubstr("upstream_answer_too_large")) << framing;
+      EXPECT_LT(r.body.size(), 1000u) << framing;
+      EXPECT_EQ(Effects(), ++effects) << framing << ": the retry was not forwarded again";
+    }
+    // Passed through (PUT is not guarded): refused the same way.
+    EXPECT_EQ(Post(*proxy, target, "{}", {}, "PUT").status, 502) << framing;
+    ++effects;
+    const std::vector<Header> fits = {{"Idempotency-Key", "fits-" + framing}};
+    testing::ClientResponse at_limit =
+        Post(*proxy, "/big?big=1048576&framing=" + framing, "{}", fits);
+    EXPECT_EQ(at_limit.status, 201) << framing << " " << at_limit.error;
+    EXPECT_EQ(at_limit.body.size(), 1048576u) << framing;
+    testing::ClientResponse replayed =
+        Post(*proxy, "/big?big=1048576&framing=" + framing, "{}", fits);
+    EXPECT_EQ(replayed.header("idempotent-replayed"), "true") << framing;
+    EXPECT_EQ(replayed.body, at_limit.body) << framing;
+    EXPECT_EQ(Effects(), ++effects) << framing;
+  }
+}
+
+// Concurrent oversize answers of 200 MB against the default 8 MiB limit: the
+// proxy's resident set grows by less than 2 x limit x concurrency at its peak.
+TEST_F(ProxyTest, OversizeAnswersKeepTheResidentSetBounded) {
+  constexpr int kClients = 8;
+  auto proxy = StartProxy({"--threads", std::to_string(kClients)});
+  if (idem::testing::UnderThreadSanitizer(proxy->pid())) {
+    GTEST_SKIP() << "resident-set bound not meaningful under ThreadSanitizer's shadow memory";
+  }
+  const int64_t before = idem::testing::MemoryKb(proxy->pid(), "VmRSS");
+  ASSERT_GT(before, 0);
+  std::vector<std::future<int>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    const std::string framing = i % 3 == 0 ? "length" : i % 3 == 1 ? "chunked" : "close";
+    clients.push_back(std::async(std::launch::async, [&, i, framing] {
+      return Post(*proxy, "/big?big=200000000&framing=" + framing, "{}",
+                  {{"Idempotency-Key", "rss-" + std::to_string(i)}})
+          .status;
+    }));
+  }
+  for (auto& c : clients) EXPECT_EQ(c.get(), 502);
+  const int64_t peak = idem::testing::MemoryKb(proxy->pid(), "VmHWM");
+  EXPECT_LT(peak - before, 2 * 8 * 1024 * kClients)
+      << "resident set grew from " << before << " kB to a peak of " << peak << " kB";
+}
+
+// With keys per client, a request that names its client twice is refused before
+// anything is forwarded: scoping by one value while the upstream reads the other
+// would replay one client's answer to another.
+TEST_F(ProxyTest, ARepeatedClientHeaderIs400AndNothingIsForwarded) {
+  auto proxy = StartProxy({"--client-header", "Authorization"});
+  ASSERT_EQ(Post(*proxy, "/pay", "{}", {{"Idempotency-Key", "k"}, {"Authorization", "Bearer a"}})
+                .status,
+            201);
+  for (const std::string second : {"Bearer b", "Bearer a"}) {
+    testing::Client c(proxy->port());
+    ASSERT_TRUE(c.WriteRaw("POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\n"
+                           "Authorization: Bearer a\r\nauthorization: " + second +
+                           "\r\nContent-Length: 2\r\n\r\n{}"));
+    testing::ClientResponse r = c.Read();
+    EXPECT_EQ(r.status, 400) << second << " " << r.error;
+    EXPECT_EQ(r.header("content-type"), "application/problem+json");
+    EXPECT_THAT(r.body, HasSubstr("ambiguous_client_identity"));
+    EXPECT_THAT(r.body, HasSubstr("the Authorization header is given more than once"));
+  }
+  EXPECT_EQ(Effects(), 1);
+}
+
+// RFC 9112: a request with two Host header fields is 400, and is not forwarded.
+TEST_F(ProxyTest, TwoHostHeadersAre400) {
+  auto proxy = StartProxy();
+  for (const std::string method : {"POST", "GET"}) {
+    testing::Client c(proxy->port());
+    ASSERT_TRUE(c.WriteRaw(method + " /count HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n"
+                                    "Idempotency-Key: h\r\nContent-Length: 2\r\n\r\n{}"));
+    testing::ClientResponse r = c.Read();
+    EXPECT_EQ(r.status, 400) << method << " " << r.error;
+    EXPECT_THAT(r.body, HasSubstr("more than one Host header"));
+    EXPECT_TRUE(c.ClosedByPeer());
+  }
+  EXPECT_EQ(Effects(), 0);
+}
+
+// Without --client-header keys are global, and the proxy says so: at start-up, and
+// (once, not per request) when keyed requests carry credentials, a sign that the
+// upstream tells clients apart.
+TEST_F(ProxyTest, WithoutAClientHeaderKeysAreGlobalAndTheLogSaysSo) {
+  auto proxy = StartProxy();
+  EXPECT_TRUE(idem::testing::WaitUntil(
+      [&] {
+        return proxy->stderr_text().find(
+                   "keys are global (no --client-header): every client shares one key space") !=
+               std::string::npos;
+      },
+      std::chrono::seconds(10)))
+      << proxy->stderr_text();
+  EXPECT_THAT(proxy->stderr_text(), HasSubstr("one key space shared by every client"));
+  const std::vector<Header> alice = {{"Idempotency-Key", "same"}, {"Authorization", "Bearer a"}};
+  const std::vector<Header> bob = {{"Idempotency-Key", "same"}, {"Cookie", "sid=b"}};
+  ASSERT_EQ(Post(*proxy, "/pay", "{}", alice).status, 201);
+  // What global means: bob sending alice's key and request gets alice's answer.
+  EXPECT_EQ(Post(*proxy, "/pay", "{}", bob).header("idempotent-replayed"), "true");
+  for (int i = 0; i < 3; ++i) {
+    Post(*proxy, "/pay", "{}", {{"Idempotency-Key", "k" + std::to_string(i)}, alice[1]});
+  }
+  const std::string log = proxy->stderr_text();
+  ASSERT_NE(log.find("keyed requests carry Authorization or Cookie"), std::string::npos) << log;
+  EXPECT_EQ(log.find("keyed requests carry Authorization or Cookie"),
+            log.rfind("keyed requests carry Authorization or Cookie"))
+      << "warned more than once:\n" << log;
+}
+
+// The upstream timeout counts from the request's arrival, and upstream calls that
+// hang do not hold up what the store alone answers. Two upstream threads, both
+// held by calls that hang: a replay of a finished key is answered at once; two
+// more keyed requests wait for a thread and are answered 504 within the timeout of
+// their arrival (not when a thread frees plus a whole timeout: 6 s here).
+TEST_F(ProxyTest, HungUpstreamCallsDelayNeitherReplaysNorTheTimeout) {
+  using Clock = std::chrono::steady_clock;
+  auto proxy = StartProxy({"--threads", "2", "--upstream-timeout", "3s", "--lease", "20s"});
+  const std::vector<Header> done = {{"Idempotency-Key", "done"}};
+  ASSERT_EQ(Post(*proxy, "/pay", "{}", done).status, 201);
+  std::vector<std::future<std::pair<int, double>>> hung;
+  auto send = [&](int i) {
+    return std::async(std::launch::async, [&, i] {
+      const auto start = Clock::now();
+      const int status = Post(*proxy, "/hang?delay_ms=30000", "{}",
+                              {{"Idempotency-Key", "hang-" + std::to_string(i)}})
+                             .status;
+      return std::make_pair(status, std::chrono::duration<double>(Clock::now() - start).count());
+    });
+  };
+  hung.push_back(send(0));
+  hung.push_back(send(1));
+  ASSERT_TRUE(idem::testing::WaitUntil([&] { return Effects() == 3; }, std::chrono::seconds(20)));
+  hung.push_back(send(2));
+  hung.push_back(send(3));
+  const auto start = Clock::now();
+  testing::ClientResponse replay = Post(*proxy, "/pay", "{}", done);
+  const double replay_s = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(replay.header("idempotent-replayed"), "true");
+  EXPECT_LT(replay_s, 1.5) << "the replay waited for an upstream call";
+  for (size_t i = 0; i < hung.size(); ++i) {
+    const auto [status, seconds] = hung[i].get();
+    EXPECT_EQ(status, 504) << i;
+    EXPECT_LT(seconds, 4.5) << "request " << i << " was answered long after its timeout";
+  }
+}
+
 TEST(ProxyUsage, BadOptionsAreRefusedNamingTheOption) {
   idem::testing::TempDir dir;
   struct Case {

@@ -33,7 +33,9 @@ namespace {
 using ::idem::http::testing::ClientResponse;
 using ::idem::http::testing::Fetch;
 using ::idem::http::testing::SeriesValue;
+using ::idem::testing::MemoryKb;
 using ::idem::testing::ServeProcess;
+using ::idem::testing::UnderThreadSanitizer;
 using ::idem::testing::WaitUntil;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -283,26 +285,6 @@ TEST_F(ServeHttpTest, UnsupportedTransferCodingIs501) {
       "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
       "22\r\n{\"biz_type\":\"refund\",\"key\":\"K-42\"}\r\n0\r\n\r\n");
   EXPECT_THAT(chunked, StartsWith("HTTP/1.1 201")) << chunked;
-}
-
-// Kilobytes of the process's resident set: "VmRSS" now, "VmHWM" its peak.
-int64_t MemoryKb(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with(field + ":")) return std::stoll(line.substr(field.size() + 1));
-  }
-  return -1;
-}
-
-// Whether the process runs ThreadSanitizer's runtime: the TSan run starts the TSan-built
-// `idem` from this (GCC-built) test binary (scripts/sanitize.sh), so the test's own
-// build says nothing about the server's; a TSan-built server maps libtsan either way.
-bool UnderThreadSanitizer(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
-  for (std::string line; std::getline(in, line);) {
-    if (line.find("/libtsan.so") != std::string::npos) return true;
-  }
-  return false;
 }
 
 // The token is checked when the header is in: a client without one gets 401 and

@@ -266,13 +266,24 @@ TEST_F(ServerTest, SentBodyOverTheLimitIs413) {
   EXPECT_EQ(r.status, 413) << r.error;
 }
 
+// A malformed field line, and two Host fields (RFC 9112 §3.2: a server MUST answer
+// 400; the request's authority is ambiguous), are 400 and close the connection.
 TEST_F(ServerTest, MalformedHttpIs400AndCloses) {
-  Client c(port_);
-  ASSERT_TRUE(c.WriteRaw("GET / HTTP/1.1\r\nBad Header Line\r\n\r\n"));
-  ClientResponse r = c.Read();
-  EXPECT_EQ(r.status, 400) << r.error;
-  EXPECT_EQ(r.header("content-type"), "application/problem+json");
-  EXPECT_TRUE(c.ClosedByPeer());
+  const std::pair<std::string, std::string> cases[] = {
+      {"GET / HTTP/1.1\r\nBad Header Line\r\n\r\n", "bad_http"},
+      {"GET /healthz HTTP/1.1\r\nHost: a.example\r\nhost: b.example\r\n\r\n",
+       "more than one Host header"},
+  };
+  for (const auto& [request, says] : cases) {
+    Client c(port_);
+    ASSERT_TRUE(c.WriteRaw(request));
+    ClientResponse r = c.Read();
+    EXPECT_EQ(r.status, 400) << request << r.error;
+    EXPECT_EQ(r.header("content-type"), "application/problem+json");
+    EXPECT_THAT(r.body, HasSubstr(says));
+    EXPECT_TRUE(c.ClosedByPeer());
+  }
+  EXPECT_EQ(Fetch(port_, "GET", "/healthz").status, 200);  // one Host is fine
 }
 
 // A header trickled in (slowloris) is cut off at header_timeout with 408, not

@@ -7,7 +7,11 @@
 //     201; 503 for the first K requests to that path) with X-Effect: <count>,
 //     Set-Cookie, two Link headers and {"effect":<count>,"path":…,"body":…} (or B
 //     bytes of 'x'); drop=1 closes the connection without an answer.
+//     With big=B&framing=length|chunked|close the B bytes are streamed instead, in
+//     64 KiB pieces, until the reader closes: with a Content-Length (its first piece
+//     in the same write as the header), chunked, or delimited by closing.
 //   GET|HEAD /count  → {"effects":<total>}
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -56,6 +60,36 @@ std::string JsonEscaped(const std::string& s) {
   return out;
 }
 
+// Streams an answer of `size` bytes of 'x' framed as `framing`, without holding it
+// in memory; returns when it is sent or the reader has gone.
+void Stream(asio::ip::tcp::socket& socket, int status, int count, const std::string& framing,
+            long long size) {
+  std::string head = "HTTP/1.1 " + std::to_string(status) + " OK\r\nServer: test-upstream\r\n" +
+                     "X-Effect: " + std::to_string(count) + "\r\nConnection: close\r\n";
+  if (framing == "length") head += "Content-Length: " + std::to_string(size) + "\r\n";
+  if (framing == "chunked") head += "Transfer-Encoding: chunked\r\n";
+  head += "\r\n";
+  const std::string piece(64 << 10, 'x');
+  beast::error_code ec;
+  std::string out = head;
+  for (long long left = size; left > 0 && !ec;) {
+    const size_t n = static_cast<size_t>(std::min<long long>(left, static_cast<long long>(piece.size())));
+    if (framing == "chunked") {
+      char hex[32];
+      std::snprintf(hex, sizeof hex, "%zx\r\n", n);
+      out += hex;
+    }
+    out.append(piece, 0, n);
+    if (framing == "chunked") out += "\r\n";
+    asio::write(socket, asio::buffer(out), ec);
+    out.clear();
+    left -= static_cast<long long>(n);
+  }
+  if (framing == "chunked" && !ec) asio::write(socket, asio::buffer(std::string("0\r\n\r\n")), ec);
+  if (!ec) asio::write(socket, asio::buffer(out), ec);  // a header with no body
+  socket.shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+}
+
 void Serve(asio::ip::tcp::socket socket) {
   beast::flat_buffer buffer;
   beast::error_code ec;
@@ -84,6 +118,10 @@ void Serve(asio::ip::tcp::socket socket) {
       if (Param(query, "drop") == "1") return;  // the socket closes unanswered
       int status = IntParam(query, "status", 201);
       if (seen <= IntParam(query, "fail_first", 0)) status = 503;
+      if (const std::string framing = Param(query, "framing"); !framing.empty()) {
+        Stream(socket, status, count, framing, std::stoll(Param(query, "big")));
+        return;
+      }
       res.result(static_cast<unsigned>(status));
       res.set(bhttp::field::content_type, "application/json");
       res.set("X-Effect", std::to_string(count));
