@@ -58,8 +58,17 @@ class Upstream {
   // base_path + `target`, with X-Request-Id = request.request_id. Errors, all meaning
   // "no usable answer": kUnavailable (the name does not resolve, the connection is
   // refused or breaks, the answer is not HTTP), kDeadlineExceeded (no whole answer
-  // within the timeout), kResourceExhausted (the answer's body is over the limit).
+  // within the timeout), kResourceExhausted (the answer's body is over the limit),
+  // kInvalidArgument, before anything is sent, naming the header whose name is not a
+  // token or whose value holds CR, LF or NUL (or a method that is not a token, a
+  // target with a space, CR, LF or NUL): whoever the caller, no value adds a header
+  // line or a second request to what is sent.
   absl::StatusOr<UpstreamResponse> Send(const HttpRequest& request, std::string_view target) const;
+
+  // The bytes Send would write for `request` (head and body), without connecting.
+  // Errors: Send's kInvalidArgument.
+  absl::StatusOr<std::string> RequestBytes(const HttpRequest& request,
+                                           std::string_view target) const;
 
   const UpstreamUrl& url() const { return url_; }
 
