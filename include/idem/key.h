@@ -1,4 +1,5 @@
-// Key and biz_type validation (SPEC §2).
+// Key and biz_type validation (SPEC §2), and the check every value that crosses
+// into a header, a log line, a SQL parameter or a path passes where it enters.
 //
 // A key is opaque bytes, scoped by (tenant, key); `biz_type` names the kind of
 // effect. Both must be non-empty and at most `KeyLimits::max_key_bytes` /
@@ -8,6 +9,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -29,5 +32,31 @@ absl::Status ValidateBizType(std::string_view biz_type, const KeyLimits& limits 
 
 // As ValidateKey, for a tenant name.
 absl::Status ValidateTenant(std::string_view tenant, const KeyLimits& limits = {});
+
+// Returns OK when `value` can go as it is into an HTTP header value, a text log
+// line, a SQL parameter or a file name: it is non-empty, at most `max_bytes` bytes,
+// holds no control character (0x00-0x1F, TAB included, and 0x7F: CR and LF end a
+// header or a log line and would start a forged one, NUL ends a C string, ESC starts
+// a terminal sequence) and neither starts nor ends with a space (an HTTP peer strips
+// it, so "K-1 " would arrive as "K-1", another value). Every other byte, UTF-8 included,
+// passes. Else kInvalidArgument that names `what`, and the offending byte's offset
+// and value, but never repeats `value` itself.
+absl::Status ValidateFieldValue(std::string_view what, std::string_view value,
+                                size_t max_bytes);
+
+// ValidateKey and ValidateFieldValue together: the check for a key that will be
+// sent as an Idempotency-Key header (recon's statements and ledger, the Kafka
+// bridge's message keys).
+absl::Status ValidateHeaderKey(std::string_view key, const KeyLimits& limits = {});
+
+// `value` as one line of printable text, for an error message or a text log line:
+// a backslash becomes "\\", LF, CR and TAB "\n", "\r", "\t", every other control
+// character (C0, DEL, and C1 as UTF-8) and every byte that is not part of valid
+// UTF-8 "\xHH"; the rest passes. Only the first `max_bytes` bytes of `value` are
+// shown, then "…" when some were left out.
+std::string EscapeControl(std::string_view value, size_t max_bytes = SIZE_MAX);
+
+// Whether EscapeControl would change anything in `value` (its fast path).
+bool NeedsEscape(std::string_view value);
 
 }  // namespace idem

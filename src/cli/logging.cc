@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "idem/key.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/spdlog.h"
 
@@ -37,6 +38,26 @@ class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
   }
 };
 
+// %* in the text pattern: the message on one line, whatever its fields hold (a key
+// or a request id with CR, LF or an escape sequence cannot forge a line or recolour
+// the terminal): idem::EscapeControl, the same escaping as error messages.
+class TextEscapedMessage final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    const std::string_view payload(msg.payload.data(), msg.payload.size());
+    if (!NeedsEscape(payload)) {
+      dest.append(payload.data(), payload.data() + payload.size());
+      return;
+    }
+    const std::string escaped = EscapeControl(payload);
+    dest.append(escaped.data(), escaped.data() + escaped.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<TextEscapedMessage>();
+  }
+};
+
 }  // namespace
 
 absl::Status ConfigureLogging(std::string_view level, std::string_view format) {
@@ -52,7 +73,13 @@ absl::Status ConfigureLogging(std::string_view level, std::string_view format) {
     formatter->add_flag<JsonEscapedMessage>('*').set_pattern(
         R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"%*"})");
     spdlog::set_formatter(std::move(formatter));
-  } else if (format != "text") {
+  } else if (format == "text") {
+    // spdlog's default line, with the message escaped.
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<TextEscapedMessage>('*').set_pattern(
+        "[%Y-%m-%d %H:%M:%S.%e] [%n] [%^%l%$] %*");
+    spdlog::set_formatter(std::move(formatter));
+  } else {
     return absl::InvalidArgumentError(
         absl::StrCat("--log-format '", AV(format), "' must be text or json"));
   }

@@ -41,6 +41,49 @@ TEST(FingerprintTest, LengthIsBounded) {
   EXPECT_EQ(over.message(), "fingerprint is 1025 bytes, over the limit of 1024");
 }
 
+// The check for a value that becomes a header, a log field, a SQL parameter or a
+// path: bytes allowed but for control characters and edge whitespace, length
+// bounded; the message names the byte, never repeats the value.
+TEST(KeyTest, FieldValueRefusesWhatCannotBeAHeaderOrALogLine) {
+  EXPECT_OK(ValidateHeaderKey("R-20240618-000713"));
+  EXPECT_OK(ValidateHeaderKey("订单 7/a:b\"c'd"));
+  EXPECT_OK(ValidateHeaderKey(std::string(255, 'x')));
+  struct Case {
+    std::string value, want;
+  } cases[] = {
+      {"", "key is empty"},
+      {std::string(256, 'x'), "key is 256 bytes, over the limit of 255"},
+      {"INJ1\r\nAuthorization: x", "key holds the control character \\r at byte 4"},
+      {"a\nb", "control character \\n at byte 1"},
+      {std::string("a\0b", 3), "control character \\x00 at byte 1"},
+      {"a\x1b[31m", "control character \\x1B at byte 1"},
+      {"a\x7f", "control character \\x7F at byte 1"},
+      {" a", "starts or ends with a space"},
+      {"a ", "starts or ends with a space"},
+      {"a\tb", "control character \\t at byte 1"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = ValidateHeaderKey(c.value);
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << c.want;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(c.want));
+    if (c.value.size() > 2) {
+      EXPECT_THAT(std::string(s.message()), ::testing::Not(::testing::HasSubstr(c.value)));
+    }
+  }
+  EXPECT_OK(ValidateFieldValue("path", std::string(300, 'p'), 300));
+}
+
+TEST(KeyTest, EscapeControlKeepsOneLineOfText) {
+  EXPECT_EQ(EscapeControl("plain 订单"), "plain 订单");
+  EXPECT_FALSE(NeedsEscape("plain 订单"));
+  EXPECT_EQ(EscapeControl("a\nb\r\tc\\d"), "a\\nb\\r\\tc\\\\d");
+  EXPECT_EQ(EscapeControl(std::string("\0\x1b[31m\x7f", 7)), "\\x00\\x1B[31m\\x7F");
+  EXPECT_EQ(EscapeControl("\xc2\x9b" "1m"), "\\xC2\\x9B1m");  // C1 CSI
+  EXPECT_EQ(EscapeControl("\xff\xc3"), "\\xFF\\xC3");          // not UTF-8
+  EXPECT_EQ(EscapeControl("abcdef", 3), "abc…");
+  for (std::string_view v : {"a\nb", "\\", "\xff", "\xc2\x85"}) EXPECT_TRUE(NeedsEscape(v)) << v;
+}
+
 TEST(FingerprintTest, IsHexSha256) {
   EXPECT_EQ(Fingerprint(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(Fingerprint("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");

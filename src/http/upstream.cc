@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <optional>
+#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -15,6 +16,7 @@
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
 #include "core/absl_compat.h"
+#include "idem/key.h"
 
 namespace idem::http {
 namespace {
@@ -30,6 +32,83 @@ bool IsHopByHopName(std::string_view name) {
     if (absl::EqualsIgnoreCase(AV(name), AV(h))) return true;
   }
   return false;
+}
+
+// RFC 9110 tchar: what a method and a header name are made of.
+bool IsRequestToken(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) &&
+        std::string_view("!#$%&'*+-.^_`|~").find(c) == std::string_view::npos) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A CR or LF would end the line early and make what follows another header, or
+// another request (request splitting); a NUL cuts it for some readers.
+bool BreaksRequestLine(std::string_view s) {
+  return s.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos;
+}
+
+// The request Send writes, or kInvalidArgument naming the header (or the method or
+// target) that would not arrive as one, whoever built it.
+absl::StatusOr<bhttp::request<bhttp::string_body>> BuildUpstreamRequest(
+    const UpstreamUrl& url, const HttpRequest& request, std::string_view target) {
+  auto refused = [](std::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("not sent to the upstream: ", AV(what)));
+  };
+  if (!IsRequestToken(request.method)) {
+    return refused(absl::StrCat("the method '", EscapeControl(request.method, 40),
+                                "' is not a token"));
+  }
+  const std::string path = absl::StrCat(url.base_path, AV(target));
+  if (BreaksRequestLine(path) || path.find(' ') != std::string::npos) {
+    return refused(absl::StrCat("the target '", EscapeControl(path, 80),
+                                "' holds a space, CR, LF or NUL"));
+  }
+  for (const auto& [name, value] : request.headers) {
+    if (!IsRequestToken(name)) {
+      return refused(absl::StrCat("the header name '", EscapeControl(name, 40),
+                                  "' is not a token"));
+    }
+    if (BreaksRequestLine(value)) {
+      return refused(absl::StrCat("the value of header '", name, "' holds CR, LF or NUL"));
+    }
+  }
+  if (BreaksRequestLine(request.request_id)) {
+    return refused("the value of header 'X-Request-Id' holds CR, LF or NUL");
+  }
+  if (BreaksRequestLine(url.authority)) {
+    return refused("the value of header 'Host' holds CR, LF or NUL");
+  }
+  bhttp::request<bhttp::string_body> req;
+  req.version(11);
+  req.method_string(request.method);
+  req.target(path);
+  std::string_view connection;
+  for (const auto& [name, value] : request.headers) {
+    if (absl::EqualsIgnoreCase(AV(name), "connection")) connection = value;
+  }
+  for (const auto& [name, value] : request.headers) {
+    if (IsHopByHop(name, connection) || absl::EqualsIgnoreCase(AV(name), "host") ||
+        absl::EqualsIgnoreCase(AV(name), "content-length") ||
+        absl::EqualsIgnoreCase(AV(name), "expect") ||
+        absl::EqualsIgnoreCase(AV(name), "x-request-id")) {
+      continue;
+    }
+    req.insert(name, value);
+  }
+  req.set(bhttp::field::host, url.authority);
+  req.set("X-Request-Id", request.request_id);
+  req.keep_alive(false);
+  req.body() = request.body;
+  if (!request.body.empty() || request.method == "POST" || request.method == "PUT" ||
+      request.method == "PATCH") {
+    req.prepare_payload();
+  }
+  return req;
 }
 
 }  // namespace
@@ -93,8 +172,23 @@ absl::StatusOr<UpstreamUrl> ParseUpstreamUrl(std::string_view url) {
 Upstream::Upstream(UpstreamUrl url, UpstreamOptions options)
     : url_(std::move(url)), options_(options) {}
 
+absl::StatusOr<std::string> Upstream::RequestBytes(const HttpRequest& request,
+                                                   std::string_view target) const {
+  absl::StatusOr<bhttp::request<bhttp::string_body>> req =
+      BuildUpstreamRequest(url_, request, target);
+  if (!req.ok()) return req.status();
+  std::ostringstream out;
+  out << *req;
+  return out.str();
+}
+
 absl::StatusOr<UpstreamResponse> Upstream::Send(const HttpRequest& request,
                                                 std::string_view target) const {
+  // Checked before any connection is made: a refused request sends nothing.
+  absl::StatusOr<bhttp::request<bhttp::string_body>> built =
+      BuildUpstreamRequest(url_, request, target);
+  if (!built.ok()) return built.status();
+  bhttp::request<bhttp::string_body>& req = *built;
   asio::io_context ioc;
   asio::ip::tcp::resolver resolver(ioc);
   beast::tcp_stream stream(ioc);
@@ -154,31 +248,6 @@ absl::StatusOr<UpstreamResponse> Upstream::Send(const HttpRequest& request,
         absl::StrCat("cannot connect to the upstream ", url_.authority, ": ", ec.message()));
   }
 
-  bhttp::request<bhttp::string_body> req;
-  req.version(11);
-  req.method_string(request.method);
-  req.target(absl::StrCat(url_.base_path, AV(target)));
-  std::string_view connection;
-  for (const auto& [name, value] : request.headers) {
-    if (absl::EqualsIgnoreCase(AV(name), "connection")) connection = value;
-  }
-  for (const auto& [name, value] : request.headers) {
-    if (IsHopByHop(name, connection) || absl::EqualsIgnoreCase(AV(name), "host") ||
-        absl::EqualsIgnoreCase(AV(name), "content-length") ||
-        absl::EqualsIgnoreCase(AV(name), "expect") ||
-        absl::EqualsIgnoreCase(AV(name), "x-request-id")) {
-      continue;
-    }
-    req.insert(name, value);
-  }
-  req.set(bhttp::field::host, url_.authority);
-  req.set("X-Request-Id", request.request_id);
-  req.keep_alive(false);
-  req.body() = request.body;
-  if (!request.body.empty() || request.method == "POST" || request.method == "PUT" ||
-      request.method == "PATCH") {
-    req.prepare_payload();
-  }
   stream.expires_at(deadline);
   bhttp::async_write(stream, req, finish);
   if (!run()) {

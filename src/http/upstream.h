@@ -56,8 +56,17 @@ class Upstream {
   // the answer is not HTTP), kDeadlineExceeded (no whole answer within the timeout
   // of request.received, or of now when it is not set; nothing is sent when that
   // time has already passed), kResourceExhausted (the answer's body is over the
-  // limit: its Content-Length, before the body is read, or as it streams). Blocks.
+  // limit: its Content-Length, before the body is read, or as it streams),
+  // kInvalidArgument, before anything is sent, naming the header whose name is not a
+  // token or whose value holds CR, LF or NUL (or a method that is not a token, a
+  // target with a space, CR, LF or NUL): whoever the caller, no value adds a header
+  // line or a second request to what is sent. Blocks.
   absl::StatusOr<UpstreamResponse> Send(const HttpRequest& request, std::string_view target) const;
+
+  // The bytes Send would write for `request` (head and body), without connecting.
+  // Errors: Send's kInvalidArgument.
+  absl::StatusOr<std::string> RequestBytes(const HttpRequest& request,
+                                           std::string_view target) const;
 
   const UpstreamUrl& url() const { return url_; }
 

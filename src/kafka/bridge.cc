@@ -177,6 +177,16 @@ absl::Status Bridge::DeliverOne(const Message& m) {
       return SendDeadLetter(m, absl::StrCat("the target answered ", answer.status, ": ",
                                             answer.body.substr(0, kReasonBody)));
     }
+    if (ClassifyStatus(sent) == RetryClass::kFinal) {
+      // Refused before it was sent (the client will not send a header it cannot
+      // carry): every retry would be refused again, so it is dead-lettered.
+      const nlohmann::json error{{"error", std::string(sent.message())}};
+      IDEM_RETURN_IF_ERROR(finish([&] {
+        return guard_.Fail(request, token, false,
+                           error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      }));
+      return SendDeadLetter(m, absl::StrCat("not sent: ", sent.message()));
+    }
     // Every attempt of the round failed retryably: release the key and go again,
     // without committing past the message.
     rounds_failed_.fetch_add(1, std::memory_order_relaxed);

@@ -6,7 +6,8 @@
 //   claim the key → kReplayed: delivered before, not sent again (skipped)
 //                 → kAcquired: send, retrying with the retry policy;
 //                   2xx → Complete (the answer is stored), commit;
-//                   final 4xx → Fail (cached), dead-letter, commit;
+//                   final 4xx, or a request the deliverer refuses with a
+//                   final error (kInvalidArgument) → Fail (cached), dead-letter, commit;
 //                   attempts used up on 5xx/timeouts → Fail(retryable) (the key is
 //                   released), back off, claim again: the message is never
 //                   committed past until it was delivered or dead-lettered
@@ -68,7 +69,8 @@ struct BridgeStats {
   int64_t polled = 0;
   int64_t delivered = 0;      // 2xx answers recorded
   int64_t skipped = 0;        // already delivered (kReplayed): not sent again
-  int64_t dead_lettered = 0;  // final 4xx, no key, or a key the store refuses
+  int64_t dead_lettered = 0;  // final 4xx, no usable key (MessageKey::Derive), or a key the
+                              // store or the deliverer refuses
   int64_t attempts = 0;       // HTTP requests sent
   int64_t rounds_failed = 0;  // rounds whose attempts all failed retryably
   int64_t takeovers = 0;      // claims of an expired lease (a killed bridge's)

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/absl_compat.h"
+#include "idem/key.h"
 #include "nlohmann/json.hpp"
 
 namespace idem::kafka {
@@ -162,7 +163,7 @@ absl::StatusOr<std::string> MessageKey::Derive(const Message& message) const {
       return absl::InvalidArgumentError(absl::StrCat("no header '", spec_, "' to key on"));
     }
     if (v->empty()) return absl::InvalidArgumentError(absl::StrCat("header '", spec_, "' is empty"));
-    return *v;
+    return Checked(*v);
   }
   nlohmann::json doc = nlohmann::json::parse(message.payload, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
@@ -200,6 +201,16 @@ absl::StatusOr<std::string> MessageKey::Derive(const Message& message) const {
       return absl::InvalidArgumentError(absl::StrCat(
           "payload field '", part.text, "' is an object or array, not a value to key on"));
     }
+  }
+  return Checked(std::move(key));
+}
+
+absl::StatusOr<std::string> MessageKey::Checked(std::string key) const {
+  // The key becomes an Idempotency-Key header (the bridge) and a log field: a CR or
+  // LF in it would add header lines or a second request to what is sent.
+  if (absl::Status s = ValidateHeaderKey(key); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the key from ", ToString(), " is refused: ",
+                                                   s.message()));
   }
   return key;
 }

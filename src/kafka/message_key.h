@@ -40,8 +40,10 @@ class MessageKey {
 
   // The key of `message`. kInvalidArgument when the header is missing or empty, the
   // payload is not JSON (or not an object), a field is missing, null, or not a
-  // string, number or boolean: the message is poison for this configuration and
-  // belongs in the dead-letter topic with that reason.
+  // string, number or boolean, or the key is one ValidateHeaderKey refuses (over 255
+  // bytes, a control character such as CR, LF or NUL, a space at either end;
+  // never cut down to one it accepts): the message is poison for this configuration
+  // and belongs in the dead-letter topic with that reason.
   absl::StatusOr<std::string> Derive(const Message& message) const;
 
   Kind kind() const { return kind_; }
@@ -55,6 +57,8 @@ class MessageKey {
     std::string text;             // the literal, or the field path as written
     std::vector<std::string> path;  // the field's path segments
   };
+  // `key`, or Derive's kInvalidArgument for one ValidateHeaderKey refuses.
+  absl::StatusOr<std::string> Checked(std::string key) const;
   MessageKey(Kind kind, std::string spec, std::vector<Part> parts)
       : kind_(kind), spec_(std::move(spec)), parts_(std::move(parts)) {}
 

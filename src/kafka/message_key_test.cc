@@ -26,6 +26,31 @@ TEST(MessageKeyTest, HeaderKey) {
   EXPECT_EQ(k->Derive(m).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A key that could not go into an Idempotency-Key header as it is (the bridge sends
+// it there) is refused, not cut down to one that can: from a header, a field or a
+// template alike.
+TEST(MessageKeyTest, KeyThatCannotBeAHeaderIsRefused) {
+  auto header = MessageKey::Parse(MessageKey::Kind::kHeader, "event_id");
+  ASSERT_TRUE(header.ok());
+  Message m;
+  for (const std::string& bad : {std::string("E-1\r\nX-Injected: 1"), std::string("E-1\n"),
+                                 std::string("E\0-1", 4), std::string(" E-1"),
+                                 std::string(256, 'E')}) {
+    m.headers = {{"event_id", bad}};
+    EXPECT_EQ(header->Derive(m).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  m.headers = {{"event_id", std::string(255, 'E')}};
+  EXPECT_TRUE(header->Derive(m).ok());
+  auto field = MessageKey::ParseTagged("template:{order_no}:{version}");
+  ASSERT_TRUE(field.ok());
+  absl::StatusOr<std::string> k =
+      field->Derive(WithPayload(R"({"order_no":"R-1\r\nX: 1","version":3})"));
+  EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(k.status().message(),
+              HasSubstr("the key from template:{order_no}:{version} is refused: key holds the "
+                        "control character \\r at byte 3"));
+}
+
 TEST(MessageKeyTest, JsonFieldByDotsOrPointer) {
   for (const char* spec : {"order.no", "/order/no"}) {
     auto k = MessageKey::Parse(MessageKey::Kind::kJsonField, spec);

@@ -3,6 +3,8 @@
 // retryable store errors, failing dead letters and failing commits.
 #include "kafka/runner.h"
 
+#include "kafka/bridge.h"
+
 #include <deque>
 #include <map>
 
@@ -247,6 +249,71 @@ TEST_F(RunnerTest, RefusesAStoreWithoutSql) {
   auto r = Runner::Create(transport_, **memory,
                           [](const Message&, Transaction&) { return std::string(); }, {});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// The bridge (bridge.h) over the same fake transport: a message whose key could not
+// be sent as an Idempotency-Key header is dead-lettered with the reason, counted and
+// committed past, never delivered (nor lost); a request the deliverer refuses with a
+// final error is dead-lettered too, not retried forever.
+class BridgeTest : public RunnerTest {
+ protected:
+  std::unique_ptr<Bridge> MakeBridge(std::function<absl::Status(std::string_view)> refuse = {}) {
+    BridgeOptions o;
+    o.retry.initial_delay = absl::Milliseconds(1);
+    o.retry.max_delay = absl::Milliseconds(2);
+    auto b = Bridge::Create(
+        transport_, *store_,
+        [this, refuse](const Message& m, std::string_view key) -> absl::StatusOr<HttpAnswer> {
+          if (refuse) IDEM_RETURN_IF_ERROR(refuse(key));
+          sent_.emplace_back(key, m.payload);
+          return HttpAnswer{.status = 200, .body = "{}"};
+        },
+        std::move(o));
+    EXPECT_TRUE(b.ok()) << b.status();
+    return *std::move(b);
+  }
+  std::vector<std::pair<std::string, std::string>> sent_;  // (key, payload)
+};
+
+TEST_F(BridgeTest, KeyThatCannotBeAHeaderIsDeadLetteredNotSent) {
+  transport_.Add("E1", "a");
+  transport_.Add("INJ1\r\nAuthorization: Bearer attacker", "injected");
+  transport_.Add("E2 ", "trailing space");
+  transport_.Add(std::string(256, 'K'), "long");
+  transport_.Add("E3", "c");
+  auto b = MakeBridge();
+  EXPECT_EQ(*b->RunOnce(), 5u);
+  EXPECT_EQ(sent_, (std::vector<std::pair<std::string, std::string>>{{"E1", "a"}, {"E3", "c"}}));
+  ASSERT_EQ(transport_.dead.size(), 3u);
+  EXPECT_EQ(transport_.dead[0].first, "injected");
+  EXPECT_THAT(transport_.dead[0].second,
+              ::testing::HasSubstr("the key from header:event_id is refused: key holds the "
+                                   "control character \\r at byte 4"));
+  EXPECT_EQ(transport_.dead[1].first, "trailing space");
+  EXPECT_THAT(transport_.dead[1].second, ::testing::HasSubstr("ends with a space"));
+  EXPECT_EQ(transport_.dead[2].first, "long");
+  EXPECT_THAT(transport_.dead[2].second, ::testing::HasSubstr("256 bytes, over the limit of 255"));
+  EXPECT_EQ(b->stats().dead_lettered, 3);
+  EXPECT_EQ(b->stats().delivered, 2);
+  EXPECT_EQ(b->stats().attempts, 2);
+  EXPECT_EQ(transport_.committed, std::vector<size_t>{5});
+}
+
+TEST_F(BridgeTest, RequestTheDelivererRefusesIsDeadLetteredNotRetried) {
+  transport_.Add("E1", "a");
+  transport_.Add("E2", "b");
+  auto b = MakeBridge([](std::string_view key) {
+    return key == "E1" ? absl::InvalidArgumentError("not sent to the upstream: refused")
+                       : absl::OkStatus();
+  });
+  EXPECT_EQ(*b->RunOnce(), 2u);
+  EXPECT_EQ(sent_, (std::vector<std::pair<std::string, std::string>>{{"E2", "b"}}));
+  ASSERT_EQ(transport_.dead.size(), 1u);
+  EXPECT_EQ(transport_.dead[0].first, "a");
+  EXPECT_THAT(transport_.dead[0].second,
+              ::testing::HasSubstr("not sent: not sent to the upstream: refused"));
+  EXPECT_EQ(b->stats().attempts, 2);
+  EXPECT_EQ(b->stats().rounds_failed, 0);
 }
 
 }  // namespace

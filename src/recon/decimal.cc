@@ -3,12 +3,14 @@
 #include <cstddef>
 #include <string>
 
+#include "idem/key.h"
+
 namespace idem::recon {
 
 absl::StatusOr<std::string> ParseDecimal(std::string_view text, int scale) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
   while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
-  const std::string shown(text.substr(0, 40));
+  const std::string shown = EscapeControl(text, 40);
   if (text.empty()) return absl::InvalidArgumentError("empty amount");
   bool negative = false;
   if (text.front() == '+' || text.front() == '-') {

@@ -4,6 +4,7 @@
 
 #include "http/types.h"
 #include "http/upstream.h"
+#include "idem/key.h"
 #include "nlohmann/json.hpp"
 #include "recon/recon_time.h"
 #include "recon/tables.h"
@@ -60,13 +61,9 @@ class HttpActionSink final : public ActionSink {
       return absl::FailedPreconditionError(std::string("no URL for ") +
                                            std::string(ActionName(action)));
     }
-    http::HttpRequest request;
-    request.method = "POST";
-    request.body = payload;
-    request.request_id = "recon";
-    request.headers = {{"Idempotency-Key", key}, {"Content-Type", "application/json"}};
-    absl::StatusOr<http::UpstreamResponse> r =
-        to->Send(request, to->url().base_path.empty() ? "/" : "");
+    absl::StatusOr<http::HttpRequest> request = ActionRequest(key, payload);
+    if (!request.ok()) return request.status();
+    absl::StatusOr<http::UpstreamResponse> r = to->Send(*request, ActionTarget(*to));
     if (!r.ok()) return r.status();
     if (r->status < 200 || r->status > 299) {
       return absl::UnavailableError("answered " + std::to_string(r->status));
@@ -80,6 +77,23 @@ class HttpActionSink final : public ActionSink {
 };
 
 }  // namespace
+
+absl::StatusOr<http::HttpRequest> ActionRequest(const std::string& key,
+                                                const std::string& payload) {
+  // The statement readers refuse such a key; a pending row written before they did
+  // is refused here, and stays pending with the reason.
+  if (absl::Status s = ValidateHeaderKey(key); !s.ok()) {
+    return absl::InvalidArgumentError("not sent: " + std::string(s.message()));
+  }
+  http::HttpRequest request;
+  request.method = "POST";
+  request.body = payload;
+  request.request_id = "recon";
+  request.headers = {{"Idempotency-Key", key}, {"Content-Type", "application/json"}};
+  return request;
+}
+
+std::string ActionTarget(const http::Upstream& to) { return to.url().base_path.empty() ? "/" : ""; }
 
 std::string_view ActionName(Action a) {
   switch (a) {
@@ -200,7 +214,8 @@ absl::StatusOr<DispositionResult> ApplyDispositions(Store& store, const std::str
       ++result.failed;
       if (result.first_error.empty()) {
         result.first_error =
-            std::string(ActionName(a)) + " of " + t.key + ": " + std::string(sent.message());
+            std::string(ActionName(a)) + " of " + EscapeControl(t.key, 60) + ": " +
+            std::string(sent.message());
       }
     }
   }

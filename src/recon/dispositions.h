@@ -27,6 +27,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "http/types.h"
+#include "http/upstream.h"
 #include "idem/store.h"
 #include "recon/comparer.h"
 
@@ -52,6 +54,16 @@ class ActionSink {
   // Any error leaves the row pending for the next run.
   virtual absl::Status Send(Action action, const std::string& key, const std::string& payload) = 0;
 };
+
+// The POST of a replay or re-push of `key` with `payload` (JSON): Idempotency-Key =
+// the key, Content-Type, X-Request-Id "recon". kInvalidArgument, and nothing to send,
+// for a key ValidateHeaderKey refuses (a CR or LF in it would add header lines, or
+// a second request, to what is sent).
+absl::StatusOr<http::HttpRequest> ActionRequest(const std::string& key,
+                                                const std::string& payload);
+
+// The target ActionRequest is sent to on `to`: its URL's path, or "/" for none.
+std::string ActionTarget(const http::Upstream& to);
 
 // POSTs JSON to `replay_url` / `repush_url` (http://HOST[:PORT]/PATH; "" when the
 // action is not configured), with Idempotency-Key = the key. kInvalidArgument for a

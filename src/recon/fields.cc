@@ -6,6 +6,7 @@
 #include "absl/strings/str_split.h"
 #include "core/absl_compat.h"
 #include "core/utf8.h"
+#include "idem/key.h"
 #include "recon/decimal.h"
 #include "recon/recon_time.h"
 
@@ -16,14 +17,6 @@ std::string Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return std::string(s);
-}
-
-std::string Shown(std::string_view s) {
-  std::string out;
-  for (char c : s.substr(0, 60)) {
-    out.push_back(static_cast<unsigned char>(c) < 0x20 ? '?' : c);
-  }
-  return out;
 }
 
 }  // namespace
@@ -92,8 +85,11 @@ absl::Status Normalizer::Normalize(const std::array<std::string_view, kFieldCoun
       return absl::InvalidArgumentError("invalid UTF-8 in " + std::string(kFieldNames[i]));
     }
   }
+  // The key is sent as an Idempotency-Key header by a replay and shown in tickets,
+  // reports and messages: it is refused here, where it enters, not cut down (a key
+  // "K-1\r\n…" cut at the CR would be another row's key).
+  if (absl::Status s = ValidateHeaderKey(raw[0]); !s.ok()) return s;
   row->key.assign(raw[0]);
-  if (row->key.empty()) return absl::InvalidArgumentError("empty key");
   if (compares(Field::kAmount)) {
     absl::StatusOr<std::string> amount = ParseDecimal(raw[1], scale_);
     if (!amount.ok()) return amount.status();
@@ -109,7 +105,7 @@ absl::Status Normalizer::Normalize(const std::array<std::string_view, kFieldCoun
                                                   : local_known_.contains(row->status);
       if (!known) {
         return absl::InvalidArgumentError(
-            "unknown status '" + Shown(row->status) + "' (" +
+            "unknown status '" + EscapeControl(row->status, 60) + "' (" +
             (side_ == Side::kUpstream ? "not a key of --status-map"
                                       : "neither a value of --status-map nor --intermediate") +
             ")");

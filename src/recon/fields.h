@@ -52,8 +52,10 @@ struct StatusRules {
 absl::StatusOr<StatusRules> ParseStatusRules(std::string_view status_map,
                                              std::string_view intermediate);
 
-// Turns one side's raw fields into a Row: checks UTF-8 and the key, makes the amount
-// canonical at `scale`, parses the time in `tz`, checks the status against `rules`.
+// Turns one side's raw fields into a Row: checks UTF-8 and the key (ValidateHeaderKey:
+// at most 255 bytes, no control character, no space at either end, since a
+// replay sends it as a header), makes the amount canonical at `scale`, parses the
+// time in `tz`, checks the status against `rules`.
 class Normalizer {
  public:
   // `rules` must outlive the Normalizer.

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "idem/key.h"
+
 namespace idem::recon {
 namespace {
 
@@ -113,7 +115,7 @@ class LedgerReader final : public StatementReader {
   absl::Status Bad(const std::vector<Value>& values, std::string_view what) const {
     std::string key;
     const Value& k = values[index_[0]];
-    if (k.is_text()) key = k.as_text().substr(0, 60);
+    if (k.is_text()) key = EscapeControl(k.as_text(), 60);  // one line, whatever it holds
     if (k.is_int()) key = std::to_string(k.as_int());
     return absl::InvalidArgumentError("the ledger, row " + std::to_string(number_) +
                                       (key.empty() ? "" : " (key " + key + ")") + ": " +

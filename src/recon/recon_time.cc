@@ -5,6 +5,7 @@
 
 #include "absl/time/civil_time.h"
 #include "core/absl_compat.h"
+#include "idem/key.h"
 
 namespace idem::recon {
 namespace {
@@ -65,7 +66,7 @@ absl::StatusOr<int64_t> ParseTimeUs(std::string_view text, const absl::TimeZone&
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
   auto bad = [&] {
     return absl::InvalidArgumentError(
-        "malformed time '" + std::string(text.substr(0, 40)) +
+        "malformed time '" + EscapeControl(text, 40) +
         "' (RFC 3339 like 2024-06-18T10:00:00Z or YYYY-MM-DD HH:MM:SS is expected)");
   };
   size_t p = 0;

@@ -21,6 +21,10 @@ namespace {
 
 constexpr size_t kBlock = 1 << 20;
 constexpr size_t kMinBlock = 4096;
+// The longest record (CSV, quoted newlines included) or line (JSONL) read: checked
+// before each further block is buffered, so a line without an end (a 64 MiB key)
+// costs at most this and a block, not its size.
+constexpr size_t kMaxRecordBytes = 1 << 20;
 
 // A file read in blocks, with the unconsumed tail kept in one buffer so that a
 // record (or line) is always contiguous while it is parsed. Reads go into a block
@@ -73,6 +77,12 @@ class BlockFile {
 
 absl::Status At(const std::string& name, int64_t line, std::string_view what) {
   return absl::InvalidArgumentError(name + ":" + std::to_string(line) + ": " + std::string(what));
+}
+
+absl::Status TooLong(const std::string& name, int64_t line, std::string_view what) {
+  return At(name, line,
+            std::string(what) + " longer than " + std::to_string(kMaxRecordBytes >> 20) +
+                " MiB: refused (a statement's row is far shorter; is the file corrupt?)");
 }
 
 class CsvReader final : public StatementReader {
@@ -165,6 +175,7 @@ class CsvReader final : public StatementReader {
         file_.Consume(*used);
         return true;
       }
+      if (data.size() > kMaxRecordBytes) return TooLong(file_.name(), line_, "a record");
       absl::StatusOr<bool> more = file_.More();  // the record goes on past the buffer
       if (!more.ok()) return more.status();
       if (!*more && file_.rest().empty()) return false;
@@ -272,6 +283,7 @@ class JsonlReader final : public StatementReader {
       std::string_view data = file_.rest();
       size_t nl = data.find('\n');
       if (nl == std::string_view::npos && !file_.eof()) {
+        if (data.size() > kMaxRecordBytes) return TooLong(file_.name(), line_ + 1, "a line");
         absl::StatusOr<bool> more = file_.More();
         if (!more.ok()) return more.status();
         continue;

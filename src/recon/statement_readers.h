@@ -6,9 +6,12 @@
 //
 // Bad input is kInvalidArgument "FILE:LINE: what": a missing mapped column (at the
 // header, line 1), a row with another number of fields than the header (a
-// truncated last line says so), an unterminated quote, invalid UTF-8, a malformed
-// amount or time, an unknown status. The file is read in 1 MiB blocks: memory does
-// not grow with its size.
+// truncated last line says so), an unterminated quote, invalid UTF-8, a key that
+// could not be sent as a header (empty, over 255 bytes, a control character such
+// as CR, LF or NUL, a space at either end: refused, never cut down), a
+// malformed amount or time, an unknown status, a record (or JSONL line) over 1 MiB.
+// The file is read in 1 MiB blocks: memory does not grow with its size, nor with
+// the length of a line.
 //
 // Thread safety: a reader is used by one thread at a time.
 #pragma once

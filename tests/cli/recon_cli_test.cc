@@ -29,6 +29,8 @@
 #include "idem/idem.h"
 #include "recon/fields.h"
 #include "recon/ledger_reader.h"
+#include "recon/tables.h"
+#include "http/upstream.h"
 #include "testing/idem_cli.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -39,7 +41,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // An HTTP endpoint that answers every POST 200 and keeps each request's
-// Idempotency-Key (the replay and re-push receiver).
+// Idempotency-Key (the replay and re-push receiver), and every byte it was sent.
 class Receiver {
  public:
   Receiver() {
@@ -66,6 +68,15 @@ class Receiver {
   std::vector<std::string> keys(const std::string& path) {
     std::lock_guard<std::mutex> lock(mu_);
     return keys_[path];
+  }
+  // Every byte received, on every connection, in order.
+  std::string received() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return received_;
+  }
+  int connections() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return connections_;
   }
 
  private:
@@ -99,6 +110,8 @@ class Receiver {
       {
         std::lock_guard<std::mutex> lock(mu_);
         keys_[path].push_back(key);
+        received_ += req;
+        ++connections_;
       }
       const std::string answer =
           "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
@@ -112,6 +125,8 @@ class Receiver {
   std::thread thread_;
   std::mutex mu_;
   std::map<std::string, std::vector<std::string>> keys_;
+  std::string received_;
+  int connections_ = 0;
 };
 
 struct Backend {
@@ -359,6 +374,164 @@ TEST_P(Recon, BadInputNamesFileAndLineAndWritesNothing) {
   EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket"), -1);
   EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_watermark"), -1);
 }
+
+// A statement key that could not be sent as it is in the replay's Idempotency-Key
+// header is refused where it is read, with its file and line: the injected header
+// and the smuggled second request never reach the replay target, nothing is counted
+// as sent and no ticket is written or closed. A key that would become another key
+// once a peer strips it ("INJ1\r\n…" arriving as the real INJ1, "R-1 " as R-1) is
+// refused, never cut down.
+TEST_P(Recon, KeyThatCannotBeAHeaderIsRefusedWithItsLineAndNothingIsSent) {
+  Day();
+  Ledger("INJ1", "1.00", "PAID", "2024-06-18 10:06:00");
+  const std::string header = "out_trade_no,total_fee,fee_type,trade_state,trade_time\r\n";
+  const std::string good = "R-1,1250,CNY,SUCCESS,2024-06-18 10:00:00\r\n";
+  const std::string injected =
+      "INJ1\r\nAuthorization: Bearer attacker\r\n\r\nPOST /smuggled-by-recon HTTP/1.1\r\n"
+      "Host: x\r\nContent-Length: 0\r\n\r\n";
+  const std::string jsonl_injected =
+      "INJ1\\r\\nAuthorization: Bearer attacker\\r\\n\\r\\nPOST /smuggled-by-recon HTTP/1.1"
+      "\\r\\nHost: x\\r\\nContent-Length: 0\\r\\n\\r\\n";
+  struct Case {
+    std::string name, bytes, want;
+  } cases[] = {
+      {"inj.csv", header + good + "\"" + injected + "\",100,CNY,SUCCESS,2024-06-18 10:06:00\r\n",
+       "inj.csv:3: key holds the control character \\r at byte 4"},
+      {"inj.jsonl",
+       "{\"out_trade_no\":\"R-1\",\"total_fee\":1250,\"fee_type\":\"CNY\",\"trade_state\":"
+       "\"SUCCESS\",\"trade_time\":\"2024-06-18 10:00:00\"}\n"
+       "{\"out_trade_no\":\"" + jsonl_injected +
+           "\",\"total_fee\":100,\"fee_type\":\"CNY\",\"trade_state\":\"SUCCESS\","
+           "\"trade_time\":\"2024-06-18 10:06:00\"}\n",
+       "inj.jsonl:2: key holds the control character \\r at byte 4"},
+      {"nul.csv", header + good + std::string("R-\0X,100,CNY,SUCCESS,2024-06-18 10:06:00\n", 41),
+       "nul.csv:3: key holds the control character \\x00 at byte 2"},
+      {"esc.csv", header + good + "R-\x1b[31m,100,CNY,SUCCESS,2024-06-18 10:06:00\n",
+       "esc.csv:3: key holds the control character \\x1B at byte 2"},
+      {"space.csv", header + good + "R-1 ,100,CNY,SUCCESS,2024-06-18 10:06:00\n",
+       "space.csv:3: key starts or ends with a space"},
+      {"long.csv", header + good + std::string(256, 'K') + ",100,CNY,SUCCESS,2024-06-18 10:06:00\n",
+       "long.csv:3: key is 256 bytes, over the limit of 255"},
+  };
+  Receiver receiver;
+  for (const Case& c : cases) {
+    Exec r = RunIdemIn(dir_.path(),
+                       Args(Statement(c.name, c.bytes), {"--replay-url", receiver.url("/replay")}));
+    ExpectOneLineFailure(r, 1);  // one line: the key's CR and LF are shown escaped
+    EXPECT_THAT(r.err, HasSubstr(c.want)) << c.name;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("attacker"))) << c.name;
+  }
+  EXPECT_EQ(receiver.connections(), 0);
+  EXPECT_THAT(receiver.received(), ::testing::Not(HasSubstr("smuggled-by-recon")));
+  EXPECT_THAT(receiver.received(), ::testing::Not(HasSubstr("Authorization")));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket"), -1);  // nothing written, nothing closed
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_watermark"), -1);
+}
+
+// A line without an end is refused once it passes 1 MiB, naming its line, before
+// the rest of it is buffered (a 64 MiB key took 480 MB).
+TEST_P(Recon, OverlongLineIsRefusedBeforeItIsBuffered) {
+  Day();
+  const std::string key(64 << 20, 'K');
+  Exec jsonl = RunIdemIn(
+      dir_.path(),
+      Args(Statement("huge.jsonl",
+                     "{\"out_trade_no\":\"R-1\",\"total_fee\":1250,\"fee_type\":\"CNY\","
+                     "\"trade_state\":\"SUCCESS\",\"trade_time\":\"2024-06-18 10:00:00\"}\n"
+                     "{\"out_trade_no\":\"" + key + "\",\"total_fee\":1}\n")));
+  ExpectOneLineFailure(jsonl, 1);
+  EXPECT_THAT(jsonl.err, HasSubstr("huge.jsonl:2: a line longer than 1 MiB: refused"));
+  Exec csv = RunIdemIn(
+      dir_.path(),
+      Args(Statement("huge.csv", "out_trade_no,total_fee,fee_type,trade_state,trade_time\n"
+                                 "R-1,1250,CNY,SUCCESS,2024-06-18 10:00:00\n\"" +
+                                     key + "\",1,CNY,SUCCESS,2024-06-18 10:00:00\n")));
+  ExpectOneLineFailure(csv, 1);
+  EXPECT_THAT(csv.err, HasSubstr("huge.csv:3: a record longer than 1 MiB: refused"));
+}
+
+// A pending replay whose key was stored before the readers refused such keys is
+// refused when it is sent: it stays pending with the reason (escaped, on one line),
+// counted as not sent, and the target hears nothing.
+TEST_P(Recon, StoredPendingReplayWithABadKeyIsNotSent) {
+  const std::string bill = Day();
+  ASSERT_OK(recon::EnsureTables(*store_));
+  recon::Ticket bad{.source = "wx",
+                    .key = "OLD\r\nX-Injected: 1",
+                    .cls = "missing_local",
+                    .severity = "normal",
+                    .action = "replay",
+                    .state = "pending",
+                    .detail = "",
+                    .payload = "{}",
+                    .run_id = "old",
+                    .created_at_us = 1};
+  ASSERT_OK_AND_ASSIGN(const int64_t added, recon::InsertTickets(*store_, {bad}));
+  ASSERT_EQ(added, 1);
+  Receiver receiver;
+  Exec r = RunIdemIn(dir_.path(), Args(bill, {"--replay-url", receiver.url("/replay"),
+                                              "--repush-url", receiver.url("/repush")}));
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("2 replay/re-push sent, 1 pending"));
+  EXPECT_THAT(r.err, HasSubstr("first: replay of OLD\\r\\nX-Injected: 1: not sent: key holds the "
+                               "control character \\r at byte 3"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_THAT(receiver.received(), ::testing::Not(HasSubstr("X-Injected")));
+  EXPECT_THAT(receiver.keys("/replay"), ::testing::ElementsAre("R-2"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket WHERE state = 'pending' AND run_id = 'old'"),
+            1);
+}
+
+#ifndef IDEM_RECON_SQL_SERVERS
+// The HTTP client refuses, whoever its caller, a request whose header name is not a
+// token or whose header value, method or target holds CR, LF or NUL: kInvalidArgument
+// naming the header, and no connection is made.
+TEST(UpstreamTest, RefusesHeaderLinesInAnyValueAndSendsNothing) {
+  Receiver receiver;
+  absl::StatusOr<http::UpstreamUrl> url = http::ParseUpstreamUrl(receiver.url("/in"));
+  ASSERT_OK(url.status());
+  const http::Upstream upstream(*url, {.timeout = absl::Seconds(5)});
+  auto request = [](std::vector<std::pair<std::string, std::string>> headers) {
+    http::HttpRequest r;
+    r.method = "POST";
+    r.body = "{}";
+    r.request_id = "t";
+    r.headers = std::move(headers);
+    return r;
+  };
+  struct Case {
+    http::HttpRequest request;
+    std::string target, want;
+  } cases[] = {
+      {request({{"Idempotency-Key", "K\r\nAuthorization: Bearer attacker"}}), "",
+       "the value of header 'Idempotency-Key' holds CR, LF or NUL"},
+      {request({{"Idempotency-Key", "K\nX: 1"}}), "", "header 'Idempotency-Key'"},
+      {request({{"Idempotency-Key", std::string("K\0X", 3)}}), "", "header 'Idempotency-Key'"},
+      {request({{"X-A: b\r\nX-B", "1"}}), "", "the header name 'X-A: b\\r\\nX-B' is not a token"},
+      {request({{"Authorization: Bearer attacker", "1"}}), "", "is not a token"},
+      {request({}), "/x HTTP/1.1\r\nX: 1\r\n\r\nGET /y", "the target '/in/x HTTP/1.1\\r\\n"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<http::UpstreamResponse> r = upstream.Send(c.request, c.target);
+    EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument)) << c.want;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.want));
+    EXPECT_THAT(upstream.RequestBytes(c.request, c.target).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+  http::HttpRequest bad_id = request({});
+  bad_id.request_id = "r\r\nX: 1";
+  absl::StatusOr<http::UpstreamResponse> refused = upstream.Send(bad_id, "");
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("'X-Request-Id'"));
+  EXPECT_EQ(receiver.connections(), 0);
+  // A clean request still goes, its key as it was given.
+  absl::StatusOr<http::UpstreamResponse> ok =
+      upstream.Send(request({{"Idempotency-Key", "K-1"}}), "");
+  ASSERT_OK(ok.status());
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_THAT(receiver.keys("/in"), ::testing::ElementsAre("K-1"));
+}
+#endif
 
 TEST_P(Recon, JsonlAndHotWindowFromTheWatermark) {
   Ledger("J-1", "1.00", "PAID", "2024-06-18T02:00:00Z");

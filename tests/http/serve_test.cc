@@ -510,6 +510,35 @@ TEST(ServeLogTest, JsonAccessLogWithoutSecrets) {
   EXPECT_THAT(bad.err, HasSubstr("--log-level 'loud' must be"));
 }
 
+// The text log keeps each line one line whatever a tenant puts in a key: a key with
+// CR, LF and an escape sequence, logged by a fail-open claim, is written escaped, so
+// it cannot forge an access line or drive the operator's terminal.
+TEST(ServeLogTest, TextLogEscapesControlCharactersInEveryField) {
+  idem::testing::TempDir dir;
+  IdemProcess serve(dir.file("text.err"));
+  ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store",
+                           "postgres://idem@127.0.0.1:1/idem", "--tenant", "acme:tok",
+                           "--fail-open", "refund"}),
+              MatchesRegex("listening on .*"));
+  Client c(serve.port());
+  const std::string forged =
+      "K-1\\n[2024-06-18 10:00:00.000] [idem] [info] access method=POST route=/forged\\r"
+      "\\u001b[31m\\\\";
+  ASSERT_EQ(c.Send("POST", "/v1/claims", R"({"biz_type":"refund","key":")" + forged + R"("})",
+                   "tok")
+                .status,
+            201);
+  ASSERT_EQ(serve.Stop(), 0);
+  const std::string log = serve.stderr_text();
+  EXPECT_THAT(log, HasSubstr("key \"K-1\\n[2024-06-18 10:00:00.000] [idem] [info] access "
+                             "method=POST route=/forged\\r\\x1B[31m\\\\\""));
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_THAT(line, MatchesRegex("\\[[-0-9: .]+\\] \\[idem\\] \\[[a-z]+\\] .*")) << line;
+    EXPECT_EQ(line.find_first_of(std::string("\r\x1b", 2)), std::string::npos) << line;
+  }
+}
+
 }  // namespace
 }  // namespace idem::http
 
