@@ -296,6 +296,65 @@ TEST(ServeSecrets, TheCachePasswordStaysOffTheCommandLineToo) {
   EXPECT_THAT(alone.err, HasSubstr("--cache-password-file needs --cache"));
 }
 
+// A tenants file or store password file another user could change is refused,
+// naming the file and what is wrong: owned by another user (root excepted),
+// writable by group or others, or in a folder others may write without the sticky
+// bit (they could replace it). Readable by others stays a warning.
+TEST(ServeSecrets, SecretFilesAnotherUserCouldWriteAreRefused) {
+  idem::testing::TempDir dir;
+  const std::string line = "acme " + HashOf(kToken, dir.path()) + "\n";
+  const std::string open_dir = dir.file("open");
+  ASSERT_EQ(mkdir(open_dir.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(open_dir.c_str(), 0777), 0);
+  const std::string sticky_dir = dir.file("sticky");
+  ASSERT_EQ(mkdir(sticky_dir.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(sticky_dir.c_str(), 01777), 0);
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::string group_writable = WriteFile(dir.file("tenants-620"), line, 0620);
+  const std::string in_open = WriteFile(open_dir + "/tenants", line, 0600);
+  const std::string pw_writable = WriteFile(dir.file("pw-606"), "s3cret-pw\n", 0606);
+  const std::string pw_in_open = WriteFile(open_dir + "/pw", "s3cret-pw\n", 0600);
+  std::vector<Case> cases = {
+      {{"--tenants-file", group_writable},
+       "tenants file " + group_writable + " may be written by group or others (mode 620)"},
+      {{"--tenants-file", in_open},
+       "tenants file " + in_open + " is in the folder " + open_dir +
+           ", which others may write (mode 777, no sticky bit)"},
+      {{"--store", "postgres://idem@127.0.0.1:1/db", "--store-password-file", pw_writable},
+       "--store-password-file " + pw_writable + " may be written by group or others (mode 606)"},
+      {{"--store", "postgres://idem@127.0.0.1:1/db", "--store-password-file", pw_in_open},
+       "is in the folder " + open_dir + ", which others may write"},
+  };
+  if (geteuid() == 0) {  // a file of another user needs root to make
+    const std::string foreign = WriteFile(dir.file("tenants-nobody"), line, 0600);
+    ASSERT_EQ(chown(foreign.c_str(), 65534, 65534), 0);
+    cases.push_back({{"--tenants-file", foreign},
+                     "tenants file " + foreign + " is owned by uid 65534, not by the user idem "
+                     "runs as (uid 0) or root"});
+  }
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"--listen", "127.0.0.1:0"};
+    if (c.args.front() != "--store") args.insert(args.end(), {"--store", "memory://"});
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    ServeProcess serve(dir.file("refused.err"));
+    EXPECT_EQ(serve.Start(args), "") << c.says;  // it never listens
+    EXPECT_EQ(serve.Stop(SIGTERM), 1) << c.says << "\n" << serve.stderr_text();
+    EXPECT_THAT(serve.stderr_text(), HasSubstr(c.says));
+    EXPECT_THAT(serve.stderr_text(), Not(HasSubstr("s3cret-pw")));
+  }
+  // The sticky bit (as on /tmp) keeps others from replacing a file they do not own.
+  ServeProcess serve(dir.file("serve.err"));
+  ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store", "memory://", "--tenants-file",
+                           WriteFile(sticky_dir + "/tenants", line, 0600)}),
+              StartsWith("listening on "))
+      << serve.stderr_text();
+  EXPECT_EQ(Claim(serve.port(), kToken, "k1"), 201);
+  EXPECT_EQ(serve.Stop(), 0);
+}
+
 // The names of the files in `dir` that start with "core".
 std::vector<std::string> CoreFiles(const std::string& dir) {
   std::vector<std::string> out;
