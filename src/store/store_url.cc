@@ -291,7 +291,8 @@ std::string RedactUrl(std::string_view url) {
     }
     if (!kept.empty()) out.append("?").append(kept);
   }
-  return out;
+  // "postgres://h password=x" is no URL libpq would take, but it is shown.
+  return MaskKeywordSecrets(out);
 }
 
 absl::StatusOr<std::string> WithPassword(std::string_view url, std::string_view password) {

@@ -146,25 +146,23 @@ TEST(Secrets, EveryStoreCommandTakesThePasswordFromAFileOrTheEnvironment) {
       EXPECT_THAT(r.out, Not(HasSubstr(kPassword))) << what;
       return r;
     };
+    auto expect = [&what](const Exec& r, int status, const std::string& says) {
+      EXPECT_EQ(r.status, status) << what << r.err;
+      EXPECT_THAT(r.err, HasSubstr(says)) << what;
+    };
     // Read and written into the URL: a path URL takes none.
-    Exec path = run({"--store", "sqlite://" + dir.file("a.db"), "--store-password-file", pw_file});
-    EXPECT_EQ(path.status, 2) << what << path.err;
-    EXPECT_THAT(path.err, HasSubstr("which takes none (only server URLs do)")) << what;
+    expect(run({"--store", "sqlite://" + dir.file("a.db"), "--store-password-file", pw_file}), 2,
+           "which takes none (only server URLs do)");
     // Read, written into the URL and sent: the server is not there.
-    Exec sent = run({"--store", server, "--store-password-file", pw_file});
-    EXPECT_EQ(sent.status, 1) << what << sent.err;
-    EXPECT_THAT(sent.err, HasSubstr("127.0.0.1")) << what;
+    expect(run({"--store", server, "--store-password-file", pw_file}), 1, "127.0.0.1");
     setenv("IDEM_STORE_PASSWORD", kPassword, 1);
     Exec twice = run({"--store", "postgres://idem:inline@127.0.0.1:1/db"});
     Exec both = run({"--store", server, "--store-password-file", pw_file});
     unsetenv("IDEM_STORE_PASSWORD");
-    EXPECT_EQ(twice.status, 2) << what << twice.err;
-    EXPECT_THAT(twice.err, HasSubstr("already has a password; give it in one place only")) << what;
-    EXPECT_EQ(both.status, 2) << what << both.err;
-    EXPECT_THAT(both.err, HasSubstr("the store password is given twice")) << what;
-    Exec unsafe = run({"--store", server, "--store-password-file", writable});
-    EXPECT_EQ(unsafe.status, 1) << what << unsafe.err;
-    EXPECT_THAT(unsafe.err, HasSubstr("may be written by group or others (mode 666)")) << what;
+    expect(twice, 2, "already has a password; give it in one place only");
+    expect(both, 2, "the store password is given twice");
+    expect(run({"--store", server, "--store-password-file", writable}), 1,
+           "may be written by group or others (mode 666)");
   }
   // Both stores of a copy.
   setenv("IDEM_FROM_PASSWORD", kPassword, 1);
