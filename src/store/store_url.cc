@@ -139,6 +139,12 @@ constexpr std::string_view kAmbiguousAt =
     "password's '/', '?', '#', '%' and '@' percent-encoded (%2F, %3F, %23, %25, %40), "
     "and an '@' in the path or query as %40";
 
+bool HasSpace(std::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](char c) { return absl::ascii_isspace(c); });
+}
+
+constexpr std::string_view kSpace = "white space (write a space as %20)";
+
 bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '_'; }
 
 // One "NAME=VALUE" of a keyword connection string (libpq's "host=h password=x",
@@ -175,16 +181,16 @@ std::vector<KeywordSecret> KeywordSecrets(std::string_view text) {
   return out;
 }
 
-// `text` with the value of every secret keyword replaced by "***".
-std::string MaskKeywordSecrets(std::string_view text) {
+// `text` with each run of covered characters replaced by one "***".
+std::string CollapseCovered(std::string_view text, const std::vector<bool>& covered) {
   std::string out;
-  size_t from = 0;
-  for (const KeywordSecret& s : KeywordSecrets(text)) {
-    if (s.begin < from) continue;
-    out.append(text.substr(from, s.begin - from)).append("***");
-    from = s.end;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!covered[i]) {
+      out += text[i];
+    } else if (i == 0 || !covered[i - 1]) {
+      out += "***";
+    }
   }
-  out.append(text.substr(from));
   return out;
 }
 
@@ -253,12 +259,26 @@ std::vector<std::string> RawSecrets(std::string_view url) {
 
 std::string RedactUrl(std::string_view url) {
   const size_t sep = SchemeEnd(url);
+  const std::string scheme =
+      sep == std::string_view::npos ? "" : absl::AsciiStrToLower(AV(url.substr(0, sep)));
+  const bool path_url = scheme == "sqlite" || scheme == "rocksdb" || scheme == "memory";
+  if (sep != std::string_view::npos && !path_url && HasSpace(url)) {
+    // A server URL holds no white space (the parsers refuse it): whatever it is
+    // ("postgres://h password=x", a query with spaces), none of it is shown.
+    return absl::StrCat(AV(url.substr(0, sep + 3)), "…");
+  }
   if (sep == std::string_view::npos) {
-    // Not a URL: a keyword connection string ("host=h password=x") loses its
-    // secret values; "user:secret@host" keeps only what follows the last '@'.
-    const std::string masked = MaskKeywordSecrets(url);
-    const size_t at = masked.rfind('@');
-    return at == std::string::npos ? masked : "…@" + masked.substr(at + 1);
+    // No URL. A keyword connection string ("host=h password=x") loses its secret
+    // values, and "user:secret@host" everything up to the last '@'; both are read
+    // on the whole text, so that neither hides part of what the other would.
+    std::vector<bool> covered(url.size(), false);
+    for (const KeywordSecret& s : KeywordSecrets(url)) {
+      std::fill(covered.begin() + s.begin, covered.begin() + s.end, true);
+    }
+    const size_t at = url.rfind('@');
+    if (at == std::string_view::npos) return CollapseCovered(url, covered);
+    return "…@" + CollapseCovered(url.substr(at + 1),
+                                  std::vector<bool>(covered.begin() + at + 1, covered.end()));
   }
   const size_t start = sep + 3;
   std::string_view rest = url.substr(start);
@@ -266,8 +286,18 @@ std::string RedactUrl(std::string_view url) {
     // Everything that may be the password goes, with the ':' before it: what is
     // left has one '@', and its query is redacted as any other.
     const size_t colon = static_cast<size_t>(span->data() - rest.data()) - 1;
-    return RedactUrl(absl::StrCat(AV(url.substr(0, start + colon)),
-                                  AV(rest.substr(colon + 1 + span->size()))));
+    std::string tail(rest.substr(colon + 1 + span->size()));  // from the last '@' on
+    if (const size_t amp = tail.find('&');
+        span->find('?') != std::string_view::npos && amp != std::string::npos) {
+      // The query began inside what went: the items after the last '@' are its
+      // parameters, and its secret ones go too.
+      std::string kept = tail.substr(0, amp);
+      for (std::string_view item : QueryItems(std::string_view(tail).substr(amp + 1))) {
+        if (!IsSecretParam(item)) absl::StrAppend(&kept, "&", AV(item));
+      }
+      tail = std::move(kept);
+    }
+    return RedactUrl(absl::StrCat(AV(url.substr(0, start + colon)), tail));
   }
   const std::optional<std::string_view> query = SplitQuery(&rest);
   std::string out(url.substr(0, start));
@@ -291,8 +321,7 @@ std::string RedactUrl(std::string_view url) {
     }
     if (!kept.empty()) out.append("?").append(kept);
   }
-  // "postgres://h password=x" is no URL libpq would take, but it is shown.
-  return MaskKeywordSecrets(out);
+  return out;
 }
 
 absl::StatusOr<std::string> WithPassword(std::string_view url, std::string_view password) {
@@ -336,6 +365,7 @@ absl::StatusOr<std::string> WithCanonicalUserinfo(std::string_view url) {
                                                    RedactUrl(url), "': ", AV(what)));
   };
   if (a.ambiguous) return bad(kAmbiguousAt);
+  if (HasSpace(url)) return bad(kSpace);
   if (!a.has_at) return std::string(url);
   const size_t colon = a.userinfo.find(':');
   std::string user, password;
@@ -379,15 +409,7 @@ std::string RedactSecretsIn(std::string_view text, std::string_view url) {
   for (const KeywordSecret& s : KeywordSecrets(text)) {
     std::fill(covered.begin() + s.begin, covered.begin() + s.end, true);
   }
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (!covered[i]) {
-      out += text[i];
-    } else if (i == 0 || !covered[i - 1]) {
-      out += "***";
-    }
-  }
-  return out;
+  return CollapseCovered(text, covered);
 }
 
 absl::Status RedactSecretsIn(const absl::Status& status, std::string_view url) {
@@ -502,6 +524,7 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
   IDEM_ASSIGN_OR_RETURN(StoreUrl u, Begin(url, scheme, aliases, &rest, &query));
   auto bad = [&](std::string_view what) { return Bad(u, what); };
   if (SplitAuthority(url.substr(url.find("://") + 3)).ambiguous) return bad(kAmbiguousAt);
+  if (HasSpace(url)) return bad(kSpace);
   if (rest.find('#') != std::string_view::npos) return bad("a fragment ('#') is not allowed");
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);

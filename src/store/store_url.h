@@ -29,7 +29,8 @@ namespace idem::store {
 // to the last '@'. Works on malformed input too (it never fails): text that is no
 // "scheme://" URL has the values of its secret keywords replaced by "***"
 // ("host=db password=***", libpq's keyword form) and, when it holds an '@',
-// everything up to the last '@' dropped.
+// everything up to the last '@' dropped; a server URL with white space (which no
+// parser takes) keeps only its "scheme://".
 std::string RedactUrl(std::string_view url);
 
 // `text` (a driver's message, which may quote the URL it was given) with every
@@ -54,7 +55,7 @@ absl::StatusOr<std::string> WithPassword(std::string_view url, std::string_view 
 // that a driver which reads the userinfo up to the first '@' (libpq) reads the user
 // and password ParseStoreUrl reads: "postgres://u:p@ss@db" → "postgres://u:p%40ss@db".
 // kInvalidArgument (the URL redacted) for a URL without "scheme://", a bad percent
-// escape in the userinfo, or an ambiguous URL (see RedactUrl).
+// escape in the userinfo, white space, or an ambiguous URL (see RedactUrl).
 absl::StatusOr<std::string> WithCanonicalUserinfo(std::string_view url);
 
 // A parsed URL of the authority form. Every string is percent-decoded.
@@ -82,8 +83,8 @@ struct StoreUrl {
 
 // Parses `url`, which must have the scheme `scheme` (or one of `aliases`). Errors:
 // kInvalidArgument naming what is wrong (the scheme, a bad percent escape, an
-// unclosed '[', a port that is not 1..65535, an ambiguous '@': see RedactUrl), with
-// the URL redacted.
+// unclosed '[', a port that is not 1..65535, an ambiguous '@' (see RedactUrl),
+// white space), with the URL redacted.
 absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view scheme,
                                        std::initializer_list<std::string_view> aliases = {});
 

@@ -269,9 +269,16 @@ TEST(SecretUrlTest, KeywordConnectionStringsLoseTheirSecretValues) {
   EXPECT_EQ(RedactUrl("host=127.0.0.1 port=1 password=SECRET4 dbname=x"),
             "host=127.0.0.1 port=1 password=*** dbname=x");
   EXPECT_EQ(RedactUrl("host=h password = 'SE CR\\'ET4' user=u"), "host=h password = *** user=u");
-  EXPECT_EQ(RedactUrl("host=h password=pa@ss-SECRET4 dbname=x"), "host=h password=*** dbname=x");
+  // (What precedes the last '@' goes too: it may be "user:password".)
+  EXPECT_EQ(RedactUrl("host=h password=pa@ss-SECRET4 dbname=x"), "…@*** dbname=x");
   EXPECT_EQ(RedactUrl("host=h password=a://SECRET4 dbname=x"), "host=h password=*** dbname=x");
   EXPECT_EQ(RedactUrl("host=h PASSWORD=SECRET4"), "host=h PASSWORD=***");
+  // Every '=' is read on its own (a quote opened before may swallow a keyword).
+  EXPECT_EQ(RedactUrl("pass='a password='SECRET4 b' x"), "pass=*** x");
+  // A URL with a keyword string after it: no URL (refused), and no secret shown.
+  EXPECT_EQ(RedactUrl("postgres://h/db password=SECRET4"), "postgres://…");
+  EXPECT_FALSE(ParseStoreUrl("postgres://h/db password=SECRET4", "postgres").ok());
+  EXPECT_FALSE(WithCanonicalUserinfo("postgres://h/db password=SECRET4").ok());
   const std::string conninfo = "host=h password='SE CR\\'ET4'";
   EXPECT_EQ(RedactSecretsIn("no SE CR'ET4 here; nor SE CR\\'ET4", conninfo), "no *** here; nor ***");
   // Whatever the URL, a message's own keyword string loses its secrets.

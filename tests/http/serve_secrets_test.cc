@@ -467,6 +467,39 @@ TEST(ServeSecrets, PostgresPasswordFromAFileReachesTheStore) {
   EXPECT_THAT(r.err, Not(HasSubstr(password)));
 }
 
+// Every command that opens a store reads the password from its file or from
+// IDEM_STORE_PASSWORD and reaches the database with it.
+TEST(ServeSecrets, EveryStoreCommandReachesPostgresWithThePasswordFromAFile) {
+  const char* env = std::getenv("IDEM_TEST_POSTGRES_URL");
+  ASSERT_TRUE(env != nullptr && *env != '\0') << "IDEM_TEST_POSTGRES_URL is not set";
+  const std::string url = env;
+  const size_t scheme = url.find("://") + 3, at = url.find('@', scheme);
+  const size_t colon = url.find(':', scheme);
+  ASSERT_LT(colon, at) << "the test URL has no password";
+  const std::string password = url.substr(colon + 1, at - colon - 1);
+  const std::string bare = url.substr(0, colon) + url.substr(at);
+  idem::testing::TempDir dir;
+  const std::string pw = WriteFile(dir.file("pw"), password + "\n", 0600);
+  const std::vector<std::vector<std::string>> commands = {
+      {"migrate"}, {"migrate", "--dry-run"}, {"stuck"}, {"records", "list"},
+      {"keys", "analyze"}, {"purge", "--dry-run"}};
+  for (bool from_file : {true, false}) {
+    for (std::vector<std::string> args : commands) {
+      SCOPED_TRACE(args.front() + (from_file ? " --store-password-file" : " IDEM_STORE_PASSWORD"));
+      args.insert(args.end(), {"--store", bare});
+      if (from_file) {
+        args.insert(args.end(), {"--store-password-file", pw});
+      } else {
+        setenv("IDEM_STORE_PASSWORD", password.c_str(), 1);
+      }
+      idem::testing::RunResult r = RunIdem(args, dir.path());
+      unsetenv("IDEM_STORE_PASSWORD");
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_THAT(r.out + r.err, Not(HasSubstr(password)));
+    }
+  }
+}
+
 #endif  // IDEM_SECRETS_POSTGRES
 
 }  // namespace
