@@ -15,6 +15,7 @@
 #include "CLI/CLI.hpp"
 #include "cli/logging.h"
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/config_values.h"
 #include "cli/reason.h"
 #include "cli/retention_config.h"
@@ -180,6 +181,10 @@ int Run(int argc, char** argv, std::initializer_list<AddCommandFn> commands_to_a
       // --help, --help-all, --version: CLI11 prints them; the exit status is 0.
       root.exit(e);
       return kExitOk;
+    }
+    if (e.get_name() == kStoreOptionError) {  // its own reason and exit status
+      PrintReason(e.what());
+      return e.get_exit_code();
     }
     // Read the raw value: a config error is thrown before option callbacks run.
     std::string config_file = config->results().empty() ? "" : config->results().back();

@@ -101,7 +101,7 @@ absl::Status CheckSqliteFileExists(std::string_view url) {
   std::string probe = "sqlite://:memory:";
   if (query != std::string_view::npos) probe += url.substr(kScheme.size() + query);
   if (absl::StatusOr<std::unique_ptr<Store>> s = OpenStore(probe); !s.ok()) return s.status();
-  return absl::UnavailableError("store " + std::string(url) + ": database file " +
+  return absl::UnavailableError("store " + RedactStoreUrl(url) + ": database file " +
                                 std::string(path) + " does not exist");
 }
 

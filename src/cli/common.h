@@ -69,6 +69,11 @@ absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(std::string_view url);
 // database without idem's tables.
 absl::StatusOr<std::unique_ptr<Store>> OpenReadOnlyStore(std::string_view url);
 
+// The name of the CLI::ParseError that AddStoreOptions (cli/secrets.h) throws for a
+// store password that cannot be had: its message is the whole reason and its exit
+// code the status (RunCommandLine).
+inline constexpr std::string_view kStoreOptionError = "StoreOptionError";
+
 // The exit status for a failure to open a store: 2 (usage) for a malformed URL
 // or a backend not compiled in, 1 otherwise.
 int ExitCodeForStoreError(const absl::Status& s);

@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/reason.h"
+#include "cli/secrets.h"
 #include "core/absl_compat.h"
 #include "idem/idem.h"
 #include "nlohmann/json.hpp"
@@ -128,11 +129,10 @@ CommandFn AddInspectCommand(CLI::App& root) {
   cmd->footer(
       "Exit status: 0 printed, 1 no record / another biz_type / store unreachable, 2 bad usage.");
   auto flags = std::make_shared<InspectFlags>();
-  cmd->add_option("--store", flags->store,
-                  "Store URL: sqlite://PATH, rocksdb://DIR, postgres://…, mysql://… (never "
-                  "creates a database)")
-      ->type_name("URL")
-      ->capture_default_str();
+  AddStoreOptions(root, cmd,
+                  {{"--store", &flags->store,
+                    "Store URL: sqlite://PATH, rocksdb://DIR, postgres://…, mysql://… (never "
+                    "creates a database)"}});
   cmd->add_option("--tenant", flags->tenant, "Tenant of the key")->capture_default_str();
   cmd->add_option("--biz-type", flags->biz_type,
                   "Expected biz_type; another one is reported (exit 1). Empty: any");

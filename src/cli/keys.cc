@@ -33,6 +33,7 @@
 #include "cli/common.h"
 #include "cli/keys_report.h"
 #include "cli/reason.h"
+#include "cli/secrets.h"
 #include "core/absl_compat.h"
 #include "http/upstream.h"
 #include "idem/idem.h"
@@ -245,12 +246,10 @@ CommandFn AddKeysCommand(CLI::App& root) {
       "their SHA-256's start. Read-only. Exit status: 0 analysed (findings included),\n"
       "1 store or server unreachable, 2 bad usage.");
   auto flags = std::make_shared<AnalyzeFlags>();
-  analyze
-      ->add_option("--store", flags->store,
-                   "Store URL: sqlite://PATH, rocksdb://DIR, postgres://…, mysql://… (never "
-                   "creates a database)")
-      ->type_name("URL")
-      ->capture_default_str();
+  AddStoreOptions(root, analyze,
+                  {{"--store", &flags->store,
+                    "Store URL: sqlite://PATH, rocksdb://DIR, postgres://…, mysql://… (never "
+                    "creates a database)"}});
   analyze->add_option("--since", flags->since, "Records created in the last D")
       ->type_name("DURATION")
       ->capture_default_str();

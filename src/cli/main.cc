@@ -3,7 +3,10 @@
 // when one is installed beside it (cli/external.h: the refund example's `demo` and
 // `worker`). What the subcommands share (--config, --version, exit statuses) is
 // RunCommandLine (cli/command_line.cc).
+#include <sys/prctl.h>
+
 #include <csignal>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -59,8 +62,20 @@ std::vector<std::pair<std::string, std::string>> ExternalHelp() {
   return out;
 }
 
+// A core file of a server held the store's password 6 times and a tenant's token 9
+// times, and a dumpable process's memory (/proc/PID/mem) is open to every process
+// of its user. So `idem` is not dumpable (no core file; only root may read its
+// memory) unless IDEM_ALLOW_CORE_DUMPS=1 asks for one, to debug a crash. A program
+// it execs (an external subcommand) is dumpable again: execve resets the flag.
+void ProtectSecretsInMemory() {
+  const char* allow = std::getenv("IDEM_ALLOW_CORE_DUMPS");
+  if (allow != nullptr && std::string_view(allow) == "1") return;
+  // Cannot fail with these arguments (EINVAL is for other values).
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
 
 int Main(int argc, char** argv) {
+  ProtectSecretsInMemory();
   // The subcommand is the first argument that is not the root's --config FILE.
   int i = 1;
   while (i < argc) {

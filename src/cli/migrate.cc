@@ -39,6 +39,7 @@
 #include "cli/commands.h"
 #include "cli/migrate_copy.h"
 #include "cli/reason.h"
+#include "cli/secrets.h"
 #include "core/absl_compat.h"
 #include "idem/idem.h"
 #include "idem/steps.h"
@@ -167,18 +168,15 @@ CommandFn AddMigrateCommand(CLI::App& root) {
       "migrate",
       "Create or upgrade the store's schema (idempotent; a second run changes nothing) and "
       "print the backend, schema version before -> after and the tables");
-  sub->add_option("--store", flags->store,
-                  "Store URL: sqlite://PATH, postgres://… or mysql://…")
-      ->capture_default_str();
+  AddStoreOptions(root, sub,
+                  {{"--store", &flags->store, "Store URL: sqlite://PATH, postgres://… or mysql://…"},
+                   {"--from", &flags->from,
+                    "Copy every record of this store (opened read-only) into --to, e.g. "
+                    "--from sqlite://./idem.db --to rocksdb://./idem-db; records already in --to "
+                    "are kept; stop the servers on both first"},
+                   {"--to", &flags->to, "The store --from's records are copied into"}});
   sub->add_flag("--dry-run", flags->dry_run,
                 "Only read: print what migrate would do, change nothing");
-  sub->add_option("--from", flags->from,
-                  "Copy every record of this store (opened read-only) into --to, e.g. "
-                  "--from sqlite://./idem.db --to rocksdb://./idem-db; records already in --to "
-                  "are kept; stop the servers on both first")
-      ->type_name("URL");
-  sub->add_option("--to", flags->to, "The store --from's records are copied into")
-      ->type_name("URL");
   sub->add_option("--batch", flags->batch, "Records per transaction of a --from/--to copy")
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();

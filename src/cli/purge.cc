@@ -26,6 +26,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/reason.h"
+#include "cli/secrets.h"
 #include "cli/retention_config.h"
 #include "core/absl_compat.h"
 #include "idem/idem.h"
@@ -133,11 +134,10 @@ CommandFn AddPurgeCommand(CLI::App& root) {
       "section in --config, after created_at + its TTL); PROCESSING records never do.\n"
       "Exit status: 0 done, 1 store unreachable, 2 bad usage or configuration.");
   auto flags = std::make_shared<PurgeFlags>();
-  cmd->add_option("--store", flags->store,
-                  "Store URL: sqlite://PATH, postgres://…, mysql://…, rocksdb://DIR (not while "
-                  "idem serve has it: use serve --purge-every)")
-      ->type_name("URL")
-      ->capture_default_str();
+  AddStoreOptions(root, cmd,
+                  {{"--store", &flags->store,
+                    "Store URL: sqlite://PATH, postgres://…, mysql://…, rocksdb://DIR (not while "
+                    "idem serve has it: use serve --purge-every)"}});
   cmd->add_flag("--dry-run", flags->dry_run, "Count what would go; change nothing");
   cmd->add_option("--batch", flags->batch, "Records per transaction (1 … 10000)")
       ->capture_default_str();

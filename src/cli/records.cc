@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/reason.h"
+#include "cli/secrets.h"
 #include "cli/retention_config.h"
 #include "core/absl_compat.h"
 #include "idem/idem.h"
@@ -182,11 +183,10 @@ CommandFn AddRecordsCommand(CLI::App& root) {
       "Read-only: creates and changes nothing. Exit status: 0 listed (also none), 1 store\n"
       "unreachable, 2 bad usage.");
   auto flags = std::make_shared<ListFlags>();
-  list->add_option("--store", flags->store,
-                   "Store URL: sqlite://PATH, rocksdb://DIR, postgres://…, mysql://… (never "
-                   "creates a database)")
-      ->type_name("URL")
-      ->capture_default_str();
+  AddStoreOptions(root, list,
+                  {{"--store", &flags->store,
+                    "Store URL: sqlite://PATH, rocksdb://DIR, postgres://…, mysql://… (never "
+                    "creates a database)"}});
   list->add_option("--tenant", flags->tenant, "Only this tenant's records (default: every tenant)");
   list->add_option("--biz-type", flags->biz_type, "Only this biz_type");
   list->add_option("--state", flags->state,

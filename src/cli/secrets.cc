@@ -2,19 +2,24 @@
 
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "cli/common.h"
+#include "cli/reason.h"
 #include "core/absl_compat.h"
 #include "idem/fingerprint.h"
 #include "idem/idem.h"
@@ -163,6 +168,10 @@ absl::StatusOr<std::vector<http::Tenant>> LoadTenants(const TenantSources& sourc
   }
   if (!sources.file.empty()) {
     if (absl::Status s = AddFile(sources.file, &set); !s.ok()) return s;
+    if (absl::Status s = CheckSecretFileOwnership(sources.file, "tenants file " + sources.file);
+        !s.ok()) {
+      return s;
+    }
     if (std::string w = LooseFileWarning(sources.file, "tenants file " + sources.file); !w.empty()) {
       warnings->push_back(std::move(w));
     }
@@ -216,6 +225,71 @@ absl::StatusOr<std::string> UrlWithSecret(std::string_view option, const std::st
   return url;
 }
 
+namespace {
+
+// A failure found once the command line is read (AddStoreOptions).
+class StoreOptionError : public CLI::ParseError {
+ public:
+  StoreOptionError(const std::string& message, int exit_code)
+      : CLI::ParseError(std::string(kStoreOptionError), message, exit_code) {}
+};
+
+// "records list" for the subcommand `sub` of the root.
+std::string SubcommandPath(const CLI::App* sub) {
+  std::string path;
+  for (; sub != nullptr && sub->get_parent() != nullptr; sub = sub->get_parent()) {
+    path = sub->get_name() + (path.empty() ? "" : " ") + path;
+  }
+  return path;
+}
+
+}  // namespace
+
+void AddStoreOptions(CLI::App& root, CLI::App* sub, const std::vector<StoreOption>& options) {
+  struct Bound {
+    std::string name;
+    std::string* url;
+    const CLI::Option* url_option;
+    std::shared_ptr<std::string> password_file;
+  };
+  std::vector<Bound> bound;
+  for (const StoreOption& o : options) {
+    auto password_file = std::make_shared<std::string>();
+    const CLI::Option* url_option =
+        sub->add_option(o.name, *o.url, o.help)->type_name("URL")->capture_default_str();
+    const std::string env = "IDEM_" + absl::AsciiStrToUpper(o.name.substr(2)) + "_PASSWORD";
+    sub->add_option(o.name + "-password-file", *password_file,
+                    "File holding the password of the " + o.name +
+                        " URL on one line, written into it (else " + env +
+                        "; keeps it out of ps)")
+        ->type_name("FILE");
+    bound.push_back({o.name, o.url, url_option, std::move(password_file)});
+  }
+  const CLI::Option* config = root.get_config_ptr();
+  sub->final_callback([bound, config, sub] {
+    const std::string config_file =
+        config != nullptr && !config->results().empty() ? config->results().back() : "";
+    const std::string prefix = SubcommandPath(sub) + ": ";
+    for (const Bound& b : bound) {
+      if (b.url_option->count() == 0 && b.password_file->empty()) continue;  // the default
+      if (b.url->empty()) {
+        if (b.password_file->empty()) continue;
+        throw StoreOptionError(prefix + b.name + "-password-file needs " + b.name, kExitUsage);
+      }
+      std::vector<std::string> warnings;
+      absl::StatusOr<std::string> with =
+          UrlWithSecret(b.name, *b.url, *b.password_file, config_file, &warnings);
+      for (const std::string& w : warnings) std::fprintf(stderr, "idem: warning: %s\n", w.c_str());
+      if (!with.ok()) {
+        throw StoreOptionError(
+            prefix + std::string(with.status().message()),
+            with.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure);
+      }
+      *b.url = *std::move(with);
+    }
+  });
+}
+
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path, std::string_view what,
                                            std::vector<std::string>* warnings) {
   std::ifstream in(path, std::ios::binary);
@@ -232,10 +306,49 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path, std::string_
     return absl::InvalidArgumentError(std::string(what) + " " + path +
                                       " must hold the secret on one line");
   }
+  if (absl::Status s = CheckSecretFileOwnership(path, std::string(what) + " " + path); !s.ok()) {
+    return s;
+  }
   if (std::string w = LooseFileWarning(path, std::string(what) + " " + path); !w.empty()) {
     warnings->push_back(std::move(w));
   }
   return secret;
+}
+
+absl::Status CheckSecretFileOwnership(const std::string& path, std::string_view what) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return absl::OkStatus();
+  auto mode_of = [](const struct stat& s) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%03o", static_cast<unsigned>(s.st_mode & 0777));
+    return std::string(mode);
+  };
+  const uid_t me = geteuid();
+  if (st.st_uid != me && st.st_uid != 0) {
+    return absl::FailedPreconditionError(
+        std::string(what) + " is owned by uid " + std::to_string(st.st_uid) +
+        ", not by the user idem runs as (uid " + std::to_string(me) +
+        ") or root, who could change it: chown it to the service's user");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::FailedPreconditionError(std::string(what) + " may be written by group or others (mode " +
+                                         mode_of(st) + "); make it private: chmod 600 " + path);
+  }
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::canonical(path, ec);
+  if (ec) return absl::OkStatus();
+  for (std::filesystem::path dir = real.parent_path();; dir = dir.parent_path()) {
+    struct stat d {};
+    if (stat(dir.c_str(), &d) == 0 && (d.st_mode & S_IWOTH) != 0 && (d.st_mode & S_ISVTX) == 0) {
+      return absl::FailedPreconditionError(
+          std::string(what) + " is in the folder " + dir.string() +
+          ", which others may write (mode " + mode_of(d) +
+          ", no sticky bit): another user could replace the file; keep it in a folder only "
+          "its owner may write");
+    }
+    if (dir == dir.root_path() || dir.empty()) break;
+  }
+  return absl::OkStatus();
 }
 
 std::string LooseFileWarning(const std::string& path, std::string_view what) {

@@ -23,6 +23,10 @@
 #include "absl/status/statusor.h"
 #include "http/api.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace idem::cli {
 
 // A new bearer token: 256 bits from the kernel's CSPRNG as 64 hex digits. False
@@ -42,7 +46,8 @@ struct TenantSources {
 // Every tenant of `sources`, each checked (a valid name, a token without spaces or
 // a well-formed hash, no name or token twice across all sources). Errors are
 // kInvalidArgument naming the source (the option, "FILE:LINE", IDEM_TENANTS) and
-// never a token; a tenants file that cannot be read is kUnavailable. `warnings`
+// never a token; a tenants file that cannot be read is kUnavailable, one another
+// user could write is kFailedPrecondition (CheckSecretFileOwnership). `warnings`
 // gets one line per plaintext token found in this process's command line, and one
 // for a tenants file, or a config file that holds a plaintext token, that group or
 // others may read.
@@ -62,12 +67,43 @@ absl::StatusOr<std::string> UrlWithSecret(std::string_view option, const std::st
                                           const std::string& config_file,
                                           std::vector<std::string>* warnings);
 
+// A store URL option of a subcommand that opens a store: `name` ("--store",
+// "--from"), where the subcommand keeps its value, and its --help line.
+struct StoreOption {
+  std::string name;
+  std::string* url;
+  std::string help;
+};
+
+// Adds each option of `options` to `sub` with its NAME-password-file FILE, and
+// has the password of each given URL read, once the command line is parsed, from
+// that file or else the environment (IDEM_STORE_PASSWORD for --store; UrlWithSecret)
+// and written into *url before the subcommand runs. Both may also be set in the
+// subcommand's --config section (`store`, `store-password-file`). A URL left at its
+// default (a path URL, which takes no password) is not touched. A failure (both
+// sources, a password for a path URL or for a URL that has one, an unreadable or
+// unsafe file) ends the run before the subcommand's function with one line and
+// exit 2, or 1 for a file that cannot be read or is unsafe; a warning (a password
+// in a URL on the command line) is written to stderr. The one place every
+// subcommand that opens a store declares it, so none can leave the password on
+// the command line.
+void AddStoreOptions(CLI::App& root, CLI::App* sub, const std::vector<StoreOption>& options);
+
 // The content of the secret file `path` (one trailing newline dropped), named
 // `what` in errors ("--store-password-file"): kUnavailable when it cannot be read,
-// kInvalidArgument when it is empty or has more than one line. Adds a warning to
+// kInvalidArgument when it is empty or has more than one line, kFailedPrecondition
+// when another user could write it (CheckSecretFileOwnership). Adds a warning to
 // `warnings` when group or others may read it.
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path, std::string_view what,
                                            std::vector<std::string>* warnings);
+
+// OK when no other user may change the secret file `path` (`what` names it:
+// "tenants file /etc/idem/tenants"): kFailedPrecondition naming the file and what
+// is wrong when it is owned by a user other than this process's (root excepted),
+// group or others may write it, or a folder on its path may be written by others
+// without the sticky bit (another user could replace the file). OK too when it
+// cannot be examined: reading it then reports the problem.
+absl::Status CheckSecretFileOwnership(const std::string& path, std::string_view what);
 
 // A warning line when the file `path` may be read by group or others (`what`
 // names it: "tenants file /etc/idem/tenants"), "" otherwise or when it cannot be

@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/reason.h"
+#include "cli/secrets.h"
 #include "core/absl_compat.h"
 #include "idem/idem.h"
 #include "idem/steps.h"
@@ -151,8 +152,8 @@ CommandFn AddStuckCommand(CLI::App& root) {
   CLI::App* cmd = root.add_subcommand(
       "stuck", "List step operations that are due, UNKNOWN or need compensation by hand");
   auto flags = std::make_shared<StuckFlags>();
-  cmd->add_option("--store", flags->store, "Store URL: sqlite://PATH, postgres://…, mysql://…")
-      ->capture_default_str();
+  AddStoreOptions(root, cmd,
+                  {{"--store", &flags->store, "Store URL: sqlite://PATH, postgres://…, mysql://…"}});
   cmd->add_option("--limit", flags->limit, "At most this many operations")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the list as JSON");
   cmd->add_option("--resolve", flags->resolve,

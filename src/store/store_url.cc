@@ -86,29 +86,170 @@ std::optional<std::string_view> SplitQuery(std::string_view* rest) {
   return query;
 }
 
-// The secrets written in `url`, raw as written: the userinfo's password and the
-// values of secret parameters.
-std::vector<std::string_view> RawSecrets(std::string_view url) {
-  std::vector<std::string_view> out;
+// The position of "://" after a well-formed scheme (RFC 3986: a letter, then
+// letters, digits, '+', '-', '.'), npos otherwise: "host=h password=a://b" is no
+// URL, and its text before "://" must not be taken for a scheme and shown.
+size_t SchemeEnd(std::string_view url) {
   const size_t sep = url.find("://");
+  if (sep == std::string_view::npos || sep == 0 || !absl::ascii_isalpha(url[0])) {
+    return std::string_view::npos;
+  }
+  for (char c : url.substr(0, sep)) {
+    if (!absl::ascii_isalnum(c) && c != '+' && c != '-' && c != '.') return std::string_view::npos;
+  }
+  return sep;
+}
+
+// The authority of `rest` (what follows "://") as every function here reads it:
+// it ends at the first '/', '?' or '#', and its userinfo at its last '@', so a
+// password may hold '@' and ':' as they are. When the text before that end has a
+// password (a ':' in the userinfo, or "user:xxx" without '@') and an '@' comes
+// after it, the URL is ambiguous: "u:pa/ss@db" may be a password "pa/ss" written
+// without percent-encoding, or a host "u", port "pa" and a path "ss@db". The
+// parsers refuse such a URL (kAmbiguousAt) and the redaction hides everything from
+// that ':' to the last '@'.
+struct Authority {
+  std::string_view userinfo;   // before the authority's last '@'
+  bool has_at = false;         // whether there is a userinfo
+  std::string_view host_port;  // after it
+  std::optional<std::string_view> ambiguous;  // from after the ':' to the last '@'
+};
+
+Authority SplitAuthority(std::string_view rest) {
+  Authority a;
+  const size_t end = std::min(rest.find_first_of("/?#"), rest.size());
+  const std::string_view authority = rest.substr(0, end);
+  const size_t at = authority.rfind('@');
+  a.has_at = at != std::string_view::npos;
+  a.userinfo = a.has_at ? authority.substr(0, at) : std::string_view();
+  a.host_port = a.has_at ? authority.substr(at + 1) : authority;
+  const size_t last_at = rest.rfind('@');
+  const bool password_before = a.has_at ? a.userinfo.find(':') != std::string_view::npos
+                                        : authority.find(':') != std::string_view::npos;
+  if (last_at != std::string_view::npos && last_at > end && password_before &&
+      !rest.starts_with("[")) {
+    const size_t colon = rest.find(':');
+    a.ambiguous = rest.substr(colon + 1, last_at - colon - 1);
+  }
+  return a;
+}
+
+constexpr std::string_view kAmbiguousAt =
+    "an '@' follows the first '/', '?' or '#' after a password (or a ':'): write a "
+    "password's '/', '?', '#', '%' and '@' percent-encoded (%2F, %3F, %23, %25, %40), "
+    "and an '@' in the path or query as %40";
+
+bool HasSpace(std::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](char c) { return absl::ascii_isspace(c); });
+}
+
+constexpr std::string_view kSpace = "white space (write a space as %20)";
+
+bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '_'; }
+
+// One "NAME=VALUE" of a keyword connection string (libpq's "host=h password=x",
+// spaces allowed around '='; a value is 'single-quoted' with backslash escapes, or
+// runs to the next white space) whose NAME is a secret one.
+struct KeywordSecret {
+  size_t begin, end;  // the value as written, quotes included
+  std::string value;  // unquoted and unescaped
+};
+
+std::vector<KeywordSecret> KeywordSecrets(std::string_view text) {
+  std::vector<KeywordSecret> out;
+  for (size_t eq = text.find('='); eq != std::string_view::npos; eq = text.find('=', eq + 1)) {
+    size_t name_end = eq;
+    while (name_end > 0 && absl::ascii_isspace(text[name_end - 1])) --name_end;
+    size_t name_begin = name_end;
+    while (name_begin > 0 && IsNameChar(text[name_begin - 1])) --name_begin;
+    if (!IsSecretName(absl::AsciiStrToLower(AV(text.substr(name_begin, name_end - name_begin))))) {
+      continue;
+    }
+    size_t i = eq + 1;
+    while (i < text.size() && absl::ascii_isspace(text[i])) ++i;
+    KeywordSecret s{i, i, ""};
+    const bool quoted = i < text.size() && text[i] == '\'';
+    if (quoted) ++i;
+    for (; i < text.size(); ++i) {
+      if (quoted ? text[i] == '\'' : absl::ascii_isspace(text[i])) break;
+      if (text[i] == '\\' && i + 1 < text.size()) ++i;
+      s.value += text[i];
+    }
+    s.end = std::min(text.size(), quoted ? i + 1 : i);
+    if (s.end > s.begin) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// `text` with each run of covered characters replaced by one "***".
+std::string CollapseCovered(std::string_view text, const std::vector<bool>& covered) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!covered[i]) {
+      out += text[i];
+    } else if (i == 0 || !covered[i - 1]) {
+      out += "***";
+    }
+  }
+  return out;
+}
+
+// `password` percent-encoded as WithPassword writes it (RFC 3986 unreserved
+// characters as they are).
+std::string EncodeUserinfoPart(std::string_view password) {
+  std::string out;
+  for (unsigned char c : password) {
+    if (absl::ascii_isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+    }
+  }
+  return out;
+}
+
+// The secrets written in `url`, raw as written: the userinfo's password (or, in an
+// ambiguous URL, everything that may be one), the values of secret parameters,
+// and those of secret keywords when `url` is a keyword connection string.
+std::vector<std::string> RawSecrets(std::string_view url) {
+  std::vector<std::string> out;
+  const size_t sep = SchemeEnd(url);
+  if (sep == std::string_view::npos) {
+    for (KeywordSecret& s : KeywordSecrets(url)) {
+      std::string_view raw = url.substr(s.begin, s.end - s.begin);
+      out.emplace_back(raw);
+      if (raw.size() >= 2 && raw.front() == '\'' && raw.back() == '\'') {
+        out.emplace_back(raw.substr(1, raw.size() - 2));  // quoted as written, unquoted
+      }
+      out.push_back(std::move(s.value));
+    }
+  }
   std::string_view rest = sep == std::string_view::npos ? url : url.substr(sep + 3);
+  if (sep != std::string_view::npos) {
+    if (std::optional<std::string_view> span = SplitAuthority(rest).ambiguous) {
+      out.emplace_back(*span);
+    }
+  }
   const std::string_view query = SplitQuery(&rest).value_or("");
   const std::string_view authority =
       sep == std::string_view::npos ? rest : rest.substr(0, rest.find('/'));
   if (size_t at = authority.rfind('@'); at != std::string_view::npos) {
     const std::string_view userinfo = authority.substr(0, at);
     if (size_t colon = userinfo.find(':'); colon != std::string_view::npos) {
-      if (colon + 1 < userinfo.size()) out.push_back(userinfo.substr(colon + 1));
+      if (colon + 1 < userinfo.size()) out.emplace_back(userinfo.substr(colon + 1));
     } else if (sep == std::string_view::npos && !userinfo.empty()) {
-      out.push_back(userinfo);
+      out.emplace_back(userinfo);
     }
   } else if (size_t secret = NonPortSuffix(authority); secret != std::string_view::npos) {
-    out.push_back(authority.substr(secret));
+    out.emplace_back(authority.substr(secret));
   }
   for (std::string_view item : QueryItems(query)) {
     const size_t eq = item.find('=');
     if (eq != std::string_view::npos && IsSecretParam(item) && eq + 1 < item.size()) {
-      out.push_back(item.substr(eq + 1));
+      out.emplace_back(item.substr(eq + 1));
     }
   }
   return out;
@@ -117,14 +258,47 @@ std::vector<std::string_view> RawSecrets(std::string_view url) {
 }  // namespace
 
 std::string RedactUrl(std::string_view url) {
-  const size_t sep = url.find("://");
+  const size_t sep = SchemeEnd(url);
+  const std::string scheme =
+      sep == std::string_view::npos ? "" : absl::AsciiStrToLower(AV(url.substr(0, sep)));
+  const bool path_url = scheme == "sqlite" || scheme == "rocksdb" || scheme == "memory";
+  if (sep != std::string_view::npos && !path_url && HasSpace(url)) {
+    // A server URL holds no white space (the parsers refuse it): whatever it is
+    // ("postgres://h password=x", a query with spaces), none of it is shown.
+    return absl::StrCat(AV(url.substr(0, sep + 3)), "…");
+  }
   if (sep == std::string_view::npos) {
-    // Not a URL: it may still be "user:secret@host"; keep only what follows the '@'.
+    // No URL. A keyword connection string ("host=h password=x") loses its secret
+    // values, and "user:secret@host" everything up to the last '@'; both are read
+    // on the whole text, so that neither hides part of what the other would.
+    std::vector<bool> covered(url.size(), false);
+    for (const KeywordSecret& s : KeywordSecrets(url)) {
+      std::fill(covered.begin() + s.begin, covered.begin() + s.end, true);
+    }
     const size_t at = url.rfind('@');
-    return at == std::string_view::npos ? std::string(url) : "…@" + std::string(url.substr(at + 1));
+    if (at == std::string_view::npos) return CollapseCovered(url, covered);
+    return "…@" + CollapseCovered(url.substr(at + 1),
+                                  std::vector<bool>(covered.begin() + at + 1, covered.end()));
   }
   const size_t start = sep + 3;
   std::string_view rest = url.substr(start);
+  if (std::optional<std::string_view> span = SplitAuthority(rest).ambiguous) {
+    // Everything that may be the password goes, with the ':' before it: what is
+    // left has one '@', and its query is redacted as any other.
+    const size_t colon = static_cast<size_t>(span->data() - rest.data()) - 1;
+    std::string tail(rest.substr(colon + 1 + span->size()));  // from the last '@' on
+    if (const size_t amp = tail.find('&');
+        span->find('?') != std::string_view::npos && amp != std::string::npos) {
+      // The query began inside what went: the items after the last '@' are its
+      // parameters, and its secret ones go too.
+      std::string kept = tail.substr(0, amp);
+      for (std::string_view item : QueryItems(std::string_view(tail).substr(amp + 1))) {
+        if (!IsSecretParam(item)) absl::StrAppend(&kept, "&", AV(item));
+      }
+      tail = std::move(kept);
+    }
+    return RedactUrl(absl::StrCat(AV(url.substr(0, start + colon)), tail));
+  }
   const std::optional<std::string_view> query = SplitQuery(&rest);
   std::string out(url.substr(0, start));
   const std::string_view authority = rest.substr(0, rest.find('/'));
@@ -151,8 +325,9 @@ std::string RedactUrl(std::string_view url) {
 }
 
 absl::StatusOr<std::string> WithPassword(std::string_view url, std::string_view password) {
-  const size_t sep = url.find("://");
-  const std::string scheme = absl::AsciiStrToLower(AV(url.substr(0, sep)));
+  const size_t sep = SchemeEnd(url);
+  const std::string scheme =
+      sep == std::string_view::npos ? "" : absl::AsciiStrToLower(AV(url.substr(0, sep)));
   if (sep == std::string_view::npos || scheme == "sqlite" || scheme == "memory" ||
       scheme == "rocksdb") {
     return absl::InvalidArgumentError("a password was given for store URL '" + RedactUrl(url) +
@@ -163,34 +338,59 @@ absl::StatusOr<std::string> WithPassword(std::string_view url, std::string_view 
   const std::string_view authority = url.substr(start, end - start);
   const size_t at = authority.rfind('@');
   const std::string_view userinfo = at == std::string_view::npos ? "" : authority.substr(0, at);
-  if (userinfo.find(':') != std::string_view::npos) {
+  if (userinfo.find(':') != std::string_view::npos || SplitAuthority(url.substr(start)).ambiguous) {
     return absl::InvalidArgumentError("store URL '" + RedactUrl(url) +
                                       "' already has a password; give it in one place only");
   }
-  std::string out = absl::StrCat(AV(url.substr(0, start)), AV(userinfo), ":");
-  for (unsigned char c : password) {  // RFC 3986 unreserved characters stay as they are
-    if (absl::ascii_isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      static constexpr char kHex[] = "0123456789ABCDEF";
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 0xF];
-    }
+  if (url.find('@', end) != std::string_view::npos) {
+    // With a password in it, the URL would be one the parsers refuse.
+    return absl::InvalidArgumentError(absl::StrCat("store URL '", RedactUrl(url),
+                                                   "' cannot take a password: ", AV(kAmbiguousAt)));
   }
-  out += '@';
-  out += authority.substr(at == std::string_view::npos ? 0 : at + 1);
-  out += url.substr(end);
-  return out;
+  return absl::StrCat(AV(url.substr(0, start)), AV(userinfo), ":", EncodeUserinfoPart(password),
+                      "@", AV(authority.substr(at == std::string_view::npos ? 0 : at + 1)),
+                      AV(url.substr(end)));
+}
+
+absl::StatusOr<std::string> WithCanonicalUserinfo(std::string_view url) {
+  const size_t sep = SchemeEnd(url);
+  if (sep == std::string_view::npos) {
+    return absl::InvalidArgumentError("store URL '" + RedactUrl(url) + "' has no scheme://");
+  }
+  const size_t start = sep + 3;
+  const std::string_view rest = url.substr(start);
+  const Authority a = SplitAuthority(rest);
+  auto bad = [&url](std::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(AV(url.substr(0, SchemeEnd(url))), " URL '",
+                                                   RedactUrl(url), "': ", AV(what)));
+  };
+  if (a.ambiguous) return bad(kAmbiguousAt);
+  if (HasSpace(url)) return bad(kSpace);
+  if (!a.has_at) return std::string(url);
+  const size_t colon = a.userinfo.find(':');
+  std::string user, password;
+  if (!Decode(a.userinfo.substr(0, colon), &user)) {
+    return bad("bad percent-escape in the user (write % as %25)");
+  }
+  if (colon != std::string_view::npos && !Decode(a.userinfo.substr(colon + 1), &password)) {
+    return bad("bad percent-escape in the password (write % as %25)");
+  }
+  return absl::StrCat(AV(url.substr(0, start)), EncodeUserinfoPart(user),
+                      colon == std::string_view::npos ? "" : ":",
+                      colon == std::string_view::npos ? "" : EncodeUserinfoPart(password),
+                      AV(rest.substr(a.userinfo.size())));
 }
 
 std::string RedactSecretsIn(std::string_view text, std::string_view url) {
   std::vector<std::string> secrets;
-  for (std::string_view raw : RawSecrets(url)) {
-    secrets.emplace_back(raw);
+  for (std::string& raw : RawSecrets(url)) {
+    // Also as a driver may quote it: decoded, and encoded as WithPassword and
+    // WithCanonicalUserinfo write it.
     if (std::string decoded; Decode(raw, &decoded) && !decoded.empty()) {
+      secrets.push_back(EncodeUserinfoPart(decoded));
       secrets.push_back(std::move(decoded));
     }
+    secrets.push_back(std::move(raw));
   }
   // Every character inside some occurrence of some secret is covered, and each run
   // of covered characters becomes one "***". Replacing one secret after another
@@ -205,15 +405,11 @@ std::string RedactSecretsIn(std::string_view text, std::string_view url) {
       std::fill(covered.begin() + at, covered.begin() + at + secret.size(), true);
     }
   }
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (!covered[i]) {
-      out += text[i];
-    } else if (i == 0 || !covered[i - 1]) {
-      out += "***";
-    }
+  // Whatever the URL: a driver may quote a keyword connection string of its own.
+  for (const KeywordSecret& s : KeywordSecrets(text)) {
+    std::fill(covered.begin() + s.begin, covered.begin() + s.end, true);
   }
-  return out;
+  return CollapseCovered(text, covered);
 }
 
 absl::Status RedactSecretsIn(const absl::Status& status, std::string_view url) {
@@ -327,6 +523,8 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(std::string_view url, std::string_view sc
   std::string_view rest, query;
   IDEM_ASSIGN_OR_RETURN(StoreUrl u, Begin(url, scheme, aliases, &rest, &query));
   auto bad = [&](std::string_view what) { return Bad(u, what); };
+  if (SplitAuthority(url.substr(url.find("://") + 3)).ambiguous) return bad(kAmbiguousAt);
+  if (HasSpace(url)) return bad(kSpace);
   if (rest.find('#') != std::string_view::npos) return bad("a fragment ('#') is not allowed");
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);

@@ -192,5 +192,101 @@ TEST(ParseStoreUrlTest, ErrorsNameWhatIsWrongAndNeverThePassword) {
   EXPECT_EQ(unknown.message().find("s3cret"), absl::string_view::npos);
 }
 
+
+// A password as operators paste it: with '@', ':', '/', '?' or '#' in it, raw or
+// percent-encoded. What the parser reads and what the redaction hides agree: either
+// the URL parses with the whole password as its password, or it is refused; in
+// either case no byte of the password is in the redacted URL or the error.
+TEST(SecretUrlTest, APasswordWithSpecialCharactersParsesWholeOrIsRefused) {
+  struct Case {
+    std::string password;  // as written in the URL
+    std::string decoded;   // what the parser reads; "" when the URL is refused
+  } cases[] = {
+      {"pa@ss-SECRET1", "pa@ss-SECRET1"},     {"pa:ss-SECRET1", "pa:ss-SECRET1"},
+      {"p@a:s@s-SECRET1", "p@a:s@s-SECRET1"}, {"pa%2Fss-SECRET1", "pa/ss-SECRET1"},
+      {"pa%3Fss-SECRET1", "pa?ss-SECRET1"},   {"pa%23ss-SECRET1", "pa#ss-SECRET1"},
+      {"pa%40ss-SECRET1", "pa@ss-SECRET1"},   {"pa/ss-SECRET1", ""},
+      {"pa?ss-SECRET1", ""},                  {"pa#ss-SECRET1", ""},
+      {"12/34-SECRET1", ""},                  {"pa/ss@x-SECRET1", ""},
+  };
+  for (const Case& c : cases) {
+    for (const std::string scheme : {"postgres", "mysql", "redis"}) {
+      const std::string url = scheme + "://idem:" + c.password + "@db.internal:5432/app?pool=2";
+      SCOPED_TRACE(url);
+      EXPECT_EQ(RedactUrl(url), scheme + "://idem@db.internal:5432/app?pool=2");
+      EXPECT_EQ(RedactSecretsIn("got " + url + " and " + c.decoded, url),
+                "got " + scheme + "://idem:***@db.internal:5432/app?pool=2 and " +
+                    (c.decoded.empty() ? "" : "***"));
+      absl::StatusOr<StoreUrl> u = ParseStoreUrl(url, scheme);
+      if (c.decoded.empty()) {
+        ASSERT_FALSE(u.ok());
+        EXPECT_EQ(u.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_NE(u.status().message().find("percent-encoded (%2F, %3F, %23"),
+                  absl::string_view::npos)
+            << u.status();
+        EXPECT_EQ(u.status().message().find("SECRET1"), absl::string_view::npos) << u.status();
+        EXPECT_FALSE(WithCanonicalUserinfo(url).ok());
+        continue;
+      }
+      ASSERT_TRUE(u.ok()) << u.status();
+      EXPECT_EQ(u->user, "idem");
+      EXPECT_EQ(u->password, c.decoded);
+      EXPECT_EQ(u->host, "db.internal");
+      EXPECT_EQ(u->port, 5432);
+      EXPECT_EQ(u->path, "app");
+      // What a driver that splits at the first '@' (libpq) is given.
+      absl::StatusOr<std::string> canonical = WithCanonicalUserinfo(url);
+      ASSERT_TRUE(canonical.ok()) << canonical.status();
+      EXPECT_EQ(canonical->find('@'), canonical->rfind('@')) << *canonical;
+      absl::StatusOr<StoreUrl> back = ParseStoreUrl(*canonical, scheme);
+      ASSERT_TRUE(back.ok()) << back.status();
+      EXPECT_EQ(back->password, c.decoded);
+      EXPECT_EQ(back->host, "db.internal");
+      EXPECT_EQ(RedactSecretsIn("quoted " + *canonical, url),
+                "quoted " + scheme + "://idem:***@db.internal:5432/app?pool=2");
+    }
+  }
+}
+
+TEST(SecretUrlTest, AnAtSignInThePathOrQueryIsFineWithoutAPassword) {
+  absl::StatusOr<StoreUrl> u = ParseStoreUrl("postgres://idem@db/app?application_name=a@b", "postgres");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->host, "db");
+  EXPECT_EQ(*u->Param("application_name"), "a@b");
+  EXPECT_EQ(RedactUrl("postgres://idem@db/app?application_name=a@b"),
+            "postgres://idem@db/app?application_name=a@b");
+  // With a password it is ambiguous: refused, and the password is never shown.
+  EXPECT_FALSE(ParseStoreUrl("postgres://idem:pw-77@db/app?x=a@b", "postgres").ok());
+  EXPECT_EQ(RedactUrl("postgres://idem:pw-77@db/app?x=a@b"), "postgres://idem@b");
+  absl::StatusOr<std::string> with = WithPassword("postgres://idem@db/app?x=a@b", "pw");
+  ASSERT_FALSE(with.ok());
+  EXPECT_NE(with.status().message().find("%40"), absl::string_view::npos) << with.status();
+  // A path URL's path is no userinfo.
+  EXPECT_EQ(RedactUrl("sqlite://./a:b/c@d.db"), "sqlite://./a:b/c@d.db");
+}
+
+TEST(SecretUrlTest, KeywordConnectionStringsLoseTheirSecretValues) {
+  EXPECT_EQ(RedactUrl("host=127.0.0.1 port=1 password=SECRET4 dbname=x"),
+            "host=127.0.0.1 port=1 password=*** dbname=x");
+  EXPECT_EQ(RedactUrl("host=h password = 'SE CR\\'ET4' user=u"), "host=h password = *** user=u");
+  // (What precedes the last '@' goes too: it may be "user:password".)
+  EXPECT_EQ(RedactUrl("host=h password=pa@ss-SECRET4 dbname=x"), "…@*** dbname=x");
+  EXPECT_EQ(RedactUrl("host=h password=a://SECRET4 dbname=x"), "host=h password=*** dbname=x");
+  EXPECT_EQ(RedactUrl("host=h PASSWORD=SECRET4"), "host=h PASSWORD=***");
+  // Every '=' is read on its own (a quote opened before may swallow a keyword).
+  EXPECT_EQ(RedactUrl("pass='a password='SECRET4 b' x"), "pass=*** x");
+  // A URL with a keyword string after it: no URL (refused), and no secret shown.
+  EXPECT_EQ(RedactUrl("postgres://h/db password=SECRET4"), "postgres://…");
+  EXPECT_FALSE(ParseStoreUrl("postgres://h/db password=SECRET4", "postgres").ok());
+  EXPECT_FALSE(WithCanonicalUserinfo("postgres://h/db password=SECRET4").ok());
+  const std::string conninfo = "host=h password='SE CR\\'ET4'";
+  EXPECT_EQ(RedactSecretsIn("no SE CR'ET4 here; nor SE CR\\'ET4", conninfo), "no *** here; nor ***");
+  // Whatever the URL, a message's own keyword string loses its secrets.
+  EXPECT_EQ(RedactSecretsIn("bad conninfo \"host=h password=SECRET4\"", "sqlite://./a.db"),
+            "bad conninfo \"host=h password=***");
+  EXPECT_EQ(RedactSecretsIn("password authentication failed for user \"idem\"", "memory://"),
+            "password authentication failed for user \"idem\"");
+}
+
 }  // namespace
 }  // namespace idem::store

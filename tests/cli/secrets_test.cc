@@ -3,6 +3,10 @@
 // password (unreachable servers, bad parameters, malformed URLs, unknown schemes,
 // schemes left out) and the password is looked for in every message and in the
 // command's stdout and stderr.
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +44,22 @@ std::vector<std::string> FailingStoreUrls() {
       "idem:" + pw + "@host/db",
       "memory://idem:" + pw + "@host",
       "sqlite:///proc/no/such/dir/idem.db?password=" + pw,
+      // A password holding '@', ':', '/', '?' or '#', raw or percent-encoded: what
+      // follows "user:" up to the last '@' is the password, and none of it is shown.
+      "postgres://idem:x@" + pw + "@127.0.0.1:1/db?connect_timeout=1",
+      "postgres://idem:x@y:" + pw + "@127.0.0.1:1/db?connect_timeout=1",
+      "postgres://idem:x/" + pw + "@127.0.0.1:1/db?connect_timeout=1",
+      "postgres://idem:x?" + pw + "@127.0.0.1:1/db?connect_timeout=1",
+      "postgres://idem:x#" + pw + "@127.0.0.1:1/db?connect_timeout=1",
+      "postgres://idem:12/" + pw + "@127.0.0.1:1/db?connect_timeout=1",
+      "postgres://idem:x%40" + pw + "@127.0.0.1:1/db?connect_timeout=1",
+      "mysql://idem:x@" + pw + "@127.0.0.1:1/db",
+      "mysql://idem:x/" + pw + "@127.0.0.1:1/db",
+      // libpq's keyword form, which no store takes: echoed in the error, never its
+      // password.
+      "host=127.0.0.1 port=1 password=" + pw + " dbname=x",
+      "host=127.0.0.1 password = 'x y" + pw + "' dbname=x",
+      "host=127.0.0.1 password=x@" + pw + " dbname=x",
   };
 }
 
@@ -79,6 +99,7 @@ TEST(Secrets, NoCommandShowsThePassword) {
     runs.push_back({"records", "list", "--store", url});
     runs.push_back({"purge", "--store", url});
     runs.push_back({"purge", "--dry-run", "--store", url});
+    runs.push_back({"keys", "analyze", "--store", url});
   }
   runs.push_back({"serve", "--listen", "127.0.0.1:0", "--store", "sqlite://" + dir.file("a.db"),
                   "--cache", std::string("redis://:") + kPassword + "@[::1"});
@@ -90,6 +111,70 @@ TEST(Secrets, NoCommandShowsThePassword) {
     EXPECT_THAT(r.err, Not(HasSubstr(kPassword))) << what;
     EXPECT_THAT(r.out, Not(HasSubstr(kPassword))) << what;
   }
+}
+
+// Every command that opens a store takes its password from --store-password-file
+// or IDEM_STORE_PASSWORD (migrate's --from and --to from --from-password-file,
+// IDEM_FROM_PASSWORD, ...), with the checks `idem serve` makes: one place only, not
+// for a path URL, a file private to its owner. A password that reaches a server
+// that refuses the connection is in no output.
+TEST(Secrets, EveryStoreCommandTakesThePasswordFromAFileOrTheEnvironment) {
+  TempDir dir;
+  const std::string pw_file = dir.file("pw");
+  {
+    std::ofstream(pw_file) << "x@" << kPassword << "\n";
+  }
+  chmod(pw_file.c_str(), 0600);
+  const std::string writable = dir.file("pw-writable");
+  {
+    std::ofstream(writable) << kPassword << "\n";
+  }
+  chmod(writable.c_str(), 0666);
+  const std::vector<std::vector<std::string>> commands = {
+      {"migrate"}, {"migrate", "--dry-run"}, {"purge"},       {"purge", "--dry-run"},
+      {"inspect", "--tenant", "t", "--key", "k"}, {"stuck"}, {"records", "list"},
+      {"keys", "analyze"}};
+  const std::string server = "postgres://idem@127.0.0.1:1/db?connect_timeout=1";
+  for (std::vector<std::string> cmd : commands) {
+    std::string what;
+    for (const std::string& a : cmd) what += a + " ";
+    auto run = [&](std::vector<std::string> extra) {
+      std::vector<std::string> args = cmd;
+      args.insert(args.end(), extra.begin(), extra.end());
+      Exec r = RunIdemIn(dir.path(), args);
+      EXPECT_THAT(r.err, Not(HasSubstr(kPassword))) << what;
+      EXPECT_THAT(r.out, Not(HasSubstr(kPassword))) << what;
+      return r;
+    };
+    auto expect = [&what](const Exec& r, int status, const std::string& says) {
+      EXPECT_EQ(r.status, status) << what << r.err;
+      EXPECT_THAT(r.err, HasSubstr(says)) << what;
+    };
+    // Read and written into the URL: a path URL takes none.
+    expect(run({"--store", "sqlite://" + dir.file("a.db"), "--store-password-file", pw_file}), 2,
+           "which takes none (only server URLs do)");
+    // Read, written into the URL and sent: the server is not there.
+    expect(run({"--store", server, "--store-password-file", pw_file}), 1, "127.0.0.1");
+    setenv("IDEM_STORE_PASSWORD", kPassword, 1);
+    Exec twice = run({"--store", "postgres://idem:inline@127.0.0.1:1/db"});
+    Exec both = run({"--store", server, "--store-password-file", pw_file});
+    unsetenv("IDEM_STORE_PASSWORD");
+    expect(twice, 2, "already has a password; give it in one place only");
+    expect(both, 2, "the store password is given twice");
+    expect(run({"--store", server, "--store-password-file", writable}), 1,
+           "may be written by group or others (mode 666)");
+  }
+  // Both stores of a copy.
+  setenv("IDEM_FROM_PASSWORD", kPassword, 1);
+  Exec from = RunIdemIn(dir.path(), {"migrate", "--from", "sqlite://" + dir.file("a.db"), "--to",
+                                     "sqlite://" + dir.file("b.db")});
+  unsetenv("IDEM_FROM_PASSWORD");
+  EXPECT_EQ(from.status, 2) << from.err;
+  EXPECT_THAT(from.err, HasSubstr("which takes none"));
+  Exec to = RunIdemIn(dir.path(), {"migrate", "--from", "sqlite://" + dir.file("a.db"), "--to",
+                                   server, "--to-password-file", pw_file});
+  EXPECT_NE(to.status, 0);
+  EXPECT_THAT(to.err, Not(HasSubstr(kPassword)));
 }
 
 }  // namespace

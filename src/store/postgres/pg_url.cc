@@ -30,13 +30,18 @@ absl::StatusOr<int64_t> ParseInt(std::string_view name, std::string_view value, 
 
 }  // namespace
 
-absl::StatusOr<Options> ParseUrl(std::string_view url) {
-  if (!url.starts_with("postgres://") && !url.starts_with("postgresql://")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a postgres:// or postgresql:// URL: '", AV(store::RedactUrl(url)), "'"));
+absl::StatusOr<Options> ParseUrl(std::string_view given) {
+  if (!given.starts_with("postgres://") && !given.starts_with("postgresql://")) {
+    return absl::InvalidArgumentError(absl::StrCat("not a postgres:// or postgresql:// URL: '",
+                                                   AV(store::RedactUrl(given)), "'"));
   }
   Options o;
-  o.connect.display = store::RedactUrl(url);
+  o.connect.display = store::RedactUrl(given);
+  // libpq ends the userinfo at its first '@', the shared parser (and RedactUrl) at
+  // the last: "u:pa@ss@db" reached libpq as host "ss@db", and its error quoted that
+  // half of the password. libpq gets the userinfo percent-encoded instead.
+  IDEM_ASSIGN_OR_RETURN(const std::string canonical, store::WithCanonicalUserinfo(given));
+  const std::string_view url = canonical;
   std::string_view base = url;
   std::string_view query;
   if (size_t q = url.find('?'); q != std::string_view::npos) {

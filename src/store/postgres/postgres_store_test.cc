@@ -120,6 +120,24 @@ TEST(PostgresUrlTest, PassesAMultiHostUrlToLibpq) {
             "postgres://u:pw@10.0.0.1:5432,10.0.0.2:5433/db?target_session_attrs=read-write");
 }
 
+// libpq reads the userinfo up to its first '@', idem (and its redaction) up to the
+// last: a raw '@' in the password made libpq try the host "ss-SECRET1@h", and its
+// error quoted that half of the password.
+TEST(PostgresUrlTest, APasswordWithAnAtSignReachesLibpqWhole) {
+  absl::StatusOr<postgres::Options> o =
+      postgres::ParseUrl("postgres://idem:pa@ss-SECRET1@127.0.0.1:1/db?pool=2");
+  ASSERT_OK(o);
+  EXPECT_EQ(o->connect.display, "postgres://idem@127.0.0.1:1/db?pool=2");
+  EXPECT_EQ(o->connect.values.back(), "postgres://idem:pa%40ss-SECRET1@127.0.0.1:1/db");
+  absl::Status s = OpenPostgresStore("postgres://idem:pa@ss-SECRET1@127.0.0.1:1/db").status();
+  EXPECT_THAT(Message(s), HasSubstr("127.0.0.1"));
+  EXPECT_THAT(Message(s), Not(HasSubstr("SECRET1")));
+  absl::Status raw_slash = postgres::ParseUrl("postgres://idem:pa/ss-SECRET1@127.0.0.1:1/db").status();
+  EXPECT_THAT(raw_slash, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Message(raw_slash), HasSubstr("percent-encoded"));
+  EXPECT_THAT(Message(raw_slash), Not(HasSubstr("SECRET1")));
+}
+
 TEST(PostgresUrlTest, RedactsPasswords) {
   EXPECT_EQ(store::RedactUrl("postgres://u:p%40ss@h/db"), "postgres://u@h/db");
   EXPECT_EQ(store::RedactUrl("postgresql://u@h/db?password=x&pool=2"),
