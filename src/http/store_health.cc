@@ -41,21 +41,28 @@ void StoreHealth::Recovered() {
 }
 
 absl::Status StoreHealth::Writable(const std::function<absl::Status()>& probe) {
-  if (!writes_failing_.load(std::memory_order_relaxed)) return absl::OkStatus();
+  const bool failing = writes_failing_.load(std::memory_order_relaxed);
   if (!probe_mu_.TryLock()) {
+    // Another caller is probing; until it knows better, the last answer stands.
+    if (!failing) return absl::OkStatus();
     return absl::UnavailableError("the store's writes are being probed after a failed write");
   }
-  // Only a failed probe is answered again: a successful one ended the outage, so
-  // writes_failing_ set again since means a newer failure, which a new probe decides.
   const absl::Time now = clock_.Now();
-  absl::Status status = last_probe_status_;
-  if (status.ok() || now - last_probe_ >= kProbeInterval) {
+  absl::Status status = failing ? last_probe_status_ : absl::OkStatus();
+  // A probe is due once per interval, also while writes work: a disk that fills
+  // while no request writes is found by the readiness check itself. A failed write
+  // newer than a successful probe is decided by a new probe at once.
+  if (now - last_probe_ >= kProbeInterval || (failing && last_probe_status_.ok())) {
     status = probe();
     last_probe_ = now;
     last_probe_status_ = status;
   }
   probe_mu_.Unlock();
-  if (status.ok()) Up(/*wrote=*/true);
+  if (status.ok()) {
+    Up(/*wrote=*/true);
+  } else {
+    WriteFailed();
+  }
   return status;
 }
 

@@ -1,17 +1,18 @@
 // StoreHealth: what `idem serve` knows of its store between requests, for /readyz,
 // idem_store_up and the log.
 //
-// One log line per change of the store's state (SPEC §3, §10), not one per refused
+// One log line per change of the store's state, not one per refused
 // request: "store unavailable" with the cause when the first request meets a store
 // fault, "store available again" with how long it was down and how many requests
 // were refused when the next one is answered.
 //
 // Readiness follows writes, not only pings: a store can answer a read while it
 // refuses every write (a full disk, a file system remounted read-only, a lost WAL
-// write), and a ping is a read on most backends. Once a claim, complete or fail
-// failed because of the store (WriteFailed), the store is not ready until a write
-// succeeds again: one by a request (Up), or the probe Ready() makes, at most once
-// per kProbeInterval (ProbeStoreWrite).
+// write), and a ping is a read on most backends. The readiness check writes
+// (ProbeStoreWrite, at most once per kProbeInterval), so a disk that fills while
+// no request writes is found too; and once a claim, complete or fail failed because
+// of the store (WriteFailed), the store is not ready until a write succeeds again:
+// one by a request (Up), or the readiness check's probe.
 //
 // Thread safety: safe for concurrent use; the common case (the store up, nothing
 // to log) is one relaxed atomic load.
@@ -32,9 +33,9 @@ namespace idem::http {
 
 class StoreHealth {
  public:
-  // Writes are probed at most this often while they fail: /readyz polled by many
-  // load balancers costs the store at most two small transactions per interval, and
-  // readiness comes back within about this long of the store taking writes again.
+  // Writes are probed at most this often: /readyz polled by many load balancers
+  // costs the store at most two small transactions per interval, and readiness
+  // follows the store's writes within about this long, either way.
   static constexpr absl::Duration kProbeInterval = absl::Milliseconds(500);
 
   // `clock` must outlive this.
@@ -52,11 +53,12 @@ class StoreHealth {
   // complete or fail), writes work again.
   void Up(bool wrote);
 
-  // Whether the store takes writes, for readiness: OK unless a write failed and no
-  // write has succeeded since. Then `probe` (a write: ProbeStoreWrite) is run, by
-  // one caller at a time and at most once per kProbeInterval (the others get the
-  // last probe's answer), and its success ends the outage. Blocks while the probe
-  // runs.
+  // Whether the store takes writes, for readiness: `probe` (a write:
+  // ProbeStoreWrite) is run by one caller at a time, at most once per
+  // kProbeInterval (the others get the last answer), so a disk that fills while no
+  // request writes is found too; and at once when a request's write failed after
+  // the last successful probe. A failed probe makes the store not ready until a
+  // write succeeds; a successful one ends the outage. Blocks while the probe runs.
   absl::Status Writable(const std::function<absl::Status()>& probe);
 
   bool down() const { return down_.load(std::memory_order_relaxed); }

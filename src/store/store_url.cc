@@ -306,8 +306,10 @@ std::string RedactUrl(std::string_view url) {
     std::string_view userinfo = authority.substr(0, at);
     out.append(userinfo.substr(0, userinfo.find(':')));
     out.append(rest.substr(at));
-  } else if (size_t secret = NonPortSuffix(authority); secret != std::string_view::npos) {
-    // "user:password" with the '@host' left out: what follows ':' is no port.
+  } else if (size_t secret = path_url ? std::string_view::npos : NonPortSuffix(authority);
+             secret != std::string_view::npos) {
+    // "user:password" with the '@host' left out: what follows ':' is no port. (Not
+    // in a path URL: "sqlite://:memory:" names a file.)
     out.append(authority.substr(0, secret)).append("***").append(rest.substr(authority.size()));
   } else {
     out.append(rest);

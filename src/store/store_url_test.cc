@@ -27,6 +27,10 @@ TEST(RedactUrlTest, LeavesUrlsWithoutSecretsAlone) {
             "sqlite:///var/lib/idem/idem.db?synchronous=full");
   EXPECT_EQ(RedactUrl("sqlite://./idem.db"), "sqlite://./idem.db");
   EXPECT_EQ(RedactUrl("memory://"), "memory://");
+  // A ':' without an '@' in a path URL is part of the file's name.
+  EXPECT_EQ(RedactUrl("sqlite://:memory:"), "sqlite://:memory:");
+  EXPECT_EQ(RedactUrl("rocksdb://./a:b"), "rocksdb://./a:b");
+  EXPECT_EQ(RedactUrl("sqlite:///tmp/x.db?password=hunter2"), "sqlite:///tmp/x.db");
   // An '@' in a path is not userinfo.
   EXPECT_EQ(RedactUrl("sqlite:///tmp/a:b@c.db"), "sqlite:///tmp/a:b@c.db");
 }

@@ -586,6 +586,22 @@ TEST_F(ApiTest, ReadinessFollowsWritesOnAFullDisk) {
   EXPECT_EQ(store.commits.load(), commits + 3);  // no probe while writes work
 }
 
+// A disk that fills while no request writes: the readiness check's own probe finds
+// it within one probe interval, and finds it gone again as fast.
+TEST_F(ApiTest, ReadinessFindsAFullDiskWithoutTraffic) {
+  FullDiskStore store;
+  Build(store);
+  EXPECT_EQ(Call("GET", "/readyz", "", "").status, 200);
+  store.full = true;
+  clock_.Advance(StoreHealth::kProbeInterval);
+  ExpectProblem(Call("GET", "/readyz", "", ""), 503, "");
+  EXPECT_THAT(Call("GET", "/metrics", "", "").body, HasSubstr("\nidem_store_up 0\n"));
+  store.full = false;
+  clock_.Advance(StoreHealth::kProbeInterval);
+  EXPECT_EQ(Call("GET", "/readyz", "", "").status, 200);
+  EXPECT_THAT(Call("GET", "/metrics", "", "").body, HasSubstr("\nidem_store_up 1\n"));
+}
+
 // The readiness probe writes and deletes its record on every embedded store (behind
 // the cache, as idem serve opens them), also when an earlier probe left it behind.
 TEST(ProbeStoreWrite, WritesAndLeavesNothingBehind) {
@@ -614,10 +630,12 @@ TEST(ProbeStoreWrite, WritesAndLeavesNothingBehind) {
 TEST_F(ApiTest, AWriteThatSucceedsMakesTheStoreReadyAgain) {
   FullDiskStore store;
   Build(store);
+  EXPECT_EQ(Call("GET", "/readyz", "", "").status, 200);  // the interval's probe
   store.full = true;
   ExpectProblem(Claim("K-1"), 503, "unavailable");
   store.full = false;
   EXPECT_EQ(Claim("K-1").status, 201);
+  // Within the probe interval, the claim's write alone made the store ready again.
   const int commits = store.commits.load();
   EXPECT_EQ(Call("GET", "/readyz", "", "").status, 200);
   EXPECT_EQ(store.commits.load(), commits);

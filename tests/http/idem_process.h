@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,6 +84,24 @@ inline RunResult RunIdem(const std::vector<std::string>& args, const std::string
   std::vector<std::string> argv_s = {IdemBinary()};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   return RunProgram(std::move(argv_s), scratch_dir);
+}
+
+// `--store URL` for a subcommand, with a password the URL carries moved into a
+// file under `scratch_dir` (`--store-password-file`), as an operator passes it: a
+// password on the command line is warned about. URLs of the plain form
+// scheme://user:password@host... only (the test services' URLs).
+inline std::vector<std::string> StoreArgs(const std::string& url, const std::string& scratch_dir) {
+  const size_t start = url.find("://");
+  const size_t at = url.find('@');
+  const size_t colon = start == std::string::npos ? std::string::npos : url.find(':', start + 3);
+  if (start == std::string::npos || at == std::string::npos || colon == std::string::npos ||
+      colon > at) {
+    return {"--store", url};
+  }
+  const std::string file = scratch_dir + "/store-password";
+  std::ofstream(file) << url.substr(colon + 1, at - colon - 1) << "\n";
+  chmod(file.c_str(), 0600);
+  return {"--store", url.substr(0, colon) + url.substr(at), "--store-password-file", file};
 }
 
 // One `idem serve` child: stdout on a pipe (its first line announces the port),
