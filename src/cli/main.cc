@@ -3,6 +3,7 @@
 // when one is installed beside it (cli/external.h: the refund example's `demo` and
 // `worker`). What the subcommands share (--config, --version, exit statuses) is
 // RunCommandLine (cli/command_line.cc).
+#include <malloc.h>
 #include <sys/prctl.h>
 
 #include <csignal>
@@ -74,8 +75,17 @@ void ProtectSecretsInMemory() {
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }
 
+// Large buffers (request bodies and results up to the body limit, RocksDB's
+// memtable blocks) are mapped for themselves and returned to the kernel when freed.
+// glibc's default raises the mapping threshold to the largest block freed so far,
+// after which every later large body stays in a heap arena per thread: a server
+// that stored 600 results of 1 MB kept ~30 MB more resident than with a fixed
+// threshold. Requests of the usual size (a few hundred bytes) are not affected.
+void BoundMallocRetention() { mallopt(M_MMAP_THRESHOLD, 128 * 1024); }
+
 int Main(int argc, char** argv) {
   ProtectSecretsInMemory();
+  BoundMallocRetention();
   // The subcommand is the first argument that is not the root's --config FILE.
   int i = 1;
   while (i < argc) {
