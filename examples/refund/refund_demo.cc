@@ -23,7 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "idem/failpoint.h"
+#include "core/failpoint.h"
 #include "idem/guard.h"
 #include "idem/idem.h"
 #include "idem/retry.h"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "idem/failpoint.h"
+#include "core/failpoint.h"
 #include "idem/guard.h"
 #include "idem/idem.h"
 #include "idem/retry.h"

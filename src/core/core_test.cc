@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/utf8.h"
-#include "idem/failpoint.h"
+#include "core/failpoint.h"
 #include "idem/fingerprint.h"
 #include "idem/guard.h"
 #include "idem/key.h"

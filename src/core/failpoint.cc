@@ -1,4 +1,4 @@
-#include "idem/failpoint.h"
+#include "core/failpoint.h"
 
 #include <csignal>
 #include <cstdlib>
@@ -11,18 +11,41 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 
+// src/core/CMakeLists.txt defines it as 0 or 1 from the CMake option IDEM_FAILPOINTS,
+// for this file alone (the rest of idem_core is compiled alike with it on or off).
+#if !defined(IDEM_FAILPOINTS_ENABLED)
+#error "IDEM_FAILPOINTS_ENABLED must be defined (0 or 1) for failpoint.cc"
+#endif
+
 namespace idem {
 namespace internal {
-std::atomic<bool> g_failpoints_armed{false};
+// With the option on it starts true, so that the first failpoint passed reads the
+// environment (HitFailpoint, FailpointOn); without it only a hook sets it.
+std::atomic<bool> g_failpoints_active{IDEM_FAILPOINTS_ENABLED != 0};
 }  // namespace internal
 
 namespace {
-
 absl::Mutex g_mu;
 FailpointHook g_hook ABSL_GUARDED_BY(g_mu) = nullptr;
+
+FailpointHook CurrentHook() {
+  absl::MutexLock lock(&g_mu);
+  return g_hook;
+}
+}  // namespace
+
+#if IDEM_FAILPOINTS_ENABLED
+
+namespace {
+
 std::map<std::string, std::string, std::less<>>& Armed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
   static auto* armed = new std::map<std::string, std::string, std::less<>>();
   return *armed;
+}
+
+void UpdateActiveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
+  internal::g_failpoints_active.store(!Armed().empty() || g_hook != nullptr,
+                                      std::memory_order_relaxed);
 }
 
 void ArmLocked(std::string_view name, std::string_view action) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
@@ -31,61 +54,56 @@ void ArmLocked(std::string_view name, std::string_view action) ABSL_EXCLUSIVE_LO
   } else {
     Armed()[std::string(name)] = std::string(action);
   }
-  internal::g_failpoints_armed.store(!Armed().empty() || g_hook != nullptr,
-                                     std::memory_order_relaxed);
+  UpdateActiveLocked();
+}
+
+// Read at the first failpoint call, not at start-up: a test may set the variable in
+// a child process before it passes one.
+void LoadFailpointsFromEnvOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("IDEM_FAILPOINTS");
+    absl::MutexLock lock(&g_mu);
+    if (env != nullptr) {
+      for (absl::string_view item : absl::StrSplit(env, ',', absl::SkipEmpty())) {
+        std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, '=');
+        ArmLocked(SV(kv.first), kv.second.empty() ? std::string_view("kill") : SV(kv.second));
+      }
+    }
+    UpdateActiveLocked();
+  });
 }
 
 }  // namespace
 
 void ArmFailpoint(std::string_view name, std::string_view action) {
-  internal::LoadFailpointsFromEnvOnce();
+  LoadFailpointsFromEnvOnce();
   absl::MutexLock lock(&g_mu);
   ArmLocked(name, action);
 }
 
 void DisarmAllFailpoints() {
-  internal::LoadFailpointsFromEnvOnce();
+  LoadFailpointsFromEnvOnce();
   absl::MutexLock lock(&g_mu);
   Armed().clear();
-  internal::g_failpoints_armed.store(g_hook != nullptr, std::memory_order_relaxed);
+  UpdateActiveLocked();
 }
 
 void SetFailpointHook(FailpointHook hook) {
-  internal::LoadFailpointsFromEnvOnce();
+  LoadFailpointsFromEnvOnce();
   absl::MutexLock lock(&g_mu);
   g_hook = hook;
-  internal::g_failpoints_armed.store(!Armed().empty() || g_hook != nullptr,
-                                     std::memory_order_relaxed);
+  UpdateActiveLocked();
 }
 
 namespace internal {
 
-void LoadFailpointsFromEnvOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-#if !IDEM_FAILPOINTS_FROM_ENV
-    return;  // a build without tests (the installed binary) ignores the variable
-#endif
-    const char* env = std::getenv("IDEM_FAILPOINTS");
-    if (env == nullptr || *env == '\0') return;
-    absl::MutexLock lock(&g_mu);
-    for (absl::string_view item : absl::StrSplit(env, ',', absl::SkipEmpty())) {
-      std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, '=');
-      ArmLocked(SV(kv.first), kv.second.empty() ? std::string_view("kill") : SV(kv.second));
-    }
-  });
-}
-
 void HitFailpoint(const char* name) {
-  std::string action;
-  FailpointHook hook = nullptr;
-  {
-    absl::MutexLock lock(&g_mu);
-    hook = g_hook;
-  }
+  LoadFailpointsFromEnvOnce();
   // Outside the lock: a hook may block (the refund demo waits for its parent's
   // verdict) or never return (SIGKILL).
-  if (hook != nullptr) hook(name);
+  if (FailpointHook hook = CurrentHook(); hook != nullptr) hook(name);
+  std::string action;
   {
     absl::MutexLock lock(&g_mu);
     auto it = Armed().find(std::string_view(name));
@@ -109,10 +127,32 @@ void HitFailpoint(const char* name) {
 }
 
 bool FailpointOn(const char* name) {
+  LoadFailpointsFromEnvOnce();
   absl::MutexLock lock(&g_mu);
   auto it = Armed().find(std::string_view(name));
   return it != Armed().end() && it->second == "on";
 }
 
 }  // namespace internal
+
+#else  // !IDEM_FAILPOINTS_ENABLED: nothing can be armed, only the hook is called
+
+void SetFailpointHook(FailpointHook hook) {
+  absl::MutexLock lock(&g_mu);
+  g_hook = hook;
+  internal::g_failpoints_active.store(hook != nullptr, std::memory_order_relaxed);
+}
+
+namespace internal {
+
+void HitFailpoint(const char* name) {
+  if (FailpointHook hook = CurrentHook(); hook != nullptr) hook(name);
+}
+
+bool FailpointOn(const char*) { return false; }
+
+}  // namespace internal
+
+#endif  // IDEM_FAILPOINTS_ENABLED
+
 }  // namespace idem

@@ -6,7 +6,7 @@
 #include "core/absl_compat.h"
 #include "core/guard_internal.h"
 #include "absl/strings/str_cat.h"
-#include "idem/failpoint.h"
+#include "core/failpoint.h"
 #include "idem/status.h"
 
 namespace idem {

@@ -9,7 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/absl_compat.h"
 #include "core/step_journal.h"
-#include "idem/failpoint.h"
+#include "core/failpoint.h"
 #include "idem/key.h"
 #include "idem/status.h"
 #include "idem/steps.h"

@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "core/absl_compat.h"
 #include "kafka/dead_letter.h"
-#include "idem/failpoint.h"
+#include "core/failpoint.h"
 #include "idem/fingerprint.h"
 #include "idem/status.h"
 #include "spdlog/spdlog.h"

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "conformance/store_factory.h"
-#include "idem/failpoint.h"
+#include "core/failpoint.h"
 #include "idem/idem.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "conformance/store_factory.h"
-#include "idem/failpoint.h"
+#include "core/failpoint.h"
 #include "idem/idem.h"
 #include "idem/steps.h"
 #include "testing/fake_clock.h"

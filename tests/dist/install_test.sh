@@ -27,6 +27,28 @@ done
   fail "headers outside include/idem: $(find "$prefix/include" -type f ! -path "$prefix/include/idem/*")"
 ! grep -lE '#include [<"](libpq-fe|mysql|hiredis|sqlite3|rdkafka)' "$prefix"/include/idem/*.h ||
   fail "a public header includes a driver header"
+# Failpoints are the tests' alone (docs/reliability.md): no failpoint header or
+# ArmFailpoint in what is installed, and the seeded bug guard.finish.skip_token_check
+# cannot be turned on from the prefix, by the variable or by ArmFailpoint.
+! grep -rlE 'ArmFailpoint|failpoint\.h|IDEM_FAILPOINT' "$prefix/include" ||
+  fail "an installed header names failpoints"
+! nm -C --defined-only "$libdir"/*.a 2>/dev/null | grep -E ' idem::(ArmFailpoint|DisarmAllFailpoints)\(' ||
+  fail "an installed library defines ArmFailpoint"
+mkdir -p "$work/probe"
+cat >"$work/probe/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.25)
+project(fencing_probe LANGUAGES CXX)
+set(CMAKE_CXX_STANDARD 20)
+find_package(idem REQUIRED)
+add_executable(fencing_probe $src/tests/dist/fencing_probe.cc)
+target_link_libraries(fencing_probe PRIVATE idem::idem)
+CMAKE
+{ cmake -S "$work/probe" -B "$work/probe-build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" &&
+  cmake --build "$work/probe-build"; } >"$work/probe.log" 2>&1 ||
+  { cat "$work/probe.log" >&2; fail "fencing probe build"; }
+out=$(IDEM_FAILPOINTS=guard.finish.skip_token_check=on "$work/probe-build/fencing_probe" \
+  "sqlite://$work/probe.db") || fail "the installed library can arm the seeded bug: $out"
+[[ "$out" == $'ArmFailpoint: absent\nstale complete: ABORTED' ]] || fail "fencing probe printed: $out"
 ! grep -q "$src/src" "$libdir/cmake/idem/idemTargets.cmake" || fail "exported targets name the source tree"
 # Each backend is its own exported target.
 for t in idem core sqlite postgres mysql redis cache memory; do

@@ -69,8 +69,9 @@ for sub in $subs; do
 done
 # The packaged config is valid: serve starts on it (the command line overrides its
 # listen and store, which point at the service's own directories).
-# IDEM_FAILPOINTS is for the crash tests of a test build: the packaged binary ignores
-# it (else a variable could SIGKILL a production server after every claim).
+# IDEM_FAILPOINTS is for the crash tests of a test build: the packaged binary has no
+# failpoints and ignores it (else a variable could SIGKILL a production server after
+# every claim).
 IDEM_FAILPOINTS=guard.after_claim_commit=kill \
   "$root/usr/bin/idem" serve --config "$root/etc/idem/idem.toml" --listen 127.0.0.1:0 \
   --store "sqlite://$work/idem.db" >"$work/serve.out" 2>"$work/serve.err" &
