@@ -21,7 +21,7 @@
 #include "idem/guard.h"
 #include "idem/idem.h"
 #include "kafka/redis_streams.h"
-#include "kafka/redis_streams_test_util.h"
+#include "testing/redis_streams_test_util.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 

@@ -23,9 +23,9 @@
 #include "gtest/gtest.h"
 #include "idem/guard.h"
 #include "idem/idem.h"
-#include "kafka/redis_streams_test_util.h"
 #include "testing/fault_proxy.h"
 #include "testing/redis_admin.h"
+#include "testing/redis_streams_test_util.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 
