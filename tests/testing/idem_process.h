@@ -1,10 +1,13 @@
-// Test support: run the real `idem` binary. RunIdem() runs a subcommand to its end
-// (RunProgram() any program);
-// ServeProcess runs `idem serve` in the background and reads its
-// "listening on HOST:PORT" line. The binary is $IDEM_BIN, else IDEM_BIN_DEFAULT
-// (compiled in by CMake). Used by tests/http and tests/integration.
+// Test support: run the real `idem` binary, the one launcher every test uses.
+// RunIdem() runs a subcommand to its end (RunProgram() any program), RunIdemIn() runs
+// it inside a directory (relative paths land there), SpawnIdem() starts it with
+// stdout on a descriptor of the caller's; ExpectOneLineFailure() checks the
+// one-line "idem: ..." failure every subcommand reports. ServeProcess runs
+// `idem serve` (or another long-running command) in the background and reads its
+// "listening on HOST:PORT" line. The binary is $IDEM_BIN, else IDEM_BIN_DEFAULT (compiled in by CMake).
 //
-// Thread safety: one object per thread; RunIdem may be called concurrently.
+// Thread safety: one ServeProcess per thread; RunIdem, RunIdemIn and RunProgram may
+// be called concurrently.
 #pragma once
 
 #include <fcntl.h>
@@ -23,6 +26,10 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/wait_until.h"
 
 #ifndef IDEM_BIN_DEFAULT
 #define IDEM_BIN_DEFAULT ""
@@ -86,6 +93,63 @@ inline RunResult RunIdem(const std::vector<std::string>& args, const std::string
   return RunProgram(std::move(argv_s), scratch_dir);
 }
 
+// Forks and execs `idem args...` in `dir` (so relative paths land there), stdin
+// from /dev/null, stdout to `stdout_fd`, stderr to the file `err_path`. Returns
+// the child's pid (or -1); only the parent returns.
+inline pid_t SpawnIdem(const std::vector<std::string>& args, const std::string& dir,
+                       int stdout_fd, const std::string& err_path) {
+  std::vector<std::string> argv_store = {IdemBinary()};
+  argv_store.insert(argv_store.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_store) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    int in = open("/dev/null", O_RDONLY);
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (in < 0 || err < 0 || chdir(dir.c_str()) != 0) _exit(127);
+    dup2(in, 0);
+    dup2(stdout_fd, 1);
+    dup2(err, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Runs `idem args...` in `dir` to completion; stdout and stderr go through files
+// in `dir` ("stdout", "stderr").
+inline RunResult RunIdemIn(const std::string& dir, const std::vector<std::string>& args) {
+  const std::string out_path = dir + "/stdout";
+  const std::string err_path = dir + "/stderr";
+  RunResult run;
+  const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (out < 0) return run;
+  const pid_t pid = SpawnIdem(args, dir, out, err_path);
+  close(out);
+  int wstatus = 0;
+  if (pid > 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus)) {
+    run.exit_code = WEXITSTATUS(wstatus);
+  }
+  run.out = ReadWholeFile(out_path);
+  run.err = ReadWholeFile(err_path);
+  return run;
+}
+
+// Expects exit `status` with exactly one "idem: ..." line on stderr, and nothing on
+// stdout unless `stdout_may_have_output`.
+inline void ExpectOneLineFailure(const RunResult& r, int status,
+                                 bool stdout_may_have_output = false) {
+  EXPECT_EQ(r.exit_code, status) << r.err;
+  if (!stdout_may_have_output) {
+    EXPECT_EQ(r.out, "");
+  }
+  EXPECT_THAT(r.err, ::testing::StartsWith("idem: "));
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.back(), '\n');
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
+}
+
 // `--store URL` for a subcommand, with a password the URL carries moved into a
 // file under `scratch_dir` (`--store-password-file`), as an operator passes it: a
 // password on the command line is warned about. URLs of the plain form
@@ -104,7 +168,8 @@ inline std::vector<std::string> StoreArgs(const std::string& url, const std::str
   return {"--store", url.substr(0, colon) + url.substr(at), "--store-password-file", file};
 }
 
-// One `idem serve` child: stdout on a pipe (its first line announces the port),
+// One long-running child (`idem serve`, `idem proxy`, `idem worker`, ...): stdin
+// from /dev/null, stdout on a pipe (a server's first line announces its port),
 // stderr in a file. Killed (SIGKILL) when destroyed if still running.
 class ServeProcess {
  public:
@@ -130,18 +195,31 @@ class ServeProcess {
   // Starts `argv` (a program that announces "listening on HOST:PORT" first, e.g.
   // `idem proxy`) and returns its first stdout line, as Start().
   std::string StartProgram(std::vector<std::string> argv_s) {
+    if (!Spawn(std::move(argv_s))) return "";
+    const std::string line = ReadLine(std::chrono::seconds(30));
+    size_t colon = line.rfind(':');
+    if (line.starts_with("listening on ") && colon != std::string::npos) {
+      port_ = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+    }
+    return line;
+  }
+
+  // Starts `argv` without reading its output (a program that announces nothing,
+  // e.g. `idem worker`). False when it could not be started.
+  bool Spawn(std::vector<std::string> argv_s) {
     int fds[2];
-    if (pipe(fds) != 0) return "";
+    if (pipe2(fds, O_CLOEXEC) != 0) return false;
     pid_ = fork();
     if (pid_ == 0) {
       if (nofile_limit_ > 0) {
         const rlimit lim{nofile_limit_, nofile_limit_};
         setrlimit(RLIMIT_NOFILE, &lim);
       }
+      int in = open("/dev/null", O_RDONLY);  // never the test's own stdin
+      dup2(in, STDIN_FILENO);
       dup2(fds[1], STDOUT_FILENO);
       int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(err, STDERR_FILENO);
-      close(fds[0]);
       std::vector<char*> argv;
       for (auto& a : argv_s) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -150,8 +228,13 @@ class ServeProcess {
     }
     close(fds[1]);
     stdout_fd_ = fds[0];
+    return pid_ > 0;
+  }
+
+  // The next stdout line, or "" at EOF or after `timeout`.
+  std::string ReadLine(std::chrono::milliseconds timeout) {
     std::string line;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
       pollfd p{stdout_fd_, POLLIN, 0};
       if (poll(&p, 1, 100) <= 0) continue;
@@ -160,28 +243,25 @@ class ServeProcess {
       if (n <= 0 || c == '\n') break;
       line += c;
     }
-    size_t colon = line.rfind(':');
-    if (line.starts_with("listening on ") && colon != std::string::npos) {
-      port_ = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
-    }
     return line;
+  }
+
+  // True once stderr contains `text` (polled up to `timeout`).
+  bool WaitForStderr(const std::string& text, std::chrono::milliseconds timeout) {
+    return WaitUntil([&] { return stderr_text().find(text) != std::string::npos; }, timeout);
   }
 
   // Sends `sig` (if non-zero) and waits up to `timeout` for the exit; returns the exit
   // status, or -1 on timeout / a death by signal.
-  int Stop(int sig = SIGTERM, std::chrono::seconds timeout = std::chrono::seconds(20)) {
+  int Stop(int sig = SIGTERM, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
     if (pid_ <= 0) return -1;
     if (sig != 0) kill(pid_, sig);
-    auto deadline = std::chrono::steady_clock::now() + timeout;
     int status = 0;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return -1;
+    const bool exited = WaitUntil([&] { return waitpid(pid_, &status, WNOHANG) == pid_; },
+                                  timeout, std::chrono::milliseconds(5));
+    if (!exited) return -1;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   // Waits for the process to exit by itself.
   int WaitExit() { return Stop(0); }
