@@ -55,28 +55,45 @@ struct RunResult {
   std::string err;
 };
 
-// Runs the program `argv_s[0]` (a path) with its arguments, stdin from /dev/null,
-// stdout and stderr captured in files under `scratch_dir`.
-inline RunResult RunProgram(std::vector<std::string> argv_s, const std::string& scratch_dir) {
-  static int counter = 0;
-  const std::string base = scratch_dir + "/run" + std::to_string(getpid()) + "_" +
-                           std::to_string(__atomic_add_fetch(&counter, 1, __ATOMIC_SEQ_CST));
-  const std::string out_path = base + ".out", err_path = base + ".err";
-  pid_t pid = fork();
+// `idem args...` as an argv.
+inline std::vector<std::string> IdemArgv(const std::vector<std::string>& args) {
+  std::vector<std::string> argv_s = {IdemBinary()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  return argv_s;
+}
+
+// Forks and execs the program `argv_s[0]` (a path) with its arguments in `dir` (so
+// relative paths land there; the test's own directory when empty), stdin from
+// /dev/null, stdout to `stdout_fd`, stderr to the file `err_path`. Returns the
+// child's pid (or -1); only the parent returns.
+inline pid_t SpawnProgram(std::vector<std::string> argv_s, const std::string& dir, int stdout_fd,
+                          const std::string& err_path) {
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
   if (pid == 0) {
     int in = open("/dev/null", O_RDONLY);  // never the test's own stdin
-    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (in < 0 || err < 0 || (!dir.empty() && chdir(dir.c_str()) != 0)) _exit(127);
     dup2(in, STDIN_FILENO);
-    dup2(out, STDOUT_FILENO);
+    dup2(stdout_fd, STDOUT_FILENO);
     dup2(err, STDERR_FILENO);
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
     execv(argv[0], argv.data());
     _exit(127);
   }
+  return pid;
+}
+
+// Runs `argv_s` in `dir` as SpawnProgram does, to completion, with stdout and
+// stderr in the files `out_path` and `err_path`.
+inline RunResult RunToFiles(std::vector<std::string> argv_s, const std::string& dir,
+                            const std::string& out_path, const std::string& err_path) {
   RunResult r;
+  const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (out < 0) return r;
+  const pid_t pid = SpawnProgram(std::move(argv_s), dir, out, err_path);
+  close(out);
   int status = 0;
   if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status)) {
     r.exit_code = WEXITSTATUS(status);
@@ -86,54 +103,30 @@ inline RunResult RunProgram(std::vector<std::string> argv_s, const std::string& 
   return r;
 }
 
-// Runs `idem args...` as RunProgram does.
-inline RunResult RunIdem(const std::vector<std::string>& args, const std::string& scratch_dir) {
-  std::vector<std::string> argv_s = {IdemBinary()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  return RunProgram(std::move(argv_s), scratch_dir);
+// Runs the program `argv_s[0]` (a path) with its arguments, stdin from /dev/null,
+// stdout and stderr captured in files of their own under `scratch_dir`.
+inline RunResult RunProgram(std::vector<std::string> argv_s, const std::string& scratch_dir) {
+  static int counter = 0;
+  const std::string base = scratch_dir + "/run" + std::to_string(getpid()) + "_" +
+                           std::to_string(__atomic_add_fetch(&counter, 1, __ATOMIC_SEQ_CST));
+  return RunToFiles(std::move(argv_s), "", base + ".out", base + ".err");
 }
 
-// Forks and execs `idem args...` in `dir` (so relative paths land there), stdin
-// from /dev/null, stdout to `stdout_fd`, stderr to the file `err_path`. Returns
-// the child's pid (or -1); only the parent returns.
+// Runs `idem args...` as RunProgram does.
+inline RunResult RunIdem(const std::vector<std::string>& args, const std::string& scratch_dir) {
+  return RunProgram(IdemArgv(args), scratch_dir);
+}
+
+// Starts `idem args...` in `dir` as SpawnProgram does.
 inline pid_t SpawnIdem(const std::vector<std::string>& args, const std::string& dir,
                        int stdout_fd, const std::string& err_path) {
-  std::vector<std::string> argv_store = {IdemBinary()};
-  argv_store.insert(argv_store.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_store) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int in = open("/dev/null", O_RDONLY);
-    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (in < 0 || err < 0 || chdir(dir.c_str()) != 0) _exit(127);
-    dup2(in, 0);
-    dup2(stdout_fd, 1);
-    dup2(err, 2);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
+  return SpawnProgram(IdemArgv(args), dir, stdout_fd, err_path);
 }
 
 // Runs `idem args...` in `dir` to completion; stdout and stderr go through files
 // in `dir` ("stdout", "stderr").
 inline RunResult RunIdemIn(const std::string& dir, const std::vector<std::string>& args) {
-  const std::string out_path = dir + "/stdout";
-  const std::string err_path = dir + "/stderr";
-  RunResult run;
-  const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (out < 0) return run;
-  const pid_t pid = SpawnIdem(args, dir, out, err_path);
-  close(out);
-  int wstatus = 0;
-  if (pid > 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus)) {
-    run.exit_code = WEXITSTATUS(wstatus);
-  }
-  run.out = ReadWholeFile(out_path);
-  run.err = ReadWholeFile(err_path);
-  return run;
+  return RunToFiles(IdemArgv(args), dir, dir + "/stdout", dir + "/stderr");
 }
 
 // Expects exit `status` with exactly one "idem: ..." line on stderr, and nothing on
@@ -187,7 +180,7 @@ class ServeProcess {
   // Starts `idem serve args...` and returns its first stdout line ("" if it exits
   // or stays silent for 30 s).
   std::string Start(const std::vector<std::string>& args) {
-    std::vector<std::string> argv_s = {IdemBinary(), "serve"};
+    std::vector<std::string> argv_s = IdemArgv({"serve"});
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     return StartProgram(argv_s);
   }
