@@ -21,9 +21,10 @@
 #include "idem/guard.h"
 #include "idem/idem.h"
 #include "kafka/redis_streams.h"
-#include "kafka/redis_streams_test_util.h"
+#include "testing/redis_streams_test_util.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
+#include "testing/wait_until.h"
 
 namespace idem::kafka {
 namespace {
@@ -130,7 +131,9 @@ TEST_F(RedisStreamsTest, ASlowConsumersEntriesClaimedByALiveOneStillOneEffectEac
   std::atomic<bool> stop{false};
   std::atomic<int> executed{0};
   std::atomic<int> replayed{0};
-  auto consume = [&](RedisStreamsOptions o, milliseconds per_message) {
+  std::atomic<bool> slow_has_batch{false};
+  auto consume = [&](RedisStreamsOptions o, milliseconds per_message,
+                     std::atomic<bool>* took_batch) {
     absl::StatusOr<std::unique_ptr<RedisStreamsTransport>> t =
         RedisStreamsTransport::Open(std::move(o));
     absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(store_url);
@@ -140,9 +143,10 @@ TEST_F(RedisStreamsTest, ASlowConsumersEntriesClaimedByALiveOneStillOneEffectEac
     while (!stop) {
       absl::StatusOr<std::vector<Message>> batch = (*t)->Poll(5, milliseconds(20));
       ASSERT_OK(batch);
+      if (took_batch != nullptr && !batch->empty()) *took_batch = true;
       bool all_done = true;
       for (const Message& m : *batch) {
-        std::this_thread::sleep_for(per_message);
+        std::this_thread::sleep_for(per_message);  // the consumer's pace
         absl::StatusOr<Outcome> outcome = Effect(guard, m);
         if (!outcome.ok()) {  // e.g. the database busy: leave the batch pending
           EXPECT_THAT(outcome.status(), StatusIs(absl::StatusCode::kUnavailable));
@@ -159,15 +163,14 @@ TEST_F(RedisStreamsTest, ASlowConsumersEntriesClaimedByALiveOneStillOneEffectEac
   RedisStreamsOptions fast = Options("fast");
   fast.claim_min_idle = absl::Milliseconds(60);
   fast.claim_interval = absl::ZeroDuration();
-  std::thread slow_thread(consume, slow, milliseconds(40));
-  std::this_thread::sleep_for(milliseconds(50));  // the slow one takes the first batch
-  std::thread fast_thread(consume, fast, milliseconds(0));
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (absl::Now() < deadline &&
-         !(executed == kEvents && admin_.PendingCount(stream_, "g") == 0 &&
-           admin_.Run({"XINFO", "GROUPS", stream_}).find(" lag 0") != std::string::npos)) {
-    std::this_thread::sleep_for(milliseconds(20));
-  }
+  std::thread slow_thread(consume, slow, milliseconds(40), &slow_has_batch);
+  // The slow one takes the first batch.
+  EXPECT_TRUE(testing::WaitUntil([&] { return slow_has_batch.load(); }));
+  std::thread fast_thread(consume, fast, milliseconds(0), nullptr);
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    return executed == kEvents && admin_.PendingCount(stream_, "g") == 0 &&
+           admin_.Run({"XINFO", "GROUPS", stream_}).find(" lag 0") != std::string::npos;
+  }, std::chrono::seconds(20), milliseconds(20)));
   stop = true;
   slow_thread.join();
   fast_thread.join();

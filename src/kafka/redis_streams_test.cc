@@ -23,11 +23,12 @@
 #include "gtest/gtest.h"
 #include "idem/guard.h"
 #include "idem/idem.h"
-#include "kafka/redis_streams_test_util.h"
 #include "testing/fault_proxy.h"
 #include "testing/redis_admin.h"
+#include "testing/redis_streams_test_util.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
+#include "testing/wait_until.h"
 
 namespace idem::kafka {
 namespace {
@@ -100,6 +101,7 @@ TEST_F(RedisStreamsTest, WhatWasNotCommittedIsDeliveredAgain) {
   const std::string id3 = Add("e3", "three");
   ASSERT_OK_AND_ASSIGN(batch, t2->Poll(10, milliseconds(1000)));
   ASSERT_THAT(Ids(batch), ElementsAre(id3));  // e2 is c1's and not idle yet
+  // Time passes on Redis's clock: both entries idle past claim_min_idle.
   std::this_thread::sleep_for(milliseconds(150));
   ASSERT_OK_AND_ASSIGN(batch, t2->Poll(10, milliseconds(1000)));
   ASSERT_THAT(Ids(batch), ElementsAre(id2, id3));  // both idle: claimed, in id order
@@ -237,8 +239,10 @@ TEST_F(RedisStreamsTest, ServerGoneIsUnavailableThenRecoversWithoutLoss) {
   ASSERT_THAT(Ids(batch), ElementsAre(id1));
 
   proxy->SetMode(testing::FaultProxy::Mode::kReset);  // connections reset, new ones too
-  // The proxy notices a mode change within 50 ms; until then it would still forward.
-  std::this_thread::sleep_for(milliseconds(150));
+  // The proxy applies a mode change to open connections within 50 ms; until then
+  // it would still forward.
+  ASSERT_TRUE(testing::WaitUntil([&] { return proxy->open() == 0; }))
+      << "the proxy did not reset its connections";
   EXPECT_THAT(t->Commit(batch), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(t->Poll(10, milliseconds(100)).status(), StatusIs(absl::StatusCode::kUnavailable));
   proxy->SetMode(testing::FaultProxy::Mode::kBlackhole);  // silent: the timeouts decide

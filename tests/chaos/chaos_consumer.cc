@@ -152,6 +152,7 @@ int main(int argc, char** argv) {
           tx.Exec("INSERT INTO chaos_effects (event_id, consumer) VALUES (?, ?)", params)
               .status());
     }
+    // The handler's work takes time (--delay-us): the pace of the load.
     if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     return std::string(R"({"ok":true})");
   };

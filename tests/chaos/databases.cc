@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "testing/wait_until.h"
 
 namespace idem::chaos {
 namespace {
@@ -139,9 +140,7 @@ absl::Status PrivateDatabase::Crash() {
     return absl::OkStatus();
   }
   kill(pid_, SIGKILL);
-  for (int i = 0; i < 500 && Alive(pid_); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  testing::WaitUntil([&] { return !Alive(pid_); }, std::chrono::seconds(5));
   if (Alive(pid_)) return absl::UnavailableError("mariadbd survived SIGKILL for 5 s");
   return absl::OkStatus();
 }
@@ -184,11 +183,14 @@ absl::Status PrivateDatabase::Restart() {
                                         Quote(dir_ + "/mysql/mysqld.sock"), " -u ",
                                         getuid() == 0 ? "root" : Quote(getpwuid(getuid())->pw_name),
                                         " ping");
-  for (int i = 0; i < 300; ++i) {
-    if (Sh(ping, dir_ + ".ping.log")) return absl::OkStatus();
-    if (!Alive(pid_)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  bool up = false;
+  testing::WaitUntil(
+      [&] {
+        up = Sh(ping, dir_ + ".ping.log");
+        return up || !Alive(pid_);
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(100));
+  if (up) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("mariadbd did not come back: ",
                                              Tail(ReadFile(dir_ + "/mysql/mariadbd.log"))));
 }

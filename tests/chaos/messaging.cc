@@ -24,6 +24,7 @@ extern char** environ;
 #include "idem/idem.h"
 #include "testing/kafka_mock.h"
 #include "testing/redis_admin.h"
+#include "testing/wait_until.h"
 
 namespace idem::chaos {
 
@@ -123,16 +124,13 @@ class Consumers {
     running_.erase(running_.begin() + static_cast<ptrdiff_t>(i));
     ::kill(p.pid, SIGCONT);
     ::kill(p.pid, SIGTERM);
-    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(15);
     int status = 0;
-    while (Clock::now() < deadline) {
-      if (::waitpid(p.pid, &status, WNOHANG) == p.pid) {
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-          unexpected_.push_back(absl::StrCat(p.name, " stopped with status ", status));
-        }
-        return;
+    if (testing::WaitUntil([&] { return ::waitpid(p.pid, &status, WNOHANG) == p.pid; },
+                           std::chrono::seconds(15), milliseconds(20))) {
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        unexpected_.push_back(absl::StrCat(p.name, " stopped with status ", status));
       }
-      std::this_thread::sleep_for(milliseconds(20));
+      return;
     }
     unexpected_.push_back(p.name + " did not stop within 15 s of SIGTERM");
     ::kill(p.pid, SIGKILL);
@@ -522,7 +520,7 @@ class MessagingRun {
     const Clock::time_point drain_end = Clock::now() + o_.drain_timeout;
     do {
       IDEM_RETURN_IF_ERROR(consumers_.FillTo(static_cast<size_t>(o_.consumers)));
-      std::this_thread::sleep_for(milliseconds(500));
+      std::this_thread::sleep_for(milliseconds(500));  // the pace of the drain's checks
       absl::StatusOr<std::map<std::string, std::vector<std::string>>> e =
           ReadEffects(o_, store_url_);
       if (!e.ok()) continue;  // the store is busy under the consumers: read again

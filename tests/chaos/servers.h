@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "chaos/driver.h"
-#include "http/idem_process.h"
+#include "testing/idem_process.h"
 
 namespace idem::chaos {
 

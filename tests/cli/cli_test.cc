@@ -17,29 +17,31 @@
 #include "gtest/gtest.h"
 #include "idem/idem.h"
 #include "nlohmann/json.hpp"
+#include "testing/idem_process.h"
 #include "testing/status_matchers.h"
-#include "testing/idem_cli.h"
 #include "testing/temp_dir.h"
+#include "testing/wait_until.h"
 
 namespace idem {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-using testing::Exec;
-using testing::IdemBin;
-using testing::ReadFile;
+using testing::IdemBinary;
+using testing::ReadWholeFile;
 using testing::RunIdemIn;
+using testing::RunResult;
+using testing::WaitUntil;
 
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(IdemBin().empty()) << "set IDEM_BIN to the idem binary";
-    ASSERT_TRUE(std::filesystem::exists(IdemBin())) << IdemBin();
+    ASSERT_FALSE(IdemBinary().empty()) << "set IDEM_BIN to the idem binary";
+    ASSERT_TRUE(std::filesystem::exists(IdemBinary())) << IdemBinary();
   }
 
   // Runs idem with `args` in the temp dir (so relative paths land there).
-  Exec Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
+  RunResult Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
 
   std::string WriteConfig(const std::string& text) {
     const std::string path = dir_.file("idem.toml");
@@ -49,7 +51,7 @@ class CliTest : public ::testing::Test {
 
   // Expects a failure with `status` and exactly one "idem: " line on stderr.
   // Usage errors may come after --help text on stdout; stderr is one line.
-  static void ExpectOneLineFailure(const Exec& r, int status) {
+  static void ExpectOneLineFailure(const RunResult& r, int status) {
     testing::ExpectOneLineFailure(r, status, /*stdout_may_have_output=*/true);
   }
 
@@ -77,15 +79,15 @@ constexpr char kSeedExampleOut[] =
 // --- ttl ---------------------------------------------------------------------
 
 TEST_F(CliTest, TtlSeedExampleIsNinetyDaysDominatedByReconciliation) {
-  Exec r = Idem(kSeedExample);
-  EXPECT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem(kSeedExample);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, kSeedExampleOut);
   EXPECT_EQ(r.err, "");
 }
 
 TEST_F(CliTest, TtlJson) {
-  Exec r = Idem(With(kSeedExample, {"--json"}));
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem(With(kSeedExample, {"--json"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["ttl"]["ms"], int64_t{90} * 24 * 3600 * 1000);
   EXPECT_EQ(j["ttl"]["text"], "90d");
@@ -100,15 +102,15 @@ TEST_F(CliTest, TtlJson) {
 }
 
 TEST_F(CliTest, TtlRefusesConfiguredBelowDerived) {
-  Exec r = Idem(With(kSeedExample, {"--configured", "30d"}));
-  EXPECT_EQ(r.status, 1);
+  RunResult r = Idem(With(kSeedExample, {"--configured", "30d"}));
+  EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.out, kSeedExampleOut);  // the derivation is still shown
   EXPECT_EQ(r.err,
             "idem: configured TTL 30d is below the derived TTL 90d (reconciliation cycle 30d + "
             "safety margin 60d); a record purged that early lets a late duplicate through\n");
 
   r = Idem(With(kSeedExample, {"--configured", "30d", "--json"}));
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.exit_code, 1);
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["configured"]["text"], "30d");
   EXPECT_EQ(j["configured_ok"], false);
@@ -116,18 +118,18 @@ TEST_F(CliTest, TtlRefusesConfiguredBelowDerived) {
 }
 
 TEST_F(CliTest, TtlAcceptsConfiguredAtLeastDerived) {
-  Exec r = Idem(With(kSeedExample, {"--configured", "90d"}));
-  EXPECT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem(With(kSeedExample, {"--configured", "90d"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, std::string(kSeedExampleOut) + "configured TTL 90d: OK (at least 90d)\n");
   r = Idem(With(kSeedExample, {"--configured", "120d", "--json"}));
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["configured_ok"], true);
 }
 
 TEST_F(CliTest, TtlOtherWindowDominates) {
-  Exec r = Idem({"ttl", "--redelivery", "10m", "--recon-cycle", "1d", "--confirm-window", "1d12h",
+  RunResult r = Idem({"ttl", "--redelivery", "10m", "--recon-cycle", "1d", "--confirm-window", "1d12h",
                  "--margin", "12h"});
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("  downstream confirmation window   1d12h      <- dominates\n"));
   EXPECT_THAT(r.out, HasSubstr("TTL = 1d12h + 12h = 2d (2 days)\n"));
 }
@@ -169,22 +171,22 @@ TEST_F(CliTest, TtlBadDurationsAreUsageErrors) {
       }
     }
     if (!replaced) args = With(args, {c.flag, c.value});
-    Exec r = Idem(args);
-    EXPECT_EQ(r.status, 2) << c.flag << "=" << c.value;
+    RunResult r = Idem(args);
+    EXPECT_EQ(r.exit_code, 2) << c.flag << "=" << c.value;
     EXPECT_EQ(r.err, c.err);
     EXPECT_EQ(r.out, "");
   }
 }
 
 TEST_F(CliTest, TtlMissingFlagIsUsageError) {
-  Exec r = Idem({"ttl", "--redelivery", "10m", "--recon-cycle", "30d", "--confirm-window", "3d"});
+  RunResult r = Idem({"ttl", "--redelivery", "10m", "--recon-cycle", "30d", "--confirm-window", "3d"});
   ExpectOneLineFailure(r, 2);
   EXPECT_EQ(r.err, "idem: --margin is required (see --help)\n");
   EXPECT_EQ(r.out, "");
 }
 
 TEST_F(CliTest, TtlMissingValueIsUsageError) {
-  Exec r = Idem({"ttl", "--redelivery"});
+  RunResult r = Idem({"ttl", "--redelivery"});
   ExpectOneLineFailure(r, 2);
 }
 
@@ -202,15 +204,12 @@ TEST_F(CliTest, ServeDefaultStoreIsRocksdbInTheWorkingDirectory) {
                                        dir_.path(), out, dir_.file("serve.err"));
   close(out);
   ASSERT_GT(pid, 0);
-  bool listening = false;
-  for (int i = 0; i < 300 && !listening; ++i) {
-    listening = ReadFile(out_path).starts_with("listening on ");
-    if (!listening) usleep(20000);
-  }
+  const bool listening =
+      WaitUntil([&] { return ReadWholeFile(out_path).starts_with("listening on "); });
   kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);
-  ASSERT_TRUE(listening) << ReadFile(dir_.file("serve.err"));
+  ASSERT_TRUE(listening) << ReadWholeFile(dir_.file("serve.err"));
   EXPECT_TRUE(std::filesystem::is_directory(dir_.file("idem-db")));
   EXPECT_FALSE(std::filesystem::exists(dir_.file("idem.db")));
 }
@@ -224,16 +223,16 @@ TEST_F(CliTest, RecordCommandsDefaultToServesStore) {
     Guard guard(*store);
     ASSERT_OK(guard.Claim({.tenant = "acme", .biz_type = "refund", .key = "R-1"}));
   }
-  Exec list = Idem({"records", "list"});
-  EXPECT_EQ(list.status, 0) << list.err;
+  RunResult list = Idem({"records", "list"});
+  EXPECT_EQ(list.exit_code, 0) << list.err;
   EXPECT_THAT(list.out, HasSubstr("R-1"));
-  Exec inspect = Idem({"inspect", "--tenant", "acme", "--key", "R-1"});
-  EXPECT_EQ(inspect.status, 0) << inspect.err;
-  Exec purge = Idem({"purge", "--dry-run", "--json"});
-  EXPECT_EQ(purge.status, 0) << purge.err;
+  RunResult inspect = Idem({"inspect", "--tenant", "acme", "--key", "R-1"});
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
+  RunResult purge = Idem({"purge", "--dry-run", "--json"});
+  EXPECT_EQ(purge.exit_code, 0) << purge.err;
   EXPECT_THAT(purge.out, HasSubstr("idem-db")) << "purged another store than serve's";
-  Exec keys = Idem({"keys", "analyze", "--json"});
-  EXPECT_EQ(keys.status, 0) << keys.err;
+  RunResult keys = Idem({"keys", "analyze", "--json"});
+  EXPECT_EQ(keys.exit_code, 0) << keys.err;
   EXPECT_THAT(keys.out, HasSubstr("idem-db")) << "analyzed another store than serve's";
   EXPECT_FALSE(std::filesystem::exists(dir_.file("idem.db")));
 }
@@ -242,8 +241,8 @@ TEST_F(CliTest, RecordCommandsDefaultToServesStore) {
 // without --store refuses to start on an empty new store, which would run every key
 // the old one knows again, and says how to keep or move it.
 TEST_F(CliTest, ServeWithoutStoreRefusesToLeaveTheOldDefaultStoreBehind) {
-  ASSERT_EQ(Idem({"migrate", "--store", "sqlite://./idem.db"}).status, 0);
-  Exec r = Idem({"serve", "--listen", "127.0.0.1:0", "--tenant", "t:tok"});
+  ASSERT_EQ(Idem({"migrate", "--store", "sqlite://./idem.db"}).exit_code, 0);
+  RunResult r = Idem({"serve", "--listen", "127.0.0.1:0", "--tenant", "t:tok"});
   ExpectOneLineFailure(r, 1);
   EXPECT_THAT(r.err, HasSubstr("--store sqlite://./idem.db"));
   EXPECT_THAT(r.err, HasSubstr("idem migrate --from sqlite://./idem.db --to rocksdb://./idem-db"));
@@ -254,7 +253,7 @@ TEST_F(CliTest, ServeWithoutStoreRefusesToLeaveTheOldDefaultStoreBehind) {
   r = Idem({"serve", "--listen", "127.0.0.1:0", "--tenant", "t:tok", "--store-password-file",
             dir_.file("no-such-file")});
   unsetenv("IDEM_STORE");
-  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("no-such-file"));
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("idem migrate --from")));
 }
@@ -282,13 +281,13 @@ TEST_F(CliTest, MigrateFromSqliteToRocksdbCopiesEveryRecordOnce) {
       ASSERT_OK(guard.Claim({.biz_type = "refund", .key = "bulk-" + std::to_string(i)}));
     }
   }
-  Exec dry = Idem({"migrate", "--from", from, "--to", to, "--dry-run"});
-  EXPECT_EQ(dry.status, 0) << dry.err;
+  RunResult dry = Idem({"migrate", "--from", from, "--to", to, "--dry-run"});
+  EXPECT_EQ(dry.exit_code, 0) << dry.err;
   EXPECT_THAT(dry.out, HasSubstr("records: 10 (would copy 10, already there 0, differing 0)"));
   EXPECT_FALSE(std::filesystem::exists(dir_.file("idem-db")));
 
-  Exec r = Idem({"migrate", "--from", from, "--to", to, "--batch", "3"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"migrate", "--from", from, "--to", to, "--batch", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("records: 10 (copied 10, already there 0, differing 0)"));
   EXPECT_THAT(r.out, HasSubstr("action: copied"));
   {
@@ -306,7 +305,7 @@ TEST_F(CliTest, MigrateFromSqliteToRocksdbCopiesEveryRecordOnce) {
     }
   }
   r = Idem({"migrate", "--from", from, "--to", to});
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("records: 10 (copied 0, already there 10, differing 0)"));
   EXPECT_THAT(r.out, HasSubstr("action: nothing to copy"));
 
@@ -318,7 +317,7 @@ TEST_F(CliTest, MigrateFromSqliteToRocksdbCopiesEveryRecordOnce) {
     ASSERT_OK(guard.Complete({.biz_type = "refund", .key = "bulk-0"}, (*bulk)->token, "{}"));
   }
   r = Idem({"migrate", "--from", from, "--to", to});
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.out, HasSubstr("records: 11 (copied 1, already there 9, differing 1)"));
   EXPECT_THAT(r.err, HasSubstr("bulk-0"));
 
@@ -327,8 +326,8 @@ TEST_F(CliTest, MigrateFromSqliteToRocksdbCopiesEveryRecordOnce) {
 }
 
 TEST_F(CliTest, HelpExitsZero) {
-  Exec r = Idem({"--help"});
-  EXPECT_EQ(r.status, 0);
+  RunResult r = Idem({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("Usage: idem"));
   EXPECT_THAT(r.out, HasSubstr("serve"));
   EXPECT_THAT(r.out, HasSubstr("inspect"));
@@ -340,38 +339,38 @@ TEST_F(CliTest, HelpExitsZero) {
 
 TEST_F(CliTest, HelpOnEachSubcommandExitsZero) {
   for (const char* sub : {"serve", "inspect", "ttl"}) {
-    Exec r = Idem({sub, "--help"});
-    EXPECT_EQ(r.status, 0) << sub;
+    RunResult r = Idem({sub, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_THAT(r.out, HasSubstr(std::string("Usage: idem ") + sub)) << sub;
     EXPECT_EQ(r.err, "") << sub;
   }
-  Exec r = Idem({"ttl", "--help"});
+  RunResult r = Idem({"ttl", "--help"});
   EXPECT_THAT(r.out, HasSubstr("--recon-cycle"));
   r = Idem({"inspect", "-h"});
   EXPECT_THAT(r.out, HasSubstr("--biz-type"));
 }
 
 TEST_F(CliTest, Version) {
-  Exec r = Idem({"--version"});
-  EXPECT_EQ(r.status, 0);
+  RunResult r = Idem({"--version"});
+  EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, StartsWith("idem "));
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1);
 }
 
 TEST_F(CliTest, NoSubcommandIsUsageError) {
-  Exec r = Idem({});
+  RunResult r = Idem({});
   ExpectOneLineFailure(r, 2);
   EXPECT_EQ(r.err, "idem: a subcommand is required: serve, inspect, ttl, migrate, stuck, token, proxy, diagnose, recon, bridge, purge, records, keys, demo, worker (see idem --help)\n");
 }
 
 TEST_F(CliTest, UnknownSubcommandIsUsageError) {
-  Exec r = Idem({"frobnicate"});
+  RunResult r = Idem({"frobnicate"});
   ExpectOneLineFailure(r, 2);
   EXPECT_EQ(r.err, "idem: unknown subcommand 'frobnicate' (see idem --help)\n");
 }
 
 TEST_F(CliTest, UnknownOptionIsUsageError) {
-  Exec r = Idem({"--frobnicate"});
+  RunResult r = Idem({"--frobnicate"});
   ExpectOneLineFailure(r, 2);
   EXPECT_EQ(r.err, "idem: unknown option '--frobnicate' (see idem --help)\n");
 
@@ -381,7 +380,7 @@ TEST_F(CliTest, UnknownOptionIsUsageError) {
 }
 
 TEST_F(CliTest, TwoSubcommandsAreUsageError) {
-  Exec r = Idem(With(kSeedExample, {"inspect", "--key", "k"}));
+  RunResult r = Idem(With(kSeedExample, {"inspect", "--key", "k"}));
   ExpectOneLineFailure(r, 2);
 }
 
@@ -394,18 +393,18 @@ TEST_F(CliTest, ConfigFileSetsTtlFlags) {
       "recon-cycle = \"30d\"\n"
       "confirm-window = \"3d\"\n"
       "margin = \"60d\"\n");
-  Exec r = Idem({"--config", config, "ttl"});
-  EXPECT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"--config", config, "ttl"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, kSeedExampleOut);
 
   // The command line overrides the file.
   r = Idem({"--config", config, "ttl", "--margin", "1d"});
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("TTL = 30d + 1d = 31d (31 days)\n"));
 
   // --config may also follow the subcommand.
   r = Idem({"ttl", "--config", config});
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, kSeedExampleOut);
 }
 
@@ -422,8 +421,8 @@ TEST_F(CliTest, ConfigFileFlagsAndOtherSections) {
       "margin = \"60d\"\n"
       "configured = \"30d\"\n"
       "json = true\n");
-  Exec r = Idem({"--config", config, "ttl"});
-  EXPECT_EQ(r.status, 1) << r.err;
+  RunResult r = Idem({"--config", config, "ttl"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["configured_ok"], false);
   ExpectOneLineFailure(r, 1);
@@ -431,7 +430,7 @@ TEST_F(CliTest, ConfigFileFlagsAndOtherSections) {
 
 TEST_F(CliTest, ConfigUnknownKeyIsUsageError) {
   std::string config = WriteConfig("[ttl]\nredelivery = \"10m\"\nbogus = 1\n");
-  Exec r = Idem(With({"--config", config}, kSeedExample));
+  RunResult r = Idem(With({"--config", config}, kSeedExample));
   ExpectOneLineFailure(r, 2);
   EXPECT_EQ(r.err, "idem: config file " + config +
                        ": unknown key 'ttl.bogus' (keys are option names without dashes, in the "
@@ -440,7 +439,7 @@ TEST_F(CliTest, ConfigUnknownKeyIsUsageError) {
 
 TEST_F(CliTest, ConfigUnknownSectionIsUsageError) {
   std::string config = WriteConfig("[nosuch]\nx = 1\n");
-  Exec r = Idem(With({"--config", config}, kSeedExample));
+  RunResult r = Idem(With({"--config", config}, kSeedExample));
   ExpectOneLineFailure(r, 2);
   EXPECT_EQ(r.err, "idem: config file " + config +
                        ": unknown section [nosuch] (sections are subcommand names)\n");
@@ -448,7 +447,7 @@ TEST_F(CliTest, ConfigUnknownSectionIsUsageError) {
 
 TEST_F(CliTest, ConfigUnknownRootKeyIsUsageError) {
   std::string config = WriteConfig("margin = \"60d\"\n");
-  Exec r = Idem(With({"--config", config}, kSeedExample));
+  RunResult r = Idem(With({"--config", config}, kSeedExample));
   ExpectOneLineFailure(r, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown key 'margin'"));
 }
@@ -471,7 +470,7 @@ TEST_F(CliTest, ConfigThatIsNotTomlIsUsageErrorWithLineAndColumn) {
   };
   for (const Case& c : cases) {
     std::string config = WriteConfig(c.text);
-    Exec r = Idem(With({"--config", config}, kSeedExample));
+    RunResult r = Idem(With({"--config", config}, kSeedExample));
     ExpectOneLineFailure(r, 2);
     EXPECT_THAT(r.err, HasSubstr("idem: config file " + config + ": " + c.where)) << c.text;
     EXPECT_EQ(r.out, "") << c.text;
@@ -479,7 +478,7 @@ TEST_F(CliTest, ConfigThatIsNotTomlIsUsageErrorWithLineAndColumn) {
 }
 
 TEST_F(CliTest, ConfigMissingFileIsUsageError) {
-  Exec r = Idem(With({"--config", "no-such.toml"}, kSeedExample));
+  RunResult r = Idem(With({"--config", "no-such.toml"}, kSeedExample));
   ExpectOneLineFailure(r, 2);
   EXPECT_EQ(r.err, "idem: cannot read config file no-such.toml (missing or unreadable)\n");
   EXPECT_EQ(r.out, "");
@@ -487,7 +486,7 @@ TEST_F(CliTest, ConfigMissingFileIsUsageError) {
 
 TEST_F(CliTest, ConfigBadValueIsUsageError) {
   std::string config = WriteConfig("[ttl]\nmargin = \"sixty days\"\n");
-  Exec r = Idem(With({"--config", config}, {"ttl", "--redelivery", "10m", "--recon-cycle", "30d",
+  RunResult r = Idem(With({"--config", config}, {"ttl", "--redelivery", "10m", "--recon-cycle", "30d",
                                             "--confirm-window", "3d"}));
   ExpectOneLineFailure(r, 2);
   EXPECT_THAT(r.err, HasSubstr("--margin: invalid duration \"sixty days\""));
@@ -520,14 +519,14 @@ TEST_F(CliTest, ConfigValuesOfTheWrongTypeAreUsageErrors) {
   };
   for (const Case& c : cases) {
     const std::string config = WriteConfig("[serve]\n" + c.line + "\n");
-    Exec r = Idem({"--config", config, "serve", "--store", "memory://", "--tenant", "t:tok"});
+    RunResult r = Idem({"--config", config, "serve", "--store", "memory://", "--tenant", "t:tok"});
     ExpectOneLineFailure(r, 2);
     EXPECT_EQ(r.err, "idem: config file " + config + ": " + c.err + "\n") << c.line;
     EXPECT_EQ(r.out, "") << c.line;
   }
   // The root's options too, and another subcommand's section.
   std::string config = WriteConfig("log-level = 3\n");
-  Exec r = Idem(With({"--config", config}, kSeedExample));
+  RunResult r = Idem(With({"--config", config}, kSeedExample));
   EXPECT_EQ(r.err, "idem: config file " + config + ": log-level: takes a string, not an integer\n");
   config = WriteConfig("[ttl]\njson = \"yes\"\n");
   r = Idem(With({"--config", config}, kSeedExample));
@@ -537,7 +536,7 @@ TEST_F(CliTest, ConfigValuesOfTheWrongTypeAreUsageErrors) {
 
 // The same class on the command line: CLI11 2.1 wraps a negative unsigned value.
 TEST_F(CliTest, NegativeUnsignedOptionsAreUsageErrors) {
-  Exec r = Idem({"serve", "--store", "memory://", "--tenant", "t:tok", "--cache-entries", "-1"});
+  RunResult r = Idem({"serve", "--store", "memory://", "--tenant", "t:tok", "--cache-entries", "-1"});
   ExpectOneLineFailure(r, 2);
   EXPECT_THAT(r.err, HasSubstr("--cache-entries: -1 is negative")) << r.err;
 }
@@ -545,7 +544,7 @@ TEST_F(CliTest, NegativeUnsignedOptionsAreUsageErrors) {
 // --- inspect -----------------------------------------------------------------
 
 TEST_F(CliTest, InspectMissingKeyExitsOne) {
-  Exec r = Idem({"inspect", "--store", "memory://", "--key", "K-404"});
+  RunResult r = Idem({"inspect", "--store", "memory://", "--key", "K-404"});
   ExpectOneLineFailure(r, 1);
   EXPECT_EQ(r.err, "idem: no record for tenant default key K-404\n");
   EXPECT_EQ(r.out, "");
@@ -556,7 +555,7 @@ TEST_F(CliTest, InspectMissingKeyExitsOne) {
 }
 
 TEST_F(CliTest, InspectMissingSqliteFileExitsOneAndCreatesNothing) {
-  Exec r = Idem({"inspect", "--store", "sqlite://./nope.db", "--key", "K-1"});
+  RunResult r = Idem({"inspect", "--store", "sqlite://./nope.db", "--key", "K-1"});
   ExpectOneLineFailure(r, 1);
   EXPECT_EQ(r.err, "idem: no idem schema here: sqlite database './nope.db' does not exist\n");
   EXPECT_FALSE(std::filesystem::exists(dir_.file("nope.db")));
@@ -565,14 +564,14 @@ TEST_F(CliTest, InspectMissingSqliteFileExitsOneAndCreatesNothing) {
 TEST_F(CliTest, InspectMalformedStoreUrlIsUsageError) {
   for (const char* url : {"nope", "sqlite://", "sqlite://./x.db?bogus=1", "redis2://h",
                           "postgres://u@h/db?nosuchparam=1", "memory://extra"}) {
-    Exec r = Idem({"inspect", "--store", url, "--key", "K-1"});
+    RunResult r = Idem({"inspect", "--store", url, "--key", "K-1"});
     ExpectOneLineFailure(r, 2);
   }
   EXPECT_FALSE(std::filesystem::exists(dir_.file("x.db")));
 }
 
 TEST_F(CliTest, InspectBadKeyIsUsageError) {
-  Exec r = Idem({"inspect", "--store", "memory://", "--key", ""});
+  RunResult r = Idem({"inspect", "--store", "memory://", "--key", ""});
   ExpectOneLineFailure(r, 2);
   r = Idem({"inspect", "--store", "memory://", "--key", std::string(256, 'k')});
   ExpectOneLineFailure(r, 2);
@@ -584,7 +583,7 @@ TEST_F(CliTest, InspectBadKeyIsUsageError) {
 TEST_F(CliTest, InspectUnreachableStoreExitsOne) {
   // A directory in place of the database file cannot be opened.
   std::filesystem::create_directory(dir_.file("adir.db"));
-  Exec r = Idem({"inspect", "--store", "sqlite://" + dir_.file("adir.db"), "--key", "K-1"});
+  RunResult r = Idem({"inspect", "--store", "sqlite://" + dir_.file("adir.db"), "--key", "K-1"});
   ExpectOneLineFailure(r, 1);
 }
 
@@ -614,9 +613,9 @@ class CliInspectRecordTest : public CliTest {
 };
 
 TEST_F(CliInspectRecordTest, PrintsTheRecord) {
-  Exec r = Idem(
+  RunResult r = Idem(
       {"inspect", "--store", url_, "--tenant", "acme", "--biz-type", "refund", "--key", "R-1"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_THAT(r.out, StartsWith("tenant       acme\n"
                                 "biz_type     refund\n"
@@ -631,8 +630,8 @@ TEST_F(CliInspectRecordTest, PrintsTheRecord) {
 }
 
 TEST_F(CliInspectRecordTest, PrintsJson) {
-  Exec r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "R-1", "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "R-1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["tenant"], "acme");
   EXPECT_EQ(j["biz_type"], "refund");
@@ -648,8 +647,8 @@ TEST_F(CliInspectRecordTest, PrintsJson) {
 }
 
 TEST_F(CliInspectRecordTest, PrintsACachedFailure) {
-  Exec r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "R-2", "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "R-2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["state"], "FAILED");
   EXPECT_EQ(j["result"], "");
@@ -658,7 +657,7 @@ TEST_F(CliInspectRecordTest, PrintsACachedFailure) {
 }
 
 TEST_F(CliInspectRecordTest, OtherBizTypeExitsOne) {
-  Exec r =
+  RunResult r =
       Idem({"inspect", "--store", url_, "--tenant", "acme", "--biz-type", "order", "--key", "R-1"});
   ExpectOneLineFailure(r, 1);
   EXPECT_THAT(r.err, StartsWith("idem: tenant acme key R-1 is not of biz_type order: "));
@@ -666,7 +665,7 @@ TEST_F(CliInspectRecordTest, OtherBizTypeExitsOne) {
 }
 
 TEST_F(CliInspectRecordTest, TenantsAreSeparate) {
-  Exec r = Idem({"inspect", "--store", url_, "--key", "R-1"});  // tenant "default"
+  RunResult r = Idem({"inspect", "--store", url_, "--key", "R-1"});  // tenant "default"
   ExpectOneLineFailure(r, 1);
   EXPECT_EQ(r.err, "idem: no record for tenant default key R-1\n");
 }
@@ -681,13 +680,13 @@ TEST_F(CliInspectRecordTest, OpaqueBytesAreEscapedOrBase64) {
     ASSERT_OK(guard.Run({.tenant = "acme", .biz_type = "refund", .key = key},
                         [&](Transaction&) -> absl::StatusOr<std::string> { return result; }));
   }
-  Exec r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", key});
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", key});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\nkey          K\\n1\n"));
   EXPECT_THAT(r.out, HasSubstr("\nresult       \\xff\\x00ok\\xed\\xa0\\x80 (7 bytes)\n"));
 
   r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", key, "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["key"], key);
   EXPECT_FALSE(j.contains("result"));
@@ -701,8 +700,8 @@ TEST_F(CliInspectRecordTest, OpaqueBytesAreEscapedOrBase64) {
 TEST_F(CliInspectRecordTest, ConfigFileSetsInspectFlags) {
   std::string config =
       WriteConfig("[inspect]\nstore = \"" + url_ + "\"\ntenant = \"acme\"\njson = true\n");
-  Exec r = Idem({"--config", config, "inspect", "--key", "R-1"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"--config", config, "inspect", "--key", "R-1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["state"], "SUCCEEDED");
 }
 

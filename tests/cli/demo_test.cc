@@ -31,7 +31,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "testing/idem_cli.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 
@@ -42,11 +42,11 @@
 namespace idem {
 namespace {
 
-using testing::Exec;
 using testing::ExpectOneLineFailure;
-using testing::IdemBin;
-using testing::ReadFile;
+using testing::IdemBinary;
+using testing::ReadWholeFile;
 using testing::RunIdemIn;
+using testing::RunResult;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -75,17 +75,17 @@ const std::vector<std::string> kReportKeys = {"orders",
 class DemoTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(IdemBin().empty()) << "set IDEM_BIN to the idem binary";
-    ASSERT_TRUE(std::filesystem::exists(IdemBin())) << IdemBin();
+    ASSERT_FALSE(IdemBinary().empty()) << "set IDEM_BIN to the idem binary";
+    ASSERT_TRUE(std::filesystem::exists(IdemBinary())) << IdemBinary();
   }
 
   // Runs idem with `args` in the temp dir.
-  Exec Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
+  RunResult Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
 
 
   // The --json line: the last stdout line, with exactly the report's keys, each an
   // integer.
-  static nlohmann::json Report(const Exec& r) {
+  static nlohmann::json Report(const RunResult& r) {
     const std::string line = LastLine(r.out);
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     EXPECT_TRUE(j.is_object()) << "last stdout line is not a JSON object: " << line;
@@ -139,8 +139,8 @@ class DemoTest : public ::testing::Test {
                                      "--fault-rate", "0.3",    "--kill-runner", "0.2",
                                      "--seed",       seed,     "--json"};
     args.insert(args.end(), store_args.begin(), store_args.end());
-    Exec r = Idem(args);
-    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    RunResult r = Idem(args);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_EQ(r.err, "");
     EXPECT_THAT(r.out, StartsWith("refund demo (idem step machine): 20 orders, fault rate 0.30, "
                                   "kill rate 0.20, seed " +
@@ -165,10 +165,10 @@ class DemoTest : public ::testing::Test {
 // consumers die at step failpoints. The idem runner keyed by {order_no}:{action}
 // with the step machine: every order refunded exactly once, none lost.
 TEST_F(DemoTest, KafkaRefundWithRedeliveryRebalanceAndKills) {
-  Exec r = Idem({"demo", "refund", "--transport", "kafka", "--orders", "20", "--fault-rate", "0.2",
+  RunResult r = Idem({"demo", "refund", "--transport", "kafka", "--orders", "20", "--fault-rate", "0.2",
                  "--kill-runner", "0.1", "--seed", "4", "--store",
                  "sqlite://" + dir_.file("kafka.db"), "--json"});
-  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_THAT(r.out, StartsWith("refund demo over Kafka (mock cluster, idem runner keyed by "
                                 "{order_no}:{action}, step machine): 20 orders, fault rate 0.20, "
@@ -186,10 +186,10 @@ TEST_F(DemoTest, KafkaRefundWithRedeliveryRebalanceAndKills) {
 // consumer, whose key differs: the payment is reversed twice. No faults, so the
 // only cause of a duplicate is the redelivery. Exit 0, as the direct --naive.
 TEST_F(DemoTest, KafkaNaiveDedupeReversesTwice) {
-  Exec r = Idem({"demo", "refund", "--transport", "kafka", "--naive", "--orders", "20",
+  RunResult r = Idem({"demo", "refund", "--transport", "kafka", "--naive", "--orders", "20",
                  "--fault-rate", "0", "--seed", "4", "--store",
                  "sqlite://" + dir_.file("kafka-naive.db"), "--json"});
-  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_THAT(r.out, StartsWith("refund demo over Kafka (mock cluster, naive: dedupe by (topic, "
                                 "partition, offset) + consumer id): 20 orders"));
@@ -206,8 +206,8 @@ TEST_F(DemoTest, KafkaNaiveDedupeReversesTwice) {
 }
 
 TEST_F(DemoTest, KafkaBadTransportIsAUsageError) {
-  Exec r = Idem({"demo", "refund", "--transport", "rabbit"});
-  EXPECT_EQ(r.status, 2) << r.out << r.err;
+  RunResult r = Idem({"demo", "refund", "--transport", "rabbit"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("--transport"));
 }
 
@@ -219,7 +219,7 @@ TEST_F(DemoTest, RefundOnDefaultSqliteStoreWithFaultsAndKills) {
   std::vector<std::string> stores_seen;
   for (const char* seed : {"5", "2"}) {
     RunAudited({}, seed);
-    const std::string store = StoreLine(ReadFile(dir_.file("stdout")));
+    const std::string store = StoreLine(ReadWholeFile(dir_.file("stdout")));
     EXPECT_THAT(store, StartsWith("sqlite:///tmp/idem-refund-demo-"));
     stores_seen.push_back(store);
     // The demo leaves its directory behind for a look; the test does not.
@@ -237,9 +237,9 @@ TEST_F(DemoTest, RefundOnDefaultSqliteStoreWithFaultsAndKills) {
 // The readable table comes first, the JSON line last.
 TEST_F(DemoTest, RefundPrintsTheTableThenTheJsonLine) {
   const std::string url = "sqlite://" + dir_.file("demo.db");
-  Exec r = Idem({"demo", "refund", "--orders", "3", "--fault-rate", "0", "--seed", "7", "--store",
+  RunResult r = Idem({"demo", "refund", "--orders", "3", "--fault-rate", "0", "--seed", "7", "--store",
                  url, "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   const std::string json = LastLine(r.out);
   ASSERT_THAT(json, StartsWith("{\"orders\":3,"));
@@ -267,9 +267,9 @@ TEST_F(DemoTest, RefundPrintsTheTableThenTheJsonLine) {
                        "missing":0,"compensated":0,"manual":0,"runner_kills":0})"));
 
   // Without --json: the table alone.
-  Exec plain =
+  RunResult plain =
       Idem({"demo", "refund", "--orders", "3", "--fault-rate", "0", "--seed", "7", "--store", url});
-  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_EQ(LastLine(plain.out), "result: every effect exactly once");
   EXPECT_THAT(plain.out, Not(HasSubstr("{")));
 }
@@ -278,9 +278,9 @@ TEST_F(DemoTest, RefundPrintsTheTableThenTheJsonLine) {
 TEST_F(DemoTest, RefundRunsShareAStoreWithoutSeeingEachOther) {
   const std::string url = "sqlite://" + dir_.file("shared.db");
   for (int run = 0; run < 2; ++run) {
-    Exec r = Idem({"demo", "refund", "--orders", "4", "--fault-rate", "0.3", "--seed", "11",
+    RunResult r = Idem({"demo", "refund", "--orders", "4", "--fault-rate", "0.3", "--seed", "11",
                    "--store", url, "--json"});
-    ASSERT_EQ(r.status, 0) << "run " << run << ": " << r.err;
+    ASSERT_EQ(r.exit_code, 0) << "run " << run << ": " << r.err;
     nlohmann::json j = Report(r);
     EXPECT_EQ(j["orders"], 4);
     EXPECT_EQ(j["missing"], 0);
@@ -294,9 +294,9 @@ TEST_F(DemoTest, RefundRunsShareAStoreWithoutSeeingEachOther) {
 // Every fault fires: no refund can finish, each is compensated (or, were a cancel
 // to fail, left to a person), and nothing stays behind in the ledger or the inbox.
 TEST_F(DemoTest, RefundWithEveryFaultCompensatesEveryOrder) {
-  Exec r = Idem({"demo", "refund", "--orders", "3", "--fault-rate", "1", "--seed", "1", "--store",
+  RunResult r = Idem({"demo", "refund", "--orders", "3", "--fault-rate", "1", "--seed", "1", "--store",
                  "sqlite://" + dir_.file("demo.db"), "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = Report(r);
   EXPECT_EQ(j["missing"], 0);
   EXPECT_EQ(j["compensated"].get<int64_t>() + j["manual"].get<int64_t>(), 3) << j;
@@ -310,9 +310,9 @@ TEST_F(DemoTest, RefundWithEveryFaultCompensatesEveryOrder) {
 // The seed's offset-keyed dedupe: a redelivery gets a new offset and reverses the
 // payment again. The demo ran, so exit 0, and the table says what went wrong.
 TEST_F(DemoTest, NaiveDedupeShowsDuplicateReversals) {
-  Exec r = Idem({"demo", "refund", "--naive", "--orders", "30", "--fault-rate", "0.3", "--seed",
+  RunResult r = Idem({"demo", "refund", "--naive", "--orders", "30", "--fault-rate", "0.3", "--seed",
                  "3", "--store", "sqlite://" + dir_.file("naive.db"), "--json"});
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_THAT(r.out, StartsWith("refund demo (naive: dedupe by message offset): 30 orders"));
   EXPECT_THAT(r.out, HasSubstr("\n  message deliveries               "));
@@ -327,10 +327,10 @@ TEST_F(DemoTest, NaiveDedupeShowsDuplicateReversals) {
 // The same flags as a step-machine run, for a side-by-side: --kill-runner is
 // accepted and said to have nothing to kill.
 TEST_F(DemoTest, NaiveAcceptsTheStepMachinesFlags) {
-  Exec r = Idem({"demo", "refund", "--naive", "--orders", "10", "--fault-rate", "0.3",
+  RunResult r = Idem({"demo", "refund", "--naive", "--orders", "10", "--fault-rate", "0.3",
                  "--kill-runner", "0.2", "--seed", "3", "--store",
                  "sqlite://" + dir_.file("naive.db"), "--json"});
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("refund demo (naive: dedupe by message offset): 10 orders, "
                                 "fault rate 0.30, seed 3 (--kill-runner: no runner process in "
                                 "this mode)\n"));
@@ -367,13 +367,13 @@ TEST_F(DemoTest, RefundBadOptionsAreUsageErrors) {
     std::vector<std::string> args = {"demo", "refund"};
     args.insert(args.end(), c.args.begin(), c.args.end());
     SCOPED_TRACE(args.back());
-    Exec r = Idem(args);
+    RunResult r = Idem(args);
     ExpectOneLineFailure(r, 2);
     if (!c.err.empty()) {
       EXPECT_EQ(r.err, c.err);
     }
   }
-  Exec r = Idem({"demo", "refund", "--frobnicate"});
+  RunResult r = Idem({"demo", "refund", "--frobnicate"});
   EXPECT_THAT(r.err, HasSubstr("--frobnicate"));
   r = Idem({"demo", "refund", "--store", "bogus://x"});
   EXPECT_THAT(r.err, HasSubstr("bogus"));
@@ -388,7 +388,7 @@ TEST_F(DemoTest, StoppedDemoLeavesNoChildProcesses) {
     int null = open("/dev/null", O_RDWR);
     dup2(null, 1);
     dup2(null, 2);
-    execl(IdemBin().c_str(), IdemBin().c_str(), "demo", "refund", "--orders", "5000",
+    execl(IdemBinary().c_str(), IdemBinary().c_str(), "demo", "refund", "--orders", "5000",
           "--fault-rate", "0.3", "--kill-runner", "0.2", "--seed", seed.c_str(), "--store",
           ("sqlite://" + dir_.file("stopped.db")).c_str(), static_cast<char*>(nullptr));
     _exit(127);
@@ -401,7 +401,7 @@ TEST_F(DemoTest, StoppedDemoLeavesNoChildProcesses) {
     for (const auto& e : std::filesystem::directory_iterator("/proc")) {
       const std::string name = e.path().filename();
       if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-      std::string cmd = ReadFile(e.path().string() + "/cmdline");
+      std::string cmd = ReadWholeFile(e.path().string() + "/cmdline");
       for (char& c : cmd) c = c == '\0' ? ' ' : c;
       // The demo is the program idem-demo (`idem demo` runs it); so is its channel.
       if (cmd.find("idem-demo channel ") != std::string::npos &&
@@ -424,13 +424,13 @@ TEST_F(DemoTest, StoppedDemoLeavesNoChildProcesses) {
 // memory:// has no SQL for the ledger and the journal: the store named is unfit
 // for the demo, as `idem stuck` and `idem worker` say with exit 2.
 TEST_F(DemoTest, RefundOnMemoryStoreIsUsageError) {
-  Exec r = Idem({"demo", "refund", "--orders", "1", "--store", "memory://"});
+  RunResult r = Idem({"demo", "refund", "--orders", "1", "--store", "memory://"});
   ExpectOneLineFailure(r, 2);
   EXPECT_THAT(r.err, HasSubstr("SQL"));
 }
 
 TEST_F(DemoTest, RefundUnreachableStoreExitsOne) {
-  Exec r = Idem({"demo", "refund", "--orders", "1", "--store",
+  RunResult r = Idem({"demo", "refund", "--orders", "1", "--store",
                  "sqlite://" + dir_.file("no/such/dir/demo.db")});
   ExpectOneLineFailure(r, 1);
   r = Idem({"demo", "refund", "--orders", "1", "--store",
@@ -439,7 +439,7 @@ TEST_F(DemoTest, RefundUnreachableStoreExitsOne) {
 }
 
 TEST_F(DemoTest, DemoWithoutADemonstrationIsUsageError) {
-  Exec r = Idem({"demo"});
+  RunResult r = Idem({"demo"});
   ExpectOneLineFailure(r, 2);
   // The reason names what is missing: a demonstration, such as refund.
   EXPECT_THAT(r.err, HasSubstr("refund"));
@@ -450,8 +450,8 @@ TEST_F(DemoTest, DemoWithoutADemonstrationIsUsageError) {
 }
 
 TEST_F(DemoTest, HelpListsRefundButNotTheInternalSubcommands) {
-  Exec r = Idem({"demo", "--help"});
-  EXPECT_EQ(r.status, 0);
+  RunResult r = Idem({"demo", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.err, "");
   EXPECT_THAT(r.out, HasSubstr("Usage: idem demo"));
   EXPECT_THAT(r.out, HasSubstr("\n  refund "));
@@ -459,11 +459,11 @@ TEST_F(DemoTest, HelpListsRefundButNotTheInternalSubcommands) {
   EXPECT_THAT(r.out, Not(HasSubstr("refund-runner")));
 
   r = Idem({"--help"});
-  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("\n  demo "));
 
   r = Idem({"demo", "refund", "--help"});
-  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("Usage: idem demo refund"));
   for (const char* flag :
        {"--orders", "--fault-rate", "--kill-runner", "--seed", "--store", "--naive", "--json"}) {

@@ -7,14 +7,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "testing/idem_cli.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 
 namespace idem {
 namespace {
 
-using testing::Exec;
 using testing::ExpectOneLineFailure;
+using testing::RunResult;
 using ::testing::HasSubstr;
 using testing::RunIdemIn;
 
@@ -42,14 +42,14 @@ constexpr char kJitter[] =
 
 class DiagnoseCliTest : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_FALSE(testing::IdemBin().empty()) << "set IDEM_BIN"; }
+  void SetUp() override { ASSERT_FALSE(testing::IdemBinary().empty()) << "set IDEM_BIN"; }
 
   std::string Write(const std::string& name, const std::string& text) {
     std::ofstream(dir_.file(name), std::ios::binary) << text;
     return name;
   }
-  Exec Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
-  Exec Diagnose(const std::string& events, const std::string& jitter,
+  RunResult Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
+  RunResult Diagnose(const std::string& events, const std::string& jitter,
                 std::vector<std::string> more = {}) {
     std::vector<std::string> args = {"diagnose", "rebalance",
                                      "--events", Write("ev.log", events),
@@ -62,8 +62,8 @@ class DiagnoseCliTest : public ::testing::Test {
 };
 
 TEST_F(DiagnoseCliTest, ReportsTheShareTheVerdictAndTheTimeouts) {
-  Exec r = Diagnose(kEvents, kJitter);
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Diagnose(kEvents, kJitter);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_THAT(r.out, HasSubstr("events:          10 (ev.log)\n"));
   EXPECT_THAT(r.out, HasSubstr("jitter windows:  4 (jitter.txt), P99 duration 15s, longest 15s\n"));
@@ -74,8 +74,8 @@ TEST_F(DiagnoseCliTest, ReportsTheShareTheVerdictAndTheTimeouts) {
 }
 
 TEST_F(DiagnoseCliTest, JsonWithSlackAndThreshold) {
-  Exec r = Diagnose(kEvents, kJitter, {"--json", "--slack", "3s", "--threshold", "95"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Diagnose(kEvents, kJitter, {"--json", "--slack", "3s", "--threshold", "95"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["events"]["count"], 10);
   EXPECT_EQ(j["events"]["inside"], 9);  // the slack takes in line 12
@@ -91,14 +91,14 @@ TEST_F(DiagnoseCliTest, JsonWithSlackAndThreshold) {
 }
 
 TEST_F(DiagnoseCliTest, BelowTheThresholdPointsElsewhere) {
-  Exec r = Diagnose("2024-06-18T09:00:00Z revoked\n2024-06-18T10:00:01Z revoked\n", kJitter);
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Diagnose("2024-06-18T09:00:00Z revoked\n2024-06-18T10:00:01Z revoked\n", kJitter);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("inside a window: 1 of 2 (50.0%)\n"));
   EXPECT_THAT(r.out, HasSubstr("verdict: 50.0% < 80%: network jitter does not explain"));
 }
 
 TEST_F(DiagnoseCliTest, BadFilesNameFileAndLineAndExitOne) {
-  Exec r = Diagnose("2024-06-18T10:00:03Z ok\n2024-06-18 10:00:04 no offset\n", kJitter);
+  RunResult r = Diagnose("2024-06-18T10:00:03Z ok\n2024-06-18 10:00:04 no offset\n", kJitter);
   ExpectOneLineFailure(r, 1);
   EXPECT_THAT(r.err, HasSubstr("ev.log:2: "));
   EXPECT_THAT(r.err, HasSubstr("no UTC offset"));
@@ -124,7 +124,7 @@ TEST_F(DiagnoseCliTest, BadFilesNameFileAndLineAndExitOne) {
 
 TEST_F(DiagnoseCliTest, UsageErrorsExitTwo) {
   ExpectOneLineFailure(Idem({"diagnose"}), 2, /*stdout_may_have_output=*/true);
-  Exec r = Idem({"diagnose", "rebalance", "--events", Write("ev.log", kEvents)});
+  RunResult r = Idem({"diagnose", "rebalance", "--events", Write("ev.log", kEvents)});
   ExpectOneLineFailure(r, 2, true);
   EXPECT_THAT(r.err, HasSubstr("--jitter"));
   r = Diagnose(kEvents, kJitter, {"--slack", "soon"});
@@ -136,8 +136,8 @@ TEST_F(DiagnoseCliTest, UsageErrorsExitTwo) {
 }
 
 TEST_F(DiagnoseCliTest, HelpExplainsTheRule) {
-  Exec r = Idem({"diagnose", "rebalance", "--help"});
-  EXPECT_EQ(r.status, 0);
+  RunResult r = Idem({"diagnose", "rebalance", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("1.95 x the jitter windows' P99"));
   EXPECT_THAT(r.out, HasSubstr("heartbeat.interval.ms = session.timeout.ms / 3"));
   r = Idem({"--help"});

@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "idem/idem.h"
 #include "idem/steps.h"
-#include "testing/idem_cli.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 
 namespace idem::testing {
@@ -64,40 +64,40 @@ TEST(ReadOnly, SqliteIdemDatabaseStaysByteIdentical) {
     ASSERT_TRUE(guard.Claim({.tenant = "t", .biz_type = "refund", .key = "K-1"}, absl::Seconds(30))
                     .ok());
   }
-  const std::string before = ReadFile(path);
+  const std::string before = ReadWholeFile(path);
   ASSERT_FALSE(before.empty());
   for (const std::vector<std::string>& args : LookingCommands(url)) {
-    Exec r = RunIdemIn(dir.path(), args);
-    EXPECT_EQ(r.status, 0) << args[0] << ": " << r.err;
-    EXPECT_EQ(ReadFile(path), before) << args[0] << " changed the database";
+    RunResult r = RunIdemIn(dir.path(), args);
+    EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
+    EXPECT_EQ(ReadWholeFile(path), before) << args[0] << " changed the database";
   }
   // A read-only file (a copy an operator inspects, a read-only mount) works too.
   // (Root, as CI runs, ignores the mode bits: there the byte comparison is what
   // shows that nothing was written; run as another user it is a read-only file.)
   ASSERT_EQ(chmod(path.c_str(), 0444), 0);
-  Exec r = RunIdemIn(dir.path(), LookingCommands(url)[0]);
-  EXPECT_EQ(r.status, 0) << r.err;
+  RunResult r = RunIdemIn(dir.path(), LookingCommands(url)[0]);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("K-1"));
   r = RunIdemIn(dir.path(), LookingCommands(url)[1]);
-  EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(ReadFile(path), before);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ReadWholeFile(path), before);
 }
 
 TEST(ReadOnly, SqliteWithoutIdemTablesIsNoSchemaHereAndUntouched) {
   TempDir dir;
   const std::string path = dir.file("shop.db");
   MakeForeignSqlite(path);
-  const std::string before = ReadFile(path);
+  const std::string before = ReadWholeFile(path);
   const std::string url = "sqlite://" + path;
   for (int i = 0; i < 2; ++i) {  // inspect, stuck
-    Exec r = RunIdemIn(dir.path(), LookingCommands(url)[i]);
-    EXPECT_EQ(r.status, 1) << r.err;
+    RunResult r = RunIdemIn(dir.path(), LookingCommands(url)[i]);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_THAT(r.err, HasSubstr("no idem schema here"));
-    EXPECT_EQ(ReadFile(path), before);
+    EXPECT_EQ(ReadWholeFile(path), before);
   }
   // A missing file is not created.
-  Exec r = RunIdemIn(dir.path(), LookingCommands("sqlite://" + dir.file("typo.db"))[0]);
-  EXPECT_EQ(r.status, 1);
+  RunResult r = RunIdemIn(dir.path(), LookingCommands("sqlite://" + dir.file("typo.db"))[0]);
+  EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("no idem schema here"));
   struct stat st;
   EXPECT_NE(stat(dir.file("typo.db").c_str(), &st), 0) << "inspect created the file";
@@ -105,9 +105,9 @@ TEST(ReadOnly, SqliteWithoutIdemTablesIsNoSchemaHereAndUntouched) {
 
 TEST(ReadOnly, DryRunOnAnUnwritablePlaceSaysTheRealRunWouldFail) {
   TempDir dir;
-  Exec r = RunIdemIn(dir.path(), {"migrate", "--dry-run", "--store",
+  RunResult r = RunIdemIn(dir.path(), {"migrate", "--dry-run", "--store",
                                   "sqlite:///proc/no-such-dir/idem.db"});
-  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_THAT(r.err, HasSubstr("the real run would fail"));
 }
 
@@ -115,8 +115,8 @@ TEST(ReadOnly, DryRunOnAnUnwritablePlaceSaysTheRealRunWouldFail) {
 void ServerStaysEmpty(const std::string& url, const std::string& list_tables) {
   TempDir dir;
   for (int i = 0; i < 2; ++i) {  // inspect, stuck
-    Exec r = RunIdemIn(dir.path(), LookingCommands(url)[i]);
-    EXPECT_EQ(r.status, 1) << r.err;
+    RunResult r = RunIdemIn(dir.path(), LookingCommands(url)[i]);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_THAT(r.err, HasSubstr("no idem schema here"));
   }
   // Looked at through a store of the test's own that creates nothing either.
@@ -193,8 +193,8 @@ void PurgeCreatesNothing(const std::string& url, const std::string& password,
     for (const std::vector<std::string>& args :
          {std::vector<std::string>{"purge", "--store", url},
           std::vector<std::string>{"stuck", "--store", url, "--resolve", "x", "--note", "ok"}}) {
-      Exec r = RunIdemIn(dir.path(), args);
-      EXPECT_EQ(r.status, 1) << args[0] << ": " << r.out << r.err;
+      RunResult r = RunIdemIn(dir.path(), args);
+      EXPECT_EQ(r.exit_code, 1) << args[0] << ": " << r.out << r.err;
       EXPECT_THAT(r.err, HasSubstr("no idem schema here")) << args[0];
       EXPECT_THAT(r.err, HasSubstr("idem migrate")) << args[0];
       EXPECT_THAT(r.err, ::testing::Not(HasSubstr(password))) << args[0];
@@ -218,16 +218,16 @@ TEST(ReadOnly, SqlitePurgeWithoutIdemSchemaCreatesNothing) {
             SQLITE_OK);
   sqlite3_close(db);
   for (const std::string& path : {empty, foreign}) {
-    const std::string before = ReadFile(path);
-    Exec r = RunIdemIn(dir.path(), {"purge", "--store", "sqlite://" + path});
-    EXPECT_EQ(r.status, 1) << path << ": " << r.out << r.err;
+    const std::string before = ReadWholeFile(path);
+    RunResult r = RunIdemIn(dir.path(), {"purge", "--store", "sqlite://" + path});
+    EXPECT_EQ(r.exit_code, 1) << path << ": " << r.out << r.err;
     EXPECT_THAT(r.err, HasSubstr("no idem schema here")) << path;
     EXPECT_THAT(r.err, HasSubstr("idem migrate")) << path;
-    EXPECT_EQ(ReadFile(path), before) << "purge changed " << path;
+    EXPECT_EQ(ReadWholeFile(path), before) << "purge changed " << path;
   }
   // The default store, rocksdb://./idem-db, is not made by purge either.
-  Exec r = RunIdemIn(dir.path(), {"purge"});
-  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  RunResult r = RunIdemIn(dir.path(), {"purge"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   struct stat st;
   EXPECT_NE(stat(dir.file("idem-db").c_str(), &st), 0) << "purge created the default store";
 }

@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "idem/idem.h"
-#include "testing/idem_cli.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 
 namespace idem::testing {
@@ -54,12 +54,12 @@ TEST(ReconReport, LoadsInHeadlessChromium) {
     ASSERT_TRUE((*tx)->Commit().ok());
   }
   std::ofstream(dir.file("bill.csv")) << "id,fee\nK-1,100\nK-2,200\nK-4,400\n";
-  Exec r = RunIdemIn(dir.path(), {"recon", "--source", "wx", "--statement", "bill.csv", "--map",
+  RunResult r = RunIdemIn(dir.path(), {"recon", "--source", "wx", "--statement", "bill.csv", "--map",
                                   "key=id,amount=fee", "--upstream-scale", "2", "--ledger", url,
                                   "--ledger-query", "SELECT k AS key, a AS amount FROM ledger",
                                   "--dry-run", "--report", dir.file("report.html")});
-  ASSERT_EQ(r.status, 0) << r.err;
-  const std::string html = ReadFile(dir.file("report.html"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string html = ReadWholeFile(dir.file("report.html"));
   for (const char* fetch : {"src=", "href=", "url(", "@import", "<script", "<link"}) {
     EXPECT_THAT(html, ::testing::Not(HasSubstr(fetch))) << "the report would fetch: " << fetch;
   }
@@ -73,7 +73,7 @@ TEST(ReconReport, LoadsInHeadlessChromium) {
                 dir.file("profile") + "' --dump-dom 'file://" + dir.file("report.html") + "' 2>'" +
                 dir.file("chromium.err") + "'",
             &status);
-  ASSERT_EQ(status, 0) << ReadFile(dir.file("chromium.err"));
+  ASSERT_EQ(status, 0) << ReadWholeFile(dir.file("chromium.err"));
   // The DOM chromium built (not the file's text): counts, bars, examples, escaping.
   EXPECT_THAT(dom, HasSubstr("<title>idem recon wx</title>"));
   EXPECT_THAT(dom, ::testing::ContainsRegex("data-class=\"matched\">1<"));

@@ -25,13 +25,12 @@
 #include "conformance/store_factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "http/idem_process.h"
 #include "idem/idem.h"
 #include "recon/fields.h"
 #include "recon/ledger_reader.h"
 #include "recon/tables.h"
 #include "http/upstream.h"
-#include "testing/idem_cli.h"
+#include "testing/idem_process.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 
@@ -292,8 +291,8 @@ TEST_P(Recon, TenRunsOneResultNoExtraTicketsOrReplays) {
                   "--report", dir_.file("report.html")});
   std::string first;
   for (int run = 0; run < 10; ++run) {
-    Exec r = RunIdemIn(dir_.path(), args);
-    ASSERT_EQ(r.status, 0) << r.err;
+    RunResult r = RunIdemIn(dir_.path(), args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(LastLine(r.out), kDayJson);
     if (run == 0) {
       first = r.out;
@@ -311,31 +310,31 @@ TEST_P(Recon, TenRunsOneResultNoExtraTicketsOrReplays) {
                   "action = 'ticket' AND state = 'open'"),
             1);
   EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_watermark WHERE source = 'wx'"), 1);
-  const std::string html = ReadFile(dir_.file("report.html"));
+  const std::string html = ReadWholeFile(dir_.file("report.html"));
   EXPECT_THAT(html, HasSubstr("<svg"));
   EXPECT_THAT(html, HasSubstr("R-6"));
 
   std::vector<std::string> status = {"recon",   "status",  "--source",  "wx",
                                      "--store", bare_url_, "--max-age", "15m"};
   for (const std::string& p : PasswordArgs("--store-password-file")) status.push_back(p);
-  Exec fresh = RunIdemIn(dir_.path(), status);
+  RunResult fresh = RunIdemIn(dir_.path(), status);
   EXPECT_EQ(fresh.err, "");
-  EXPECT_EQ(fresh.status, 0) << fresh.err;
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.err;
   EXPECT_THAT(fresh.out, HasSubstr("up to 2024-06-18T16:00:00Z"));
   Sql("UPDATE recon_watermark SET last_success_at = 1000000");
-  Exec stale = RunIdemIn(dir_.path(), status);
-  EXPECT_EQ(stale.status, 1);
+  RunResult stale = RunIdemIn(dir_.path(), status);
+  EXPECT_EQ(stale.exit_code, 1);
   EXPECT_THAT(stale.err, HasSubstr("older than 15m"));
   status[3] = "other";
-  Exec never = RunIdemIn(dir_.path(), status);
-  EXPECT_EQ(never.status, 1);
+  RunResult never = RunIdemIn(dir_.path(), status);
+  EXPECT_EQ(never.exit_code, 1);
   EXPECT_THAT(never.err, HasSubstr("never completed"));
 }
 
 TEST_P(Recon, DryRunWritesNothing) {
   const std::string bill = Day();
-  Exec r = RunIdemIn(dir_.path(), Args(bill, {"--dry-run"}));
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = RunIdemIn(dir_.path(), Args(bill, {"--dry-run"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(LastLine(r.out), kDayJson);
   EXPECT_THAT(r.out, HasSubstr("dry run: nothing written"));
   EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket"), -1);  // no table
@@ -362,13 +361,13 @@ TEST_P(Recon, BadInputNamesFileAndLineAndWritesNothing) {
       {"time.csv", header + "R-2,200,CNY,SUCCESS,18/06/2024\n", "time.csv:2: malformed time"},
   };
   for (const Case& c : cases) {
-    Exec r = RunIdemIn(dir_.path(), Args(Statement(c.name, c.bytes)));
+    RunResult r = RunIdemIn(dir_.path(), Args(Statement(c.name, c.bytes)));
     ExpectOneLineFailure(r, 1);
     EXPECT_THAT(r.err, HasSubstr(c.want)) << c.name;
   }
   // The ledger's own bad rows name the row and key.
   Ledger("R-7", "1,5", "PAID", "2024-06-18 11:00:00");
-  Exec r = RunIdemIn(dir_.path(), Args(Statement("ok.csv", header + good)));
+  RunResult r = RunIdemIn(dir_.path(), Args(Statement("ok.csv", header + good)));
   ExpectOneLineFailure(r, 1);
   EXPECT_THAT(r.err, HasSubstr("(key R-7): malformed amount '1,5'"));
   EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket"), -1);
@@ -415,7 +414,7 @@ TEST_P(Recon, KeyThatCannotBeAHeaderIsRefusedWithItsLineAndNothingIsSent) {
   };
   Receiver receiver;
   for (const Case& c : cases) {
-    Exec r = RunIdemIn(dir_.path(),
+    RunResult r = RunIdemIn(dir_.path(),
                        Args(Statement(c.name, c.bytes), {"--replay-url", receiver.url("/replay")}));
     ExpectOneLineFailure(r, 1);  // one line: the key's CR and LF are shown escaped
     EXPECT_THAT(r.err, HasSubstr(c.want)) << c.name;
@@ -433,7 +432,7 @@ TEST_P(Recon, KeyThatCannotBeAHeaderIsRefusedWithItsLineAndNothingIsSent) {
 TEST_P(Recon, OverlongLineIsRefusedBeforeItIsBuffered) {
   Day();
   const std::string key(64 << 20, 'K');
-  Exec jsonl = RunIdemIn(
+  RunResult jsonl = RunIdemIn(
       dir_.path(),
       Args(Statement("huge.jsonl",
                      "{\"out_trade_no\":\"R-1\",\"total_fee\":1250,\"fee_type\":\"CNY\","
@@ -441,7 +440,7 @@ TEST_P(Recon, OverlongLineIsRefusedBeforeItIsBuffered) {
                      "{\"out_trade_no\":\"" + key + "\",\"total_fee\":1}\n")));
   ExpectOneLineFailure(jsonl, 1);
   EXPECT_THAT(jsonl.err, HasSubstr("huge.jsonl:2: a line longer than 1 MiB: refused"));
-  Exec csv = RunIdemIn(
+  RunResult csv = RunIdemIn(
       dir_.path(),
       Args(Statement("huge.csv", "out_trade_no,total_fee,fee_type,trade_state,trade_time\n"
                                  "R-1,1250,CNY,SUCCESS,2024-06-18 10:00:00\n\"" +
@@ -469,9 +468,9 @@ TEST_P(Recon, StoredPendingReplayWithABadKeyIsNotSent) {
   ASSERT_OK_AND_ASSIGN(const int64_t added, recon::InsertTickets(*store_, {bad}));
   ASSERT_EQ(added, 1);
   Receiver receiver;
-  Exec r = RunIdemIn(dir_.path(), Args(bill, {"--replay-url", receiver.url("/replay"),
+  RunResult r = RunIdemIn(dir_.path(), Args(bill, {"--replay-url", receiver.url("/replay"),
                                               "--repush-url", receiver.url("/repush")}));
-  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.out, HasSubstr("2 replay/re-push sent, 1 pending"));
   EXPECT_THAT(r.err, HasSubstr("first: replay of OLD\\r\\nX-Injected: 1: not sent: key holds the "
                                "control character \\r at byte 3"));
@@ -544,8 +543,8 @@ TEST_P(Recon, JsonlAndHotWindowFromTheWatermark) {
   std::vector<std::string> args = Args(bill);
   const auto day = std::find(args.begin(), args.end(), "--day");
   args.erase(day, day + 2);  // no window
-  Exec r = RunIdemIn(dir_.path(), args);
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = RunIdemIn(dir_.path(), args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(LastLine(r.out), HasSubstr("\"from\":null"));
   EXPECT_THAT(LastLine(r.out), HasSubstr("\"matched\":1,\"missing_local\":1"));
   // Hot: from the watermark (now - 1m, just written) minus the overlap: 2024 is long
@@ -553,7 +552,7 @@ TEST_P(Recon, JsonlAndHotWindowFromTheWatermark) {
   std::vector<std::string> hot = args;
   hot.insert(hot.end(), {"--hot", "5m"});
   r = RunIdemIn(dir_.path(), hot);
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(LastLine(r.out), HasSubstr("\"upstream_rows\":0,\"local_rows\":0"));
 }
 
@@ -691,8 +690,8 @@ TEST_P(Recon, ServeExportsTheLastSuccess) {
   EXPECT_THAT(metrics, HasSubstr("# TYPE idem_recon_last_success_timestamp_seconds gauge"));
   EXPECT_THAT(metrics, ::testing::Not(HasSubstr("idem_recon_last_success_timestamp_seconds{")));
   const int64_t before = absl::ToUnixSeconds(absl::Now());
-  Exec r = RunIdemIn(dir_.path(), Args(bill));
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = RunIdemIn(dir_.path(), Args(bill));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   metrics = scrape();
   const std::string series = "idem_recon_last_success_timestamp_seconds{source=\"wx\"} ";
   const size_t at = metrics.find(series);
@@ -713,12 +712,12 @@ TEST_P(Recon, ProgressLineOnStderrForBigStatements) {
   for (int i = 0; i < 150000; ++i) {
     bytes += "B-" + std::to_string(i) + ",100,CNY,SUCCESS,2024-06-18 10:00:00\n";
   }
-  Exec r = RunIdemIn(dir_.path(), Args(Statement("big.csv", bytes), {"--dry-run"}));
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = RunIdemIn(dir_.path(), Args(Statement("big.csv", bytes), {"--dry-run"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("recon: read 100000 upstream, "));
   EXPECT_THAT(LastLine(r.out), HasSubstr("\"upstream_rows\":150000,\"local_rows\":0,\"matched\":0,"
                                          "\"missing_local\":150000"));
-  Exec small = RunIdemIn(dir_.path(), Args(Day(), {"--dry-run"}));
+  RunResult small = RunIdemIn(dir_.path(), Args(Day(), {"--dry-run"}));
   EXPECT_EQ(small.err, "");
 }
 
@@ -729,12 +728,12 @@ TEST_P(Recon, UsageErrors) {
                                              {"--on", "missing_local=replay"},
                                              {"--from", "2024-06-18 00:00:00"},
                                              {"--tz", "Mars/Base"}}) {
-    Exec r = RunIdemIn(dir_.path(), Args(bill, extra));
+    RunResult r = RunIdemIn(dir_.path(), Args(bill, extra));
     ExpectOneLineFailure(r, 2);
   }
   if (GetParam().name == "sqlite") {  // a password for a URL that takes none
     std::ofstream(dir_.file("pw")) << "secret\n";
-    Exec r = RunIdemIn(dir_.path(), Args(bill, {"--ledger-password-file", dir_.file("pw")}));
+    RunResult r = RunIdemIn(dir_.path(), Args(bill, {"--ledger-password-file", dir_.file("pw")}));
     ExpectOneLineFailure(r, 2);
     EXPECT_THAT(r.err, HasSubstr("which takes none"));
     EXPECT_THAT(r.err, ::testing::Not(HasSubstr("secret")));

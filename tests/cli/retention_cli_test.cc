@@ -15,7 +15,7 @@
 #include "idem/steps.h"
 #include "nlohmann/json.hpp"
 #include "testing/fake_clock.h"
-#include "testing/idem_cli.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 
 namespace idem::testing {
@@ -37,7 +37,7 @@ constexpr char kRefundRetention[] =
 class RetentionCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(IdemBin().empty());
+    ASSERT_FALSE(IdemBinary().empty());
     url_ = "sqlite://" + dir_.file("idem.db");
     config_ = dir_.file("idem.toml");
     Write(config_, kRefundRetention);
@@ -82,7 +82,7 @@ class RetentionCliTest : public ::testing::Test {
     return r.ok() ? *r : std::nullopt;
   }
 
-  Exec Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
+  RunResult Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
 
   TempDir dir_;
   std::string url_;
@@ -96,15 +96,15 @@ TEST_F(RetentionCliTest, PurgeTombstonesWhatIsPastItsRetentionOnly) {
   Seed("t", "refund", "young", "done", 10 * kDay);
   Seed("t", "payout", "no-policy", "done", 100 * kDay);  // kept for ever
 
-  Exec dry = Idem({"--config", config_, "purge", "--store", url_, "--dry-run", "--json"});
-  ASSERT_EQ(dry.status, 0) << dry.err;
+  RunResult dry = Idem({"--config", config_, "purge", "--store", url_, "--dry-run", "--json"});
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
   json d = json::parse(dry.out);
   EXPECT_EQ(d["tombstoned"], 2);
   EXPECT_EQ(d["dry_run"], true);
   EXPECT_FALSE(Stored("t", "old-done")->purged());
 
-  Exec run = Idem({"--config", config_, "purge", "--store", url_, "--batch", "1"});
-  ASSERT_EQ(run.status, 0) << run.err;
+  RunResult run = Idem({"--config", config_, "purge", "--store", url_, "--batch", "1"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("2 expired records found, 2 tombstoned, 0 deleted"));
   EXPECT_THAT(run.err, HasSubstr("purge: "));  // a progress line per batch
   EXPECT_TRUE(Stored("t", "old-done")->purged());
@@ -123,15 +123,15 @@ TEST_F(RetentionCliTest, PurgeTombstonesWhatIsPastItsRetentionOnly) {
   EXPECT_EQ(late->outcome, Outcome::kExpired);
 
   // A second run finds nothing more.
-  Exec again = Idem({"--config", config_, "purge", "--store", url_, "--json"});
-  ASSERT_EQ(again.status, 0) << again.err;
+  RunResult again = Idem({"--config", config_, "purge", "--store", url_, "--json"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(json::parse(again.out)["tombstoned"], 0);
 }
 
 TEST_F(RetentionCliTest, PurgeWithoutTombstonesDeletes) {
   Seed("t", "refund", "old", "done", 100 * kDay);
-  Exec run = Idem({"--config", config_, "purge", "--store", url_, "--no-tombstones", "--json"});
-  ASSERT_EQ(run.status, 0) << run.err;
+  RunResult run = Idem({"--config", config_, "purge", "--store", url_, "--no-tombstones", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(json::parse(run.out)["deleted"], 1);
   EXPECT_FALSE(Stored("t", "old").has_value());
 }
@@ -142,25 +142,25 @@ TEST_F(RetentionCliTest, PurgeUsageAndStoreErrors) {
                                              {"purge", "--store", url_, "--max-rate", "-1"},
                                              {"purge", "--store", url_, "--pause", "soon"},
                                              {"purge", "--store", "nope://x"}}) {
-    Exec r = Idem(args);
-    EXPECT_EQ(r.status, 2) << args.back() << ": " << r.err;
+    RunResult r = Idem(args);
+    EXPECT_EQ(r.exit_code, 2) << args.back() << ": " << r.err;
     EXPECT_THAT(r.err, ::testing::StartsWith("idem: "));
   }
   // A missing SQLite file is not created.
-  Exec missing = Idem({"purge", "--store", "sqlite://" + dir_.file("none.db")});
-  EXPECT_EQ(missing.status, 1) << missing.err;
+  RunResult missing = Idem({"purge", "--store", "sqlite://" + dir_.file("none.db")});
+  EXPECT_EQ(missing.exit_code, 1) << missing.err;
   struct stat st;
   EXPECT_NE(stat(dir_.file("none.db").c_str(), &st), 0);
   // A configured TTL below the derived one is refused, with the derivation.
   Write(config_, std::string(kRefundRetention) + "ttl = \"30d\"\n");
-  Exec short_ttl = Idem({"--config", config_, "purge", "--store", url_});
-  EXPECT_EQ(short_ttl.status, 1);
+  RunResult short_ttl = Idem({"--config", config_, "purge", "--store", url_});
+  EXPECT_EQ(short_ttl.exit_code, 1);
   EXPECT_THAT(short_ttl.err, HasSubstr("reconciliation cycle"));
   EXPECT_THAT(short_ttl.err, HasSubstr("configured TTL 30d is below the derived TTL 90d"));
   // An unknown key of a retention section is bad usage, named.
   Write(config_, std::string(kRefundRetention) + "ttl_days = 90\n");
-  Exec unknown = Idem({"--config", config_, "purge", "--store", url_});
-  EXPECT_EQ(unknown.status, 2);
+  RunResult unknown = Idem({"--config", config_, "purge", "--store", url_});
+  EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.err, HasSubstr("[retention.refund]: unknown key 'ttl_days'"));
 }
 
@@ -169,63 +169,63 @@ TEST_F(RetentionCliTest, RecordsListFiltersAndIsReadOnly) {
   Seed("acme", "refund", "R-2", "lease", 1 * kDay);
   Seed("acme", "payout", "P-1", "done", 1 * kDay);
   Seed("beta", "refund", "B-1", "failed", 1 * kDay);
-  const std::string before = ReadFile(dir_.file("idem.db"));
+  const std::string before = ReadWholeFile(dir_.file("idem.db"));
 
-  Exec all = Idem({"records", "list", "--store", url_, "--json"});
-  ASSERT_EQ(all.status, 0) << all.err;
+  RunResult all = Idem({"records", "list", "--store", url_, "--json"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
   json j = json::parse(all.out);
   ASSERT_EQ(j["records"].size(), 4u);
   EXPECT_FALSE(j["records"][0].contains("result"));  // lists carry no results
 
-  Exec acme = Idem(
+  RunResult acme = Idem(
       {"records", "list", "--store", url_, "--tenant", "acme", "--biz-type", "refund", "--json"});
-  ASSERT_EQ(acme.status, 0) << acme.err;
+  ASSERT_EQ(acme.exit_code, 0) << acme.err;
   std::vector<std::string> keys;
   const json page = json::parse(acme.out);
   for (const json& r : page["records"]) keys.push_back(r["key"]);
   EXPECT_THAT(keys, ::testing::ElementsAre("R-1", "R-2"));
 
-  Exec processing = Idem({"records", "list", "--store", url_, "--state", "PROCESSING"});
-  ASSERT_EQ(processing.status, 0) << processing.err;
+  RunResult processing = Idem({"records", "list", "--store", url_, "--state", "PROCESSING"});
+  ASSERT_EQ(processing.exit_code, 0) << processing.err;
   EXPECT_THAT(processing.out, HasSubstr("R-2"));
   EXPECT_THAT(processing.out, Not(HasSubstr("R-1")));
   EXPECT_THAT(processing.out, HasSubstr("EXPIRES_AT"));
 
-  Exec old = Idem({"records", "list", "--store", url_, "--older-than", "30d", "--json"});
-  ASSERT_EQ(old.status, 0) << old.err;
+  RunResult old = Idem({"records", "list", "--store", url_, "--older-than", "30d", "--json"});
+  ASSERT_EQ(old.exit_code, 0) << old.err;
   ASSERT_EQ(json::parse(old.out)["records"].size(), 1u);
   EXPECT_EQ(json::parse(old.out)["records"][0]["key"], "R-1");
   EXPECT_TRUE(json::parse(old.out)["records"][0]["expires_at"].is_string());
 
   // --expired: what purge would take now.
-  Exec expired = Idem({"--config", config_, "records", "list", "--store", url_, "--expired"});
-  ASSERT_EQ(expired.status, 0) << expired.err;
+  RunResult expired = Idem({"--config", config_, "records", "list", "--store", url_, "--expired"});
+  ASSERT_EQ(expired.exit_code, 0) << expired.err;
   EXPECT_THAT(expired.out, HasSubstr("R-1"));
   EXPECT_THAT(expired.out, Not(HasSubstr("B-1")));
 
-  Exec limited = Idem({"records", "list", "--store", url_, "--limit", "2", "--json"});
-  ASSERT_EQ(limited.status, 0);
+  RunResult limited = Idem({"records", "list", "--store", url_, "--limit", "2", "--json"});
+  ASSERT_EQ(limited.exit_code, 0);
   EXPECT_EQ(json::parse(limited.out)["records"].size(), 2u);
 
-  EXPECT_EQ(ReadFile(dir_.file("idem.db")), before);  // read-only: nothing changed
+  EXPECT_EQ(ReadWholeFile(dir_.file("idem.db")), before);  // read-only: nothing changed
 
-  Exec bad = Idem({"records", "list", "--store", url_, "--state", "DONE"});
-  EXPECT_EQ(bad.status, 2);
-  Exec missing = Idem({"records", "list", "--store", "sqlite://" + dir_.file("none.db")});
-  EXPECT_EQ(missing.status, 1);
+  RunResult bad = Idem({"records", "list", "--store", url_, "--state", "DONE"});
+  EXPECT_EQ(bad.exit_code, 2);
+  RunResult missing = Idem({"records", "list", "--store", "sqlite://" + dir_.file("none.db")});
+  EXPECT_EQ(missing.exit_code, 1);
   struct stat st;
   EXPECT_NE(stat(dir_.file("none.db").c_str(), &st), 0);
-  Exec no_sub = Idem({"records"});
-  EXPECT_EQ(no_sub.status, 2);
+  RunResult no_sub = Idem({"records"});
+  EXPECT_EQ(no_sub.exit_code, 2);
 }
 
 TEST_F(RetentionCliTest, TombstonesAreListedApart) {
   Seed("t", "refund", "old", "done", 100 * kDay);
-  ASSERT_EQ(Idem({"--config", config_, "purge", "--store", url_}).status, 0);
-  Exec live = Idem({"records", "list", "--store", url_});
+  ASSERT_EQ(Idem({"--config", config_, "purge", "--store", url_}).exit_code, 0);
+  RunResult live = Idem({"records", "list", "--store", url_});
   EXPECT_THAT(live.out, HasSubstr("no records"));
-  Exec tombs = Idem({"records", "list", "--store", url_, "--tombstones", "--json"});
-  ASSERT_EQ(tombs.status, 0) << tombs.err;
+  RunResult tombs = Idem({"records", "list", "--store", url_, "--tombstones", "--json"});
+  ASSERT_EQ(tombs.exit_code, 0) << tombs.err;
   json j = json::parse(tombs.out);
   ASSERT_EQ(j["records"].size(), 1u);
   EXPECT_TRUE(j["records"][0]["purged_at"].is_string());
@@ -251,10 +251,10 @@ TEST_F(RetentionCliTest, FinishedStepOperationsArePurged) {
   ASSERT_EQ(op->status, OperationStatus::kSuccess);
   store->reset();
 
-  Exec run = Idem({"--config", config_, "purge", "--store", url_, "--json"});
-  ASSERT_EQ(run.status, 0) << run.err;
+  RunResult run = Idem({"--config", config_, "purge", "--store", url_, "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(json::parse(run.out)["operations_deleted"], 1);
-  Exec no_journal = Idem({"--config", config_, "purge", "--store", url_, "--json"});
+  RunResult no_journal = Idem({"--config", config_, "purge", "--store", url_, "--json"});
   EXPECT_EQ(json::parse(no_journal.out)["operations_deleted"], 0);
 }
 

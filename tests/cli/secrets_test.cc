@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
-#include "testing/idem_cli.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 
 namespace idem::testing {
@@ -104,10 +104,10 @@ TEST(Secrets, NoCommandShowsThePassword) {
   runs.push_back({"serve", "--listen", "127.0.0.1:0", "--store", "sqlite://" + dir.file("a.db"),
                   "--cache", std::string("redis://:") + kPassword + "@[::1"});
   for (const std::vector<std::string>& args : runs) {
-    Exec r = RunIdemIn(dir.path(), args);
+    RunResult r = RunIdemIn(dir.path(), args);
     std::string what;
     for (const std::string& a : args) what += a + " ";
-    EXPECT_NE(r.status, 0) << what;
+    EXPECT_NE(r.exit_code, 0) << what;
     EXPECT_THAT(r.err, Not(HasSubstr(kPassword))) << what;
     EXPECT_THAT(r.out, Not(HasSubstr(kPassword))) << what;
   }
@@ -141,13 +141,13 @@ TEST(Secrets, EveryStoreCommandTakesThePasswordFromAFileOrTheEnvironment) {
     auto run = [&](std::vector<std::string> extra) {
       std::vector<std::string> args = cmd;
       args.insert(args.end(), extra.begin(), extra.end());
-      Exec r = RunIdemIn(dir.path(), args);
+      RunResult r = RunIdemIn(dir.path(), args);
       EXPECT_THAT(r.err, Not(HasSubstr(kPassword))) << what;
       EXPECT_THAT(r.out, Not(HasSubstr(kPassword))) << what;
       return r;
     };
-    auto expect = [&what](const Exec& r, int status, const std::string& says) {
-      EXPECT_EQ(r.status, status) << what << r.err;
+    auto expect = [&what](const RunResult& r, int status, const std::string& says) {
+      EXPECT_EQ(r.exit_code, status) << what << r.err;
       EXPECT_THAT(r.err, HasSubstr(says)) << what;
     };
     // Read and written into the URL: a path URL takes none.
@@ -156,8 +156,8 @@ TEST(Secrets, EveryStoreCommandTakesThePasswordFromAFileOrTheEnvironment) {
     // Read, written into the URL and sent: the server is not there.
     expect(run({"--store", server, "--store-password-file", pw_file}), 1, "127.0.0.1");
     setenv("IDEM_STORE_PASSWORD", kPassword, 1);
-    Exec twice = run({"--store", "postgres://idem:inline@127.0.0.1:1/db"});
-    Exec both = run({"--store", server, "--store-password-file", pw_file});
+    RunResult twice = run({"--store", "postgres://idem:inline@127.0.0.1:1/db"});
+    RunResult both = run({"--store", server, "--store-password-file", pw_file});
     unsetenv("IDEM_STORE_PASSWORD");
     expect(twice, 2, "already has a password; give it in one place only");
     expect(both, 2, "the store password is given twice");
@@ -166,14 +166,14 @@ TEST(Secrets, EveryStoreCommandTakesThePasswordFromAFileOrTheEnvironment) {
   }
   // Both stores of a copy.
   setenv("IDEM_FROM_PASSWORD", kPassword, 1);
-  Exec from = RunIdemIn(dir.path(), {"migrate", "--from", "sqlite://" + dir.file("a.db"), "--to",
+  RunResult from = RunIdemIn(dir.path(), {"migrate", "--from", "sqlite://" + dir.file("a.db"), "--to",
                                      "sqlite://" + dir.file("b.db")});
   unsetenv("IDEM_FROM_PASSWORD");
-  EXPECT_EQ(from.status, 2) << from.err;
+  EXPECT_EQ(from.exit_code, 2) << from.err;
   EXPECT_THAT(from.err, HasSubstr("which takes none"));
-  Exec to = RunIdemIn(dir.path(), {"migrate", "--from", "sqlite://" + dir.file("a.db"), "--to",
+  RunResult to = RunIdemIn(dir.path(), {"migrate", "--from", "sqlite://" + dir.file("a.db"), "--to",
                                    server, "--to-password-file", pw_file});
-  EXPECT_NE(to.status, 0);
+  EXPECT_NE(to.exit_code, 0);
   EXPECT_THAT(to.err, Not(HasSubstr(kPassword)));
 }
 

@@ -5,7 +5,6 @@
 // backoff. The refund operations the worker resumes run against the demo's fake
 // payment channel, started as `idem demo channel`.
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,7 +29,7 @@
 #include "nlohmann/json.hpp"
 #include "refund/channel_client.h"
 #include "testing/fake_clock.h"
-#include "testing/idem_cli.h"
+#include "testing/idem_process.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
@@ -38,91 +37,18 @@
 namespace idem {
 namespace {
 
-using testing::Exec;
 using testing::ExpectOneLineFailure;
-using testing::IdemBin;
+using testing::IdemBinary;
 using testing::kGenerousDeadline;
-using testing::ReadFile;
 using testing::RunIdemIn;
-using testing::SpawnIdem;
+using testing::RunResult;
+using testing::ServeProcess;
 using testing::WaitUntil;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-// A long-running `idem` child (`demo channel`, `worker`): stdout on a pipe, stderr
-// in a file. SIGKILLed when destroyed if still running.
-class Background {
- public:
-  Background(const std::vector<std::string>& args, const std::string& dir,
-             const std::string& err_path)
-      : err_path_(err_path) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) return;
-    pid_ = SpawnIdem(args, dir, fds[1], err_path);
-    close(fds[1]);
-    stdout_fd_ = fds[0];
-  }
-  ~Background() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (stdout_fd_ >= 0) close(stdout_fd_);
-  }
-  Background(const Background&) = delete;
-  Background& operator=(const Background&) = delete;
-
-  // The next stdout line, or "" at EOF or after `timeout`.
-  std::string ReadLine(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::string line;
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{stdout_fd_, POLLIN, 0};
-      if (poll(&p, 1, 20) <= 0) continue;
-      char c;
-      if (read(stdout_fd_, &c, 1) != 1 || c == '\n') break;
-      line += c;
-    }
-    return line;
-  }
-
-  // True once stderr contains `text` (polled up to `timeout`).
-  bool WaitForStderr(const std::string& text, std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (stderr_text().find(text) != std::string::npos) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-
-  // Sends `sig` and waits up to `timeout` for the exit. Returns the exit status, or
-  // -1 for a death by signal or no exit in time (then the destructor kills it).
-  int Stop(int sig, std::chrono::milliseconds timeout) {
-    if (pid_ <= 0) return -1;
-    kill(pid_, sig);
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return -1;
-  }
-
-  std::string stderr_text() const { return ReadFile(err_path_); }
-
- private:
-  std::string err_path_;
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
-};
 
 // Whole seconds, so a FakeClock time prints as "...:SS.000Z" and a jitter below
 // 1 ms does not show.
@@ -148,14 +74,14 @@ std::string OrderJson(const std::string& order_no, int64_t amount) {
 class StepsCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(IdemBin().empty()) << "set IDEM_BIN to the idem binary";
-    ASSERT_TRUE(std::filesystem::exists(IdemBin())) << IdemBin();
+    ASSERT_FALSE(IdemBinary().empty()) << "set IDEM_BIN to the idem binary";
+    ASSERT_TRUE(std::filesystem::exists(IdemBinary())) << IdemBinary();
     url_ = "sqlite://" + dir_.file("x.db");
     past_.Set(WholeSecond(absl::Now() - absl::Hours(1)));
     future_.Set(WholeSecond(absl::Now() + absl::Hours(24)));
   }
 
-  Exec Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
+  RunResult Idem(const std::vector<std::string>& args) { return RunIdemIn(dir_.path(), args); }
 
 
   std::unique_ptr<Store> Open() {
@@ -266,9 +192,9 @@ class StepsCliTest : public ::testing::Test {
   // Creates the refund example's ledger and inbox tables (and the journal) the way
   // a user would: one clean demo run on the store.
   void RunCleanDemo(int orders) {
-    Exec r = Idem({"demo", "refund", "--orders", std::to_string(orders), "--fault-rate", "0",
+    RunResult r = Idem({"demo", "refund", "--orders", std::to_string(orders), "--fault-rate", "0",
                    "--store", url_, "--json"});
-    ASSERT_EQ(r.status, 0) << r.err;
+    ASSERT_EQ(r.exit_code, 0) << r.err;
     nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
     ASSERT_EQ(j["missing"], 0);
     ASSERT_EQ(j["channel_reversals"], orders);
@@ -298,13 +224,13 @@ class StepsCliTest : public ::testing::Test {
 
 TEST_F(StepsCliTest, StuckIsEmptyAfterACleanDemoRun) {
   RunCleanDemo(5);
-  Exec r = Idem({"stuck", "--store", url_});
-  EXPECT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"stuck", "--store", url_});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "no stuck operations in " + url_ + "\n");
   EXPECT_EQ(r.err, "");
 
   r = Idem({"stuck", "--store", url_, "--json"});
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out), nlohmann::json::parse(R"({"operations": []})"));
   EXPECT_EQ(r.err, "");
 }
@@ -314,8 +240,8 @@ TEST_F(StepsCliTest, StuckListsADueOperationWithItsSteps) {
   ASSERT_EQ(op.status, OperationStatus::kPending);
   ASSERT_LE(op.next_retry_at, past_.Now() + absl::Milliseconds(1));
 
-  Exec r = Idem({"stuck", "--store", url_});
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"stuck", "--store", url_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   const std::string step_status(StepStatusName(op.steps[0].status));
   EXPECT_EQ(r.out, absl::StrCat("K-due  test.flaky  PENDING  (due, no runner)\n", "  next retry  ",
@@ -325,7 +251,7 @@ TEST_F(StepsCliTest, StuckListsADueOperationWithItsSteps) {
   EXPECT_THAT(op.last_error, HasSubstr("gateway busy"));
 
   r = Idem({"stuck", "--store", url_, "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["operations"].size(), 1u) << r.out;
   const nlohmann::json& o = j["operations"][0];
@@ -360,8 +286,8 @@ TEST_F(StepsCliTest, StuckSkipsWhatIsNotDueYetOrDone) {
       RunOnce(OperationType{.name = "test.ok", .steps = {ok}}, "K-done", "{}", &past_);
   ASSERT_EQ(done.status, OperationStatus::kSuccess);
 
-  Exec r = Idem({"stuck", "--store", url_});
-  EXPECT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"stuck", "--store", url_});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "no stuck operations in " + url_ + "\n");
 }
 
@@ -370,15 +296,15 @@ TEST_F(StepsCliTest, StuckListsUnknownStepsEvenBeforeTheyAreDue) {
   ASSERT_EQ(op.status, OperationStatus::kPending);
   ASSERT_EQ(op.steps[0].status, StepStatus::kUnknown);
 
-  Exec r = Idem({"stuck", "--store", url_});
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"stuck", "--store", url_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("K-unknown  test.remote  PENDING  (step 1 outcome unknown)\n"));
   EXPECT_THAT(r.out, HasSubstr("\n  1. send  UNKNOWN  retries 1  request_id " +
                                op.steps[0].request_id + "\n"));
   EXPECT_THAT(op.steps[0].request_id, StartsWith("idem-"));
 
   r = Idem({"stuck", "--store", url_, "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json o = nlohmann::json::parse(r.out)["operations"].at(0);
   EXPECT_EQ(o["why"], "step 1 outcome unknown");
   EXPECT_EQ(o["steps"][0]["status"], "UNKNOWN");
@@ -389,8 +315,8 @@ TEST_F(StepsCliTest, StuckListsCompensationRequired) {
   OperationState op = RunOnce(Undoable(), "K-manual", "{}", &past_);
   ASSERT_EQ(op.status, OperationStatus::kCompensationRequired);
 
-  Exec r = Idem({"stuck", "--store", url_});
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"stuck", "--store", url_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("K-manual  test.undo  COMPENSATION_REQUIRED  "
                                 "(compensation required)\n"));
   EXPECT_THAT(r.out, HasSubstr("reservation is locked"));
@@ -399,7 +325,7 @@ TEST_F(StepsCliTest, StuckListsCompensationRequired) {
   EXPECT_THAT(r.out, HasSubstr("\n1 operation(s)\n"));
 
   r = Idem({"stuck", "--store", url_, "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json o = nlohmann::json::parse(r.out)["operations"].at(0);
   EXPECT_EQ(o["biz_key"], "K-manual");
   EXPECT_EQ(o["status"], "COMPENSATION_REQUIRED");
@@ -419,16 +345,16 @@ TEST_F(StepsCliTest, StuckResolveSettlesACompensationRequiredOperation) {
 
   ExpectOneLineFailure(Idem({"stuck", "--store", url_, "--resolve", "K-manual"}), 2);
   ExpectOneLineFailure(Idem({"stuck", "--store", url_, "--note", "x"}), 2);
-  Exec r = Idem({"stuck", "--store", url_, "--resolve", "K-none", "--note", "x"});
+  RunResult r = Idem({"stuck", "--store", url_, "--resolve", "K-none", "--note", "x"});
   ExpectOneLineFailure(r, 1);
   EXPECT_THAT(r.err, HasSubstr("no operation with biz_key K-none"));
 
   r = Idem({"stuck", "--store", url_, "--resolve", "K-manual", "--note",
             "charge refunded by hand, ticket 42"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "resolved K-manual: COMPENSATED\n");
   r = Idem({"stuck", "--store", url_});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("no stuck operations in "));
 
   r = Idem({"stuck", "--store", url_, "--resolve", "K-manual", "--note", "again"});
@@ -443,8 +369,8 @@ TEST_F(StepsCliTest, StuckListsOldestFirstUpToTheLimit) {
   ASSERT_EQ(RunOnce(Flaky(absl::Milliseconds(1)), "K-older", "{}", &older).status,
             OperationStatus::kPending);
 
-  Exec r = Idem({"stuck", "--store", url_, "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"stuck", "--store", url_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> keys;
   const nlohmann::json list = nlohmann::json::parse(r.out);
   for (const nlohmann::json& o : list["operations"]) {
@@ -453,7 +379,7 @@ TEST_F(StepsCliTest, StuckListsOldestFirstUpToTheLimit) {
   EXPECT_THAT(keys, ElementsAre("K-older", "K-newer"));
 
   r = Idem({"stuck", "--store", url_, "--limit", "1"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("K-older  "));
   EXPECT_THAT(r.out, Not(HasSubstr("K-newer")));
   EXPECT_THAT(r.out, HasSubstr("\n1 operation(s)\n"));
@@ -469,12 +395,12 @@ TEST_F(StepsCliTest, StuckShowsOpaqueKeysEscapedOrBase64) {
   testing::FakeClock later(past_.Now() + absl::Minutes(1));
   ASSERT_EQ(RunOnce(Undoable(), byte_key, "{}", &later).status,
             OperationStatus::kCompensationRequired);
-  Exec r = Idem({"stuck", "--store", url_});
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"stuck", "--store", url_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("K\\n1\\x01  test.undo  "));
   EXPECT_THAT(r.out, HasSubstr("\nK\\n1\\xff  test.undo  "));
   r = Idem({"stuck", "--store", url_, "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["operations"].size(), 2u) << r.out;
   EXPECT_EQ(j["operations"][0]["biz_key"], text_key);
@@ -484,7 +410,7 @@ TEST_F(StepsCliTest, StuckShowsOpaqueKeysEscapedOrBase64) {
 
 TEST_F(StepsCliTest, StuckMissingSqliteFileExitsOneAndCreatesNothing) {
   const std::string missing = dir_.file("missing.db");
-  Exec r = Idem({"stuck", "--store", "sqlite://" + missing});
+  RunResult r = Idem({"stuck", "--store", "sqlite://" + missing});
   ExpectOneLineFailure(r, 1);
   EXPECT_EQ(r.err,
             "idem: no idem schema here: sqlite database '" + missing + "' does not exist\n");
@@ -499,17 +425,17 @@ TEST_F(StepsCliTest, StuckMissingSqliteFileExitsOneAndCreatesNothing) {
 TEST_F(StepsCliTest, StuckUsageErrors) {
   RunCleanDemo(1);
   for (const char* limit : {"0", "-1", "100001"}) {
-    Exec r = Idem({"stuck", "--store", url_, "--limit", limit});
+    RunResult r = Idem({"stuck", "--store", url_, "--limit", limit});
     ExpectOneLineFailure(r, 2);
     EXPECT_EQ(r.err, "idem: stuck: --limit must be between 1 and 100000\n") << limit;
   }
   ExpectOneLineFailure(Idem({"stuck", "--store", url_, "--limit", "many"}), 2);
   ExpectOneLineFailure(Idem({"stuck", "--store", url_, "--frobnicate"}), 2);
   for (const char* store : {"bogus://x", "sqlite://", "memory://"}) {
-    Exec r = Idem({"stuck", "--store", store});
+    RunResult r = Idem({"stuck", "--store", store});
     ExpectOneLineFailure(r, 2);
   }
-  Exec r = Idem({"stuck", "--store", "memory://"});
+  RunResult r = Idem({"stuck", "--store", "memory://"});
   EXPECT_THAT(r.err, HasSubstr("SQL"));
 }
 
@@ -521,8 +447,8 @@ TEST_F(StepsCliTest, StuckUnreachableStoreExitsOne) {
 }
 
 TEST_F(StepsCliTest, StuckHelp) {
-  Exec r = Idem({"stuck", "--help"});
-  EXPECT_EQ(r.status, 0);
+  RunResult r = Idem({"stuck", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("Usage: idem stuck"));
   EXPECT_THAT(r.out, HasSubstr("--store"));
   EXPECT_THAT(r.out, HasSubstr("--limit"));
@@ -536,7 +462,7 @@ TEST_F(StepsCliTest, StuckHelp) {
 // new empty database polled forever.
 TEST_F(StepsCliTest, WorkerMissingSqliteFileExitsOneAndCreatesNothing) {
   const std::string missing = dir_.file("typo.db");
-  Exec r = Idem({"worker", "--once", "--store", "sqlite://" + missing, "--refund-channel",
+  RunResult r = Idem({"worker", "--once", "--store", "sqlite://" + missing, "--refund-channel",
                  "http://127.0.0.1:1"});
   ExpectOneLineFailure(r, 1);
   EXPECT_EQ(r.err,
@@ -546,8 +472,8 @@ TEST_F(StepsCliTest, WorkerMissingSqliteFileExitsOneAndCreatesNothing) {
 
 TEST_F(StepsCliTest, WorkerOnceWithNothingDue) {
   RunCleanDemo(3);
-  Exec r = Idem({"worker", "--once", "--store", url_, "--refund-channel", "http://127.0.0.1:1"});
-  EXPECT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"worker", "--once", "--store", url_, "--refund-channel", "http://127.0.0.1:1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "resumed 0 operation(s)\n");
 }
 
@@ -557,9 +483,9 @@ TEST_F(StepsCliTest, WorkerOnceWithNothingDue) {
 // exactly one reversal, one ledger row and one notification.
 TEST_F(StepsCliTest, WorkerOnceResumesDueRefundsExactlyOnce) {
   RunCleanDemo(1);  // the ledger and inbox tables
-  Background channel({"demo", "channel", "--listen", "127.0.0.1:0", "--fault-rate", "0"},
-                     dir_.path(), dir_.file("channel.err"));
-  const std::string listening = channel.ReadLine(kGenerousDeadline);
+  ServeProcess channel(dir_.file("channel.err"));
+  const std::string listening = channel.StartProgram(
+      {IdemBinary(), "demo", "channel", "--listen", "127.0.0.1:0", "--fault-rate", "0"});
   ASSERT_THAT(listening, StartsWith("listening on ")) << channel.stderr_text();
   const std::string channel_url = "http://" + listening.substr(std::string("listening on ").size());
   absl::StatusOr<refund::ChannelClient> client = refund::ChannelClient::FromUrl(channel_url);
@@ -577,14 +503,14 @@ TEST_F(StepsCliTest, WorkerOnceResumesDueRefundsExactlyOnce) {
     ASSERT_EQ(op->steps[0].status, StepStatus::kUnknown);
   }
 
-  Exec r = Idem({"stuck", "--store", url_, "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult r = Idem({"stuck", "--store", url_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_EQ(nlohmann::json::parse(r.out)["operations"].size(), 2u) << r.out;
 
   // A channel that cannot be reached: both are tried (the lookup fails), nothing is
   // re-sent, and both stay stuck.
   r = Idem({"worker", "--once", "--store", url_, "--refund-channel", "http://127.0.0.1:1"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "resumed 2 operation(s)\n");
   for (const std::string& order : {sent, unsent}) {
     OperationState op = Get("refund:" + order);
@@ -594,13 +520,14 @@ TEST_F(StepsCliTest, WorkerOnceResumesDueRefundsExactlyOnce) {
     EXPECT_EQ(CountRows("demo_refund_ledger", order), 0);
   }
   r = Idem({"stuck", "--store", url_, "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["operations"].size(), 2u) << r.out;
 
-  // The demo's retry policy waits at most 200 ms; then the real channel.
+  // The demo's retry policy waits at most 200 ms: that time passes on the real
+  // clock, then the real channel.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   r = Idem({"worker", "--once", "--store", url_, "--refund-channel", channel_url});
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "resumed 2 operation(s)\n");
   for (const std::string& order : {sent, unsent}) {
     OperationState op = Get("refund:" + order);
@@ -612,12 +539,12 @@ TEST_F(StepsCliTest, WorkerOnceResumesDueRefundsExactlyOnce) {
     EXPECT_EQ(CountRows("demo_refund_inbox", order), 1) << order;
   }
   r = Idem({"stuck", "--store", url_});
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "no stuck operations in " + url_ + "\n");
 
   // Final operations are not resumed again.
   r = Idem({"worker", "--once", "--store", url_, "--refund-channel", channel_url});
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "resumed 0 operation(s)\n");
   EXPECT_EQ(channel.Stop(SIGTERM, kGenerousDeadline), 0) << channel.stderr_text();
 }
@@ -626,9 +553,9 @@ TEST_F(StepsCliTest, WorkerOnceResumesDueRefundsExactlyOnce) {
 // with exit 0 (that a stop does not wait out the interval is WorkerStopsOnSigint's).
 TEST_F(StepsCliTest, WorkerDaemonResumesAndStopsOnSigterm) {
   RunCleanDemo(1);
-  Background channel({"demo", "channel", "--listen", "127.0.0.1:0", "--fault-rate", "0"},
-                     dir_.path(), dir_.file("channel.err"));
-  const std::string listening = channel.ReadLine(kGenerousDeadline);
+  ServeProcess channel(dir_.file("channel.err"));
+  const std::string listening = channel.StartProgram(
+      {IdemBinary(), "demo", "channel", "--listen", "127.0.0.1:0", "--fault-rate", "0"});
   ASSERT_THAT(listening, StartsWith("listening on ")) << channel.stderr_text();
   const std::string channel_url = "http://" + listening.substr(std::string("listening on ").size());
 
@@ -638,9 +565,9 @@ TEST_F(StepsCliTest, WorkerDaemonResumesAndStopsOnSigterm) {
                 .status,
             OperationStatus::kPending);
 
-  Background worker(
-      {"worker", "--store", url_, "--refund-channel", channel_url, "--interval", "50ms"},
-      dir_.path(), dir_.file("worker.err"));
+  ServeProcess worker(dir_.file("worker.err"));
+  ASSERT_TRUE(worker.Spawn({IdemBinary(), "worker", "--store", url_, "--refund-channel",
+                            channel_url, "--interval", "50ms"}));
   OperationState op;
   EXPECT_TRUE(WaitUntil([&] {
     op = Get("refund:" + order);
@@ -661,9 +588,9 @@ TEST_F(StepsCliTest, WorkerDaemonResumesAndStopsOnSigterm) {
 // that wakes the waiting worker exits within Stop's deadline.
 TEST_F(StepsCliTest, WorkerStopsOnSigint) {
   RunCleanDemo(1);
-  Background worker(
-      {"worker", "--store", url_, "--refund-channel", "http://127.0.0.1:1", "--interval", "1h"},
-      dir_.path(), dir_.file("worker.err"));
+  ServeProcess worker(dir_.file("worker.err"));
+  ASSERT_TRUE(worker.Spawn({IdemBinary(), "worker", "--store", url_, "--refund-channel",
+                            "http://127.0.0.1:1", "--interval", "1h"}));
   ASSERT_TRUE(worker.WaitForStderr("worker: resuming", kGenerousDeadline)) << worker.stderr_text();
   EXPECT_EQ(worker.Stop(SIGINT, kGenerousDeadline), 0) << worker.stderr_text();
 }
@@ -678,7 +605,7 @@ TEST_F(StepsCliTest, WorkerUsageErrors) {
   };
   const std::string channel = "http://127.0.0.1:1";
 
-  Exec r = Idem(base);  // no operation types to resume
+  RunResult r = Idem(base);  // no operation types to resume
   ExpectOneLineFailure(r, 2);
   EXPECT_THAT(r.err, HasSubstr("--refund-channel"));
 
@@ -717,8 +644,8 @@ TEST_F(StepsCliTest, WorkerUnreachableStoreExitsOne) {
 }
 
 TEST_F(StepsCliTest, WorkerHelp) {
-  Exec r = Idem({"worker", "--help"});
-  EXPECT_EQ(r.status, 0);
+  RunResult r = Idem({"worker", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("Usage: idem worker"));
   for (const char* flag : {"--store", "--refund-channel", "--interval", "--batch", "--once"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "http/idem_process.h"
+#include "testing/idem_process.h"
 
 #ifndef IDEM_SOURCE_DIR
 #error "IDEM_SOURCE_DIR must name the source tree (it holds scripts/cluster.sh)"

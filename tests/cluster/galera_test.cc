@@ -25,7 +25,7 @@
 #include "cluster/cluster_env.h"
 #include "cluster/load.h"
 #include "http/client.h"
-#include "http/idem_process.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 
@@ -139,12 +139,13 @@ TEST(Galera, TwoServersOnTwoNodesOneWinnerPerKeyThroughANodeRestart) {
   int differ = 0;
   for (const auto& [key, body] : final_a) {
     http::testing::ClientResponse r;
-    for (int i = 0; i < 50; ++i) {  // node 2 applies the last write-sets shortly after
-      r = Fetch(b.port(), "POST", "/v1/claims",
-                R"({"biz_type":"pay","key":")" + key + R"(","lease_ms":1500})", "tok");
-      if (r.status == 200 && r.body == body) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    WaitUntil(  // node 2 applies the last write-sets shortly after
+        [&] {
+          r = Fetch(b.port(), "POST", "/v1/claims",
+                    R"({"biz_type":"pay","key":")" + key + R"(","lease_ms":1500})", "tok");
+          return r.status == 200 && r.body == body;
+        },
+        std::chrono::seconds(30), std::chrono::milliseconds(100));
     if (r.status != 200 || r.body != body) {
       ++differ;
       ADD_FAILURE() << key << ": node 3 replays " << body << ", server B " << r.status << " "

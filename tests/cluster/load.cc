@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "http/client.h"
 #include "nlohmann/json.hpp"
+#include "testing/wait_until.h"
 
 namespace idem::cluster_testing {
 namespace {
@@ -57,10 +58,8 @@ void FinishLoad(const std::atomic<int64_t>& operations, std::atomic<bool>& stop,
                 std::thread& runner) {
   const int64_t from = operations.load();
   const int64_t tail = LoadTailOperations();
-  const auto give_up = Clock::now() + std::chrono::seconds(15 + tail / 20);
-  while (operations.load() < from + tail && Clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  testing::WaitUntil([&] { return operations.load() >= from + tail; },
+                     std::chrono::seconds(15 + tail / 20));
   stop = true;
   runner.join();
 }
@@ -104,6 +103,7 @@ void Load::Client(int id, std::atomic<int64_t>* operations, const std::atomic<bo
     if (r.status == 0 || r.status == 503) server = (server + 1) % o.ports.size();
     return op;
   };
+  // A client's pause before it retries (the load's pace).
   auto pause = [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
 
   for (int n = 0; n < o.keys && Clock::now() < deadline && !stop->load(); ++n) {
@@ -163,7 +163,7 @@ void Load::FinalReads(uint16_t port, std::chrono::seconds patience) {
         history_->Record(op);
         break;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a retrying client's pace
     }
   }
 }

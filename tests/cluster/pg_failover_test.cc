@@ -28,7 +28,7 @@
 #include "chaos/checker.h"
 #include "cluster/cluster_env.h"
 #include "cluster/load.h"
-#include "http/idem_process.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 

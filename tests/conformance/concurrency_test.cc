@@ -35,6 +35,7 @@ TEST_P(ConcurrencyTest, ThirtyTwoThreadsOneKeyOneRun) {
           guard.Run({.biz_type = "refund", .key = "R-1"},
                     [&](Transaction&) -> absl::StatusOr<std::string> {
                       runs.fetch_add(1);
+                      // The effect takes time, so the other threads meet the claim.
                       std::this_thread::sleep_for(std::chrono::milliseconds(5));
                       return std::string("done");
                     });

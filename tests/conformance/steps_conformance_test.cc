@@ -1637,7 +1637,7 @@ TEST_P(StepsConformanceTest, ConcurrentResumeDueSharesTheWork) {
       }
       mine += *n;
       total.fetch_add(*n);
-      if (*n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (*n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a worker's pace
     }
   };
   std::thread ta([&] { work(*runner_a, resumed_a); });

@@ -19,7 +19,7 @@
 #include "absl/time/time.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
-#include "store/mysql/mysql_test_db.h"
+#include "testing/mysql_test_db.h"
 #include "testing/wait_until.h"
 
 namespace idem::testing {

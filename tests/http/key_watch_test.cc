@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <thread>
 #include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "testing/wait_until.h"
 
 namespace idem::http {
 namespace {
@@ -160,11 +162,11 @@ TEST(KeyWatchTest, AFailedReadIsNeverShared) {
 // their Watch wakes at once.
 TEST(KeyWatchTest, ConcurrentPollsJoinTheReadInFlight) {
   KeyWatch watch;
-  std::atomic<int> reads{0};
-  std::atomic<bool> release{false};
+  std::atomic<int> reads{0}, calling{0};
+  absl::Notification release;
   auto slow = [&]() -> KeyWatch::RecordRead {
     ++reads;
-    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    release.WaitForNotification();
     return std::optional<Record>(Processing("hot"));
   };
   const absl::Time t0 = absl::FromUnixSeconds(1000);
@@ -173,13 +175,16 @@ TEST(KeyWatchTest, ConcurrentPollsJoinTheReadInFlight) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 64; ++i) {
     threads.emplace_back([&, i] {
+      ++calling;
       epochs[i] = watch.Read("t", "hot", t0, absl::Seconds(1), slow).epoch;
     });
   }
-  while (reads.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the others queue up
-  release = true;
+  // Every thread has called Read while the first read is held.
+  const bool all_called =
+      idem::testing::WaitUntil([&] { return reads.load() > 0 && calling.load() == 64; });
+  release.Notify();
   for (auto& t : threads) t.join();
+  ASSERT_TRUE(all_called) << "the threads did not all reach Read";
   // Threads scheduled after the read ended use it too; none read a second time.
   EXPECT_EQ(reads.load(), 1);
   for (uint64_t e : epochs) EXPECT_EQ(e, start);

@@ -17,9 +17,9 @@
 
 #include "conformance/store_factory.h"
 #include "http/client.h"
-#include "http/idem_process.h"
 #include "idem/fingerprint.h"
 #include "nlohmann/json.hpp"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 
 namespace idem::testing {

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "conformance/store_factory.h"
-#include "http/idem_process.h"
 #include "idem/idem.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 
 namespace idem::testing {

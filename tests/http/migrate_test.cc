@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "http/idem_process.h"
 #include "idem/idem.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 
 namespace idem::testing {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "http/client.h"
-#include "http/idem_process.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "http/client.h"
-#include "http/idem_process.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 
@@ -44,6 +44,7 @@ void Client(int id, std::atomic<uint16_t>& port, std::atomic<bool>& stop, Ledger
     testing::ClientResponse claim = testing::Fetch(
         port.load(), "POST", "/v1/claims", R"({"biz_type":"pay","key":")" + key + R"("})", "tok");
     if (claim.status != 201) {
+      // No server (it is being restarted): the client's pause before it retries.
       if (claim.status == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }

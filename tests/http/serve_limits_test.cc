@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "http/client.h"
-#include "http/idem_process.h"
 #include "http/prometheus_text.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 
@@ -334,13 +334,24 @@ TEST_F(ServeHttpTest, UnauthenticatedUploadsDoNotGrowMemory) {
     (void)!send(fd, header.data(), header.size(), MSG_NOSIGNAL);
     (void)!send(fd, body.data(), body.size() - 1, MSG_NOSIGNAL);
   }
-  // The bodies fit the kernel's socket buffers: give the server time to read
-  // what it will (a server that buffers bodies then holds them; one that refused
-  // them drains and drops them). The measure is memory, not time.
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  // The bodies fit the kernel's socket buffers. A server that refuses them answers
+  // (401, or a reset) every connection, then drains and drops what was sent; one
+  // that buffers bodies waits for the last byte, answers none, and holds them all.
+  const bool answered = WaitUntil(
+      [&] {
+        std::vector<pollfd> fds;
+        for (int fd : idle_) fds.push_back({fd, POLLIN, 0});
+        if (::poll(fds.data(), fds.size(), 0) < 0) return false;
+        for (const pollfd& p : fds) {
+          if ((p.revents & (POLLIN | POLLHUP | POLLERR)) == 0) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(20));
   const int64_t peak = MemoryKb(serve_->pid(), "VmHWM");
   EXPECT_LT(peak - before, 64 * 1024) << "resident set grew from " << before << " kB to a peak of "
                                       << peak << " kB";
+  EXPECT_TRUE(answered) << "a token-less upload was left unanswered while its body was read";
 }
 
 }  // namespace

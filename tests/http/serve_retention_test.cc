@@ -15,8 +15,8 @@
 
 #include "absl/strings/escaping.h"
 #include "http/client.h"
-#include "http/idem_process.h"
 #include "nlohmann/json.hpp"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "http/client.h"
-#include "http/idem_process.h"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 
 namespace idem::http {

@@ -416,7 +416,8 @@ class BlockingStore : public Store {
   explicit BlockingStore(std::unique_ptr<Store> inner) : inner_(std::move(inner)) {}
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
     entered_ = true;
-    while (blocked_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    WaitUntil([this] { return !blocked_.load(); }, idem::testing::kGenerousDeadline,
+              std::chrono::milliseconds(1));
     return inner_->Begin();
   }
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant, std::string_view key) override {

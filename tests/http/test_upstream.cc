@@ -114,6 +114,7 @@ void Serve(asio::ip::tcp::socket socket) {
         count = ++total;
         seen = ++per_path[path];
       }
+      // A slow upstream, as ?delay_ms= asks.
       std::this_thread::sleep_for(std::chrono::milliseconds(IntParam(query, "delay_ms", 0)));
       if (Param(query, "drop") == "1") return;  // the socket closes unanswered
       int status = IntParam(query, "status", 201);

@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "http/client.h"
-#include "http/idem_process.h"
 #include "nlohmann/json.hpp"
+#include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 

@@ -25,7 +25,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "testing/idem_cli.h"
+#include "testing/idem_process.h"
 #include "testing/kafka_mock.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
@@ -87,6 +87,7 @@ class RecordingTarget {
       bhttp::request<bhttp::string_body> req;
       bhttp::read(socket, buffer, req, ec);
       if (ec) continue;
+      // A slow target, as set_delay() asks.
       if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_.load()));
       int status = 201;
       const std::string body = req.body();
@@ -174,8 +175,8 @@ class KafkaBridgeTest : public ::testing::Test {
     int status = 0;
     waitpid(pid, &status, 0);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << status << ": " << testing::ReadFile(dir_.file(name + ".err"));
-    const std::string out = testing::ReadFile(dir_.file(name + ".out"));
+        << status << ": " << testing::ReadWholeFile(dir_.file(name + ".err"));
+    const std::string out = testing::ReadWholeFile(dir_.file(name + ".out"));
     nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
     EXPECT_FALSE(j.is_discarded()) << out;
     return j;
@@ -198,10 +199,7 @@ TEST_F(KafkaBridgeTest, TargetDownForAWhileIsRetriedAndDeliveredOnce) {
   target_.set_down(true);
   const pid_t pid = Spawn("run");
   // Down until the bridge has been refused a few times, then back.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (target_.by_body()["event-0"].refused < 4 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  testing::WaitUntil([&] { return target_.by_body()["event-0"].refused >= 4; });
   target_.set_down(false);
   nlohmann::json stats = Wait(pid, "run");
   std::map<std::string, RecordingTarget::Seen> seen = target_.by_body();
@@ -248,10 +246,8 @@ TEST_F(KafkaBridgeTest, KilledMidRunDeliversEveryEventUnderOneKey) {
   Produce(kEvents);
   target_.set_delay(std::chrono::milliseconds(40));
   const pid_t first = Spawn("first");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (target_.total_ok() < 12 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  testing::WaitUntil([&] { return target_.total_ok() >= 12; }, testing::kGenerousDeadline,
+                     std::chrono::milliseconds(5));
   ASSERT_EQ(kill(first, SIGKILL), 0);
   int status = 0;
   waitpid(first, &status, 0);
@@ -296,13 +292,13 @@ TEST_F(KafkaBridgeTest, MetricsListenExportsTheBridgesCounters) {
   uint16_t port = 0;
   const std::string logged = "metrics on http://127.0.0.1:";
   ASSERT_TRUE(testing::WaitUntil([&] {
-    const std::string err = testing::ReadFile(dir_.file("run.err"));
+    const std::string err = testing::ReadWholeFile(dir_.file("run.err"));
     const size_t at = err.find(logged);
     if (at != std::string::npos) {
       port = static_cast<uint16_t>(std::atoi(err.c_str() + at + logged.size()));
     }
     return port != 0;
-  })) << testing::ReadFile(dir_.file("run.err"));
+  })) << testing::ReadWholeFile(dir_.file("run.err"));
 
   std::pair<int, std::string> scrape;
   const bool counted = testing::WaitUntil(
@@ -332,7 +328,7 @@ TEST_F(KafkaBridgeTest, MetricsListenExportsTheBridgesCounters) {
             SeriesValue(body, "idem_bridge_rebalances_total{kind=\"assign\"}"));
 
   // A listen address that is not HOST:PORT is a usage error, before anything starts.
-  testing::Exec bad = testing::RunIdemIn(
+  testing::RunResult bad = testing::RunIdemIn(
       dir_.path(), {"bridge", "kafka", "--brokers", kafka_.brokers(), "--topic", "orders",
                     "--group", "g", "--key-header", "event_id", "--to", target_.url(),
                     "--metrics-listen", "localhost"});
@@ -353,7 +349,7 @@ TEST_F(KafkaBridgeTest, ASigtermDuringStartupStopsItGracefully) {
   // Once the command has started it blocks SIGTERM (its main thread's SigBlk).
   const std::string status_file = "/proc/" + std::to_string(pid) + "/status";
   const bool blocked = testing::WaitUntil([&] {
-    const std::string status = testing::ReadFile(status_file);
+    const std::string status = testing::ReadWholeFile(status_file);
     const size_t at = status.find("SigBlk:");
     if (at == std::string::npos) return false;
     const uint64_t mask = std::stoull(status.substr(at + 7), nullptr, 16);
@@ -366,7 +362,7 @@ TEST_F(KafkaBridgeTest, ASigtermDuringStartupStopsItGracefully) {
 }
 
 TEST_F(KafkaBridgeTest, KeyOnTheOffsetIsRefused) {
-  testing::Exec r = testing::RunIdemIn(
+  testing::RunResult r = testing::RunIdemIn(
       dir_.path(), {"bridge", "kafka", "--brokers", kafka_.brokers(), "--topic", "orders",
                     "--group", "g", "--key-header", "offset", "--to", target_.url()});
   testing::ExpectOneLineFailure(r, 2);

@@ -37,7 +37,7 @@ inline kafka::MessageHandler EffectHandler(std::chrono::microseconds delay = {})
     absl::StatusOr<int64_t> n =
         tx.Exec("INSERT INTO effects (payload, source) VALUES (?, ?)", params);
     if (!n.ok()) return n.status();
-    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);  // a slow handler's work
     return std::string("{\"ok\":true}");
   };
 }

@@ -19,9 +19,10 @@
 #include "integration/kafka_effects.h"
 #include "kafka/kafka_transport.h"
 #include "kafka/runner.h"
-#include "testing/idem_cli.h"
+#include "testing/idem_process.h"
 #include "testing/kafka_mock.h"
 #include "testing/temp_dir.h"
+#include "testing/wait_until.h"
 
 namespace idem::kafka {
 namespace {
@@ -109,7 +110,7 @@ TEST_F(KafkaRunnerTest, SameEventIdAtTwoOffsetsHasOneEffect) {
                                        {"order-a", 1}, {"order-b", 1}, {"order-c", 1}}));
   EXPECT_EQ(kafka_.Committed("g1", "orders", 0), 4);
   // The rebalance log has a line per assignment, starting with an RFC 3339 time.
-  EXPECT_THAT(testing::ReadFile(dir_.file("rebalances.log")),
+  EXPECT_THAT(testing::ReadWholeFile(dir_.file("rebalances.log")),
               ::testing::MatchesRegex("[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z kafka rebalance "
                                       "assigned group=g1 partitions=orders\\[0\\]\n"));
   EXPECT_EQ(r->stats().assigned, 1);
@@ -177,7 +178,7 @@ TEST_F(KafkaRunnerTest, KilledBeforeTheOffsetCommitIsRedeliveredAndReplayed) {
     }
     int status = 0;
     waitpid(pid, &status, 0);
-    return {status, testing::ReadFile(out)};
+    return {status, testing::ReadWholeFile(out)};
   };
   auto [killed, killed_out] = run(true);
   ASSERT_TRUE(WIFSIGNALED(killed) && WTERMSIG(killed) == SIGKILL) << killed;
@@ -210,7 +211,8 @@ TEST_F(KafkaRunnerTest, ASecondConsumerJoiningMidBatchCausesNoDoubleEffect) {
   std::thread first([&] {
     RunUntil(*a, [&] { return finished.load() || all_done(); });
   });
-  while (a->stats().executed < 30) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(testing::WaitUntil([&] { return a->stats().executed >= 30; }))
+      << "the first runner did not get going";
   tb = Transport("orders", "g1");
   b = NewRunner(*tb, 40, std::chrono::milliseconds(3));
   RunUntil(*b, [&] { return all_done(); });
@@ -235,9 +237,9 @@ TEST_F(KafkaRunnerTest, BrokerDownAndUpAndCommitErrorsLoseNothingAndDoubleNothin
   // OffsetCommit (API key 8): the coordinator is "loading" for the first three.
   kafka_.PushErrors(8, 3, RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS);
   std::thread chaos([&] {
-    while (r->stats().executed < 15) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    testing::WaitUntil([&] { return r->stats().executed >= 15; });
     kafka_.BrokerDown();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the outage's length
     kafka_.BrokerUp();
   });
   RunUntil(*r, [&] { return EffectCounts(*store_).size() == static_cast<size_t>(kEvents); });

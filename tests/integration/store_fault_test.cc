@@ -22,11 +22,11 @@
 
 #include "conformance/store_factory.h"
 #include "http/client.h"
-#include "http/idem_process.h"
 #include "idem/idem.h"
 #include "nlohmann/json.hpp"
 #include "store/store_url.h"
 #include "testing/fault_proxy.h"
+#include "testing/idem_process.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"

@@ -90,6 +90,9 @@ class FaultProxy {
   // Connections accepted so far.
   int accepted() const { return accepted_; }
 
+  // Connections forwarded (or swallowed) now: 0 once kReset has cut every one.
+  int open() const { return open_; }
+
  private:
   FaultProxy(int listen_fd, int port, int target_port)
       : listen_fd_(listen_fd), port_(port), target_port_(target_port) {}
@@ -136,6 +139,7 @@ class FaultProxy {
   // One connection: connects to the target, then moves bytes while the mode allows,
   // polling every 50 ms so that a mode change applies to open connections too.
   void Serve(int client) {
+    ++open_;
     int server = -1;
     bool blackholed = mode_ == Mode::kBlackhole;  // once silent, silent for good
     if (!blackholed) {
@@ -147,6 +151,7 @@ class FaultProxy {
       if (server < 0 || ::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
         if (server >= 0) ::close(server);
         Reset(client);
+        --open_;
         return;
       }
       const int one = 1;
@@ -179,7 +184,7 @@ class FaultProxy {
           cut = true;
           break;
         }
-        if (mode == Mode::kDelay) {
+        if (mode == Mode::kDelay) {  // the slow network this mode stands for
           std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_.load()));
         }
         const int to = i == 0 ? server : client;
@@ -206,6 +211,7 @@ class FaultProxy {
       ::close(client);
       if (server >= 0) ::close(server);
     }
+    --open_;
   }
 
   const int listen_fd_;
@@ -214,6 +220,7 @@ class FaultProxy {
   std::atomic<Mode> mode_{Mode::kPass};
   std::atomic<bool> stopping_{false};
   std::atomic<int> accepted_{0};
+  std::atomic<int> open_{0};
   std::atomic<int> delay_ms_{100};
   std::atomic<int> commits_cut_{0};
   std::thread acceptor_;

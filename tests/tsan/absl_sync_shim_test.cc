@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "testing/wait_until.h"
 
 namespace {
 
@@ -68,7 +69,7 @@ TEST(TsanShim, ConditionWaitsSeeWhatTheProducerWrote) {
   bool ready = false;
   std::vector<long> payload;
   std::thread producer([&] {
-    absl::SleepFor(absl::Milliseconds(5));
+    absl::SleepFor(absl::Milliseconds(5));  // most often, the waiter blocks first
     absl::MutexLock lock(&mu);
     payload.assign(100, 7);
     ready = true;
@@ -82,7 +83,7 @@ TEST(TsanShim, ConditionWaitsSeeWhatTheProducerWrote) {
 
   bool again = false;
   std::thread second([&] {
-    absl::SleepFor(absl::Milliseconds(5));
+    absl::SleepFor(absl::Milliseconds(5));  // most often, the waiter blocks first
     absl::MutexLock lock(&mu);
     payload.push_back(8);
     again = true;
@@ -129,15 +130,18 @@ TEST(TsanShim, NotificationWaitsSeeWhatTheNotifierWrote) {
     for (Wait wait : {kPlain, kTimeout, kDeadline}) {
       std::vector<long> payload;
       absl::Notification done;
-      std::atomic<bool> go{already_notified}, finish{false};
+      std::atomic<bool> go{already_notified}, finish{false}, notify_returned{false};
       std::thread notifier([&] {
         while (!go.load()) std::this_thread::yield();
         payload.assign(100, 7);
         done.Notify();
+        // Relaxed: tells the waiter when to look, orders nothing for TSan.
+        notify_returned.store(true, std::memory_order_relaxed);
         while (!finish.load()) std::this_thread::yield();  // alive past the wait
       });
       if (already_notified) {
-        absl::SleepFor(absl::Milliseconds(20));  // Notify() has run by now
+        EXPECT_TRUE(idem::testing::WaitUntil(
+            [&] { return notify_returned.load(std::memory_order_relaxed); }));
       } else {
         go = true;
       }

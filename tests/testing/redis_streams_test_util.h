@@ -1,7 +1,7 @@
 // What the Redis Streams tests share: a fixture with a stream of its own per test
 // (deleted after it), the transport's options for it, and an effect run through the
-// Guard. Test-only; included by redis_streams_test.cc and
-// redis_streams_guard_test.cc (one binary).
+// Guard. Test-only; included by the Redis Streams unit tests under src/ (one binary:
+// redis_streams_test.cc and redis_streams_guard_test.cc).
 #pragma once
 
 #include <unistd.h>

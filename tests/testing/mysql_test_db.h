@@ -1,7 +1,7 @@
 // Test support for the mysql:// store: a database of its own for each test on the
 // server named by IDEM_TEST_MYSQL_URL, so tests (and the conformance suite) start
 // from an empty store and may CREATE TABLE freely. Header-only; used by
-// mysql_store_test.cc and tests/conformance/store_factory.h. Not part of the
+// src/store/mysql/mysql_store_test.cc and tests/conformance/store_factory.h. Not part of the
 // library.
 //
 // The database is named after the process id and the test's scratch directory
