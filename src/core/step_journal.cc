@@ -99,8 +99,8 @@ absl::Status Journal::Check(Store& store) const {
 
 absl::Status Journal::Migrate(Store& store) const {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
-  for (const std::string& sql : sql_.dialect().JournalSchema()) {
-    absl::Status s = tx->Exec(sql).status();
+  for (const std::string& statement : sql_.dialect().JournalSchema()) {
+    absl::Status s = tx->Exec(statement).status();
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("creating the step journal: ", s.message()));
     }
