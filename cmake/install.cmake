@@ -42,7 +42,7 @@ if(IDEM_WITH_REDIS)
   string(APPEND IDEM_PC_LIBS " -lidem_redis")
   string(APPEND IDEM_PC_REQUIRES " hiredis")
 endif()
-string(APPEND IDEM_PC_LIBS " -lidem_memory -lidem_store_base -lidem_core -pthread")
+string(APPEND IDEM_PC_LIBS " -lidem_memory -lidem_core -lidem_store_base -pthread")
 # The prefix relative to the .pc file (lib/pkgconfig, or lib/x86_64-linux-gnu/pkgconfig
 # under /usr on Debian), so the installed tree can be moved (dpkg --root, --prefix).
 file(RELATIVE_PATH IDEM_PC_PREFIX_FROM_PCDIR "/x/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/x")

@@ -1,18 +1,6 @@
-// Debian 12's Abseil is built with its own absl::string_view (not an alias of
-// std::string_view), so absl::StrCat/StrSplit do not take std::string_view. These
-// conversions bridge idem's std::string_view API and Abseil's string helpers.
+// The string_view bridges now live with the lowest layer that uses them,
+// store/absl_compat.h (src/store never includes src/core). This name stays for
+// the code above the store that includes it; include the store header in new code.
 #pragma once
 
-#include <string>
-#include <string_view>
-
-#include "absl/strings/string_view.h"
-
-namespace idem {
-
-inline absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-inline std::string_view SV(absl::string_view s) { return std::string_view(s.data(), s.size()); }
-// A copy, e.g. of an absl::Status's message().
-inline std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
-
-}  // namespace idem
+#include "store/absl_compat.h"

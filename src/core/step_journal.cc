@@ -2,15 +2,11 @@
 
 #include <utility>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "core/absl_compat.h"
 #include "idem/fingerprint.h"
 #include "idem/status.h"
-#include "core/columns.h"
+#include "store/absl_compat.h"
+#include "store/sql/columns.h"
 
 namespace idem::steps {
 namespace {
@@ -48,14 +44,6 @@ absl::StatusOr<OperationStatus> ParseOperationStatus(std::string_view s) {
 
 Value StatusValue(StepStatus s) { return Value(StepStatusName(s)); }
 Value StatusValue(OperationStatus s) { return Value(OperationStatusName(s)); }
-
-constexpr std::string_view kOperationColumns =
-    "biz_key, op_type, object_key, status, input, next_retry_at, lease_token, lease_until, "
-    "blocked_by, last_error, created_at, updated_at";
-
-constexpr std::string_view kStepColumns =
-    "step_seq, name, status, request_id, payload, retry_count, compensate_failures, "
-    "next_retry_at, last_error, updated_at";
 
 }  // namespace
 
@@ -97,7 +85,7 @@ absl::StatusOr<int64_t> JournalVersionOf(const Rows& rows) {
 
 absl::Status Journal::Check(Store& store) const {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
-  absl::StatusOr<Rows> rows = tx->Query("SELECT MAX(version) FROM idem_journal_version");
+  absl::StatusOr<Rows> rows = tx->Query(sql::kSelectJournalVersion);
   if (!rows.ok()) {
     if (!IsStoreFault(rows.status())) return rows.status();
     return absl::FailedPreconditionError(
@@ -111,18 +99,16 @@ absl::Status Journal::Check(Store& store) const {
 
 absl::Status Journal::Migrate(Store& store) const {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
-  for (const std::string& sql : dialect_->JournalSchema()) {
-    absl::Status s = tx->Exec(sql).status();
+  for (const std::string& statement : sql_.dialect().JournalSchema()) {
+    absl::Status s = tx->Exec(statement).status();
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("creating the step journal: ", s.message()));
     }
   }
-  IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query("SELECT MAX(version) FROM idem_journal_version"));
+  IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query(sql::kSelectJournalVersion));
   IDEM_ASSIGN_OR_RETURN(int64_t version, JournalVersionOf(rows));
   if (version == 0) {
-    IDEM_RETURN_IF_ERROR(tx->Exec("INSERT INTO idem_journal_version (version) VALUES (?)",
-                                  {Int(kJournalVersion)})
-                             .status());
+    IDEM_RETURN_IF_ERROR(tx->Exec(sql::kInsertJournalVersion, {Int(kJournalVersion)}).status());
   }
   return tx->Commit();
 }
@@ -131,37 +117,34 @@ absl::StatusOr<bool> Journal::InsertOperation(Transaction& tx, const OperationSt
                                               absl::Time lease_until) const {
   IDEM_ASSIGN_OR_RETURN(
       int64_t inserted,
-      tx.Exec(dialect_->KeepExisting(absl::StrCat("INSERT INTO idem_operations (",
-                                                  AV(kOperationColumns),
-                                                  ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                                     "biz_key"),
+      tx.Exec(sql_.InsertOperation(),
               {Key(state.biz_key), Value(state.type), Key(state.object_key),
                StatusValue(state.status), Value(Blob{state.input}), Micros(state.next_retry_at),
                Int(1), Micros(lease_until), Key(state.blocked_by), Value(Blob{}),
                Micros(state.created_at), Micros(state.updated_at)}));
   if (inserted == 0) return false;
   // Every step row in one statement: one round trip however many steps.
-  std::string sql = absl::StrCat("INSERT INTO idem_steps (biz_key, ", AV(kStepColumns), ") VALUES ");
   std::vector<Value> params;
-  params.reserve(state.steps.size() * 11);
-  for (size_t i = 0; i < state.steps.size(); ++i) {
-    const StepRecord& step = state.steps[i];
-    absl::StrAppend(&sql, i == 0 ? "" : ", ", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  params.reserve(state.steps.size() * (1 + sql::kStepColumnCount));
+  for (const StepRecord& step : state.steps) {
     for (Value v : {Key(state.biz_key), Int(step.step_seq), Value(step.name),
                     StatusValue(step.status), Value(step.request_id), Value(Blob{}), Int(0),
                     Int(0), Int(0), Value(Blob{}), Micros(state.created_at)}) {
       params.push_back(std::move(v));
     }
   }
-  IDEM_RETURN_IF_ERROR(tx.Exec(sql, params).status());
+  IDEM_RETURN_IF_ERROR(tx.Exec(sql::StepJournalSql::InsertSteps(state.steps.size()), params)
+                           .status());
   return true;
 }
 
 namespace {
 
-// The operation columns (kOperationColumns order) starting at `r[at]`.
+// The operation columns (sql::kOperationColumns order) starting at `r[at]`.
 absl::StatusOr<OperationRow> ParseOperation(const std::vector<Value>& r, size_t at) {
-  if (r.size() < at + 12) return absl::DataLossError("step journal: idem_operations has a bad shape");
+  if (r.size() < at + sql::kOperationColumnCount) {
+    return absl::DataLossError("step journal: idem_operations has a bad shape");
+  }
   OperationRow row;
   OperationState& s = row.state;
   s.biz_key = Str(r[at + 0]);
@@ -183,10 +166,12 @@ absl::StatusOr<OperationRow> ParseOperation(const std::vector<Value>& r, size_t 
   return row;
 }
 
-// The step columns (kStepColumns order) starting at `r[at]`; their
+// The step columns (sql::kStepColumns order) starting at `r[at]`; their
 // compensate_failures in `*comp`.
 absl::StatusOr<StepRecord> ParseStep(const std::vector<Value>& r, size_t at, int* comp) {
-  if (r.size() < at + 10) return absl::DataLossError("step journal: idem_steps has a bad shape");
+  if (r.size() < at + sql::kStepColumnCount) {
+    return absl::DataLossError("step journal: idem_steps has a bad shape");
+  }
   StepRecord s;
   IDEM_ASSIGN_OR_RETURN(int64_t seq, IntOf(r[at + 0], "step_seq"));
   s.step_seq = static_cast<int>(seq);
@@ -209,11 +194,8 @@ absl::StatusOr<StepRecord> ParseStep(const std::vector<Value>& r, size_t at, int
 }  // namespace
 
 absl::StatusOr<std::vector<OperationRow>> Journal::SelectOperations(
-    Transaction& tx, std::string_view where_and_tail, std::vector<Value> params) const {
-  IDEM_ASSIGN_OR_RETURN(Rows rows, tx.Query(absl::StrCat("SELECT ", AV(kOperationColumns),
-                                                         " FROM idem_operations ",
-                                                         AV(where_and_tail)),
-                                            params));
+    Transaction& tx, std::string_view select, std::vector<Value> params) const {
+  IDEM_ASSIGN_OR_RETURN(Rows rows, tx.Query(select, params));
   std::vector<OperationRow> out;
   out.reserve(rows.rows.size());
   for (const std::vector<Value>& r : rows.rows) {
@@ -226,30 +208,13 @@ absl::StatusOr<std::vector<OperationRow>> Journal::SelectOperations(
 absl::StatusOr<std::optional<OperationRow>> Journal::LoadJournal(
     Transaction& tx, std::string_view biz_key, bool for_update,
     std::vector<int>* compensate_failures) const {
-  // One round trip for the operation and its steps. An inner join: every
-  // operation has its steps (inserted with it), and PostgreSQL cannot lock the
-  // nullable side of an outer join.
-  std::string columns;
-  for (absl::string_view c : absl::StrSplit(AV(kOperationColumns), ", ")) {
-    absl::StrAppend(&columns, columns.empty() ? "" : ", ", "o.", c);
-  }
-  for (absl::string_view c : absl::StrSplit(AV(kStepColumns), ", ")) {
-    absl::StrAppend(&columns, ", s.", c);
-  }
-  const std::string_view lock = for_update ? dialect_->ForUpdate() : "";
-  IDEM_ASSIGN_OR_RETURN(
-      Rows rows,
-      tx.Query(absl::StrCat("SELECT ", columns,
-                            " FROM idem_operations o JOIN idem_steps s ON s.biz_key = o.biz_key"
-                            " WHERE o.biz_key = ? ORDER BY s.step_seq",
-                            AV(lock)),
-               {Key(biz_key)}));
+  IDEM_ASSIGN_OR_RETURN(Rows rows, tx.Query(sql_.SelectJournal(for_update), {Key(biz_key)}));
   if (compensate_failures != nullptr) compensate_failures->clear();
   if (rows.rows.empty()) return std::nullopt;
   IDEM_ASSIGN_OR_RETURN(OperationRow row, ParseOperation(rows.rows[0], 0));
   for (const std::vector<Value>& r : rows.rows) {
     int comp = 0;
-    IDEM_ASSIGN_OR_RETURN(StepRecord step, ParseStep(r, 12, &comp));
+    IDEM_ASSIGN_OR_RETURN(StepRecord step, ParseStep(r, sql::kOperationColumnCount, &comp));
     row.state.steps.push_back(std::move(step));
     if (compensate_failures != nullptr) compensate_failures->push_back(comp);
   }
@@ -259,20 +224,15 @@ absl::StatusOr<std::optional<OperationRow>> Journal::LoadJournal(
 absl::StatusOr<std::optional<OperationRow>> Journal::LoadOperation(Transaction& tx,
                                                                    std::string_view biz_key,
                                                                    bool for_update) const {
-  const std::string_view lock = for_update ? dialect_->ForUpdate() : "";
   IDEM_ASSIGN_OR_RETURN(std::vector<OperationRow> rows,
-                        SelectOperations(tx, absl::StrCat("WHERE biz_key = ?", AV(lock)),
-                                         {Key(biz_key)}));
+                        SelectOperations(tx, sql_.SelectOperation(for_update), {Key(biz_key)}));
   if (rows.empty()) return std::nullopt;
   return std::move(rows[0]);
 }
 
 absl::StatusOr<std::vector<StepRecord>> Journal::LoadSteps(
     Transaction& tx, std::string_view biz_key, std::vector<int>* compensate_failures) const {
-  IDEM_ASSIGN_OR_RETURN(
-      Rows rows, tx.Query(absl::StrCat("SELECT ", AV(kStepColumns),
-                                       " FROM idem_steps WHERE biz_key = ? ORDER BY step_seq"),
-                          {Key(biz_key)}));
+  IDEM_ASSIGN_OR_RETURN(Rows rows, tx.Query(sql::kSelectSteps, {Key(biz_key)}));
   std::vector<StepRecord> out;
   if (compensate_failures != nullptr) compensate_failures->clear();
   for (const std::vector<Value>& r : rows.rows) {
@@ -289,19 +249,15 @@ absl::StatusOr<bool> Journal::TakeLease(Transaction& tx, std::string_view biz_ke
                                         absl::Time now) const {
   IDEM_ASSIGN_OR_RETURN(
       int64_t n,
-      tx.Exec("UPDATE idem_operations SET lease_token = ?, lease_until = ?, updated_at = ?,"
-              " writes = writes + 1 WHERE biz_key = ? AND lease_token = ?",
+      tx.Exec(sql::kTakeLease,
               {Int(new_token), Micros(lease_until), Micros(now), Key(biz_key), Int(token)}));
   return n == 1;
 }
 
 absl::StatusOr<bool> Journal::RenewLease(Transaction& tx, std::string_view biz_key, int64_t token,
                                          absl::Time lease_until, absl::Time now) const {
-  // `writes` always changes, so MariaDB (which counts changed, not matched, rows)
-  // reports 1 even when the clock has not moved.
   IDEM_ASSIGN_OR_RETURN(
-      int64_t n, tx.Exec("UPDATE idem_operations SET lease_until = ?, updated_at = ?,"
-                         " writes = writes + 1 WHERE biz_key = ? AND lease_token = ?",
+      int64_t n, tx.Exec(sql::kRenewLease,
                          {Micros(lease_until), Micros(now), Key(biz_key), Int(token)}));
   return n == 1;
 }
@@ -311,8 +267,7 @@ absl::Status Journal::UpdateOperation(Transaction& tx, std::string_view biz_key,
                                       std::string_view blocked_by, std::string_view last_error,
                                       absl::Time now) const {
   return tx
-      .Exec("UPDATE idem_operations SET status = ?, next_retry_at = ?, blocked_by = ?,"
-            " last_error = ?, updated_at = ?, writes = writes + 1 WHERE biz_key = ?",
+      .Exec(sql::kUpdateOperation,
             {StatusValue(status), Micros(next_retry_at), Key(blocked_by),
              Value(Blob{std::string(last_error)}), Micros(now), Key(biz_key)})
       .status();
@@ -325,34 +280,21 @@ absl::StatusOr<bool> Journal::UpdateStep(Transaction& tx, std::string_view biz_k
   std::vector<Value> params = {StatusValue(u.status), Int(u.retry_count),
                                Int(u.compensate_failures), Micros(u.next_retry_at),
                                Value(Blob{u.last_error}), Micros(now)};
-  std::string sql =
-      "UPDATE idem_steps SET status = ?, retry_count = ?, compensate_failures = ?,"
-      " next_retry_at = ?, last_error = ?, updated_at = ?";
-  if (u.payload.has_value()) {
-    sql += ", payload = ?";
-    params.push_back(Value(Blob{*u.payload}));
-  }
-  sql += " WHERE biz_key = ? AND step_seq = ?";
+  if (u.payload.has_value()) params.push_back(Value(Blob{*u.payload}));
   params.push_back(Key(biz_key));
   params.push_back(Int(u.step_seq));
-  for (StepStatus s : unless) {
-    sql += " AND status <> ?";
-    params.push_back(StatusValue(s));
-  }
-  IDEM_ASSIGN_OR_RETURN(int64_t n, tx.Exec(sql, params));
+  for (StepStatus s : unless) params.push_back(StatusValue(s));
+  IDEM_ASSIGN_OR_RETURN(
+      int64_t n,
+      tx.Exec(sql::StepJournalSql::UpdateStep(u.payload.has_value(), unless.size()), params));
   return n > 0;
 }
 
 absl::StatusOr<std::string> Journal::LockObject(Transaction& tx, std::string_view object_key,
                                                 std::string_view holder, absl::Time now) const {
-  if (dialect_->UpsertReturning()) {
-    // One statement: a no-op update of an existing row locks it and returns its
-    // holder. INSERT … DO NOTHING then SELECT would race on PostgreSQL: the holder
-    // may delete the row in between, and READ COMMITTED's next snapshot sees none.
+  if (sql_.dialect().UpsertReturning()) {
     IDEM_ASSIGN_OR_RETURN(
-        Rows rows, tx.Query("INSERT INTO idem_object_locks (object_key, holder, acquired_at)"
-                            " VALUES (?, ?, ?) ON CONFLICT (object_key)"
-                            " DO UPDATE SET holder = idem_object_locks.holder RETURNING holder",
+        Rows rows, tx.Query(sql::kUpsertObjectLock,
                             {Key(object_key), Key(holder), Micros(now)}));
     if (rows.rows.empty() || rows.rows[0].empty()) {
       return absl::InternalError("step journal: object lock upsert returned no row");
@@ -363,15 +305,11 @@ absl::StatusOr<std::string> Journal::LockObject(Transaction& tx, std::string_vie
   // it reads the holder that keeps it.
   IDEM_ASSIGN_OR_RETURN(
       int64_t inserted,
-      tx.Exec(dialect_->KeepExisting("INSERT INTO idem_object_locks (object_key, holder, "
-                                     "acquired_at) VALUES (?, ?, ?)",
-                                     "object_key"),
+      tx.Exec(sql_.InsertObjectLock(),
               {Key(object_key), Key(holder), Micros(now)}));
   if (inserted == 1) return std::string(holder);
   IDEM_ASSIGN_OR_RETURN(
-      Rows rows, tx.Query(absl::StrCat("SELECT holder FROM idem_object_locks WHERE object_key = ?",
-                                       AV(dialect_->ForUpdate())),
-                          {Key(object_key)}));
+      Rows rows, tx.Query(sql_.SelectObjectLockHolder(), {Key(object_key)}));
   if (rows.rows.empty() || rows.rows[0].empty()) {
     return absl::InternalError(
         absl::StrCat("step journal: the lock row of object ", AV(object_key), " vanished"));
@@ -382,7 +320,7 @@ absl::StatusOr<std::string> Journal::LockObject(Transaction& tx, std::string_vie
 absl::Status Journal::UnlockObject(Transaction& tx, std::string_view object_key,
                                    std::string_view holder) const {
   return tx
-      .Exec("DELETE FROM idem_object_locks WHERE object_key = ? AND holder = ?",
+      .Exec(sql::kDeleteObjectLock,
             {Key(object_key), Key(holder)})
       .status();
 }
@@ -394,28 +332,15 @@ absl::StatusOr<std::vector<OperationRow>> Journal::SelectDue(Transaction& tx,
   std::vector<Value> params = {Value(OperationStatusName(OperationStatus::kPending)),
                                Value(OperationStatusName(OperationStatus::kCompensating)),
                                Micros(now), Micros(now)};
-  std::vector<std::string> marks;
-  for (const std::string& t : types) {
-    marks.push_back("?");
-    params.push_back(Value(t));
-  }
+  for (const std::string& t : types) params.push_back(Value(t));
   params.push_back(Int(limit));
-  const std::string_view lock = dialect_->ForUpdateSkipLocked();
-  return SelectOperations(
-      tx,
-      absl::StrCat("WHERE status IN (?, ?) AND next_retry_at <= ? AND lease_until <= ?"
-                   " AND op_type IN (",
-                   absl::StrJoin(marks, ", "), ") ORDER BY next_retry_at LIMIT ?", AV(lock)),
-      std::move(params));
+  return SelectOperations(tx, sql_.SelectDue(types.size()), std::move(params));
 }
 
 absl::StatusOr<std::vector<OperationRow>> Journal::SelectStuck(Transaction& tx, absl::Time now,
                                                                int limit) const {
   return SelectOperations(
-      tx,
-      "WHERE (status IN (?, ?) AND next_retry_at <= ? AND lease_until <= ?) OR status = ?"
-      " OR (lease_until <= ? AND biz_key IN (SELECT biz_key FROM idem_steps WHERE status = ?))"
-      " ORDER BY created_at LIMIT ?",
+      tx, sql::kSelectStuck,
       {Value(OperationStatusName(OperationStatus::kPending)),
        Value(OperationStatusName(OperationStatus::kCompensating)), Micros(now), Micros(now),
        Value(OperationStatusName(OperationStatus::kCompensationRequired)), Micros(now),
@@ -429,10 +354,7 @@ absl::StatusOr<std::vector<OperationRow>> Journal::SelectFinished(Transaction& t
                                                                   std::string_view after,
                                                                   int limit) const {
   return SelectOperations(
-      tx,
-      absl::StrCat("WHERE op_type = ? AND status IN (?, ?) AND updated_at <= ? AND "
-                   "lease_until <= ? AND biz_key > ? ORDER BY biz_key LIMIT ?",
-                   AV(dialect_->ForUpdate())),
+      tx, sql_.SelectFinished(),
       {Value(std::string(op_type)), Value(OperationStatusName(OperationStatus::kSuccess)),
        Value(OperationStatusName(OperationStatus::kCompensated)), Micros(cutoff), Micros(now),
        Key(after), Int(limit)});
@@ -442,15 +364,14 @@ absl::StatusOr<bool> Journal::DeleteOperation(Transaction& tx, const OperationRo
   const OperationState& op = row.state;
   IDEM_ASSIGN_OR_RETURN(
       int64_t gone,
-      tx.Exec("DELETE FROM idem_operations WHERE biz_key = ? AND status = ? AND updated_at = ?",
+      tx.Exec(sql::kDeleteOperation,
               {Key(op.biz_key), StatusValue(op.status), Micros(op.updated_at)}));
   if (gone == 0) return false;
-  IDEM_RETURN_IF_ERROR(tx.Exec("DELETE FROM idem_steps WHERE biz_key = ?", {Key(op.biz_key)})
-                           .status());
+  IDEM_RETURN_IF_ERROR(tx.Exec(sql::kDeleteSteps, {Key(op.biz_key)}).status());
   // A finished operation has released its object lock; one left behind by a
   // crash between the two writes would block the object for ever.
   IDEM_RETURN_IF_ERROR(
-      tx.Exec("DELETE FROM idem_object_locks WHERE holder = ?", {Key(op.biz_key)}).status());
+      tx.Exec(sql::kDeleteHolderLocks, {Key(op.biz_key)}).status());
   return true;
 }
 

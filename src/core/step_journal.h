@@ -1,7 +1,7 @@
-// The step journal's SQL (SPEC §4): the operation, step and object-lock tables
-// of StepRunner, written through the Store's Transaction. What differs between
-// the databases (locking reads, keep-existing inserts, the tables' DDL) comes from
-// the store's SqlDialect. Internal to src/core.
+// The step journal (SPEC §4): the operation, step and object-lock tables of
+// StepRunner, written through the Store's Transaction. The statements live with
+// the SQL layer (store/sql/step_journal_sql.h), made for the store's SqlDialect;
+// this binds their parameters and reads their rows. Internal to src/core.
 //
 // Tables (times are unix microseconds, 0 = none):
 //   idem_operations   one row per operation; its status, input, lease (a token
@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "idem/steps.h"
 #include "idem/store.h"
+#include "store/sql/step_journal_sql.h"
 
 namespace idem::steps {
 
@@ -51,8 +52,8 @@ struct StepUpdate {
 
 class Journal {
  public:
-  explicit Journal(const SqlDialect& dialect) : dialect_(&dialect) {}
-  const SqlDialect& dialect() const { return *dialect_; }
+  explicit Journal(const SqlDialect& dialect) : sql_(dialect) {}
+  const SqlDialect& dialect() const { return sql_.dialect(); }
 
   // Creates the tables when missing and checks the journal version.
   // kFailedPrecondition for a journal of a newer idem.
@@ -140,10 +141,11 @@ class Journal {
   absl::StatusOr<bool> DeleteOperation(Transaction& tx, const OperationRow& row) const;
 
  private:
+  // Runs `select` (returning sql::kOperationColumns) and reads its rows.
   absl::StatusOr<std::vector<OperationRow>> SelectOperations(Transaction& tx,
-                                                             std::string_view where_and_tail,
+                                                             std::string_view select,
                                                              std::vector<Value> params) const;
-  const SqlDialect* dialect_;  // the store's, which lives as long as the program
+  sql::StepJournalSql sql_;
 };
 
 // "idem-" + 32 hex digits of SHA-256(biz_key, NUL, step_seq).

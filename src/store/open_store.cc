@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "idem/status.h"
 #include "store/record_codec.h"
 #if IDEM_HAVE_REDIS

@@ -13,7 +13,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "idem/status.h"
 
 namespace idem::mysql {

@@ -4,7 +4,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "idem/store.h"
 
 namespace idem::mysql {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "idem/status.h"
 #include "store/mysql/mysql_conn.h"
 #include "store/mysql/mysql_url.h"

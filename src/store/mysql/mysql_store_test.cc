@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "idem/idem.h"
 #include "store/mysql/mysql_conn.h"
 #include "store/mysql/mysql_error.h"

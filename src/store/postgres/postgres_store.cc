@@ -11,7 +11,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "idem/status.h"
 #include "store/postgres/pg_conn.h"
 #include "store/postgres/pg_listener.h"

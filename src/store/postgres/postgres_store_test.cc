@@ -24,7 +24,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "idem/guard.h"
 #include "idem/store.h"
 #include "store/postgres/pg_conn.h"

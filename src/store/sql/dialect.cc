@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 
 namespace idem::sql {
 namespace {
@@ -88,7 +88,7 @@ const std::vector<Table>& JournalTables() {
 
 // Schema version 2 (retention, SPEC §8): the columns version 1's idem_records
 // lacks, with the values they mean for its rows: kept for ever (expires_at
-// "never", as core/columns.h writes absl::InfiniteFuture()), not purged. Constant
+// "never", as store/sql/columns.h writes absl::InfiniteFuture()), not purged. Constant
 // defaults: a metadata-only change on PostgreSQL 11+, MySQL 8 and MariaDB 10.3+ (no
 // table rewrite), and SQLite's ADD COLUMN never rewrites.
 std::vector<std::string> UpgradeToV2(const Dialect::Spec& d) {

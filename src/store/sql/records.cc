@@ -1,6 +1,6 @@
 #include "store/sql/records.h"
 
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "store/record_query.h"
 
 namespace idem::sql {

@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "core/columns.h"
+#include "store/sql/columns.h"
 #include "idem/record.h"
 #include "idem/status.h"
 #include "idem/store.h"

@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "idem/status.h"
 #include "store/sql/records.h"
 

@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "idem/store.h"
 #include "store/sql/pool.h"
 #include "store/sql/records.h"

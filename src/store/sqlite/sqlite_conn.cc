@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "absl/strings/str_cat.h"
 #include "idem/status.h"
 #include "idem/store.h"

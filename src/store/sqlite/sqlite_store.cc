@@ -11,7 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "idem/status.h"
 #include "idem/store.h"
 #include "store/file_identity.h"

@@ -14,7 +14,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 
 namespace idem {
 namespace {

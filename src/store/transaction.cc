@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "idem/status.h"

@@ -13,7 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "core/absl_compat.h"
+#include "store/absl_compat.h"
 #include "idem/value.h"
 
 namespace idem {
