@@ -277,7 +277,7 @@ CommandFn AddBridgeCommand(CLI::App& root) {
   sub->add_option("--biz-type", flags->biz_type, "The records' biz_type")->capture_default_str();
   sub->add_option("--tenant", flags->tenant, "The records' tenant")->capture_default_str();
   sub->add_option("--timeout", flags->timeout, "Time for one HTTP attempt")->capture_default_str();
-  sub->add_option("--attempts", flags->attempts, "Attempts per round (retry policy, SPEC §5)")
+  sub->add_option("--attempts", flags->attempts, "Attempts per round (retry policy)")
       ->capture_default_str();
   sub->add_option("--backoff", flags->backoff, "First backoff ceiling (full jitter, doubling)")
       ->capture_default_str();
