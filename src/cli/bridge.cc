@@ -1,5 +1,5 @@
 // `idem bridge kafka`: deliver a Kafka topic to an HTTP endpoint, once per event
-// (SPEC §7, kafka/bridge.h).
+// (kafka/bridge.h, docs/messaging.md).
 //
 //   idem bridge kafka --brokers 127.0.0.1:9092 --topic orders --group orders-bridge
 //       --key-header event_id --to http://127.0.0.1:8080/orders [--store sqlite://./idem-bridge.db]

@@ -1,5 +1,5 @@
 // `idem diagnose rebalance`: do a consumer group's rebalances come from network
-// jitter? (SPEC §7, seed 0 supplement 3; the computation is kafka/diagnose.h.)
+// jitter? (The computation is kafka/diagnose.h.)
 //
 //   idem diagnose rebalance --events rebalances.log --jitter jitter.txt [--slack 5s]
 //                           [--threshold 80] [--json]

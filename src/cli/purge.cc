@@ -1,4 +1,4 @@
-// `idem purge`: removes dedupe records past their retention (SPEC §8,
+// `idem purge`: removes dedupe records past their retention (docs/retention.md,
 // include/idem/retention.h), in small transactions with pauses between them.
 //
 //   idem purge --store URL [--dry-run] [--batch N] [--max-rate R] [--pause D]

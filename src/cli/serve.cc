@@ -1,4 +1,4 @@
-// `idem serve`: the HTTP API of SPEC §11 over a store.
+// `idem serve`: the HTTP API (docs/openapi.yaml) over a store.
 //
 //   idem serve --listen 127.0.0.1:7070 --store rocksdb://./idem-db --tenants-file FILE
 //
@@ -85,7 +85,7 @@ int RunServe(const ServeFlags& flags) {
     PrintReason("serve: " + Str(server_options.status().message()));
     return kExitUsage;
   }
-  // Secrets (issue 10 §3): kept off the command line where they can be, warned
+  // Secrets: kept off the command line where they can be, warned
   // about where other local users can read them.
   std::vector<std::string> warnings;
   const char* tenants_env = std::getenv("IDEM_TENANTS");
@@ -212,7 +212,7 @@ int RunServe(const ServeFlags& flags) {
 
   Guard guard(*store, GuardOptions{.retention = *retention});
   http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
-  metrics.AddSection([&store] { return recon::RenderReconMetrics(*store); });  // SPEC §9
+  metrics.AddSection([&store] { return recon::RenderReconMetrics(*store); });
 
   http::Api api(guard, *store, metrics, api_options);
   http::Server server(api, *server_options);
