@@ -9,8 +9,8 @@
 // processes starting together do not race); migrate does exactly that open, but
 // reads the schema before and after (Store::DescribeSchema, on a read-only open) so
 // an operator can see the change, and --dry-run only reads, then checks that the
-// real run could write (file permissions; CREATE privilege). Running it twice is a no-op the second time
-// ("unchanged"). Output on stdout, one "name: value" per line:
+// real run could write (file permissions; CREATE privilege). Running it twice is a no-op the
+// second time ("unchanged"). Output on stdout, one "name: value" per line:
 //
 //   backend: postgres
 //   store: postgres://idem@db/app

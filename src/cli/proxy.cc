@@ -177,8 +177,8 @@ int RunProxy(const ProxyFlags& flags) {
 
 CommandFn AddProxyCommand(CLI::App& root) {
   auto flags = std::make_shared<ProxyFlags>();
-  CLI::App* sub = root.add_subcommand(
-      "proxy", "Put Idempotency-Key semantics in front of an HTTP API");
+  CLI::App* sub =
+      root.add_subcommand("proxy", "Put Idempotency-Key semantics in front of an HTTP API");
   sub->add_option("--upstream", flags->upstream, "The API behind the proxy, http://HOST[:PORT][/PATH]")
       ->type_name("URL")
       ->required();

@@ -127,8 +127,8 @@ int RunPurge(const PurgeFlags& flags) {
 }  // namespace
 
 CommandFn AddPurgeCommand(CLI::App& root) {
-  CLI::App* cmd = root.add_subcommand(
-      "purge", "Remove records past their retention, leaving tombstones");
+  CLI::App* cmd =
+      root.add_subcommand("purge", "Remove records past their retention, leaving tombstones");
   cmd->footer(
       "Records go after their expires_at (and, for a biz_type with a [retention.<biz_type>]\n"
       "section in --config, after created_at + its TTL); PROCESSING records never do.\n"

@@ -87,7 +87,7 @@ absl::StatusOr<ListStatement> ListRecordsStatement(const RecordQuery& query);
 
 // A record from the columns of one row in kRecordColumns order, whatever the
 // driver: `bytes(i)` answers column i as bytes, `integer(i)` as an
-// absl::StatusOr<int64_t>. kDataLoss for a state that is not one of the record's states.
+// absl::StatusOr<int64_t>. kDataLoss for a state that is not a known record state.
 template <typename BytesAt, typename IntAt>
 absl::StatusOr<Record> ReadRecord(BytesAt bytes, IntAt integer) {
   Record r;
