@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Throwaway replicated database topologies on loopback for the `cluster` tests
-# (issue 15 §5): a three-node MariaDB Galera cluster, and a PostgreSQL 15 primary
+# Throwaway replicated database topologies on loopback for the `cluster` tests:
+# a three-node MariaDB Galera cluster, and a PostgreSQL 15 primary
 # with a streaming standby. Debian packages only (mariadb-server, galera-4, rsync for
 # the state transfer, postgresql-15); never systemd, never a fixed port; everything
 # under DIR; servers stopped by pid. Shares its helpers with scripts/services.sh.

@@ -1,4 +1,4 @@
-// Cache tiers in front of a Store (SPEC §6): an in-process LRU (L1) and an
+// Cache tiers in front of a Store: an in-process LRU (L1) and an
 // optional Redis tier (L2) that answer duplicates whose outcome the database has
 // already decided, without a database transaction.
 //
@@ -12,7 +12,7 @@
 // keys always go to the database. Losing a tier (Redis down, slow, flushed, a TTL
 // expiring, L1 eviction) is a miss, never an error and never a second execution:
 // the database's unique constraint still decides. Records purged from the
-// database by retention (SPEC §8) may still be answered from a cache until `ttl`;
+// database by retention may still be answered from a cache until `ttl`;
 // keep `ttl` below the retention period.
 //
 // Thread safety: the returned Store is safe for concurrent use, like any Store.

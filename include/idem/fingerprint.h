@@ -1,4 +1,4 @@
-// Request fingerprints (SPEC §2): a retry must carry the same payload, and the
+// Request fingerprints: a retry must carry the same payload, and the
 // fingerprint is how idem tells. A fingerprint is any caller-chosen string; this
 // helper makes the usual one, the lowercase hex SHA-256 of the request bytes.
 //

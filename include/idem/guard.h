@@ -1,4 +1,4 @@
-// Guard: one effect, once (SPEC §3).
+// Guard: one effect, once.
 //
 //   auto store = idem::OpenStore("sqlite://./idem.db");
 //   idem::Guard guard(**store);
@@ -48,7 +48,7 @@ enum class Outcome {
   kKeyReused,            // the key belongs to another biz_type
   kFingerprintMismatch,  // same key and biz_type, different payload
   kCachedFailure,        // the first run failed non-retryably: `value` is that failure
-  // The key's record was purged after its retention (SPEC §8) and its tombstone
+  // The key's record was purged after its retention and its tombstone
   // remembers it: a very late duplicate, not run again (see purged_at, expires_at).
   kExpired,
 };
@@ -82,7 +82,7 @@ struct Result {
   // kAcquired/kInProgress: when the lease ends.
   absl::Time lease_until = absl::InfinitePast();
   // kAcquired: an earlier holder's lease expired and was taken over; its effect
-  // may already have happened, so probe before re-sending (SPEC §3, §4).
+  // may already have happened, so probe before re-sending.
   bool takeover = false;
   int64_t previous_token = 0;
   // When the key's record may be purged (Record::expires_at; absl::InfiniteFuture():
@@ -96,7 +96,7 @@ struct GuardOptions {
   const Clock* clock = Clock::Real();       // not owned
   KeyLimits limits;
   absl::Duration lease = absl::Seconds(30);  // Run()'s lease, and Claim()'s default
-  // Sets each new record's expires_at from its biz_type's TTL (SPEC §8); a biz_type
+  // Sets each new record's expires_at from its biz_type's TTL; a biz_type
   // it does not name keeps its records for ever.
   RetentionPolicy retention;
 };

@@ -23,8 +23,8 @@ namespace idem {
 
 struct StoreOptions {
   const Clock* clock = Clock::Real();  // not owned; must outlive the Store
-  // Open without creating or changing anything, for tools that only look (SPEC
-  // §12: inspect, stuck): no schema is made or upgraded, a SQLite file is opened
+  // Open without creating or changing anything, for tools that only look
+  // (inspect, stuck): no schema is made or upgraded, a SQLite file is opened
   // read-only (a read-only file works), and a database without idem's tables is
   // kFailedPrecondition "no idem schema here". Writes through such a store fail.
   bool read_only = false;
@@ -33,19 +33,19 @@ struct StoreOptions {
   // (`idem migrate --dry-run`); only DescribeSchema is of use on such a store.
   bool require_schema = true;
   // False: open for writing only a store that is already there (`idem purge`,
-  // `idem stuck --resolve`; SPEC §12: only `idem migrate` creates one). A
+  // `idem stuck --resolve`; only `idem migrate` creates one). A
   // database without idem's schema, a missing SQLite file or RocksDB directory is
   // kFailedPrecondition "no idem schema here", an older schema is too, and nothing
   // is created (tables, procedures, files) or upgraded. True (the default): made
   // when missing, as an embedded store's first run needs.
   bool create_schema = true;
   // When a database server (postgres://, mysql://) cannot be reached at open
-  // (kUnavailable: down, refusing, unreachable), succeed anyway with a store that answers every call kUnavailable
-  // (a store fault, SPEC §3) and opens the real store on the first call after the
-  // database answers, trying at most once a second. A server then starts before its
-  // database and reports not-ready until it is there. Every other failure (a bad
-  // URL, wrong credentials, a newer or damaged schema, an embedded file that cannot
-  // be opened) still fails the open.
+  // (kUnavailable: down, refusing, unreachable), succeed anyway with a store that
+  // answers every call kUnavailable (a store fault) and opens the real store on
+  // the first call after the database answers, trying at most once a second. A
+  // server then starts before its database and reports not-ready until it is
+  // there. Every other failure (a bad URL, wrong credentials, a newer or damaged
+  // schema, an embedded file that cannot be opened) still fails the open.
   bool open_when_reachable = false;
 };
 

@@ -1,4 +1,4 @@
-// Key and biz_type validation (SPEC §2), and the check every value that crosses
+// Key and biz_type validation, and the check every value that crosses
 // into a header, a log line, a SQL parameter or a path passes where it enters.
 //
 // A key is opaque bytes, scoped by (tenant, key); `biz_type` names the kind of

@@ -1,5 +1,5 @@
-// Record: the dedupe record of one key (SPEC §3), as the Store keeps it, with its
-// retention (SPEC §8): when it may be purged (expires_at) and, once purged, its
+// Record: the dedupe record of one key, as the Store keeps it, with its
+// retention: when it may be purged (expires_at) and, once purged, its
 // tombstone (purged_at set).
 //
 // Thread safety: plain value.
@@ -38,7 +38,7 @@ struct Record {
   std::string error;   // FAILED: the cached failure, byte for byte
   absl::Time created_at = absl::InfinitePast();
   absl::Time updated_at = absl::InfinitePast();
-  // When the record may be purged (SPEC §8): the claim's time plus its biz_type's
+  // When the record may be purged: the claim's time plus its biz_type's
   // retention TTL, set once at the first claim and kept by every later write.
   // absl::InfiniteFuture(): kept for ever (no retention was configured for the
   // biz_type, or the record predates expires_at). For a tombstone: when the
@@ -47,7 +47,7 @@ struct Record {
   // absl::InfinitePast() for a live record. Set: the record was purged after its
   // retention and this is its tombstone: key, biz_type, fingerprint, token and the
   // state it ended in are kept, result and error are gone. A claim of the key meets
-  // it as Outcome::kExpired instead of running again (SPEC §3, §8).
+  // it as Outcome::kExpired instead of running again.
   absl::Time purged_at = absl::InfinitePast();
 
   // True for a tombstone (purged_at is set).

@@ -1,4 +1,4 @@
-// Retention (SPEC §8): how long each biz_type's dedupe records are kept, and the
+// Retention: how long each biz_type's dedupe records are kept, and the
 // purge that removes them once their time is up.
 //
 //   idem::RetentionPolicy policy;
@@ -103,7 +103,7 @@ struct PurgeOptions {
   absl::Duration pause = absl::Milliseconds(10);
   // Count what would be purged; change nothing.
   bool dry_run = false;
-  // Leave a tombstone for each purged record (SPEC §8); false: delete outright, so
+  // Leave a tombstone for each purged record; false: delete outright, so
   // a very late duplicate runs again.
   bool tombstones = true;
   // How long tombstones are kept; unset: the biz_type's BizRetention::tombstone,
@@ -113,7 +113,7 @@ struct PurgeOptions {
   // plus the policy's TTL: a TTL raised since the record was written protects it
   // too. Not owned.
   const RetentionPolicy* policy = nullptr;
-  // Also purge the step journal (SPEC §4) on a SQL store: finished operations
+  // Also purge the step journal on a SQL store: finished operations
   // (SUCCESS, COMPENSATED; never one that is still running or needs a person) of an
   // op_type with a policy, once updated_at plus its TTL has passed.
   bool journal = true;

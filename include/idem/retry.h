@@ -1,4 +1,4 @@
-// Retry (SPEC §5, seed 1 §7.1): classify first, then back off exponentially with
+// Retry: classify first, then back off exponentially with
 // full jitter, with the same key every time.
 //
 //   idem::RetryPolicy policy;                      // 100 ms × 2ⁿ, capped at 5 s, 5 attempts
@@ -65,7 +65,7 @@ struct RetryPolicy {
   absl::Duration initial_delay = absl::Milliseconds(100);
   double multiplier = 2.0;
   absl::Duration max_delay = absl::Seconds(5);
-  int max_attempts = 5;  // attempts in all, the first included (SPEC §5: 3–5)
+  int max_attempts = 5;  // attempts in all, the first included (3 to 5 is usual)
 
   // Returns kInvalidArgument unless initial_delay > 0, multiplier >= 1,
   // max_delay >= initial_delay and 1 <= max_attempts <= 100.

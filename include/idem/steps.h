@@ -1,4 +1,4 @@
-// Steps: multi-step operations where every step happens once (SPEC §4, seed 0).
+// Steps: multi-step operations where every step happens once.
 //
 // An operation type declares ordered steps. StepRunner::Run(type, biz_key, input)
 // keeps one journal row per step — (biz_key, step_seq, status, request_id,
@@ -56,7 +56,7 @@
 
 namespace idem {
 
-// A step's journal status (SPEC §4).
+// A step's journal status.
 enum class StepStatus {
   kPending,      // not tried yet
   kSuccess,      // done; skipped by every re-run
@@ -198,9 +198,9 @@ struct OperationState {
 
 struct RunRequest {
   std::string type;        // a registered OperationType
-  std::string biz_key;     // the operation's business key: opaque bytes, 1-255 (SPEC §2)
+  std::string biz_key;     // the operation's business key: opaque bytes, 1-255
   std::string input;       // bytes handed to every step; fixed by the first Run
-  std::string object_key;  // optional per-object lock (seed 0: refund vs order change)
+  std::string object_key;  // optional per-object lock (e.g. a refund and an order change)
 };
 
 struct StepRunnerOptions {
@@ -221,8 +221,7 @@ struct StepRunnerOptions {
   absl::Duration lock_wait = absl::Seconds(10);
 };
 
-// Counters of one StepRunner since it was made (for metrics; SPEC §5 counts
-// retries).
+// Counters of one StepRunner since it was made (for metrics).
 struct StepStats {
   int64_t steps_succeeded = 0;       // steps that became SUCCESS (executed or found by query)
   int64_t step_retries = 0;          // failed attempts scheduled for another try

@@ -1,5 +1,5 @@
 // Store: where dedupe records live, and the local database transaction that a
-// guarded handler shares with them (SPEC §3, §13).
+// guarded handler shares with them.
 //
 // Get one with idem::OpenStore(url) (include/idem/idem.h). Backends: memory://
 // (reference, no SQL), sqlite://PATH, rocksdb://DIR (key/value, no SQL),
@@ -65,7 +65,7 @@ class Transaction {
   virtual absl::Status QueryPages(std::string_view sql, absl::Span<const Value> params,
                                   size_t page_rows, const std::function<absl::Status(Rows&)>& page);
 
-  // State-machine transition (SPEC §3, seed 1 §3.3):
+  // State-machine transition:
   //   UPDATE <table> SET <status_column> = to WHERE <id_column> = id AND <status_column> = from
   // Returns true when the row moved, false when it did not (already moved: a
   // duplicate). Identifiers must be plain SQL names ([A-Za-z_][A-Za-z0-9_]*), else
@@ -84,7 +84,8 @@ class Transaction {
       std::string_view version_column, int64_t expected_version,
       absl::Span<const std::pair<std::string, Value>> assignments);
 
-  // Dedupe journal (SPEC §3, seed 1 §3.3), the seed's third tool for consumers:
+  // Dedupe journal, a consumer's third way (after Guard and the transition above) to
+  // apply an event once:
   //   INSERT INTO <table> (<biz_id_column>, <event_type_column>) VALUES (biz_id, event_type)
   // in this transaction, where `table` has a unique key over the two columns.
   // Returns true when the row is new (the event was not processed yet: do its
@@ -138,7 +139,7 @@ absl::Status WouldBlockError(std::string_view message);
 bool IsWouldBlock(const absl::Status& status);
 
 // The status payload that marks an error as the store's fault, not the request's
-// (SPEC §3): a missing or wrong schema, permission denied, disk full, a read-only,
+//: a missing or wrong schema, permission denied, disk full, a read-only,
 // deleted or replaced database file, a lost connection. Such an error is always
 // kUnavailable: fail closed and retry later (HTTP 503), never answer it as a defect
 // of the input (400), never cache it as the request's failure, never compensate a
@@ -265,7 +266,7 @@ class StoreTransaction : public Transaction {
   // Rolls back; also done by the destructor of an uncommitted transaction.
   virtual void Rollback() = 0;
 
-  // Retention (SPEC §8, include/idem/retention.h): if the stored record of
+  // Retention (include/idem/retention.h, docs/retention.md): if the stored record of
   // (expected.tenant, expected.key) still has expected's token, state and
   // purged_at, then with `tombstone_until` turns it into its tombstone (result and
   // error dropped; purged_at and updated_at = `now`; expires_at = *tombstone_until),
@@ -297,7 +298,7 @@ struct RecordQuery {
 };
 
 // What differs between the SQL databases behind the stores, for the SQL that
-// idem's own layers run inside a store's transactions (the step journal, SPEC §4).
+// idem's own layers run inside a store's transactions (the step journal).
 // A SQL store supplies one (Store::sql_dialect()); code above the store asks it
 // instead of guessing the database from a URL. Immutable; lives as long as the
 // program.
@@ -366,7 +367,7 @@ class Store {
   virtual absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
                                                     std::string_view key) = 0;
 
-  // The duplicate fast path (SPEC §6): returns the record of (tenant, key) only
+  // The duplicate fast path: returns the record of (tenant, key) only
   // when the store already knows its final state (SUCCEEDED or FAILED), which no
   // later claim can change; std::nullopt when it does not know (the default: ask
   // the database in a transaction). Never answers a PROCESSING record, a lease or a

@@ -1,4 +1,4 @@
-// Retention: how long a dedupe record must be kept (SPEC §8, seed 0 supplement 2).
+// Retention: how long a dedupe record must be kept.
 //
 //   TTL = max(upstream redelivery window, reconciliation cycle,
 //             downstream confirmation window) + safety margin

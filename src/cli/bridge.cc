@@ -1,5 +1,5 @@
 // `idem bridge kafka`: deliver a Kafka topic to an HTTP endpoint, once per event
-// (SPEC §7, kafka/bridge.h).
+// (kafka/bridge.h, docs/messaging.md).
 //
 //   idem bridge kafka --brokers 127.0.0.1:9092 --topic orders --group orders-bridge
 //       --key-header event_id --to http://127.0.0.1:8080/orders [--store sqlite://./idem-bridge.db]
@@ -277,7 +277,7 @@ CommandFn AddBridgeCommand(CLI::App& root) {
   sub->add_option("--biz-type", flags->biz_type, "The records' biz_type")->capture_default_str();
   sub->add_option("--tenant", flags->tenant, "The records' tenant")->capture_default_str();
   sub->add_option("--timeout", flags->timeout, "Time for one HTTP attempt")->capture_default_str();
-  sub->add_option("--attempts", flags->attempts, "Attempts per round (retry policy, SPEC §5)")
+  sub->add_option("--attempts", flags->attempts, "Attempts per round (retry policy)")
       ->capture_default_str();
   sub->add_option("--backoff", flags->backoff, "First backoff ceiling (full jitter, doubling)")
       ->capture_default_str();

@@ -1,6 +1,6 @@
 // The `idem` subcommands. Each Add*Command registers its subcommand (options and
 // help) on `root` and returns the function main() runs when that subcommand was
-// chosen; that function returns the process exit status (SPEC §12: 0 success,
+// chosen; that function returns the process exit status (0 success,
 // 1 operational failure, 2 bad usage) after printing a one-line reason on stderr.
 //
 // Every option of a subcommand can also be set from the TOML file given with the

@@ -63,7 +63,7 @@ std::string LegacyDefaultStoreInTheWay(std::string_view url, bool store_given);
 // created (StoreOptions::create_schema).
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(std::string_view url);
 
-// OpenStore for a command that only looks (inspect, stuck; SPEC §12): read-only
+// OpenStore for a command that only looks (inspect, stuck): read-only
 // (StoreOptions::read_only), so it creates and changes nothing, works on a
 // read-only SQLite file and answers kFailedPrecondition "no idem schema here" for a
 // database without idem's tables.

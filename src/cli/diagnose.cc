@@ -1,5 +1,5 @@
 // `idem diagnose rebalance`: do a consumer group's rebalances come from network
-// jitter? (SPEC §7, seed 0 supplement 3; the computation is kafka/diagnose.h.)
+// jitter? (The computation is kafka/diagnose.h.)
 //
 //   idem diagnose rebalance --events rebalances.log --jitter jitter.txt [--slack 5s]
 //                           [--threshold 80] [--json]
@@ -206,7 +206,7 @@ CommandFn AddDiagnoseCommand(CLI::App& root) {
       ->type_name("DURATION");
   r->add_option("--threshold", f.threshold,
                 "Share of events inside windows, in percent, at or above which jitter explains "
-                "the rebalances (seed 0: 80)")
+                "the rebalances")
       ->capture_default_str()
       ->type_name("PERCENT");
   r->add_flag("--json", f.json, "Print the report as JSON");

@@ -1,4 +1,4 @@
-// `idem inspect`: shows the dedupe record of one key (SPEC §10).
+// `idem inspect`: shows the dedupe record of one key.
 //
 //   idem inspect --store rocksdb://./idem-db --tenant default --biz-type refund --key R-1 [--json]
 //

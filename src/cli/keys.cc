@@ -1,4 +1,4 @@
-// `idem keys analyze`: key health (seed 1 §2.1, docs/keys.md), what badly made keys
+// `idem keys analyze`: key health (docs/keys.md), what badly made keys
 // look like in a store and on a server.
 //
 //   idem keys analyze --store URL [--since 24h] [--window 10m] [--tenant T]

@@ -1,4 +1,4 @@
-// The `idem` binary (SPEC §12): one root command with git-style subcommands. The
+// The `idem` binary: one root command with git-style subcommands. The
 // built-in ones are here; `idem NAME` for any other NAME runs the program idem-NAME
 // when one is installed beside it (cli/external.h: the refund example's `demo` and
 // `worker`). What the subcommands share (--config, --version, exit statuses) is

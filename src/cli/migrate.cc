@@ -9,8 +9,8 @@
 // processes starting together do not race); migrate does exactly that open, but
 // reads the schema before and after (Store::DescribeSchema, on a read-only open) so
 // an operator can see the change, and --dry-run only reads, then checks that the
-// real run could write (file permissions; CREATE privilege). Running it twice is a no-op the second time
-// ("unchanged"). Output on stdout, one "name: value" per line:
+// real run could write (file permissions; CREATE privilege). Running it twice is a no-op the
+// second time ("unchanged"). Output on stdout, one "name: value" per line:
 //
 //   backend: postgres
 //   store: postgres://idem@db/app
@@ -22,7 +22,7 @@
 //   action: created
 //
 // action is one of created, upgraded, unchanged, would create, would upgrade.
-// Exit status (SPEC §12): 0 done (also nothing to do); 1 the database cannot be
+// Exit status: 0 done (also nothing to do); 1 the database cannot be
 // reached or holds a schema newer than this build; 2 bad usage (malformed URL, a
 // store without a schema such as memory:// or sqlite://:memory:).
 #include <cstdint>
@@ -123,7 +123,7 @@ int RunMigrate(const MigrateFlags& flags) {
     absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
     if (!store.ok()) return Fail(store.status(), "opening the store", url);
     display = std::string((*store)->url());
-    // The step journal (SPEC §4) too, so a server or worker whose database user
+    // The step journal too, so a server or worker whose database user
     // may not run DDL finds every table it needs.
     StepRunner journal(**store);
     if (absl::Status s = journal.Migrate(); !s.ok()) return Fail(s, "creating the step journal", url);

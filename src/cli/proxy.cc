@@ -1,5 +1,4 @@
-// `idem proxy`: the Idempotency-Key header in front of any HTTP API (SPEC §11,
-// http/proxy.h).
+// `idem proxy`: the Idempotency-Key header in front of any HTTP API (http/proxy.h).
 //
 //   idem proxy --upstream http://127.0.0.1:8080 --listen 127.0.0.1:7080
 //              --store sqlite://./idem-proxy.db [--client-header Authorization]
@@ -178,8 +177,8 @@ int RunProxy(const ProxyFlags& flags) {
 
 CommandFn AddProxyCommand(CLI::App& root) {
   auto flags = std::make_shared<ProxyFlags>();
-  CLI::App* sub = root.add_subcommand(
-      "proxy", "Put Idempotency-Key semantics in front of an HTTP API (SPEC §11)");
+  CLI::App* sub =
+      root.add_subcommand("proxy", "Put Idempotency-Key semantics in front of an HTTP API");
   sub->add_option("--upstream", flags->upstream, "The API behind the proxy, http://HOST[:PORT][/PATH]")
       ->type_name("URL")
       ->required();

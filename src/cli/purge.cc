@@ -1,4 +1,4 @@
-// `idem purge`: removes dedupe records past their retention (SPEC §8,
+// `idem purge`: removes dedupe records past their retention (docs/retention.md,
 // include/idem/retention.h), in small transactions with pauses between them.
 //
 //   idem purge --store URL [--dry-run] [--batch N] [--max-rate R] [--pause D]
@@ -127,8 +127,8 @@ int RunPurge(const PurgeFlags& flags) {
 }  // namespace
 
 CommandFn AddPurgeCommand(CLI::App& root) {
-  CLI::App* cmd = root.add_subcommand(
-      "purge", "Remove records past their retention, leaving tombstones (SPEC §8)");
+  CLI::App* cmd =
+      root.add_subcommand("purge", "Remove records past their retention, leaving tombstones");
   cmd->footer(
       "Records go after their expires_at (and, for a biz_type with a [retention.<biz_type>]\n"
       "section in --config, after created_at + its TTL); PROCESSING records never do.\n"

@@ -1,4 +1,4 @@
-// The one-line failure reason every `idem` subcommand prints (SPEC §12).
+// The one-line failure reason every `idem` subcommand prints.
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// `idem recon`: the upstream statement against the local ledger (SPEC §9).
+// `idem recon`: the upstream statement against the local ledger.
 //
 //   idem recon --source wechat --statement bill-2024-06-18.csv
 //              --map
@@ -396,8 +396,8 @@ int RunRecon(ReconFlags f) {
 
 CommandFn AddReconCommand(CLI::App& root) {
   auto f = std::make_shared<ReconFlags>();
-  CLI::App* cmd = root.add_subcommand(
-      "recon", "Reconcile an upstream statement with the local ledger (SPEC §9)");
+  CLI::App* cmd =
+      root.add_subcommand("recon", "Reconcile an upstream statement with the local ledger");
   cmd->add_option("--source", f->source,
                   "Name of the upstream (the watermark's and tickets' source)");
   cmd->add_option("--statement", f->statements,

@@ -1,4 +1,4 @@
-// `idem records list`: finds records (SPEC §10, §12), where `idem inspect` shows one.
+// `idem records list`: finds records, where `idem inspect` shows one.
 //
 //   idem records list --store URL [--tenant T] [--biz-type B] [--state S]
 //                     [--older-than D] [--limit N] [--expired] [--tombstones] [--json]

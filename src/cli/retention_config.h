@@ -1,4 +1,4 @@
-// The retention of each biz_type, as the --config file gives it (SPEC §8): one
+// The retention of each biz_type, as the --config file gives it: one
 // top-level section per biz_type, read by `idem serve`, `idem purge` and
 // `idem records`.
 //

@@ -1,4 +1,4 @@
-// The purge `idem serve --purge-every D` runs in the background (SPEC §8): the same
+// The purge `idem serve --purge-every D` runs in the background: the same
 // Purge() as `idem purge`, on the server's own store (the only way to purge a
 // rocksdb:// directory, which the server holds), every D, on a thread of its own.
 // Its counters are a section of /metrics:

@@ -1,4 +1,4 @@
-// Secrets kept off the command line (issue 10 §3): where `idem serve` takes its
+// Secrets kept off the command line: where `idem serve` takes its
 // tenants' tokens and the store's password from, and the checks that warn when a
 // secret is where other local users can read it.
 //

@@ -1,4 +1,4 @@
-// `idem serve`: the HTTP API of SPEC §11 over a store.
+// `idem serve`: the HTTP API (docs/openapi.yaml) over a store.
 //
 //   idem serve --listen 127.0.0.1:7070 --store rocksdb://./idem-db --tenants-file FILE
 //
@@ -71,7 +71,7 @@ struct ServeFlags {
   std::string cache_ttl = "24h";
   std::string wait_poll_max = "250ms";
   std::string key_window = "10m";  // key health: regenerated keys (docs/keys.md)
-  // Retention (SPEC §8): a purge every this long, in the background; "": none.
+  // Retention: a purge every this long, in the background; "": none.
   std::string purge_every;
   int purge_batch = 100;
   double purge_max_rate = 0;
@@ -85,7 +85,7 @@ int RunServe(const ServeFlags& flags) {
     PrintReason("serve: " + Str(server_options.status().message()));
     return kExitUsage;
   }
-  // Secrets (issue 10 §3): kept off the command line where they can be, warned
+  // Secrets: kept off the command line where they can be, warned
   // about where other local users can read them.
   std::vector<std::string> warnings;
   const char* tenants_env = std::getenv("IDEM_TENANTS");
@@ -127,7 +127,7 @@ int RunServe(const ServeFlags& flags) {
   api_options.key_health.window = *key_window;
   api_options.metrics_require_token = flags.metrics_token;
 
-  // Retention (SPEC §8): a configured TTL below the derived one is refused, with the
+  // Retention: a configured TTL below the derived one is refused, with the
   // derivation that shows why, before anything starts.
   std::string derivation;
   absl::StatusOr<RetentionPolicy> retention = RetentionFromConfig(&derivation);
@@ -156,7 +156,7 @@ int RunServe(const ServeFlags& flags) {
   std::unique_ptr<Store> store = OpenServerStore("serve", flags.server, &warnings, &exit_code);
   if (store == nullptr) return exit_code;
 
-  // Cache tiers (SPEC §6): L1 on by default, Redis with --cache. They answer only
+  // Cache tiers: L1 on by default, Redis with --cache. They answer only
   // keys whose final state the store already decided; losing them changes speed only.
   std::string cache_url = flags.cache;
   if (!flags.cache.empty()) {
@@ -212,7 +212,7 @@ int RunServe(const ServeFlags& flags) {
 
   Guard guard(*store, GuardOptions{.retention = *retention});
   http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
-  metrics.AddSection([&store] { return recon::RenderReconMetrics(*store); });  // SPEC §9
+  metrics.AddSection([&store] { return recon::RenderReconMetrics(*store); });
 
   http::Api api(guard, *store, metrics, api_options);
   http::Server server(api, *server_options);

@@ -1,4 +1,4 @@
-// `idem stuck`: the step operations a person should look at (SPEC §4, §10).
+// `idem stuck`: the step operations a person should look at.
 //
 //   idem stuck --store postgres://idem@db/app [--limit 100] [--json]
 //

@@ -1,4 +1,4 @@
-// `idem token`: bearer tokens for `idem serve`'s tenants, kept as hashes (SPEC §11).
+// `idem token`: bearer tokens for `idem serve`'s tenants, kept as hashes.
 //
 //   idem token new --tenant acme    a fresh random token, and its tenants-file line
 //   idem token hash < token.txt     the hash of an existing token, read from stdin

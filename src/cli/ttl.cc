@@ -1,4 +1,4 @@
-// `idem ttl`: derives the retention of dedupe records and shows how (SPEC §8).
+// `idem ttl`: derives the retention of dedupe records and shows how.
 //
 //   idem ttl --redelivery 10m --recon-cycle 30d --confirm-window 3d --margin 60d
 //            [--configured 30d] [--json]
@@ -120,7 +120,7 @@ CommandFn AddTtlCommand(CLI::App& root) {
       root.add_subcommand("ttl", "Derive how long dedupe records must be kept, and show how");
   cmd->footer(
       "TTL = max(upstream redelivery window, reconciliation cycle, downstream confirmation\n"
-      "window) + safety margin (SPEC §8).\n"
+      "window) + safety margin (docs/retention.md).\n"
       "Durations: <number><unit> terms, units d, h, m, s, ms, largest first: 10m, 30d, "
       "500ms, 1d12h.\n"
       "Example: idem ttl --redelivery 10m --recon-cycle 30d --confirm-window 3d --margin 60d\n"

@@ -22,7 +22,7 @@ struct Decision {
 Decision Decide(const Record& existing, const Request& request, absl::Time now,
                 absl::Duration lease) {
   Decision d;
-  // A tombstone (SPEC §8): the key's record was purged after its retention. The
+  // A tombstone: the key's record was purged after its retention. The
   // same checks as for a live record, then a very late duplicate is told so instead
   // of running again; its key stays taken until the tombstone goes.
   if (existing.purged()) {
@@ -117,7 +117,7 @@ std::string internal::FailureBytes(const absl::Status& status) {
 }
 
 // The Store's record primitives run statements idem wrote for a request it has
-// already validated: whatever fails in them is the store's fault (SPEC §3), never
+// already validated: whatever fails in them is the store's fault, never
 // the request's, so a missing table or a read-only file is 503, not 400: every
 // result of one goes through AsStoreFault (idem/store.h).
 
@@ -232,7 +232,7 @@ absl::StatusOr<Guard::Acquisition> Guard::Settle(StoreTransaction& tx, const Req
   return a;
 }
 
-// The duplicate fast path (SPEC §6): a key whose final state the store already
+// The duplicate fast path: a key whose final state the store already
 // knows (e.g. from a cache) is answered by the same Decide() as in a transaction,
 // without one. Only final records qualify: they never change, so the answer is the
 // one the database would give. Anything else, an error included, goes to the

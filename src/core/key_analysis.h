@@ -1,5 +1,5 @@
-// KeyAnalysis: what stored records tell of badly made keys (seed 1 §2.1,
-// docs/keys.md), behind `idem keys analyze`. Feed it records (Add), then Finish():
+// KeyAnalysis: what stored records tell of badly made keys (docs/keys.md),
+// behind `idem keys analyze`. Feed it records (Add), then Finish():
 //
 //  - regenerated keys: records of one (tenant, biz_type, fingerprint) under two or
 //    more keys, each created within `window` of the one before (a chain): the same

@@ -1,4 +1,4 @@
-// Key shapes (seed 1 §2.1): keys that look made up on the spot instead of taken from
+// Key shapes: keys that look made up on the spot instead of taken from
 // the business request, so that a retry is likely to carry a new one: a random UUID,
 // an epoch timestamp, a message's topic-partition-offset. `idem keys analyze` and
 // `idem serve`'s idem_key_suspicious_shape_total count them (docs/keys.md).

@@ -1,4 +1,4 @@
-// Retry policy (SPEC §5): classification table, full-jitter bounds, the cap, and
+// Retry policy: classification table, full-jitter bounds, the cap, and
 // the Retrier's attempts and retry_count on a fake clock.
 #include "idem/retry.h"
 
@@ -57,7 +57,7 @@ TEST(RetryClassifyTest, ErrorNames) {
             absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(StatusCodeForErrorName("validation failed"), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(StatusCodeForErrorName("something else"), absl::StatusCode::kUnknown);
-  // The mapped codes classify as SPEC §5 says.
+  // The mapped codes classify as include/idem/retry.h says.
   EXPECT_EQ(ClassifyStatus(absl::Status(StatusCodeForErrorName("NOT_ENOUGH_REPLICAS"), "")),
             RetryClass::kRetryable);
   EXPECT_EQ(ClassifyStatus(absl::Status(StatusCodeForErrorName("duplicate key"), "")),

@@ -15,7 +15,7 @@ constexpr int kJournalVersion = 1;
 
 Value Int(int64_t v) { return Value(static_cast<long long>(v)); }
 Value Micros(absl::Time t) { return Int(ToMicros(t)); }
-// Keys are opaque bytes (SPEC §2): bound as blobs everywhere, stored in
+// Keys are opaque bytes: bound as blobs everywhere, stored in
 // BLOB/BYTEA/VARBINARY columns, so NUL and non-UTF-8 bytes survive and every
 // comparison is bytewise.
 Value Key(std::string_view k) { return Value(Blob{std::string(k)}); }

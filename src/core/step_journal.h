@@ -1,4 +1,4 @@
-// The step journal (SPEC §4): the operation, step and object-lock tables of
+// The step journal: the operation, step and object-lock tables of
 // StepRunner, written through the Store's Transaction. The statements live with
 // the SQL layer (store/sql/step_journal_sql.h), made for the store's SqlDialect;
 // this binds their parameters and reads their rows. Internal to src/core.
@@ -126,7 +126,7 @@ class Journal {
   absl::StatusOr<std::vector<OperationRow>> SelectStuck(Transaction& tx, absl::Time now,
                                                         int limit) const;
 
-  // Retention (SPEC §8): finished operations (SUCCESS, COMPENSATED; never one still
+  // Retention: finished operations (SUCCESS, COMPENSATED; never one still
   // running or needing a person) of `op_type`, last changed at or before `cutoff`
   // and without a live lease at `now`, with a biz_key after `after`, in biz_key
   // order, at most `limit`, locked for this transaction.

@@ -680,7 +680,7 @@ absl::StatusOr<Unit> StepRunner::Impl::StepFailed(const Journal& j, const Step& 
   u.status = unknown ? StepStatus::kUnknown : StepStatus::kFailed;
   u.retry_count = attempts;
   u.last_error = message;
-  // A store fault (a missing table, a read-only or lost database: SPEC §3) is not the
+  // A store fault (a missing table, a read-only or lost database) is not the
   // step's failure: retry it, and past the budget escalate to a person, as for an
   // unobserved outcome; never compensate because of it (that would undo a real
   // effect, e.g. cancel a refund that went through, for a broken database).

@@ -18,7 +18,7 @@ constexpr absl::Duration Days(int64_t n) { return absl::Hours(24 * n); }
 // --- DeriveTtl ---------------------------------------------------------------
 
 TEST(DeriveTtlTest, SeedRefundPipelineIsNinetyDays) {
-  // seed 0, supplement 2: max(10m, T+30, T+3) + 60 days = 90 days.
+  // A refund pipeline: max(10m, T+30, T+3) + 60 days = 90 days.
   TtlInputs in{.redelivery_window = absl::Minutes(10),
                .recon_cycle = Days(30),
                .confirm_window = Days(3),

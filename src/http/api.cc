@@ -21,7 +21,7 @@
 namespace idem::http {
 namespace {
 
-// The cache tiers' counters (SPEC §6), when the store has them.
+// The cache tiers' counters, when the store has them.
 std::string RenderCacheStats(const Store& store) {
   std::optional<CacheStats> stats = GetCacheStats(store);
   if (!stats.has_value()) return std::string();

@@ -1,4 +1,4 @@
-// Api: the routes and handlers of the `idem serve` HTTP API (SPEC §11), apart from
+// Api: the routes and handlers of the `idem serve` HTTP API, apart from
 // any socket so it can be driven directly by tests. The server (server.h) turns Beast
 // messages into HttpRequest values, runs Handle() on a worker pool, and writes the
 // HttpResponse back. A decided duplicate is answered on the network thread
@@ -34,7 +34,7 @@
 // stop early. A poll is a plain read of the record while the lease runs; only a
 // change goes through a claim.
 //
-// Store down (SPEC §3 Unavailable): every claim/complete/fail/record call answers 503
+// Store down (kUnavailable): every claim/complete/fail/record call answers 503
 // problem+json with "outcome":"unavailable" and Retry-After, and nothing runs (fail
 // closed). How long a call takes to find that out is bounded by the store's connect
 // and pool-wait timeouts (URL parameters; see docs/operations.md). For the biz_types in

@@ -1,4 +1,4 @@
-// The /v1/ handlers of Api: claims, complete, fail and record reads (SPEC §11).
+// The /v1/ handlers of Api: claims, complete, fail and record reads.
 #include <cmath>
 #include <string>
 #include <utility>
@@ -79,7 +79,7 @@ void AppendTimeOrNull(std::string* out, absl::Time t) {
   }
 }
 
-// Whole seconds until `until`, rounded up, at least 1 (SPEC §11 Retry-After).
+// Whole seconds until `until`, rounded up, at least 1 (the Retry-After header).
 int64_t RetryAfterSeconds(absl::Time now, absl::Time until) {
   double s = std::ceil(absl::ToDoubleSeconds(until - now));
   return s < 1 ? 1 : static_cast<int64_t>(s);

@@ -4,7 +4,7 @@
 // Bodies are read in one strict pass (well-formed JSON, valid UTF-8, one top-level
 // object, no duplicate or unknown members); `result` and `error` values are kept as
 // the exact bytes they had in the body, checked once as JSON of their own, so they
-// can be stored and replayed byte-for-byte (SPEC §11).
+// can be stored and replayed byte-for-byte.
 //
 // Errors are kInvalidArgument with a message that names the offending field; the
 // API layer turns them into 400 problem+json.

@@ -1,5 +1,5 @@
-// KeyHealthTracker: what `idem serve` sees of badly made keys (seed 1 §2.1,
-// docs/keys.md), in bounded memory, for /metrics and GET /v1/keys/mismatches:
+// KeyHealthTracker: what `idem serve` sees of badly made keys (docs/keys.md),
+// in bounded memory, for /metrics and GET /v1/keys/mismatches:
 //
 //   idem_key_regenerated_total{tenant[,biz_type]}          new keys whose (tenant,
 //                                                          biz_type, fingerprint) had

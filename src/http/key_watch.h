@@ -14,7 +14,7 @@
 //
 // Read() shares one store read of a key among the waiters that poll it within a
 // short window (the polls of 1,000 waiters on one key cost the store one read per
-// window instead of 1,000, issue 11 §3). Notify forgets the key's shared read, so a
+// window instead of 1,000). Notify forgets the key's shared read, so a
 // poll after a complete or fail through this process never sees the record from
 // before it; a poll that joins a read begun earlier gets that read's epoch, so a
 // Notify since makes its Watch wake at once.

@@ -1,5 +1,5 @@
 // Proxy: `idem proxy`, the Idempotency-Key header semantics (IETF
-// draft-ietf-httpapi-idempotency-key-header, SPEC §11) in front of any HTTP API.
+// draft-ietf-httpapi-idempotency-key-header) in front of any HTTP API.
 //
 // For a request whose method is guarded (POST and PATCH by default):
 //  - the key is the Idempotency-Key header, an RFC 8941 string ("abc") or a bare

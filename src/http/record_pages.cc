@@ -1,4 +1,4 @@
-// GET /v1/records?biz_type=&state=&limit=&cursor= (SPEC §11): a page of the caller's
+// GET /v1/records?biz_type=&state=&limit=&cursor=: a page of the caller's
 // records, for finding keys (one at a time is GET /v1/records/{biz_type}/{key}).
 //
 // Only the caller's tenant is ever read (the tenant is the query's, never a

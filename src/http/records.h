@@ -1,6 +1,6 @@
-// How `idem serve` shows records (SPEC §11): one record as GET
+// How `idem serve` shows records: one record as GET
 // /v1/records/{biz_type}/{key} and the pages of GET /v1/records have it, and the 410
-// `expired` answer for a key whose record was purged (SPEC §8). Shared by the
+// `expired` answer for a key whose record was purged. Shared by the
 // claim and record handlers (handlers.cc) and the record pages (record_pages.cc).
 //
 // Thread safety: pure functions.

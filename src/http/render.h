@@ -2,7 +2,7 @@
 // the connection writes with one async_write: the answer of a duplicate is a few
 // hundred bytes, and building it as a Beast message (one allocation per header
 // field, a serializer of buffer views) cost a quarter of the duplicate path's
-// instructions (callgrind of `idem serve`, issue 11).
+// instructions (callgrind of `idem serve`).
 //
 // Thread safety: a pure function.
 #pragma once

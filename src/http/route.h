@@ -1,4 +1,4 @@
-// Route: the fixed set of route templates `idem serve` answers on (SPEC §11), as
+// Route: the fixed set of route templates `idem serve` answers on, as
 // small integers. Every answer is counted under one of them (Metrics), so a label
 // value can only ever be one of these names: a target that matches no route,
 // whatever its path, is Route::kOther. The names are the route templates the docs and

@@ -16,7 +16,8 @@ void StoreHealth::Down(const absl::Status& cause) {
   if (down_.exchange(true)) return;  // another request logged it first
   since_ = clock_.Now();
   // The cause may name the store's host or file: the log is the operator's, the
-  // 503 body says only "store unavailable" (issue 10 keeps it so).
+  // 503 body says only "store unavailable", so a client never
+  // learns where the store is.
   spdlog::warn("store unavailable: {} (answering 503 until it answers again)",
                std::string(cause.message()));
 }

@@ -1,5 +1,5 @@
-// Bridge: Kafka (any Transport) → an HTTP endpoint, once per event (SPEC §7,
-// `idem bridge kafka`). Each message is sent with an Idempotency-Key derived from
+// Bridge: Kafka (any Transport) → an HTTP endpoint, once per event
+// (`idem bridge kafka`). Each message is sent with an Idempotency-Key derived from
 // the message itself (MessageKey: the same on every redelivery, so the target can
 // dedupe too), and each delivery is recorded in the store in lease mode:
 //

@@ -1,8 +1,8 @@
-// What `idem diagnose rebalance` computes (SPEC §7, seed 0 supplement 3): are a
+// What `idem diagnose rebalance` computes: are a
 // consumer group's rebalances caused by network jitter? Network jitter delays
 // heartbeats, the coordinator kicks the consumer, the group rebalances and the
 // messages in flight are delivered again. Lining up the rebalance times with the
-// jitter windows tells whether that chain is at work (seed 0: when 80 % or more
+// jitter windows tells whether that chain is at work (by default, when 80 % or more
 // of the rebalances fall inside a jitter window it is), and the windows' P99
 // duration gives consumer timeouts that ride such jitter out.
 //
@@ -73,7 +73,7 @@ absl::Duration P99Duration(const std::vector<JitterWindow>& windows);
 // session.timeout.ms; a jitter of duration D can silence it for D plus up to one
 // heartbeat.interval.ms, so surviving D needs session > D + heartbeat. With
 // heartbeat = session / 3 (Kafka's guidance) that is session > 1.5 × D, and with
-// 30 % headroom for spikes (seed 0) session = 1.95 × D, rounded up to a whole
+// 30 % headroom for spikes session = 1.95 × D, rounded up to a whole
 // second and at least 6000 ms (the brokers' default group.min.session.timeout.ms);
 // heartbeat = session / 3. A P99 of 15 s gives session 30000 ms, heartbeat 10000 ms.
 struct TimeoutAdvice {

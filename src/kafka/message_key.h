@@ -1,9 +1,9 @@
 // MessageKey: how the consumer runner derives a message's idempotency key from the
-// message itself (SPEC §7): a header (`event_id`), a field of the JSON payload
+// message itself: a header (`event_id`), a field of the JSON payload
 // (`order.no` or `/order/no`), or a template over payload fields
 // (`{order_no}:{event_type}:{version}`). Never from where the message sits in the
 // log: a key on (topic, partition, offset) changes when the same event is produced
-// twice or replayed into another partition, which is seed 0's incident, so such a
+// twice or replayed into another partition (a double refund, say), so such a
 // configuration is refused when it is parsed.
 //
 //   absl::StatusOr<MessageKey> key = MessageKey::Parse(MessageKey::Kind::kHeader, "event_id");

@@ -1,5 +1,5 @@
 // RedisStreamsTransport: the Transport (kafka/transport.h) over a Redis stream and
-// a consumer group (SPEC §7), through hiredis.
+// a consumer group, through hiredis.
 //
 //   auto t = RedisStreamsTransport::Open({.url = "redis://127.0.0.1:6379",
 //                                         .stream = "orders", .group = "refunds",

@@ -137,7 +137,7 @@ absl::Status Runner::Account(size_t i, const Message& m, const std::string& key,
       break;
     case Outcome::kExpired:
       // A redelivery later than the key's retention: its record was purged and a
-      // tombstone says it ran. It is not run again (SPEC §8); nothing to replay.
+      // tombstone says it ran. It is not run again; nothing to replay.
       ++counted->replayed;
       break;
     case Outcome::kInProgress:

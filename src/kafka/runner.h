@@ -1,4 +1,4 @@
-// Runner: the idempotent at-least-once consumer (SPEC §7) over any Transport
+// Runner: the idempotent at-least-once consumer over any Transport
 // (transport.h: Kafka, Redis Streams). Process, then commit:
 //
 //   1. poll a batch;

@@ -1,4 +1,4 @@
-// TransactionalProcessor: the Kafka→Kafka exactly-once mode (SPEC §7), following
+// TransactionalProcessor: the Kafka→Kafka exactly-once mode, following
 // librdkafka's transactional contract (rdkafka.h "Transactional producer API",
 // INTRODUCTION.md "Transactional Producer"): each poll batch's outputs and its
 // input offsets (rd_kafka_send_offsets_to_transaction, with the consumer's group

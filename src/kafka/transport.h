@@ -1,5 +1,5 @@
 // The seam between idem's consumer runner (runner.h) and a message transport: Kafka
-// (librdkafka, kafka_transport.cc) or Redis Streams (redis_streams.cc). SPEC §7.
+// (librdkafka, kafka_transport.cc) or Redis Streams (redis_streams.cc).
 //
 // A Transport delivers messages at least once. The runner polls a batch, runs each
 // message's effect through the guard (the effects of one batch commit in one store

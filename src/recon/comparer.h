@@ -1,4 +1,4 @@
-// The comparison of SPEC §9 (seed 1 §7.2): the upstream statement against the
+// The comparison of reconciliation (docs/recon.md): the upstream statement against the
 // local ledger by key over a time window, each key put in one class:
 //
 //   matched           on both sides once, same amount, currency and status

@@ -1,4 +1,4 @@
-// Exact decimal amounts (SPEC §9): money is never floating point. An amount is kept
+// Exact decimal amounts: money is never floating point. An amount is kept
 // as its canonical decimal text — no leading zeros, no trailing fractional zeros,
 // no "-0" — so two amounts are equal exactly when their canonical texts are.
 //

@@ -1,4 +1,4 @@
-// What is done about each difference (SPEC §9, seed 1 §7.2), configurable per
+// What is done about each difference, configurable per
 // class, each idempotent:
 //
 //   missing_local     replay: POST the upstream row to a configured URL with

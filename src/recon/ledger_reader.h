@@ -1,4 +1,4 @@
-// The local ledger as a StatementReader (SPEC §9): the rows of a SQL query on any
+// The local ledger as a StatementReader: the rows of a SQL query on any
 // SQL store URL, read through idem's Store/Transaction Query API in one read
 // transaction that writes nothing:
 //

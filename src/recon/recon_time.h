@@ -1,4 +1,4 @@
-// Times of statement and ledger rows (SPEC §9): RFC 3339 ("2024-06-18T10:00:00Z",
+// Times of statement and ledger rows: RFC 3339 ("2024-06-18T10:00:00Z",
 // "2024-06-18T18:00:00.25+08:00") or "YYYY-MM-DD HH:MM:SS[.ffffff]" without an
 // offset, read in a given zone (--tz). PostgreSQL's text form of timestamptz
 // ("2024-06-18 02:00:00+00") is RFC 3339 with a space and an hour-only offset and is

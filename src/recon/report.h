@@ -1,4 +1,4 @@
-// What a reconciliation run prints (SPEC §9): the JSON line (byte-identical for the
+// What a reconciliation run prints: the JSON line (byte-identical for the
 // same inputs and window), the summary table for a person, and the self-contained
 // HTML report (counts, an inline SVG chart of the differences by class and the
 // first rows of each class; no script, no network fetch: a Content-Security-Policy

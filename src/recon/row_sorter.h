@@ -1,4 +1,4 @@
-// RowSorter: the rows of one side in key order with bounded memory (SPEC §9 scale:
+// RowSorter: the rows of one side in key order with bounded memory (to
 // ten million rows a side in under 1 GiB). Rows are kept serialised in one buffer;
 // when it passes the budget it is sorted and written to a temporary file (a run),
 // and Finish() merges the runs. Rows with equal keys keep their input order, so

@@ -1,4 +1,4 @@
-// The upstream statement's readers (SPEC §9): CSV (RFC 4180: a header row, a
+// The upstream statement's readers: CSV (RFC 4180: a header row, a
 // configurable delimiter, quoted fields with "" inside, a UTF-8 BOM, CRLF or LF
 // line ends, quoted newlines) and JSONL (one JSON object per line; numbers are
 // read as their exact text, never as doubles). Columns are found by the header's

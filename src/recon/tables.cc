@@ -258,7 +258,7 @@ std::string RenderReconMetrics(Store& store) {
            value + "\n";
   }
   // The tickets a person has to look at (and actions not yet done), by class: an
-  // amount_mismatch here is the alarm of seed 1 §7.2.
+  // amount_mismatch here is an alarm: money moved by a different amount.
   absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
   if (!tx.ok()) return out;
   absl::StatusOr<Rows> open = (*tx)->Query(

@@ -3,7 +3,7 @@
 // a restore copied over it, another volume mounted there) would otherwise take
 // writes into an unlinked inode that vanishes at exit, or mix two databases, and the
 // next start would acquire completed keys again: a duplicate effect. So a store
-// checks its identity before it acknowledges anything (SPEC §3: the store's fault,
+// checks its identity before it acknowledges anything (the store's fault,
 // 503, nothing acknowledged). Used by sqlite:// (its file) and rocksdb:// (its
 // directory).
 //

@@ -3,7 +3,7 @@
 // tenant (length-prefixed) and the key, and a versioned binary encoding of every
 // field of the record. The first byte of an encoding is its format version, so the
 // layout can evolve: a reader refuses a version it does not know instead of
-// guessing. Version 2 added expires_at and purged_at (retention, SPEC §8); version
+// guessing. Version 2 added expires_at and purged_at (retention); version
 // 1 encodings (written before) are still read, as records kept for ever.
 //
 // Thread safety: pure functions.

@@ -1,5 +1,5 @@
-// Transaction's SQL helpers: the state-machine and optimistic-version updates of
-// SPEC §3, built on Exec() so every backend gets them.
+// Transaction's SQL helpers: the state-machine and optimistic-version updates,
+// built on Exec() so every backend gets them.
 #include <cctype>
 #include <optional>
 #include <utility>

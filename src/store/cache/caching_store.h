@@ -3,7 +3,7 @@
 // optional Redis tier (L2), and fills both with final records only: those a
 // transaction reads (InsertOrLoad/Load/Get) and those a transaction writes, once
 // its Commit has succeeded. Everything else passes through to the inner store,
-// which alone decides (SPEC §6).
+// which alone decides.
 //
 // Thread safety: safe for concurrent use. A transaction it returns belongs to one
 // thread at a time and must not outlive the store.

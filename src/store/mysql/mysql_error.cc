@@ -45,7 +45,7 @@ absl::Status ToStatus(unsigned int err, std::string_view sqlstate, std::string_v
       absl::StrCat(AV(context), ": mysql error ", err, " (", AV(sqlstate), "): ", AV(message));
   switch (err) {
     // A missing or wrong schema, or no privilege on a table: the store's fault
-    // (SPEC §3), whatever the statement.
+    //, whatever the statement.
     case 1146:  // ER_NO_SUCH_TABLE
     case 1054:  // ER_BAD_FIELD_ERROR
     case 1142:  // ER_TABLEACCESS_DENIED_ERROR
@@ -67,7 +67,7 @@ absl::Status ToStatus(unsigned int err, std::string_view sqlstate, std::string_v
     case 1181:  // ER_ERROR_DURING_ROLLBACK
     case 1030:  // ER_GET_ERRNO from the storage engine
       return StoreFaultError(text);
-    // Constraint violations and bad data are final (SPEC §5): retrying the same
+    // Constraint violations and bad data are final: retrying the same
     // statement cannot succeed.
     case 1022:  // ER_DUP_KEY
     case 1062:  // ER_DUP_ENTRY

@@ -1,5 +1,5 @@
-// How MySQL/MariaDB errors become absl codes for the mysql:// store (STYLE.md,
-// SPEC §5). Not part of the public API.
+// How MySQL/MariaDB errors become absl codes for the mysql:// store
+// (retryable or not). Not part of the public API.
 //
 // Thread safety: pure functions and constants.
 #pragma once
@@ -21,7 +21,7 @@ inline constexpr std::string_view kLockWaitTimeoutPayload = "type.idem.dev/idem.
 bool IsConnectionError(unsigned int err);
 
 // Maps a MySQL error number (with its SQLSTATE as a fallback) to the absl code a
-// caller should act on (STYLE.md, SPEC §5). The message carries `context`, the
+// caller should act on (retryable or not). The message carries `context`, the
 // error number, the SQLSTATE and the server's text.
 absl::Status ToStatus(unsigned int err, std::string_view sqlstate, std::string_view message,
                       std::string_view context);

@@ -60,8 +60,8 @@ absl::Status CheckSizes(const Record& r) {
 }
 
 // Stored procedures that give a guarded transaction as many round trips as the
-// same transaction without the guard, every value a bound parameter of CALL (SPEC
-// §2): idem_claim_v2 begins the transaction and claims the key, answering the
+// same transaction without the guard, every value a bound parameter of CALL:
+// idem_claim_v2 begins the transaction and claims the key, answering the
 // existing record (locked) on a duplicate; idem_finish_v1 writes the result and
 // commits only when the record was still at the expected token and state
 // (ROW_COUNT counts changed rows, so a write of identical values is told apart

@@ -1,5 +1,5 @@
 // The mysql:// store: dedupe records in a MySQL 8 or MariaDB 10.11+ (InnoDB)
-// database, in the same transaction as the caller's business rows (SPEC §1, §3).
+// database, in the same transaction as the caller's business rows.
 //
 // URL: mysql://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?PARAM=VALUE&...]; the
 // parameters (pool, pool_wait_ms, lock_wait_timeout_s, connect_timeout_s,
@@ -22,8 +22,8 @@
 // Errors map as STYLE.md says: constraint violations and bad SQL → kInvalidArgument;
 // deadlock → kAborted (the server rolled the transaction back); lock wait timeout
 // and lost connections → kUnavailable; a missing table or column, no privilege on a
-// table, a read-only server, a full disk → kUnavailable marked IsStoreFault (SPEC
-// §3); rejected credentials → kPermissionDenied. After a kAborted, a lock wait
+// table, a read-only server, a full disk → kUnavailable marked IsStoreFault;
+// rejected credentials → kPermissionDenied. After a kAborted, a lock wait
 // timeout or a lost connection the transaction only answers that error again: the
 // server may already have rolled it back.
 //

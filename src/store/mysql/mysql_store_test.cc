@@ -330,7 +330,7 @@ TEST_F(MysqlStoreTest, ErrorsMapToWhatTheCallerShouldDo) {
   absl::Status syntax = tx->Exec("INSERT INTO ledger VALUS (1)").status();
   EXPECT_THAT(syntax, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Message(syntax), HasSubstr("1064"));
-  // A missing table is the store's fault (SPEC §3), not the statement's.
+  // A missing table is the store's fault, not the statement's.
   absl::Status table = tx->Query("SELECT * FROM no_such_table").status();
   EXPECT_THAT(table, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_TRUE(IsStoreFault(table)) << table;

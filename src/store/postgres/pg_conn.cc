@@ -163,7 +163,7 @@ uint64_t RoundTrips() { return round_trips.load(std::memory_order_relaxed); }
 absl::Status StatusFromSqlState(std::string_view state, std::string message) {
   absl::Status status;
   const std::string_view cls = state.substr(0, 2);
-  // The store's fault (SPEC §3), whatever the statement: a missing or wrong schema
+  // The store's fault, whatever the statement: a missing or wrong schema
   // (undefined table, column or function, a wrong database or schema), no privilege
   // on a table, a read-only transaction (a standby), lost connections, resources
   // (disk full), shutdown and system errors. (28xxx, rejected credentials, comes at

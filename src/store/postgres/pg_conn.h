@@ -27,7 +27,7 @@ namespace idem::postgres {
 // error, so a caller can tell 55P03 from 57014 without parsing the message.
 inline constexpr std::string_view kSqlStatePayload = "type.idem.dev/postgres.sqlstate";
 
-// Maps a SQLSTATE to the absl code a caller should act on (STYLE.md, SPEC §5):
+// Maps a SQLSTATE to the absl code a caller should act on (retryable or not):
 // 23xxx (constraint), 22xxx (data), 42xxx (syntax, undefined object) →
 // kInvalidArgument; 40001 / 40P01 and other 40xxx → kAborted; 55P03 (lock not
 // available), 57014 (statement timeout / cancel), 57P0x (server shutting down),

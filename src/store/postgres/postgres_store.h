@@ -1,5 +1,5 @@
 // The postgres:// store: dedupe records in PostgreSQL (libpq), in the same
-// transaction as the caller's business rows (SPEC §1, §3).
+// transaction as the caller's business rows.
 //
 // URL: postgres://USER:PASSWORD@HOST:PORT/DB?PARAMS or postgresql://… — a libpq
 // connection URI (https://www.postgresql.org/docs/15/libpq-connect.html), so every

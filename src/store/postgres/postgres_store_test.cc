@@ -190,7 +190,7 @@ TEST(PostgresSqlStateTest, MapsToWhatTheCallerShouldDo) {
     EXPECT_EQ(SqlState(s), state);
   }
   // A missing table or column, no privilege, a wrong database, a standby, a full
-  // disk, a lost server: the store's fault (SPEC §3), whatever the statement.
+  // disk, a lost server: the store's fault, whatever the statement.
   for (const char* state : {"42P01", "42703", "42501", "3D000", "3F000", "25006", "53100",
                             "08006", "57P01", "58030"}) {
     EXPECT_TRUE(IsStoreFault(postgres::StatusFromSqlState(state, "m"))) << state;

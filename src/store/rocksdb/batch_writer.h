@@ -1,12 +1,10 @@
-// BatchWriter: how rocksdb:// groups commits by default (the URL parameter
-// writer=queue; issue 11 asked to measure it against RocksDB's own write grouping,
-// writer=group). One thread drains a queue of the committing
-// transactions' write batches into one WriteBatch and writes it with one WAL write
-// and, with `sync`, one fsync; each committer blocks until the write that holds its
-// batch is durable, then gets that write's status. The default (writer=group) is
-// RocksDB's own write grouping: the committing threads elect a leader that writes
-// the group's batches together. docs/benchmarks.md compares the two: through
-// `idem serve` the queue took 1.6-1.9x the new-key claims per second.
+// BatchWriter: how rocksdb:// groups commits by default (the URL parameter writer=queue; measured
+// against RocksDB's own write grouping, writer=group). One thread drains a queue of the committing
+// transactions' write batches into one WriteBatch and writes it with one WAL write and, with
+// `sync`, one fsync; each committer blocks until the write that holds its batch is durable, then
+// gets that write's status. The default (writer=group) is RocksDB's own write grouping: the
+// committing threads elect a leader that writes the group's batches together. docs/benchmarks.md
+// compares the two: through `idem serve` the queue took 1.6-1.9x the new-key claims per second.
 //
 // Nothing is visible before it is durable: the merged batch goes through one
 // DB::Write with WriteOptions::sync, as a transaction's commit would.
@@ -16,7 +14,7 @@
 //
 // WriteAsync queues the same way without blocking: the writer thread calls the
 // committer back once the group is written, so a server's network thread hands
-// it a claim and goes on serving (issue 11: no thread hop to a worker pool).
+// it a claim and goes on serving (no thread hop to a worker pool).
 //
 // Thread safety: Write is safe for concurrent use; the DB must outlive the writer.
 #pragma once

@@ -140,7 +140,7 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
   // record is ~200 bytes, so a memtable still holds ~80,000 of them.
   options.write_buffer_size = 16 << 20;
   options.db_write_buffer_size = 32 << 20;
-  // Always: records carry their own expires_at (SPEC §8).
+  // Always: records carry their own expires_at.
   shared->filter = std::make_unique<RetentionFilter>(o.ttl, o.tombstones, o.clock);
   options.compaction_filter = shared->filter.get();
   // Files nothing else rewrites are compacted (and filtered) at least daily, so

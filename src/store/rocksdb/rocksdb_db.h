@@ -53,7 +53,7 @@ inline bool IsRecordKey(std::string_view db_key) { return !db_key.empty() && db_
 // store fault (kUnavailable). `what` names the operation and the store.
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what);
 
-// Retention at compaction (SPEC §8), by the same rule as idem purge: a finished
+// Retention at compaction, by the same rule as idem purge: a finished
 // record (SUCCEEDED, FAILED, released) whose expires_at has passed is replaced by its
 // tombstone (result and error dropped, purged_at set, kept as long again as the
 // record was), or dropped when `tombstones` is false; a tombstone whose own

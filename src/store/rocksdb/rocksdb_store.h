@@ -1,5 +1,5 @@
 // The rocksdb:// store: dedupe records as key/value pairs in an embedded RocksDB
-// database, for `idem serve` and lease mode (SPEC §3 mode 2) on one node. It has
+// database, for `idem serve` and lease mode on one node. It has
 // no SQL: Transaction::Exec/Query answer kUnimplemented, so transactional mode (the
 // handler's business rows in the record's transaction) stays with the SQL stores.
 //
@@ -16,7 +16,7 @@
 //                        retention of records that carry no expires_at of their own
 //                        (written before format 2, or of a biz_type without a
 //                        retention policy): they go ttl after their last update.
-//                        Records with an expires_at go then (SPEC §8). Either way a
+//                        Records with an expires_at go then. Either way a
 //                        compaction filter does it, never bulk deletes, and never to
 //                        a PROCESSING record; `idem purge` does the same in batches.
 //   tombstones=on|off   (default on) what the filter leaves of a record it retires:

@@ -673,7 +673,7 @@ TEST(RocksdbStoreTest, ReadOnlyOpenCreatesNothing) {
               StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
-// Retention (SPEC §8) at compaction, for records without an expires_at of their own
+// Retention at compaction, for records without an expires_at of their own
 // (ttl=, the fallback): finished records whose last update is older than ttl become
 // tombstones; younger ones and PROCESSING records (whatever their lease) are kept.
 TEST(RocksdbStoreTest, CompactionRetiresFinishedRecordsPastTheFallbackTtl) {

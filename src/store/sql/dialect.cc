@@ -41,7 +41,7 @@ std::vector<std::string> Ddl(const Dialect::Spec& d, const std::vector<Table>& t
   return out;
 }
 
-// SPEC §3's record table: one row per (tenant, key).
+// The dedupe record table: one row per (tenant, key).
 const std::vector<Table>& RecordTables() {
   static const std::vector<Table> tables = {
       {"idem_schema_version", "version {int32} NOT NULL", {}},
@@ -60,7 +60,7 @@ const std::vector<Table>& RecordTables() {
   return tables;
 }
 
-// SPEC §4's step journal.
+// The step journal (docs/steps.md).
 const std::vector<Table>& JournalTables() {
   static const std::vector<Table> tables = {
       {"idem_journal_version", "version {int32} NOT NULL", {}},
@@ -86,7 +86,7 @@ const std::vector<Table>& JournalTables() {
   return tables;
 }
 
-// Schema version 2 (retention, SPEC §8): the columns version 1's idem_records
+// Schema version 2 (retention): the columns version 1's idem_records
 // lacks, with the values they mean for its rows: kept for ever (expires_at
 // "never", as store/sql/columns.h writes absl::InfiniteFuture()), not purged. Constant
 // defaults: a metadata-only change on PostgreSQL 11+, MySQL 8 and MariaDB 10.3+ (no

@@ -15,7 +15,7 @@ namespace idem::sql {
 
 // The column types of one database, by role.
 struct Types {
-  std::string_view bytes_key;  // a key: opaque bytes, compared bytewise (SPEC §2)
+  std::string_view bytes_key;  // a key: opaque bytes, compared bytewise
   std::string_view text;       // a name up to 255 bytes (tenant, biz type, fingerprint)
   std::string_view short_text; // a word up to 64 bytes (a status, a step name)
   std::string_view small_int;  // 0..255

@@ -1,4 +1,4 @@
-// The record table (SPEC §3) as every SQL backend reads and writes it: the
+// The record table as every SQL backend reads and writes it: the
 // statements, their parameter lists and the mapping of a row to a Record. Written
 // with `?` placeholders (PostgreSQL's connection numbers them). Not part of the
 // public API.
@@ -87,7 +87,7 @@ absl::StatusOr<ListStatement> ListRecordsStatement(const RecordQuery& query);
 
 // A record from the columns of one row in kRecordColumns order, whatever the
 // driver: `bytes(i)` answers column i as bytes, `integer(i)` as an
-// absl::StatusOr<int64_t>. kDataLoss for a state that is not one of SPEC §3's.
+// absl::StatusOr<int64_t>. kDataLoss for a state that is not a known record state.
 template <typename BytesAt, typename IntAt>
 absl::StatusOr<Record> ReadRecord(BytesAt bytes, IntAt integer) {
   Record r;

@@ -18,7 +18,7 @@
 namespace idem::sql {
 
 // The schema version the stores of this build create and read. 2: idem_records
-// has expires_at and purged_at (retention, SPEC §8). An open that may write
+// has expires_at and purged_at (retention). An open that may write
 // upgrades an older schema (Dialect::UpgradeTo); a read-only one refuses it.
 inline constexpr int64_t kSchemaVersion = 2;
 

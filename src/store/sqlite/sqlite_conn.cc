@@ -25,7 +25,7 @@ absl::Status ToStatus(int rc, sqlite3* db, std::string_view context) {
       return absl::UnavailableError(absl::StrCat(message, " (locked past the busy timeout)"));
     case SQLITE_ERROR: {
       // A missing table or column is a missing or wrong schema: the store's fault
-      // (SPEC §3), not the statement's. SQLite gives them no code of their own.
+      //, not the statement's. SQLite gives them no code of their own.
       const char* text = db != nullptr ? sqlite3_errmsg(db) : "";
       const std::string_view what(text != nullptr ? text : "");
       if (what.starts_with("no such table") || what.starts_with("no such column")) {

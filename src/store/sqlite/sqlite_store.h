@@ -1,5 +1,5 @@
 // The sqlite:// store: dedupe records in a SQLite file, in the same transaction
-// as the caller's business rows (SPEC §1, §3).
+// as the caller's business rows.
 //
 // URL: sqlite://PATH (sqlite://./idem.db, sqlite:///var/lib/idem/idem.db,
 // sqlite://:memory:) with optional parameters:

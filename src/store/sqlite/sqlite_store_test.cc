@@ -35,7 +35,7 @@ TEST(SqliteStoreTest, UrlErrorsNameWhatIsWrong) {
   EXPECT_OK(OpenStore("sqlite://:memory:?synchronous=normal&busy_timeout_ms=100&readers=2"));
 }
 
-// The file deleted or replaced under a running store (SPEC §3): it stops
+// The file deleted or replaced under a running store: it stops
 // acknowledging, with a store fault, instead of writing into an unlinked inode that
 // vanishes (after a restart a completed key would be acquired again: a duplicate).
 TEST(SqliteStoreTest, DeletedOrReplacedFileStopsAcknowledging) {
@@ -133,7 +133,7 @@ TEST(SqliteStoreTest, OneStatementPerCallAndParameterCount) {
   EXPECT_THAT(two, StatusIs(absl::StatusCode::kInvalidArgument));
   ASSERT_OK(tx->Exec("CREATE TABLE a (x INT)"));
   EXPECT_THAT(tx->Exec("INSERT INTO a VALUES (?)", {}), StatusIs(absl::StatusCode::kInvalidArgument));
-  // A missing table is the store's fault (SPEC §3), not the statement's.
+  // A missing table is the store's fault, not the statement's.
   absl::Status missing = tx->Exec("INSERT INTO nope VALUES (1)").status();
   EXPECT_THAT(missing, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_TRUE(IsStoreFault(missing)) << missing;
