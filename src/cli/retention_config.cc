@@ -146,7 +146,7 @@ absl::StatusOr<RetentionPolicy> RetentionFromConfig(std::string* derivation) {
         return absl::InvalidArgumentError(absl::StrCat(
             Where(biz_type), ": '", name,
             "' is missing; the TTL is derived from redelivery, recon_cycle, confirm_window and "
-            "margin (SPEC §8), so every window must be given (0s where there is none)"));
+            "margin (docs/retention.md), so every window must be given (0s where there is none)"));
       }
       *out = *d;
     }

@@ -248,7 +248,8 @@ int RunServe(const ServeFlags& flags) {
 
 CommandFn AddServeCommand(CLI::App& root) {
   auto flags = std::make_shared<ServeFlags>();
-  CLI::App* sub = root.add_subcommand("serve", "Run the HTTP API (SPEC §11)");
+  CLI::App* sub = root.add_subcommand(
+      "serve", "Run the HTTP API: claims, records, health and metrics — one binary, one store");
   AddServerFlags(root, sub, &flags->server);
   sub->add_option("--tenant", flags->tenants,
                   "A tenant and its token's hash, NAME:sha256:HEX (idem token hash), or for "

@@ -119,7 +119,7 @@ HttpResponse ExpiredProblem(absl::Time purged_at, absl::Time tombstone_until) {
   p.slug = "expired";
   p.title = "Expired";
   p.detail = absl::StrCat(
-      "the key's record was purged after its retention (SPEC §8); its tombstone remembers the "
+      "the key's record was purged after its retention; its tombstone remembers the "
       "key, so this very late request is not run again");
   p.outcome = "expired";
   p.extra["purged_at"] = TimeOrNull(purged_at);

@@ -36,7 +36,7 @@ absl::Status PositionRefused(std::string_view what) {
       AV(what),
       " names the message's position in the log (partition/offset), not the event: the same "
       "event produced twice, or re-read after a rebalance into another partition, would get "
-      "a second key and run twice (seed 0's double refund). Key on what identifies the event: "
+      "a second key and run twice (a refund paid twice). Key on what identifies the event: "
       "a header such as event_id, a payload field, or a template such as "
       "{order_no}:{event_type}:{version}"));
 }

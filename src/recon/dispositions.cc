@@ -137,7 +137,7 @@ absl::Status ParseActionFlag(std::string_view text, std::array<Action, kClassCou
   if (k == DiffClass::kMissingUpstream && (a == Action::kReplay || a == Action::kRepush)) {
     return absl::InvalidArgumentError(
         "--on missing_upstream: only ticket or none; money the upstream never saw is never "
-        "refunded or replayed automatically (seed 1 §7.2)");
+        "refunded or replayed automatically");
   }
   if (a == Action::kReplay && k != DiffClass::kMissingLocal) {
     return absl::InvalidArgumentError("--on: replay is for missing_local only");

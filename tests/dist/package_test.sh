@@ -59,7 +59,9 @@ dpkg --root="$root" -s idem | grep -q '^Status: install ok installed' || fail "d
 "$root/usr/bin/idem" --version | grep -qx "idem $version" || fail "installed idem --version"
 "$root/usr/bin/idem" demo --help | grep -q 'refund' || fail "installed 'idem demo' (libexec/idem)"
 zcat "$root/usr/share/man/man1/idem-serve.1.gz" | grep -q 'fB\\-\\-listen' || fail "idem-serve(1) lacks --listen"
-zcat "$root/usr/share/man/man1/idem-serve.1.gz" | grep -q 'SPEC §11' || fail "idem-serve(1) lost its UTF-8"
+zcat "$root/usr/share/man/man1/idem-serve.1.gz" | grep -q 'one binary' || fail "idem-serve(1) lacks its description"
+# UTF-8 survives help2man: the em dash of the description.
+zcat "$root/usr/share/man/man1/idem-serve.1.gz" | grep -q '—' || fail "idem-serve(1) lost its UTF-8"
 zcat "$root/usr/share/man/man1/idem.1.gz" | grep -q 'serve' || fail "idem(1) lacks serve"
 # Every subcommand `idem --help` lists has its page (purge and records had none).
 subs=$("$root/usr/bin/idem" --help | awk '/^Subcommands:/ { on = 1; next } on && /^$/ { exit } on { print $1 }')
