@@ -323,6 +323,15 @@ std::string RedactUrl(std::string_view url) {
     }
     if (!kept.empty()) out.append("?").append(kept);
   }
+  if (path_url) {
+    // A path may hold anything, "… password=x" too: its secret values go as in a
+    // keyword string (a server URL with white space was refused above).
+    std::vector<bool> covered(out.size(), false);
+    for (const KeywordSecret& s : KeywordSecrets(out)) {
+      std::fill(covered.begin() + s.begin, covered.begin() + s.end, true);
+    }
+    return CollapseCovered(out, covered);
+  }
   return out;
 }
 

@@ -31,6 +31,8 @@ TEST(RedactUrlTest, LeavesUrlsWithoutSecretsAlone) {
   EXPECT_EQ(RedactUrl("sqlite://:memory:"), "sqlite://:memory:");
   EXPECT_EQ(RedactUrl("rocksdb://./a:b"), "rocksdb://./a:b");
   EXPECT_EQ(RedactUrl("sqlite:///tmp/x.db?password=hunter2"), "sqlite:///tmp/x.db");
+  // A path is no shelter for a keyword secret (found by fuzz_store_url).
+  EXPECT_EQ(RedactUrl("sqlite://dx password=hunter2"), "sqlite://dx password=***");
   // An '@' in a path is not userinfo.
   EXPECT_EQ(RedactUrl("sqlite:///tmp/a:b@c.db"), "sqlite:///tmp/a:b@c.db");
 }
