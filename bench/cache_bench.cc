@@ -1,4 +1,4 @@
-// What the cache tiers (SPEC §6, include/idem/cache.h) save on the duplicate path:
+// What the cache tiers (include/idem/cache.h) save on the duplicate path:
 // Guard::Run on a key that is already done, over sqlite://<tmp>/... (synchronous=full)
 //
 //   nocache     the database answers: BEGIN, INSERT … ON CONFLICT, read, ROLLBACK

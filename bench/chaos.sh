@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/chaos.sh: long seeded chaos runs (issue 15 §1), one per backend, each judged
+# bench/chaos.sh: long seeded chaos runs, one per backend, each judged
 # by the history checker (tests/chaos/checker.h); prints each run's summary (seed,
 # operations, keys, faults injected by kind) and the checker's table.
 #

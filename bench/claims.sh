@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/claims.sh: durable claims through `idem serve` against what a team would use
-# instead, measured in one run on this machine (issue 11 §5):
+# instead, measured in one run on this machine:
 #   - idem serve, new keys (POST /v1/claims, a fresh key each), duplicates (the
 #     same completed key) and claim+complete pairs (bench/pair_load), on its
 #     embedded stores with durable settings
@@ -105,7 +105,7 @@ declare -A idem_port
 # rocksdb:// where this build has it (else `idem serve` refuses the URL and the row
 # is left out).
 # rocksdb-group: the same store with RocksDB's own write groups (writer=group) instead
-# of idem's single writer, the default (issue 11 §1: measure both).
+# of idem's single writer, the default (both are measured).
 for entry in "sqlite:sqlite://$work/idem.db" "rocksdb:rocksdb://$work/idem-rocksdb" \
     "rocksdb-group:rocksdb://$work/idem-rocksdb-group?writer=group"; do
   name=${entry%%:*}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/cluster.sh: longer runs of the `cluster` tests (issue 15 §5): the Galera
+# bench/cluster.sh: longer runs of the `cluster` tests: the Galera
 # node restart and the PostgreSQL failovers (synchronous and asynchronous standby),
 # each --runs times, with the load going on for --ops operations after the last
 # fault (the short run in the test command uses 150). Prints each run's summary and

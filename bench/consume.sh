@@ -3,8 +3,8 @@
 # effect is one SQL row per message, with per-message commits (one store
 # transaction and one offset commit per message) versus batched commits (one of
 # each per poll batch, each message still idempotent under its own claim), on
-# SQLite (synchronous=full) and a durable PostgreSQL 15 (fsync on), in one run
-# (issue 12). Kafka is librdkafka's mock cluster inside the bench, over loopback.
+# SQLite (synchronous=full) and a durable PostgreSQL 15 (fsync on), in one run.
+# Kafka is librdkafka's mock cluster inside the bench, over loopback.
 #
 #   bench/consume.sh [--messages N] [--batch B]
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/fuzz.sh: long runs of the libFuzzer targets of tests/fuzz (issue 15 §2):
+# bench/fuzz.sh: long runs of the libFuzzer targets of tests/fuzz:
 # each fuzzer executes RUNS inputs (default 10^7) from its committed seed corpus
 # plus what earlier runs of this script found, under ASan+UBSan. Prints one table
 # (fuzzer, inputs, exec/s, crashes, corpus size, seconds) and exits 1 when any

@@ -1,4 +1,4 @@
-// What exactly-once costs over a bare local transaction (SPEC §3, §13).
+// What exactly-once costs over a bare local transaction (Guard::Run in the same transaction).
 //
 //   bare      BEGIN IMMEDIATE; INSERT INTO ledger(order_no, amount) ...; COMMIT
 //             through raw sqlite3, same PRAGMAs as the sqlite:// store

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/profile_claims.sh: instructions per request of `idem serve` on rocksdb://,
 # counted by callgrind (repeatable whatever else the machine runs, unlike a
-# throughput number), for the duplicate path and the new-key path (issue 11).
+# throughput number), for the duplicate path and the new-key path.
 #
 #   bench/profile_claims.sh [--seconds N] [--connections C]
 #

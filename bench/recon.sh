@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/recon.sh: `idem recon` against the Unix baseline a finance engineer would
-# script, on the same data in one run (issue 13 §1, SPEC §9 scale):
+# script, on the same data in one run (a million rows by default):
 #   - generates an upstream statement (CSV, rows in random key order) and a ledger of
 #     the same keys with a few of every difference (0.1% missing locally, 0.1% only
 #     local, 0.1% amount changed, 0.1% stuck PENDING, 0.05% duplicated), loaded

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/rss.sh: the memory run of issue 11 §5: the resident set of `idem serve` on
+# bench/rss.sh: the memory run: the resident set of `idem serve` on
 # rocksdb:// (durable defaults) as its store grows from one step to --records
 # finished records (default 1 M to 10 M in steps of 1 M). Per step:
 #   1. bench/rss_fill adds the next --step records in-process through the public

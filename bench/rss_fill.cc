@@ -1,4 +1,4 @@
-// rss_fill: fills a store with finished records for bench/rss.sh (issue 11 §5, the
+// rss_fill: fills a store with finished records for bench/rss.sh (the
 // memory run). Opens `--store URL` in-process through the public API and, with
 // `--threads T` threads, claims and completes the keys fill-FROM … fill-(TO-1)
 // (tenant and biz_type "bench", a 16-byte result) with idem::Guard in lease mode,

@@ -1,4 +1,4 @@
-// What the step journal costs (SPEC §4): one operation of three local steps, each
+// What the step journal costs (include/idem/steps.h): one operation of three local steps, each
 // inserting a row, against the same three inserts in one bare transaction of the
 // same store. The journal adds, per operation, its own rows (operation + 3 steps)
 // and one transaction per step (a step's rows commit with its journal update), so

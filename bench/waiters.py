@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""waiters.py: the waiting side of bench/waiters.sh (issue 11 §3).
+"""waiters.py: the waiting side of bench/waiters.sh.
 
 Claims KEY once and holds it (lease --lease-ms, never completed), then keeps
 --waiters keep-alive connections each waiting on KEY with POST /v1/claims

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/waiters.sh: what 1,000 waiters on one key cost (issue 11 §3). Per store
+# bench/waiters.sh: what 1,000 waiters on one key cost. Per store
 # (PostgreSQL durable from scripts/services.sh with IDEM_SERVICES_DURABLE=1, and
 # rocksdb:// with its durable defaults), `idem serve` is started and
 #   1. unrelated new-key claims (wrk, bench/claims/new_keys.lua, --connections

@@ -9,7 +9,7 @@ if(NOT SUB STREQUAL "")
   file(CHMOD ${program} PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
        WORLD_READ WORLD_EXECUTE)
 endif()
-# A UTF-8 locale: the help has "§" and "…", which the C locale turns into "??".
+# A UTF-8 locale: the help has "…" and "—", which the C locale turns into "??".
 execute_process(
   COMMAND ${HELP2MAN} --locale=C.UTF-8 --no-info --no-discard-stderr --version-string=${VERSION}
           --name=${WHAT} --section=1 --source=idem --output=${OUT}/${PAGE}.1 ${program}

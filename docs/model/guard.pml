@@ -1,5 +1,5 @@
 /*
- * The guard's lease protocol (SPEC §3, §11), one key, checked with spin.
+ * The guard's lease protocol (include/idem/guard.h, docs/openapi.yaml), one key, checked with spin.
  *
  *   claim (Guard::Claim)  -> acquired(token, takeover) | replayed | cached_failure | in_progress
  *   complete / fail       -> Guard::Finish: conditional on the fencing token
@@ -186,7 +186,7 @@ inline send(tok, r) {
   }
 }
 
-/* The probe a takeover makes before re-sending (SPEC §3: takeover: true). */
+/* The probe a takeover makes before re-sending (a claim answered takeover: true). */
 inline query(found, res) {
   atomic {
     if

@@ -1,5 +1,5 @@
 /*
- * The step journal's runner (SPEC §4, include/idem/steps.h), one operation,
+ * The step journal's runner (include/idem/steps.h, docs/steps.md), one operation,
  * checked with spin.
  *
  * The operation has two steps, as the refund example: step 1 external (a

@@ -373,7 +373,7 @@ absl::Status RunWithStepMachine(const DemoOptions& o, const std::string& store_u
   return absl::OkStatus();
 }
 
-// The seed's design: dedupe by (topic, partition, offset) + consumer instance.
+// The incident's design: dedupe by (topic, partition, offset) + consumer instance.
 // A failed delivery is redelivered at a new offset, so the dedupe key changes and
 // every step runs again.
 absl::Status RunNaive(const DemoOptions& o, Store& store, const ChannelProcess& channel_process,

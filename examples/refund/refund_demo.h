@@ -1,6 +1,6 @@
-// The refund demo (`idem demo refund`): seed 0's incident, replayed with faults
-// and crashes, with idem's step machine — or, with --naive, with the seed's
-// offset-keyed message dedupe for contrast.
+// The refund demo (`idem demo refund`): the refund incident of docs/steps.md,
+// replayed with faults and crashes, with idem's step machine — or, with --naive,
+// with the incident's offset-keyed message dedupe for contrast.
 //
 // RunRefundDemo starts the fake payment channel as a separate process
 // (`idem demo channel`), then the step runner as a child process (`idem demo
@@ -30,7 +30,7 @@ struct DemoOptions {
   double kill_runner = 0;   // 0..1: probability of a SIGKILL per step
   uint64_t seed = 1;
   std::string store;   // empty: a fresh SQLite file in a temporary directory
-  bool naive = false;  // the seed's offset-keyed dedupe instead of the step machine
+  bool naive = false;  // the incident's offset-keyed dedupe instead of the step machine
   // "direct": the runner takes the orders from the demo; "kafka": through
   // librdkafka's mock cluster, consumed by `idem demo refund-consumer` children
   // (redeliveries, a rebalance, kills), keyed by the business key — or, with
@@ -102,7 +102,7 @@ absl::Status RunRefundRunner(const RunnerOptions& options);
 // `topic` in `group` on `brokers` until SIGKILLed/SIGTERMed: with naive false the
 // idem Runner (kafka/runner.h) keyed by `{order_no}:{action}`, its message
 // records in `records`, each order's refund run as a StepRunner operation on
-// `store`; with naive true the seed's consumer, a Guard on `store` keyed by
+// `store`; with naive true the incident's consumer, a Guard on `store` keyed by
 // (topic, partition, offset) + `consumer_id`. Failpoints go to events_fd/acks_fd
 // as RunnerOptions' do.
 struct ConsumerOptions {

@@ -38,7 +38,8 @@ namespace {
 constexpr int kPartitions = 2;
 constexpr char kTopic[] = "refunds";
 constexpr char kGroup[] = "refund-demo";
-// The business key of a message (never its offset): SPEC §7, issue 12 point 5.
+// The business key of a message, never its offset: a redelivery or a re-produced
+// event must find the same key.
 constexpr char kKeyTemplate[] = "{order_no}:{action}";
 // Random kills at step failpoints are capped: each one costs the group a session
 // timeout (3 s on the mock) before the dead member's partitions move on.
@@ -208,7 +209,7 @@ absl::Status ConsumeWithSteps(const ConsumerOptions& o, kafka::Transport& transp
   return runner->Run();
 }
 
-// The seed's consumer: dedupe by (topic, partition, offset) + consumer instance.
+// The incident's consumer: dedupe by (topic, partition, offset) + consumer instance.
 // The same message redelivered to another consumer after a rebalance or a crash
 // gets another key, and its refund runs again.
 absl::Status ConsumeNaively(const ConsumerOptions& o, kafka::Transport& transport, Store& store,
@@ -333,7 +334,7 @@ absl::Status RunOverKafka(const DemoOptions& o, const std::string& store,
     bool kill_now = false;
     if (!crashed_before_commit && (event == "kafka.runner.after_effects_commit" ||
                                    event == kNaiveAfterEffects)) {
-      // The seed's incident: the effects are done, the offsets not committed.
+      // The incident: the effects are done, the offsets not committed.
       crashed_before_commit = true;
       kill_now = true;
     } else if (event.starts_with("steps.") && random_kills < kMaxRandomKills && per_point > 0 &&

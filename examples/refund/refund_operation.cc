@@ -39,7 +39,7 @@ std::string BizKeyOf(const Order& order) { return "refund:" + order.order_no; }
 
 absl::Status CreateDemoTables(Store& store) {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
-  // The seed's ledger: UNIQUE (order_no, biz_type). The inbox has no unique key on
+  // The incident's ledger: UNIQUE (order_no, biz_type). The inbox has no unique key on
   // purpose: a second notification must be visible, not swallowed.
   IDEM_RETURN_IF_ERROR(tx->Exec("CREATE TABLE IF NOT EXISTS demo_refund_ledger ("
                                 " order_no VARCHAR(64) NOT NULL, biz_type VARCHAR(32) NOT NULL,"
@@ -108,7 +108,7 @@ OperationType RefundOperation(const ChannelClient& channel, FaultInjector* fault
                                     " run_id) VALUES (?, 'refund', ?, ?)",
                                     {o.order_no, o.amount, o.run_id})
                              .status());
-    // Seed 0: the ledger write hit a slow query and timed out after it ran; the
+    // The incident: the ledger write hit a slow query and timed out after it ran; the
     // transaction rolls back, the journal says FAILED, and the retry redoes only it.
     if (fire()) return absl::DeadlineExceededError("ledger: statement timeout (injected)");
     return absl::StrCat("ledger:", o.order_no);

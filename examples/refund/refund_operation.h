@@ -1,10 +1,11 @@
-// The refund of seed 0 as an idem operation: three side effects, each once.
+// The refund of docs/steps.md ("The incident") as an idem operation: three side
+// effects, each once.
 //
 //   1. channel_reversal (external): POST /reversals at the payment channel with
 //      the step's request_id; `query` asks GET /reversals?request_id= before any
 //      re-send; `compensate` cancels the reversal.
 //   2. ledger (local): one row in demo_refund_ledger, unique on (order_no,
-//      biz_type) as in the seed; compensate deletes it.
+//      biz_type) as in the incident's ledger; compensate deletes it.
 //   3. notification (local): one message in demo_refund_inbox (no unique key, so
 //      a duplicate would show).
 //
@@ -51,7 +52,7 @@ std::string BizKeyOf(const Order& order);
 // Creates the demo's ledger and inbox tables when missing.
 absl::Status CreateDemoTables(Store& store);
 
-// Injected faults of the local steps, as in the seed: with probability `rate`
+// Injected faults of the local steps, as in the incident: with probability `rate`
 // the ledger insert times out after it ran (rolled back), and the notification
 // service is unavailable. Deterministic for a seed; thread-safe.
 class FaultInjector {

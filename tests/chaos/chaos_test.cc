@@ -1,4 +1,4 @@
-// Short seeded chaos runs (issue 15 §1), one per backend: clients claim, perform an
+// Short seeded chaos runs, one per backend: clients claim, perform an
 // effect and complete while servers are killed and stalled and, for the shared
 // stores, the database is crashed and the connections to it are cut, black-holed
 // and delayed. The checker's table is printed; any violation fails the test with

@@ -1,5 +1,5 @@
 // The chaos checker: judges a run's History (history.h) and effect log
-// (effect_log.h) against what SPEC §3 and §11 promise, and says which promise broke
+// (effect_log.h) against what the guard and the HTTP API promise, and says which promise broke
 // and where. It knows nothing of faults or backends; a run that injected none and a
 // run that injected thousands are judged the same way.
 //
@@ -15,7 +15,7 @@
 //                   replays it, result byte for byte.
 //   kOneResult      no key has two results: all its 200 completes sent the same
 //                   result, and its final read replays one that a client sent.
-//   kAllowedErrors  every answer is one the SPEC allows for that call under faults:
+//   kAllowedErrors  every answer is one the API allows for that call under faults:
 //                   claim 201/200 replayed|cached_failure/409 in_progress/503,
 //                   complete and fail 200/409 lease_lost/503, no answer at all
 //                   (status 0: a cut connection, a killed server); anything else
@@ -23,9 +23,9 @@
 //   kConverged      every key a client touched ended with a result: its last final
 //                   read answered 200 (replayed or cached_failure).
 //
-// Clients are assumed to behave as SPEC §3 asks: a holder told of a takeover never
-// releases the key with a retryable fail (it probes the effect; the driver performs
-// it again), so the next holder is always told when an effect may have happened.
+// Clients are assumed to behave as a takeover answer asks: a holder told of a
+// takeover never releases the key with a retryable fail (it probes the effect; the
+// driver performs it again), so the next holder is always told when an effect may have happened.
 //
 // The final reads are the History's OpKind::kReplay operations: the driver claims
 // every key once more after the run, with the faults healed; the checker uses the
@@ -47,7 +47,7 @@ namespace idem::chaos {
 inline constexpr std::string_view kSingleHolder = "single holder per effect";
 inline constexpr std::string_view kDurable = "acked completes durable, byte-identical";
 inline constexpr std::string_view kOneResult = "one result per key";
-inline constexpr std::string_view kAllowedErrors = "errors allowed by SPEC";
+inline constexpr std::string_view kAllowedErrors = "errors the API allows";
 inline constexpr std::string_view kConverged = "every key converged";
 
 struct PropertyResult {

@@ -124,7 +124,7 @@ TEST(ChaosChecker, CleanHistoryPassesEveryProperty) {
   HistoryBuilder h;
   CleanKey(h, 1, "a", 0);
   CleanKey(h, 2, "b", 3);
-  // Faults the SPEC allows: a lost claim answer, 503, a takeover after the lease ran
+  // Faults the API allows: a lost claim answer, 503, a takeover after the lease ran
   // out with the effect done twice (reported), a stale complete answered lease_lost,
   // a retryable fail that released the key.
   Operation lost;
@@ -203,7 +203,7 @@ TEST(ChaosChecker, ReplayNotByteIdentical) {
 TEST(ChaosChecker, TwoResultsForOneKey) {
   HistoryBuilder h;
   // The same token completed twice with different results, both answered 200 (the
-  // second must have been 409: SPEC §11).
+  // second must have been 409: a repeated complete with another result is refused).
   h.Grant(1, "k", 1, 0).Effect(1, "k", 1, 10).Complete(1, "k", 1, 20);
   h.Complete(1, "k", 1, 30, 200, "{}", R"({"other":true})");
   h.Replay("k", ResultFor("k", 1), 5000);

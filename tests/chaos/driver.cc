@@ -169,7 +169,7 @@ class HttpRun {
     return op;
   }
 
-  // Exponential backoff with full jitter (SPEC §5), capped at 1 s.
+  // Exponential backoff with full jitter (100 ms doubling), capped at 1 s.
   void Backoff(int attempt, std::mt19937_64& rng) {
     const int64_t cap = std::min<int64_t>(1000, int64_t{100} << std::min(attempt, 4));
     Sleep(std::chrono::milliseconds(std::uniform_int_distribution<int64_t>(0, cap)(rng)));

@@ -1,5 +1,5 @@
 // The chaos driver: N client threads against one or more `idem serve` endpoints
-// (the HTTP API of SPEC §11) while a seeded fault scheduler injects faults, then a
+// (the HTTP API, docs/openapi.yaml) while a seeded fault scheduler injects faults, then a
 // final read of every key and the checker's verdict (checker.h).
 //
 // Each client works through a sequence of keys it shares with
@@ -8,7 +8,7 @@
 // external effect, appended to the effect log (effect_log.h) → complete with a
 // result that names the key and token; sometimes the effect is refused instead and
 // the client sends a retryable fail and claims again. Every answer that is not
-// final is retried as SPEC §5 says: 503 and no answer with exponential backoff and
+// final is retried as a client should: 503 and no answer with exponential backoff and
 // full jitter (100 ms doubling, capped at 1 s here: the test leases are ~1 s),
 // 409 in_progress after a short wait, 409 lease_lost by claiming again (a replay or
 // a takeover). Each request goes to an endpoint picked at random.

@@ -1,5 +1,5 @@
-// The history of a chaos run: every operation a client sent to `idem serve` (SPEC
-// §11), with when it was invoked, when its answer came (or did not), and what the
+// The history of a chaos run: every operation a client sent to `idem serve` (its
+// HTTP API), with when it was invoked, when its answer came (or did not), and what the
 // answer said. The checker (checker.h) judges a History together with the effect
 // log (effect_log.h); the driver (driver.h) fills one.
 //

@@ -1,4 +1,4 @@
-// The messaging chaos runs (issue 15 §1): consumer processes (chaos-consumer, the
+// The messaging chaos runs: consumer processes (chaos-consumer, the
 // consumer runner of kafka/runner.h) in one group read events from Kafka
 // (librdkafka's mock cluster over TCP, in this process) or a Redis stream (on the
 // redis-server of IDEM_TEST_REDIS_URL; the stream is private to the run) while a producer keeps adding events and the fault scheduler

@@ -1,4 +1,4 @@
-// Messaging chaos runs (issue 15 §1; messaging.h): consumer processes in one group
+// Messaging chaos runs (messaging.h): consumer processes in one group
 // on Kafka (the mock cluster) and on a Redis stream, killed, crashed at failpoints,
 // stalled past their sessions, joined and removed, with the broker down, commit
 // errors, forced rebalances and cut Redis connections, while events (some

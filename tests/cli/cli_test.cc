@@ -1,5 +1,5 @@
 // Runs the built `idem` binary (path in $IDEM_BIN) and checks exit statuses and
-// output exactly (SPEC §12: 0 success, 1 operational failure, 2 bad usage, one
+// output exactly (exit 0 success, 1 operational failure, 2 bad usage, one
 // `idem: …` line on stderr).
 #include <fcntl.h>
 #include <sys/wait.h>

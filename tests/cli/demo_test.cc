@@ -1,4 +1,4 @@
-// Black-box tests of `idem demo refund` (SPEC §4, §12): the demo with injected
+// Black-box tests of `idem demo refund`: the demo with injected
 // faults and SIGKILLed runners is part of the test suite, at a small N, and its
 // audit must show every effect exactly once.
 //

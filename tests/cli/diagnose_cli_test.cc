@@ -18,9 +18,9 @@ using testing::RunResult;
 using ::testing::HasSubstr;
 using testing::RunIdemIn;
 
-// Ten rebalances, eight of them inside the four jitter windows (seed 0's 80 %):
-// the windows last 15 s, 4 s, 9 s and 2 s, so P99 (the longest, with fewer than 100)
-// is 15 s, which gives the seed's session 30 s / heartbeat 10 s.
+// Ten rebalances, eight of them inside the four jitter windows (80 %: jitter is the
+// cause): the windows last 15 s, 4 s, 9 s and 2 s, so P99 (the longest, with fewer than 100)
+// is 15 s, which gives session 30 s / heartbeat 10 s.
 constexpr char kEvents[] =
     "# rebalances of group refunds\n"
     "2024-06-18T10:00:03Z revoked refunds[0]\n"

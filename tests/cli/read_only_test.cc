@@ -1,4 +1,4 @@
-// SPEC §12: the read-only commands (inspect, stuck, records list, keys analyze, the
+// The read-only commands (inspect, stuck, records list, keys analyze, the
 // --dry-runs) never create or change anything in the store they are pointed at. On
 // SQLite the file stays
 // byte-identical, a read-only file works, and a database without idem's tables is

@@ -1,4 +1,4 @@
-// `idem recon` as a black box (SPEC §9): a CSV/JSONL statement against a ledger in a
+// `idem recon` as a black box: a CSV/JSONL statement against a ledger in a
 // SQL store, the JSON line, the summary, tickets and replays that reruns do not
 // repeat, the watermark and `recon status`, bad input that writes nothing, the HTML
 // report. Built twice: on SQLite (recon_cli_test, label unit) and on PostgreSQL and
@@ -662,7 +662,7 @@ TEST_P(Recon, ExactDecimalColumnsAreReadExactly) {
 }
 
 // `idem serve`'s /metrics: no sample before recon made its table, then the last
-// success of the source (SPEC §9).
+// success of the source (an alarm when recon stops running).
 TEST_P(Recon, ServeExportsTheLastSuccess) {
   const std::string bill = Day();
   ServeProcess serve(dir_.file("serve.err"));

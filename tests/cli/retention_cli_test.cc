@@ -1,4 +1,4 @@
-// `idem purge` and `idem records list` (SPEC §8, §12) on a SQLite file: records
+// `idem purge` and `idem records list` on a SQLite file: records
 // written with the C++ API at a time long past (a fake clock), purged and listed by
 // the real binary on the real clock; the [retention.*] sections of --config.
 #include <sys/stat.h>

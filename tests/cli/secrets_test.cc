@@ -1,4 +1,4 @@
-// SPEC §10: a store or Redis password never appears in any output. Every error path
+// A store or Redis password never appears in any output. Every error path
 // of OpenStore, NewCachingStore and the commands' start-up is fed a URL carrying a
 // password (unreachable servers, bad parameters, malformed URLs, unknown schemes,
 // schemes left out) and the password is looked for in every message and in the

@@ -1,4 +1,4 @@
-// Black-box tests of `idem stuck` and `idem worker` (SPEC §4, §10, §12): this
+// Black-box tests of `idem stuck` and `idem worker`: this
 // process writes step journals with the C++ API on a SQLite file, then the real
 // binary lists them and resumes them. Time in the journal comes from a FakeClock
 // set an hour back (due now) or a day ahead (not due yet), so nothing waits on a
@@ -385,7 +385,7 @@ TEST_F(StepsCliTest, StuckListsOldestFirstUpToTheLimit) {
   EXPECT_THAT(r.out, HasSubstr("\n1 operation(s)\n"));
 }
 
-// Business keys are opaque bytes (SPEC §2): control bytes are escaped in the
+// Business keys are opaque bytes: control bytes are escaped in the
 // listing; in JSON a UTF-8 key is a string and any other one is base64.
 TEST_F(StepsCliTest, StuckShowsOpaqueKeysEscapedOrBase64) {
   const std::string text_key = "K\n1\x01";

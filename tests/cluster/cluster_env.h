@@ -1,4 +1,4 @@
-// Test support for the `cluster` tests (issue 15 §5): a replicated database topology
+// Test support for the `cluster` tests: a replicated database topology
 // of scripts/cluster.sh (a three-node Galera cluster, or a PostgreSQL primary with a
 // streaming standby) started for one test in a directory of its own and stopped when
 // the object goes away, and the script's fault commands (kill/rejoin a node, detach

@@ -1,11 +1,11 @@
-// idem on a three-node MariaDB Galera cluster (issue 15 §5, SPEC §1): two `idem
+// idem on a three-node MariaDB Galera cluster (many servers on one database act as one): two `idem
 // serve` processes on different nodes, eight clients racing for the same keys across
 // them, and the second node SIGKILLed and rejoined while the load runs. Galera
 // decides conflicting writes of two nodes at commit (certification); the loser's
 // transaction is rolled back with a deadlock error, which idem must turn into a retry
 // (its claim retries, or 409/503 to the client), never into a second winner. The
 // chaos checker judges the whole history: one holder per effect, acked completes
-// durable and byte-identical, one result per key, only SPEC-allowed errors, every
+// durable and byte-identical, one result per key, only errors the API allows, every
 // key converged (read by a server on the third node without the in-process cache);
 // the rejoined node's server then replays the same bytes for every key.
 //

@@ -6,7 +6,7 @@
 // Each key is worked on by two clients at once that talk to different servers
 // (clients 2i and 2i+1 walk the keys in the same order, from different starting
 // points per pair), so every key sees a claim race across servers, i.e. across
-// database nodes on Galera. A client retries what the SPEC says to retry: 409
+// database nodes on Galera. A client retries what the API says to retry: 409
 // in_progress (shortly after), 503 and a lost answer (on the next server in the
 // list: the load balancer of a real deployment); a complete that got no answer is
 // sent again with the same token and result before the client claims again. A key

@@ -1,4 +1,4 @@
-// idem on a PostgreSQL primary with a streaming standby (issue 15 §5): `idem serve`
+// idem on a PostgreSQL primary with a streaming standby: `idem serve`
 // runs with both hosts in its store URL (libpq multi-host with
 // target_session_attrs=read-write, so it connects to whichever server takes writes),
 // eight clients claim and complete, the standby is cut off from the primary, the

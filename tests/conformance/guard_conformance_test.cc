@@ -1,4 +1,5 @@
-// The Guard/Store contract of SPEC §2–§3, run against every backend.
+// The Guard/Store contract (keys, outcomes and their order, the two modes;
+// include/idem/guard.h), run against every backend.
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -393,7 +394,7 @@ TEST_P(SqlGuardConformanceTest, FinalErrorRollsBackBusinessRowsButCachesFailure)
   auto handler = [&](Transaction& tx) -> absl::StatusOr<std::string> {
     IDEM_RETURN_IF_ERROR(
         tx.Exec("INSERT INTO ledger (order_no, amount) VALUES (?, ?)", {Value("O-1"), Value(1)}));
-    // A unique-key conflict is final (SPEC §5).
+    // A unique-key conflict is final (not retryable).
     IDEM_RETURN_IF_ERROR(
         tx.Exec("INSERT INTO ledger (order_no, amount) VALUES (?, ?)", {Value("O-1"), Value(1)}));
     return std::string("unreachable");
@@ -405,7 +406,7 @@ TEST_P(SqlGuardConformanceTest, FinalErrorRollsBackBusinessRowsButCachesFailure)
   EXPECT_EQ(again->outcome, Outcome::kCachedFailure);
 }
 
-// SPEC §3: a missing schema is the store's fault. With the record table gone
+// A missing schema is the store's fault. With the record table gone
 // (dropped, renamed, a wrong database), every guard call fails closed with
 // kUnavailable marked IsStoreFault (HTTP 503), never kInvalidArgument (400, which a
 // client does not retry: the message would be dropped); Ping fails too (/readyz).
@@ -538,7 +539,7 @@ TEST_P(SqlGuardConformanceTest, FirstStatementErrorCountsAsTheHandlers) {
   EXPECT_THAT(guard_->Run(Req("K-2"), Statement{"INSERT INTO ledger VALUS (1)", {}}, handler),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(handler_runs, 0);
-  // A missing table is the store's: retryable, nothing cached (SPEC §3).
+  // A missing table is the store's: retryable, nothing cached (fail closed).
   absl::Status missing =
       guard_->Run(Req("K-3"), Statement{"INSERT INTO no_such_table VALUES (1)", {}}, handler)
           .status();
@@ -616,7 +617,7 @@ TEST_P(SqlGuardConformanceTest, StateMachineAndVersionHelpers) {
   ASSERT_OK(tx->Commit());
 }
 
-// The dedupe journal (SPEC §3, seed 1 §3.3): a consumer records (biz_id,
+// The dedupe journal: a consumer records (biz_id,
 // event_type) in its own transaction; a duplicate answers false and leaves the
 // transaction usable on every backend (PostgreSQL would otherwise abort it, 25P02).
 TEST_P(SqlGuardConformanceTest, RecordEventDedupesInTheCallersTransaction) {

@@ -1,4 +1,4 @@
-// Retention (SPEC §8), run against every backend: claims carry expires_at from the
+// Retention, run against every backend: claims carry expires_at from the
 // biz_type's TTL, Store::ListRecords pages the records, Purge() turns finished
 // records past their time into tombstones (never a lease, never one inside its
 // window), a late duplicate meets the tombstone as Outcome::kExpired, and purge
@@ -380,7 +380,7 @@ TEST_P(RetentionConformanceTest, RetireOfAMovedRecordDoesNothing) {
   EXPECT_FALSE(Stored("released")->purged());
 }
 
-// Purge racing with claims (SPEC §8): whatever a claim got while the purge ran,
+// Purge racing with claims: whatever a claim got while the purge ran,
 // the record it acquired is never removed or tombstoned, a finished key is answered
 // either from its record (replayed) or from its tombstone (expired), never run
 // again, and nothing inside its window is touched.
@@ -476,7 +476,7 @@ TEST_P(RetentionConformanceTest, PurgeRacingWithClaimsNeverRemovesALiveOrInWindo
 // an op_type with a policy goes once its TTL has passed; one still running never.
 TEST_P(RetentionConformanceTest, FinishedStepOperationsArePurgedByTheSameRules) {
   // The step journal (idem_operations, idem_steps) is SQL tables in the business
-  // database (SPEC §4): memory:// and rocksdb:// (either writer) have no SQL, so
+  // database: memory:// and rocksdb:// (either writer) have no SQL, so
   // StepRunner cannot run on them and there is nothing to purge; their records'
   // retention is covered by the tests above on every backend.
   if (!store_->SupportsSql()) GTEST_SKIP() << GetParam().name << " has no step journal";

@@ -1,4 +1,4 @@
-// The Store contract every backend keeps (SPEC §3, include/idem/store.h), where the
+// The Store contract every backend keeps (include/idem/store.h), where the
 // backend tests used to check it each on their own: a schema newer than the build
 // is refused, a lock held past the lock timeout fails closed, the pool survives its
 // sessions being killed, and the Guard's final write commits nothing when it does
@@ -105,7 +105,7 @@ class StoreContractTest : public ::testing::TestWithParam<testing::Backend> {
 // ---- schema versions ----
 
 // A database whose schema a newer idem wrote is refused, not used or "repaired":
-// this build does not know what the newer schema means (SPEC §3). Nothing a retry
+// this build does not know what the newer schema means (fail closed). Nothing a retry
 // fixes, so kFailedPrecondition, and the message says why.
 TEST_P(StoreContractTest, NewerSchemaIsRefused) {
   {
@@ -123,7 +123,7 @@ TEST_P(StoreContractTest, NewerSchemaIsRefused) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("newer"));
 }
 
-// Schema version 1 (before retention, SPEC §8) is upgraded in place by an open
+// Schema version 1 (before retention) is upgraded in place by an open
 // that may write (what `idem migrate` and `idem serve` do) and refused by a
 // read-only one; the records it held read as kept for ever.
 TEST_P(StoreContractTest, OlderSchemaIsUpgradedInPlace) {

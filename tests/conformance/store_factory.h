@@ -65,7 +65,7 @@ inline absl::StatusOr<std::unique_ptr<Store>> OpenBackendStore(const Backend& ba
   return backend.wrap(*std::move(store));
 }
 
-// The cache decorator (SPEC §6) with an in-process L1 only: it must change no
+// The cache decorator (include/idem/cache.h) with an in-process L1 only: it must change no
 // outcome of the suite. The Redis tier is covered by tests/integration/cache_test.
 inline absl::StatusOr<std::unique_ptr<Store>> WrapWithCache(std::unique_ptr<Store> store) {
   return NewCachingStore(std::move(store), CacheOptions{});

@@ -1,4 +1,4 @@
-// Crash tests (SPEC §3): a child process runs the guard over a batch of keys and
+// Crash tests of the transactional guard: a child process runs the guard over a batch of keys and
 // is SIGKILLed at a failpoint; the parent reopens the database, retries every key,
 // and checks that each business row exists exactly once and each record agrees
 // with it.

@@ -1,4 +1,4 @@
-// Crash tests of the step machine (SPEC §4): a child process runs a batch of
+// Crash tests of the step machine: a child process runs a batch of
 // three-step operations and is SIGKILLed at the Nth hit of a step failpoint —
 // before an external call, after it but before its journal update, after the
 // journal update, and around compensations. The parent then resumes every

@@ -7,7 +7,7 @@
 // then header lines "Name: value" ("Authorization" becomes the bearer token,
 // "X-Advance-Ms" moves the fake clock before the request), an empty line, and
 // the body. The tenants are acme (token tok-a) and beta (tok-b); biz_type "low"
-// fails open. Every route of SPEC §11 is in the seeds.
+// fails open. Every route of docs/openapi.yaml is in the seeds.
 //
 // Properties: no answer is a 500 (Api::Handle turns an escaped exception into
 // one; memory:// never fails, so neither is a 503); every status is 2xx..4xx; a
@@ -221,7 +221,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!reply.has_value()) reply = api.HandleWithoutBlocking(p.request);
     if (!reply.has_value()) reply = api.Handle(p.request);
     // A waiting claim polls (the fake clock moving as the server's timer would)
-    // until it is answered; its wait is at most 30 s (SPEC §11).
+    // until it is answered; its wait is at most 30 s (wait_ms's bound).
     const absl::Time wait_start = clock.Now();
     while (reply->waiting != nullptr) {
       Check(clock.Now() - wait_start <= absl::Seconds(31), "a waiting claim ends within 30 s");

@@ -1,4 +1,4 @@
-// The API layer of `idem serve` (SPEC §11), driven without sockets against a
+// The API layer of `idem serve` (docs/openapi.yaml), driven without sockets against a
 // memory:// store and a fake clock.
 #include "http/api.h"
 
@@ -401,7 +401,7 @@ TEST_F(ApiTest, WaitAttachesToTheHolderAndGetsItsResult) {
   EXPECT_EQ(w.response.body, R"({"outcome":"replayed","expires_at":null,"result":{"ok" :true}})");
 }
 
-// Issue 11 §3: the polls of many waiters on one key share a store read while it is
+// The polls of many waiters on one key share a store read while it is
 // fresh (wait_poll_min), so waiting costs the store one read per key per window, not
 // one per waiter; a complete through this Api is seen by the very next poll.
 TEST_F(ApiTest, WaitersOnOneKeyShareTheirPollsReads) {
@@ -468,7 +468,7 @@ TEST_F(ApiTest, WaitBecomesTheHolderWhenTheLeaseEndsOrIsReleased) {
   EXPECT_EQ(J(w.response)["takeover"], false);
 }
 
-// Retention (SPEC §8): claim answers carry expires_at, and once a key's record is
+// Retention: claim answers carry expires_at, and once a key's record is
 // purged its claim and its record read are 410 `expired`, counted as such.
 TEST_F(ApiTest, APurgedKeyIs410Expired) {
   RetentionPolicy policy;
@@ -661,7 +661,7 @@ TEST_F(ApiTest, FingerprintOverTheLimitIs400) {
               ::idem::testing::StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-// Issue 11 §2: on rocksdb:// (behind the L1, as `idem serve` opens it) a claim,
+// The lean path: on rocksdb:// (behind the L1, as `idem serve` opens it) a claim,
 // complete or fail is started on the network thread (HandleAsync) and answered by
 // the function the writer thread hands back once the write is durable. Every
 // answer is byte for byte the blocking path's, in the same scenario on another

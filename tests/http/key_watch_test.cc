@@ -1,4 +1,4 @@
-// KeyWatch (issue 11 §3): Notify wakes the watchers of its key only, once; a
+// KeyWatch: Notify wakes the watchers of its key only, once; a
 // dropped handle is never woken; a Notify between a waiter's read and its Watch
 // (seen through the epoch) wakes it at once, so no completion is missed. Read
 // shares one store read of a key among the polls within its window, never across a

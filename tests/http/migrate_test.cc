@@ -1,4 +1,4 @@
-// Black-box tests of `idem migrate` (SPEC §12) on SQLite: the real binary, exit
+// Black-box tests of `idem migrate` on SQLite: the real binary, exit
 // statuses, and that a second run changes nothing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// kill -9 under load (issue 11, tests): `idem serve` on rocksdb:// is SIGKILLed five
+// kill -9 under load: `idem serve` on rocksdb:// is SIGKILLed five
 // times while 16 connections claim and complete fresh keys, and restarted on the same
 // directory each time. Afterwards every complete that was answered 200 is replayed
 // with its result byte for byte, and every key ever acquired still holds token 1

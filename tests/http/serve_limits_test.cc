@@ -1,8 +1,8 @@
-// `idem serve` under connection abuse (issue 10 §1): past --max-connections a new
+// `idem serve` under connection abuse: past --max-connections a new
 // client is answered 503 at once; out of file descriptors the server answers
 // waiting clients, does not spin and logs at most about once a second; once
 // connections close, new clients are served again without a restart. And at HTTP's
-// edges (§2), with raw bytes: HEAD, absolute-form targets, unsupported
+// edges, with raw bytes: HEAD, absolute-form targets, unsupported
 // transfer-codings.
 #include <arpa/inet.h>
 #include <gmock/gmock.h>

@@ -1,4 +1,4 @@
-// GET /metrics of the real `idem serve` (issue 10 §7): per-route latency histograms
+// GET /metrics of the real `idem serve`: per-route latency histograms
 // and status classes, the open-connection gauge, idem_build_info with the version
 // `idem --version` prints, and idem_store_up. Connection refusals are in
 // serve_limits_test.cc (they need a connection cap); idem_store_up 0 with the store

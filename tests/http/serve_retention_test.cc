@@ -1,4 +1,4 @@
-// Retention in `idem serve` (SPEC §8, §11): the real binary with [retention.*]
+// Retention in `idem serve`: the real binary with [retention.*]
 // sections in its --config: claim answers carry expires_at, a configured TTL below
 // the derived one stops the start with the derivation, the background purge
 // (--purge-every) tombstones what is past its time so a late duplicate is 410

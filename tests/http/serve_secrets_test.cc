@@ -1,4 +1,4 @@
-// Secrets off the command line (issue 10 §3): `idem serve` takes tenants as token
+// Secrets off the command line: `idem serve` takes tenants as token
 // hashes from a file or the environment and the store password from a file, with
 // nothing secret in /proc/PID/cmdline (what `ps` shows every local user); plaintext
 // tokens on the command line still work, with a warning; secret files others may

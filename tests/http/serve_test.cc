@@ -1,4 +1,4 @@
-// Black-box tests of `idem serve` (SPEC §11, §12): the real binary over a SQLite
+// Black-box tests of `idem serve`: the real binary over a SQLite
 // store, driven through HTTP on 127.0.0.1 with a port the kernel picks.
 //
 // The binary runs on the real clock. Tests wait for what they need (a claim that
@@ -438,7 +438,7 @@ TEST_F(ServeStartupTest, WithoutTenantsADevTenantIsPrinted) {
 namespace idem::http {
 namespace {
 
-// X-Request-Id (issue 10 §2): a client's sane id is echoed, in the header and in a
+// X-Request-Id: a client's sane id is echoed, in the header and in a
 // problem body; a missing or unsafe one is replaced by one the server makes.
 TEST_F(ServeTest, RequestIdIsEchoedOrMade) {
   Client c(port_);
@@ -461,7 +461,7 @@ TEST_F(ServeTest, RequestIdIsEchoedOrMade) {
 namespace idem::http {
 namespace {
 
-// Logs an operator can use (issue 10 §4): --log-format json writes one JSON object
+// Logs an operator can use: --log-format json writes one JSON object
 // per line; every answer has an access line (method, route, status, outcome,
 // latency, tenant, request id) that never holds the token; --log-level warn
 // silences the access lines; a bad level is a usage error.
@@ -545,9 +545,9 @@ TEST(ServeLogTest, TextLogEscapesControlCharactersInEveryField) {
 namespace idem::http {
 namespace {
 
-// SPEC §11 stores any JSON value byte-for-byte. Numbers past int64/double were
-// refused as "not valid JSON" (simdjson converts numbers), and complete comes
-// after the effect, so the client could not retry that away.
+// A result or error is any JSON value, stored and replayed byte-for-byte. Numbers
+// past int64/double were refused as "not valid JSON" (simdjson converts numbers),
+// and complete comes after the effect, so the client could not retry that away.
 TEST_F(ServeTest, BigNumbersInAResultAreStoredAndReplayedByteForByte) {
   for (const std::string& result :
        {std::string(R"({"big":18446744073709551616,"huge":1e400,"tiny":-1e-400,"n":[1E+999]})"),

@@ -233,8 +233,8 @@ TEST_F(ServerTest, DeclaredBodyOverTheLimitIs413AndCloses) {
   EXPECT_TRUE(c.ClosedByPeer());
 }
 
-// The token is checked before the declared length (SPEC §11: authentication once
-// the headers are in): a client without one learns nothing but 401, and neither
+// The token is checked before the declared length (authentication once the
+// headers are in, before the body): a client without one learns nothing but 401, and neither
 // body is read.
 TEST_F(ServerTest, DeclaredBodyOverTheLimitWithoutATokenIs401) {
   for (const char* auth : {"", "Authorization: Bearer wrong\r\n"}) {
@@ -339,7 +339,7 @@ TEST_F(ServerTest, WaitingClaimsDoNotBlockTheServer) {
   }
 }
 
-// Attach without polling (issue 11 §3): with the poll timer set to an hour, a
+// Attach without polling: with the poll timer set to an hour, a
 // waiter is still answered as soon as the holder completes through the same
 // process, because the complete wakes it; and while it waits its timer never
 // fires, so it read the store once (when it started waiting) or not at all.
@@ -432,7 +432,7 @@ class BlockingStore : public Store {
   std::unique_ptr<Store> inner_;
 };
 
-// The lean duplicate path (issue 11 §2): a duplicate of a key whose final record
+// The lean duplicate path: a duplicate of a key whose final record
 // is in the cache's L1 is answered on the I/O thread, so it is answered even while
 // the only worker thread is stuck in a store call.
 TEST(ServerFastPath, DuplicatesAreAnsweredWhileEveryWorkerIsBusy) {

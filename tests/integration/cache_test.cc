@@ -1,4 +1,4 @@
-// The cache tiers of SPEC §6 against a real Redis: duplicates already decided are
+// The cache tiers (include/idem/cache.h) against a real Redis: duplicates already decided are
 // answered without a database transaction, and losing a tier (flush, a dead Redis,
 // eviction) never changes an answer or lets a duplicate run.
 //

@@ -1,5 +1,5 @@
-// Degradation (SPEC §3 Unavailable, §10): `idem serve` on a PostgreSQL server of the
-// test's own, which the test stops and starts again.
+// Degradation (a store that is down is Unavailable, 503): `idem serve` on a
+// PostgreSQL server of the test's own, which the test stops and starts again.
 //
 // While the server is down every claim/complete/fail/record call must answer 503
 // problem+json ("outcome":"unavailable", Retry-After) within a bound set by the

@@ -1,4 +1,4 @@
-// `idem bridge kafka` (SPEC §7) as a process, on librdkafka's mock cluster over
+// `idem bridge kafka` (docs/messaging.md) as a process, on librdkafka's mock cluster over
 // TCP, delivering to a recording HTTP target in this process. Asserts that every
 // event is delivered (none lost), always under the same Idempotency-Key (never
 // under two), and sent again only when a bridge died between sending and

@@ -1,4 +1,4 @@
-// The consumer runner over Kafka (SPEC §7), on librdkafka's mock cluster over real
+// The consumer runner over Kafka (docs/messaging.md), on librdkafka's mock cluster over real
 // TCP (testing/kafka_mock.h). Every scenario asserts no double effect (each
 // payload has exactly one effects row) and no lost message (every payload has
 // one, or is in the dead-letter topic), plus what the scenario is about.

@@ -1,4 +1,4 @@
-// Two servers, one database (SPEC §3, §11): two real `idem serve` processes on the
+// Two servers, one database: two real `idem serve` processes on the
 // same PostgreSQL schema / MySQL database, 50 concurrent claims of one key split
 // over both. The database's unique key is the only thing the two processes share,
 // so exactly one claim may win: one 201, forty-nine 409.
@@ -93,7 +93,7 @@ void ExactlyOneWinner(const std::string& url, const std::string& scratch) {
   EXPECT_EQ(b.Stop(), 0);
 }
 
-// Attach across processes (issue 11 §3): claims waiting on server A for a key that
+// Attach across processes: claims waiting on server A for a key that
 // server B holds see B's complete through their polls, which are plain reads backing
 // off to 250 ms, not locking claim transactions every 15 ms, and which the waiters on
 // one key share (one read per 15 ms at most): 20 waiters over ~1.5 s cost fewer reads

@@ -1,4 +1,4 @@
-// Store errors that tell the truth, through the real `idem serve` (SPEC §3, §11):
+// Store errors that tell the truth, through the real `idem serve`:
 // with idem's record table gone (dropped, renamed, a wrong database) a claim is the
 // store's fault, 503 with Retry-After, and /readyz is 503; a client retries a 503,
 // whereas the 400 this used to be made it drop the message. Once the table is back
@@ -113,7 +113,7 @@ void MissingSchemaIs503(const std::string& url, const std::string& scratch) {
   EXPECT_EQ(Claim(serve.port(), "K-2").status, 201);
   EXPECT_EQ(serve.Stop(), 0);
   // One log line when the store went down and one when it came back, not one per
-  // refused request (SPEC §10).
+  // refused request.
   const std::string log = serve.stderr_text();
   EXPECT_EQ(Count(log, "store unavailable: "), 1) << log;
   EXPECT_EQ(Count(log, "store available again after "), 1) << log;
@@ -331,7 +331,7 @@ std::string ViaPort(const std::string& url, int port) {
   return out;
 }
 
-// SPEC §3, every store call bounded: a database that goes silent (a black hole, no
+// Every store call is bounded: a database that goes silent (a black hole, no
 // reset) costs each call at most the store's timeout and answers kUnavailable, the
 // connections it pinned are given up rather than returned to the pool, and once
 // the network heals the same store serves again, without a restart (polled for up
@@ -411,7 +411,7 @@ TEST(StoreFault, MysqlMissingSchemaIs503) {
 namespace idem::testing {
 namespace {
 
-// issue 10 §5: `idem serve` starts while its database server is down (the store
+// `idem serve` starts while its database server is down (the store
 // used to be opened once, so a server booted before its database exited 1), says
 // so in one line without the password, answers /readyz and requests 503, and
 // serves once the database answers, without a restart. --require-store-at-start

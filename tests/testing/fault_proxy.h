@@ -1,5 +1,5 @@
 // A TCP forwarder on 127.0.0.1 that a test switches between faults, to put between
-// idem and a database (SPEC §3: a store that stops answering is a store fault, and
+// idem and a database (a store that stops answering is a store fault, and
 // every store call is bounded):
 //   kPass       forwards both ways;
 //   kBlackhole  accepts and reads bytes on every connection, old and new, and

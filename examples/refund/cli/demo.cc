@@ -3,11 +3,11 @@
 //   idem demo refund [--orders 100] [--fault-rate 0.1] [--kill-runner 0.05] [--seed 1]
 //                    [--store URL] [--naive] [--transport direct|kafka] [--json]
 //
-// Replays seed 0's refund incident (examples/refund/refund_demo.h): a fake
+// Replays the refund incident of docs/steps.md (examples/refund/refund_demo.h): a fake
 // payment channel process, the step runner as a child process killed at random
 // step failpoints, faults at the channel, the ledger and the inbox; then an audit.
 // Prints a summary table; with --json, a last line of counts. --naive runs the
-// seed's offset-keyed dedupe instead and shows its duplicates. --transport kafka
+// incident's offset-keyed dedupe instead and shows its duplicates. --transport kafka
 // sends the orders through librdkafka's mock cluster to consumer child processes
 // (`idem demo refund-consumer`), with a redelivery, a rebalance and kills.
 // Exit status: 0 the demo ran (with the step machine: and every effect happened
@@ -111,7 +111,9 @@ CommandFn AddDemoCommand(CLI::App& root) {
   auto flags = std::make_shared<DemoFlags>();
 
   CLI::App* r = demo->add_subcommand(
-      "refund", "Replay the refund incident of seed 0 with faults and runner crashes, then audit");
+      "refund",
+      "Replay a refund incident (a retry reversed a payment twice) with faults and runner "
+      "crashes, then audit");
   flags->refund_cmd = r;
   r->add_option("--orders", flags->refund.orders, "Refunds to run (1-100000)")
       ->capture_default_str();
@@ -133,7 +135,7 @@ CommandFn AddDemoCommand(CLI::App& root) {
                 "Store URL for the journal, ledger and inbox (default: a new SQLite file under "
                 "/tmp)");
   r->add_flag("--naive", flags->refund.naive,
-              "Dedupe by message offset instead (the seed's design), to see its duplicates");
+              "Dedupe by message offset instead (the incident's design), to see its duplicates");
   r->add_option("--transport", flags->refund.transport,
                 "How the orders reach the runner: direct, or kafka (librdkafka's mock cluster in "
                 "this process, consumers as child processes: redeliveries, a rebalance, kills)")

@@ -1,4 +1,4 @@
-// `idem worker`: resumes step operations after crashes (SPEC §4).
+// `idem worker`: resumes step operations after crashes (docs/steps.md).
 //
 //   idem worker --store postgres://idem@db/app --refund-channel http://127.0.0.1:9000
 //               [--interval 1s] [--batch 100] [--once]
