@@ -1,6 +1,6 @@
 # cmake -DROOT=<source dir> -P citations_check.cmake
-# What a user of idem reads (include/, src/, examples/, docs/, packaging/ and
-# README.md) says what it means instead of citing documents the user does not have.
+# What a user of idem reads (include/, src/, examples/, docs/, packaging/, clients/
+# and README.md) says what it means instead of citing documents the user does not have.
 # Fails, naming each file and line, on:
 #   - the word SPEC, SPEC.md, or a design document of seeds/ (the product contract and
 #     the documents it was made from are not part of the repository);
@@ -25,8 +25,9 @@ set(citation "(^|[^A-Za-z0-9_])SPEC([^A-Za-z0-9_]|$)|SPEC\\.md|seeds/[A-Za-z0-9_
 
 # The files: every file under the folders (they hold text only), and README.md.
 set(files "${ROOT}/README.md")
-foreach(dir include src examples docs packaging)
+foreach(dir include src examples docs packaging clients)
   file(GLOB_RECURSE dir_files "${ROOT}/${dir}/*")
+  list(FILTER dir_files EXCLUDE REGEX "/(node_modules|__pycache__|\\.venv|target)/")
   list(APPEND files ${dir_files})
 endforeach()
 list(SORT files)
@@ -64,5 +65,5 @@ if(found)
     "of docs/ (tests/citations_check.cmake):${found}")
 endif()
 list(LENGTH files count)
-message(STATUS "${count} files under include/, src/, examples/, docs/, packaging/ and "
+message(STATUS "${count} files under include/, src/, examples/, docs/, packaging/, clients/ and "
   "README.md: none cites the SPEC, a design document or an issue")

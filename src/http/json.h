@@ -1,4 +1,4 @@
-// Parsing of the JSON request bodies of the §11 API, and the JSON helpers the
+// Parsing of the JSON request bodies of the HTTP API, and the JSON helpers the
 // handlers use to build answers.
 //
 // Bodies are read in one strict pass (well-formed JSON, valid UTF-8, one top-level

@@ -178,7 +178,7 @@ TEST(P99Test, NearestRank) {
 }
 
 TEST(SuggestTimeoutsTest, TheRule) {
-  // Seed 0's values: heartbeat 10 s, session 30 s, from a P99 of 15 s.
+  // Heartbeat 10 s, session 30 s, from a P99 of 15 s.
   TimeoutAdvice a = SuggestTimeouts(absl::Seconds(15));
   EXPECT_EQ(a.session_timeout_ms, 30000);
   EXPECT_EQ(a.heartbeat_interval_ms, 10000);

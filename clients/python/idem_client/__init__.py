@@ -1,5 +1,5 @@
 """A client for the HTTP API of ``idem serve``: exactly-once effects over
-at-least-once delivery (SPEC §11). Standard library only, Python >= 3.11.
+at-least-once delivery. Standard library only, Python >= 3.11.
 
     from idem_client import Client, idempotent
 

@@ -1,7 +1,7 @@
 """JSON helpers: exact bytes in both directions, and the default fingerprint.
 
 ``idem serve`` stores ``result`` and ``error`` as the exact bytes it received and
-answers with them spliced into its JSON verbatim (SPEC §11). To hand those bytes
+answers with them spliced into its JSON verbatim. To hand those bytes
 back unchanged, :func:`member_spans` finds where each top-level member's value
 starts and ends in an answer; :class:`RawJSON` lets a caller send exact bytes too.
 

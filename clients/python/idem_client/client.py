@@ -1,4 +1,4 @@
-"""Client: the HTTP API of ``idem serve`` (SPEC §11) from Python.
+"""Client: the HTTP API of ``idem serve`` from Python.
 
 Get one with ``Client("http://127.0.0.1:7070", token)``; the bearer token names
 the tenant, so every key is the caller's own. Each call is one request (plus
@@ -6,7 +6,7 @@ retries): ``claim`` returns a value for the three expected outcomes (Claim,
 Replayed, CachedFailure) and raises a typed :class:`IdemError` for the others;
 ``complete``/``fail``/``get`` return or raise likewise.
 
-Retries (SPEC §5) follow ``retry``: a call that met :class:`Unavailable` (503,
+Retries follow ``retry``: a call that met :class:`Unavailable` (503,
 connection refused or reset, timeout) is sent again, unchanged, with backoff; 4xx
 answers, ``in_progress`` included, are raised at once. Retrying is safe for every
 call: ``complete``/``fail`` with the same token and value answer 200 again, and a
@@ -139,7 +139,7 @@ class Client:
         self.url = url
 
     def __repr__(self) -> str:
-        # Never the token (SPEC §10).
+        # Never the token: it is a secret.
         return f"Client({self.url!r})"
 
     # -- the API ------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The exceptions of the idem client: one class per outcome or problem (SPEC §11).
+"""The exceptions of the idem client: one class per outcome or problem.
 
 Every error answer of ``idem serve`` is ``application/problem+json`` with ``type``,
 ``title``, ``detail`` and, where a guard outcome applies, ``outcome``. The class is
@@ -130,7 +130,7 @@ class Unauthorized(IdemError):
 
 
 class Expired(IdemError):
-    """410 expired: the key's record was purged after its retention (SPEC §8); a
+    """410 expired: the key's record was purged after its retention; a
     tombstone remembers it, so the request must not run again."""
 
 
@@ -149,7 +149,7 @@ class Unavailable(IdemError):
 
 
 class ServerError(IdemError):
-    """Any other answer: 500 and unexpected statuses. 5xx are retried (SPEC §5)."""
+    """Any other answer: 500 and unexpected statuses. 5xx are retried."""
 
     @property  # type: ignore[override]
     def retryable(self) -> bool:

@@ -33,7 +33,7 @@ class Claim:
 
     ``takeover`` is true when an earlier holder's lease expired unfinished
     (``previous_token`` is its token): that attempt may already have had its effect,
-    so probe the external system before doing it again (SPEC §3). ``degraded`` is true
+    so probe the external system before doing it again. ``degraded`` is true
     for a fail-open biz_type whose store was down: nothing was recorded (token 0).
     """
 

@@ -12,7 +12,7 @@ On entry the key is claimed (``Client.claim``):
 
 - acquired: ``op.acquired`` is true; the body must end with ``op.complete(result)``
   or ``op.fail(error, retryable=...)``. ``op.takeover`` tells it an earlier holder's
-  lease expired unfinished (probe before redoing an external effect, SPEC §3).
+  lease expired unfinished (probe before redoing an external effect).
 - replayed: ``op.replayed`` is true and ``op.result``/``op.raw`` hold the first
   result; the body should do nothing.
 - cached failure: :class:`CachedFailureError` is raised from the ``with`` line, so

@@ -1,4 +1,4 @@
-"""The client's retry policy: SPEC §5 backoff for calls that failed retryably.
+"""The client's retry policy for calls that failed retryably.
 
 Retry *n* (0 for the first retry) sleeps ``random() * min(cap, base * 2**n)``:
 exponential backoff with full jitter, 100 ms, 200 ms, 400 ms ... capped at 5 s by

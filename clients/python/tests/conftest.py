@@ -118,7 +118,7 @@ def server(tmp_path_factory) -> Server:
         proc.wait()
         code = "killed after SIGTERM was ignored for 15 s"
     drainer.join(timeout=10)
-    assert code == 0, f"idem serve exit status on SIGTERM: {code}"  # SPEC §12: graceful
+    assert code == 0, f"idem serve exit status on SIGTERM: {code}"  # a graceful stop exits 0
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Client calls against a real `idem serve` (SPEC §11): every outcome, exactly."""
+"""Client calls against a real `idem serve`: every outcome, exactly."""
 
 import socket
 import threading

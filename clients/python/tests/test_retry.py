@@ -1,4 +1,4 @@
-"""Unit tests of the retry policy (SPEC §5) with a fake sleep and random source."""
+"""Unit tests of the retry policy with a fake sleep and random source."""
 
 import pytest
 
