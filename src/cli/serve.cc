@@ -87,16 +87,16 @@ std::optional<http::ApiOptions> ServeApiOptions(const ServeFlags& flags,
                                                 int* exit_code) {
   const char* tenants_env = std::getenv("IDEM_TENANTS");
   http::ApiOptions api_options;
-  absl::StatusOr<std::vector<http::Tenant>> tenants = LoadTenants(
-      {.specs = flags.tenants,
-       .file = flags.tenants_file,
-       .env = tenants_env != nullptr ? tenants_env : "",
-       .config_file = ConfigFile(flags.server)},
-      warnings);
+  absl::StatusOr<std::vector<http::Tenant>> tenants =
+      LoadTenants({.specs = flags.tenants,
+                   .file = flags.tenants_file,
+                   .env = tenants_env != nullptr ? tenants_env : "",
+                   .config_file = ConfigFile(flags.server)},
+                  warnings);
   if (!tenants.ok()) {
     PrintReason("serve: " + Str(tenants.status().message()));
-    *exit_code = tenants.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                               : kExitFailure;
+    *exit_code =
+        tenants.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
     return std::nullopt;
   }
   api_options.tenants = *std::move(tenants);
@@ -144,9 +144,8 @@ std::optional<ServeRetention> ServeRetentionOf(const ServeFlags& flags, int* exi
   if (!retention.ok()) {
     if (!derivation.empty()) std::fputs(derivation.c_str(), stderr);
     PrintReason("serve: " + Str(retention.status().message()));
-    *exit_code = retention.status().code() == absl::StatusCode::kFailedPrecondition
-                     ? kExitFailure
-                     : kExitUsage;
+    *exit_code = retention.status().code() == absl::StatusCode::kFailedPrecondition ? kExitFailure
+                                                                                    : kExitUsage;
     return std::nullopt;
   }
   ServeRetention out{.policy = *std::move(retention)};
@@ -288,8 +287,7 @@ int RunServe(const ServeFlags& flags) {
   return ServeUntilSignal("serve", server,
                           absl::StrCat("serving store ", AV(store->url()), " for ",
                                        api_options->tenants.size(), " tenant(s), at most ",
-                                       server_options->max_connections,
-                                       " connections at once,"),
+                                       server_options->max_connections, " connections at once,"),
                           warnings);
 }
 

@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/absl_compat.h"
+#include "core/failpoint.h"
 #include "core/step_journal.h"
 #include "core/step_runner_impl.h"
-#include "core/failpoint.h"
 #include "idem/key.h"
 #include "idem/status.h"
 #include "idem/steps.h"
@@ -87,7 +87,6 @@ absl::Status ValidateJournalKey(std::string_view what, std::string_view key) {
 }
 
 }  // namespace
-
 
 StepRunner::StepRunner(Store& store, StepRunnerOptions options)
     : store_(store), options_(options), impl_(std::make_unique<Impl>(*this)) {}
@@ -444,6 +443,5 @@ absl::StatusOr<Unit> StepRunner::Impl::Finish(const Journal& j, StoreTransaction
   }
   return Unit{UnitKind::kDone};
 }
-
 
 }  // namespace idem

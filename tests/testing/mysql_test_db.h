@@ -26,9 +26,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "idem/idem.h"
 #include "idem/status.h"
 #include "idem/store.h"
-#include "idem/idem.h"
 
 namespace idem::mysql::testing {
 
@@ -57,7 +57,8 @@ inline std::string WithParams(std::string_view url, std::string_view params) {
 
 // Creates (if missing) the database of the test whose scratch directory is `dir`
 // on the server of `base_url`, and returns its URL (with base_url's parameters).
-// Errors: those of OpenStore for base_url (kNotFound in a build without mysql://), and of CREATE DATABASE.
+// Errors: those of OpenStore for base_url (kNotFound in a build without mysql://),
+// and of CREATE DATABASE.
 inline absl::StatusOr<std::string> FreshDatabaseUrl(std::string_view base_url,
                                                     std::string_view dir) {
   std::string suffix;

@@ -2,10 +2,10 @@
 
 #include <poll.h>
 
-#include <atomic>
-#include <cerrno>
-#include <bit>
 #include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -15,9 +15,9 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "store/absl_compat.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/absl_compat.h"
 
 namespace idem::postgres {
 namespace {
@@ -493,8 +493,9 @@ absl::Status PreparePipeline(absl::Span<const PipedStatement> statements,
   for (size_t i = 0; i < statements.size(); ++i) {
     const PipedStatement& st = statements[i];
     if (static_cast<int>(st.params.size()) != st.nparams) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "statement has ", st.nparams, " parameters but ", st.params.size(), " values were given"));
+      return absl::InvalidArgumentError(absl::StrCat("statement has ", st.nparams,
+                                                     " parameters but ", st.params.size(),
+                                                     " values were given"));
     }
     PipePrepared& p = (*prepared)[i];
     IDEM_RETURN_IF_ERROR(Bind(st.params, &p.bound));
@@ -526,7 +527,8 @@ bool SendPipeline(PGconn* conn, const std::vector<std::string>& deferred,
                   std::vector<PipeSlot>* slots, int* syncs) {
   bool sent = PQenterPipelineMode(conn) == 1;
   for (const std::string& d : deferred) {
-    sent = sent && PQsendQueryParams(conn, d.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+    sent =
+        sent && PQsendQueryParams(conn, d.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
     slots->push_back({PipeSlotKind::kDeferred});
   }
   for (size_t i = 0; i < statements.size(); ++i) {
@@ -566,8 +568,7 @@ bool SendPipeline(PGconn* conn, const std::vector<std::string>& deferred,
 // error of the same sync segment skipped it) and then NULL; each sync point with
 // PGRES_PIPELINE_SYNC. A lost connection ends the stream early, COPY too (*copy).
 // Returns how many sync points were read, or await's error.
-absl::StatusOr<int> ReadPipeline(PGconn* conn, int syncs,
-                                 absl::FunctionRef<absl::Status()> await,
+absl::StatusOr<int> ReadPipeline(PGconn* conn, int syncs, absl::FunctionRef<absl::Status()> await,
                                  std::vector<Result>* results, bool* copy) {
   size_t q = 0;
   bool have = false;  // (*results)[q] is filled; the next result belongs to q + 1
@@ -613,7 +614,8 @@ absl::StatusOr<int> ReadPipeline(PGconn* conn, int syncs,
 PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements, const char* then) {
   PipedMany out;
   out.results.reserve(statements.size());
-  for (size_t i = 0; i < statements.size(); ++i) out.results.emplace_back(absl::UnknownError("not run"));
+  for (size_t i = 0; i < statements.size(); ++i)
+    out.results.emplace_back(absl::UnknownError("not run"));
   auto fail = [&out](const absl::Status& s) {
     for (auto& r : out.results) r = s;
     out.then_status = s;
@@ -639,8 +641,8 @@ PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements, const
   }
   std::vector<Result> results(slots.size());
   bool copy = false;
-  absl::StatusOr<int> seen_syncs =
-      ReadPipeline(conn_, syncs, [this] { return AwaitInput("pipeline"); }, &results, &copy);
+  absl::StatusOr<int> seen_syncs = ReadPipeline(
+      conn_, syncs, [this] { return AwaitInput("pipeline"); }, &results, &copy);
   if (!seen_syncs.ok()) return fail(seen_syncs.status());
   if (copy || *seen_syncs < syncs || PQstatus(conn_) != CONNECTION_OK ||
       PQexitPipelineMode(conn_) != 1) {
