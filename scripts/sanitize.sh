@@ -80,7 +80,7 @@ case "$action" in
   build)
     # The preset's settings only (CMakePresets.json: compiler, -O1 -g1, no benchmarks,
     # three shards a binary), not the caller's IDEM_CMAKE_ARGS or build type.
-    PRESET=$kind BUILD_DIR=$build_dir IDEM_CMAKE_ARGS= CMAKE_BUILD_TYPE= scripts/build.sh "${targets[@]}"
+    PRESET=$kind BUILD_DIR=$build_dir IDEM_CMAKE_ARGS='' CMAKE_BUILD_TYPE='' scripts/build.sh "${targets[@]}"
     ;;
   test)
     [[ -f "$build_dir/CTestTestfile.cmake" ]] || {
