@@ -1,5 +1,6 @@
 # idem_add_test(NAME name SOURCES a.cc ... LIBS x ... LABELS unit [ENV K=V ...]
-#               [PROPERTIES prop value ...] [IDEM_BIN])
+#               [PROPERTIES prop value ...] [BACKENDS postgres|mysql|redis|rocksdb ...]
+#               [IDEM_BIN])
 # Builds one GoogleTest binary and registers each of its tests with CTest, labelled
 # so a developer can run one slice (ctest -L unit|conformance|crash|http).
 # PROPERTIES are further CTest properties for every discovered test (e.g.
@@ -8,6 +9,10 @@
 # list and pair ENVIRONMENT with the next property's name.
 # Compiled with IDEM_TEST_COMPILE_OPTIONS (-Og -g1 in the main build, -O0 -g1 in the
 # ASan+UBSan build, -O1 -g1 in the TSan build: CMakeLists.txt).
+# BACKENDS: the backends the binary's tests use by name (IDEM_WITH_<NAME>); in a build
+# without one of them the binary is still a target, but not built by `all`, not in its
+# labels' targets and not registered with CTest. (Tests that run over every backend,
+# tests/conformance/store_factory.h, leave out those not built instead.)
 # IDEM_BIN: a black-box test of the `idem` binary: it is built first, its path is
 # compiled in (IDEM_BIN_DEFAULT) and set in the environment (IDEM_BIN).
 # IDEM_SKIP_TEST_LABELS (a CMake list, empty by default): a test binary all of whose
@@ -27,7 +32,17 @@
 # output names the failing tests; the binary runs one of them alone with
 # --gtest_filter=NAME.
 function(idem_add_test)
-  cmake_parse_arguments(T "IDEM_BIN" "NAME" "SOURCES;LIBS;LABELS;ENV;PROPERTIES" ${ARGN})
+  cmake_parse_arguments(T "IDEM_BIN" "NAME" "SOURCES;LIBS;LABELS;ENV;PROPERTIES;BACKENDS" ${ARGN})
+  set(missing "")
+  foreach(backend IN LISTS T_BACKENDS)
+    string(TOUPPER "${backend}" backend)
+    if(NOT DEFINED IDEM_WITH_${backend})
+      message(FATAL_ERROR "idem_add_test(${T_NAME}): no backend '${backend}' (IDEM_WITH_${backend})")
+    endif()
+    if(NOT IDEM_WITH_${backend})
+      list(APPEND missing ${backend})
+    endif()
+  endforeach()
   # (A binary without labels is never skipped.)
   set(skipped FALSE)
   if(T_LABELS AND IDEM_SKIP_TEST_LABELS)
@@ -51,7 +66,10 @@ function(idem_add_test)
   if(T_ENV)
     list(APPEND props ENVIRONMENT "${T_ENV}")
   endif()
-  if(skipped)
+  if(missing)
+    set_target_properties(${T_NAME} PROPERTIES EXCLUDE_FROM_ALL TRUE)
+    return()
+  elseif(skipped)
     set_target_properties(${T_NAME} PROPERTIES EXCLUDE_FROM_ALL TRUE)
   elseif(IDEM_TEST_SHARDS GREATER 0)
     # Registered when CTest runs, as gtest_discover_tests does, and only if the binary

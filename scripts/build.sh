@@ -2,7 +2,9 @@
 # Configures (once) and builds idem into build/ with CMake + Ninja.
 #   scripts/build.sh [ninja targets...]
 # Environment: BUILD_DIR (default build), CMAKE_BUILD_TYPE (default RelWithDebInfo),
-# IDEM_CMAKE_ARGS (extra cmake arguments, e.g. -DIDEM_SANITIZE=ON).
+# PRESET (a configure preset of CMakePresets.json, e.g. ci or asan: its settings, in
+# BUILD_DIR), IDEM_CMAKE_ARGS (extra cmake arguments, e.g. -DIDEM_SANITIZE=ON; they win
+# over the preset's).
 # Tests and benchmarks are built when their packages are installed (IDEM_BUILD_TESTS
 # and IDEM_BUILD_BENCH default to AUTO); scripts/test.sh makes them required.
 set -euo pipefail
@@ -12,7 +14,10 @@ build_dir=${BUILD_DIR:-build}
 # by scripts/run.sh without the test packages must pick up the tests once
 # scripts/test.sh has installed them, and IDEM_CMAKE_ARGS given later must apply.
 cmake_args=()
-if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
+if [[ -n "${PRESET:-}" ]]; then
+  cmake_args+=(--preset "$PRESET")
+fi
+if [[ -z "${PRESET:-}" && ! -f "$build_dir/CMakeCache.txt" ]]; then
   cmake_args+=(-G Ninja -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" -DIDEM_WERROR=ON)
 elif [[ -n "${CMAKE_BUILD_TYPE:-}" ]]; then
   cmake_args+=(-DCMAKE_BUILD_TYPE="$CMAKE_BUILD_TYPE")

@@ -21,7 +21,7 @@ test_pkgs=(
   chromium spin
   clang-14 libclang-rt-14-dev  # tests/fuzz: clang, libFuzzer and the sanitizer runtimes
   ccache  # scripts/test.sh: the dist tests' tree reuses the main tree's objects
-  lld  # scripts/test.sh and sanitize.sh link with it (IDEM_LINKER, CMakeLists.txt)
+  lld  # scripts/test.sh and sanitize.sh link with it (IDEM_LINKER, cmake/IdemBuildSpeed.cmake)
   "${package_pkgs[@]}"
 )
 

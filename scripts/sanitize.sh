@@ -22,7 +22,7 @@
 # in every report, and about half the compile time of -O2 -g. Test code is at -O1 in
 # the TSan build and at -O0 in the ASan+UBSan build, where the examples and the
 # `idem` program are too: there only the libraries the fuzzers run keep -O1
-# (CMakeLists.txt, IDEM_TEST_COMPILE_OPTIONS, says why).
+# (cmake/IdemBuildSpeed.cmake, IDEM_TEST_COMPILE_OPTIONS, says why).
 # TSan is GCC's (the shim is written for it).
 # Each test binary runs as three CTest tests (shards), each a third of its tests in one
 # process (IDEM_TEST_SHARDS, cmake/IdemTest.cmake): a sanitized process's start and
@@ -46,21 +46,17 @@ shift 2
 case "$kind" in
   asan)
     build_dir=build-asan
-    # clang-14: its ASan+UBSan build takes ~60 % of GCC 12's time (105 s against 62 s
-    # for steps_conformance_test.cc at -O1 -g1), which CI's 90 minutes need. Warnings
-    # are the GCC build's job: -Werror is off here (clang warns about other things).
-    # The same tree builds the fuzzers (-DIDEM_FUZZ=ON, tests/fuzz; ctest -L fuzz),
-    # so the libraries are compiled once for both runs.
-    compiler=(CC=clang-14 CXX=clang++-14)
-    cmake_args="-DIDEM_SANITIZE=ON -DIDEM_FUZZ=ON -DIDEM_WERROR=OFF"
+    # The preset asan (CMakePresets.json): clang-14, whose ASan+UBSan build is faster
+    # than GCC's. Warnings are the GCC build's job: -Werror is off here (clang warns
+    # about other things). The same tree builds the fuzzers (-DIDEM_FUZZ=ON,
+    # tests/fuzz; ctest -L fuzz), so the libraries are compiled once for both runs.
     targets=(tests_unit tests_conformance tests_crash idem_fuzzers)
     labels='^(unit|conformance|crash)$'
     ;;
   tsan)
     build_dir=build-tsan
-    # GCC: the absl::Mutex shim and scripts/tsan.supp are written for its runtime.
-    compiler=()
-    cmake_args="-DIDEM_TSAN=ON"
+    # The preset tsan: GCC, for which the absl::Mutex shim and scripts/tsan.supp are
+    # written.
     targets=(concurrency_test tests_http tests_tsan idem)
     # Only concurrency_test is built of the conformance label here; tsan is the
     # absl::Mutex shim's own test (tests/tsan/).
@@ -72,6 +68,7 @@ case "$kind" in
 esac
 
 # Reports go to stderr and fail the process: ctest shows them with the failing test.
+# (The test presets asan and tsan of CMakePresets.json set the same options.)
 # detect_leaks: LeakSanitizer runs at exit of every test binary.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
@@ -81,10 +78,9 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:supp
 
 case "$action" in
   build)
-    # The benchmarks and the examples are not part of the sanitizer runs.
-    env "${compiler[@]}" CXXFLAGS="-O1 -g1" CMAKE_BUILD_TYPE=None BUILD_DIR=$build_dir \
-      IDEM_CMAKE_ARGS="-DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_BENCH=OFF -DIDEM_LINKER=lld -DIDEM_TEST_SHARDS=3 $cmake_args" \
-      scripts/build.sh "${targets[@]}"
+    # The preset's settings only (CMakePresets.json: compiler, -O1 -g1, no benchmarks,
+    # three shards a binary), not the caller's IDEM_CMAKE_ARGS or build type.
+    PRESET=$kind BUILD_DIR=$build_dir IDEM_CMAKE_ARGS='' CMAKE_BUILD_TYPE='' scripts/build.sh "${targets[@]}"
     ;;
   test)
     [[ -f "$build_dir/CTestTestfile.cmake" ]] || {

@@ -72,13 +72,11 @@ if [[ $# -eq 0 ]]; then
   builder=$!
 fi
 
-# The main tree compiles through ccache (IDEM_CCACHE_DIR, CMakeLists.txt), so that
-# dist.first_run's tree, build-dist beside it, takes its objects from the cache
-# instead of compiling idem a second time (~280 s of CPU; tests/dist/CMakeLists.txt).
-# lld links in a fifth of ld.bfd's time (IDEM_LINKER).
-# The test packages are installed now: a build without them is an error here.
-# Line tables only (-g1) in the product code: a quarter less compile time (CMakeLists.txt).
-IDEM_CMAKE_ARGS="-DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_BENCH=$bench -DIDEM_LINE_TABLES_ONLY=ON -DIDEM_SKIP_TEST_LABELS=$skip_labels -DIDEM_CCACHE_DIR=$PWD/build/ccache -DIDEM_DIST_BUILD_DIR=$PWD/build-dist -DIDEM_LINKER=lld ${IDEM_CMAKE_ARGS:-}" scripts/build.sh
+# The preset ci (CMakePresets.json): tests required (their packages are installed
+# now), line tables only, lld, and ccache in build/ccache, so that dist.first_run's
+# tree, build-dist beside it, takes its objects from the cache instead of compiling
+# idem a second time (tests/dist/CMakeLists.txt).
+PRESET=ci IDEM_CMAKE_ARGS="-DIDEM_BUILD_BENCH=$bench -DIDEM_SKIP_TEST_LABELS=$skip_labels ${IDEM_CMAKE_ARGS:-}" scripts/build.sh
 scripts/services.sh start "$services_dir"
 services_started=1
 # shellcheck source=/dev/null

@@ -176,9 +176,22 @@ int RunStatus(ReconFlags f) {
   return kExitOk;
 }
 
-int RunRecon(ReconFlags f) {
-  if (int exit = ResolveSecrets(&f); exit >= 0) return exit;
-  // --- usage ---
+// What the flags of a run ask for, checked.
+struct ReconSetup {
+  recon::ColumnMap map;
+  recon::StatusRules rules;
+  absl::TimeZone tz;
+  recon::StatementOptions statement_options;
+  std::vector<recon::StatementFormat> formats;  // one for each of f.statements
+  std::array<Action, recon::kClassCount> plan;
+  std::unique_ptr<recon::ActionSink> sink;
+  absl::Duration lateness;
+  absl::Duration skew;
+};
+
+// Checks the flags of a run into *setup. Returns the exit status to end with (the
+// reason printed), or -1 to go on.
+int ParseReconSetup(const ReconFlags& f, ReconSetup* setup) {
   if (f.source.empty()) return ReconUsage("--source NAME is required (e.g. the payment channel)");
   if (f.statements.empty()) return ReconUsage("--statement FILE is required");
   if (f.map.empty()) return ReconUsage("--map key=COLUMN,… is required");
@@ -187,9 +200,11 @@ int RunRecon(ReconFlags f) {
   }
   absl::StatusOr<recon::ColumnMap> map = recon::ParseColumnMap(f.map);
   if (!map.ok()) return ReconUsage(Msg(map.status()));
+  setup->map = *std::move(map);
   absl::StatusOr<recon::StatusRules> rules = recon::ParseStatusRules(f.status_map, f.intermediate);
   if (!rules.ok()) return ReconUsage(Msg(rules.status()));
-  if (!rules->map.empty() && !map->has(recon::Field::kStatus)) {
+  setup->rules = *std::move(rules);
+  if (!setup->rules.map.empty() && !setup->map.has(recon::Field::kStatus)) {
     return ReconUsage("--status-map needs status=COLUMN in --map");
   }
   for (int scale : {f.upstream_scale, f.local_scale}) {
@@ -198,27 +213,27 @@ int RunRecon(ReconFlags f) {
   }
   absl::StatusOr<absl::TimeZone> tz = recon::ParseTimeZone(f.tz);
   if (!tz.ok()) return ReconUsage("--tz: " + Msg(tz.status()));
-  recon::StatementOptions statement_options;
+  setup->tz = *tz;
   if (f.delimiter == "\\t" || f.delimiter == "tab") {
-    statement_options.delimiter = '\t';
+    setup->statement_options.delimiter = '\t';
   } else if (f.delimiter.size() == 1 && f.delimiter[0] != '"' && f.delimiter[0] != '\n') {
-    statement_options.delimiter = f.delimiter[0];
+    setup->statement_options.delimiter = f.delimiter[0];
   } else {
     return ReconUsage("--delimiter: one character (or tab)");
   }
-  std::vector<recon::StatementFormat> formats;
   for (const std::string& path : f.statements) {
     std::string format = f.format;
     if (format.empty()) {
       format = path.ends_with(".jsonl") || path.ends_with(".ndjson") ? "jsonl" : "csv";
     }
     if (format != "csv" && format != "jsonl") return ReconUsage("--format: csv or jsonl");
-    formats.push_back(format == "csv" ? recon::StatementFormat::kCsv
-                                      : recon::StatementFormat::kJsonl);
+    setup->formats.push_back(format == "csv" ? recon::StatementFormat::kCsv
+                                             : recon::StatementFormat::kJsonl);
   }
-  std::array<Action, recon::kClassCount> plan = {
-      f.replay_url.empty() ? Action::kTicket : Action::kReplay, Action::kTicket,
-      f.repush_url.empty() ? Action::kTicket : Action::kRepush, Action::kTicket, Action::kTicket};
+  std::array<Action, recon::kClassCount>& plan = setup->plan;
+  plan = {f.replay_url.empty() ? Action::kTicket : Action::kReplay, Action::kTicket,
+          f.repush_url.empty() ? Action::kTicket : Action::kRepush, Action::kTicket,
+          Action::kTicket};
   for (const std::string& on : f.on) {
     if (absl::Status s = recon::ParseActionFlag(on, &plan); !s.ok()) return ReconUsage(Msg(s));
   }
@@ -231,40 +246,44 @@ int RunRecon(ReconFlags f) {
   absl::StatusOr<std::unique_ptr<recon::ActionSink>> sink =
       recon::NewHttpActionSink(f.replay_url, f.repush_url, absl::Seconds(30));
   if (!sink.ok()) return ReconUsage(Msg(sink.status()));
+  setup->sink = *std::move(sink);
   absl::StatusOr<absl::Duration> lateness = recon::ParseDurationFlag(f.lateness, true);
   if (!lateness.ok()) return ReconUsage("--lateness: " + Msg(lateness.status()));
+  setup->lateness = *lateness;
   absl::StatusOr<absl::Duration> skew = recon::ParseDurationFlag(f.skew, true);
   if (!skew.ok()) return ReconUsage("--skew: " + Msg(skew.status()));
+  setup->skew = *skew;
   const int modes = (!f.from.empty() || !f.to.empty()) + !f.day.empty() + !f.hot.empty();
   if (modes > 1) return ReconUsage("choose one window: --from/--to, --day or --hot");
-  if (modes == 1 && !map->has(recon::Field::kTime)) {
+  if (modes == 1 && !setup->map.has(recon::Field::kTime)) {
     return ReconUsage("a window needs time=COLUMN in --map");
   }
   if (f.memory_mib < 16 || f.memory_mib > 65536) return ReconUsage("--memory-mib: 16 to 65536");
+  return -1;
+}
 
-  const absl::Time now_time = absl::Now();
-  const int64_t now = absl::ToUnixMicros(now_time);
-  const std::string store_url = f.store.empty() ? f.ledger : f.store;
-
-  // --- the window ---
-  recon::Window window;
-  window.skew_us = absl::ToInt64Microseconds(*skew);
+// The window of keys a run judges (--from/--to, --day, or --hot from the watermark in
+// `store_url`), into *window. Returns the exit status to end with (the reason
+// printed), or -1 to go on.
+int ReconWindowOf(const ReconFlags& f, const ReconSetup& setup, int64_t now,
+                  const std::string& store_url, recon::Window* window) {
+  window->skew_us = absl::ToInt64Microseconds(setup.skew);
   if (!f.from.empty() || !f.to.empty()) {
     if (!f.from.empty()) {
-      absl::StatusOr<int64_t> t = recon::ParseTimeUs(f.from, *tz);
+      absl::StatusOr<int64_t> t = recon::ParseTimeUs(f.from, setup.tz);
       if (!t.ok()) return ReconUsage("--from: " + Msg(t.status()));
-      window.from_us = *t;
+      window->from_us = *t;
     }
     if (!f.to.empty()) {
-      absl::StatusOr<int64_t> t = recon::ParseTimeUs(f.to, *tz);
+      absl::StatusOr<int64_t> t = recon::ParseTimeUs(f.to, setup.tz);
       if (!t.ok()) return ReconUsage("--to: " + Msg(t.status()));
-      window.to_us = *t;
+      window->to_us = *t;
     }
   } else if (!f.day.empty()) {
     absl::CivilDay day;
     if (!absl::ParseCivilTime(f.day, &day)) return ReconUsage("--day: YYYY-MM-DD");
-    window.from_us = absl::ToUnixMicros(absl::FromCivil(day, *tz));
-    window.to_us = absl::ToUnixMicros(absl::FromCivil(day + 1, *tz));
+    window->from_us = absl::ToUnixMicros(absl::FromCivil(day, setup.tz));
+    window->to_us = absl::ToUnixMicros(absl::FromCivil(day + 1, setup.tz));
   } else if (!f.hot.empty()) {
     absl::StatusOr<absl::Duration> hot = recon::ParseDurationFlag(f.hot, false);
     if (!hot.ok()) return ReconUsage("--hot: " + Msg(hot.status()));
@@ -280,26 +299,34 @@ int RunRecon(ReconFlags f) {
       if (!w.ok()) return Failure("reading the watermark: " + Msg(w.status()));
       mark = *w;
     }
-    window.to_us = now - absl::ToInt64Microseconds(*lateness);
-    window.from_us = mark.has_value() ? mark->upto_us - absl::ToInt64Microseconds(*overlap)
-                                      : *window.to_us - absl::ToInt64Microseconds(*hot);
+    window->to_us = now - absl::ToInt64Microseconds(setup.lateness);
+    window->from_us = mark.has_value() ? mark->upto_us - absl::ToInt64Microseconds(*overlap)
+                                       : *window->to_us - absl::ToInt64Microseconds(*hot);
   }
   // Rows near the open edge are left for the next run: nothing newer than
   // now - lateness is judged, whatever the window asked for.
-  const int64_t edge = now - absl::ToInt64Microseconds(*lateness);
-  if (map->has(recon::Field::kTime) && (!window.to_us.has_value() || *window.to_us > edge)) {
-    window.to_us = edge;
+  const int64_t edge = now - absl::ToInt64Microseconds(setup.lateness);
+  if (setup.map.has(recon::Field::kTime) && (!window->to_us.has_value() || *window->to_us > edge)) {
+    window->to_us = edge;
   }
+  return -1;
+}
 
-  // --- read and compare (nothing is written) ---
-  recon::Normalizer up_norm(recon::Side::kUpstream, *map, f.upstream_scale, *tz, *rules);
-  recon::Normalizer local_norm(recon::Side::kLocal, *map, f.local_scale, *tz, *rules);
+// Reads the statements and the ledger and compares them (nothing is written), into
+// *result. Returns the exit status to end with (the reason printed), or -1 to go on.
+int CompareRecon(const ReconFlags& f, const ReconSetup& setup, const recon::Window& window,
+                 recon::CompareResult* result) {
+  recon::Normalizer up_norm(recon::Side::kUpstream, setup.map, f.upstream_scale, setup.tz,
+                            setup.rules);
+  recon::Normalizer local_norm(recon::Side::kLocal, setup.map, f.local_scale, setup.tz,
+                               setup.rules);
+  recon::StatementOptions statement_options = setup.statement_options;
   std::vector<std::unique_ptr<recon::StatementReader>> readers;
   std::vector<recon::StatementReader*> upstream;
   for (size_t i = 0; i < f.statements.size(); ++i) {
-    statement_options.format = formats[i];
+    statement_options.format = setup.formats[i];
     absl::StatusOr<std::unique_ptr<recon::StatementReader>> r = recon::OpenStatement(
-        f.statements[i], static_cast<uint32_t>(i), *map, statement_options, up_norm);
+        f.statements[i], static_cast<uint32_t>(i), setup.map, statement_options, up_norm);
     if (!r.ok()) return Failure(Msg(r.status()));
     upstream.push_back(r->get());
     readers.push_back(*std::move(r));
@@ -315,8 +342,8 @@ int RunRecon(ReconFlags f) {
 
   recon::CompareOptions options;
   options.window = window;
-  options.status = &*rules;
-  options.compare_status = map->has(recon::Field::kStatus);
+  options.status = &setup.rules;
+  options.compare_status = setup.map.has(recon::Field::kStatus);
   options.memory_budget = static_cast<size_t>(f.memory_mib) << 20;
   if (!f.temp_dir.empty()) {
     options.temp_dir = f.temp_dir;
@@ -330,64 +357,90 @@ int RunRecon(ReconFlags f) {
     std::fprintf(stderr, "recon: read %lld upstream, %lld local rows\n", static_cast<long long>(up),
                  static_cast<long long>(loc));
   };
-  absl::StatusOr<recon::CompareResult> result = recon::Compare(upstream, **local, options);
-  if (!result.ok()) return Failure(Msg(RedactStoreSecrets(result.status(), f.ledger)));
+  absl::StatusOr<recon::CompareResult> compared = recon::Compare(upstream, **local, options);
+  if (!compared.ok()) return Failure(Msg(RedactStoreSecrets(compared.status(), f.ledger)));
+  *result = *std::move(compared);
+  return -1;
+}
+
+// Acts on the differences and records them and the watermark in `store_url` (not in a
+// dry run); *disposition_line says what was done, *exit becomes kExitFailure while
+// actions are pending. Returns the exit status to end with (the reason printed), or
+// -1 to go on.
+int RecordRecon(const ReconFlags& f, const ReconSetup& setup, const recon::Window& window,
+                const recon::CompareResult& result, const std::string& store_url, int64_t now,
+                std::string* disposition_line, int* exit) {
+  if (f.dry_run) {
+    *disposition_line = "  dry run: nothing written\n";
+    return -1;
+  }
+  if (result.truncated) {
+    return Failure(
+        "more than 2,000,000 differences: check --map and the window before acting "
+        "on them (nothing was written)");
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(store_url);
+  if (!store.ok()) {
+    PrintReason("recon: --store: " + Msg(RedactStoreSecrets(store.status(), store_url)));
+    return ExitCodeForStoreError(store.status());
+  }
+  const std::string run_id = NewRunId(now);
+  absl::StatusOr<recon::DispositionResult> done = recon::ApplyDispositions(
+      **store, f.source, run_id, result.differences, setup.plan, setup.sink.get(), now);
+  if (!done.ok())
+    return Failure("recording the differences: " +
+                   Msg(RedactStoreSecrets(done.status(), store_url)));
+  *disposition_line = "  " + std::to_string(done->new_rows) + " new ticket/action row(s), " +
+                      std::to_string(done->sent) + " replay/re-push sent, " +
+                      std::to_string(done->failed) + " pending\n";
+  if (done->failed > 0) {
+    PrintReason(
+        "recon: " + std::to_string(done->failed) +
+        " replay/re-push still pending (retried by the next run); first: " + done->first_error);
+    *exit = kExitFailure;
+    return -1;
+  }
+  absl::Status w =
+      recon::WriteWatermark(**store, recon::Watermark{.source = f.source,
+                                                      .upto_us = window.to_us.value_or(now),
+                                                      .last_success_at_us = now,
+                                                      .run_id = run_id});
+  if (!w.ok()) return Failure("writing the watermark: " + Msg(RedactStoreSecrets(w, store_url)));
+  return -1;
+}
+
+int RunRecon(ReconFlags f) {
+  if (int exit = ResolveSecrets(&f); exit >= 0) return exit;
+  ReconSetup setup;
+  if (int exit = ParseReconSetup(f, &setup); exit >= 0) return exit;
+
+  const int64_t now = absl::ToUnixMicros(absl::Now());
+  const std::string store_url = f.store.empty() ? f.ledger : f.store;
+  recon::Window window;
+  if (int exit = ReconWindowOf(f, setup, now, store_url, &window); exit >= 0) return exit;
+  recon::CompareResult result;
+  if (int exit = CompareRecon(f, setup, window, &result); exit >= 0) return exit;
 
   recon::ReportHeader header{.source = f.source,
                              .from_us = window.from_us,
                              .to_us = window.to_us,
                              .statements = f.statements};
-
-  // --- act and record (not in a dry run) ---
   std::string disposition_line;
   int exit = kExitOk;
-  if (!f.dry_run) {
-    if (result->truncated) {
-      return Failure(
-          "more than 2,000,000 differences: check --map and the window before acting "
-          "on them (nothing was written)");
-    }
-    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(store_url);
-    if (!store.ok()) {
-      PrintReason("recon: --store: " + Msg(RedactStoreSecrets(store.status(), store_url)));
-      return ExitCodeForStoreError(store.status());
-    }
-    const std::string run_id = NewRunId(now);
-    absl::StatusOr<recon::DispositionResult> done = recon::ApplyDispositions(
-        **store, f.source, run_id, result->differences, plan, sink->get(), now);
-    if (!done.ok())
-      return Failure("recording the differences: " +
-                     Msg(RedactStoreSecrets(done.status(), store_url)));
-    disposition_line = "  " + std::to_string(done->new_rows) + " new ticket/action row(s), " +
-                       std::to_string(done->sent) + " replay/re-push sent, " +
-                       std::to_string(done->failed) + " pending\n";
-    if (done->failed > 0) {
-      PrintReason(
-          "recon: " + std::to_string(done->failed) +
-          " replay/re-push still pending (retried by the next run); first: " + done->first_error);
-      exit = kExitFailure;
-    } else {
-      absl::Status w =
-          recon::WriteWatermark(**store, recon::Watermark{.source = f.source,
-                                                          .upto_us = window.to_us.value_or(now),
-                                                          .last_success_at_us = now,
-                                                          .run_id = run_id});
-      if (!w.ok())
-        return Failure("writing the watermark: " + Msg(RedactStoreSecrets(w, store_url)));
-    }
-  } else {
-    disposition_line = "  dry run: nothing written\n";
+  if (int end = RecordRecon(f, setup, window, result, store_url, now, &disposition_line, &exit);
+      end >= 0) {
+    return end;
   }
 
   if (!f.report.empty()) {
     std::ofstream out(f.report, std::ios::binary | std::ios::trunc);
-    out << recon::HtmlReport(header, *result);
+    out << recon::HtmlReport(header, result);
     out.close();
     if (!out) return Failure("--report " + f.report + ": cannot be written");
   }
-  std::fputs(recon::SummaryTable(header, *result).c_str(), stdout);
+  std::fputs(recon::SummaryTable(header, result).c_str(), stdout);
   std::fputs(disposition_line.c_str(), stdout);
-  if (f.json) std::printf("%s\n", recon::JsonLine(header, *result).c_str());
+  if (f.json) std::printf("%s\n", recon::JsonLine(header, result).c_str());
   std::fflush(stdout);
   return exit;
 }

@@ -78,34 +78,33 @@ struct ServeFlags {
   bool purge_no_tombstones = false;
 };
 
-int RunServe(const ServeFlags& flags) {
-  BlockStopSignals();  // before any thread starts: see server_command.h
-  absl::StatusOr<http::ServerOptions> server_options = ServerOptionsOf(flags.server);
-  if (!server_options.ok()) {
-    PrintReason("serve: " + Str(server_options.status().message()));
-    return kExitUsage;
-  }
-  // Secrets: kept off the command line where they can be, warned
-  // about where other local users can read them.
-  std::vector<std::string> warnings;
+// The API's options from the flags: tenants (secrets kept off the command line where
+// they can be, warned about where other local users can read them), fail-open
+// biz_types, body and wait limits, key health. On bad input: the reason printed,
+// *exit_code set, nullopt.
+std::optional<http::ApiOptions> ServeApiOptions(const ServeFlags& flags,
+                                                std::vector<std::string>* warnings,
+                                                int* exit_code) {
   const char* tenants_env = std::getenv("IDEM_TENANTS");
   http::ApiOptions api_options;
-  absl::StatusOr<std::vector<http::Tenant>> tenants = LoadTenants(
-      {.specs = flags.tenants,
-       .file = flags.tenants_file,
-       .env = tenants_env != nullptr ? tenants_env : "",
-       .config_file = ConfigFile(flags.server)},
-      &warnings);
+  absl::StatusOr<std::vector<http::Tenant>> tenants =
+      LoadTenants({.specs = flags.tenants,
+                   .file = flags.tenants_file,
+                   .env = tenants_env != nullptr ? tenants_env : "",
+                   .config_file = ConfigFile(flags.server)},
+                  warnings);
   if (!tenants.ok()) {
     PrintReason("serve: " + Str(tenants.status().message()));
-    return tenants.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                         : kExitFailure;
+    *exit_code =
+        tenants.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+    return std::nullopt;
   }
   api_options.tenants = *std::move(tenants);
+  *exit_code = kExitUsage;  // every refusal below is bad usage
   for (const std::string& biz_type : flags.fail_open) {
     if (absl::Status s = ValidateBizType(biz_type, KeyLimits{}); !s.ok()) {
       PrintReason("serve: --fail-open '" + biz_type + "': " + Str(s.message()));
-      return kExitUsage;
+      return std::nullopt;
     }
     api_options.fail_open.insert(biz_type);
   }
@@ -115,72 +114,88 @@ int RunServe(const ServeFlags& flags) {
     PrintReason("serve: --wait-poll-max '" + flags.wait_poll_max + "': " +
                 (poll_max.ok() ? std::string("must be between 15ms and 1m")
                                : Str(poll_max.status().message())));
-    return kExitUsage;
+    return std::nullopt;
   }
   api_options.wait_poll_max = *poll_max;
   absl::StatusOr<absl::Duration> key_window = ParseTtlDuration(flags.key_window, "--key-window");
   if (!key_window.ok() || *key_window <= absl::ZeroDuration()) {
     PrintReason("serve: " + (key_window.ok() ? std::string("--key-window must be longer than 0s")
                                              : Str(key_window.status().message())));
-    return kExitUsage;
+    return std::nullopt;
   }
   api_options.key_health.window = *key_window;
   api_options.metrics_require_token = flags.metrics_token;
+  *exit_code = kExitOk;
+  return api_options;
+}
 
-  // Retention: a configured TTL below the derived one is refused, with the
-  // derivation that shows why, before anything starts.
+// The retention policy and the background purge's schedule (none without --purge-every).
+struct ServeRetention {
+  RetentionPolicy policy;
+  std::optional<absl::Duration> purge_every;
+};
+
+// Retention: a configured TTL below the derived one is refused, with the derivation
+// that shows why, before anything starts. On bad input: the reason printed,
+// *exit_code set, nullopt.
+std::optional<ServeRetention> ServeRetentionOf(const ServeFlags& flags, int* exit_code) {
   std::string derivation;
   absl::StatusOr<RetentionPolicy> retention = RetentionFromConfig(&derivation);
   if (!retention.ok()) {
     if (!derivation.empty()) std::fputs(derivation.c_str(), stderr);
     PrintReason("serve: " + Str(retention.status().message()));
-    return retention.status().code() == absl::StatusCode::kFailedPrecondition ? kExitFailure
-                                                                              : kExitUsage;
+    *exit_code = retention.status().code() == absl::StatusCode::kFailedPrecondition ? kExitFailure
+                                                                                    : kExitUsage;
+    return std::nullopt;
   }
-  std::optional<absl::Duration> purge_every;
+  ServeRetention out{.policy = *std::move(retention)};
   if (!flags.purge_every.empty()) {
     absl::StatusOr<absl::Duration> every = ParseTtlDuration(flags.purge_every, "--purge-every");
     if (!every.ok() || *every < absl::Seconds(1)) {
       PrintReason("serve: " + (every.ok() ? std::string("--purge-every must be 1s or more")
                                           : Str(every.status().message())));
-      return kExitUsage;
+      *exit_code = kExitUsage;
+      return std::nullopt;
     }
-    purge_every = *every;
+    out.purge_every = *every;
   }
   if (flags.purge_batch < 1 || flags.purge_batch > 10000 || flags.purge_max_rate < 0) {
     PrintReason("serve: --purge-batch must be 1 … 10000 and --purge-max-rate 0 or more");
-    return kExitUsage;
+    *exit_code = kExitUsage;
+    return std::nullopt;
   }
+  return out;
+}
 
-  int exit_code = kExitOk;
-  std::unique_ptr<Store> store = OpenServerStore("serve", flags.server, &warnings, &exit_code);
-  if (store == nullptr) return exit_code;
-
-  // Cache tiers: L1 on by default, Redis with --cache. They answer only
-  // keys whose final state the store already decided; losing them changes speed only.
+// `store` behind the cache tiers: L1 on by default, Redis with --cache. They answer
+// only keys whose final state the store already decided; losing them changes speed
+// only. On bad input: the reason printed, *exit_code set, null.
+std::unique_ptr<Store> WithServeCache(std::unique_ptr<Store> store, const ServeFlags& flags,
+                                      std::vector<std::string>* warnings, int* exit_code) {
+  *exit_code = kExitUsage;
   std::string cache_url = flags.cache;
   if (!flags.cache.empty()) {
     absl::StatusOr<std::string> url = UrlWithSecret(
-        "--cache", flags.cache, flags.cache_password_file, ConfigFile(flags.server), &warnings);
+        "--cache", flags.cache, flags.cache_password_file, ConfigFile(flags.server), warnings);
     if (!url.ok()) {
       PrintReason("serve: " + Str(url.status().message()));
-      return url.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                       : kExitFailure;
+      if (url.status().code() != absl::StatusCode::kInvalidArgument) *exit_code = kExitFailure;
+      return nullptr;
     }
     cache_url = *std::move(url);
   } else if (!flags.cache_password_file.empty()) {
     PrintReason("serve: --cache-password-file needs --cache redis://…");
-    return kExitUsage;
+    return nullptr;
   }
   if (flags.cache_max_entry_bytes == 0) {
     PrintReason("serve: --cache-max-entry-bytes must be 1 or more");
-    return kExitUsage;
+    return nullptr;
   }
   if ((flags.cache_entries > 0 && flags.cache_bytes > 0) || !cache_url.empty()) {
     absl::StatusOr<absl::Duration> ttl = ParseTtlDuration(flags.cache_ttl, "--cache-ttl");
     if (!ttl.ok()) {
       PrintReason("serve: " + Str(ttl.status().message()));
-      return kExitUsage;
+      return nullptr;
     }
     CacheOptions cache_options;
     cache_options.l1_entries = flags.cache_bytes > 0 ? flags.cache_entries : 0;
@@ -194,53 +209,85 @@ int RunServe(const ServeFlags& flags) {
     if (!cached.ok()) {
       PrintReason("serve: --cache '" + RedactStoreUrl(cache_url) + "': " +
                   Str(RedactStoreSecrets(cached.status(), cache_url).message()));
-      return kExitUsage;
+      return nullptr;
     }
     store = *std::move(cached);
   }
+  *exit_code = kExitOk;
+  return store;
+}
 
-  if (api_options.tenants.empty()) {
-    std::string token;
-    if (!NewToken(&token)) {
-      PrintReason("serve: cannot read the system random source for a development token");
-      return kExitFailure;
-    }
-    std::fprintf(stderr, "development tenant \"dev\", token: %s\n", token.c_str());
-    std::fflush(stderr);
-    api_options.tenants.push_back(http::Tenant::WithToken("dev", token));
+// Without any tenant: a development tenant "dev" with a fresh random token, printed on
+// stderr. False (the reason printed) when the system's random source cannot be read.
+bool AddServeDevelopmentTenant(http::ApiOptions* api_options) {
+  std::string token;
+  if (!NewToken(&token)) {
+    PrintReason("serve: cannot read the system random source for a development token");
+    return false;
   }
+  std::fprintf(stderr, "development tenant \"dev\", token: %s\n", token.c_str());
+  std::fflush(stderr);
+  api_options->tenants.push_back(http::Tenant::WithToken("dev", token));
+  return true;
+}
 
-  Guard guard(*store, GuardOptions{.retention = *retention});
-  http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
-  metrics.AddSection([&store] { return recon::RenderReconMetrics(*store); });
-
-  http::Api api(guard, *store, metrics, api_options);
-  http::Server server(api, *server_options);
+// What the server runs with that the operator must know: the fail-open biz_types and
+// the retention policy.
+void LogServeSettings(const http::ApiOptions& api_options, const RetentionPolicy& retention) {
   for (const std::string& biz_type : api_options.fail_open) {
     spdlog::warn("biz_type \"{}\" is fail-open: while the store is down its claims are let "
                  "through unrecorded, so duplicates may pass (UNSAFE)",
                  biz_type);
   }
-  if (!retention->empty()) {
-    const std::string described = DescribePolicy(*retention);
+  if (!retention.empty()) {
+    const std::string described = DescribePolicy(retention);
     for (absl::string_view line : absl::StrSplit(described, '\n', absl::SkipEmpty())) {
       spdlog::info("retention: {}", std::string(line.data(), line.size()));
     }
   }
+}
+
+int RunServe(const ServeFlags& flags) {
+  BlockStopSignals();  // before any thread starts: see server_command.h
+  absl::StatusOr<http::ServerOptions> server_options = ServerOptionsOf(flags.server);
+  if (!server_options.ok()) {
+    PrintReason("serve: " + Str(server_options.status().message()));
+    return kExitUsage;
+  }
+  std::vector<std::string> warnings;
+  int exit_code = kExitOk;
+  std::optional<http::ApiOptions> api_options = ServeApiOptions(flags, &warnings, &exit_code);
+  if (!api_options.has_value()) return exit_code;
+  std::optional<ServeRetention> retention = ServeRetentionOf(flags, &exit_code);
+  if (!retention.has_value()) return exit_code;
+  std::unique_ptr<Store> store = OpenServerStore("serve", flags.server, &warnings, &exit_code);
+  if (store == nullptr) return exit_code;
+  store = WithServeCache(std::move(store), flags, &warnings, &exit_code);
+  if (store == nullptr) return exit_code;
+  if (api_options->tenants.empty() && !AddServeDevelopmentTenant(&*api_options)) {
+    return kExitFailure;
+  }
+
+  Guard guard(*store, GuardOptions{.retention = retention->policy});
+  http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
+  metrics.AddSection([&store] { return recon::RenderReconMetrics(*store); });
+
+  http::Api api(guard, *store, metrics, *api_options);
+  http::Server server(api, *server_options);
+  LogServeSettings(*api_options, retention->policy);
   std::unique_ptr<ScheduledPurge> purge;
-  if (purge_every.has_value()) {
+  if (retention->purge_every.has_value()) {
     PurgeOptions options;
     options.batch = flags.purge_batch;
     options.max_rate = flags.purge_max_rate;
     options.tombstones = !flags.purge_no_tombstones;
-    options.policy = &*retention;
-    purge = std::make_unique<ScheduledPurge>(*store, options, *purge_every, metrics);
+    options.policy = &retention->policy;
+    purge = std::make_unique<ScheduledPurge>(*store, options, *retention->purge_every, metrics);
   }
   return ServeUntilSignal("serve", server,
                           absl::StrCat("serving store ", AV(store->url()), " for ",
-                                       api_options.tenants.size(), " tenant(s), at most ",
-                                       server_options->max_connections,
-                                       " connections at once,"),
+                                       api_options->tenants.size(), " tenant(s), at most ",
+                                       server_options->max_connections, " connections at once,"),
                           warnings);
 }
 

@@ -55,7 +55,16 @@ struct Backend {
   // loaded machine. So it first waits (up to WaitUntil's deadline) for at most
   // `settle_to` sessions to be left, then ends those there are.
   std::function<int64_t(const std::string& url, int64_t settle_to)> kill_sessions;
+  // False for a backend this build leaves out (IDEM_WITH_<NAME>=OFF, testing/CMakeLists.txt
+  // defines IDEM_HAVE_<NAME>): the lists below drop it.
+  bool built = true;
 };
+
+// `backends` without those this build leaves out.
+inline std::vector<Backend> BuiltOnly(std::vector<Backend> backends) {
+  std::erase_if(backends, [](const Backend& b) { return !b.built; });
+  return backends;
+}
 
 // Opens `url` (made by backend.url) and applies backend.wrap, if any.
 inline absl::StatusOr<std::unique_ptr<Store>> OpenBackendStore(const Backend& backend,
@@ -253,7 +262,7 @@ inline std::vector<Backend> SqlBackends() {
       "lock_timeout_ms=" + std::to_string(absl::ToInt64Milliseconds(kShortLockTimeout));
   const std::string mysql_lock =
       "lock_wait_timeout_s=" + std::to_string(absl::ToInt64Seconds(kShortLockTimeout));
-  return {
+  return BuiltOnly({
       {.name = "sqlite",
        .url = sqlite,
        .fast_params = "synchronous=normal",
@@ -262,36 +271,40 @@ inline std::vector<Backend> SqlBackends() {
       {.name = "postgres",
        .url = PostgresUrl,
        .short_lock_timeout = postgres_lock,
-       .kill_sessions = KillPostgresSessions},
+       .kill_sessions = KillPostgresSessions,
+       .built = IDEM_HAVE_POSTGRES},
       {.name = "mysql",
        .url = MysqlTestUrl,
        .short_lock_timeout = mysql_lock,
-       .kill_sessions = KillMysqlSessions},
+       .kill_sessions = KillMysqlSessions,
+       .built = IDEM_HAVE_MYSQL},
       // Without idem's stored procedures: the classic statements (a user without
       // CREATE ROUTINE, TiDB, sharded Vitess).
       {.name = "mysql_classic",
        .url =
            [](const std::string& dir) { return WithParams(MysqlTestUrl(dir), "procedures=off"); },
        .short_lock_timeout = mysql_lock,
-       .kill_sessions = KillMysqlSessions},
+       .kill_sessions = KillMysqlSessions,
+       .built = IDEM_HAVE_MYSQL},
       {.name = "sqlite_cached",
        .url = sqlite,
        .fast_params = "synchronous=normal",
        .wrap = WrapWithCache,
        .short_lock_timeout = sqlite_lock,
        .locks_whole_database = true},
-  };
+  });
 }
 
 // The persistent backends without SQL (lease mode only; the handler's business rows
 // need a SQL store): their records survive a restart of the process.
 inline std::vector<Backend> KeyValueBackends() {
-  return {
+  return BuiltOnly({
       {.name = "rocksdb",
        .url = [](const std::string& dir) { return "rocksdb://" + dir + "/rocksdb"; },
        .fast_params = "sync=off",
        .short_lock_timeout =
-           "lock_timeout_ms=" + std::to_string(absl::ToInt64Milliseconds(kShortLockTimeout))},
+           "lock_timeout_ms=" + std::to_string(absl::ToInt64Milliseconds(kShortLockTimeout)),
+       .built = IDEM_HAVE_ROCKSDB},
       // Commits grouped by RocksDB's write grouping instead of idem's single writer
       // (the default, writer=queue).
       {.name = "rocksdb_group",
@@ -301,8 +314,9 @@ inline std::vector<Backend> KeyValueBackends() {
            },
        .fast_params = "sync=off",
        .short_lock_timeout =
-           "lock_timeout_ms=" + std::to_string(absl::ToInt64Milliseconds(kShortLockTimeout))},
-  };
+           "lock_timeout_ms=" + std::to_string(absl::ToInt64Milliseconds(kShortLockTimeout)),
+       .built = IDEM_HAVE_ROCKSDB},
+  });
 }
 
 // Every backend: the reference memory:// store, the SQL ones and the key/value ones.

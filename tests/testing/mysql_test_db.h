@@ -2,7 +2,8 @@
 // server named by IDEM_TEST_MYSQL_URL, so tests (and the conformance suite) start
 // from an empty store and may CREATE TABLE freely. Header-only; used by
 // src/store/mysql/mysql_store_test.cc and tests/conformance/store_factory.h. Not part of the
-// library.
+// library. It opens the server through OpenStore, so a test that includes it links and
+// runs in a build without mysql:// (IDEM_WITH_MYSQL=OFF), where it gets kNotFound.
 //
 // The database is named after the process id and the test's scratch directory
 // (idem_t_<pid>_<dir suffix>), so every call with the same `dir` (threads opening
@@ -25,9 +26,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "idem/idem.h"
 #include "idem/status.h"
 #include "idem/store.h"
-#include "store/mysql/mysql_store.h"
 
 namespace idem::mysql::testing {
 
@@ -56,7 +57,8 @@ inline std::string WithParams(std::string_view url, std::string_view params) {
 
 // Creates (if missing) the database of the test whose scratch directory is `dir`
 // on the server of `base_url`, and returns its URL (with base_url's parameters).
-// Errors: those of OpenMysqlStore for base_url, and of CREATE DATABASE.
+// Errors: those of OpenStore for base_url (kNotFound in a build without mysql://),
+// and of CREATE DATABASE.
 inline absl::StatusOr<std::string> FreshDatabaseUrl(std::string_view base_url,
                                                     std::string_view dir) {
   std::string suffix;
@@ -65,7 +67,7 @@ inline absl::StatusOr<std::string> FreshDatabaseUrl(std::string_view base_url,
   }
   if (suffix.size() > 32) suffix = suffix.substr(suffix.size() - 32);
   const std::string database = absl::StrCat("idem_t_", getpid(), "_", suffix);
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Store> admin, OpenMysqlStore(base_url));
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Store> admin, OpenStore(base_url));
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, admin->Begin());
   IDEM_ASSIGN_OR_RETURN(Rows old, tx->Query("SHOW DATABASES LIKE 'idem\\_t\\_%'"));
   for (const std::vector<Value>& row : old.rows) {

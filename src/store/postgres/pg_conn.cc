@@ -2,21 +2,22 @@
 
 #include <poll.h>
 
-#include <atomic>
-#include <cerrno>
-#include <bit>
 #include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "store/absl_compat.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/absl_compat.h"
 
 namespace idem::postgres {
 namespace {
@@ -463,113 +464,120 @@ absl::StatusOr<Result> Connection::Run(std::string_view sql, int nparams,
   return std::move(RunMany(absl::MakeConstSpan(&one, 1)).results.front());
 }
 
-PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements, const char* then) {
-  PipedMany out;
-  out.results.reserve(statements.size());
-  for (size_t i = 0; i < statements.size(); ++i) out.results.emplace_back(absl::UnknownError("not run"));
-  auto fail = [&out](const absl::Status& s) {
-    for (auto& r : out.results) r = s;
-    out.then_status = s;
-    return std::move(out);
-  };
-  // Checked before anything is sent, so a caller's mistake leaves the deferred
-  // statements deferred and the session as it was.
-  struct Prepared {
-    Bound bound;
-    std::string key;          // SQL text + parameter types: the statement cache's key
-    std::string name;         // server-side statement name; empty: unnamed
-    bool prepare_now = false;  // PREPARE it in this round trip
-  };
-  std::vector<Prepared> prepared(statements.size());
+namespace {
+
+// One statement of a pipelined round trip, checked before anything is sent.
+struct PipePrepared {
+  Bound bound;
+  std::string key;           // SQL text + parameter types: the statement cache's key
+  std::string name;          // server-side statement name; empty: unnamed
+  bool prepare_now = false;  // PREPARE it in this round trip
+};
+
+// What each answer of the round trip belongs to, in the order they come.
+enum class PipeSlotKind { kDeferred, kPrepare, kMain, kThen };
+struct PipeSlot {
+  PipeSlotKind kind;
+  size_t index = 0;  // kPrepare/kMain: the statement
+};
+
+// Binds `statements` and names them: the name `cached` (the connection's prepared
+// statements) has, or a new one (from *next_statement) to PREPARE in this round trip
+// while the cache has room, else none (unnamed). Errors: a statement whose parameter
+// count does not match its values, or a value that cannot be bound.
+absl::Status PreparePipeline(absl::Span<const PipedStatement> statements,
+                             const std::unordered_map<std::string, std::string>& cached,
+                             uint64_t* next_statement, std::vector<PipePrepared>* prepared) {
+  prepared->resize(statements.size());
   std::unordered_map<std::string, std::string> naming;  // names given in this round trip
   for (size_t i = 0; i < statements.size(); ++i) {
     const PipedStatement& st = statements[i];
     if (static_cast<int>(st.params.size()) != st.nparams) {
-      return fail(absl::InvalidArgumentError(absl::StrCat("statement has ", st.nparams,
-                                                          " parameters but ", st.params.size(),
-                                                          " values were given")));
+      return absl::InvalidArgumentError(absl::StrCat("statement has ", st.nparams,
+                                                     " parameters but ", st.params.size(),
+                                                     " values were given"));
     }
-    Prepared& p = prepared[i];
-    if (absl::Status bs = Bind(st.params, &p.bound); !bs.ok()) return fail(bs);
+    PipePrepared& p = (*prepared)[i];
+    IDEM_RETURN_IF_ERROR(Bind(st.params, &p.bound));
     p.key = std::string(st.sql);
     p.key.push_back('\0');
     for (Oid t : p.bound.types) absl::StrAppend(&p.key, t, ",");
-    if (auto it = statements_.find(p.key); it != statements_.end()) {
+    if (auto it = cached.find(p.key); it != cached.end()) {
       p.name = it->second;
     } else if (auto jt = naming.find(p.key); jt != naming.end()) {
       p.name = jt->second;
-    } else if (statements_.size() + naming.size() < kMaxCachedStatements) {
+    } else if (cached.size() + naming.size() < kMaxCachedStatements) {
       // A statement not prepared yet on this connection is prepared in the same
       // round trip instead of one of its own.
-      p.name = absl::StrCat("idem_", ++next_statement_);
+      p.name = absl::StrCat("idem_", ++*next_statement);
       p.prepare_now = true;
       naming.emplace(p.key, p.name);
     }
   }
+  return absl::OkStatus();
+}
 
-  enum class Kind { kDeferred, kPrepare, kMain, kThen };
-  struct Slot {
-    Kind kind;
-    size_t index = 0;  // kPrepare/kMain: the statement
-  };
-  std::vector<Slot> slots;
-  const std::vector<std::string> deferred = std::move(deferred_);
-  deferred_.clear();
-  bool sent = PQenterPipelineMode(conn_) == 1;
+// Sends the round trip in pipeline mode: the `deferred` statements, each statement
+// (after its PREPARE when it has one), a sync point, then `then` and its own sync
+// point. *slots says what each answer will belong to, *syncs how many sync points
+// were sent. False when libpq refused part of it.
+bool SendPipeline(PGconn* conn, const std::vector<std::string>& deferred,
+                  absl::Span<const PipedStatement> statements,
+                  const std::vector<PipePrepared>& prepared, const char* then,
+                  std::vector<PipeSlot>* slots, int* syncs) {
+  bool sent = PQenterPipelineMode(conn) == 1;
   for (const std::string& d : deferred) {
     sent =
-        sent && PQsendQueryParams(conn_, d.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
-    slots.push_back({Kind::kDeferred});
+        sent && PQsendQueryParams(conn, d.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+    slots->push_back({PipeSlotKind::kDeferred});
   }
   for (size_t i = 0; i < statements.size(); ++i) {
     const PipedStatement& st = statements[i];
-    Prepared& p = prepared[i];
+    const PipePrepared& p = prepared[i];
     const std::string text(st.sql);
     const int result_format = st.binary_results ? 1 : 0;
     if (p.prepare_now) {
-      sent = sent && PQsendPrepare(conn_, p.name.c_str(), text.c_str(), st.nparams,
+      sent = sent && PQsendPrepare(conn, p.name.c_str(), text.c_str(), st.nparams,
                                    p.bound.types.data()) == 1;
-      slots.push_back({Kind::kPrepare, i});
+      slots->push_back({PipeSlotKind::kPrepare, i});
     }
     if (p.name.empty()) {
-      sent = sent && PQsendQueryParams(conn_, text.c_str(), st.nparams, p.bound.types.data(),
+      sent = sent && PQsendQueryParams(conn, text.c_str(), st.nparams, p.bound.types.data(),
                                        p.bound.values.data(), p.bound.lengths.data(),
                                        p.bound.formats.data(), result_format) == 1;
     } else {
-      sent = sent && PQsendQueryPrepared(conn_, p.name.c_str(), st.nparams,
-                                         p.bound.values.data(), p.bound.lengths.data(),
-                                         p.bound.formats.data(), result_format) == 1;
+      sent = sent && PQsendQueryPrepared(conn, p.name.c_str(), st.nparams, p.bound.values.data(),
+                                         p.bound.lengths.data(), p.bound.formats.data(),
+                                         result_format) == 1;
     }
-    slots.push_back({Kind::kMain, i});
+    slots->push_back({PipeSlotKind::kMain, i});
   }
-  int syncs = 1;
-  sent = sent && PQpipelineSync(conn_) == 1;
+  *syncs = 1;
+  sent = sent && PQpipelineSync(conn) == 1;
   if (then != nullptr) {
-    sent = sent && PQsendQueryParams(conn_, then, 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
-    slots.push_back({Kind::kThen});
-    sent = sent && PQpipelineSync(conn_) == 1;
-    ++syncs;
+    sent = sent && PQsendQueryParams(conn, then, 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+    slots->push_back({PipeSlotKind::kThen});
+    sent = sent && PQpipelineSync(conn) == 1;
+    ++*syncs;
   }
-  CountRoundTrip();
-  if (!sent) {
-    // Part of the pipeline may be out: the session state is unknown.
-    broken_ = true;
-    return fail(ErrorStatus(nullptr, "pipeline"));
-  }
+  return sent;
+}
 
-  // Each statement answers with its result (PGRES_PIPELINE_ABORTED when an earlier
-  // error of the same sync segment skipped it) and then NULL; each sync point with
-  // PGRES_PIPELINE_SYNC. A lost connection ends the stream early.
-  std::vector<Result> results(slots.size());
+// Reads the answers of a round trip of `syncs` sync points into *results, one for each
+// slot. Each statement answers with its result (PGRES_PIPELINE_ABORTED when an earlier
+// error of the same sync segment skipped it) and then NULL; each sync point with
+// PGRES_PIPELINE_SYNC. A lost connection ends the stream early, COPY too (*copy).
+// Returns how many sync points were read, or await's error.
+absl::StatusOr<int> ReadPipeline(PGconn* conn, int syncs, absl::FunctionRef<absl::Status()> await,
+                                 std::vector<Result>* results, bool* copy) {
   size_t q = 0;
-  bool have = false;  // results[q] is filled; the next result belongs to q + 1
-  bool copy = false;
+  bool have = false;  // (*results)[q] is filled; the next result belongs to q + 1
   int seen_syncs = 0;
   while (seen_syncs < syncs) {
-    if (absl::Status waited = AwaitInput("pipeline"); !waited.ok()) return fail(waited);
-    PGresult* r = PQgetResult(conn_);
+    IDEM_RETURN_IF_ERROR(await());
+    PGresult* r = PQgetResult(conn);
     if (r == nullptr) {
-      if (!have || PQstatus(conn_) != CONNECTION_OK) break;
+      if (!have || PQstatus(conn) != CONNECTION_OK) break;
       ++q;
       have = false;
       continue;
@@ -584,21 +592,59 @@ PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements, const
     }
     if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
       PQclear(r);
-      copy = true;
+      *copy = true;
       break;
     }
     if (have && st == PGRES_PIPELINE_ABORTED) {  // in case libpq sent no NULL before it
       ++q;
       have = false;
     }
-    if (!have && q < results.size()) {
-      results[q].reset(r);
+    if (!have && q < results->size()) {
+      (*results)[q].reset(r);
     } else {
       PQclear(r);
     }
     have = true;
   }
-  if (copy || seen_syncs < syncs || PQstatus(conn_) != CONNECTION_OK ||
+  return seen_syncs;
+}
+
+}  // namespace
+
+PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements, const char* then) {
+  PipedMany out;
+  out.results.reserve(statements.size());
+  for (size_t i = 0; i < statements.size(); ++i)
+    out.results.emplace_back(absl::UnknownError("not run"));
+  auto fail = [&out](const absl::Status& s) {
+    for (auto& r : out.results) r = s;
+    out.then_status = s;
+    return std::move(out);
+  };
+  // Checked before anything is sent, so a caller's mistake leaves the deferred
+  // statements deferred and the session as it was.
+  std::vector<PipePrepared> prepared;
+  if (absl::Status s = PreparePipeline(statements, statements_, &next_statement_, &prepared);
+      !s.ok()) {
+    return fail(s);
+  }
+  std::vector<PipeSlot> slots;
+  const std::vector<std::string> deferred = std::move(deferred_);
+  deferred_.clear();
+  int syncs = 0;
+  const bool sent = SendPipeline(conn_, deferred, statements, prepared, then, &slots, &syncs);
+  CountRoundTrip();
+  if (!sent) {
+    // Part of the pipeline may be out: the session state is unknown.
+    broken_ = true;
+    return fail(ErrorStatus(nullptr, "pipeline"));
+  }
+  std::vector<Result> results(slots.size());
+  bool copy = false;
+  absl::StatusOr<int> seen_syncs = ReadPipeline(
+      conn_, syncs, [this] { return AwaitInput("pipeline"); }, &results, &copy);
+  if (!seen_syncs.ok()) return fail(seen_syncs.status());
+  if (copy || *seen_syncs < syncs || PQstatus(conn_) != CONNECTION_OK ||
       PQexitPipelineMode(conn_) != 1) {
     // Whatever is left unread would confuse the next caller: never reuse it.
     broken_ = true;
@@ -609,16 +655,17 @@ PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements, const
     const PGresult* r = results[i].get();
     const ExecStatusType st = r != nullptr ? PQresultStatus(r) : PGRES_FATAL_ERROR;
     switch (slots[i].kind) {
-      case Kind::kDeferred:
-      case Kind::kPrepare:
+      case PipeSlotKind::kDeferred:
+      case PipeSlotKind::kPrepare:
         if (!first_error.ok()) break;  // skipped (PGRES_PIPELINE_ABORTED) after it
         if (st != PGRES_COMMAND_OK) {
-          first_error = ErrorStatus(r, slots[i].kind == Kind::kPrepare ? "prepare" : "exec");
-        } else if (slots[i].kind == Kind::kPrepare) {
+          first_error =
+              ErrorStatus(r, slots[i].kind == PipeSlotKind::kPrepare ? "prepare" : "exec");
+        } else if (slots[i].kind == PipeSlotKind::kPrepare) {
           statements_.emplace(prepared[slots[i].index].key, prepared[slots[i].index].name);
         }
         break;
-      case Kind::kMain: {
+      case PipeSlotKind::kMain: {
         absl::StatusOr<Result>& res = out.results[slots[i].index];
         if (!first_error.ok()) {
           // A statement skipped after an earlier one failed did not run: the
@@ -638,7 +685,7 @@ PipedMany Connection::RunMany(absl::Span<const PipedStatement> statements, const
         }
         break;
       }
-      case Kind::kThen:
+      case PipeSlotKind::kThen:
         if (st == PGRES_COMMAND_OK) {
           out.then_tag = PQcmdStatus(const_cast<PGresult*>(r));
         } else if (r == nullptr || PQresultErrorField(r, PG_DIAG_SQLSTATE) != nullptr) {
