@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "http/api.h"
+#include "http/api/api.h"
 
 namespace CLI {
 class App;

@@ -33,7 +33,7 @@
 #include "absl/time/time.h"
 #include "core/absl_compat.h"
 #include "fuzz/fuzz_check.h"
-#include "http/api.h"
+#include "http/api/api.h"
 #include "idem/idem.h"
 #include "nlohmann/json.hpp"
 #include "testing/fake_clock.h"

@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_check.h"
-#include "http/proxy.h"
+#include "http/proxy/proxy.h"
 
 namespace idem::fuzz {
 namespace {

@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_check.h"
-#include "http/upstream_response.h"
+#include "http/client/upstream_response.h"
 
 namespace idem::fuzz {
 namespace {

@@ -1,6 +1,6 @@
 // The API layer of `idem serve` (SPEC §11), driven without sockets against a
 // memory:// store and a fake clock.
-#include "http/api.h"
+#include "http/api/api.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include <string>
 
 #include "absl/synchronization/notification.h"
-#include "http/json.h"
-#include "http/store_health.h"
+#include "http/api/json.h"
+#include "http/api/store_health.h"
 #include "idem/status.h"
 #include "idem/cache.h"
 #include "idem/idem.h"

@@ -5,7 +5,7 @@
 // own: a waiting claim is answered only by what the test does (a completion, a
 // shutdown). The tests wait for conditions (the waits counter, an answer) with
 // generous deadlines instead of sleeping and measuring elapsed time.
-#include "http/server.h"
+#include "http/server/server.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "http/api.h"
+#include "http/api/api.h"
 #include "http/client.h"
 #include "idem/cache.h"
 #include "idem/idem.h"

@@ -1,4 +1,4 @@
-#include "http/api.h"
+#include "http/api/api.h"
 
 #include <atomic>
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
-#include "http/problem.h"
+#include "http/server/problem.h"
 #include "idem/cache.h"
 #include "idem/fingerprint.h"
 #include "idem/key.h"
@@ -378,19 +378,6 @@ absl::Status Api::ValidateIds(std::string_view biz_type, std::string_view key,
     return absl::InvalidArgumentError(absl::StrCat("field \"key\": ", s.message()));
   }
   return absl::OkStatus();
-}
-
-HttpResponse Api::BodyTooLarge(size_t limit) {
-  return MakeProblem(413, "", "",
-                     absl::StrCat("the request body is larger than ", limit, " bytes"));
-}
-
-HttpResponse Api::BadHttp(std::string_view what) {
-  return MakeProblem(400, "bad_http", "Malformed HTTP request", what);
-}
-
-HttpResponse Api::HeaderTooLarge() {
-  return MakeProblem(431, "", "", "the request header fields are too large");
 }
 
 }  // namespace idem::http

@@ -72,12 +72,12 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "http/handler.h"
-#include "http/key_health.h"
-#include "http/key_watch.h"
-#include "http/metrics.h"
-#include "http/route.h"
-#include "http/store_health.h"
+#include "http/server/handler.h"
+#include "http/api/key_health.h"
+#include "http/api/key_watch.h"
+#include "http/server/metrics.h"
+#include "http/server/route.h"
+#include "http/api/store_health.h"
 #include "http/types.h"
 #include "idem/clock.h"
 #include "idem/guard.h"
@@ -157,12 +157,6 @@ class Api : public Handler {
   // Does not block; never throws.
   std::optional<Reply> BeforeBody(std::string_view target,
                                   std::string_view authorization) const override;
-
-  // Answers for conditions found before a request reaches Handle() (the server's
-  // parser): 413 body too large, 400 malformed HTTP, 431 header too large.
-  static HttpResponse BodyTooLarge(size_t limit);
-  static HttpResponse BadHttp(std::string_view what);
-  static HttpResponse HeaderTooLarge();
 
   Metrics& metrics() override { return metrics_; }
   const ApiOptions& options() const { return options_; }

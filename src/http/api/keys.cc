@@ -8,9 +8,9 @@
 #include <string>
 #include <utility>
 
-#include "http/api.h"
-#include "http/json.h"
-#include "http/problem.h"
+#include "http/api/api.h"
+#include "http/api/json.h"
+#include "http/server/problem.h"
 #include "nlohmann/json.hpp"
 
 namespace idem::http {

@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "http/types.h"
-#include "http/upstream_response.h"
+#include "http/client/upstream_response.h"
 
 namespace idem::http {
 

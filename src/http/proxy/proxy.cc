@@ -1,4 +1,4 @@
-#include "http/proxy.h"
+#include "http/proxy/proxy.h"
 
 #include <cmath>
 #include <exception>
@@ -11,9 +11,8 @@
 #include "boost/asio/post.hpp"
 #include "boost/asio/thread_pool.hpp"
 #include "core/absl_compat.h"
-#include "http/canonical_json.h"
-#include "http/json.h"
-#include "http/problem.h"
+#include "http/proxy/canonical_json.h"
+#include "http/server/problem.h"
 #include "idem/fingerprint.h"
 #include "idem/status.h"
 #include "simdjson.h"

@@ -45,9 +45,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "http/handler.h"
-#include "http/metrics.h"
-#include "http/upstream.h"
+#include "http/server/handler.h"
+#include "http/server/metrics.h"
+#include "http/client/upstream.h"
 #include "idem/guard.h"
 
 namespace idem::http {

@@ -1,4 +1,4 @@
-#include "http/connection.h"
+#include "http/server/connection.h"
 
 #include <chrono>
 #include <cstdint>
@@ -15,9 +15,8 @@
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/post.hpp"
 #include "boost/asio/write.hpp"
-#include "http/api.h"
-#include "http/problem.h"
-#include "http/render.h"
+#include "http/server/problem.h"
+#include "http/server/render.h"
 #include "spdlog/spdlog.h"
 
 namespace idem::http {
@@ -212,7 +211,7 @@ void Connection::OnHeader(beast::error_code ec) {
   if (hosts > 1) {
     Reply reply;
     reply.route = Route::kOther;
-    reply.response = Api::BadHttp("the request has more than one Host header");
+    reply.response = BadHttp("the request has more than one Host header");
     Send(reply, /*force_close=*/true);
     return;
   }
@@ -289,13 +288,13 @@ void Connection::OnReadError(beast::error_code ec) {
     reply.response = MakeProblem(408, "request_timeout", "Request Timeout",
                                  "the request header did not arrive in time");
   } else if (ec == bhttp::error::body_limit) {
-    reply.response = Api::BodyTooLarge(shared_.options.max_body_bytes);
+    reply.response = BodyTooLarge(shared_.options.max_body_bytes);
   } else if (ec == bhttp::error::header_limit) {
-    reply.response = Api::HeaderTooLarge();
+    reply.response = HeaderTooLarge();
   } else if (ec.category() == beast::error_code(bhttp::error::bad_target).category() &&
              ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message &&
              ec != bhttp::error::need_more && ec != bhttp::error::need_buffer) {
-    reply.response = Api::BadHttp(ec.message());
+    reply.response = BadHttp(ec.message());
   } else {
     // EOF, reset, timeout, cancelled by shutdown: nothing to answer.
     Close();

@@ -19,8 +19,8 @@
 #include "boost/asio/thread_pool.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
-#include "http/handler.h"
-#include "http/server.h"
+#include "http/server/handler.h"
+#include "http/server/server.h"
 
 namespace idem::http {
 

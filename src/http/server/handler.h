@@ -12,8 +12,8 @@
 #include <string_view>
 
 #include "absl/time/time.h"
-#include "http/metrics.h"
-#include "http/route.h"
+#include "http/server/metrics.h"
+#include "http/server/route.h"
 #include "http/types.h"
 
 namespace idem::http {

@@ -1,4 +1,4 @@
-#include "http/metrics.h"
+#include "http/server/metrics.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,11 +1,11 @@
-#include "http/metrics_endpoint.h"
+#include "http/server/metrics_endpoint.h"
 
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
-#include "http/problem.h"
+#include "http/server/problem.h"
 
 namespace idem::http {
 namespace {

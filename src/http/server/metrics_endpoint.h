@@ -15,8 +15,8 @@
 #include <optional>
 #include <string_view>
 
-#include "http/handler.h"
-#include "http/metrics.h"
+#include "http/server/handler.h"
+#include "http/server/metrics.h"
 
 namespace idem::http {
 

@@ -37,7 +37,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "http/handler.h"
+#include "http/server/handler.h"
 
 namespace idem::http {
 
