@@ -1,4 +1,4 @@
-// `idem proxy`: the Idempotency-Key header in front of any HTTP API (http/proxy.h).
+// `idem proxy`: the Idempotency-Key header in front of any HTTP API (http/proxy/proxy.h).
 //
 //   idem proxy --upstream http://127.0.0.1:8080 --listen 127.0.0.1:7080
 //              --store sqlite://./idem-proxy.db [--client-header Authorization]

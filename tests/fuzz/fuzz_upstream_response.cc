@@ -1,4 +1,4 @@
-// Fuzzes the reader of `idem proxy`'s upstream answers (http/upstream_response.h,
+// Fuzzes the reader of `idem proxy`'s upstream answers (http/client/upstream_response.h,
 // UpstreamResponseReader) with the bytes a fake upstream sends, split into reads of
 // arbitrary sizes, then the end of the connection.
 //

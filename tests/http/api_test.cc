@@ -392,10 +392,10 @@ TEST_F(ApiTest, WaitAttachesToTheHolderAndGetsItsResult) {
       {"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"K","wait_ms":5000})"});
   ASSERT_NE(w.waiting, nullptr);
   EXPECT_EQ(w.response.status, 409);
-  w = api_->Poll(*w.waiting);
+  w = w.waiting->Poll();
   ASSERT_NE(w.waiting, nullptr);
   ASSERT_EQ(Complete("K", 1, R"({"ok" :true})").status, 200);
-  w = api_->Poll(*w.waiting);
+  w = w.waiting->Poll();
   EXPECT_EQ(w.waiting, nullptr);
   EXPECT_EQ(w.response.status, 200);
   EXPECT_EQ(w.response.body, R"({"outcome":"replayed","expires_at":null,"result":{"ok" :true}})");
@@ -419,16 +419,16 @@ TEST_F(ApiTest, WaitersOnOneKeyShareTheirPollsReads) {
   }
   const long long before = polls();
   for (Reply& w : waiters) {
-    w = api_->Poll(*w.waiting);
+    w = w.waiting->Poll();
     ASSERT_NE(w.waiting, nullptr);
   }
   EXPECT_EQ(polls() - before, 1);
   clock_.Advance(absl::Milliseconds(15));  // the shared read is no longer fresh
-  for (Reply& w : waiters) w = api_->Poll(*w.waiting);
+  for (Reply& w : waiters) w = w.waiting->Poll();
   EXPECT_EQ(polls() - before, 2);
   ASSERT_EQ(Complete("K", 1, R"({"ok":true})").status, 200);  // no clock step needed
   for (Reply& w : waiters) {
-    w = api_->Poll(*w.waiting);
+    w = w.waiting->Poll();
     EXPECT_EQ(w.waiting, nullptr);
     EXPECT_EQ(w.response.status, 200);
   }
@@ -440,7 +440,7 @@ TEST_F(ApiTest, WaitEndsIn409WhenTimeRunsOut) {
       {"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"K","wait_ms":1000})"});
   ASSERT_NE(w.waiting, nullptr);
   clock_.Advance(absl::Milliseconds(1001));
-  w = api_->Poll(*w.waiting);
+  w = w.waiting->Poll();
   EXPECT_EQ(w.waiting, nullptr);
   ExpectProblem(w.response, 409, "in_progress");
   EXPECT_EQ(w.response.Header("Retry-After"), "29");
@@ -452,7 +452,7 @@ TEST_F(ApiTest, WaitBecomesTheHolderWhenTheLeaseEndsOrIsReleased) {
       {"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"K","wait_ms":30000})"});
   ASSERT_NE(w.waiting, nullptr);
   clock_.Advance(absl::Seconds(2));
-  w = api_->Poll(*w.waiting);
+  w = w.waiting->Poll();
   EXPECT_EQ(w.waiting, nullptr);
   EXPECT_EQ(w.response.status, 201);
   EXPECT_EQ(J(w.response)["takeover"], true);
@@ -462,7 +462,7 @@ TEST_F(ApiTest, WaitBecomesTheHolderWhenTheLeaseEndsOrIsReleased) {
       {"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"L","wait_ms":30000})"});
   ASSERT_NE(w.waiting, nullptr);
   ASSERT_EQ(Fail("L", 1, true, "null").status, 200);
-  w = api_->Poll(*w.waiting);
+  w = w.waiting->Poll();
   EXPECT_EQ(w.response.status, 201);
   EXPECT_EQ(J(w.response)["token"], 2);
   EXPECT_EQ(J(w.response)["takeover"], false);
@@ -653,7 +653,7 @@ TEST_F(ApiTest, FingerprintOverTheLimitIs400) {
               HasSubstr("field \"fingerprint\": fingerprint is 1025 bytes, over the limit of 1024"));
   HttpRequest request{"POST", "/v1/claims", "Bearer tok-a",
                       R"({"biz_type":"refund","key":"F-2","fingerprint":")" + over + "\"}"};
-  EXPECT_FALSE(api_->HandleWithoutBlocking(request).has_value());
+  EXPECT_FALSE(api_->Begin(request)->AnswerWithoutBlocking().has_value());
   EXPECT_EQ(Call("GET", "/v1/records/refund/F-2").status, 404);
   // The C++ guard refuses it too, before the store.
   EXPECT_THAT(guard_->Claim({.tenant = "acme", .biz_type = "refund", .key = "F-3",
@@ -662,7 +662,7 @@ TEST_F(ApiTest, FingerprintOverTheLimitIs400) {
 }
 
 // Issue 11 §2: on rocksdb:// (behind the L1, as `idem serve` opens it) a claim,
-// complete or fail is started on the network thread (HandleAsync) and answered by
+// complete or fail is started on the network thread (StartAsync) and answered by
 // the function the writer thread hands back once the write is durable. Every
 // answer is byte for byte the blocking path's, in the same scenario on another
 // store; what the async path cannot take (bad bodies, a held key, other routes)
@@ -674,7 +674,7 @@ class ApiAsyncTest : public ::testing::Test {
     std::unique_ptr<Guard> guard;
     Metrics metrics;
     std::unique_ptr<Api> api;
-    int async = 0;  // requests HandleAsync took
+    int async = 0;  // requests StartAsync took
   };
 
   void Open(Side& side, const std::string& dir) {
@@ -692,17 +692,18 @@ class ApiAsyncTest : public ::testing::Test {
     Open(blocking_, dir_.file("blocking"));
   }
 
-  // As the server's Connection does: HandleWithoutBlocking, then HandleAsync, then
-  // Handle().
+  // As the server's Connection does: Begin, then AnswerWithoutBlocking, then
+  // StartAsync, then Answer().
   static Reply Serve(Side& side, HttpRequest request) {
-    if (std::optional<Reply> now = side.api->HandleWithoutBlocking(request)) return *now;
+    std::unique_ptr<Handler::Call> call = side.api->Begin(std::move(request));
+    if (std::optional<Reply> now = call->AnswerWithoutBlocking()) return *now;
     absl::Notification resumed;
     std::function<Reply()> answer;
-    const bool started = side.api->HandleAsync(request, [&](std::function<Reply()> rest) {
+    const bool started = call->StartAsync([&](std::function<Reply()> rest) {
       answer = std::move(rest);
       resumed.Notify();
     });
-    if (!started) return side.api->Handle(request);
+    if (!started) return call->Answer();
     ++side.async;
     EXPECT_TRUE(resumed.WaitForNotificationWithTimeout(absl::Seconds(30)));
     return answer();
@@ -774,7 +775,7 @@ TEST_F(ApiAsyncTest, ClaimCompleteFailAnswerAsTheBlockingPathDoes) {
   clock_.Advance(absl::Seconds(2));
   EXPECT_EQ(Both("/v1/claims", R"({"biz_type":"refund","key":"C"})").status, 201);
   // The writes above went through the writer, not the pool. Duplicates of decided keys
-  // were answered by HandleWithoutBlocking before HandleAsync.
+  // were answered by AnswerWithoutBlocking before StartAsync.
   EXPECT_GE(async_.async, 10);
   // Every answer of the writer was counted as the blocking path counts it.
   EXPECT_EQ(async_.metrics.Render(), blocking_.metrics.Render());
@@ -797,12 +798,13 @@ TEST_F(ApiAsyncTest, WhatItCannotTakeGoesToThePool) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> holder, async_.store->Begin());
   ASSERT_OK(holder->Load("acme", "H").status());
   HttpRequest request{"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"H"})"};
-  ASSERT_FALSE(async_.api->HandleWithoutBlocking(request).has_value());
-  EXPECT_FALSE(async_.api->HandleAsync(request, [](std::function<Reply()>) {
+  std::unique_ptr<Handler::Call> held = async_.api->Begin(request);
+  ASSERT_FALSE(held->AnswerWithoutBlocking().has_value());
+  EXPECT_FALSE(held->StartAsync([](std::function<Reply()>) {
     ADD_FAILURE() << "resumed a request it did not take";
   }));
   holder->Rollback();
-  EXPECT_EQ(async_.api->Handle(request).response.status, 201);
+  EXPECT_EQ(held->Answer().response.status, 201);
   // A store without non-blocking transactions: never taken.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> memory, OpenStore("memory://"));
   Guard guard(*memory);
@@ -811,8 +813,9 @@ TEST_F(ApiAsyncTest, WhatItCannotTakeGoesToThePool) {
   o.tenants = {Tenant::WithToken("acme", "tok-a")};
   Api api(guard, *memory, metrics, o);
   HttpRequest claim{"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"M"})"};
-  ASSERT_FALSE(api.HandleWithoutBlocking(claim).has_value());
-  EXPECT_FALSE(api.HandleAsync(claim, [](std::function<Reply()>) {}));
+  std::unique_ptr<Handler::Call> call = api.Begin(claim);
+  ASSERT_FALSE(call->AnswerWithoutBlocking().has_value());
+  EXPECT_FALSE(call->StartAsync([](std::function<Reply()>) {}));
 }
 
 // A claim waiting on a key (wait_ms) is woken by a complete made through the
@@ -827,13 +830,13 @@ TEST_F(ApiAsyncTest, AnAsyncCompleteWakesTheKeysWaiters) {
   ASSERT_NE(w.waiting, nullptr);
   EXPECT_EQ(w.response.status, 409);
   std::atomic<bool> woken{false};
-  std::shared_ptr<void> watch = async_.api->Watch(*w.waiting, [&] { woken = true; });
+  std::shared_ptr<void> watch = w.waiting->Watch([&] { woken = true; });
   EXPECT_EQ(Serve(async_, {"POST", "/v1/claims/complete", "Bearer tok-a",
                            R"({"biz_type":"refund","key":"W","token":1,"result":{"ok":1}})"})
                 .response.status,
             200);
   EXPECT_TRUE(woken.load());
-  w = async_.api->Poll(*w.waiting);
+  w = w.waiting->Poll();
   EXPECT_EQ(w.waiting, nullptr);
   EXPECT_EQ(w.response.body, R"({"outcome":"replayed","expires_at":null,"result":{"ok":1}})");
 }

@@ -1,4 +1,4 @@
-// Metrics (src/http/metrics.h): what each count does to the exposition text, the
+// Metrics (src/http/server/metrics.h): what each count does to the exposition text, the
 // latency histogram's buckets, the bounded label values, and exact totals when many
 // threads count at once (the counters are lock-free atomics).
 #include "http/server/metrics.h"

@@ -15,9 +15,9 @@
 
 namespace idem::http {
 
-Reply Api::KeyMismatches(const HttpRequest& request, const std::string& tenant) {
+Reply Api::KeyMismatches(bool has_query, const std::string& tenant) {
   using ojson = nlohmann::ordered_json;
-  if (request.target.find('?') != std::string::npos) {
+  if (has_query) {
     Reply bad;
     bad.response = MakeProblem(400, "invalid_request", "Invalid request",
                                "/v1/keys/mismatches takes no query parameters");

@@ -1,15 +1,26 @@
 // Handler: what the Server (server.h) asks of the application behind it, the idem
-// API (api.h) or the Idempotency-Key proxy (proxy.h), and the Reply it answers with.
+// API (api/api.h), the Idempotency-Key proxy (proxy/proxy.h) or the /metrics-only
+// listener (metrics_endpoint.h); the Call it makes of each request; and the Reply it
+// answers with.
 //
-// Thread safety: Handle, Poll and BeforeBody are called concurrently, from the
-// Server's worker threads (Handle, Poll) and I/O threads (BeforeBody).
+// A request is routed once, when its header is in (Handler::Begin): the Call holds
+// what the Handler made of it (its route, the parts of its target, later its parsed
+// body) for every step after. The Server then asks the Call, in this order, and
+// stops at the first that answers: BeforeBody (only when a body is still to come),
+// AnswerWithoutBlocking, StartAsync, and Answer on the worker pool. A Reply whose
+// `waiting` is set is polled again through it (Waiting::Poll), never through the
+// Handler: a Handler whose requests never wait has nothing to implement for it.
+//
+// Thread safety: Begin, BeforeBody, AnswerWithoutBlocking and StartAsync run on the
+// Server's I/O threads, Answer and Waiting::Poll on its worker threads, for many
+// requests at once; one Call is used by one thread at a time.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
+#include <utility>
 
 #include "absl/time/time.h"
 #include "http/server/metrics.h"
@@ -18,8 +29,27 @@
 
 namespace idem::http {
 
-// A request that waits (a claim with wait_ms); opaque to the Server.
-struct WaitingClaim;
+struct Reply;
+
+// A request that waits (a claim with wait_ms): the Server tries it again after
+// Reply::poll_after, or sooner when Watch wakes it. Opaque to the Server otherwise.
+class Waiting {
+ public:
+  virtual ~Waiting() = default;
+
+  // Tries the request again: a Reply waiting on, or its final answer. May block.
+  // Never throws.
+  virtual Reply Poll() const = 0;
+
+  // Asks for `wake` to be called (once, from any thread) when what this waits for
+  // may have changed, so it is polled at once; the returned handle, while kept,
+  // keeps the request; nullptr when that cannot be told (it is then polled on its
+  // timer only).
+  virtual std::shared_ptr<void> Watch(std::function<void()> wake) const {
+    (void)wake;
+    return nullptr;
+  }
+};
 
 struct Reply {
   HttpResponse response;
@@ -30,9 +60,9 @@ struct Reply {
   // The authenticated tenant, for the access log; "" before authentication.
   std::string tenant;
   // Non-null while a claim is waiting: `response` is what to send if the wait must
-  // end now (409 in_progress); otherwise call Handler::Poll(*waiting) again after
-  // `poll_after`, or sooner when the Handler's Watch wakes it.
-  std::shared_ptr<const WaitingClaim> waiting;
+  // end now (409 in_progress); otherwise call waiting->Poll() after `poll_after`,
+  // or sooner when its Watch wakes it.
+  std::shared_ptr<const Waiting> waiting;
   absl::Duration poll_after = absl::Milliseconds(15);
   // The store wrote this request's claim, complete or fail: it takes writes again,
   // so an outage is over (StoreHealth::Up; /readyz's ping is the other way). Not
@@ -45,54 +75,58 @@ struct Reply {
 
 class Handler {
  public:
-  virtual ~Handler() = default;
-
-  // Answers `request`. May block (on the store, on an upstream). Never throws.
-  virtual Reply Handle(const HttpRequest& request) = 0;
-
-  // The answer to `request` when it can be given at once, without blocking (no
-  // store or network I/O), on the network thread that read it; nullopt sends the
-  // request to Handle() on the worker pool, and what this call learnt of it (its
-  // parsed body, say) may be left in request.prepared for Handle() to reuse instead
-  // of doing that work twice. Never throws.
-  virtual std::optional<Reply> HandleWithoutBlocking(HttpRequest& request) {
-    (void)request;
-    return std::nullopt;
-  }
-
-  // Where the rest of an asynchronous request goes (HandleAsync): the Server runs
-  // the function it is given on the request's network thread, and sends its Reply.
+  // Where the rest of an asynchronous request goes (Call::StartAsync): the Server
+  // runs the function it is given on the request's network thread, and sends its
+  // Reply.
   using Resume = std::function<void(std::function<Reply()>)>;
 
-  // For a request HandleWithoutBlocking did not answer: starts it without blocking
-  // this network thread, when its store write can be made so (rocksdb://), and
-  // returns true; once the write is durable a store thread calls `resume` with the
-  // rest of the work (building the answer), once. false: nothing was done, and the
-  // request goes to Handle() on the worker pool. Never throws.
-  virtual bool HandleAsync(HttpRequest& request, Resume resume) {
-    (void)request;
-    (void)resume;
-    return false;
-  }
+  // One request, routed.
+  class Call {
+   public:
+    explicit Call(HttpRequest request) : request_(std::move(request)) {}
+    virtual ~Call() = default;
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
 
-  // Re-tries a request that waits (Reply::waiting). May block. Never throws.
-  virtual Reply Poll(const WaitingClaim& waiting) = 0;
+    // The request. Begin gets it without its body and headers; the Server fills
+    // in `body` (and `headers`, for a Handler that wants_headers) once read, before
+    // AnswerWithoutBlocking.
+    HttpRequest& request() { return request_; }
+    const HttpRequest& request() const { return request_; }
 
-  // Checked when a request's header is in and it has a body still to come: the
-  // answer that ends it there, before any of the body is read or a 100 Continue
-  // sent, or nullopt to read on. Does not block; never throws.
-  virtual std::optional<Reply> BeforeBody(std::string_view target,
-                                          std::string_view authorization) const = 0;
+    // Checked when the header is in and a body is still to come: the answer that
+    // ends the request there, before any of the body is read or a 100 Continue
+    // sent, or nullopt to read on. Does not block; never throws.
+    virtual std::optional<Reply> BeforeBody() const { return std::nullopt; }
 
-  // Asks for `wake` to be called (once, from any thread) when what `waiting` waits
-  // for may have changed, so it is polled at once; the returned handle, while kept,
-  // keeps the request; nullptr when the Handler cannot tell (it is then polled on
-  // its timer only).
-  virtual std::shared_ptr<void> Watch(const WaitingClaim& waiting, std::function<void()> wake) {
-    (void)waiting;
-    (void)wake;
-    return nullptr;
-  }
+    // The answer when it can be given at once, without blocking (no store or
+    // network I/O), on the network thread that read the request; nullopt goes on
+    // to StartAsync. What it learnt (the parsed body, say) stays in the Call for
+    // the steps after. Never throws.
+    virtual std::optional<Reply> AnswerWithoutBlocking() { return std::nullopt; }
+
+    // Starts the request without blocking this network thread, when its I/O can
+    // be made so, and returns true: `resume` is then called once, from another
+    // thread, with the rest of the work (building the answer). false: nothing was
+    // done, and Answer() runs on the worker pool. The Call outlives the answer.
+    // Never throws.
+    virtual bool StartAsync(const Resume& resume) {
+      (void)resume;
+      return false;
+    }
+
+    // Answers the request. May block (on the store, on an upstream). Never throws.
+    virtual Reply Answer() = 0;
+
+   protected:
+    HttpRequest request_;
+  };
+
+  virtual ~Handler() = default;
+
+  // Routes `request`, whose header is in (method, target, authorization,
+  // request_id, received; no body nor headers yet). Does not block; never throws.
+  virtual std::unique_ptr<Call> Begin(HttpRequest request) = 0;
 
   // Whether HttpRequest::headers is to be filled (the proxy forwards them; the API
   // needs none, and filling them costs allocations).
