@@ -8,7 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <variant>
 
 #include "absl/synchronization/notification.h"
 #include "http/api/json.h"
@@ -362,6 +365,41 @@ TEST_F(ApiTest, UnroutedTargetsAreCountedAsOther) {
   // A record read that does reach its route is counted under the template.
   ExpectProblem(Call("GET", "/v1/records/refund/none"), 404, "not_found");
   EXPECT_EQ(metrics_.requests("/v1/records/{biz_type}/{key}", 404), 1u);
+}
+
+// Begin routes a request once: its route, the record path's segments (still
+// percent-encoded), the query and the token's tenant are in the ApiCall that every
+// later step reads; the body is parsed once, by whichever step comes to it first.
+TEST_F(ApiTest, BeginRoutesARequestOnceIntoItsCall) {
+  std::unique_ptr<Handler::Call> call =
+      api_->Begin({"HEAD", "/v1/records/refund/R%2F1?x=1", "Bearer tok-a"});
+  const auto* routed = dynamic_cast<const ApiCall*>(call.get());
+  ASSERT_NE(routed, nullptr);
+  EXPECT_EQ(routed->route, Route::kRecord);
+  EXPECT_EQ(routed->method, "GET");
+  EXPECT_EQ(routed->path, "/v1/records/refund/R%2F1");
+  EXPECT_EQ(routed->query, std::optional<std::string_view>("x=1"));
+  EXPECT_EQ(routed->biz_type_enc, "refund");
+  EXPECT_EQ(routed->key_enc, "R%2F1");
+  ASSERT_NE(routed->tenant, nullptr);
+  EXPECT_EQ(routed->tenant->name, "acme");
+  EXPECT_FALSE(call->BeforeBody().has_value());
+  // A malformed record path keeps the template's route for a 401 before its body,
+  // and is 404 "other" once answered.
+  std::unique_ptr<Handler::Call> malformed = api_->Begin({"POST", "/v1/records/a/b/c", ""});
+  std::optional<Reply> refused = malformed->BeforeBody();
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->response.status, 401);
+  EXPECT_EQ(refused->route, Route::kRecord);
+  EXPECT_EQ(malformed->Answer().route, Route::kOther);
+  // The body, parsed on the network thread, is what the pool's Answer() uses.
+  std::unique_ptr<Handler::Call> claim =
+      api_->Begin({"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"B1"})"});
+  EXPECT_FALSE(claim->AnswerWithoutBlocking().has_value());
+  EXPECT_TRUE(std::holds_alternative<absl::StatusOr<ClaimBody>>(
+      dynamic_cast<const ApiCall&>(*claim).body));
+  claim->request().body = "not read again";
+  EXPECT_EQ(claim->Answer().response.status, 201);
 }
 
 TEST_F(ApiTest, BadInputIs400NamingTheField) {
