@@ -16,13 +16,13 @@
 #include "absl/synchronization/notification.h"
 #include "http/api/json.h"
 #include "http/api/store_health.h"
-#include "idem/status.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
+#include "idem/status.h"
 #include "nlohmann/json.hpp"
 #include "testing/fake_clock.h"
-#include "testing/temp_dir.h"
 #include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
 
 namespace idem::http {
 namespace {
@@ -396,8 +396,8 @@ TEST_F(ApiTest, BeginRoutesARequestOnceIntoItsCall) {
   std::unique_ptr<Handler::Call> claim =
       api_->Begin({"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"B1"})"});
   EXPECT_FALSE(claim->AnswerWithoutBlocking().has_value());
-  EXPECT_TRUE(std::holds_alternative<absl::StatusOr<ClaimBody>>(
-      dynamic_cast<const ApiCall&>(*claim).body));
+  EXPECT_TRUE(
+      std::holds_alternative<absl::StatusOr<ClaimBody>>(dynamic_cast<const ApiCall&>(*claim).body));
   claim->request().body = "not read again";
   EXPECT_EQ(claim->Answer().response.status, 201);
 }
@@ -838,9 +838,8 @@ TEST_F(ApiAsyncTest, WhatItCannotTakeGoesToThePool) {
   HttpRequest request{"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"H"})"};
   std::unique_ptr<Handler::Call> held = async_.api->Begin(request);
   ASSERT_FALSE(held->AnswerWithoutBlocking().has_value());
-  EXPECT_FALSE(held->StartAsync([](std::function<Reply()>) {
-    ADD_FAILURE() << "resumed a request it did not take";
-  }));
+  EXPECT_FALSE(held->StartAsync(
+      [](std::function<Reply()>) { ADD_FAILURE() << "resumed a request it did not take"; }));
   holder->Rollback();
   EXPECT_EQ(held->Answer().response.status, 201);
   // A store without non-blocking transactions: never taken.

@@ -5,8 +5,6 @@
 #include <string>
 #include <utility>
 
-#include "spdlog/spdlog.h"
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +15,7 @@
 #include "idem/key.h"
 #include "idem/status.h"
 #include "simdjson.h"
+#include "spdlog/spdlog.h"
 
 namespace idem::http {
 namespace {
@@ -283,12 +282,13 @@ Reply Api::Answer(ApiCall& call) {
                    MakeProblem(404, "", "", absl::StrCat("no route for ", AV(call.path))));
     }
     if (call.route == Route::kRecord && call.key_enc.empty()) {
-      return Final(Route::kOther,
-                   MakeProblem(404, "", "",
-                               "use /v1/records/{biz_type}/{key} with both segments "
-                               "percent-encoded"));
+      return Final(Route::kOther, MakeProblem(404, "", "",
+                                              "use /v1/records/{biz_type}/{key} with both segments "
+                                              "percent-encoded"));
     }
-    if (method != call.allow) return Final(call.route, MethodNotAllowed(request.method, call.allow));
+    if (method != call.allow) {
+      return Final(call.route, MethodNotAllowed(request.method, call.allow));
+    }
 
     const Tenant* tenant = call.tenant;
     if (tenant == nullptr) {
@@ -303,12 +303,24 @@ Reply Api::Answer(ApiCall& call) {
 
     Reply reply;
     switch (call.route) {
-      case Route::kClaims: reply = Claims(call); break;
-      case Route::kComplete: reply = Complete(call); break;
-      case Route::kFail: reply = Fail(call); break;
-      case Route::kRecords: reply = ListRecords(call.query.value_or(""), tenant->name); break;
-      case Route::kKeyMismatches: reply = KeyMismatches(call.query.has_value(), tenant->name); break;
-      default: reply = GetRecord(call.biz_type_enc, call.key_enc, tenant->name); break;
+      case Route::kClaims:
+        reply = Claims(call);
+        break;
+      case Route::kComplete:
+        reply = Complete(call);
+        break;
+      case Route::kFail:
+        reply = Fail(call);
+        break;
+      case Route::kRecords:
+        reply = ListRecords(call.query.value_or(""), tenant->name);
+        break;
+      case Route::kKeyMismatches:
+        reply = KeyMismatches(call.query.has_value(), tenant->name);
+        break;
+      default:
+        reply = GetRecord(call.biz_type_enc, call.key_enc, tenant->name);
+        break;
     }
     return Answered(std::move(reply), tenant->name);
   } catch (const std::exception& e) {

@@ -28,13 +28,14 @@
 // /healthz, /readyz and /metrics need no token (and ignore one), unless
 // ApiOptions::metrics_require_token puts /metrics behind any tenant's token.
 //
-// A claim with wait_ms > 0 that meets a live lease does not block: its answer is
-// a Reply whose `waiting` (a WaitingClaim) is set; the caller re-polls with its Poll()
-// after the Reply's `poll_after` (15 ms, doubling up to ApiOptions::wait_poll_max)
-// or when its Watch() wakes it (a complete or fail of the key through this Api), until `waiting` comes
-// back empty, or sends the Reply's current response (409 in_progress) if it has to
-// stop early. A poll is a plain read of the record while the lease runs; only a
-// change goes through a claim.
+// A claim with wait_ms > 0 that meets a live lease does not block: its answer is a
+// Reply whose `waiting` (a WaitingClaim) is set; the caller re-polls with its
+// Poll() after the Reply's `poll_after` (15 ms, doubling up to
+// ApiOptions::wait_poll_max) or when its Watch() wakes it (a complete or fail of
+// the key through this Api), until `waiting` comes back empty, or sends the
+// Reply's current response (409 in_progress) if it has to stop early. A poll is a
+// plain read of the record while the lease runs; only a change goes through a
+// claim.
 //
 // Store down (kUnavailable): every claim/complete/fail/record call answers 503
 // problem+json with "outcome":"unavailable" and Retry-After, and nothing runs (fail
@@ -232,9 +233,9 @@ class Api : public Handler {
   Reply Complete(ApiCall& call);  // claims.cc
   Reply Fail(ApiCall& call);      // claims.cc
   Reply GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
-                  const std::string& tenant);                                    // records.cc
-  Reply ListRecords(std::string_view params, const std::string& tenant);        // records.cc
-  Reply KeyMismatches(bool has_query, const std::string& tenant);               // keys.cc
+                  const std::string& tenant);                             // records.cc
+  Reply ListRecords(std::string_view params, const std::string& tenant);  // records.cc
+  Reply KeyMismatches(bool has_query, const std::string& tenant);         // keys.cc
   // What a claim's answer tells the key-health tracker: a new key, or a 422.
   void TrackKeyHealth(const Request& request, const Result& result);
   Reply Ready();

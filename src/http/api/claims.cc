@@ -406,7 +406,7 @@ bool Api::StartAsync(ApiCall& call, const Resume& resume) {
     const Tenant* tenant = call.tenant;
     if (tenant == nullptr) return false;
     // The rest runs on the network thread `resume` hands it to; a throw there is
-    // answered as Handle() answers one.
+    // answered as Answer() answers one.
     auto finish = [this, tenant = tenant->name](std::function<Reply()> answer) {
       return [this, tenant, answer = std::move(answer)]() -> Reply {
         try {

@@ -11,6 +11,8 @@
 // released keys are left out, as GET of one key hides them. The cursor is opaque
 // to clients: the last key of the page, base64url, which the next page starts
 // after, so a page never skips or repeats a record that stays.
+#include "http/api/records.h"
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,7 +25,6 @@
 #include "http/api/api.h"
 #include "http/api/json.h"
 #include "http/server/problem.h"
-#include "http/api/records.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 

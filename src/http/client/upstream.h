@@ -21,8 +21,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "http/types.h"
 #include "http/client/upstream_response.h"
+#include "http/types.h"
 
 namespace idem::http {
 

@@ -345,9 +345,9 @@ void Connection::Dispatch() {
   // A write the store makes without blocking (rocksdb://) starts here too; its
   // answer is built back on this connection's thread once the write is durable. The work guard
   // keeps the I/O threads running until then, as RunOnPool's does.
-  const bool started = call_->StartAsync(
-      [self = shared_from_this(),
-                work = asio::make_work_guard(shared_.ioc)](std::function<Reply()> answer) {
+  const bool started =
+      call_->StartAsync([self = shared_from_this(),
+                         work = asio::make_work_guard(shared_.ioc)](std::function<Reply()> answer) {
         asio::post(self->stream_.get_executor(),
                    [self, answer = std::move(answer)] { self->OnReply(answer()); });
       });

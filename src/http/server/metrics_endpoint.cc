@@ -22,9 +22,9 @@ Reply EndpointReply(Route route, HttpResponse response) {
 
 Reply NotFound(std::string_view target) {
   return EndpointReply(Route::kOther,
-                MakeProblem(404, "", "",
-                            absl::StrCat("no such path here: ", AV(target.substr(0, 200)),
-                                         " (this listener serves GET /metrics only)")));
+                       MakeProblem(404, "", "",
+                                   absl::StrCat("no such path here: ", AV(target.substr(0, 200)),
+                                                " (this listener serves GET /metrics only)")));
 }
 
 // A request to the endpoint, its path found once.
