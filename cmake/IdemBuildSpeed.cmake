@@ -49,7 +49,7 @@ endif()
 #   ASan+UBSan build             -O0 -g1
 #   Debug build                  the build type's -O0 -g
 # IDEM_UNFUZZED_COMPILE_OPTIONS: in the ASan+UBSan build, the code no fuzzer runs (the
-# examples, the `idem` program, idem_http's network side) is compiled as the tests
+# examples, the `idem` program, the HTTP server's network side) is compiled as the tests
 # are; the libraries the fuzzers link keep the build type's flags.
 set(IDEM_UNFUZZED_COMPILE_OPTIONS)
 if(CMAKE_BUILD_TYPE STREQUAL "Debug")

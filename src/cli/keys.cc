@@ -35,7 +35,7 @@
 #include "cli/reason.h"
 #include "cli/secrets.h"
 #include "core/absl_compat.h"
-#include "http/upstream.h"
+#include "http/client/upstream.h"
 #include "idem/idem.h"
 #include "idem/ttl.h"
 #include "nlohmann/json.hpp"

@@ -1,4 +1,4 @@
-// `idem proxy`: the Idempotency-Key header in front of any HTTP API (http/proxy.h).
+// `idem proxy`: the Idempotency-Key header in front of any HTTP API (http/proxy/proxy.h).
 //
 //   idem proxy --upstream http://127.0.0.1:8080 --listen 127.0.0.1:7080
 //              --store sqlite://./idem-proxy.db [--client-header Authorization]
@@ -21,11 +21,11 @@
 #include "cli/reason.h"
 #include "cli/server_command.h"
 #include "core/absl_compat.h"
-#include "http/api.h"
-#include "http/metrics.h"
-#include "http/proxy.h"
-#include "http/server.h"
-#include "http/upstream.h"
+#include "http/api/api.h"
+#include "http/server/metrics.h"
+#include "http/proxy/proxy.h"
+#include "http/server/server.h"
+#include "http/client/upstream.h"
 #include "idem/idem.h"
 #include "idem/ttl.h"
 #include "spdlog/spdlog.h"

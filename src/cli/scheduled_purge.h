@@ -20,7 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "http/metrics.h"
+#include "http/server/metrics.h"
 #include "idem/retention.h"
 #include "idem/store.h"
 

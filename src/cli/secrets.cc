@@ -21,6 +21,7 @@
 #include "cli/common.h"
 #include "cli/reason.h"
 #include "core/absl_compat.h"
+#include "http/api/api.h"
 #include "idem/fingerprint.h"
 #include "idem/idem.h"
 #include "idem/key.h"

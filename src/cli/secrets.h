@@ -21,11 +21,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "http/api.h"
 
 namespace CLI {
 class App;
 }  // namespace CLI
+
+// http/api/api.h: declared here only, so that the commands that read secrets but
+// serve no API (recon, keys, migrate, ...) do not include the API.
+namespace idem::http {
+struct Tenant;
+}  // namespace idem::http
 
 namespace idem::cli {
 

@@ -46,10 +46,10 @@
 #include "core/absl_compat.h"
 #include "idem/cache.h"
 #include "idem/ttl.h"
-#include "http/api.h"
-#include "http/metrics.h"
+#include "http/api/api.h"
+#include "http/server/metrics.h"
 #include "recon/tables.h"
-#include "http/server.h"
+#include "http/server/server.h"
 #include "idem/idem.h"
 #include "spdlog/spdlog.h"
 

@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "cli/common.h"
-#include "http/server.h"
+#include "http/server/server.h"
 #include "idem/store.h"
 
 namespace CLI {

@@ -1,11 +1,11 @@
-// The socket-free request/response values that the API layer (api.h) consumes and
-// produces; the server (server.h) converts them to and from Beast messages.
+// The socket-free request/response values every HTTP role shares: the server
+// (server/server.h) converts them to and from Beast messages for its Handlers (the
+// API, the proxy), and the client (client/upstream.h) sends and receives them.
 //
 // Thread safety: plain values.
 #pragma once
 
 #include <chrono>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,9 +28,6 @@ struct HttpRequest {
   // Every header as received, in order; filled only for a Handler that wants them
   // (Handler::wants_headers).
   std::vector<std::pair<std::string, std::string>> headers;
-  // What the Handler's HandleWithoutBlocking learnt of this request, for its
-  // Handle() on the worker pool; opaque to the server, null unless set.
-  std::shared_ptr<const void> prepared;
 };
 
 struct HttpResponse {

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "http/types.h"
-#include "http/upstream.h"
+#include "http/client/upstream.h"
 #include "idem/key.h"
 #include "nlohmann/json.hpp"
 #include "recon/recon_time.h"

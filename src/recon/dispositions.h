@@ -28,7 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "http/types.h"
-#include "http/upstream.h"
+#include "http/client/upstream.h"
 #include "idem/store.h"
 #include "recon/comparer.h"
 

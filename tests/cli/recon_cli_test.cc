@@ -29,7 +29,7 @@
 #include "recon/fields.h"
 #include "recon/ledger_reader.h"
 #include "recon/tables.h"
-#include "http/upstream.h"
+#include "http/client/upstream.h"
 #include "testing/idem_process.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"

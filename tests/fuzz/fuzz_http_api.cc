@@ -1,6 +1,7 @@
-// Fuzzes the request path of the `idem serve` API (http/api.h) in process, as the
-// server drives it (http/connection.cc) but without sockets: BeforeBody when a
-// body comes, HandleWithoutBlocking, then Handle, and Poll while a claim waits,
+// Fuzzes the request path of the `idem serve` API (http/api/api.h) in process, as
+// the server drives it (http/server/connection.cc) but without sockets: Begin, then
+// the Call's BeforeBody when a body comes, AnswerWithoutBlocking, then Answer, and
+// the waiting claim's Poll while it waits,
 // over a fresh memory:// store and a fake clock for each input.
 //
 // Input: requests separated by a line "%%". Each is HTTP-like: "METHOD TARGET",
@@ -9,7 +10,7 @@
 // the body. The tenants are acme (token tok-a) and beta (tok-b); biz_type "low"
 // fails open. Every route of docs/openapi.yaml is in the seeds.
 //
-// Properties: no answer is a 500 (Api::Handle turns an escaped exception into
+// Properties: no answer is a 500 (Api::Answer turns an escaped exception into
 // one; memory:// never fails, so neither is a 503); every status is 2xx..4xx; a
 // JSON or problem+json body is valid JSON by RFC 8259 (a number too big for a
 // double is valid: idem replays results byte for byte), and a problem's "status"
@@ -33,7 +34,7 @@
 #include "absl/time/time.h"
 #include "core/absl_compat.h"
 #include "fuzz/fuzz_check.h"
-#include "http/api.h"
+#include "http/api/api.h"
 #include "idem/idem.h"
 #include "nlohmann/json.hpp"
 #include "testing/fake_clock.h"
@@ -81,7 +82,7 @@ Parsed ParseRequest(std::string_view text) {
 
 // True when `t` is a number by RFC 8259's grammar:
 // -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
-// A copy of what src/http/json.cc's IsNumberToken does, on purpose: the oracle does
+// A copy of what src/http/api/json.cc's IsNumberToken does, on purpose: the oracle does
 // not trust the code whose output it checks.
 bool IsJsonNumber(std::string_view t) {
   size_t i = 0;
@@ -217,17 +218,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     idem::fuzz::CheckPercentRoundTrip(p.request.target);
 
     std::optional<http::Reply> reply;
-    if (!p.request.body.empty()) reply = api.BeforeBody(p.request.target, p.request.authorization);
-    if (!reply.has_value()) reply = api.HandleWithoutBlocking(p.request);
-    if (!reply.has_value()) reply = api.Handle(p.request);
+    http::HttpRequest head = p.request;  // what the server has when the header is in
+    head.body.clear();
+    std::unique_ptr<http::Handler::Call> call = api.Begin(std::move(head));
+    if (!p.request.body.empty()) reply = call->BeforeBody();
+    call->request().body = p.request.body;
+    if (!reply.has_value()) reply = call->AnswerWithoutBlocking();
+    if (!reply.has_value()) reply = call->Answer();
     // A waiting claim polls (the fake clock moving as the server's timer would)
     // until it is answered; its wait is at most 30 s (wait_ms's bound).
     const absl::Time wait_start = clock.Now();
     while (reply->waiting != nullptr) {
       Check(clock.Now() - wait_start <= absl::Seconds(31), "a waiting claim ends within 30 s");
       clock.Advance(reply->poll_after);
-      std::shared_ptr<const http::WaitingClaim> waiting = reply->waiting;
-      reply = api.Poll(*waiting);
+      std::shared_ptr<const http::Waiting> waiting = reply->waiting;
+      reply = waiting->Poll();
     }
     idem::fuzz::CheckResponse(reply->response, p.request.target);
     metrics.CountRequest(reply->route, reply->response.status, reply->outcome,

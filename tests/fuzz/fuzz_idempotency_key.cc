@@ -1,4 +1,4 @@
-// Fuzzes the Idempotency-Key header parser of `idem proxy` (http/proxy.h,
+// Fuzzes the Idempotency-Key header parser of `idem proxy` (http/proxy/proxy.h,
 // ParseIdempotencyKey) with the header's value.
 //
 // Properties: an error is kInvalidArgument with a message; a key is non-empty,
@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_check.h"
-#include "http/proxy.h"
+#include "http/proxy/proxy.h"
 
 namespace idem::fuzz {
 namespace {

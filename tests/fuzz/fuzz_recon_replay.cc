@@ -27,7 +27,7 @@
 #include "boost/beast/http.hpp"
 #include "core/absl_compat.h"
 #include "fuzz/fuzz_check.h"
-#include "http/upstream.h"
+#include "http/client/upstream.h"
 #include "idem/key.h"
 #include "recon/dispositions.h"
 #include "recon/fields.h"

@@ -1,4 +1,4 @@
-// Fuzzes the reader of `idem proxy`'s upstream answers (http/upstream_response.h,
+// Fuzzes the reader of `idem proxy`'s upstream answers (http/client/upstream_response.h,
 // UpstreamResponseReader) with the bytes a fake upstream sends, split into reads of
 // arbitrary sizes, then the end of the connection.
 //
@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_check.h"
-#include "http/upstream_response.h"
+#include "http/client/upstream_response.h"
 
 namespace idem::fuzz {
 namespace {

@@ -1,6 +1,6 @@
 // The API layer of `idem serve` (docs/openapi.yaml), driven without sockets against a
 // memory:// store and a fake clock.
-#include "http/api.h"
+#include "http/api/api.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,18 +8,21 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <variant>
 
 #include "absl/synchronization/notification.h"
-#include "http/json.h"
-#include "http/store_health.h"
-#include "idem/status.h"
+#include "http/api/json.h"
+#include "http/api/store_health.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
+#include "idem/status.h"
 #include "nlohmann/json.hpp"
 #include "testing/fake_clock.h"
-#include "testing/temp_dir.h"
 #include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
 
 namespace idem::http {
 namespace {
@@ -364,6 +367,41 @@ TEST_F(ApiTest, UnroutedTargetsAreCountedAsOther) {
   EXPECT_EQ(metrics_.requests("/v1/records/{biz_type}/{key}", 404), 1u);
 }
 
+// Begin routes a request once: its route, the record path's segments (still
+// percent-encoded), the query and the token's tenant are in the ApiCall that every
+// later step reads; the body is parsed once, by whichever step comes to it first.
+TEST_F(ApiTest, BeginRoutesARequestOnceIntoItsCall) {
+  std::unique_ptr<Handler::Call> call =
+      api_->Begin({"HEAD", "/v1/records/refund/R%2F1?x=1", "Bearer tok-a"});
+  const auto* routed = dynamic_cast<const ApiCall*>(call.get());
+  ASSERT_NE(routed, nullptr);
+  EXPECT_EQ(routed->route, Route::kRecord);
+  EXPECT_EQ(routed->method, "GET");
+  EXPECT_EQ(routed->path, "/v1/records/refund/R%2F1");
+  EXPECT_EQ(routed->query, std::optional<std::string_view>("x=1"));
+  EXPECT_EQ(routed->biz_type_enc, "refund");
+  EXPECT_EQ(routed->key_enc, "R%2F1");
+  ASSERT_NE(routed->tenant, nullptr);
+  EXPECT_EQ(routed->tenant->name, "acme");
+  EXPECT_FALSE(call->BeforeBody().has_value());
+  // A malformed record path keeps the template's route for a 401 before its body,
+  // and is 404 "other" once answered.
+  std::unique_ptr<Handler::Call> malformed = api_->Begin({"POST", "/v1/records/a/b/c", ""});
+  std::optional<Reply> refused = malformed->BeforeBody();
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->response.status, 401);
+  EXPECT_EQ(refused->route, Route::kRecord);
+  EXPECT_EQ(malformed->Answer().route, Route::kOther);
+  // The body, parsed on the network thread, is what the pool's Answer() uses.
+  std::unique_ptr<Handler::Call> claim =
+      api_->Begin({"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"B1"})"});
+  EXPECT_FALSE(claim->AnswerWithoutBlocking().has_value());
+  EXPECT_TRUE(
+      std::holds_alternative<absl::StatusOr<ClaimBody>>(dynamic_cast<const ApiCall&>(*claim).body));
+  claim->request().body = "not read again";
+  EXPECT_EQ(claim->Answer().response.status, 201);
+}
+
 TEST_F(ApiTest, BadInputIs400NamingTheField) {
   auto detail = [](const HttpResponse& r) { return J(r)["detail"].get<std::string>(); };
   HttpResponse r = Post("/v1/claims", "{nope");
@@ -392,10 +430,10 @@ TEST_F(ApiTest, WaitAttachesToTheHolderAndGetsItsResult) {
       {"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"K","wait_ms":5000})"});
   ASSERT_NE(w.waiting, nullptr);
   EXPECT_EQ(w.response.status, 409);
-  w = api_->Poll(*w.waiting);
+  w = w.waiting->Poll();
   ASSERT_NE(w.waiting, nullptr);
   ASSERT_EQ(Complete("K", 1, R"({"ok" :true})").status, 200);
-  w = api_->Poll(*w.waiting);
+  w = w.waiting->Poll();
   EXPECT_EQ(w.waiting, nullptr);
   EXPECT_EQ(w.response.status, 200);
   EXPECT_EQ(w.response.body, R"({"outcome":"replayed","expires_at":null,"result":{"ok" :true}})");
@@ -419,16 +457,16 @@ TEST_F(ApiTest, WaitersOnOneKeyShareTheirPollsReads) {
   }
   const long long before = polls();
   for (Reply& w : waiters) {
-    w = api_->Poll(*w.waiting);
+    w = w.waiting->Poll();
     ASSERT_NE(w.waiting, nullptr);
   }
   EXPECT_EQ(polls() - before, 1);
   clock_.Advance(absl::Milliseconds(15));  // the shared read is no longer fresh
-  for (Reply& w : waiters) w = api_->Poll(*w.waiting);
+  for (Reply& w : waiters) w = w.waiting->Poll();
   EXPECT_EQ(polls() - before, 2);
   ASSERT_EQ(Complete("K", 1, R"({"ok":true})").status, 200);  // no clock step needed
   for (Reply& w : waiters) {
-    w = api_->Poll(*w.waiting);
+    w = w.waiting->Poll();
     EXPECT_EQ(w.waiting, nullptr);
     EXPECT_EQ(w.response.status, 200);
   }
@@ -440,7 +478,7 @@ TEST_F(ApiTest, WaitEndsIn409WhenTimeRunsOut) {
       {"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"K","wait_ms":1000})"});
   ASSERT_NE(w.waiting, nullptr);
   clock_.Advance(absl::Milliseconds(1001));
-  w = api_->Poll(*w.waiting);
+  w = w.waiting->Poll();
   EXPECT_EQ(w.waiting, nullptr);
   ExpectProblem(w.response, 409, "in_progress");
   EXPECT_EQ(w.response.Header("Retry-After"), "29");
@@ -452,7 +490,7 @@ TEST_F(ApiTest, WaitBecomesTheHolderWhenTheLeaseEndsOrIsReleased) {
       {"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"K","wait_ms":30000})"});
   ASSERT_NE(w.waiting, nullptr);
   clock_.Advance(absl::Seconds(2));
-  w = api_->Poll(*w.waiting);
+  w = w.waiting->Poll();
   EXPECT_EQ(w.waiting, nullptr);
   EXPECT_EQ(w.response.status, 201);
   EXPECT_EQ(J(w.response)["takeover"], true);
@@ -462,7 +500,7 @@ TEST_F(ApiTest, WaitBecomesTheHolderWhenTheLeaseEndsOrIsReleased) {
       {"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"L","wait_ms":30000})"});
   ASSERT_NE(w.waiting, nullptr);
   ASSERT_EQ(Fail("L", 1, true, "null").status, 200);
-  w = api_->Poll(*w.waiting);
+  w = w.waiting->Poll();
   EXPECT_EQ(w.response.status, 201);
   EXPECT_EQ(J(w.response)["token"], 2);
   EXPECT_EQ(J(w.response)["takeover"], false);
@@ -653,7 +691,7 @@ TEST_F(ApiTest, FingerprintOverTheLimitIs400) {
               HasSubstr("field \"fingerprint\": fingerprint is 1025 bytes, over the limit of 1024"));
   HttpRequest request{"POST", "/v1/claims", "Bearer tok-a",
                       R"({"biz_type":"refund","key":"F-2","fingerprint":")" + over + "\"}"};
-  EXPECT_FALSE(api_->HandleWithoutBlocking(request).has_value());
+  EXPECT_FALSE(api_->Begin(request)->AnswerWithoutBlocking().has_value());
   EXPECT_EQ(Call("GET", "/v1/records/refund/F-2").status, 404);
   // The C++ guard refuses it too, before the store.
   EXPECT_THAT(guard_->Claim({.tenant = "acme", .biz_type = "refund", .key = "F-3",
@@ -662,7 +700,7 @@ TEST_F(ApiTest, FingerprintOverTheLimitIs400) {
 }
 
 // The lean path: on rocksdb:// (behind the L1, as `idem serve` opens it) a claim,
-// complete or fail is started on the network thread (HandleAsync) and answered by
+// complete or fail is started on the network thread (StartAsync) and answered by
 // the function the writer thread hands back once the write is durable. Every
 // answer is byte for byte the blocking path's, in the same scenario on another
 // store; what the async path cannot take (bad bodies, a held key, other routes)
@@ -674,7 +712,7 @@ class ApiAsyncTest : public ::testing::Test {
     std::unique_ptr<Guard> guard;
     Metrics metrics;
     std::unique_ptr<Api> api;
-    int async = 0;  // requests HandleAsync took
+    int async = 0;  // requests StartAsync took
   };
 
   void Open(Side& side, const std::string& dir) {
@@ -692,17 +730,18 @@ class ApiAsyncTest : public ::testing::Test {
     Open(blocking_, dir_.file("blocking"));
   }
 
-  // As the server's Connection does: HandleWithoutBlocking, then HandleAsync, then
-  // Handle().
+  // As the server's Connection does: Begin, then AnswerWithoutBlocking, then
+  // StartAsync, then Answer().
   static Reply Serve(Side& side, HttpRequest request) {
-    if (std::optional<Reply> now = side.api->HandleWithoutBlocking(request)) return *now;
+    std::unique_ptr<Handler::Call> call = side.api->Begin(std::move(request));
+    if (std::optional<Reply> now = call->AnswerWithoutBlocking()) return *now;
     absl::Notification resumed;
     std::function<Reply()> answer;
-    const bool started = side.api->HandleAsync(request, [&](std::function<Reply()> rest) {
+    const bool started = call->StartAsync([&](std::function<Reply()> rest) {
       answer = std::move(rest);
       resumed.Notify();
     });
-    if (!started) return side.api->Handle(request);
+    if (!started) return call->Answer();
     ++side.async;
     EXPECT_TRUE(resumed.WaitForNotificationWithTimeout(absl::Seconds(30)));
     return answer();
@@ -774,7 +813,7 @@ TEST_F(ApiAsyncTest, ClaimCompleteFailAnswerAsTheBlockingPathDoes) {
   clock_.Advance(absl::Seconds(2));
   EXPECT_EQ(Both("/v1/claims", R"({"biz_type":"refund","key":"C"})").status, 201);
   // The writes above went through the writer, not the pool. Duplicates of decided keys
-  // were answered by HandleWithoutBlocking before HandleAsync.
+  // were answered by AnswerWithoutBlocking before StartAsync.
   EXPECT_GE(async_.async, 10);
   // Every answer of the writer was counted as the blocking path counts it.
   EXPECT_EQ(async_.metrics.Render(), blocking_.metrics.Render());
@@ -797,12 +836,12 @@ TEST_F(ApiAsyncTest, WhatItCannotTakeGoesToThePool) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> holder, async_.store->Begin());
   ASSERT_OK(holder->Load("acme", "H").status());
   HttpRequest request{"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"H"})"};
-  ASSERT_FALSE(async_.api->HandleWithoutBlocking(request).has_value());
-  EXPECT_FALSE(async_.api->HandleAsync(request, [](std::function<Reply()>) {
-    ADD_FAILURE() << "resumed a request it did not take";
-  }));
+  std::unique_ptr<Handler::Call> held = async_.api->Begin(request);
+  ASSERT_FALSE(held->AnswerWithoutBlocking().has_value());
+  EXPECT_FALSE(held->StartAsync(
+      [](std::function<Reply()>) { ADD_FAILURE() << "resumed a request it did not take"; }));
   holder->Rollback();
-  EXPECT_EQ(async_.api->Handle(request).response.status, 201);
+  EXPECT_EQ(held->Answer().response.status, 201);
   // A store without non-blocking transactions: never taken.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> memory, OpenStore("memory://"));
   Guard guard(*memory);
@@ -811,8 +850,9 @@ TEST_F(ApiAsyncTest, WhatItCannotTakeGoesToThePool) {
   o.tenants = {Tenant::WithToken("acme", "tok-a")};
   Api api(guard, *memory, metrics, o);
   HttpRequest claim{"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"M"})"};
-  ASSERT_FALSE(api.HandleWithoutBlocking(claim).has_value());
-  EXPECT_FALSE(api.HandleAsync(claim, [](std::function<Reply()>) {}));
+  std::unique_ptr<Handler::Call> call = api.Begin(claim);
+  ASSERT_FALSE(call->AnswerWithoutBlocking().has_value());
+  EXPECT_FALSE(call->StartAsync([](std::function<Reply()>) {}));
 }
 
 // A claim waiting on a key (wait_ms) is woken by a complete made through the
@@ -827,13 +867,13 @@ TEST_F(ApiAsyncTest, AnAsyncCompleteWakesTheKeysWaiters) {
   ASSERT_NE(w.waiting, nullptr);
   EXPECT_EQ(w.response.status, 409);
   std::atomic<bool> woken{false};
-  std::shared_ptr<void> watch = async_.api->Watch(*w.waiting, [&] { woken = true; });
+  std::shared_ptr<void> watch = w.waiting->Watch([&] { woken = true; });
   EXPECT_EQ(Serve(async_, {"POST", "/v1/claims/complete", "Bearer tok-a",
                            R"({"biz_type":"refund","key":"W","token":1,"result":{"ok":1}})"})
                 .response.status,
             200);
   EXPECT_TRUE(woken.load());
-  w = async_.api->Poll(*w.waiting);
+  w = w.waiting->Poll();
   EXPECT_EQ(w.waiting, nullptr);
   EXPECT_EQ(w.response.body, R"({"outcome":"replayed","expires_at":null,"result":{"ok":1}})");
 }

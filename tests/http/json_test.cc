@@ -1,4 +1,4 @@
-#include "http/json.h"
+#include "http/api/json.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // http/key_health.h: the server's key-health counters and its table of 422s, with a
 // fixed clock; bounded labels and slots.
-#include "http/key_health.h"
+#include "http/api/key_health.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -3,7 +3,7 @@
 // (seen through the epoch) wakes it at once, so no completion is missed. Read
 // shares one store read of a key among the polls within its window, never across a
 // Notify, never a failed one.
-#include "http/key_watch.h"
+#include "http/api/key_watch.h"
 
 #include <gtest/gtest.h>
 

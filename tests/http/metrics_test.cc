@@ -1,7 +1,7 @@
-// Metrics (src/http/metrics.h): what each count does to the exposition text, the
+// Metrics (src/http/server/metrics.h): what each count does to the exposition text, the
 // latency histogram's buckets, the bounded label values, and exact totals when many
 // threads count at once (the counters are lock-free atomics).
-#include "http/metrics.h"
+#include "http/server/metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "http/prometheus_text.h"
-#include "http/route.h"
+#include "http/server/route.h"
 
 namespace idem::http {
 namespace {

@@ -1,6 +1,6 @@
 // RenderResponse: the bytes it writes are a well-formed HTTP/1.x answer, checked by
 // parsing them back with Beast's response parser.
-#include "http/render.h"
+#include "http/server/render.h"
 
 #include <string>
 

@@ -5,7 +5,7 @@
 // own: a waiting claim is answered only by what the test does (a completion, a
 // shutdown). The tests wait for conditions (the waits counter, an answer) with
 // generous deadlines instead of sleeping and measuring elapsed time.
-#include "http/server.h"
+#include "http/server/server.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "http/api.h"
+#include "http/api/api.h"
 #include "http/client.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
@@ -473,18 +473,19 @@ TEST(ServerFastPath, DuplicatesAreAnsweredWhileEveryWorkerIsBusy) {
   // Decided answers other than a replay take the same path; a wrong token does not.
   HttpRequest mismatch{.method = "POST", .target = "/v1/claims", .authorization = "Bearer tok-a",
                        .body = R"({"biz_type":"t","key":"D","fingerprint":"f2"})"};
-  EXPECT_EQ(api.HandleWithoutBlocking(mismatch)->response.status, 422);
+  EXPECT_EQ(api.Begin(mismatch)->AnswerWithoutBlocking()->response.status, 422);
   HttpRequest wrong{.method = "POST", .target = "/v1/claims", .authorization = "Bearer wrong",
                     .body = claim};
-  EXPECT_FALSE(api.HandleWithoutBlocking(wrong).has_value());
-  EXPECT_EQ(wrong.prepared, nullptr);
-  // An unknown key goes to the pool with its parsed body, which Handle() uses.
+  std::unique_ptr<Handler::Call> refused = api.Begin(wrong);
+  EXPECT_FALSE(refused->AnswerWithoutBlocking().has_value());
+  EXPECT_EQ(refused->Answer().response.status, 401);
+  // An unknown key goes to the pool with its parsed body, which Answer() uses.
   HttpRequest unknown{.method = "POST", .target = "/v1/claims", .authorization = "Bearer tok-a",
                       .body = R"({"biz_type":"t","key":"unknown"})"};
-  EXPECT_FALSE(api.HandleWithoutBlocking(unknown).has_value());
-  EXPECT_NE(unknown.prepared, nullptr);
-  unknown.body = R"({"biz_type":"t","key":"ignored-once-prepared"})";
-  EXPECT_EQ(api.Handle(unknown).response.status, 201);
+  std::unique_ptr<Handler::Call> call = api.Begin(unknown);
+  EXPECT_FALSE(call->AnswerWithoutBlocking().has_value());
+  call->request().body = R"({"biz_type":"t","key":"ignored-once-parsed"})";
+  EXPECT_EQ(call->Answer().response.status, 201);
   HttpRequest again{.method = "POST", .target = "/v1/claims", .authorization = "Bearer tok-a",
                     .body = R"({"biz_type":"t","key":"unknown"})"};
   EXPECT_EQ(api.Handle(again).response.status, 409);  // "unknown" is the key that was claimed

@@ -1,4 +1,4 @@
-#include "http/canonical_json.h"
+#include "http/proxy/canonical_json.h"
 
 #include <algorithm>
 #include <charconv>

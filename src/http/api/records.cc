@@ -1,3 +1,8 @@
+// The record routes of Api, and how records are shown (records.h).
+//
+// GET /v1/records/{biz_type}/{key}: one of the caller's records, its result or
+// error as stored; 410 expired once only its tombstone is left.
+//
 // GET /v1/records?biz_type=&state=&limit=&cursor=: a page of the caller's
 // records, for finding keys (one at a time is GET /v1/records/{biz_type}/{key}).
 //
@@ -6,6 +11,8 @@
 // released keys are left out, as GET of one key hides them. The cursor is opaque
 // to clients: the last key of the page, base64url, which the next page starts
 // after, so a page never skips or repeats a record that stays.
+#include "http/api/records.h"
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,10 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/absl_compat.h"
-#include "http/api.h"
-#include "http/json.h"
-#include "http/problem.h"
-#include "http/records.h"
+#include "http/api/api.h"
+#include "http/api/json.h"
+#include "http/server/problem.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 
@@ -30,7 +36,7 @@ using ojson = nlohmann::ordered_json;
 constexpr int kDefaultLimit = 100;
 constexpr int kMaxLimit = 1000;
 
-Reply Answer(HttpResponse response) {
+Reply Page(HttpResponse response) {
   Reply r;
   r.response = std::move(response);
   r.route = Route::kRecords;
@@ -38,7 +44,23 @@ Reply Answer(HttpResponse response) {
 }
 
 Reply Bad(std::string_view detail) {
-  return Answer(MakeProblem(400, "invalid_request", "Invalid request", detail));
+  return Page(MakeProblem(400, "invalid_request", "Invalid request", detail));
+}
+
+ojson TimeOrNull(absl::Time t) {
+  std::string s = FormatRfc3339(t);
+  return s.empty() ? ojson(nullptr) : ojson(s);
+}
+
+Reply RecordReply(HttpResponse response) {
+  Reply r;
+  r.response = std::move(response);
+  r.route = Route::kRecord;
+  return r;
+}
+
+Reply BadRecordPath(const absl::Status& status) {
+  return RecordReply(MakeProblem(400, "invalid_request", "Invalid request", SV(status.message())));
 }
 
 absl::StatusOr<RecordState> ParseState(std::string_view s) {
@@ -52,16 +74,91 @@ absl::StatusOr<RecordState> ParseState(std::string_view s) {
 
 }  // namespace
 
-Reply Api::ListRecords(const HttpRequest& request, const std::string& tenant) {
+ojson RecordJson(const Record& rec) {
+  ojson j = ojson::object();
+  j["biz_type"] = rec.biz_type;
+  j["key"] = rec.key;
+  j["state"] = std::string(RecordStateName(rec.state));
+  j["token"] = rec.token;
+  j["lease_until"] = TimeOrNull(rec.lease_until);
+  j["fingerprint"] = rec.fingerprint.empty() ? ojson(nullptr) : ojson(rec.fingerprint);
+  j["created_at"] = TimeOrNull(rec.created_at);
+  j["updated_at"] = TimeOrNull(rec.updated_at);
+  j["expires_at"] = TimeOrNull(rec.expires_at);
+  return j;
+}
+
+HttpResponse ExpiredProblem(absl::Time purged_at, absl::Time tombstone_until) {
+  Problem p;
+  p.status = 410;
+  p.slug = "expired";
+  p.title = "Expired";
+  p.detail = absl::StrCat(
+      "the key's record was purged after its retention; its tombstone remembers the "
+      "key, so this very late request is not run again");
+  p.outcome = "expired";
+  p.extra["purged_at"] = TimeOrNull(purged_at);
+  p.extra["tombstone_until"] = TimeOrNull(tombstone_until);
+  return ProblemResponse(p);
+}
+
+std::string SpliceMember(std::string object, std::string_view name, std::string_view value) {
+  object.pop_back();
+  if (object.size() > 1) object += ',';
+  AppendJsonString(&object, name);
+  object += ':';
+  AppendRawJsonOrString(&object, value);
+  object += '}';
+  return object;
+}
+
+Reply Api::GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
+                     const std::string& tenant) {
+  absl::StatusOr<std::string> biz_type = PercentDecode(biz_type_enc);
+  if (!biz_type.ok()) return BadRecordPath(biz_type.status());
+  absl::StatusOr<std::string> key = PercentDecode(key_enc);
+  if (!key.ok()) return BadRecordPath(key.status());
+  for (const auto& [name, value] :
+       {std::pair<std::string_view, const std::string*>{"biz_type", &*biz_type}, {"key", &*key}}) {
+    if (value->find('\0') != std::string::npos ||
+        simdjson::validate_utf8(value->data(), value->size()) == false) {
+      return BadRecordPath(absl::InvalidArgumentError(
+          absl::StrCat("path segment ", AV(name), " must be UTF-8 without NUL once decoded")));
+    }
+  }
+  if (absl::Status s = ValidateIds(*biz_type, *key); !s.ok()) return BadRecordPath(s);
+
+  Request req;
+  req.tenant = tenant;
+  req.biz_type = std::move(*biz_type);
+  req.key = std::move(*key);
+  absl::StatusOr<Record> rec = guard_.Get(req);
+  if (!rec.ok()) {
+    Reply r = StatusReply(rec.status(), "get record");
+    r.route = Route::kRecord;
+    r.outcome.clear();  // a read reports no guard outcome
+    return r;
+  }
+  // Only the tombstone is left: the record is gone, as a late claim is told.
+  if (rec->purged()) return RecordReply(ExpiredProblem(rec->purged_at, rec->expires_at));
+  std::string body = RecordJson(*rec).dump(-1, ' ', false, ojson::error_handler_t::replace);
+  if (rec->state == RecordState::kSucceeded) {
+    body = SpliceMember(std::move(body), "result", rec->result);
+  } else if (rec->state == RecordState::kFailed) {
+    body = SpliceMember(std::move(body), "error", rec->error);
+  }
+  HttpResponse r;
+  r.body = std::move(body);
+  return RecordReply(std::move(r));
+}
+
+Reply Api::ListRecords(std::string_view params, const std::string& tenant) {
   RecordQuery query;
   query.tenant = tenant;
   query.purged = false;
   query.states = {RecordState::kProcessing, RecordState::kSucceeded, RecordState::kFailed};
   query.limit = kDefaultLimit;
   bool seen[4] = {false, false, false, false};
-  const size_t q = request.target.find('?');
-  const std::string_view params =
-      q == std::string::npos ? std::string_view() : std::string_view(request.target).substr(q + 1);
   for (absl::string_view item : absl::StrSplit(AV(params), '&', absl::SkipEmpty())) {
     const size_t eq = item.find('=');
     const std::string_view name = SV(item.substr(0, eq));
@@ -137,7 +234,7 @@ Reply Api::ListRecords(const HttpRequest& request, const std::string& tenant) {
   }
   HttpResponse response;
   response.body = page.dump(-1, ' ', false, ojson::error_handler_t::replace);
-  return Answer(std::move(response));
+  return Page(std::move(response));
 }
 
 }  // namespace idem::http

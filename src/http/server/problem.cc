@@ -1,9 +1,10 @@
-#include "http/problem.h"
+#include "http/server/problem.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "nlohmann/json.hpp"
 
 namespace idem::http {
 
@@ -86,6 +87,43 @@ HttpResponse MethodNotAllowed(std::string_view method, std::string_view allow) {
       405, "", "", absl::StrCat("method ", AV(method), " is not allowed here; use ", AV(allow)));
   r.headers.emplace_back("Allow", std::string(allow));
   return r;
+}
+
+HttpResponse BodyTooLarge(size_t limit) {
+  return MakeProblem(413, "", "",
+                     absl::StrCat("the request body is larger than ", limit, " bytes"));
+}
+
+HttpResponse BadHttp(std::string_view what) {
+  return MakeProblem(400, "bad_http", "Malformed HTTP request", what);
+}
+
+HttpResponse HeaderTooLarge() {
+  return MakeProblem(431, "", "", "the request header fields are too large");
+}
+
+std::string JsonString(std::string_view text) {
+  std::string out;
+  AppendJsonString(&out, text);
+  return out;
+}
+
+void AppendJsonString(std::string* out, std::string_view text) {
+  // Printable ASCII without '"' and '\\' needs no escape (names, times, tokens):
+  // quoted as is, what the dump below writes for it, without building a json.
+  bool plain = true;
+  for (const char c : text) {
+    plain = plain && c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+  }
+  if (plain) {
+    out->reserve(out->size() + text.size() + 2);
+    out->push_back('"');
+    out->append(text);
+    out->push_back('"');
+    return;
+  }
+  out->append(nlohmann::json(std::string(text))
+                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 }  // namespace idem::http

@@ -8,16 +8,16 @@
 #include <string>
 #include <utility>
 
-#include "http/api.h"
-#include "http/json.h"
-#include "http/problem.h"
+#include "http/api/api.h"
+#include "http/api/json.h"
+#include "http/server/problem.h"
 #include "nlohmann/json.hpp"
 
 namespace idem::http {
 
-Reply Api::KeyMismatches(const HttpRequest& request, const std::string& tenant) {
+Reply Api::KeyMismatches(bool has_query, const std::string& tenant) {
   using ojson = nlohmann::ordered_json;
-  if (request.target.find('?') != std::string::npos) {
+  if (has_query) {
     Reply bad;
     bad.response = MakeProblem(400, "invalid_request", "Invalid request",
                                "/v1/keys/mismatches takes no query parameters");

@@ -12,11 +12,10 @@
 // endpoint.
 #pragma once
 
-#include <optional>
-#include <string_view>
+#include <memory>
 
-#include "http/handler.h"
-#include "http/metrics.h"
+#include "http/server/handler.h"
+#include "http/server/metrics.h"
 
 namespace idem::http {
 
@@ -24,14 +23,10 @@ class MetricsEndpoint final : public Handler {
  public:
   explicit MetricsEndpoint(Metrics& metrics) : metrics_(metrics) {}
 
-  // GET (or HEAD) /metrics: the exposition text of Metrics::Render(). Never blocks
-  // on I/O (the sections must not either).
-  Reply Handle(const HttpRequest& request) override;
-  // Never called: nothing here waits.
-  Reply Poll(const WaitingClaim& waiting) override;
-  // No target here takes a body: answered at once, before it is read.
-  std::optional<Reply> BeforeBody(std::string_view target,
-                                  std::string_view authorization) const override;
+  // GET (or HEAD) /metrics: the exposition text of Metrics::Render(), answered on
+  // the pool, which never blocks on I/O (the sections must not either). No target
+  // here takes a body: a request with one is answered before it is read.
+  std::unique_ptr<Call> Begin(HttpRequest request) override;
   Metrics& metrics() override { return metrics_; }
 
  private:

@@ -1,14 +1,19 @@
-// The /v1/ handlers of Api: claims, complete, fail and record reads.
+// The claim routes of Api: POST /v1/claims (and the polls of a claim that waits),
+// /v1/claims/complete and /v1/claims/fail, on the worker pool (Claims, Complete,
+// Fail), on the network thread for a decided duplicate (AnswerWithoutBlocking), and
+// started there on a store with non-blocking transactions (StartAsync).
 #include <cmath>
+#include <type_traits>
+#include <variant>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
-#include "http/api.h"
-#include "http/json.h"
-#include "http/problem.h"
-#include "http/records.h"
+#include "http/api/api.h"
+#include "http/api/json.h"
+#include "http/server/problem.h"
+#include "http/api/records.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 #include "spdlog/spdlog.h"
@@ -16,29 +21,9 @@
 namespace idem::http {
 namespace {
 
-// A claim HandleWithoutBlocking parsed and found unknown in memory: Claims() on the
-// worker pool goes on from here instead of parsing the body again.
-struct PreparedClaim {
-  std::string tenant;
-  ClaimBody body;
-};
-
-
 using ojson = nlohmann::ordered_json;
 
 std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
-
-// Appends `"name":<value>` to the JSON object text `object` (which ends in '}'),
-// the value as RawJsonOrString gives it.
-std::string Splice(std::string object, std::string_view name, std::string_view value) {
-  object.pop_back();
-  if (object.size() > 1) object += ',';
-  AppendJsonString(&object, name);
-  object += ':';
-  AppendRawJsonOrString(&object, value);
-  object += '}';
-  return object;
-}
 
 Reply Make(Route route, HttpResponse response, std::string_view outcome = {}) {
   Reply r;
@@ -65,12 +50,8 @@ Reply BadRequest(Route route, const absl::Status& status) {
   return Make(route, MakeProblem(400, "invalid_request", "Invalid request", SV(status.message())));
 }
 
-ojson TimeOrNull(absl::Time t) {
-  std::string s = FormatRfc3339(t);
-  return s.empty() ? ojson(nullptr) : ojson(s);
-}
-
-// TimeOrNull's JSON text, appended to `*out` (the claim answers, built without a json).
+// An RFC 3339 time as JSON text, or null for none, appended to `*out` (the claim
+// answers, built without a json).
 void AppendTimeOrNull(std::string* out, absl::Time t) {
   if (const std::string s = FormatRfc3339(t); s.empty()) {
     out->append("null");
@@ -98,34 +79,6 @@ bool IsStoreDown(const absl::Status& status) {
 }
 
 }  // namespace
-
-ojson RecordJson(const Record& rec) {
-  ojson j = ojson::object();
-  j["biz_type"] = rec.biz_type;
-  j["key"] = rec.key;
-  j["state"] = std::string(RecordStateName(rec.state));
-  j["token"] = rec.token;
-  j["lease_until"] = TimeOrNull(rec.lease_until);
-  j["fingerprint"] = rec.fingerprint.empty() ? ojson(nullptr) : ojson(rec.fingerprint);
-  j["created_at"] = TimeOrNull(rec.created_at);
-  j["updated_at"] = TimeOrNull(rec.updated_at);
-  j["expires_at"] = TimeOrNull(rec.expires_at);
-  return j;
-}
-
-HttpResponse ExpiredProblem(absl::Time purged_at, absl::Time tombstone_until) {
-  Problem p;
-  p.status = 410;
-  p.slug = "expired";
-  p.title = "Expired";
-  p.detail = absl::StrCat(
-      "the key's record was purged after its retention; its tombstone remembers the "
-      "key, so this very late request is not run again");
-  p.outcome = "expired";
-  p.extra["purged_at"] = TimeOrNull(purged_at);
-  p.extra["tombstone_until"] = TimeOrNull(tombstone_until);
-  return ProblemResponse(p);
-}
 
 Reply Api::FailOpenClaim(const Request& req, const absl::Status& status) {
   metrics_.CountFailOpen(req.biz_type);
@@ -155,23 +108,32 @@ Reply Api::DegradedFinish(Route route, std::string_view biz_type) {
   return Make(route, Json(200, R"({"outcome":"degraded"})"), "degraded");
 }
 
-Reply Api::Claims(const HttpRequest& request, const std::string& tenant) {
-  absl::StatusOr<ClaimBody> body;
-  if (const auto* prepared = static_cast<const PreparedClaim*>(request.prepared.get());
-      prepared != nullptr && prepared->tenant == tenant) {
-    body = prepared->body;  // parsed and validated on the network thread
-  } else {
-    body = ParseClaimBody(request.body);
-    if (!body.ok()) return BadRequest(Route::kClaims, body.status());
-    if (absl::Status s = ValidateIds(body->biz_type, body->key, body->fingerprint); !s.ok()) {
-      return BadRequest(Route::kClaims, s);
+template <typename Body>
+const absl::StatusOr<Body>& Api::BodyOf(ApiCall& call,
+                                        absl::StatusOr<Body> (*parse)(std::string_view)) const {
+  if (const auto* parsed = std::get_if<absl::StatusOr<Body>>(&call.body)) return *parsed;
+  absl::StatusOr<Body> body = parse(call.request().body);
+  if (body.ok()) {
+    absl::Status valid;
+    if constexpr (std::is_same_v<Body, ClaimBody>) {
+      valid = ValidateIds(body->biz_type, body->key, body->fingerprint);
+    } else {
+      valid = ValidateIds(body->biz_type, body->key);
     }
+    if (!valid.ok()) body = std::move(valid);
   }
+  return call.body.template emplace<absl::StatusOr<Body>>(std::move(body));
+}
+
+Reply Api::Claims(ApiCall& call) {
+  // Parsed once: on the network thread already when it found the key unknown.
+  const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
+  if (!body.ok()) return BadRequest(Route::kClaims, body.status());
   Request req;
-  req.tenant = tenant;
-  req.biz_type = std::move(body->biz_type);
-  req.key = std::move(body->key);
-  req.fingerprint = std::move(body->fingerprint);
+  req.tenant = call.tenant->name;
+  req.biz_type = body->biz_type;
+  req.key = body->key;
+  req.fingerprint = body->fingerprint;
   absl::Time deadline = body->wait_ms > 0
                             ? options_.clock->Now() + absl::Milliseconds(body->wait_ms)
                             : absl::InfinitePast();
@@ -242,8 +204,8 @@ Reply Api::InProgress(const Request& req, absl::Duration lease, absl::Time deadl
   r.headers.emplace_back("Retry-After", absl::StrCat(RetryAfterSeconds(now, lease_until)));
   Reply reply = Make(Route::kClaims, std::move(r), "in_progress");
   if (now < deadline) {
-    reply.waiting = std::make_shared<WaitingClaim>(
-        WaitingClaim{req, lease, deadline, poll_interval, epoch});
+    reply.waiting =
+        std::make_shared<WaitingClaim>(*this, req, lease, deadline, poll_interval, epoch);
     // Never past the deadline: the last poll answers when the wait runs out.
     reply.poll_after = std::max(absl::Milliseconds(1), std::min(poll_interval, deadline - now));
   }
@@ -328,7 +290,7 @@ Reply Api::DecidedClaim(const Result& result) {
       AppendTimeOrNull(&body, result.expires_at);
       body.push_back('}');
       HttpResponse r =
-          Json(200, Splice(std::move(body), replayed ? "result" : "error", result.value));
+          Json(200, SpliceMember(std::move(body), replayed ? "result" : "error", result.value));
       r.headers.emplace_back("Idempotent-Replayed", "true");
       return Make(Route::kClaims, std::move(r), name);
     }
@@ -352,33 +314,26 @@ Reply Api::DecidedClaim(const Result& result) {
   }
 }
 
-std::optional<Reply> Api::HandleWithoutBlocking(HttpRequest& request) {
+std::optional<Reply> Api::AnswerWithoutBlocking(ApiCall& call) {
   // Only a duplicate claim of a key whose final record the store holds in memory;
   // anything else (and anything malformed, which the full path words) returns
-  // nullopt and goes to the worker pool.
+  // nullopt and goes on; the parsed body stays in the call.
+  const HttpRequest& request = call.request();
   if (request.method != "POST" || request.body.size() > options_.max_body_bytes) {
     return std::nullopt;
   }
-  std::string_view path = request.target;
-  path = path.substr(0, path.find('?'));
-  if (path != RouteName(Route::kClaims)) return std::nullopt;
-  const Tenant* tenant = Authenticate(request.authorization);
+  if (call.route != Route::kClaims) return std::nullopt;
+  const Tenant* tenant = call.tenant;
   if (tenant == nullptr) return std::nullopt;
-  absl::StatusOr<ClaimBody> body = ParseClaimBody(request.body);
-  if (!body.ok() || !ValidateIds(body->biz_type, body->key, body->fingerprint).ok()) {
-    return std::nullopt;
-  }
+  const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
+  if (!body.ok()) return std::nullopt;
   Request req;
   req.tenant = tenant->name;
   req.biz_type = body->biz_type;
   req.key = body->key;
   req.fingerprint = body->fingerprint;
   std::optional<Result> known = guard_.ClaimIfKnown(req);
-  if (!known.has_value()) {
-    request.prepared = std::make_shared<const PreparedClaim>(
-        PreparedClaim{.tenant = tenant->name, .body = *std::move(body)});
-    return std::nullopt;
-  }
+  if (!known.has_value()) return std::nullopt;
   TrackKeyHealth(req, *known);
   Reply reply = DecidedClaim(*known);
   reply.tenant = tenant->name;
@@ -397,17 +352,14 @@ void Api::TrackKeyHealth(const Request& req, const Result& result) {
   }
 }
 
-Reply Api::Complete(const HttpRequest& request, const std::string& tenant) {
-  absl::StatusOr<CompleteBody> body = ParseCompleteBody(request.body);
+Reply Api::Complete(ApiCall& call) {
+  const absl::StatusOr<CompleteBody>& body = BodyOf(call, ParseCompleteBody);
   if (!body.ok()) return BadRequest(Route::kComplete, body.status());
-  if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
-    return BadRequest(Route::kComplete, s);
-  }
   if (body->token == 0) return DegradedFinish(Route::kComplete, body->biz_type);
   Request req;
-  req.tenant = tenant;
-  req.biz_type = std::move(body->biz_type);
-  req.key = std::move(body->key);
+  req.tenant = call.tenant->name;
+  req.biz_type = body->biz_type;
+  req.key = body->key;
   return AnswerFinish(Route::kComplete, req, guard_.Complete(req, body->token, body->result),
                       "completed");
 }
@@ -425,40 +377,36 @@ Reply Api::AnswerFinish(Route route, const Request& req, const absl::Status& sta
       Make(route, Json(200, absl::StrCat(R"({"outcome":")", AV(outcome), R"("})")), outcome));
 }
 
-Reply Api::Fail(const HttpRequest& request, const std::string& tenant) {
-  absl::StatusOr<FailBody> body = ParseFailBody(request.body);
+Reply Api::Fail(ApiCall& call) {
+  const absl::StatusOr<FailBody>& body = BodyOf(call, ParseFailBody);
   if (!body.ok()) return BadRequest(Route::kFail, body.status());
-  if (absl::Status s = ValidateIds(body->biz_type, body->key); !s.ok()) {
-    return BadRequest(Route::kFail, s);
-  }
   if (body->token == 0) return DegradedFinish(Route::kFail, body->biz_type);
   Request req;
-  req.tenant = tenant;
-  req.biz_type = std::move(body->biz_type);
-  req.key = std::move(body->key);
+  req.tenant = call.tenant->name;
+  req.biz_type = body->biz_type;
+  req.key = body->key;
   return AnswerFinish(Route::kFail, req,
                       guard_.Fail(req, body->token, body->retryable, body->error),
                       body->retryable ? "released" : "failed");
 }
 
-bool Api::HandleAsync(HttpRequest& request, Resume resume) {
+bool Api::StartAsync(ApiCall& call, const Resume& resume) {
   // Only what the pool would answer the same way: an authenticated POST of a
   // claim, complete or fail with a valid body. Anything else (and every error of
-  // the body, which Handle() words) goes to the pool.
+  // the body, which Answer() words) goes to the pool.
+  const HttpRequest& request = call.request();
   if (!store_.non_blocking() || request.method != "POST" ||
       request.body.size() > options_.max_body_bytes) {
     return false;
   }
-  std::string_view path = request.target;
-  path = path.substr(0, path.find('?'));
-  const bool claim = path == RouteName(Route::kClaims);
-  const bool complete = path == RouteName(Route::kComplete);
-  if (!claim && !complete && path != RouteName(Route::kFail)) return false;
+  const bool claim = call.route == Route::kClaims;
+  const bool complete = call.route == Route::kComplete;
+  if (!claim && !complete && call.route != Route::kFail) return false;
   try {
-    const Tenant* tenant = Authenticate(request.authorization);
+    const Tenant* tenant = call.tenant;
     if (tenant == nullptr) return false;
     // The rest runs on the network thread `resume` hands it to; a throw there is
-    // answered as Handle() answers one.
+    // answered as Answer() answers one.
     auto finish = [this, tenant = tenant->name](std::function<Reply()> answer) {
       return [this, tenant, answer = std::move(answer)]() -> Reply {
         try {
@@ -471,10 +419,10 @@ bool Api::HandleAsync(HttpRequest& request, Resume resume) {
     Request req;
     req.tenant = tenant->name;
     if (claim) {
-      // Parsed and validated by HandleWithoutBlocking, which found the key unknown.
-      const auto* prepared = static_cast<const PreparedClaim*>(request.prepared.get());
-      if (prepared == nullptr || prepared->tenant != tenant->name) return false;
-      const ClaimBody& body = prepared->body;
+      // Parsed and validated by AnswerWithoutBlocking, which found the key unknown.
+      const absl::StatusOr<ClaimBody>& parsed = BodyOf(call, ParseClaimBody);
+      if (!parsed.ok()) return false;
+      const ClaimBody& body = *parsed;
       req.biz_type = body.biz_type;
       req.key = body.key;
       req.fingerprint = body.fingerprint;
@@ -495,12 +443,10 @@ bool Api::HandleAsync(HttpRequest& request, Resume resume) {
           });
     }
     if (complete) {
-      absl::StatusOr<CompleteBody> body = ParseCompleteBody(request.body);
-      if (!body.ok() || !ValidateIds(body->biz_type, body->key).ok() || body->token == 0) {
-        return false;
-      }
-      req.biz_type = std::move(body->biz_type);
-      req.key = std::move(body->key);
+      const absl::StatusOr<CompleteBody>& body = BodyOf(call, ParseCompleteBody);
+      if (!body.ok() || body->token == 0) return false;
+      req.biz_type = body->biz_type;
+      req.key = body->key;
       return guard_.CompleteNonBlocking(
           req, body->token, body->result, [this, req, finish, resume](absl::Status status) {
             resume(finish([this, req, status = std::move(status)] {
@@ -508,12 +454,10 @@ bool Api::HandleAsync(HttpRequest& request, Resume resume) {
             }));
           });
     }
-    absl::StatusOr<FailBody> body = ParseFailBody(request.body);
-    if (!body.ok() || !ValidateIds(body->biz_type, body->key).ok() || body->token == 0) {
-      return false;
-    }
-    req.biz_type = std::move(body->biz_type);
-    req.key = std::move(body->key);
+    const absl::StatusOr<FailBody>& body = BodyOf(call, ParseFailBody);
+    if (!body.ok() || body->token == 0) return false;
+    req.biz_type = body->biz_type;
+    req.key = body->key;
     const std::string_view outcome = body->retryable ? "released" : "failed";
     return guard_.FailNonBlocking(req, body->token, body->retryable, body->error,
                                   [this, req, outcome, finish, resume](absl::Status status) {
@@ -522,47 +466,8 @@ bool Api::HandleAsync(HttpRequest& request, Resume resume) {
                                     }));
                                   });
   } catch (const std::exception&) {
-    return false;  // Handle() on the pool answers it
+    return false;  // Answer() on the pool answers it
   }
-}
-
-Reply Api::GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
-                     const std::string& tenant) {
-  absl::StatusOr<std::string> biz_type = PercentDecode(biz_type_enc);
-  if (!biz_type.ok()) return BadRequest(Route::kRecord, biz_type.status());
-  absl::StatusOr<std::string> key = PercentDecode(key_enc);
-  if (!key.ok()) return BadRequest(Route::kRecord, key.status());
-  for (const auto& [name, value] :
-       {std::pair<std::string_view, const std::string*>{"biz_type", &*biz_type}, {"key", &*key}}) {
-    if (value->find('\0') != std::string::npos ||
-        simdjson::validate_utf8(value->data(), value->size()) == false) {
-      return BadRequest(Route::kRecord,
-                        absl::InvalidArgumentError(absl::StrCat(
-                            "path segment ", AV(name), " must be UTF-8 without NUL once decoded")));
-    }
-  }
-  if (absl::Status s = ValidateIds(*biz_type, *key); !s.ok()) return BadRequest(Route::kRecord, s);
-
-  Request req;
-  req.tenant = tenant;
-  req.biz_type = std::move(*biz_type);
-  req.key = std::move(*key);
-  absl::StatusOr<Record> rec = guard_.Get(req);
-  if (!rec.ok()) {
-    Reply r = StatusReply(rec.status(), "get record");
-    r.route = Route::kRecord;
-    r.outcome.clear();  // a read reports no guard outcome
-    return r;
-  }
-  // Only the tombstone is left: the record is gone, as a late claim is told.
-  if (rec->purged()) return Make(Route::kRecord, ExpiredProblem(rec->purged_at, rec->expires_at));
-  std::string body = Dump(RecordJson(*rec));
-  if (rec->state == RecordState::kSucceeded) {
-    body = Splice(std::move(body), "result", rec->result);
-  } else if (rec->state == RecordState::kFailed) {
-    body = Splice(std::move(body), "error", rec->error);
-  }
-  return Make(Route::kRecord, Json(200, std::move(body)));
 }
 
 }  // namespace idem::http

@@ -1,4 +1,4 @@
-#include "http/json.h"
+#include "http/api/json.h"
 
 #include <chrono>
 #include <cstdint>
@@ -454,30 +454,6 @@ void AppendRawJsonOrString(std::string* out, std::string_view bytes) {
   } else {
     AppendJsonString(out, bytes);
   }
-}
-
-std::string JsonString(std::string_view text) {
-  std::string out;
-  AppendJsonString(&out, text);
-  return out;
-}
-
-void AppendJsonString(std::string* out, std::string_view text) {
-  // Printable ASCII without '"' and '\\' needs no escape (names, times, tokens):
-  // quoted as is, what the dump below writes for it, without building a json.
-  bool plain = true;
-  for (const char c : text) {
-    plain = plain && c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
-  }
-  if (plain) {
-    out->reserve(out->size() + text.size() + 2);
-    out->push_back('"');
-    out->append(text);
-    out->push_back('"');
-    return;
-  }
-  out->append(nlohmann::json(std::string(text))
-                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 std::string FormatRfc3339(absl::Time t) {

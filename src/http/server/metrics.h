@@ -66,7 +66,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "http/route.h"
+#include "http/server/route.h"
 #include "idem/steps.h"
 
 namespace idem::http {

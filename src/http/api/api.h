@@ -1,10 +1,12 @@
 // Api: the routes and handlers of the `idem serve` HTTP API, apart from
-// any socket so it can be driven directly by tests. The server (server.h) turns Beast
-// messages into HttpRequest values, runs Handle() on a worker pool, and writes the
-// HttpResponse back. A decided duplicate is answered on the network thread
-// (HandleWithoutBlocking), and on a store with non-blocking transactions
+// any socket so it can be driven directly by tests. The server (server/server.h)
+// turns Beast messages into HttpRequest values, has the Api route each one once
+// (Begin: an ApiCall, the route, the path's segments, the tenant and later the
+// parsed body), runs its Answer() on a worker pool, and writes the HttpResponse
+// back. A decided duplicate is answered on the network thread
+// (AnswerWithoutBlocking), and on a store with non-blocking transactions
 // (rocksdb://) a claim, complete or fail is started there and answered once its
-// write is durable (HandleAsync), without a worker thread.
+// write is durable (StartAsync), without a worker thread.
 //
 //   POST /v1/claims                    Guard::Claim   201 acquired | 200 replayed,
 //                                                     cached_failure | 409 | 422
@@ -26,13 +28,14 @@
 // /healthz, /readyz and /metrics need no token (and ignore one), unless
 // ApiOptions::metrics_require_token puts /metrics behind any tenant's token.
 //
-// A claim with wait_ms > 0 that meets a live lease does not block: Handle() returns
-// a Reply whose `waiting` is set; the caller re-polls with Poll() after the Reply's
-// `poll_after` (15 ms, doubling up to ApiOptions::wait_poll_max) or when Watch()
-// wakes it (a complete or fail of the key through this Api), until `waiting` comes
-// back empty, or sends the Reply's current response (409 in_progress) if it has to
-// stop early. A poll is a plain read of the record while the lease runs; only a
-// change goes through a claim.
+// A claim with wait_ms > 0 that meets a live lease does not block: its answer is a
+// Reply whose `waiting` (a WaitingClaim) is set; the caller re-polls with its
+// Poll() after the Reply's `poll_after` (15 ms, doubling up to
+// ApiOptions::wait_poll_max) or when its Watch() wakes it (a complete or fail of
+// the key through this Api), until `waiting` comes back empty, or sends the
+// Reply's current response (409 in_progress) if it has to stop early. A poll is a
+// plain read of the record while the lease runs; only a change goes through a
+// claim.
 //
 // Store down (kUnavailable): every claim/complete/fail/record call answers 503
 // problem+json with "outcome":"unavailable" and Retry-After, and nothing runs (fail
@@ -58,8 +61,8 @@
 // per-key mismatches GET /v1/keys/mismatches lists for the caller's tenant.
 //
 // Thread safety: an Api is safe for concurrent use. `guard`, `store` and `metrics`
-// must outlive it. Handle() and Poll() block on the store (SQLite), so servers call
-// them off their I/O threads.
+// must outlive it, and the Api every ApiCall and WaitingClaim it made. Answer()
+// and Poll() block on the store (SQLite), so servers call them off their I/O threads.
 #pragma once
 
 #include <cstddef>
@@ -69,15 +72,17 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/time/time.h"
-#include "http/handler.h"
-#include "http/key_health.h"
-#include "http/key_watch.h"
-#include "http/metrics.h"
-#include "http/route.h"
-#include "http/store_health.h"
+#include "http/api/json.h"
+#include "http/api/key_health.h"
+#include "http/api/key_watch.h"
+#include "http/api/store_health.h"
+#include "http/server/handler.h"
+#include "http/server/metrics.h"
+#include "http/server/route.h"
 #include "http/types.h"
 #include "idem/clock.h"
 #include "idem/guard.h"
@@ -116,8 +121,24 @@ struct ApiOptions {
   KeyHealthOptions key_health;
 };
 
-// A claim that met a live lease and is waiting for it (wait_ms). Opaque to callers.
-struct WaitingClaim {
+class Api;
+
+// A claim that met a live lease and is waiting for it (wait_ms), polled through
+// the Api that answered it (Api::Poll, Api::Watch).
+struct WaitingClaim final : Waiting {
+  WaitingClaim(Api& api, Request request, absl::Duration lease, absl::Time deadline,
+               absl::Duration poll_interval, uint64_t epoch)
+      : api(api),
+        request(std::move(request)),
+        lease(lease),
+        deadline(deadline),
+        poll_interval(poll_interval),
+        epoch(epoch) {}
+
+  Reply Poll() const override;
+  std::shared_ptr<void> Watch(std::function<void()> wake) const override;
+
+  Api& api;
   Request request;
   absl::Duration lease;
   absl::Time deadline;
@@ -125,56 +146,96 @@ struct WaitingClaim {
   uint64_t epoch = 0;            // KeyWatch::Epoch() before the last poll's read
 };
 
-class Api : public Handler {
+// One request to the Api as Api::Begin routed it: its target is split and its
+// tenant found here, once, and its body parsed at most once, whichever step
+// (AnswerWithoutBlocking, StartAsync, Answer) comes to it first; the steps after
+// read these. The views point into request().target, which must not change.
+class ApiCall final : public Handler::Call {
  public:
-  Api(Guard& guard, Store& store, Metrics& metrics, ApiOptions options);
+  ApiCall(Api& api, HttpRequest request);
 
-  // Routes and answers `request`. Blocks on the store. Never throws.
-  Reply Handle(const HttpRequest& request) override;
-
-  // Re-tries a waiting claim. Blocks on the store. Never throws.
-  Reply Poll(const WaitingClaim& waiting) override;
-
+  // 401 for a /v1/ path without a valid bearer token, so an unauthenticated
+  // client cannot make the server hold its body; nullopt otherwise.
+  std::optional<Reply> BeforeBody() const override;
   // A duplicate claim whose key's final record the store holds in memory
-  // (Store::PeekDecided, the cache's L1), answered on the calling network thread;
-  // nullopt for anything else.
-  std::optional<Reply> HandleWithoutBlocking(HttpRequest& request) override;
-
+  // (Store::PeekDecided, the cache's L1); nullopt for anything else.
+  std::optional<Reply> AnswerWithoutBlocking() override;
   // A claim, complete or fail on a store with non-blocking transactions
   // (Store::non_blocking(): rocksdb://), started on the calling network thread
   // (Guard::ClaimNonBlocking, ...), its answer built by `resume`'s function once
   // the write is durable; false for anything else, or a key another transaction
-  // holds this instant (Handle() then answers it on the pool).
-  bool HandleAsync(HttpRequest& request, Resume resume) override;
+  // holds this instant (Answer() then answers it on the pool).
+  bool StartAsync(const Handler::Resume& resume) override;
+  // Answers the request. Blocks on the store.
+  Reply Answer() override;
 
-  // Wakes a waiting claim when its key is completed or failed through this Api.
-  std::shared_ptr<void> Watch(const WaitingClaim& waiting, std::function<void()> wake) override;
+  std::string_view path;                  // the target up to its query
+  std::optional<std::string_view> query;  // after '?'; nullopt without one
+  std::string_view method;                // HEAD is answered as GET (RFC 9110 §9.3.2)
+  // The route the path names: kRecord for every path under /v1/records/, kOther
+  // for a path no route has (404).
+  Route route = Route::kOther;
+  std::string_view allow;  // the method `route` takes
+  // GET /v1/records/{biz_type}/{key}: the two segments, percent-encoded, or both
+  // empty when the path under /v1/records/ is not two non-empty segments (404).
+  std::string_view biz_type_enc, key_enc;
+  // The bearer token's tenant, looked up for /v1/ paths (and /metrics when it
+  // needs a token); nullptr when missing or unknown.
+  const Tenant* tenant = nullptr;
+  // A claim's, complete's or fail's body, parsed and its ids checked on first use
+  // (Api::BodyOf); monostate until then.
+  std::variant<std::monostate, absl::StatusOr<ClaimBody>, absl::StatusOr<CompleteBody>,
+               absl::StatusOr<FailBody>>
+      body;
 
-  // Checked when a request's header is in and it has a body still to come: the
-  // answer that ends it there, before any of the body is read or a 100 Continue
-  // sent (401 for an API route without a valid bearer token), or nullopt to read
-  // on. So an unauthenticated client cannot make the server hold its body.
-  // Does not block; never throws.
-  std::optional<Reply> BeforeBody(std::string_view target,
-                                  std::string_view authorization) const override;
+ private:
+  Api& api_;
+};
 
-  // Answers for conditions found before a request reaches Handle() (the server's
-  // parser): 413 body too large, 400 malformed HTTP, 431 header too large.
-  static HttpResponse BodyTooLarge(size_t limit);
-  static HttpResponse BadHttp(std::string_view what);
-  static HttpResponse HeaderTooLarge();
+class Api : public Handler {
+ public:
+  Api(Guard& guard, Store& store, Metrics& metrics, ApiOptions options);
+
+  // Routes `request` (an ApiCall). Does not block; never throws.
+  std::unique_ptr<Call> Begin(HttpRequest request) override;
+
+  // Begin and Answer at once, on the calling thread (tests, in-process callers).
+  // Blocks on the store. Never throws.
+  Reply Handle(const HttpRequest& request);
+
+  // Re-tries a waiting claim (WaitingClaim::Poll). Blocks on the store. Never throws.
+  Reply Poll(const WaitingClaim& waiting);
+
+  // Wakes a waiting claim when its key is completed or failed through this Api
+  // (WaitingClaim::Watch).
+  std::shared_ptr<void> Watch(const WaitingClaim& waiting, std::function<void()> wake);
 
   Metrics& metrics() override { return metrics_; }
   const ApiOptions& options() const { return options_; }
 
  private:
-  Reply Claims(const HttpRequest& request, const std::string& tenant);
-  Reply Complete(const HttpRequest& request, const std::string& tenant);
-  Reply Fail(const HttpRequest& request, const std::string& tenant);
+  friend class ApiCall;
+
+  // Fills in `call`'s route, path segments and tenant from its target.
+  void RouteCall(ApiCall& call) const;
+  // ApiCall's steps (claims.cc has the claim routes' parts).
+  std::optional<Reply> BeforeBody(const ApiCall& call) const;
+  std::optional<Reply> AnswerWithoutBlocking(ApiCall& call);
+  bool StartAsync(ApiCall& call, const Resume& resume);
+  Reply Answer(ApiCall& call);
+  // `call`'s body parsed by `parse`, its ids checked (ValidateIds), on first use;
+  // every later use gets the first's result.
+  template <typename Body>
+  const absl::StatusOr<Body>& BodyOf(ApiCall& call,
+                                     absl::StatusOr<Body> (*parse)(std::string_view)) const;
+
+  Reply Claims(ApiCall& call);    // claims.cc
+  Reply Complete(ApiCall& call);  // claims.cc
+  Reply Fail(ApiCall& call);      // claims.cc
   Reply GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
-                  const std::string& tenant);
-  Reply ListRecords(const HttpRequest& request, const std::string& tenant);  // record_pages.cc
-  Reply KeyMismatches(const HttpRequest& request, const std::string& tenant);  // key_pages.cc
+                  const std::string& tenant);                             // records.cc
+  Reply ListRecords(std::string_view params, const std::string& tenant);  // records.cc
+  Reply KeyMismatches(bool has_query, const std::string& tenant);         // keys.cc
   // What a claim's answer tells the key-health tracker: a new key, or a 422.
   void TrackKeyHealth(const Request& request, const Result& result);
   Reply Ready();

@@ -1,4 +1,4 @@
-#include "http/key_health.h"
+#include "http/api/key_health.h"
 
 #include <algorithm>
 #include <functional>
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
-#include "http/metrics.h"
+#include "http/server/metrics.h"
 
 namespace idem::http {
 namespace {

@@ -2,7 +2,7 @@
 //
 // All of a Connection's handlers run on the one thread of its io_context (the
 // Server gives each I/O thread an io_context of its own and spreads connections
-// over them); Api calls run on the worker pool and post their Reply back to it.
+// over them); blocking Handler calls run on the worker pool and post their Reply back to it.
 //
 // Thread safety: Start() and BeginShutdown() may be called from any thread; they
 // post to the connection's io_context.
@@ -19,8 +19,8 @@
 #include "boost/asio/thread_pool.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
-#include "http/handler.h"
-#include "http/server.h"
+#include "http/server/handler.h"
+#include "http/server/server.h"
 
 namespace idem::http {
 
@@ -76,8 +76,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnBody(boost::beast::error_code ec);
   // Answers a read error; returns after closing or sending an error response.
   void OnReadError(boost::beast::error_code ec);
-  void Dispatch(HttpRequest request);
-  void RunOnPool(std::shared_ptr<const WaitingClaim> waiting, HttpRequest request);
+  // The current request, its body read: answered at once, started, or run on the
+  // worker pool.
+  void Dispatch();
+  // Runs `waiting`'s Poll, or the current request's Answer when null, on the pool.
+  void RunOnPool(std::shared_ptr<const Waiting> waiting);
   void OnReply(Reply reply);
   void OnTimer(boost::beast::error_code ec);
   void Send(const Reply& reply, bool force_close);
@@ -101,7 +104,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   unsigned version_ = 11;
   bool keep_alive_ = true;
   std::optional<Reply> waiting_reply_;
-  std::shared_ptr<void> watch_;  // while waiting: the Handler's wake-up (Handler::Watch)
+  std::shared_ptr<void> watch_;  // while waiting: its wake-up (Waiting::Watch)
+  // The current request as its Handler routed it (Handler::Begin), from its header
+  // until its answer is sent.
+  std::unique_ptr<Handler::Call> call_;
   // The current request's id (HttpRequest::request_id); set when its header is in.
   std::string request_id_;
   bool head_ = false;  // the current request is HEAD: the answer goes without its body

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "http/server/problem.h"
 
 namespace idem::http {
 
@@ -72,11 +73,7 @@ std::string RawJsonOrString(std::string_view bytes);
 // The same, appended to `*out`.
 void AppendRawJsonOrString(std::string* out, std::string_view bytes);
 
-// Returns `text` as a JSON string literal, quotes included; invalid UTF-8 is replaced
-// by U+FFFD.
-std::string JsonString(std::string_view text);
-// The same, appended to `*out`.
-void AppendJsonString(std::string* out, std::string_view text);
+// JsonString and AppendJsonString: http/server/problem.h.
 
 // Formats `t` as RFC 3339 UTC with milliseconds: "2024-06-18T07:13:00.123Z".
 std::string FormatRfc3339(absl::Time t);

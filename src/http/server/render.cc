@@ -1,4 +1,4 @@
-#include "http/render.h"
+#include "http/server/render.h"
 
 #include <string>
 #include <string_view>

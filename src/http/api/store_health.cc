@@ -1,4 +1,4 @@
-#include "http/store_health.h"
+#include "http/api/store_health.h"
 
 #include <memory>
 #include <optional>

@@ -1,4 +1,4 @@
-#include "http/upstream_response.h"
+#include "http/client/upstream_response.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -23,9 +23,10 @@
 // gets A's answer; a keyed request with Authorization or Cookie while keys are global
 // is logged as a warning (at most once an hour).
 //
-// Threads: through the Server, every request is taken by HandleAsync and runs on the
-// Proxy's own threads: the claim (and a replay) on `store_threads`, the forwarded
-// call and the complete or fail after it on `upstream_threads`. So replays of
+// Threads: through the Server, every request is taken by HandleAsync (its Call's
+// StartAsync) and runs on the Proxy's own threads: the claim (and a replay) on
+// `store_threads`, the forwarded call and the complete or fail after it on
+// `upstream_threads`. So replays of
 // finished keys never queue behind upstream calls that hang, and the upstream
 // timeout counts from the request's arrival (HttpRequest::received), time queued
 // for a thread included.
@@ -45,9 +46,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "http/handler.h"
-#include "http/metrics.h"
-#include "http/upstream.h"
+#include "http/client/upstream.h"
+#include "http/server/handler.h"
+#include "http/server/metrics.h"
 #include "idem/guard.h"
 
 namespace idem::http {
@@ -79,15 +80,15 @@ class Proxy : public Handler {
   // timeout of its arrival).
   ~Proxy() override;
 
+  // A Call that runs HandleAsync, or Handle on the Server's pool when the Proxy
+  // has no threads.
+  std::unique_ptr<Call> Begin(HttpRequest request) override;
   // Answers `request` on the calling thread. Blocks on the store and the upstream.
-  Reply Handle(const HttpRequest& request) override;
+  Reply Handle(const HttpRequest& request);
   // Takes `request` (moved from) onto the Proxy's threads and returns true; `resume`
   // is called once, from one of them, with its answer. false (nothing taken) when
   // the Proxy has no threads. Does not block.
-  bool HandleAsync(HttpRequest& request, Resume resume) override;
-  Reply Poll(const WaitingClaim& waiting) override;  // never waits: 500
-  std::optional<Reply> BeforeBody(std::string_view target,
-                                  std::string_view authorization) const override;
+  bool HandleAsync(HttpRequest& request, Resume resume);
   bool wants_headers() const override { return true; }
   Metrics& metrics() override { return metrics_; }
 

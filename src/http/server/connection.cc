@@ -1,4 +1,4 @@
-#include "http/connection.h"
+#include "http/server/connection.h"
 
 #include <chrono>
 #include <cstdint>
@@ -15,9 +15,8 @@
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/post.hpp"
 #include "boost/asio/write.hpp"
-#include "http/api.h"
-#include "http/problem.h"
-#include "http/render.h"
+#include "http/server/problem.h"
+#include "http/server/render.h"
 #include "spdlog/spdlog.h"
 
 namespace idem::http {
@@ -212,7 +211,7 @@ void Connection::OnHeader(beast::error_code ec) {
   if (hosts > 1) {
     Reply reply;
     reply.route = Route::kOther;
-    reply.response = Api::BadHttp("the request has more than one Host header");
+    reply.response = BadHttp("the request has more than one Host header");
     Send(reply, /*force_close=*/true);
     return;
   }
@@ -229,10 +228,17 @@ void Connection::OnHeader(beast::error_code ec) {
     Send(reply, /*force_close=*/true);
     return;
   }
+  // Routed once, here: the Call carries what the Handler made of the request to
+  // every step after.
+  HttpRequest head;
+  head.method = method_;
+  head.target = OriginForm(std::string_view(req.target().data(), req.target().size()));
+  head.authorization = std::string(authorization.data(), authorization.size());
+  head.request_id = request_id_;
+  head.received = started_;
+  call_ = shared_.api.Begin(std::move(head));
   if (!parser_->is_done()) {  // a body is to come: authenticate before reading it
-    std::optional<Reply> refused = shared_.api.BeforeBody(
-        OriginForm(std::string_view(req.target().data(), req.target().size())),
-        std::string_view(authorization.data(), authorization.size()));
+    std::optional<Reply> refused = call_->BeforeBody();
     if (refused.has_value()) {
       Send(*refused, /*force_close=*/true);  // the body is drained unread (DrainAndClose)
       return;
@@ -289,13 +295,13 @@ void Connection::OnReadError(beast::error_code ec) {
     reply.response = MakeProblem(408, "request_timeout", "Request Timeout",
                                  "the request header did not arrive in time");
   } else if (ec == bhttp::error::body_limit) {
-    reply.response = Api::BodyTooLarge(shared_.options.max_body_bytes);
+    reply.response = BodyTooLarge(shared_.options.max_body_bytes);
   } else if (ec == bhttp::error::header_limit) {
-    reply.response = Api::HeaderTooLarge();
+    reply.response = HeaderTooLarge();
   } else if (ec.category() == beast::error_code(bhttp::error::bad_target).category() &&
              ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message &&
              ec != bhttp::error::need_more && ec != bhttp::error::need_buffer) {
-    reply.response = Api::BadHttp(ec.message());
+    reply.response = BadHttp(ec.message());
   } else {
     // EOF, reset, timeout, cancelled by shutdown: nothing to answer.
     Close();
@@ -312,30 +318,25 @@ void Connection::OnBody(beast::error_code ec) {
   }
   Request req = parser_->release();
   keep_alive_ = req.keep_alive();
-  HttpRequest request;
-  request.method = std::string(req.method_string());
-  request.target = OriginForm(std::string_view(req.target().data(), req.target().size()));
-  auto auth = req[bhttp::field::authorization];
-  request.authorization = std::string(auth.data(), auth.size());
-  request.request_id = request_id_;
-  request.received = started_;
+  HttpRequest& request = call_->request();
+  // (Read here, not with the header: a chunked body's trailer fields join them.)
   if (shared_.api.wants_headers()) {
     for (const auto& field : req) {
       request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
     }
   }
   request.body = std::move(req.body());
-  Dispatch(std::move(request));
+  Dispatch();
 }
 
-void Connection::Dispatch(HttpRequest request) {
+void Connection::Dispatch() {
   // A duplicate the Handler can answer from memory is answered here, on the I/O
   // thread: no hop to the worker pool and back.
   std::optional<Reply> now;
   try {
-    now = shared_.api.HandleWithoutBlocking(request);
+    now = call_->AnswerWithoutBlocking();
   } catch (const std::exception&) {
-    now.reset();  // the pool's Handle() reports it properly
+    now.reset();  // the pool's Answer() reports it properly
   }
   if (now.has_value()) {
     Send(*now, /*force_close=*/false);
@@ -344,24 +345,25 @@ void Connection::Dispatch(HttpRequest request) {
   // A write the store makes without blocking (rocksdb://) starts here too; its
   // answer is built back on this connection's thread once the write is durable. The work guard
   // keeps the I/O threads running until then, as RunOnPool's does.
-  const bool started = shared_.api.HandleAsync(
-      request, [self = shared_from_this(),
-                work = asio::make_work_guard(shared_.ioc)](std::function<Reply()> answer) {
+  const bool started =
+      call_->StartAsync([self = shared_from_this(),
+                         work = asio::make_work_guard(shared_.ioc)](std::function<Reply()> answer) {
         asio::post(self->stream_.get_executor(),
                    [self, answer = std::move(answer)] { self->OnReply(answer()); });
       });
   if (started) return;
-  RunOnPool(nullptr, std::move(request));
+  RunOnPool(nullptr);
 }
 
-void Connection::RunOnPool(std::shared_ptr<const WaitingClaim> waiting, HttpRequest request) {
+void Connection::RunOnPool(std::shared_ptr<const Waiting> waiting) {
   shared_.api.metrics().CountPoolRequest();
   // The work guard keeps the I/O threads running while the reply is computed, even
   // when nothing else is pending on the io_context (e.g. during shutdown).
+  // call_ stays until the answer is sent (Send), and `self` keeps it.
   asio::post(shared_.pool, [self = shared_from_this(), waiting = std::move(waiting),
-                            request = std::move(request),
+                            call = call_.get(),
                             work = asio::make_work_guard(shared_.ioc)]() mutable {
-    Reply reply = waiting ? self->shared_.api.Poll(*waiting) : self->shared_.api.Handle(request);
+    Reply reply = waiting ? waiting->Poll() : call->Answer();
     asio::post(self->stream_.get_executor(),
                [self, reply = std::move(reply)]() mutable { self->OnReply(std::move(reply)); });
   });
@@ -371,9 +373,9 @@ void Connection::OnReply(Reply reply) {
   if (state_ == State::kClosed) return;
   if (reply.waiting != nullptr && !shared_.stopping.load()) {
     state_ = State::kWaiting;
-    // Woken early when the key is finished through this process (Handler::Watch):
+    // Woken early when the key is finished through this process (Waiting::Watch):
     // the timer is cancelled on the connection's thread and OnTimer polls at once.
-    watch_ = shared_.api.Watch(*reply.waiting, [weak = weak_from_this()] {
+    watch_ = reply.waiting->Watch([weak = weak_from_this()] {
       if (auto self = weak.lock()) {
         asio::post(self->stream_.get_executor(), [self] {
           if (self->state_ == State::kWaiting) self->timer_.cancel();
@@ -399,10 +401,11 @@ void Connection::OnTimer(beast::error_code) {
     Send(reply, /*force_close=*/true);
     return;
   }
-  RunOnPool(reply.waiting, HttpRequest{});
+  RunOnPool(reply.waiting);
 }
 
 void Connection::Send(const Reply& reply, bool force_close) {
+  call_.reset();  // answered: nothing runs it any more, and its body is let go
   // Counted when the answer is handed to the socket, not when the write completes:
   // a client that has read it and asks /metrics next finds it counted.
   const auto latency = std::chrono::steady_clock::now() - started_;

@@ -1,4 +1,4 @@
-#include "http/metrics.h"
+#include "http/server/metrics.h"
 
 #include <algorithm>
 #include <utility>
@@ -9,8 +9,8 @@
 namespace idem::http {
 namespace {
 
-// The outcomes the API answers with (api.cc, handlers.cc, proxy.cc); the last slot, "other",
-// takes any other name so that a new outcome cannot add label values unnoticed.
+// The outcomes the API answers with (api/api.cc, api/claims.cc, proxy/proxy.cc); the last slot,
+// "other", takes any other name so that a new outcome cannot add label values unnoticed.
 constexpr std::array<std::string_view, 19> kOutcomeNames = {
     "acquired",    "replayed",   "cached_failure",
     "in_progress", "key_reused", "fingerprint_mismatch",

@@ -1,22 +1,21 @@
-#include "http/api.h"
+#include "http/api/api.h"
 
 #include <atomic>
 #include <cstdint>
 #include <string>
 #include <utility>
 
-#include "spdlog/spdlog.h"
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
-#include "http/problem.h"
+#include "http/server/problem.h"
 #include "idem/cache.h"
 #include "idem/fingerprint.h"
 #include "idem/key.h"
 #include "idem/status.h"
 #include "simdjson.h"
+#include "spdlog/spdlog.h"
 
 namespace idem::http {
 namespace {
@@ -144,9 +143,8 @@ const Tenant* Api::Authenticate(std::string_view authorization) const {
   }
   std::string_view token = SV(absl::StripAsciiWhitespace(AV(authorization.substr(kScheme.size()))));
   if (token.empty()) return nullptr;
-  // A request is authenticated up to three times (its header, the I/O thread's
-  // duplicate answer, the worker's full path), and a client sends the same token on
-  // every request of a connection: each thread remembers the last token it
+  // A request is authenticated once (Api::RouteCall), and a client sends the same
+  // token on every request of a connection: each thread remembers the last token it
   // resolved. The comparison is constant-time like the digest's, so the memo
   // tells a caller nothing a full check would not.
   struct Memo {
@@ -168,31 +166,83 @@ const Tenant* Api::Authenticate(std::string_view authorization) const {
   return found;
 }
 
-std::optional<Reply> Api::BeforeBody(std::string_view target,
-                                     std::string_view authorization) const {
-  if (!absl::StartsWith(AV(target), "/v1/") || Authenticate(authorization) != nullptr) {
-    return std::nullopt;
-  }
-  std::string_view path = target.substr(0, target.find('?'));
-  // The route Handle() would count it under.
-  // (Only /v1/ targets get here: RouteNamed finds the claim routes or kOther.)
-  const Route route =
-      absl::StartsWith(AV(path), AV(kRecordsPrefix)) ? Route::kRecord : RouteNamed(path);
-  return Final(route, authorization.empty()
-                          ? Unauthorized("missing Authorization: Bearer <token>", false)
-                          : Unauthorized("the bearer token is malformed or unknown", true));
+Reply WaitingClaim::Poll() const { return api.Poll(*this); }
+
+std::shared_ptr<void> WaitingClaim::Watch(std::function<void()> wake) const {
+  return api.Watch(*this, std::move(wake));
 }
 
-Reply Api::Handle(const HttpRequest& request) {
-  try {
-    std::string_view path = request.target;
-    if (size_t q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
-    // HEAD is GET without the body (RFC 9110 §9.3.2; load balancers probe with
-    // it): answered as GET here, the connection sends the header only.
-    const std::string_view method =
-        request.method == "HEAD" ? std::string_view("GET") : std::string_view(request.method);
+ApiCall::ApiCall(Api& api, HttpRequest request) : Call(std::move(request)), api_(api) {
+  api_.RouteCall(*this);
+}
 
-    if (path == "/healthz") {
+std::optional<Reply> ApiCall::BeforeBody() const { return api_.BeforeBody(*this); }
+std::optional<Reply> ApiCall::AnswerWithoutBlocking() { return api_.AnswerWithoutBlocking(*this); }
+bool ApiCall::StartAsync(const Handler::Resume& resume) { return api_.StartAsync(*this, resume); }
+Reply ApiCall::Answer() { return api_.Answer(*this); }
+
+std::unique_ptr<Handler::Call> Api::Begin(HttpRequest request) {
+  return std::make_unique<ApiCall>(*this, std::move(request));
+}
+
+Reply Api::Handle(const HttpRequest& request) { return ApiCall(*this, request).Answer(); }
+
+void Api::RouteCall(ApiCall& call) const {
+  const std::string_view target = call.request().target;
+  const size_t q = target.find('?');
+  call.path = target.substr(0, q);
+  if (q != std::string_view::npos) call.query = target.substr(q + 1);
+  const std::string_view path = call.path;
+  // HEAD is GET without the body (RFC 9110 §9.3.2; load balancers probe with
+  // it): answered as GET here, the connection sends the header only.
+  call.method = call.request().method == "HEAD" ? std::string_view("GET")
+                                                : std::string_view(call.request().method);
+  if (path == RouteName(Route::kHealthz) || path == RouteName(Route::kReadyz) ||
+      path == RouteName(Route::kMetrics)) {
+    call.route = RouteNamed(path);
+    call.allow = "GET";
+    if (call.route == Route::kMetrics && options_.metrics_require_token) {
+      call.tenant = Authenticate(call.request().authorization);
+    }
+    return;
+  }
+  if (!absl::StartsWith(AV(path), "/v1/")) return;  // no route: 404
+  call.tenant = Authenticate(call.request().authorization);
+  if (path == RouteName(Route::kClaims) || path == RouteName(Route::kComplete) ||
+      path == RouteName(Route::kFail)) {
+    call.route = RouteNamed(path);
+    call.allow = "POST";
+  } else if (path == RouteName(Route::kRecords) || path == RouteName(Route::kKeyMismatches)) {
+    call.route = RouteNamed(path);
+    call.allow = "GET";
+  } else if (absl::StartsWith(AV(path), AV(kRecordsPrefix))) {
+    call.route = Route::kRecord;
+    call.allow = "GET";
+    std::string_view rest = path.substr(kRecordsPrefix.size());
+    size_t slash = rest.find('/');
+    if (slash != std::string_view::npos && slash != 0 && slash + 1 != rest.size() &&
+        rest.find('/', slash + 1) == std::string_view::npos) {
+      call.biz_type_enc = rest.substr(0, slash);
+      call.key_enc = rest.substr(slash + 1);
+    }
+  }
+}
+
+std::optional<Reply> Api::BeforeBody(const ApiCall& call) const {
+  if (!absl::StartsWith(AV(call.path), "/v1/") || call.tenant != nullptr) return std::nullopt;
+  // Counted under the route Answer() would count it under, or the path's template
+  // when Answer() would find it malformed (a record path without two segments).
+  return Final(call.route, call.request().authorization.empty()
+                               ? Unauthorized("missing Authorization: Bearer <token>", false)
+                               : Unauthorized("the bearer token is malformed or unknown", true));
+}
+
+Reply Api::Answer(ApiCall& call) {
+  try {
+    const HttpRequest& request = call.request();
+    const std::string_view method = call.method;
+
+    if (call.route == Route::kHealthz) {
       if (method != "GET") {
         return Final(Route::kHealthz, MethodNotAllowed(request.method, "GET"));
       }
@@ -200,15 +250,15 @@ Reply Api::Handle(const HttpRequest& request) {
       r.body = R"({"status":"ok"})";
       return Final(Route::kHealthz, std::move(r));
     }
-    if (path == "/readyz") {
+    if (call.route == Route::kReadyz) {
       if (method != "GET") return Final(Route::kReadyz, MethodNotAllowed(request.method, "GET"));
       return Ready();
     }
-    if (path == "/metrics") {
+    if (call.route == Route::kMetrics) {
       if (method != "GET") {
         return Final(Route::kMetrics, MethodNotAllowed(request.method, "GET"));
       }
-      if (options_.metrics_require_token && Authenticate(request.authorization) == nullptr) {
+      if (options_.metrics_require_token && call.tenant == nullptr) {
         return Final(Route::kMetrics, Unauthorized("/metrics needs a bearer token", false));
       }
       // A failed readiness check is a failed store call (counted), but not a refused
@@ -225,62 +275,53 @@ Reply Api::Handle(const HttpRequest& request) {
                                                    : KeyHealthTracker::kTenantOnly));
       return Final(Route::kMetrics, std::move(r));
     }
-
-    Route route = Route::kOther;
-    std::string_view allow;
-    if (path == RouteName(Route::kClaims) || path == RouteName(Route::kComplete) ||
-        path == RouteName(Route::kFail)) {
-      route = RouteNamed(path);
-      allow = "POST";
-    } else if (path == RouteName(Route::kRecords)) {
-      route = Route::kRecords;
-      allow = "GET";
-    } else if (path == RouteName(Route::kKeyMismatches)) {
-      route = Route::kKeyMismatches;
-      allow = "GET";
-    } else if (absl::StartsWith(AV(path), AV(kRecordsPrefix))) {
-      route = Route::kRecord;
-      allow = "GET";
-    } else {
+    if (call.route == Route::kOther) {
       // Counted as "other", whatever the path: a label value a client chose would
       // make a series per scanned URL.
       return Final(Route::kOther,
-                   MakeProblem(404, "", "", absl::StrCat("no route for ", AV(path))));
+                   MakeProblem(404, "", "", absl::StrCat("no route for ", AV(call.path))));
+    }
+    if (call.route == Route::kRecord && call.key_enc.empty()) {
+      return Final(Route::kOther, MakeProblem(404, "", "",
+                                              "use /v1/records/{biz_type}/{key} with both segments "
+                                              "percent-encoded"));
+    }
+    if (method != call.allow) {
+      return Final(call.route, MethodNotAllowed(request.method, call.allow));
     }
 
-    std::string_view biz_enc, key_enc;
-    if (route == Route::kRecord) {
-      std::string_view rest = path.substr(kRecordsPrefix.size());
-      size_t slash = rest.find('/');
-      if (slash == std::string_view::npos || slash == 0 || slash + 1 == rest.size() ||
-          rest.find('/', slash + 1) != std::string_view::npos) {
-        return Final(Route::kOther,
-                     MakeProblem(404, "", "",
-                                 "use /v1/records/{biz_type}/{key} with both segments "
-                                 "percent-encoded"));
-      }
-      biz_enc = rest.substr(0, slash);
-      key_enc = rest.substr(slash + 1);
-    }
-    if (method != allow) return Final(route, MethodNotAllowed(request.method, allow));
-
-    const Tenant* tenant = Authenticate(request.authorization);
+    const Tenant* tenant = call.tenant;
     if (tenant == nullptr) {
       if (request.authorization.empty()) {
-        return Final(route, Unauthorized("missing Authorization: Bearer <token>", false));
+        return Final(call.route, Unauthorized("missing Authorization: Bearer <token>", false));
       }
-      return Final(route, Unauthorized("the bearer token is malformed or unknown", true));
+      return Final(call.route, Unauthorized("the bearer token is malformed or unknown", true));
     }
     if (request.body.size() > options_.max_body_bytes) {
-      return Final(route, BodyTooLarge(options_.max_body_bytes));
+      return Final(call.route, BodyTooLarge(options_.max_body_bytes));
     }
 
-    Reply reply = path == "/v1/claims"            ? Claims(request, tenant->name)
-                  : path == "/v1/claims/complete" ? Complete(request, tenant->name)
-                  : path == "/v1/claims/fail"     ? Fail(request, tenant->name)
-                  : route == Route::kRecords      ? ListRecords(request, tenant->name)
-                  : route == Route::kKeyMismatches ? KeyMismatches(request, tenant->name)
-                                                   : GetRecord(biz_enc, key_enc, tenant->name);
+    Reply reply;
+    switch (call.route) {
+      case Route::kClaims:
+        reply = Claims(call);
+        break;
+      case Route::kComplete:
+        reply = Complete(call);
+        break;
+      case Route::kFail:
+        reply = Fail(call);
+        break;
+      case Route::kRecords:
+        reply = ListRecords(call.query.value_or(""), tenant->name);
+        break;
+      case Route::kKeyMismatches:
+        reply = KeyMismatches(call.query.has_value(), tenant->name);
+        break;
+      default:
+        reply = GetRecord(call.biz_type_enc, call.key_enc, tenant->name);
+        break;
+    }
     return Answered(std::move(reply), tenant->name);
   } catch (const std::exception& e) {
     // Handlers catch their dependencies' exceptions; this is the last net.
@@ -378,19 +419,6 @@ absl::Status Api::ValidateIds(std::string_view biz_type, std::string_view key,
     return absl::InvalidArgumentError(absl::StrCat("field \"key\": ", s.message()));
   }
   return absl::OkStatus();
-}
-
-HttpResponse Api::BodyTooLarge(size_t limit) {
-  return MakeProblem(413, "", "",
-                     absl::StrCat("the request body is larger than ", limit, " bytes"));
-}
-
-HttpResponse Api::BadHttp(std::string_view what) {
-  return MakeProblem(400, "bad_http", "Malformed HTTP request", what);
-}
-
-HttpResponse Api::HeaderTooLarge() {
-  return MakeProblem(431, "", "", "the request header fields are too large");
 }
 
 }  // namespace idem::http

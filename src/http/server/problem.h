@@ -9,6 +9,7 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -39,5 +40,19 @@ HttpResponse MakeProblem(int status, std::string_view slug, std::string_view tit
 
 // A 405 problem for `method`, with the Allow header naming `allow`.
 HttpResponse MethodNotAllowed(std::string_view method, std::string_view allow);
+
+// Answers for conditions found before a request reaches its Handler (the server's
+// parser), and the API's own body limit: 413 body too large, 400 malformed HTTP,
+// 431 header too large.
+HttpResponse BodyTooLarge(size_t limit);
+HttpResponse BadHttp(std::string_view what);
+HttpResponse HeaderTooLarge();
+
+// Returns `text` as a JSON string literal, quotes included; invalid UTF-8 is replaced
+// by U+FFFD. (The JSON text every role writes: the API's answers, the proxy's stored
+// responses.)
+std::string JsonString(std::string_view text);
+// The same, appended to `*out`.
+void AppendJsonString(std::string* out, std::string_view text);
 
 }  // namespace idem::http

@@ -1,4 +1,4 @@
-#include "http/key_watch.h"
+#include "http/api/key_watch.h"
 
 #include <algorithm>
 #include <utility>

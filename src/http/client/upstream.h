@@ -1,5 +1,7 @@
-// Upstream: the HTTP/1.1 client `idem proxy` forwards requests with, to one origin
-// given as http://HOST[:PORT][/BASE]. Each request gets its own connection (no
+// Upstream: the HTTP/1.1 client of idem, to one origin given as
+// http://HOST[:PORT][/BASE]: `idem proxy` forwards requests with it, `idem recon`
+// delivers dispositions, the Kafka bridge's HTTP sink and `idem keys analyze
+// --server` send theirs. Each request gets its own connection (no
 // reuse: a POST sent on a stale keep-alive connection could not be retried safely),
 // and one deadline covers resolving, connecting, writing and reading.
 //
@@ -19,8 +21,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "http/client/upstream_response.h"
 #include "http/types.h"
-#include "http/upstream_response.h"
 
 namespace idem::http {
 

@@ -1,4 +1,4 @@
-#include "http/upstream.h"
+#include "http/client/upstream.h"
 
 #include <chrono>
 #include <optional>

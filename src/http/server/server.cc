@@ -1,4 +1,4 @@
-#include "http/server.h"
+#include "http/server/server.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -24,7 +24,7 @@
 #include "boost/asio/thread_pool.hpp"
 #include "boost/asio/write.hpp"
 #include "core/absl_compat.h"
-#include "http/connection.h"
+#include "http/server/connection.h"
 #include "spdlog/spdlog.h"
 
 namespace idem::http {

@@ -1,15 +1,16 @@
 // Server: the HTTP/1.1 front of `idem serve`. A few I/O threads, each running an
 // io_context of its own; connections are accepted on the first and given to them in
 // turn, so all of a connection's handlers run on one thread (no strand needed).
-// Reads requests with Boost.Beast (keep-alive, 100-continue, a body limit), runs the
-// blocking Handler calls (the API, or the proxy) on a separate worker pool and writes
-// the answers back on each connection's thread. What the Handler answers without
-// blocking (HandleWithoutBlocking: a decided duplicate) is answered on the I/O
-// thread; what it starts without blocking (HandleAsync: a claim, complete or fail on
-// rocksdb://) is answered on the connection's thread once the store's writer thread
-// resumes it, with no worker thread in between. A claim that waits
-// (wait_ms) re-polls on a steady_timer (Reply::poll_after), or sooner when the Handler's Watch
-// wakes it, so no thread blocks while it waits.
+// Reads requests with Boost.Beast (keep-alive, 100-continue, a body limit), has the
+// Handler route each one once its header is in (Handler::Begin, handler.h), runs the
+// blocking calls (Call::Answer: the API, or the proxy) on a separate worker pool and
+// writes the answers back on each connection's thread. What the Call answers
+// without blocking (AnswerWithoutBlocking: a decided duplicate) is answered on the
+// I/O thread; what it starts without blocking (StartAsync: a claim, complete or fail
+// on rocksdb://) is answered on the connection's thread once the store's writer
+// thread resumes it, with no worker thread in between. A reply that waits (a claim's
+// wait_ms) is polled again (Waiting::Poll) on a steady_timer (Reply::poll_after), or
+// sooner when its Watch wakes it, so no thread blocks while it waits.
 //
 //   idem::http::Server server(api, {.host = "127.0.0.1", .port = 0});
 //   if (absl::Status s = server.Start(); !s.ok()) ...;
@@ -37,7 +38,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "http/handler.h"
+#include "http/server/handler.h"
 
 namespace idem::http {
 

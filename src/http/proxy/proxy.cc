@@ -1,4 +1,4 @@
-#include "http/proxy.h"
+#include "http/proxy/proxy.h"
 
 #include <cmath>
 #include <exception>
@@ -11,9 +11,8 @@
 #include "boost/asio/post.hpp"
 #include "boost/asio/thread_pool.hpp"
 #include "core/absl_compat.h"
-#include "http/canonical_json.h"
-#include "http/json.h"
-#include "http/problem.h"
+#include "http/proxy/canonical_json.h"
+#include "http/server/problem.h"
 #include "idem/fingerprint.h"
 #include "idem/status.h"
 #include "simdjson.h"
@@ -196,13 +195,27 @@ Proxy::~Proxy() {
   }
 }
 
-Reply Proxy::Poll(const WaitingClaim&) {
-  return Answer(Route::kOther, MakeProblem(500, "internal", "Internal Server Error", "nothing waits"),
-                "");
-}
+namespace {
 
-std::optional<Reply> Proxy::BeforeBody(std::string_view, std::string_view) const {
-  return std::nullopt;  // the upstream authenticates; the proxy holds no tokens
+// A request to the proxy: nothing is refused before its body (the upstream
+// authenticates; the proxy holds no tokens), nothing is answered without a store
+// or upstream call, so it goes to the Proxy's threads or, without them, the pool.
+class ProxyCall final : public Handler::Call {
+ public:
+  ProxyCall(Proxy& proxy, HttpRequest request) : Call(std::move(request)), proxy_(proxy) {}
+  bool StartAsync(const Handler::Resume& resume) override {
+    return proxy_.HandleAsync(request_, resume);
+  }
+  Reply Answer() override { return proxy_.Handle(request_); }
+
+ private:
+  Proxy& proxy_;
+};
+
+}  // namespace
+
+std::unique_ptr<Handler::Call> Proxy::Begin(HttpRequest request) {
+  return std::make_unique<ProxyCall>(*this, std::move(request));
 }
 
 Reply Proxy::Handle(const HttpRequest& request) {
