@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kafka/transport.h"
+#include "idem/messaging/transport.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 // "topic[partition]@offset" (Kafka) or "stream/id" (Redis Streams).
 inline std::string Where(const Message& m) {
@@ -33,4 +33,4 @@ inline std::vector<std::pair<std::string, std::string>> DeadLetterHeaders(
   return h;
 }
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -1,9 +1,9 @@
 // The runner over a fake Transport on SQLite: one store transaction per batch,
 // each message idempotent inside it, process-then-commit, and what happens on
 // retryable store errors, failing dead letters and failing commits.
-#include "kafka/runner.h"
+#include "idem/messaging/runner.h"
 
-#include "kafka/bridge.h"
+#include "messaging/bridge.h"
 
 #include <deque>
 #include <map>
@@ -13,7 +13,7 @@
 #include "idem/idem.h"
 #include "testing/temp_dir.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 class FakeTransport : public Transport {
@@ -317,4 +317,4 @@ TEST_F(BridgeTest, RequestTheDelivererRefusesIsDeadLetteredNotRetried) {
 }
 
 }  // namespace
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -24,12 +24,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kafka/transport.h"
+#include "idem/messaging/transport.h"
 
 typedef struct rd_kafka_s rd_kafka_t;
 typedef struct rd_kafka_topic_partition_list_s rd_kafka_topic_partition_list_t;
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 struct KafkaOptions {
   std::string brokers;              // bootstrap.servers
@@ -109,4 +109,4 @@ class KafkaTransport final : public Transport {
   uintptr_t next_delivery_ = 1;
 };
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -33,9 +33,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kafka/kafka_transport.h"
+#include "idem/messaging/kafka_transport.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 struct OutputMessage {
   std::string topic;
@@ -109,4 +109,4 @@ class TransactionalProcessor {
       retried_{0};
 };
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 struct Message {
   std::string source;       // Kafka topic or Redis stream name
@@ -116,4 +116,4 @@ class Transport {
   virtual std::string_view name() const = 0;
 };
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

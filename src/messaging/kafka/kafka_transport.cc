@@ -1,4 +1,4 @@
-#include "kafka/kafka_transport.h"
+#include "idem/messaging/kafka_transport.h"
 
 #include <fstream>
 #include <map>
@@ -11,11 +11,11 @@
 #include "absl/time/time.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
-#include "kafka/dead_letter.h"
 #include "librdkafka/rdkafka.h"
+#include "messaging/dead_letter.h"
 #include "spdlog/spdlog.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 std::string PartitionName(const char* topic, int32_t partition) {
@@ -422,4 +422,4 @@ absl::Status KafkaTransport::DeadLetter(const Message& message, std::string_view
   return KafkaStatus(d.err, absl::StrCat("dead-letter produce to ", options_.dead_letter_topic));
 }
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging
