@@ -1,4 +1,4 @@
-// consume_bench: messages/s of the consumer runner (src/kafka/runner.h) whose
+// consume_bench: messages/s of the consumer runner (idem/messaging/runner.h) whose
 // effect is one SQL row per message, with one store transaction and one offset
 // commit per message versus one of each per poll batch, on the stores given.
 // Kafka is librdkafka's mock cluster in this process, over loopback TCP, so the

@@ -175,8 +175,8 @@ absl::StatusOr<Order> OrderOf(const messaging::Message& m) {
 // operation. A redelivered message whose record was lost with a kill runs
 // StepRunner::Run again, which finds the operation by its biz_key and runs
 // nothing twice.
-absl::Status ConsumeWithSteps(const ConsumerOptions& o, messaging::Transport& transport, Store& store,
-                              const ChannelClient& channel, FaultInjector& faults) {
+absl::Status ConsumeWithSteps(const ConsumerOptions& o, messaging::Transport& transport,
+                              Store& store, const ChannelClient& channel, FaultInjector& faults) {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Store> records, OpenStore(o.records));
   StepRunnerOptions so;
   so.lease = internal::kRunnerLease;
@@ -184,8 +184,8 @@ absl::Status ConsumeWithSteps(const ConsumerOptions& o, messaging::Transport& tr
   StepRunner steps(store, so);
   IDEM_RETURN_IF_ERROR(steps.Register(RefundOperation(channel, &faults)));
   messaging::RunnerOptions ro;
-  IDEM_ASSIGN_OR_RETURN(ro.key, messaging::MessageKey::Parse(messaging::MessageKey::Kind::kTemplate,
-                                                         kKeyTemplate));
+  IDEM_ASSIGN_OR_RETURN(
+      ro.key, messaging::MessageKey::Parse(messaging::MessageKey::Kind::kTemplate, kKeyTemplate));
   ro.biz_type = "refund-message";
   ro.max_batch = 20;
   ro.retry.initial_delay = absl::Milliseconds(20);
@@ -258,15 +258,15 @@ absl::Status RunRefundConsumer(const ConsumerOptions& o) {
                         ChannelClient::FromUrl(o.channel_url, internal::kChannelTimeout));
   FaultInjector faults(o.fault_rate, o.seed);
   // The mock's group settings for fast rebalances (tests/testing/kafka_mock.h).
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<messaging::KafkaTransport> transport,
-                        messaging::KafkaTransport::Create(
-                            {.brokers = o.brokers,
-                             .group = o.group,
-                             .topics = {o.topic},
-                             .consumer_config = {{"session.timeout.ms", "3000"},
-                                                 {"heartbeat.interval.ms", "500"},
-                                                 {"log_level", "3"},
-                                                 {"client.id", o.consumer_id}}}));
+  IDEM_ASSIGN_OR_RETURN(
+      std::unique_ptr<messaging::KafkaTransport> transport,
+      messaging::KafkaTransport::Create({.brokers = o.brokers,
+                                         .group = o.group,
+                                         .topics = {o.topic},
+                                         .consumer_config = {{"session.timeout.ms", "3000"},
+                                                             {"heartbeat.interval.ms", "500"},
+                                                             {"log_level", "3"},
+                                                             {"client.id", o.consumer_id}}}));
   if (o.events_fd >= 0 && o.acks_fd >= 0) internal::ReportFailpointsToParent(o.events_fd, o.acks_fd);
   return o.naive ? ConsumeNaively(o, *transport, *store, channel, faults)
                  : ConsumeWithSteps(o, *transport, *store, channel, faults);

@@ -1,5 +1,5 @@
 // `idem bridge kafka`: deliver a Kafka topic to an HTTP endpoint, once per event
-// (kafka/bridge.h, docs/messaging.md).
+// (messaging/bridge.h, docs/messaging.md).
 //
 //   idem bridge kafka --brokers 127.0.0.1:9092 --topic orders --group orders-bridge
 //       --key-header event_id --to http://127.0.0.1:8080/orders [--store sqlite://./idem-bridge.db]
@@ -14,7 +14,7 @@
 // commits what was delivered), or until --idle-exit passes without a message.
 // Prints its counts as one JSON line on stdout when it stops.
 //
-// With --metrics-listen HOST:PORT it serves GET /metrics there (kafka/kafka_metrics.h:
+// With --metrics-listen HOST:PORT it serves GET /metrics there (messaging/kafka_metrics.h:
 // rebalances by kind, deliveries, dead letters, commits, commit failures).
 //
 // Exit status: 0 after a signal or --idle-exit; 1 when the store cannot be opened
@@ -82,9 +82,11 @@ int RunBridgeKafka(const BridgeFlags& f) {
                  "must come from the event, never from the partition/offset)");
   }
   absl::StatusOr<messaging::MessageKey> key =
-      !f.key_header.empty()  ? messaging::MessageKey::Parse(messaging::MessageKey::Kind::kHeader, f.key_header)
-      : !f.key_field.empty() ? messaging::MessageKey::Parse(messaging::MessageKey::Kind::kJsonField, f.key_field)
-                             : messaging::MessageKey::Parse(messaging::MessageKey::Kind::kTemplate, f.key_template);
+      !f.key_header.empty()
+          ? messaging::MessageKey::Parse(messaging::MessageKey::Kind::kHeader, f.key_header)
+      : !f.key_field.empty()
+          ? messaging::MessageKey::Parse(messaging::MessageKey::Kind::kJsonField, f.key_field)
+          : messaging::MessageKey::Parse(messaging::MessageKey::Kind::kTemplate, f.key_template);
   if (!key.ok()) return BridgeUsage(Str(key.status().message()));
   absl::StatusOr<http::UpstreamUrl> url = http::ParseUpstreamUrl(f.to);
   if (!url.ok()) {
@@ -132,10 +134,10 @@ int RunBridgeKafka(const BridgeFlags& f) {
     return BridgeUsage("--metrics-listen '" + f.metrics_listen + "' must be HOST:PORT (port 0-65535)");
   }
   messaging::KafkaOptions kopts{.brokers = f.brokers,
-                            .group = f.group,
-                            .topics = {f.topic},
-                            .dead_letter_topic = f.dead_letter_topic,
-                            .rebalance_log = f.rebalance_log};
+                                .group = f.group,
+                                .topics = {f.topic},
+                                .dead_letter_topic = f.dead_letter_topic,
+                                .rebalance_log = f.rebalance_log};
   for (const std::string& p : f.kafka_properties) {
     const size_t eq = p.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -160,8 +162,9 @@ int RunBridgeKafka(const BridgeFlags& f) {
   }
   const http::Upstream upstream(*url, {.timeout = *timeout});
   const std::string target = url->base_path.empty() ? "/" : "";
-  messaging::Deliverer deliver = [&](const messaging::Message& m,
-                                 std::string_view idempotency_key) -> absl::StatusOr<messaging::HttpAnswer> {
+  messaging::Deliverer deliver =
+      [&](const messaging::Message& m,
+          std::string_view idempotency_key) -> absl::StatusOr<messaging::HttpAnswer> {
     http::HttpRequest request;
     request.method = "POST";
     request.body = m.payload;
@@ -176,16 +179,16 @@ int RunBridgeKafka(const BridgeFlags& f) {
     return messaging::HttpAnswer{.status = r->status, .body = std::move(r->body)};
   };
   messaging::BridgeOptions options{.key = *key,
-                               .tenant = f.tenant,
-                               .biz_type = f.biz_type,
-                               .max_batch = static_cast<size_t>(f.batch),
-                               .retry = retry,
-                               .lease = lease};
+                                   .tenant = f.tenant,
+                                   .biz_type = f.biz_type,
+                                   .max_batch = static_cast<size_t>(f.batch),
+                                   .retry = retry,
+                                   .lease = lease};
   absl::StatusOr<std::unique_ptr<messaging::Bridge>> bridge =
       messaging::Bridge::Create(**transport, *store, deliver, options);
   if (!bridge.ok()) return BridgeUsage(Str(bridge.status().message()));
   // GET /metrics (idem serve's Server and Metrics, with the bridge's counters as a
-  // section; kafka/kafka_metrics.h names the series).
+  // section; messaging/kafka_metrics.h names the series).
   http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
   metrics.AddSection([b = bridge->get()] { return messaging::RenderBridgeMetrics(b->stats()); });
   http::MetricsEndpoint endpoint(metrics);

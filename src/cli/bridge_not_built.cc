@@ -12,7 +12,8 @@ namespace idem::cli {
 
 CommandFn AddBridgeCommand(CLI::App& root) {
   CLI::App* bridge = root.add_subcommand(
-      "bridge", "Deliver messages to an HTTP endpoint once per event (not compiled into this build)");
+      "bridge",
+      "Deliver messages to an HTTP endpoint once per event (not compiled into this build)");
   bridge->require_subcommand(1);
   CLI::App* sub = bridge->add_subcommand(
       "kafka", "Not compiled into this build of idem (it was built without librdkafka)");

@@ -1,5 +1,5 @@
 // `idem diagnose rebalance`: do a consumer group's rebalances come from network
-// jitter? (The computation is kafka/diagnose.h.)
+// jitter? (The computation is diagnose_rebalance.h.)
 //
 //   idem diagnose rebalance --events rebalances.log --jitter jitter.txt [--slack 5s]
 //                           [--threshold 80] [--json]
@@ -10,8 +10,6 @@
 // the windows' P99 duration.
 // Exit status: 0 the report was printed (whatever it says); 1 a file cannot be read
 // or holds a bad line (FILE:LINE: why); 2 a missing or malformed option.
-#include "cli/diagnose_rebalance.h"
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
+#include "cli/diagnose_rebalance.h"
 #include "cli/reason.h"
 #include "core/absl_compat.h"
 #include "idem/ttl.h"
@@ -67,7 +66,8 @@ std::string Lines(const std::vector<int>& lines, size_t max) {
   return out;
 }
 
-void PrintHuman(const RebalanceFlags& f, const diagnose::RebalanceDiagnosis& d, absl::Duration slack) {
+void PrintHuman(const RebalanceFlags& f, const diagnose::RebalanceDiagnosis& d,
+                absl::Duration slack) {
   std::printf("events:          %zu (%s)\n", d.events, f.events.c_str());
   std::printf("jitter windows:  %zu (%s), P99 duration %s, longest %s\n", d.windows,
               f.jitter.c_str(), FormatTtlDuration(d.p99).c_str(),
@@ -153,7 +153,8 @@ int RunRebalance(const RebalanceFlags& f) {
     PrintReason(absl::StrCat("diagnose rebalance: --jitter: ", jitter_text.status().message()));
     return kExitFailure;
   }
-  absl::StatusOr<std::vector<diagnose::Event>> events = diagnose::ParseEvents(*events_text, f.events);
+  absl::StatusOr<std::vector<diagnose::Event>> events =
+      diagnose::ParseEvents(*events_text, f.events);
   if (!events.ok()) {
     PrintReason(absl::StrCat("diagnose rebalance: ", events.status().message()));
     return kExitFailure;
@@ -180,9 +181,9 @@ CommandFn AddDiagnoseCommand(CLI::App& root) {
   CLI::App* cmd =
       root.add_subcommand("diagnose", "Diagnose a consumer group (see `idem diagnose rebalance`)");
   cmd->require_subcommand(1, 1);
-  cmd->footer(absl::StrCat("rebalance suggests consumer timeouts by this rule: ",
-                           AV(diagnose::kTimeoutRule),
-                           ". `idem diagnose rebalance --help` describes its input files."));
+  cmd->footer(absl::StrCat(
+      "rebalance suggests consumer timeouts by this rule: ", AV(diagnose::kTimeoutRule),
+      ". `idem diagnose rebalance --help` describes its input files."));
   auto flags = std::make_shared<DiagnoseFlags>();
   CLI::App* r = cmd->add_subcommand(
       "rebalance",

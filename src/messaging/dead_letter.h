@@ -1,5 +1,5 @@
 // What the Kafka paths share about a message they could not handle: where it was
-// (for logs) and the headers its dead-letter copy carries. Internal to src/kafka.
+// (for logs) and the headers its dead-letter copy carries. Internal to src/messaging.
 //
 // Thread safety: pure functions.
 #pragma once

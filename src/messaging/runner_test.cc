@@ -3,14 +3,13 @@
 // retryable store errors, failing dead letters and failing commits.
 #include "idem/messaging/runner.h"
 
-#include "messaging/bridge.h"
-
 #include <deque>
 #include <map>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "idem/idem.h"
+#include "messaging/bridge.h"
 #include "testing/temp_dir.h"
 
 namespace idem::messaging {

@@ -1,5 +1,5 @@
 // chaos-consumer: one consumer process of the messaging chaos runs (messaging.h),
-// the consumer runner (kafka/runner.h) over Kafka or Redis Streams, until SIGTERM.
+// the consumer runner (idem/messaging/runner.h) over Kafka or Redis Streams, until SIGTERM.
 //
 //   chaos-consumer --transport kafka|streams --endpoint BROKERS|REDIS_URL
 //                  --source TOPIC|STREAM --group G --consumer NAME --store URL
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     if (effect_fd < 0) return Fail("--external-effect", absl::UnavailableError(std::strerror(errno)));
   }
   messaging::MessageHandler handler = [&](const messaging::Message& m,
-                                      Transaction& tx) -> absl::StatusOr<std::string> {
+                                          Transaction& tx) -> absl::StatusOr<std::string> {
     if (m.payload.rfind("poison", 0) == 0) {
       return absl::InvalidArgumentError("the payload is poison for this handler");
     }

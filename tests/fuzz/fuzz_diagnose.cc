@@ -1,4 +1,4 @@
-// Fuzzes the input readers of `idem diagnose rebalance` (kafka/diagnose.h): the
+// Fuzzes the input readers of `idem diagnose rebalance` (src/cli/diagnose_rebalance.h): the
 // events file, the jitter file and the RFC 3339 timestamps in both, then the
 // diagnosis over what they parsed.
 //

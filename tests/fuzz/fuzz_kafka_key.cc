@@ -1,4 +1,4 @@
-// Fuzzes the consumer runner's key configuration (kafka/message_key.h): a tagged
+// Fuzzes the consumer runner's key configuration (idem/messaging/message_key.h): a tagged
 // spec ("header:NAME", "field:PATH", "template:{a}:{b}") parsed and, when it
 // parses, used to derive the key of a message.
 //

@@ -29,18 +29,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (absl::Status s = idem::testing::CreateEffectsTable(**store); !s.ok()) return 1;
-  auto transport = messaging::KafkaTransport::Create({.brokers = argv[1],
-                                                  .group = argv[3],
-                                                  .topics = {argv[2]},
-                                                  .consumer_config = idem::testing::FastGroupConfig()});
+  auto transport =
+      messaging::KafkaTransport::Create({.brokers = argv[1],
+                                         .group = argv[3],
+                                         .topics = {argv[2]},
+                                         .consumer_config = idem::testing::FastGroupConfig()});
   if (!transport.ok()) {
     std::fprintf(stderr, "transport: %s\n", transport.status().ToString().c_str());
     return 1;
   }
   messaging::RunnerOptions options;
   options.max_batch = static_cast<size_t>(std::atoi(argv[5]));
-  auto runner =
-      messaging::Runner::Create(**transport, **store, idem::testing::EffectHandler(), std::move(options));
+  auto runner = messaging::Runner::Create(**transport, **store, idem::testing::EffectHandler(),
+                                          std::move(options));
   if (!runner.ok()) return 1;
   const auto start = std::chrono::steady_clock::now();
   auto last = start;

@@ -1,4 +1,4 @@
-// RedisStreamsTransport: the Transport (kafka/transport.h) over a Redis stream and
+// RedisStreamsTransport: the Transport (idem/messaging/transport.h) over a Redis stream and
 // a consumer group, through hiredis.
 //
 //   auto t = RedisStreamsTransport::Open({.url = "redis://127.0.0.1:6379",

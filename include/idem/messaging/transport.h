@@ -1,5 +1,6 @@
 // The seam between idem's consumer runner (runner.h) and a message transport: Kafka
-// (librdkafka, kafka_transport.cc) or Redis Streams (redis_streams.cc).
+// (KafkaTransport, kafka_transport.h) or Redis Streams (RedisStreamsTransport,
+// redis_streams.h), or one of your own.
 //
 // A Transport delivers messages at least once. The runner polls a batch, runs each
 // message's effect through the guard (the effects of one batch commit in one store
