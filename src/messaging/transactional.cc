@@ -9,6 +9,7 @@
 #include "idem/status.h"
 #include "librdkafka/rdkafka.h"
 #include "messaging/dead_letter.h"
+#include "messaging/kafka/kafka_status.h"
 #include "spdlog/spdlog.h"
 
 namespace idem::messaging {

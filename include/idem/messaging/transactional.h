@@ -89,6 +89,7 @@ class TransactionalProcessor {
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
   TransactionalStats stats() const;
 
+  // The transport the processor reads its input from.
   KafkaTransport& input() { return *input_; }
 
  private:
