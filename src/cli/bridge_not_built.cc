@@ -17,6 +17,8 @@ CommandFn AddBridgeCommand(CLI::App& root) {
   bridge->require_subcommand(1);
   CLI::App* sub = bridge->add_subcommand(
       "kafka", "Not compiled into this build of idem (it was built without librdkafka)");
+  // Any options, kept here (not passed up to the root, which refuses unknown ones).
+  sub->fallthrough(false);
   sub->allow_extras();
   return [sub]() -> int {
     if (!sub->parsed()) return kExitUsage;
