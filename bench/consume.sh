@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/consume.sh: messages/s of the consumer runner (src/kafka/runner.h) whose
+# bench/consume.sh: messages/s of the consumer runner (idem/messaging/runner.h) whose
 # effect is one SQL row per message, with per-message commits (one store
 # transaction and one offset commit per message) versus batched commits (one of
 # each per poll batch, each message still idempotent under its own claim), on

@@ -1,4 +1,4 @@
-// consume_bench: messages/s of the consumer runner (src/kafka/runner.h) whose
+// consume_bench: messages/s of the consumer runner (idem/messaging/runner.h) whose
 // effect is one SQL row per message, with one store transaction and one offset
 // commit per message versus one of each per poll batch, on the stores given.
 // Kafka is librdkafka's mock cluster in this process, over loopback TCP, so the
@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "idem/idem.h"
-#include "kafka/kafka_transport.h"
-#include "kafka/runner.h"
+#include "idem/messaging/kafka_transport.h"
+#include "idem/messaging/runner.h"
 #include "librdkafka/rdkafka.h"
 #include "librdkafka/rdkafka_mock.h"
 #include "spdlog/spdlog.h"
@@ -70,25 +70,25 @@ double Measure(const Cluster& c, const std::string& topic, Store& store, bool ba
       return -1;
     }
   }
-  auto transport = kafka::KafkaTransport::Create(
+  auto transport = messaging::KafkaTransport::Create(
       {.brokers = c.brokers,
        .group = tenant,
        .topics = {topic},
        .consumer_config = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "500"}}});
   if (!transport.ok()) return -1;
-  kafka::RunnerOptions o;
+  messaging::RunnerOptions o;
   o.tenant = tenant;  // a fresh key space per run: every message is a first arrival
   o.max_batch = batch;
   o.batched = batched;
   static constexpr char kInsert[] = "INSERT INTO bench_ledger (order_no, body) VALUES (?, ?)";
   if (statement) {
-    o.first_statement = [](const kafka::Message& m) -> absl::StatusOr<Statement> {
+    o.first_statement = [](const messaging::Message& m) -> absl::StatusOr<Statement> {
       return Statement{kInsert, {Value(*m.Header("event_id")), Value(m.payload)}};
     };
   }
-  auto runner = kafka::Runner::Create(
+  auto runner = messaging::Runner::Create(
       **transport, store,
-      [statement](const kafka::Message& m, Transaction& tx) -> absl::StatusOr<std::string> {
+      [statement](const messaging::Message& m, Transaction& tx) -> absl::StatusOr<std::string> {
         if (!statement) {
           const Value p[] = {Value(*m.Header("event_id")), Value(m.payload)};
           auto r = tx.Exec(kInsert, p);

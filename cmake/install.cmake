@@ -3,11 +3,14 @@
 #   lib/libidem*.a                         idem::idem (OpenStore), idem::core and one per backend
 #   lib/cmake/idem/idemConfig.cmake        find_package(idem [COMPONENTS postgres mysql redis rocksdb])
 #   lib/pkgconfig/idem.pc                  pkg-config --cflags --libs idem
+#   include/idem/messaging/*.h, lib/libidem_messaging.a, lib/pkgconfig/idem-messaging.pc
+#                                          idem::messaging (the consumer runner and its
+#                                          transports), when built (IDEM_WITH_KAFKA)
 # The binaries install themselves (src/cli, examples).
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/idem DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  COMPONENT dev FILES_MATCHING PATTERN "*.h")
+  COMPONENT dev FILES_MATCHING PATTERN "*.h" PATTERN messaging EXCLUDE)
 
 set(IDEM_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/idem)
 install(EXPORT idemTargets NAMESPACE idem:: DESTINATION ${IDEM_CMAKE_DIR}
@@ -50,3 +53,15 @@ string(REGEX REPLACE "/$" "" IDEM_PC_PREFIX_FROM_PCDIR "${IDEM_PC_PREFIX_FROM_PC
 configure_file(${PROJECT_SOURCE_DIR}/cmake/idem.pc.in ${PROJECT_BINARY_DIR}/idem.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/idem.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
   COMPONENT dev)
+# idem-messaging.pc: idem::messaging on top of idem.pc (pkg-config --cflags --libs
+# idem-messaging gives both). Its headers install with its target (src/messaging).
+if(TARGET idem_messaging)
+  set(IDEM_MESSAGING_PC_REQUIRES "idem = ${PROJECT_VERSION}, rdkafka, spdlog")
+  if(IDEM_WITH_REDIS)
+    string(APPEND IDEM_MESSAGING_PC_REQUIRES ", hiredis")
+  endif()
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/idem-messaging.pc.in
+    ${PROJECT_BINARY_DIR}/idem-messaging.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/idem-messaging.pc
+    DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
+endif()

@@ -100,7 +100,7 @@ absl::Status RunRefundRunner(const RunnerOptions& options);
 
 // The child of --transport kafka: `idem demo refund-consumer`. A consumer of
 // `topic` in `group` on `brokers` until SIGKILLed/SIGTERMed: with naive false the
-// idem Runner (kafka/runner.h) keyed by `{order_no}:{action}`, its message
+// idem Runner (idem/messaging/runner.h) keyed by `{order_no}:{action}`, its message
 // records in `records`, each order's refund run as a StepRunner operation on
 // `store`; with naive true the incident's consumer, a Guard on `store` keyed by
 // (topic, partition, offset) + `consumer_id`. Failpoints go to events_fd/acks_fd

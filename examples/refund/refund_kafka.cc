@@ -18,12 +18,12 @@
 #include "core/failpoint.h"
 #include "idem/guard.h"
 #include "idem/idem.h"
+#include "idem/messaging/kafka_transport.h"
+#include "idem/messaging/message_key.h"
+#include "idem/messaging/runner.h"
 #include "idem/retry.h"
 #include "idem/status.h"
 #include "idem/steps.h"
-#include "kafka/kafka_transport.h"
-#include "kafka/message_key.h"
-#include "kafka/runner.h"
 #include "librdkafka/rdkafka.h"
 #include "librdkafka/rdkafka_mock.h"
 #include "nlohmann/json.hpp"
@@ -160,7 +160,7 @@ void KillAndReap(internal::Child& c) {
 }
 
 // The order a message carries (its JSON payload). kInvalidArgument: poison.
-absl::StatusOr<Order> OrderOf(const kafka::Message& m) {
+absl::StatusOr<Order> OrderOf(const messaging::Message& m) {
   const nlohmann::json j = nlohmann::json::parse(m.payload, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("order_no") || !j["order_no"].is_string() ||
       !j.contains("amount") || !j["amount"].is_number_integer() || !j.contains("run_id") ||
@@ -176,22 +176,22 @@ absl::StatusOr<Order> OrderOf(const kafka::Message& m) {
 // operation. A redelivered message whose record was lost with a kill runs
 // StepRunner::Run again, which finds the operation by its biz_key and runs
 // nothing twice.
-absl::Status ConsumeWithSteps(const ConsumerOptions& o, kafka::Transport& transport, Store& store,
-                              const ChannelClient& channel, FaultInjector& faults) {
+absl::Status ConsumeWithSteps(const ConsumerOptions& o, messaging::Transport& transport,
+                              Store& store, const ChannelClient& channel, FaultInjector& faults) {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Store> records, OpenStore(o.records));
   StepRunnerOptions so;
   so.lease = internal::kRunnerLease;
   so.lock_retry = absl::Milliseconds(20);
   StepRunner steps(store, so);
   IDEM_RETURN_IF_ERROR(steps.Register(RefundOperation(channel, &faults)));
-  kafka::RunnerOptions ro;
-  IDEM_ASSIGN_OR_RETURN(ro.key, kafka::MessageKey::Parse(kafka::MessageKey::Kind::kTemplate,
-                                                         kKeyTemplate));
+  messaging::RunnerOptions ro;
+  IDEM_ASSIGN_OR_RETURN(
+      ro.key, messaging::MessageKey::Parse(messaging::MessageKey::Kind::kTemplate, kKeyTemplate));
   ro.biz_type = "refund-message";
   ro.max_batch = 20;
   ro.retry.initial_delay = absl::Milliseconds(20);
   ro.retry.max_delay = absl::Milliseconds(200);
-  auto handler = [&](const kafka::Message& m, Transaction&) -> absl::StatusOr<std::string> {
+  auto handler = [&](const messaging::Message& m, Transaction&) -> absl::StatusOr<std::string> {
     IDEM_ASSIGN_OR_RETURN(Order order, OrderOf(m));
     IDEM_ASSIGN_OR_RETURN(OperationState op, steps.Run({.type = std::string(kRefundType),
                                                         .biz_key = BizKeyOf(order),
@@ -204,24 +204,24 @@ absl::Status ConsumeWithSteps(const ConsumerOptions& o, kafka::Transport& transp
     }
     return std::string(OperationStatusName(op.status));
   };
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<kafka::Runner> runner,
-                        kafka::Runner::Create(transport, *records, handler, std::move(ro)));
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<messaging::Runner> runner,
+                        messaging::Runner::Create(transport, *records, handler, std::move(ro)));
   return runner->Run();
 }
 
 // The incident's consumer: dedupe by (topic, partition, offset) + consumer instance.
 // The same message redelivered to another consumer after a rebalance or a crash
 // gets another key, and its refund runs again.
-absl::Status ConsumeNaively(const ConsumerOptions& o, kafka::Transport& transport, Store& store,
+absl::Status ConsumeNaively(const ConsumerOptions& o, messaging::Transport& transport, Store& store,
                             const ChannelClient& channel, FaultInjector& faults) {
   Guard guard(store);
   for (;;) {
-    absl::StatusOr<std::vector<kafka::Message>> batch =
+    absl::StatusOr<std::vector<messaging::Message>> batch =
         transport.Poll(20, std::chrono::milliseconds(200));
     if (!batch.ok() && batch.status().code() == absl::StatusCode::kUnavailable) continue;
     IDEM_RETURN_IF_ERROR(batch.status());
     if (batch->empty()) continue;
-    for (const kafka::Message& m : *batch) {
+    for (const messaging::Message& m : *batch) {
       absl::StatusOr<Order> order = OrderOf(m);
       if (!order.ok()) {
         spdlog::warn("{}[{}]@{}: skipped: {}", m.source, m.partition, m.offset,
@@ -259,15 +259,15 @@ absl::Status RunRefundConsumer(const ConsumerOptions& o) {
                         ChannelClient::FromUrl(o.channel_url, internal::kChannelTimeout));
   FaultInjector faults(o.fault_rate, o.seed);
   // The mock's group settings for fast rebalances (tests/testing/kafka_mock.h).
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<kafka::KafkaTransport> transport,
-                        kafka::KafkaTransport::Create(
-                            {.brokers = o.brokers,
-                             .group = o.group,
-                             .topics = {o.topic},
-                             .consumer_config = {{"session.timeout.ms", "3000"},
-                                                 {"heartbeat.interval.ms", "500"},
-                                                 {"log_level", "3"},
-                                                 {"client.id", o.consumer_id}}}));
+  IDEM_ASSIGN_OR_RETURN(
+      std::unique_ptr<messaging::KafkaTransport> transport,
+      messaging::KafkaTransport::Create({.brokers = o.brokers,
+                                         .group = o.group,
+                                         .topics = {o.topic},
+                                         .consumer_config = {{"session.timeout.ms", "3000"},
+                                                             {"heartbeat.interval.ms", "500"},
+                                                             {"log_level", "3"},
+                                                             {"client.id", o.consumer_id}}}));
   if (o.events_fd >= 0 && o.acks_fd >= 0) internal::ReportFailpointsToParent(o.events_fd, o.acks_fd);
   return o.naive ? ConsumeNaively(o, *transport, *store, channel, faults)
                  : ConsumeWithSteps(o, *transport, *store, channel, faults);

@@ -1,5 +1,5 @@
 // `idem bridge kafka`: deliver a Kafka topic to an HTTP endpoint, once per event
-// (kafka/bridge.h, docs/messaging.md).
+// (messaging/bridge.h, docs/messaging.md).
 //
 //   idem bridge kafka --brokers 127.0.0.1:9092 --topic orders --group orders-bridge
 //       --key-header event_id --to http://127.0.0.1:8080/orders [--store sqlite://./idem-bridge.db]
@@ -14,7 +14,7 @@
 // commits what was delivered), or until --idle-exit passes without a message.
 // Prints its counts as one JSON line on stdout when it stops.
 //
-// With --metrics-listen HOST:PORT it serves GET /metrics there (kafka/kafka_metrics.h:
+// With --metrics-listen HOST:PORT it serves GET /metrics there (messaging/kafka_metrics.h:
 // rebalances by kind, deliveries, dead letters, commits, commit failures).
 //
 // Exit status: 0 after a signal or --idle-exit; 1 when the store cannot be opened
@@ -35,10 +35,10 @@
 #include "http/server/server.h"
 #include "http/client/upstream.h"
 #include "idem/idem.h"
+#include "idem/messaging/kafka_transport.h"
 #include "idem/ttl.h"
-#include "kafka/bridge.h"
-#include "kafka/kafka_metrics.h"
-#include "kafka/kafka_transport.h"
+#include "messaging/bridge.h"
+#include "messaging/kafka_metrics.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -81,10 +81,12 @@ int RunBridgeKafka(const BridgeFlags& f) {
     return BridgeUsage("give exactly one of --key-header, --key-field or --key-template (the key "
                  "must come from the event, never from the partition/offset)");
   }
-  absl::StatusOr<kafka::MessageKey> key =
-      !f.key_header.empty()  ? kafka::MessageKey::Parse(kafka::MessageKey::Kind::kHeader, f.key_header)
-      : !f.key_field.empty() ? kafka::MessageKey::Parse(kafka::MessageKey::Kind::kJsonField, f.key_field)
-                             : kafka::MessageKey::Parse(kafka::MessageKey::Kind::kTemplate, f.key_template);
+  absl::StatusOr<messaging::MessageKey> key =
+      !f.key_header.empty()
+          ? messaging::MessageKey::Parse(messaging::MessageKey::Kind::kHeader, f.key_header)
+      : !f.key_field.empty()
+          ? messaging::MessageKey::Parse(messaging::MessageKey::Kind::kJsonField, f.key_field)
+          : messaging::MessageKey::Parse(messaging::MessageKey::Kind::kTemplate, f.key_template);
   if (!key.ok()) return BridgeUsage(Str(key.status().message()));
   absl::StatusOr<http::UpstreamUrl> url = http::ParseUpstreamUrl(f.to);
   if (!url.ok()) {
@@ -131,11 +133,11 @@ int RunBridgeKafka(const BridgeFlags& f) {
       !ParseListen(f.metrics_listen, &metrics_options.host, &metrics_options.port)) {
     return BridgeUsage("--metrics-listen '" + f.metrics_listen + "' must be HOST:PORT (port 0-65535)");
   }
-  kafka::KafkaOptions kopts{.brokers = f.brokers,
-                            .group = f.group,
-                            .topics = {f.topic},
-                            .dead_letter_topic = f.dead_letter_topic,
-                            .rebalance_log = f.rebalance_log};
+  messaging::KafkaOptions kopts{.brokers = f.brokers,
+                                .group = f.group,
+                                .topics = {f.topic},
+                                .dead_letter_topic = f.dead_letter_topic,
+                                .rebalance_log = f.rebalance_log};
   for (const std::string& p : f.kafka_properties) {
     const size_t eq = p.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -149,8 +151,8 @@ int RunBridgeKafka(const BridgeFlags& f) {
   std::unique_ptr<Store> store = OpenServerStore("bridge kafka", f.server, &warnings, &exit_code);
   if (store == nullptr) return exit_code;
   for (const std::string& w : warnings) spdlog::warn("{}", w);
-  absl::StatusOr<std::unique_ptr<kafka::KafkaTransport>> transport =
-      kafka::KafkaTransport::Create(std::move(kopts));
+  absl::StatusOr<std::unique_ptr<messaging::KafkaTransport>> transport =
+      messaging::KafkaTransport::Create(std::move(kopts));
   if (!transport.ok()) {
     if (transport.status().code() == absl::StatusCode::kInvalidArgument) {
       return BridgeUsage(Str(transport.status().message()));
@@ -160,8 +162,9 @@ int RunBridgeKafka(const BridgeFlags& f) {
   }
   const http::Upstream upstream(*url, {.timeout = *timeout});
   const std::string target = url->base_path.empty() ? "/" : "";
-  kafka::Deliverer deliver = [&](const kafka::Message& m,
-                                 std::string_view idempotency_key) -> absl::StatusOr<kafka::HttpAnswer> {
+  messaging::Deliverer deliver =
+      [&](const messaging::Message& m,
+          std::string_view idempotency_key) -> absl::StatusOr<messaging::HttpAnswer> {
     http::HttpRequest request;
     request.method = "POST";
     request.body = m.payload;
@@ -173,21 +176,21 @@ int RunBridgeKafka(const BridgeFlags& f) {
                        {"X-Kafka-Offset", absl::StrCat(m.offset)}};
     absl::StatusOr<http::UpstreamResponse> r = upstream.Send(request, target);
     if (!r.ok()) return r.status();
-    return kafka::HttpAnswer{.status = r->status, .body = std::move(r->body)};
+    return messaging::HttpAnswer{.status = r->status, .body = std::move(r->body)};
   };
-  kafka::BridgeOptions options{.key = *key,
-                               .tenant = f.tenant,
-                               .biz_type = f.biz_type,
-                               .max_batch = static_cast<size_t>(f.batch),
-                               .retry = retry,
-                               .lease = lease};
-  absl::StatusOr<std::unique_ptr<kafka::Bridge>> bridge =
-      kafka::Bridge::Create(**transport, *store, deliver, options);
+  messaging::BridgeOptions options{.key = *key,
+                                   .tenant = f.tenant,
+                                   .biz_type = f.biz_type,
+                                   .max_batch = static_cast<size_t>(f.batch),
+                                   .retry = retry,
+                                   .lease = lease};
+  absl::StatusOr<std::unique_ptr<messaging::Bridge>> bridge =
+      messaging::Bridge::Create(**transport, *store, deliver, options);
   if (!bridge.ok()) return BridgeUsage(Str(bridge.status().message()));
   // GET /metrics (idem serve's Server and Metrics, with the bridge's counters as a
-  // section; kafka/kafka_metrics.h names the series).
+  // section; messaging/kafka_metrics.h names the series).
   http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
-  metrics.AddSection([b = bridge->get()] { return kafka::RenderBridgeMetrics(b->stats()); });
+  metrics.AddSection([b = bridge->get()] { return messaging::RenderBridgeMetrics(b->stats()); });
   http::MetricsEndpoint endpoint(metrics);
   std::unique_ptr<http::Server> metrics_server;
   if (!f.metrics_listen.empty()) {
@@ -219,7 +222,7 @@ int RunBridgeKafka(const BridgeFlags& f) {
       continue;
     }
     // Idle time counts from the first assignment: joining the group takes a while.
-    const kafka::BridgeStats now = (*bridge)->stats();
+    const messaging::BridgeStats now = (*bridge)->stats();
     if (now.polled != seen || now.rebalances == 0) {
       seen = now.polled;
       last = absl::Now();
@@ -227,7 +230,7 @@ int RunBridgeKafka(const BridgeFlags& f) {
       break;
     }
   }
-  const kafka::BridgeStats s = (*bridge)->stats();
+  const messaging::BridgeStats s = (*bridge)->stats();
   nlohmann::json j{{"polled", s.polled},         {"delivered", s.delivered},
                    {"skipped", s.skipped},       {"dead_lettered", s.dead_lettered},
                    {"attempts", s.attempts},     {"rounds_failed", s.rounds_failed},

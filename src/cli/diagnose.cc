@@ -1,5 +1,5 @@
 // `idem diagnose rebalance`: do a consumer group's rebalances come from network
-// jitter? (The computation is kafka/diagnose.h.)
+// jitter? (The computation is diagnose_rebalance.h.)
 //
 //   idem diagnose rebalance --events rebalances.log --jitter jitter.txt [--slack 5s]
 //                           [--threshold 80] [--json]
@@ -10,8 +10,6 @@
 // the windows' P99 duration.
 // Exit status: 0 the report was printed (whatever it says); 1 a file cannot be read
 // or holds a bad line (FILE:LINE: why); 2 a missing or malformed option.
-#include "kafka/diagnose.h"
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
+#include "cli/diagnose_rebalance.h"
 #include "cli/reason.h"
 #include "core/absl_compat.h"
 #include "idem/ttl.h"
@@ -67,7 +66,8 @@ std::string Lines(const std::vector<int>& lines, size_t max) {
   return out;
 }
 
-void PrintHuman(const RebalanceFlags& f, const kafka::RebalanceDiagnosis& d, absl::Duration slack) {
+void PrintHuman(const RebalanceFlags& f, const diagnose::RebalanceDiagnosis& d,
+                absl::Duration slack) {
   std::printf("events:          %zu (%s)\n", d.events, f.events.c_str());
   std::printf("jitter windows:  %zu (%s), P99 duration %s, longest %s\n", d.windows,
               f.jitter.c_str(), FormatTtlDuration(d.p99).c_str(),
@@ -99,7 +99,7 @@ void PrintHuman(const RebalanceFlags& f, const kafka::RebalanceDiagnosis& d, abs
   std::printf("  session.timeout.ms=%lld\n  heartbeat.interval.ms=%lld\n",
               static_cast<long long>(d.advice.session_timeout_ms),
               static_cast<long long>(d.advice.heartbeat_interval_ms));
-  std::printf("rule: %s (P99 %s)\n", std::string(kafka::kTimeoutRule).c_str(),
+  std::printf("rule: %s (P99 %s)\n", std::string(diagnose::kTimeoutRule).c_str(),
               FormatTtlDuration(d.p99).c_str());
   if (d.advice.above_broker_max) {
     std::printf(
@@ -108,7 +108,7 @@ void PrintHuman(const RebalanceFlags& f, const kafka::RebalanceDiagnosis& d, abs
   }
 }
 
-nlohmann::json Json(const RebalanceFlags& f, const kafka::RebalanceDiagnosis& d,
+nlohmann::json Json(const RebalanceFlags& f, const diagnose::RebalanceDiagnosis& d,
                     absl::Duration slack) {
   return {
       {"events",
@@ -129,7 +129,7 @@ nlohmann::json Json(const RebalanceFlags& f, const kafka::RebalanceDiagnosis& d,
        {{"session.timeout.ms", d.advice.session_timeout_ms},
         {"heartbeat.interval.ms", d.advice.heartbeat_interval_ms},
         {"above_broker_max", d.advice.above_broker_max},
-        {"rule", std::string(kafka::kTimeoutRule)}}},
+        {"rule", std::string(diagnose::kTimeoutRule)}}},
   };
 }
 
@@ -153,18 +153,19 @@ int RunRebalance(const RebalanceFlags& f) {
     PrintReason(absl::StrCat("diagnose rebalance: --jitter: ", jitter_text.status().message()));
     return kExitFailure;
   }
-  absl::StatusOr<std::vector<kafka::Event>> events = kafka::ParseEvents(*events_text, f.events);
+  absl::StatusOr<std::vector<diagnose::Event>> events =
+      diagnose::ParseEvents(*events_text, f.events);
   if (!events.ok()) {
     PrintReason(absl::StrCat("diagnose rebalance: ", events.status().message()));
     return kExitFailure;
   }
-  absl::StatusOr<std::vector<kafka::JitterWindow>> windows =
-      kafka::ParseJitterWindows(*jitter_text, f.jitter);
+  absl::StatusOr<std::vector<diagnose::JitterWindow>> windows =
+      diagnose::ParseJitterWindows(*jitter_text, f.jitter);
   if (!windows.ok()) {
     PrintReason(absl::StrCat("diagnose rebalance: ", windows.status().message()));
     return kExitFailure;
   }
-  const kafka::RebalanceDiagnosis d = kafka::DiagnoseRebalances(
+  const diagnose::RebalanceDiagnosis d = diagnose::DiagnoseRebalances(
       *events, *windows, {.slack = *slack, .threshold_percent = f.threshold});
   if (f.json) {
     std::printf("%s\n", Json(f, d, *slack).dump(2).c_str());
@@ -180,9 +181,9 @@ CommandFn AddDiagnoseCommand(CLI::App& root) {
   CLI::App* cmd =
       root.add_subcommand("diagnose", "Diagnose a consumer group (see `idem diagnose rebalance`)");
   cmd->require_subcommand(1, 1);
-  cmd->footer(absl::StrCat("rebalance suggests consumer timeouts by this rule: ",
-                           AV(kafka::kTimeoutRule),
-                           ". `idem diagnose rebalance --help` describes its input files."));
+  cmd->footer(absl::StrCat(
+      "rebalance suggests consumer timeouts by this rule: ", AV(diagnose::kTimeoutRule),
+      ". `idem diagnose rebalance --help` describes its input files."));
   auto flags = std::make_shared<DiagnoseFlags>();
   CLI::App* r = cmd->add_subcommand(
       "rebalance",
@@ -215,7 +216,7 @@ CommandFn AddDiagnoseCommand(CLI::App& root) {
       "replace the T). Blank lines and lines starting with '#' are skipped. An event is "
       "inside a window when START <= event <= END + slack.\n"
       "Timeouts: ",
-      AV(kafka::kTimeoutRule),
+      AV(diagnose::kTimeoutRule),
       ". A P99 of 15s gives 30000/10000. See docs/messaging.md, \"Diagnosing rebalances\".\n"
       "Exit status: 0 report printed, 1 unreadable file or bad line (FILE:LINE), 2 bad usage."));
   return [flags]() -> int {

@@ -1,5 +1,5 @@
 // chaos-consumer: one consumer process of the messaging chaos runs (messaging.h),
-// the consumer runner (kafka/runner.h) over Kafka or Redis Streams, until SIGTERM.
+// the consumer runner (idem/messaging/runner.h) over Kafka or Redis Streams, until SIGTERM.
 //
 //   chaos-consumer --transport kafka|streams --endpoint BROKERS|REDIS_URL
 //                  --source TOPIC|STREAM --group G --consumer NAME --store URL
@@ -33,16 +33,16 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "idem/idem.h"
-#include "kafka/kafka_transport.h"
-#include "kafka/redis_streams.h"
-#include "kafka/runner.h"
+#include "idem/messaging/kafka_transport.h"
+#include "idem/messaging/redis_streams.h"
+#include "idem/messaging/runner.h"
 
 namespace {
 
-std::atomic<idem::kafka::Runner*> g_runner{nullptr};
+std::atomic<idem::messaging::Runner*> g_runner{nullptr};
 
 void OnTerm(int) {
-  if (idem::kafka::Runner* r = g_runner.load()) r->Stop();
+  if (idem::messaging::Runner* r = g_runner.load()) r->Stop();
 }
 
 int Usage(const std::string& why) {
@@ -98,9 +98,9 @@ int main(int argc, char** argv) {
     if (absl::Status s = (*tx)->Commit(); !s.ok()) return Fail("creating chaos_effects", s);
   }
 
-  std::unique_ptr<kafka::Transport> transport;
+  std::unique_ptr<messaging::Transport> transport;
   if (flags["--transport"] == "kafka") {
-    auto t = kafka::KafkaTransport::Create(
+    auto t = messaging::KafkaTransport::Create(
         {.brokers = flags["--endpoint"],
          .group = flags["--group"],
          .topics = {flags["--source"]},
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     if (!t.ok()) return Fail("kafka", t.status());
     transport = *std::move(t);
   } else if (flags["--transport"] == "streams") {
-    auto t = kafka::RedisStreamsTransport::Open(
+    auto t = messaging::RedisStreamsTransport::Open(
         {.url = flags["--endpoint"],
          .stream = flags["--source"],
          .group = flags["--group"],
@@ -133,8 +133,8 @@ int main(int argc, char** argv) {
     effect_fd = ::open(flags["--external-effect"].c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (effect_fd < 0) return Fail("--external-effect", absl::UnavailableError(std::strerror(errno)));
   }
-  kafka::MessageHandler handler = [&](const kafka::Message& m,
-                                      Transaction& tx) -> absl::StatusOr<std::string> {
+  messaging::MessageHandler handler = [&](const messaging::Message& m,
+                                          Transaction& tx) -> absl::StatusOr<std::string> {
     if (m.payload.rfind("poison", 0) == 0) {
       return absl::InvalidArgumentError("the payload is poison for this handler");
     }
@@ -157,12 +157,12 @@ int main(int argc, char** argv) {
     return std::string(R"({"ok":true})");
   };
 
-  kafka::RunnerOptions options;
+  messaging::RunnerOptions options;
   options.max_batch = static_cast<size_t>(batch);
   options.biz_type = "chaos-message";
   options.retry.initial_delay = absl::Milliseconds(20);
   options.retry.max_delay = absl::Milliseconds(300);
-  auto runner = kafka::Runner::Create(*transport, **store, handler, std::move(options));
+  auto runner = messaging::Runner::Create(*transport, **store, handler, std::move(options));
   if (!runner.ok()) return Fail("runner", runner.status());
   g_runner = runner->get();
   struct sigaction sa {};
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   absl::Status s = (*runner)->Run();
   g_runner = nullptr;
-  const kafka::RunnerStats st = (*runner)->stats();
+  const messaging::RunnerStats st = (*runner)->stats();
   std::fprintf(stderr,
                "chaos-consumer %s: polled=%lld executed=%lld replayed=%lld dead_lettered=%lld "
                "store_retries=%lld commit_failures=%lld assigned=%lld revoked=%lld\n",

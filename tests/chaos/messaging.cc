@@ -286,8 +286,8 @@ class KafkaSource : public Source {
   }
   std::set<std::string> DeadLettered(size_t expected) override {
     std::set<std::string> out;
-    for (const kafka::Message& m : kafka_.ReadAll(std::string(kTopic) + ".dlq", 1, expected,
-                                                  milliseconds(500), milliseconds(3000))) {
+    for (const messaging::Message& m : kafka_.ReadAll(std::string(kTopic) + ".dlq", 1, expected,
+                                                      milliseconds(500), milliseconds(3000))) {
       if (const std::string* id = m.Header("event_id")) out.insert(*id);
     }
     return out;

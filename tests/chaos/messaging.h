@@ -1,8 +1,8 @@
 // The messaging chaos runs: consumer processes (chaos-consumer, the
-// consumer runner of kafka/runner.h) in one group read events from Kafka
+// consumer runner of idem/messaging/runner.h) in one group read events from Kafka
 // (librdkafka's mock cluster over TCP, in this process) or a Redis stream (on the
-// redis-server of IDEM_TEST_REDIS_URL; the stream is private to the run) while a producer keeps adding events and the fault scheduler
-// (driver.h ScheduleFaults, seeded) hits them:
+// redis-server of IDEM_TEST_REDIS_URL; the stream is private to the run) while a producer keeps
+// adding events and the fault scheduler (driver.h ScheduleFaults, seeded) hits them:
 //   kill consumer       SIGKILL mid-batch, a replacement starts after the hold:
 //                       what it had not committed is redelivered
 //   crash at failpoint  a consumer that dies at kafka.runner.after_effects_commit or

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # A build with only the embedded stores (-DIDEM_WITH_POSTGRES=OFF, IDEM_WITH_MYSQL,
-# IDEM_WITH_REDIS, no examples; dist.first_run's flags, since only its options are
-# under test): it builds without the drivers linked, serves
+# IDEM_WITH_REDIS, IDEM_WITH_KAFKA, no examples; dist.first_run's flags, since only its
+# options are under test): it builds without the drivers or librdkafka linked, serves
 # sqlite://, and answers a clear error naming the missing backend for the others.
 # Then a test build without mysql:// and rocksdb:// is configured (not built): the
 # tests of the backends built are registered, those of the others not.
 #   minimal_test.sh SOURCE_DIR DIST_BUILD_DIR
 # It reconfigures dist.first_run's tree (the dist_build fixture, a build of every
 # backend) with those options and builds `idem` there: the backend options
-# change the compile lines of a few objects (two today: the store opener and the
-# cache tier), so ninja recompiles those and relinks, where a tree of its own compiled all of idem
+# change the compile lines of a few objects (the store opener, the cache tier, and
+# the `idem` program, whose `idem bridge` is then the not-compiled-in answer), so
+# ninja recompiles those and relinks, where a tree of its own compiled all of idem
 # again (~240 s of CPU, 86 s of CI's wall time). The output is what a clean build
 # with these options makes: ninja rebuilds whatever command line the options touch.
 # The tree's own settings are put back at exit, and its objects rebuilt with them.
@@ -21,7 +22,7 @@ source "$(dirname "$0")/common.sh"
 
 [[ -f "$build/CMakeCache.txt" ]] || fail "no dist build in $build (dist.first_run makes it)"
 # What this test changes, as the cache has it now: restored by `restore` at exit.
-changed=(IDEM_WITH_POSTGRES IDEM_WITH_MYSQL IDEM_WITH_REDIS IDEM_BUILD_EXAMPLES IDEM_BUILD_TESTS
+changed=(IDEM_WITH_POSTGRES IDEM_WITH_MYSQL IDEM_WITH_REDIS IDEM_WITH_KAFKA IDEM_BUILD_EXAMPLES IDEM_BUILD_TESTS
   IDEM_BUILD_BENCH CMAKE_DISABLE_FIND_PACKAGE_GTest CMAKE_DISABLE_FIND_PACKAGE_benchmark)
 restore_args=()
 for var in "${changed[@]}"; do
@@ -47,7 +48,7 @@ trap restore EXIT
 # tests stay off: with them the library's failpoints are compiled in, and all of idem
 # would compile again; the configure below checks a test build.)
 cmake -S "$src" -B "$build" \
-  -DIDEM_WITH_POSTGRES=OFF -DIDEM_WITH_MYSQL=OFF -DIDEM_WITH_REDIS=OFF \
+  -DIDEM_WITH_POSTGRES=OFF -DIDEM_WITH_MYSQL=OFF -DIDEM_WITH_REDIS=OFF -DIDEM_WITH_KAFKA=OFF \
   -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_BENCH=AUTO \
   -DCMAKE_DISABLE_FIND_PACKAGE_GTest=OFF -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=OFF \
   >"$work/configure.log" || { cat "$work/configure.log" >&2; fail "configure"; }
@@ -63,7 +64,7 @@ mkdir -p "$work/bin"
 cp "$build/src/cli/idem" "$work/bin/idem"
 idem=$work/bin/idem
 libs=$(ldd "$idem")
-for lib in libpq libmariadb libhiredis; do
+for lib in libpq libmariadb libhiredis librdkafka; do
   ! grep -q "$lib" <<<"$libs" || fail "idem links $lib in a build without it"
 done
 
@@ -88,6 +89,8 @@ expect 1 "the mysql:// store is not compiled into this build of idem (rebuild wi
 expect 2 "the Redis tier is not compiled into this build (IDEM_WITH_REDIS=OFF)" -- \
   serve --listen 127.0.0.1:0 --store "sqlite://$work/a.db" --cache redis://:s3cret@127.0.0.1:1
 expect 1 "'demo' is the refund example's demo" -- demo refund
+expect 1 "bridge kafka: Kafka is not compiled into this build of idem (rebuild with librdkafka-dev and -DIDEM_WITH_KAFKA=ON)" -- \
+  bridge kafka --brokers 127.0.0.1:1 --topic t --group g --to http://127.0.0.1:1/
 # The embedded store works.
 "$idem" migrate --store "sqlite://$work/m.db" | grep -qx 'action: created' || fail "migrate sqlite"
 

@@ -1,4 +1,4 @@
-// Fuzzes the input readers of `idem diagnose rebalance` (kafka/diagnose.h): the
+// Fuzzes the input readers of `idem diagnose rebalance` (src/cli/diagnose_rebalance.h): the
 // events file, the jitter file and the RFC 3339 timestamps in both, then the
 // diagnosis over what they parsed.
 //
@@ -17,9 +17,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
+#include "cli/diagnose_rebalance.h"
 #include "core/absl_compat.h"
 #include "fuzz/fuzz_check.h"
-#include "kafka/diagnose.h"
 
 namespace idem::fuzz {
 namespace {
@@ -38,7 +38,7 @@ void CheckError(const absl::Status& s, std::string_view file) {
 
 void CheckTimestamps(std::string_view text) {
   size_t length = 0;
-  absl::StatusOr<absl::Time> t = kafka::ParseRfc3339Prefix(text, &length);
+  absl::StatusOr<absl::Time> t = diagnose::ParseRfc3339Prefix(text, &length);
   if (!t.ok()) {
     CheckBadInput(t.status(), "ParseRfc3339Prefix");
     return;
@@ -46,7 +46,7 @@ void CheckTimestamps(std::string_view text) {
   Check(length > 0 && length <= text.size(), "a timestamp's length is within the text");
   const std::string back = absl::FormatTime("%4Y-%m-%dT%H:%M:%E*SZ", *t, absl::UTCTimeZone());
   size_t back_length = 0;
-  absl::StatusOr<absl::Time> again = kafka::ParseRfc3339Prefix(back, &back_length);
+  absl::StatusOr<absl::Time> again = diagnose::ParseRfc3339Prefix(back, &back_length);
   // Years outside 0000..9999 (an offset past midnight of 0000-01-01) have no
   // RFC 3339 form; everything else must round-trip.
   const absl::CivilYear year = absl::ToCivilYear(*t, absl::UTCTimeZone());
@@ -68,8 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   idem::fuzz::CheckTimestamps(events_text);
   idem::fuzz::CheckTimestamps(jitter_text);
 
-  absl::StatusOr<std::vector<idem::kafka::Event>> events =
-      idem::kafka::ParseEvents(events_text, "events.log");
+  absl::StatusOr<std::vector<idem::diagnose::Event>> events =
+      idem::diagnose::ParseEvents(events_text, "events.log");
   if (!events.ok()) {
     idem::fuzz::CheckError(events.status(), "events.log");
   } else {
@@ -80,8 +80,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       last = e.line;
     }
   }
-  absl::StatusOr<std::vector<idem::kafka::JitterWindow>> windows =
-      idem::kafka::ParseJitterWindows(jitter_text, "jitter.txt");
+  absl::StatusOr<std::vector<idem::diagnose::JitterWindow>> windows =
+      idem::diagnose::ParseJitterWindows(jitter_text, "jitter.txt");
   if (!windows.ok()) {
     idem::fuzz::CheckError(windows.status(), "jitter.txt");
   } else {
@@ -92,16 +92,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(w.line > last && w.line <= idem::fuzz::Lines(jitter_text), "window lines increase");
       last = w.line;
     }
-    const absl::Duration p99 = idem::kafka::P99Duration(*windows);
+    const absl::Duration p99 = idem::diagnose::P99Duration(*windows);
     Check(p99 >= absl::ZeroDuration(), "the P99 is not negative");
-    const idem::kafka::TimeoutAdvice advice = idem::kafka::SuggestTimeouts(p99);
+    const idem::diagnose::TimeoutAdvice advice = idem::diagnose::SuggestTimeouts(p99);
     Check(advice.session_timeout_ms >= 6000 &&
               advice.heartbeat_interval_ms * 3 <= advice.session_timeout_ms,
           "the advice is at least 6000 ms with heartbeat = session / 3");
   }
   if (!events.ok() || !windows.ok()) return 0;
-  const idem::kafka::RebalanceDiagnosis d =
-      idem::kafka::DiagnoseRebalances(*events, *windows, {.slack = absl::Seconds(data[0] % 8)});
+  const idem::diagnose::RebalanceDiagnosis d =
+      idem::diagnose::DiagnoseRebalances(*events, *windows, {.slack = absl::Seconds(data[0] % 8)});
   Check(d.events == events->size() && d.inside <= d.events, "inside <= events");
   Check(d.share >= 0 && d.share <= 1, "the share is in [0, 1]");
   Check(d.outside_lines.size() == d.events - d.inside, "outside lines are the events not inside");

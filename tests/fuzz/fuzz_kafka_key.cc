@@ -1,4 +1,4 @@
-// Fuzzes the consumer runner's key configuration (kafka/message_key.h): a tagged
+// Fuzzes the consumer runner's key configuration (idem/messaging/message_key.h): a tagged
 // spec ("header:NAME", "field:PATH", "template:{a}:{b}") parsed and, when it
 // parses, used to derive the key of a message.
 //
@@ -14,15 +14,15 @@
 #include <string_view>
 
 #include "fuzz/fuzz_check.h"
-#include "kafka/message_key.h"
+#include "idem/messaging/message_key.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using idem::fuzz::Check;
-  using idem::kafka::MessageKey;
+  using idem::messaging::MessageKey;
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   const size_t nl = input.find('\n');
   const std::string_view spec = input.substr(0, nl);
-  idem::kafka::Message message;
+  idem::messaging::Message message;
   message.source = "orders";
   message.partition = 3;
   message.offset = 42;

@@ -30,7 +30,7 @@
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 namespace asio = boost::asio;
@@ -374,4 +374,4 @@ TEST_F(KafkaBridgeTest, KeyOnTheOffsetIsRefused) {
 }
 
 }  // namespace
-}  // namespace idem::kafka
+}  // namespace idem::messaging

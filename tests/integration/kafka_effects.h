@@ -12,7 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "idem/idem.h"
-#include "kafka/runner.h"
+#include "idem/messaging/runner.h"
 
 namespace idem::testing {
 
@@ -26,8 +26,8 @@ inline absl::Status CreateEffectsTable(Store& store) {
 }
 
 // The handler: one effects row, then `delay` (to make batches overlap a rebalance).
-inline kafka::MessageHandler EffectHandler(std::chrono::microseconds delay = {}) {
-  return [delay](const kafka::Message& m, Transaction& tx) -> absl::StatusOr<std::string> {
+inline messaging::MessageHandler EffectHandler(std::chrono::microseconds delay = {}) {
+  return [delay](const messaging::Message& m, Transaction& tx) -> absl::StatusOr<std::string> {
     if (m.payload.rfind("poison", 0) == 0) {
       return absl::InvalidArgumentError("the payload is poison for this handler");
     }

@@ -16,15 +16,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "idem/idem.h"
+#include "idem/messaging/kafka_transport.h"
+#include "idem/messaging/runner.h"
 #include "integration/kafka_effects.h"
-#include "kafka/kafka_transport.h"
-#include "kafka/runner.h"
 #include "testing/idem_process.h"
 #include "testing/kafka_mock.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 using ::idem::testing::EffectCounts;
@@ -256,4 +256,4 @@ TEST_F(KafkaRunnerTest, BrokerDownAndUpAndCommitErrorsLoseNothingAndDoubleNothin
 }
 
 }  // namespace
-}  // namespace idem::kafka
+}  // namespace idem::messaging

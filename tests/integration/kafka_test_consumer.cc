@@ -12,9 +12,9 @@
 #include <string>
 
 #include "idem/idem.h"
+#include "idem/messaging/kafka_transport.h"
+#include "idem/messaging/runner.h"
 #include "integration/kafka_effects.h"
-#include "kafka/kafka_transport.h"
-#include "kafka/runner.h"
 #include "testing/kafka_mock.h"
 
 int main(int argc, char** argv) {
@@ -29,18 +29,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (absl::Status s = idem::testing::CreateEffectsTable(**store); !s.ok()) return 1;
-  auto transport = kafka::KafkaTransport::Create({.brokers = argv[1],
-                                                  .group = argv[3],
-                                                  .topics = {argv[2]},
-                                                  .consumer_config = idem::testing::FastGroupConfig()});
+  auto transport =
+      messaging::KafkaTransport::Create({.brokers = argv[1],
+                                         .group = argv[3],
+                                         .topics = {argv[2]},
+                                         .consumer_config = idem::testing::FastGroupConfig()});
   if (!transport.ok()) {
     std::fprintf(stderr, "transport: %s\n", transport.status().ToString().c_str());
     return 1;
   }
-  kafka::RunnerOptions options;
+  messaging::RunnerOptions options;
   options.max_batch = static_cast<size_t>(std::atoi(argv[5]));
-  auto runner =
-      kafka::Runner::Create(**transport, **store, idem::testing::EffectHandler(), std::move(options));
+  auto runner = messaging::Runner::Create(**transport, **store, idem::testing::EffectHandler(),
+                                          std::move(options));
   if (!runner.ok()) return 1;
   const auto start = std::chrono::steady_clock::now();
   auto last = start;
@@ -61,7 +62,7 @@ int main(int argc, char** argv) {
       last = std::chrono::steady_clock::now();
     }
   }
-  const kafka::RunnerStats s = (*runner)->stats();
+  const messaging::RunnerStats s = (*runner)->stats();
   std::printf(
       "{\"polled\":%lld,\"executed\":%lld,\"replayed\":%lld,\"dead_lettered\":%lld,"
       "\"assigned\":%lld,\"revoked\":%lld}\n",

@@ -13,10 +13,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kafka/transactional.h"
+#include "idem/messaging/transactional.h"
 #include "testing/kafka_mock.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 using ::testing::HasSubstr;
@@ -96,4 +96,4 @@ TEST_F(KafkaTransactionalTest, AbortableErrorAbortsRewindsAndRedoesTheBatch) {
 }
 
 }  // namespace
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kafka/transport.h"
+#include "idem/messaging/transport.h"
 #include "librdkafka/rdkafka.h"
 #include "librdkafka/rdkafka_mock.h"
 
@@ -81,7 +81,7 @@ class MockKafka {
   // `quiet` passes with nothing new, once at least `expected` messages are in (for
   // those, it waits up to `deadline`: a loaded machine may take longer than `quiet`
   // to connect and fetch the first one).
-  std::vector<kafka::Message> ReadAll(
+  std::vector<messaging::Message> ReadAll(
       const std::string& topic, int partitions, size_t expected = 0,
       std::chrono::milliseconds quiet = std::chrono::seconds(2),
       std::chrono::milliseconds deadline = std::chrono::seconds(60)) {
@@ -98,7 +98,7 @@ class MockKafka {
     }
     rd_kafka_assign(c, parts);
     rd_kafka_topic_partition_list_destroy(parts);
-    std::vector<kafka::Message> out;
+    std::vector<messaging::Message> out;
     const auto start = std::chrono::steady_clock::now();
     auto last = start;
     while ((out.size() < expected && std::chrono::steady_clock::now() - start < deadline) ||
@@ -106,7 +106,7 @@ class MockKafka {
       rd_kafka_message_t* m = rd_kafka_consumer_poll(c, 100);
       if (m == nullptr) continue;
       if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        kafka::Message msg;
+        messaging::Message msg;
         msg.source = topic;
         msg.partition = m->partition;
         msg.offset = m->offset;

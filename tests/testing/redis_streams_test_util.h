@@ -15,11 +15,11 @@
 #include "gtest/gtest.h"
 #include "idem/guard.h"
 #include "idem/idem.h"
-#include "kafka/redis_streams.h"
+#include "idem/messaging/redis_streams.h"
 #include "testing/redis_admin.h"
 #include "testing/status_matchers.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 inline std::string Unique(const std::string& what) {
   static std::atomic<int> n{0};
@@ -80,4 +80,4 @@ inline absl::StatusOr<Outcome> Effect(Guard& guard, const Message& m) {
   return r.outcome;
 }
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -4,7 +4,7 @@
 // added as a Metrics section. Every other path is 404, another method 405.
 //
 //   http::Metrics metrics(http::BuildInfo{.version = ...});
-//   metrics.AddSection([&] { return kafka::RenderBridgeMetrics(bridge.stats()); });
+//   metrics.AddSection([&] { return messaging::RenderBridgeMetrics(bridge.stats()); });
 //   http::MetricsEndpoint endpoint(metrics);
 //   http::Server server(endpoint, {.host = "127.0.0.1", .port = 9464});
 //

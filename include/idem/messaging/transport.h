@@ -1,5 +1,6 @@
 // The seam between idem's consumer runner (runner.h) and a message transport: Kafka
-// (librdkafka, kafka_transport.cc) or Redis Streams (redis_streams.cc).
+// (KafkaTransport, kafka_transport.h) or Redis Streams (RedisStreamsTransport,
+// redis_streams.h), or one of your own.
 //
 // A Transport delivers messages at least once. The runner polls a batch, runs each
 // message's effect through the guard (the effects of one batch commit in one store
@@ -26,7 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 struct Message {
   std::string source;       // Kafka topic or Redis stream name
@@ -116,4 +117,4 @@ class Transport {
   virtual std::string_view name() const = 0;
 };
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -27,7 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace idem::kafka {
+namespace idem::diagnose {
 
 // Parses the RFC 3339 date-time at the start of `text`:
 // YYYY-MM-DD(T|t| )HH:MM:SS[.fraction](Z|z|+HH:MM|-HH:MM), e.g.
@@ -119,4 +119,4 @@ RebalanceDiagnosis DiagnoseRebalances(const std::vector<Event>& events,
                                       const std::vector<JitterWindow>& windows,
                                       const DiagnoseOptions& options);
 
-}  // namespace idem::kafka
+}  // namespace idem::diagnose

@@ -1,4 +1,4 @@
-#include "kafka/transactional.h"
+#include "idem/messaging/transactional.h"
 
 #include <map>
 #include <thread>
@@ -7,11 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
-#include "kafka/dead_letter.h"
 #include "librdkafka/rdkafka.h"
+#include "messaging/dead_letter.h"
+#include "messaging/kafka/kafka_status.h"
 #include "spdlog/spdlog.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 // How the transactional contract sorts an error object (rdkafka.h).
@@ -244,4 +245,4 @@ absl::Status TransactionalProcessor::Run() {
   return absl::OkStatus();
 }
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -1,5 +1,5 @@
 // What the Kafka paths share about a message they could not handle: where it was
-// (for logs) and the headers its dead-letter copy carries. Internal to src/kafka.
+// (for logs) and the headers its dead-letter copy carries. Internal to src/messaging.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kafka/transport.h"
+#include "idem/messaging/transport.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 // "topic[partition]@offset" (Kafka) or "stream/id" (Redis Streams).
 inline std::string Where(const Message& m) {
@@ -33,4 +33,4 @@ inline std::vector<std::pair<std::string, std::string>> DeadLetterHeaders(
   return h;
 }
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

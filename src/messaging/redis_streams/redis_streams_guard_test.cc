@@ -20,13 +20,13 @@
 #include "gtest/gtest.h"
 #include "idem/guard.h"
 #include "idem/idem.h"
-#include "kafka/redis_streams.h"
+#include "idem/messaging/redis_streams.h"
 #include "testing/redis_streams_test_util.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 using ::idem::testing::StatusIs;
@@ -187,4 +187,4 @@ TEST_F(RedisStreamsTest, ASlowConsumersEntriesClaimedByALiveOneStillOneEffectEac
 }
 
 }  // namespace
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -23,12 +23,12 @@
 
 #include <string>
 
-#include "kafka/bridge.h"
-#include "kafka/runner.h"
+#include "idem/messaging/runner.h"
+#include "messaging/bridge.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 std::string RenderBridgeMetrics(const BridgeStats& stats);
 std::string RenderRunnerMetrics(const RunnerStats& stats);
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -33,9 +33,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kafka/kafka_transport.h"
+#include "idem/messaging/kafka_transport.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 struct OutputMessage {
   std::string topic;
@@ -89,6 +89,7 @@ class TransactionalProcessor {
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
   TransactionalStats stats() const;
 
+  // The transport the processor reads its input from.
   KafkaTransport& input() { return *input_; }
 
  private:
@@ -109,4 +110,4 @@ class TransactionalProcessor {
       retried_{0};
 };
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

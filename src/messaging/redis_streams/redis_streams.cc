@@ -1,4 +1,4 @@
-#include "kafka/redis_streams.h"
+#include "idem/messaging/redis_streams.h"
 
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
@@ -14,7 +14,7 @@
 #include "store/redis/redis_client.h"
 #include "store/store_url.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 struct ReplyDeleter {
@@ -501,4 +501,4 @@ absl::Status RedisStreamsTransport::DeadLetterNow(const Message& message, std::s
   return absl::OkStatus();
 }
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

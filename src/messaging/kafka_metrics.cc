@@ -1,4 +1,4 @@
-#include "kafka/kafka_metrics.h"
+#include "messaging/kafka_metrics.h"
 
 #include <cstdint>
 #include <string_view>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 struct Series {
@@ -76,4 +76,4 @@ std::string RenderRunnerMetrics(const RunnerStats& s) {
   return out;
 }
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -1,4 +1,4 @@
-#include "kafka/diagnose.h"
+#include "cli/diagnose_rebalance.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 
-namespace idem::kafka {
+namespace idem::diagnose {
 namespace {
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
@@ -293,4 +293,4 @@ RebalanceDiagnosis DiagnoseRebalances(const std::vector<Event>& events,
   return d;
 }
 
-}  // namespace idem::kafka
+}  // namespace idem::diagnose

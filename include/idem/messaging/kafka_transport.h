@@ -24,12 +24,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kafka/transport.h"
+#include "idem/messaging/transport.h"
 
 typedef struct rd_kafka_s rd_kafka_t;
 typedef struct rd_kafka_topic_partition_list_s rd_kafka_topic_partition_list_t;
 
-namespace idem::kafka {
+namespace idem::messaging {
+
+struct KafkaCallbacks;
 
 struct KafkaOptions {
   std::string brokers;              // bootstrap.servers
@@ -50,12 +52,6 @@ struct KafkaOptions {
   std::chrono::milliseconds dead_letter_timeout{30000};
 };
 
-// librdkafka error codes as the Transport's status codes: retriable and transport
-// errors kUnavailable, a lost generation or membership kAborted (the partitions
-// are someone else's now: do not retry the same commit), a fatal error
-// kFailedPrecondition, the rest kInternal. Exposed for the transactional mode.
-absl::Status KafkaStatus(int rd_kafka_resp_err, std::string_view context);
-
 class KafkaTransport final : public Transport {
  public:
   // Creates the consumer (subscribed) and the dead-letter producer. Connects
@@ -71,21 +67,25 @@ class KafkaTransport final : public Transport {
   void SetRebalanceListener(RebalanceListener listener) override { listener_ = std::move(listener); }
   std::string_view name() const override { return "kafka"; }
 
-  // For the transactional mode (transactional.h): the consumer handle, and a seek
-  // of each partition of `batch` back to the batch's first offset there, so the
-  // next Poll() returns the batch again (abort-and-rewind). Partitions no longer
-  // assigned are skipped. kUnavailable when a seek failed.
+  // Where DeadLetter() sends.
+  const std::string& dead_letter_topic() const { return options_.dead_letter_topic; }
+
+ private:
+  friend class TransactionalProcessor;
+  friend struct KafkaCallbacks;  // librdkafka's callbacks (kafka_transport.cc)
+
+  explicit KafkaTransport(KafkaOptions options) : options_(std::move(options)) {}
+  void LogRebalance(std::string_view what, const std::vector<std::string>& partitions);
+
+  // For the transactional mode: the consumer handle, and a seek of each partition
+  // of `batch` back to the batch's first offset there, so the next Poll() returns
+  // the batch again (abort-and-rewind). Partitions no longer assigned are skipped.
+  // kUnavailable when a seek failed.
   rd_kafka_t* consumer() const { return consumer_; }
   absl::Status Rewind(const std::vector<Message>& batch);
 
   // Called from librdkafka's rebalance callback (on the Poll thread).
   void HandleRebalance(int err, rd_kafka_topic_partition_list_t* partitions);
-
-  const std::string& dead_letter_topic() const { return options_.dead_letter_topic; }
-
- private:
-  explicit KafkaTransport(KafkaOptions options) : options_(std::move(options)) {}
-  void LogRebalance(std::string_view what, const std::vector<std::string>& partitions);
 
   KafkaOptions options_;
   rd_kafka_t* consumer_ = nullptr;
@@ -94,19 +94,16 @@ class KafkaTransport final : public Transport {
   std::set<std::pair<std::string, int32_t>> assigned_;
   std::vector<Message>* collecting_ = nullptr;  // Poll's batch while it is being filled
 
- public:
   // Dead-letter deliveries in flight, by the sequence number given to librdkafka as
   // the message's opaque; the delivery callback (on the DeadLetter thread, inside
-  // rd_kafka_flush) fills in the result. Public for that callback only.
+  // rd_kafka_flush) fills in the result.
   struct Delivery {
     bool done = false;
     int err = 0;
   };
   void Delivered(uintptr_t seq, int err);
-
- private:
   std::map<uintptr_t, Delivery> deliveries_;
   uintptr_t next_delivery_ = 1;
 };
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -38,12 +38,12 @@
 #include "absl/types/span.h"
 #include "idem/clock.h"
 #include "idem/guard.h"
+#include "idem/messaging/message_key.h"
+#include "idem/messaging/transport.h"
 #include "idem/retry.h"
 #include "idem/store.h"
-#include "kafka/message_key.h"
-#include "kafka/transport.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 // The effect of one message, in the batch's transaction (`tx` is the same one as
 // the message's dedupe record). Returns the result to store (replayed verbatim to
@@ -157,4 +157,4 @@ class Runner {
   RebalanceCounters rebalances_;
 };
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -1,4 +1,4 @@
-#include "kafka/message_key.h"
+#include "idem/messaging/message_key.h"
 
 #include <cctype>
 #include <utility>
@@ -9,7 +9,7 @@
 #include "idem/key.h"
 #include "nlohmann/json.hpp"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 // "Kafka-Offset", "kafka_partition", "x-offset" → whether the name means the
@@ -215,4 +215,4 @@ absl::StatusOr<std::string> MessageKey::Checked(std::string key) const {
   return key;
 }
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

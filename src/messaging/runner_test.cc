@@ -1,9 +1,7 @@
 // The runner over a fake Transport on SQLite: one store transaction per batch,
 // each message idempotent inside it, process-then-commit, and what happens on
 // retryable store errors, failing dead letters and failing commits.
-#include "kafka/runner.h"
-
-#include "kafka/bridge.h"
+#include "idem/messaging/runner.h"
 
 #include <deque>
 #include <map>
@@ -11,9 +9,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "idem/idem.h"
+#include "messaging/bridge.h"
 #include "testing/temp_dir.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 class FakeTransport : public Transport {
@@ -317,4 +316,4 @@ TEST_F(BridgeTest, RequestTheDelivererRefusesIsDeadLetteredNotRetried) {
 }
 
 }  // namespace
-}  // namespace idem::kafka
+}  // namespace idem::messaging

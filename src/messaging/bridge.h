@@ -34,12 +34,12 @@
 #include "absl/time/time.h"
 #include "idem/clock.h"
 #include "idem/guard.h"
+#include "idem/messaging/message_key.h"
+#include "idem/messaging/transport.h"
 #include "idem/retry.h"
 #include "idem/store.h"
-#include "kafka/message_key.h"
-#include "kafka/transport.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 struct HttpAnswer {
   int status = 0;
@@ -119,4 +119,4 @@ class Bridge {
   RebalanceCounters rebalances_;
 };
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

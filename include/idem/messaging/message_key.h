@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kafka/transport.h"
+#include "idem/messaging/transport.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 class MessageKey {
  public:
@@ -67,4 +67,4 @@ class MessageKey {
   std::vector<Part> parts_;  // kJsonField: one field; kTemplate: the pieces in order
 };
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

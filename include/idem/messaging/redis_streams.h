@@ -1,4 +1,4 @@
-// RedisStreamsTransport: the Transport (kafka/transport.h) over a Redis stream and
+// RedisStreamsTransport: the Transport (idem/messaging/transport.h) over a Redis stream and
 // a consumer group, through hiredis.
 //
 //   auto t = RedisStreamsTransport::Open({.url = "redis://127.0.0.1:6379",
@@ -52,11 +52,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "idem/clock.h"
-#include "kafka/transport.h"
+#include "idem/messaging/transport.h"
 
 struct redisContext;  // hiredis
 
-namespace idem::kafka {
+namespace idem::messaging {
 
 struct RedisStreamsOptions {
   std::string url;       // redis://[:password@]host[:port][/db]
@@ -135,4 +135,4 @@ class RedisStreamsTransport : public Transport {
   RebalanceListener listener_;
 };
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -1,6 +1,6 @@
 // The parser, the aligner and the timeout rule of `idem diagnose rebalance`, with
 // answers worked out by hand.
-#include "kafka/diagnose.h"
+#include "cli/diagnose_rebalance.h"
 
 #include <random>
 #include <string>
@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
 
-namespace idem::kafka {
+namespace idem::diagnose {
 namespace {
 
 using ::idem::testing::StatusIs;
@@ -243,4 +243,4 @@ TEST(DiagnoseRebalancesTest, CountsEventsInsideWindowsInclusive) {
 }
 
 }  // namespace
-}  // namespace idem::kafka
+}  // namespace idem::diagnose

@@ -1,9 +1,9 @@
-#include "kafka/message_key.h"
+#include "idem/messaging/message_key.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 using ::testing::HasSubstr;
@@ -101,4 +101,4 @@ TEST(MessageKeyTest, MalformedSpecs) {
 }
 
 }  // namespace
-}  // namespace idem::kafka
+}  // namespace idem::messaging

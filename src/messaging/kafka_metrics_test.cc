@@ -1,9 +1,9 @@
-#include "kafka/kafka_metrics.h"
+#include "messaging/kafka_metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 using ::testing::HasSubstr;
@@ -50,4 +50,4 @@ TEST(KafkaMetricsTest, RunnerCountersStartAtZero) {
 }
 
 }  // namespace
-}  // namespace idem::kafka
+}  // namespace idem::messaging

@@ -1,17 +1,17 @@
-#include "kafka/runner.h"
+#include "idem/messaging/runner.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/absl_compat.h"
-#include "kafka/dead_letter.h"
 #include "core/failpoint.h"
 #include "idem/fingerprint.h"
 #include "idem/status.h"
+#include "messaging/dead_letter.h"
 #include "spdlog/spdlog.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 absl::StatusOr<std::unique_ptr<Runner>> Runner::Create(Transport& transport, Store& store,
                                                        MessageHandler handler,
                                                        RunnerOptions options) {
@@ -285,4 +285,4 @@ absl::Status Runner::ProcessChunk(absl::Span<const Message> messages) {
   return absl::OkStatus();
 }
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

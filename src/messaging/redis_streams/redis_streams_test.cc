@@ -5,7 +5,7 @@
 //
 // Needs IDEM_TEST_REDIS_URL (scripts/services.sh start DIR; source DIR/env.sh);
 // FAILS without it, on purpose. Each test uses streams of its own.
-#include "kafka/redis_streams.h"
+#include "idem/messaging/redis_streams.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -30,7 +30,7 @@
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 using ::idem::testing::StatusIs;
@@ -317,4 +317,4 @@ TEST_F(RedisStreamsTest, AKeyOfAnotherTypeIsFatal) {
 }
 
 }  // namespace
-}  // namespace idem::kafka
+}  // namespace idem::messaging

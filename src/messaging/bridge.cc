@@ -1,18 +1,18 @@
-#include "kafka/bridge.h"
+#include "messaging/bridge.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/absl_compat.h"
-#include "kafka/dead_letter.h"
 #include "core/failpoint.h"
 #include "idem/fingerprint.h"
 #include "idem/status.h"
+#include "messaging/dead_letter.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 // What is stored for a delivery: the target's status and body (bytes that are not
@@ -251,4 +251,4 @@ absl::Status Bridge::Run() {
   return absl::OkStatus();
 }
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging

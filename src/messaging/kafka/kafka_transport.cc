@@ -1,4 +1,4 @@
-#include "kafka/kafka_transport.h"
+#include "idem/messaging/kafka_transport.h"
 
 #include <fstream>
 #include <map>
@@ -11,11 +11,12 @@
 #include "absl/time/time.h"
 #include "core/absl_compat.h"
 #include "idem/status.h"
-#include "kafka/dead_letter.h"
 #include "librdkafka/rdkafka.h"
+#include "messaging/dead_letter.h"
+#include "messaging/kafka/kafka_status.h"
 #include "spdlog/spdlog.h"
 
-namespace idem::kafka {
+namespace idem::messaging {
 namespace {
 
 std::string PartitionName(const char* topic, int32_t partition) {
@@ -50,15 +51,6 @@ void ErrorCallback(rd_kafka_t* rk, int err, const char* reason, void*) {
                rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)), reason);
 }
 
-void RebalanceCallback(rd_kafka_t*, rd_kafka_resp_err_t err,
-                       rd_kafka_topic_partition_list_t* partitions, void* opaque) {
-  static_cast<KafkaTransport*>(opaque)->HandleRebalance(err, partitions);
-}
-
-void DeliveryCallback(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
-  static_cast<KafkaTransport*>(opaque)->Delivered(reinterpret_cast<uintptr_t>(m->_private),
-                                                  m->err);
-}
 
 absl::Status Set(rd_kafka_conf_t* conf, const std::string& name, const std::string& value) {
   char errstr[512];
@@ -126,6 +118,18 @@ Message Convert(const rd_kafka_message_t* m) {
 
 }  // namespace
 
+// librdkafka's callbacks into the transport (its friend): `opaque` is the transport.
+struct KafkaCallbacks {
+  static void Rebalance(rd_kafka_t*, rd_kafka_resp_err_t err,
+                        rd_kafka_topic_partition_list_t* partitions, void* opaque) {
+    static_cast<KafkaTransport*>(opaque)->HandleRebalance(err, partitions);
+  }
+  static void Delivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+    static_cast<KafkaTransport*>(opaque)->Delivered(reinterpret_cast<uintptr_t>(m->_private),
+                                                    m->err);
+  }
+};
+
 absl::Status KafkaStatus(int code, std::string_view context) {
   const auto err = static_cast<rd_kafka_resp_err_t>(code);
   if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return absl::OkStatus();
@@ -186,7 +190,7 @@ absl::StatusOr<std::unique_ptr<KafkaTransport>> KafkaTransport::Create(KafkaOpti
   rd_kafka_conf_set_opaque(conf.get(), self.get());
   rd_kafka_conf_set_log_cb(conf.get(), LogCallback);
   rd_kafka_conf_set_error_cb(conf.get(), ErrorCallback);
-  rd_kafka_conf_set_rebalance_cb(conf.get(), RebalanceCallback);
+  rd_kafka_conf_set_rebalance_cb(conf.get(), KafkaCallbacks::Rebalance);
   IDEM_ASSIGN_OR_RETURN(self->consumer_, NewHandle(RD_KAFKA_CONSUMER, std::move(conf)));
   rd_kafka_poll_set_consumer(self->consumer_);
 
@@ -200,7 +204,7 @@ absl::StatusOr<std::unique_ptr<KafkaTransport>> KafkaTransport::Create(KafkaOpti
   rd_kafka_conf_set_opaque(pconf.get(), self.get());
   rd_kafka_conf_set_log_cb(pconf.get(), LogCallback);
   rd_kafka_conf_set_error_cb(pconf.get(), ErrorCallback);
-  rd_kafka_conf_set_dr_msg_cb(pconf.get(), DeliveryCallback);
+  rd_kafka_conf_set_dr_msg_cb(pconf.get(), KafkaCallbacks::Delivery);
   IDEM_ASSIGN_OR_RETURN(self->producer_, NewHandle(RD_KAFKA_PRODUCER, std::move(pconf)));
 
   ListPtr topics(rd_kafka_topic_partition_list_new(static_cast<int>(o.topics.size())));
@@ -422,4 +426,4 @@ absl::Status KafkaTransport::DeadLetter(const Message& message, std::string_view
   return KafkaStatus(d.err, absl::StrCat("dead-letter produce to ", options_.dead_letter_topic));
 }
 
-}  // namespace idem::kafka
+}  // namespace idem::messaging
