@@ -60,8 +60,8 @@ struct SqlContractBackend {
   // ---- the server backends only ----
   // What the refusal of a wrong password says (the server's error code).
   std::string wrong_password_words;
-  // The URL parameter bounding the time to connect, set to 2 s (each backend
-  // keeps its database's unit: libpq's seconds, MySQL's seconds in the name).
+  // The URL parameter that bounds connecting to 2 s (libpq's connect_timeout;
+  // idem's own name, with its unit, for MySQL).
   std::string connect_timeout_2s;
   // A pool of one connection that a second Begin() waits 200 ms for, and what the
   // refusal after the wait says.

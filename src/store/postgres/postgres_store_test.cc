@@ -354,6 +354,10 @@ TEST_F(PostgresStoreTest, SqlStatesFromTheServer) {
   EXPECT_THAT(syntax, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(SqlState(syntax), "42601");
   tx->Rollback();
+  tx = *store->Begin();  // two statements in one call: the server refuses them so
+  EXPECT_EQ(SqlState(tx->Exec("CREATE TABLE a (x INT); DROP TABLE idem_records").status()),
+            "42601");
+  tx->Rollback();
 
   tx = *store->Begin();
   EXPECT_EQ(SqlState(tx->Exec("SELECT * FROM nope").status()), "42P01");
