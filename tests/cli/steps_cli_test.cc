@@ -523,9 +523,14 @@ TEST_F(StepsCliTest, WorkerOnceResumesDueRefundsExactlyOnce) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["operations"].size(), 2u) << r.out;
 
-  // The demo's retry policy waits at most 200 ms: that time passes on the real
-  // clock, then the real channel.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The demo's retry policy waits at most 200 ms on the real clock: once both are
+  // due, the real channel.
+  EXPECT_TRUE(WaitUntil([&] {
+    for (const std::string& order : {sent, unsent}) {
+      if (Get("refund:" + order).next_retry_at > absl::Now()) return false;
+    }
+    return true;
+  })) << "the retries never came due";
   r = Idem({"worker", "--once", "--store", url_, "--refund-channel", channel_url});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "resumed 2 operation(s)\n");

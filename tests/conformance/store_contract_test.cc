@@ -41,20 +41,12 @@ class StoreContractTest : public ::testing::TestWithParam<testing::Backend> {
 
   // Runs `sql` in a transaction of its own and commits.
   static absl::Status Exec(Store& store, const std::string& sql) {
-    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
-    IDEM_RETURN_IF_ERROR(tx->Exec(sql).status());
-    return tx->Commit();
+    return testing::ExecAndCommit(store, sql);
   }
 
   // The first value of the first row of `sql`, read in a transaction of its own.
   static int64_t Scalar(Store& store, const std::string& sql) {
-    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
-    EXPECT_TRUE(tx.ok()) << tx.status();
-    if (!tx.ok()) return -1;
-    absl::StatusOr<Rows> rows = (*tx)->Query(sql);
-    EXPECT_TRUE(rows.ok()) << rows.status();
-    (*tx)->Rollback();
-    return rows.ok() && !rows->rows.empty() ? rows->rows[0][0].as_int() : -1;
+    return testing::QueryScalar(store, sql);
   }
 
   // How far a transaction that waits for another's lock gets: the first error of

@@ -80,6 +80,25 @@ inline absl::StatusOr<std::unique_ptr<Store>> WrapWithCache(std::unique_ptr<Stor
   return NewCachingStore(std::move(store), CacheOptions{});
 }
 
+// Runs `sql` in a transaction of its own on `store` and commits.
+inline absl::Status ExecAndCommit(Store& store, const std::string& sql) {
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
+  IDEM_RETURN_IF_ERROR(tx->Exec(sql).status());
+  return tx->Commit();
+}
+
+// The first value of the first row of `sql`, read in a transaction of its own
+// (rolled back); -1 after reporting a test failure.
+inline int64_t QueryScalar(Store& store, const std::string& sql) {
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
+  EXPECT_TRUE(tx.ok()) << tx.status();
+  if (!tx.ok()) return -1;
+  absl::StatusOr<Rows> rows = (*tx)->Query(sql);
+  EXPECT_TRUE(rows.ok()) << rows.status();
+  (*tx)->Rollback();
+  return rows.ok() && !rows->rows.empty() ? rows->rows[0][0].as_int() : -1;
+}
+
 // Test names show the backend, not the struct's bytes.
 inline void PrintTo(const Backend& backend, std::ostream* os) { *os << backend.name; }
 

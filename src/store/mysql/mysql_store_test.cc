@@ -1,18 +1,17 @@
-// MySQL/MariaDB-specific behaviour of the mysql:// store: URLs, start-up failures,
-// error mapping, the claim's affected-rows logic, what a lock wait timeout leaves of
-// a transaction, stale connections, procedures, round trips and byte-exact values.
+// MySQL/MariaDB-specific behaviour of the mysql:// store: URLs, a missing database,
+// the key column's length, what a lock wait timeout leaves of a transaction,
+// contended claims, stale connections, procedures, round trips and its column types.
 // The contract every backend keeps (a newer schema refused, a lock held past the
 // timeout failing closed, the pool recovering after KILL, a final write that does
-// not move committing nothing) is tests/conformance/store_contract_test.cc. Needs
+// not move committing nothing) is tests/conformance/store_contract_test.cc; the one
+// of the SQL stores (values and records byte for byte, statement errors, a wrong
+// password, a busy pool, a deadlock) is tests/conformance/sql_contract_test.cc. Needs
 // IDEM_TEST_MYSQL_URL (see CMakeLists.txt) and fails without it: a skipped
 // integration test looks like a passing one.
 #include "store/mysql/mysql_store.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -203,151 +202,22 @@ class MysqlStoreTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
 };
 
-TEST_F(MysqlStoreTest, UrlHidesThePassword) {
-  absl::StatusOr<MysqlOptions> o = ParseMysqlUrl(url_);
-  ASSERT_OK(o);
-  EXPECT_EQ(store_->url(), o->redacted_url);
-  if (o->has_password && !o->password.empty()) {
-    EXPECT_THAT(std::string(store_->url()), Not(HasSubstr(o->password)));
-    EXPECT_THAT(std::string(store_->url()), HasSubstr(o->user + "@"));
-  }
-  EXPECT_TRUE(store_->SupportsSql());
-  EXPECT_OK(store_->Ping());
-}
-
-TEST_F(MysqlStoreTest, StartUpFailuresAreClassified) {
-  absl::StatusOr<MysqlOptions> o = ParseMysqlUrl(url_);
-  ASSERT_OK(o);
-  // Wrong password.
-  std::string bad =
-      absl::StrCat("mysql://", o->user, ":definitely-wrong%21@", o->socket.empty() ? o->host : "",
-                   ":", o->port, "/", o->database, o->socket.empty() ? "" : "?socket=" + o->socket);
-  absl::Status denied = OpenMysqlStore(bad).status();
-  EXPECT_THAT(denied, StatusIs(absl::StatusCode::kPermissionDenied));
-  EXPECT_THAT(Message(denied), HasSubstr("1045"));
-  EXPECT_THAT(Message(denied), Not(HasSubstr("definitely-wrong")));
-  // A database that does not exist.
+// A database that does not exist is not a retryable outage: MySQL answers 1049
+// (PostgreSQL's 3D000 is a store fault the Guard retries, in its own test).
+TEST_F(MysqlStoreTest, MissingDatabaseIsFailedPrecondition) {
   absl::Status no_db = OpenMysqlStore(WithDatabase(url_, "idem_no_such_db_9f3")).status();
   EXPECT_THAT(no_db, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(Message(no_db), HasSubstr("1049"));
-  // Nothing listens: a port that was free a moment ago.
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const int port = ntohs(addr.sin_port);
-  close(fd);
-  absl::Status down =
-      OpenMysqlStore(absl::StrCat("mysql://u:p@127.0.0.1:", port, "/d?connect_timeout_s=2"))
-          .status();
-  EXPECT_THAT(down, StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(Message(down), HasSubstr("mysql://u@127.0.0.1"));
 }
 
-TEST_F(MysqlStoreTest, SchemaIsCreatedOnceByRacingOpeners) {
-  testing::TempDir other;
-  absl::StatusOr<std::string> url = FreshDatabaseUrl(base_, other.path());
-  ASSERT_OK(url);
-  std::atomic<int> ok{0};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 6; ++i) {
-    threads.emplace_back([&] {
-      absl::StatusOr<std::unique_ptr<Store>> s = OpenMysqlStore(*url);
-      if (s.ok()) {
-        ok.fetch_add(1);
-      } else {
-        ADD_FAILURE() << s.status();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(ok.load(), 6);
-  absl::StatusOr<std::unique_ptr<Store>> s = OpenMysqlStore(*url);
-  ASSERT_OK(s);
-  std::unique_ptr<StoreTransaction> tx = *(*s)->Begin();
-  absl::StatusOr<Rows> rows = tx->Query("SELECT version FROM idem_schema_version");
-  ASSERT_OK(rows);
-  ASSERT_EQ(rows->rows.size(), 1u);
-  EXPECT_EQ(rows->rows[0][0].as_int(), 2);  // sql::kSchemaVersion
-}
-
-TEST_F(MysqlStoreTest, InsertOrLoadTellsFirstArrivalFromDuplicateByAffectedRows) {
-  const Record r = Fresh("K-1");
-  {
-    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    absl::StatusOr<std::optional<Record>> first = tx->InsertOrLoad(r);
-    ASSERT_OK(first);
-    EXPECT_FALSE(first->has_value());
-    ASSERT_OK(tx->Commit());
-  }
+// The key column is VARCHAR(255) of bytes: a longer key is the caller's mistake,
+// not cut short into another key.
+TEST_F(MysqlStoreTest, AKeyLongerThanItsColumnIsInvalid) {
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-  Record other = Fresh("K-1", "payment");
-  other.token = 7;
-  absl::StatusOr<std::optional<Record>> again = tx->InsertOrLoad(other);
-  ASSERT_OK(again);
-  ASSERT_TRUE(again->has_value());
-  EXPECT_EQ(**again, r);  // the stored record, untouched by the duplicate insert
-  // A write of identical values reports 0 changed rows; Replace still says it matched.
-  absl::StatusOr<bool> same = tx->Replace(r, r.token, r.state);
-  ASSERT_OK(same);
-  EXPECT_TRUE(*same);
-  Record next = r;
-  next.token = 2;
-  absl::StatusOr<bool> stale = tx->Replace(next, /*expected_token=*/5, RecordState::kProcessing);
-  ASSERT_OK(stale);
-  EXPECT_FALSE(*stale);
-  absl::StatusOr<bool> moved = tx->Replace(next, 1, RecordState::kProcessing);
-  ASSERT_OK(moved);
-  EXPECT_TRUE(*moved);
-  ASSERT_OK(tx->Commit());
-  absl::StatusOr<std::optional<Record>> got = store_->Get("default", "K-1");
-  ASSERT_OK(got);
-  ASSERT_TRUE(got->has_value());
-  EXPECT_EQ((*got)->token, 2);
-  EXPECT_EQ((*got)->lease_until, r.lease_until);
-  // Keys are bytes: a NUL inside, and a prefix of it, are two keys.
-  const std::string nul_key("a\0b\xff", 4);
-  std::unique_ptr<StoreTransaction> tx2 = *store_->Begin();
-  EXPECT_FALSE(tx2->InsertOrLoad(Fresh(nul_key))->has_value());
-  EXPECT_FALSE(tx2->InsertOrLoad(Fresh("a"))->has_value());
-  EXPECT_TRUE(tx2->InsertOrLoad(Fresh(nul_key))->has_value());
-  EXPECT_THAT(tx2->InsertOrLoad(Fresh(std::string(256, 'k'))),
+  EXPECT_THAT(tx->InsertOrLoad(Fresh(std::string(256, 'k'))),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  ASSERT_OK(tx2->Commit());
-}
-
-TEST_F(MysqlStoreTest, ErrorsMapToWhatTheCallerShouldDo) {
-  Sql("CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount BIGINT NOT NULL)");
-  std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-  ASSERT_OK(tx->Exec("INSERT INTO ledger VALUES (?, ?)", {Value("O-1"), Value(1)}));
-  absl::Status dup =
-      tx->Exec("INSERT INTO ledger VALUES (?, ?)", {Value("O-1"), Value(2)}).status();
-  EXPECT_THAT(dup, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(Message(dup), HasSubstr("1062"));
-  absl::Status syntax = tx->Exec("INSERT INTO ledger VALUS (1)").status();
-  EXPECT_THAT(syntax, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(Message(syntax), HasSubstr("1064"));
-  // A missing table is the store's fault, not the statement's.
-  absl::Status table = tx->Query("SELECT * FROM no_such_table").status();
-  EXPECT_THAT(table, StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_TRUE(IsStoreFault(table)) << table;
-  EXPECT_THAT(Message(table), HasSubstr("1146"));
-  absl::Status null = tx->Exec("INSERT INTO ledger VALUES (?, NULL)", {Value("O-2")}).status();
-  EXPECT_THAT(null, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(tx->Exec("INSERT INTO ledger VALUES (?, ?)", {Value("O-3")}),
-              StatusIs(absl::StatusCode::kInvalidArgument));  // 2 placeholders, 1 value
-  // Statement errors like these leave the transaction usable.
-  ASSERT_OK(tx->Exec("INSERT INTO ledger VALUES (?, ?)", {Value("O-4"), Value(4)}));
+  EXPECT_FALSE(tx->InsertOrLoad(Fresh(std::string(255, 'k')))->has_value());
   ASSERT_OK(tx->Commit());
-  EXPECT_THAT(tx->Exec("SELECT 1"), StatusIs(absl::StatusCode::kFailedPrecondition));
-  std::unique_ptr<StoreTransaction> check = *store_->Begin();
-  absl::StatusOr<Rows> rows = check->Query("SELECT order_no FROM ledger ORDER BY order_no");
-  ASSERT_OK(rows);
-  ASSERT_EQ(rows->rows.size(), 2u);
-  EXPECT_EQ(rows->rows[1][0], Value("O-4"));
 }
 
 // A lock wait timeout (1205) is kUnavailable, and it ends the transaction: the
@@ -384,37 +254,6 @@ TEST_F(MysqlStoreTest, LockWaitTimeoutIsUnavailableAndEndsTheTransaction) {
   EXPECT_THAT(Message(row), HasSubstr("1205"));
   b->Rollback();
   ASSERT_OK(a->Commit());
-}
-
-TEST_F(MysqlStoreTest, DeadlockIsAbortedForTheVictim) {
-  Sql("CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)");
-  Sql("INSERT INTO t VALUES (1, 0), (2, 0)");
-  std::unique_ptr<StoreTransaction> a = *store_->Begin();
-  std::unique_ptr<StoreTransaction> b = *store_->Begin();
-  ASSERT_OK(a->Exec("UPDATE t SET v = 1 WHERE id = 1"));
-  ASSERT_OK(b->Exec("UPDATE t SET v = 2 WHERE id = 2"));
-  absl::Status from_a;
-  std::thread t([&] { from_a = a->Exec("UPDATE t SET v = 1 WHERE id = 2").status(); });
-  // Usually lets A block on B's row first; if not, B blocks on A's and A's statement
-  // closes the cycle. Either way InnoDB picks one victim, and both branches below
-  // check it, so the sleep decides which branch runs, never the verdict.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  absl::Status from_b = b->Exec("UPDATE t SET v = 2 WHERE id = 1").status();
-  if (from_b.ok()) {
-    // B could not have got row 1 while A held it, unless A was chosen as the victim.
-    t.join();
-    EXPECT_THAT(from_a, StatusIs(absl::StatusCode::kAborted));
-    EXPECT_THAT(Message(from_a), HasSubstr("1213"));
-    EXPECT_THAT(a->Commit(), StatusIs(absl::StatusCode::kAborted));
-    ASSERT_OK(b->Commit());
-  } else {
-    EXPECT_THAT(from_b, StatusIs(absl::StatusCode::kAborted));
-    EXPECT_THAT(Message(from_b), HasSubstr("1213"));
-    b->Rollback();
-    t.join();
-    EXPECT_OK(from_a);
-    ASSERT_OK(a->Commit());
-  }
 }
 
 // Claims queued behind a holder that rolls back are InnoDB's classic deadlock on
@@ -463,89 +302,36 @@ TEST_F(MysqlStoreTest, ContendedClaimsWithRollbacksRunEachEffectOnce) {
   EXPECT_EQ(records->rows[0][0].as_int(), executed.load());
 }
 
-TEST_F(MysqlStoreTest, BusyPoolFailsClosedAfterTheWait) {
-  std::unique_ptr<Store> store = Open("pool=1&pool_wait_ms=200");
-  ASSERT_NE(store, nullptr);
-  std::unique_ptr<StoreTransaction> held = *store->Begin();
-  const auto start = std::chrono::steady_clock::now();
-  absl::Status s = store->Begin().status();
-  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(190));
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(Message(s), HasSubstr("busy"));
-  EXPECT_THAT(store->Get("default", "k"), StatusIs(absl::StatusCode::kUnavailable));
-  held->Rollback();  // returns the connection at once, not at destruction
-  EXPECT_OK(store->Begin());
-}
-
-TEST_F(MysqlStoreTest, ValuesRoundTripByteForByte) {
-  Sql("CREATE TABLE v (id INT PRIMARY KEY, b LONGBLOB, vb VARBINARY(16), t TEXT, d DOUBLE, "
-      "n BIGINT NULL, i BIGINT, u BIGINT UNSIGNED, dec_col DECIMAL(10,2), ts DATETIME)");
-  const std::string nul_bytes("\0a\0\xff\xfe\0", 6);
-  std::string big(3 << 20, '\0');
-  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
-  const std::string utf8 = "\xC5\xBC\xC3\xB3\xC5\x82w \xE2\x82\xAC";  // "żółw €"
+// MySQL's own column types come back exact: VARBINARY keeps a lone NUL byte and
+// the empty value apart from NULL, DECIMAL and an unsigned BIGINT beyond int64
+// come back as text, DATETIME as its text. (The values every SQL store keeps are
+// tests/conformance/sql_contract_test.cc.)
+TEST_F(MysqlStoreTest, ServerTypesComeBackExact) {
+  Sql("CREATE TABLE v (id INT PRIMARY KEY, vb VARBINARY(16), u BIGINT UNSIGNED, "
+      "dec_col DECIMAL(10,2), ts DATETIME)");
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-  const Value row1[] = {Value(1),
-                        Value(Blob{nul_bytes}),
-                        Value(Blob{std::string("\0", 1)}),
-                        Value(utf8),
-                        Value(1.5),
-                        Value(nullptr),
-                        Value(static_cast<long long>(INT64_MIN)),
-                        Value(42),
-                        Value("12.50"),
-                        Value("2024-06-18 10:11:12")};
-  ASSERT_OK(tx->Exec("INSERT INTO v VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row1));
-  const Value row2[] = {Value(2),
-                        Value(Blob{big}),
-                        Value(Blob{""}),
-                        Value(""),
-                        Value(-0.25),
-                        Value(7),
-                        Value(static_cast<long long>(INT64_MAX)),
-                        Value(nullptr),
-                        Value(nullptr),
-                        Value(nullptr)};
-  ASSERT_OK(tx->Exec("INSERT INTO v VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row2));
+  ASSERT_OK(tx->Exec("INSERT INTO v VALUES (?, ?, ?, ?, ?)",
+                     {Value(1), Value(Blob{std::string("\0", 1)}), Value(42), Value("12.50"),
+                      Value("2024-06-18 10:11:12")}));
+  ASSERT_OK(tx->Exec("INSERT INTO v VALUES (?, ?, ?, ?, ?)",
+                     {Value(2), Value(Blob{""}), Value(nullptr), Value(nullptr), Value(nullptr)}));
   ASSERT_OK(tx->Exec("UPDATE v SET u = 18446744073709551615 WHERE id = 2"));
   ASSERT_OK(tx->Commit());
 
   std::unique_ptr<StoreTransaction> rd = *store_->Begin();
-  absl::StatusOr<Rows> rows = rd->Query("SELECT * FROM v WHERE id >= ? ORDER BY id", {Value(0)});
+  absl::StatusOr<Rows> rows = rd->Query("SELECT * FROM v ORDER BY id");
   ASSERT_OK(rows);
   ASSERT_EQ(rows->rows.size(), 2u);
-  EXPECT_THAT(rows->columns,
-              ::testing::ElementsAre("id", "b", "vb", "t", "d", "n", "i", "u", "dec_col", "ts"));
   const std::vector<Value>& a = rows->rows[0];
-  EXPECT_EQ(a[0], Value(1));
-  EXPECT_EQ(a[1], Value(Blob{nul_bytes}));
-  EXPECT_EQ(a[2], Value(Blob{std::string("\0", 1)}));
-  EXPECT_EQ(a[3], Value(utf8));
-  EXPECT_EQ(a[4], Value(1.5));
-  EXPECT_EQ(a[5], Value(nullptr));
-  EXPECT_EQ(a[6], Value(static_cast<long long>(INT64_MIN)));
-  EXPECT_EQ(a[7], Value(42));
-  EXPECT_EQ(a[8], Value("12.50"));  // DECIMAL stays exact, as text
-  EXPECT_EQ(a[9], Value("2024-06-18 10:11:12"));
+  EXPECT_EQ(a[1], Value(Blob{std::string("\0", 1)}));
+  EXPECT_EQ(a[2], Value(42));
+  EXPECT_EQ(a[3], Value("12.50"));  // DECIMAL stays exact, as text
+  EXPECT_EQ(a[4], Value("2024-06-18 10:11:12"));
   const std::vector<Value>& b = rows->rows[1];
-  ASSERT_TRUE(b[1].is_blob());
-  EXPECT_EQ(b[1].as_blob().size(), big.size());
-  EXPECT_TRUE(b[1].as_blob() == big);
-  EXPECT_EQ(b[2], Value(Blob{""}));  // empty, not NULL
-  EXPECT_EQ(b[3], Value(""));
-  EXPECT_EQ(b[6], Value(static_cast<long long>(INT64_MAX)));
-  EXPECT_EQ(b[7], Value("18446744073709551615"));  // beyond int64: exact, as text
+  EXPECT_EQ(b[1], Value(Blob{""}));  // empty, not NULL
+  EXPECT_EQ(b[2], Value("18446744073709551615"));  // beyond int64: exact, as text
+  EXPECT_TRUE(b[3].is_null());
   ASSERT_OK(rd->Commit());
-
-  // Stored results and errors are bytes too, through the Guard.
-  Guard guard(*store_);
-  absl::StatusOr<Result> c = guard.Claim({.biz_type = "refund", .key = "B-1"});
-  ASSERT_OK(c);
-  ASSERT_OK(guard.Complete({.biz_type = "refund", .key = "B-1"}, c->token, nul_bytes + big));
-  absl::StatusOr<Result> replay = guard.Claim({.biz_type = "refund", .key = "B-1"});
-  ASSERT_OK(replay);
-  EXPECT_EQ(replay->outcome, Outcome::kReplayed);
-  EXPECT_TRUE(replay->value == nul_bytes + big);
 }
 
 TEST_F(MysqlStoreTest, GuardedHandlerSharesTheTransaction) {

@@ -1,6 +1,8 @@
 // SQLite-specific behaviour: URLs, start-up failures, the one writer per store.
 // The contract every backend keeps (a newer schema refused, a lock held past the
-// timeout failing closed) is tests/conformance/store_contract_test.cc.
+// timeout failing closed) is tests/conformance/store_contract_test.cc; the one of
+// the SQL stores (one statement per call, values byte for byte, statement errors,
+// racing openers) is tests/conformance/sql_contract_test.cc.
 #include <cstdio>
 #include <fstream>
 
@@ -123,40 +125,6 @@ TEST(SqliteStoreTest, SecondTransactionOfOneStoreWaitsForTheFirst) {
   Guard guard(**store);
   EXPECT_OK(guard.Run({.biz_type = "b", .key = "k"},
                       [&](Transaction&) -> absl::StatusOr<std::string> { return "v"; }));
-}
-
-TEST(SqliteStoreTest, OneStatementPerCallAndParameterCount) {
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore("sqlite://:memory:");
-  ASSERT_OK(store);
-  std::unique_ptr<StoreTransaction> tx = *(*store)->Begin();
-  absl::Status two = tx->Exec("CREATE TABLE a (x INT); DROP TABLE idem_records").status();
-  EXPECT_THAT(two, StatusIs(absl::StatusCode::kInvalidArgument));
-  ASSERT_OK(tx->Exec("CREATE TABLE a (x INT)"));
-  EXPECT_THAT(tx->Exec("INSERT INTO a VALUES (?)", {}), StatusIs(absl::StatusCode::kInvalidArgument));
-  // A missing table is the store's fault, not the statement's.
-  absl::Status missing = tx->Exec("INSERT INTO nope VALUES (1)").status();
-  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_TRUE(IsStoreFault(missing)) << missing;
-  EXPECT_THAT(tx->Exec("INSERT INTO a VALUS (1)"), StatusIs(absl::StatusCode::kInvalidArgument));
-  ASSERT_OK(tx->Exec("INSERT INTO a VALUES (?)", {Value(Blob{std::string("\0\1", 2)})}));
-  absl::StatusOr<Rows> rows = tx->Query("SELECT x FROM a");
-  ASSERT_OK(rows);
-  ASSERT_EQ(rows->rows.size(), 1u);
-  EXPECT_EQ(rows->rows[0][0].as_blob(), std::string("\0\1", 2));
-  ASSERT_OK(tx->Commit());
-  EXPECT_THAT(tx->Exec("SELECT 1"), StatusIs(absl::StatusCode::kFailedPrecondition));
-}
-
-TEST(SqliteStoreTest, PingAndGet) {
-  testing::TempDir dir;
-  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore("sqlite://" + dir.file("x.db"));
-  ASSERT_OK(store);
-  EXPECT_OK((*store)->Ping());
-  absl::StatusOr<std::optional<Record>> none = (*store)->Get("default", "k");
-  ASSERT_OK(none);
-  EXPECT_FALSE(none->has_value());
-  EXPECT_TRUE((*store)->SupportsSql());
-  EXPECT_EQ((*store)->url(), "sqlite://" + dir.file("x.db"));
 }
 
 }  // namespace
