@@ -1,6 +1,8 @@
 // `idem demo refund --transport kafka`: the refund demo through librdkafka's mock
 // cluster (demo_internal.h, RunOverKafka), and its consumer child (`idem demo
-// refund-consumer`, refund_demo.h, RunRefundConsumer).
+// refund-consumer`, refund_demo.h, RunRefundConsumer): the example's consumer
+// (examples/refund/refund_kafka.h) or the incident's naive one, stopped at the
+// failpoints the demo kills it at.
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,19 +18,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/failpoint.h"
+#include "demo/demo_internal.h"
+#include "demo/refund_demo.h"
 #include "idem/guard.h"
 #include "idem/idem.h"
 #include "idem/messaging/kafka_transport.h"
-#include "idem/messaging/message_key.h"
-#include "idem/messaging/runner.h"
 #include "idem/retry.h"
 #include "idem/status.h"
 #include "idem/steps.h"
 #include "librdkafka/rdkafka.h"
 #include "librdkafka/rdkafka_mock.h"
-#include "nlohmann/json.hpp"
-#include "refund/demo_internal.h"
-#include "refund/refund_demo.h"
+#include "refund/refund_kafka.h"
 #include "refund/refund_operation.h"
 #include "spdlog/spdlog.h"
 
@@ -38,9 +38,6 @@ namespace {
 constexpr int kPartitions = 2;
 constexpr char kTopic[] = "refunds";
 constexpr char kGroup[] = "refund-demo";
-// The business key of a message, never its offset: a redelivery or a re-produced
-// event must find the same key.
-constexpr char kKeyTemplate[] = "{order_no}:{action}";
 // Random kills at step failpoints are capped: each one costs the group a session
 // timeout (3 s on the mock) before the dead member's partitions move on.
 constexpr int kMaxRandomKills = 2;
@@ -88,11 +85,7 @@ class MockCluster {
   // Produces order `o` to partition `partition`: the order as JSON with its
   // action, the event_id header "{order_no}:refund". Asynchronous; Flush waits.
   absl::Status Produce(const Order& o, int32_t partition) {
-    const std::string payload = nlohmann::json{{"order_no", o.order_no},
-                                               {"action", "refund"},
-                                               {"amount", o.amount},
-                                               {"run_id", o.run_id}}
-                                    .dump();
+    const std::string payload = EncodeRefundMessage(o);
     const std::string event_id = o.order_no + ":refund";
     const rd_kafka_resp_err_t err = rd_kafka_producev(
         producer_, RD_KAFKA_V_TOPIC(kTopic), RD_KAFKA_V_PARTITION(partition),
@@ -159,54 +152,15 @@ void KillAndReap(internal::Child& c) {
   internal::CloseFd(c.acks_fd);
 }
 
-// The order a message carries (its JSON payload). kInvalidArgument: poison.
-absl::StatusOr<Order> OrderOf(const messaging::Message& m) {
-  const nlohmann::json j = nlohmann::json::parse(m.payload, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("order_no") || !j["order_no"].is_string() ||
-      !j.contains("amount") || !j["amount"].is_number_integer() || !j.contains("run_id") ||
-      !j["run_id"].is_string()) {
-    return absl::InvalidArgumentError("not a refund order (order_no, amount, run_id)");
-  }
-  return Order{.run_id = j["run_id"].get<std::string>(),
-               .order_no = j["order_no"].get<std::string>(),
-               .amount = j["amount"].get<int64_t>()};
-}
-
-// idem's consumer: the Runner keyed by the business key, each refund a StepRunner
-// operation. A redelivered message whose record was lost with a kill runs
-// StepRunner::Run again, which finds the operation by its biz_key and runs
-// nothing twice.
+// idem's consumer (examples/refund/refund_kafka.h), with the demo's short lease so
+// that a killed consumer's successor soon takes its refunds over.
 absl::Status ConsumeWithSteps(const ConsumerOptions& o, messaging::Transport& transport,
                               Store& store, const ChannelClient& channel, FaultInjector& faults) {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Store> records, OpenStore(o.records));
   StepRunnerOptions so;
   so.lease = internal::kRunnerLease;
   so.lock_retry = absl::Milliseconds(20);
-  StepRunner steps(store, so);
-  IDEM_RETURN_IF_ERROR(steps.Register(RefundOperation(channel, &faults)));
-  messaging::RunnerOptions ro;
-  IDEM_ASSIGN_OR_RETURN(
-      ro.key, messaging::MessageKey::Parse(messaging::MessageKey::Kind::kTemplate, kKeyTemplate));
-  ro.biz_type = "refund-message";
-  ro.max_batch = 20;
-  ro.retry.initial_delay = absl::Milliseconds(20);
-  ro.retry.max_delay = absl::Milliseconds(200);
-  auto handler = [&](const messaging::Message& m, Transaction&) -> absl::StatusOr<std::string> {
-    IDEM_ASSIGN_OR_RETURN(Order order, OrderOf(m));
-    IDEM_ASSIGN_OR_RETURN(OperationState op, steps.Run({.type = std::string(kRefundType),
-                                                        .biz_key = BizKeyOf(order),
-                                                        .input = EncodeOrder(order),
-                                                        .object_key = order.order_no}));
-    if (op.busy || op.status == OperationStatus::kPending ||
-        op.status == OperationStatus::kCompensating) {
-      // A killed consumer's lease, or a retry wait: the batch runs again later.
-      return absl::UnavailableError(absl::StrCat("refund ", order.order_no, " not final yet"));
-    }
-    return std::string(OperationStatusName(op.status));
-  };
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<messaging::Runner> runner,
-                        messaging::Runner::Create(transport, *records, handler, std::move(ro)));
-  return runner->Run();
+  return ConsumeRefunds(transport, store, *records, channel, &faults, so);
 }
 
 // The incident's consumer: dedupe by (topic, partition, offset) + consumer instance.
@@ -222,7 +176,7 @@ absl::Status ConsumeNaively(const ConsumerOptions& o, messaging::Transport& tran
     IDEM_RETURN_IF_ERROR(batch.status());
     if (batch->empty()) continue;
     for (const messaging::Message& m : *batch) {
-      absl::StatusOr<Order> order = OrderOf(m);
+      absl::StatusOr<Order> order = DecodeRefundMessage(m);
       if (!order.ok()) {
         spdlog::warn("{}[{}]@{}: skipped: {}", m.source, m.partition, m.offset,
                      std::string(order.status().message()));
