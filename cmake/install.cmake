@@ -6,7 +6,7 @@
 #   include/idem/messaging/*.h, lib/libidem_messaging.a, lib/pkgconfig/idem-messaging.pc
 #                                          idem::messaging (the consumer runner and its
 #                                          transports), when built (IDEM_WITH_KAFKA)
-# The binaries install themselves (src/cli, examples).
+# The binaries install themselves (src/cli, src/demo).
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/idem DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}

@@ -50,9 +50,9 @@ CommandFn AddPurgeCommand(CLI::App& root);    // purge.cc
 CommandFn AddRecordsCommand(CLI::App& root);  // records.cc
 CommandFn AddKeysCommand(CLI::App& root);     // keys.cc
 
-// The refund example's commands live in examples/refund/cli and are their own
-// programs (idem-demo, idem-worker), run by `idem demo` and `idem worker` (external.h).
-CommandFn AddWorkerCommand(CLI::App& root);   // examples/refund/cli/worker.cc
-CommandFn AddDemoCommand(CLI::App& root);     // examples/refund/cli/demo.cc
+// The refund example's commands live in src/demo and are their own programs
+// (idem-demo, idem-worker), run by `idem demo` and `idem worker` (external.h).
+CommandFn AddWorkerCommand(CLI::App& root);   // src/demo/worker.cc
+CommandFn AddDemoCommand(CLI::App& root);     // src/demo/demo.cc
 
 }  // namespace idem::cli

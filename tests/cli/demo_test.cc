@@ -8,7 +8,7 @@
 // and fails when they are not set. Each demo run keeps its rows apart by a run id,
 // so the shared test databases need no cleanup.
 //
-// What the audit guarantees (examples/refund/refund_demo.cc, Audit): with no
+// What the audit guarantees (src/demo/refund_demo.cc, Audit): with no
 // duplicate and nothing missing, every order is SUCCESS (exactly one reversal,
 // ledger row and notification), COMPENSATED (none of them) or
 // COMPENSATION_REQUIRED (at most one of each). Hence for each effect count E:

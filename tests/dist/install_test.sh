@@ -2,8 +2,9 @@
 # `cmake --install` of the dist build (dist.first_run) into a temporary prefix, then
 # examples/consumer (the guarded effect, and the Kafka consumer of idem::messaging)
 # built against it twice, as a C++ team would: with find_package(idem) and with
-# pkg-config. Also checks what is installed (public headers only, no driver header
-# in them) and that `idem` does not link the example.
+# pkg-config; and examples/refund's sources compiled against it. Also checks what is
+# installed (public headers only, no driver header in them) and that `idem` does not
+# link the example.
 #   install_test.sh SOURCE_DIR DIST_BUILD_DIR
 set -euo pipefail
 src=$1
@@ -115,4 +116,28 @@ PKG_CONFIG_PATH="$libdir/pkgconfig" make -s -C "$work/pc" consumer-pc kafka-cons
 out=$("$work/pc/consumer-pc" "sqlite://$work/pc.db")
 [[ "$out" == $'executed\nreplayed {"refund_id":"F-1"}' ]] || fail "pkg-config consumer printed: $out"
 check_kafka_consumer "$work/pc/kafka-consumer-pc" "$work/kafka-pc.db" pkg-config
-echo "install: $(find "$prefix" -type f | wc -l) files; consumer and kafka_consumer built with find_package and pkg-config"
+# 3. examples/refund copied out of the repository: its library sources (the channel,
+# the refund operation, its Kafka consumer; not the programs' mains) compile against
+# the prefix and the third-party packages alone. An include of a header that is not
+# installed (src/'s core/failpoint.h, cli/…) fails here (and in examples_include_test).
+mkdir -p "$work/refund-copy/refund"
+cp "$src/examples/refund"/*.h "$src/examples/refund"/*.cc "$work/refund-copy/refund/"
+cat >"$work/refund-copy/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.25)
+project(refund_copy LANGUAGES CXX)
+set(CMAKE_CXX_STANDARD 20)
+find_package(idem REQUIRED COMPONENTS messaging)
+find_package(Boost REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(spdlog REQUIRED)
+file(GLOB sources refund/*.cc)
+list(FILTER sources EXCLUDE REGEX "(_main|_test)\\.cc$")
+add_library(refund OBJECT ${sources})
+target_include_directories(refund PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(refund PRIVATE idem::messaging idem::idem Boost::headers
+  nlohmann_json::nlohmann_json spdlog::spdlog)
+CMAKE
+{ cmake -S "$work/refund-copy" -B "$work/refund-build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" &&
+  cmake --build "$work/refund-build"; } >"$work/refund.log" 2>&1 ||
+  { tail -30 "$work/refund.log" >&2; fail "examples/refund's sources against the install prefix"; }
+echo "install: $(find "$prefix" -type f | wc -l) files; consumer and kafka_consumer built with find_package and pkg-config; examples/refund compiles against the prefix"

@@ -55,7 +55,7 @@ cmake -S "$src" -B "$build" \
 grep -q 'IDEM_BUILD_BENCH=AUTO: not built, since a backend is off' "$work/configure.log" ||
   fail "configure did not say why the benches are not built"
 ninja -C "$build" idem >"$work/build.log" || { tail -30 "$work/build.log" >&2; fail "build"; }
-# The examples' programs of the full build are still beside the tree's idem
+# src/demo's programs of the full build are still beside the tree's idem
 # (src/cli/idem-demo, idem-worker): this build has none, so its idem runs from a
 # directory of its own, where `idem demo` finds nothing, as in a clean build.
 targets=$(ninja -C "$build" -t targets all)

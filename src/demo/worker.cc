@@ -20,10 +20,10 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "refund/cli/builtin_operations.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/reason.h"
+#include "demo/builtin_operations.h"
 #include "idem/idem.h"
 #include "idem/steps.h"
 #include "idem/ttl.h"

@@ -1,4 +1,4 @@
-#include "refund/cli/builtin_operations.h"
+#include "demo/builtin_operations.h"
 
 #include "refund/refund_operation.h"
 

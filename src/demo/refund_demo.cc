@@ -1,4 +1,4 @@
-#include "refund/refund_demo.h"
+#include "demo/refund_demo.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -24,13 +24,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/failpoint.h"
+#include "demo/demo_internal.h"
 #include "idem/guard.h"
 #include "idem/idem.h"
 #include "idem/retry.h"
 #include "idem/status.h"
 #include "idem/steps.h"
 #include "nlohmann/json.hpp"
-#include "refund/demo_internal.h"
 
 namespace idem::refund {
 namespace internal {

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "refund/demo_internal.h"
-#include "refund/refund_demo.h"
+#include "demo/demo_internal.h"
+#include "demo/refund_demo.h"
 
 namespace idem::refund {
 namespace {

@@ -3,7 +3,7 @@
 //   idem demo refund [--orders 100] [--fault-rate 0.1] [--kill-runner 0.05] [--seed 1]
 //                    [--store URL] [--naive] [--transport direct|kafka] [--json]
 //
-// Replays the refund incident of docs/steps.md (examples/refund/refund_demo.h): a fake
+// Replays the refund incident of docs/steps.md (src/demo/refund_demo.h): a fake
 // payment channel process, the step runner as a child process killed at random
 // step failpoints, faults at the channel, the ledger and the inbox; then an audit.
 // Prints a summary table; with --json, a last line of counts. --naive runs the
@@ -24,8 +24,8 @@
 #include "CLI/CLI.hpp"
 #include "cli/commands.h"
 #include "cli/reason.h"
+#include "demo/refund_demo.h"
 #include "refund/fake_channel.h"
-#include "refund/refund_demo.h"
 #include "spdlog/spdlog.h"
 
 namespace idem::cli {

@@ -1,6 +1,6 @@
 // Internal to the refund demo (refund_demo.cc, refund_kafka.cc): the child-process
 // plumbing both transports share, and the Kafka transport's entry points. Not an
-// API: include "refund/refund_demo.h".
+// API: include "demo/refund_demo.h".
 //
 // Thread safety: as refund_demo.h: whole-process helpers for main's thread.
 #pragma once
@@ -16,9 +16,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "demo/refund_demo.h"
 #include "idem/store.h"
 #include "refund/channel_client.h"
-#include "refund/refund_demo.h"
 #include "refund/refund_operation.h"
 
 namespace idem::refund::internal {
