@@ -13,6 +13,7 @@
 #include "idem/key.h"
 #include "idem/status.h"
 #include "idem/steps.h"
+#include "store/backend.h"
 
 namespace idem {
 
@@ -136,7 +137,7 @@ struct StepRunner::Impl {
     IDEM_ASSIGN_OR_RETURN(const SqlDialect* dialect, steps::DialectOf(store()));
     Journal j(*dialect);
     // A read-only store (inspection tools) must not get the journal's tables made.
-    IDEM_RETURN_IF_ERROR(store().read_only() ? j.Check(store()) : j.Migrate(store()));
+    IDEM_RETURN_IF_ERROR(Backend(store()).read_only() ? j.Check(store()) : j.Migrate(store()));
     journal.emplace(j);
     return &*journal;
   }

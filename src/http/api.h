@@ -82,6 +82,7 @@
 #include "idem/clock.h"
 #include "idem/guard.h"
 #include "idem/store.h"
+#include "store/backend.h"
 
 namespace idem::http {
 

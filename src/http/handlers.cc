@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "core/guard_nonblocking.h"
 #include "http/api.h"
 #include "http/json.h"
 #include "http/problem.h"
@@ -373,7 +374,7 @@ std::optional<Reply> Api::HandleWithoutBlocking(HttpRequest& request) {
   req.biz_type = body->biz_type;
   req.key = body->key;
   req.fingerprint = body->fingerprint;
-  std::optional<Result> known = guard_.ClaimIfKnown(req);
+  std::optional<Result> known = ClaimIfKnown(guard_, req);
   if (!known.has_value()) {
     request.prepared = std::make_shared<const PreparedClaim>(
         PreparedClaim{.tenant = tenant->name, .body = *std::move(body)});
@@ -483,8 +484,8 @@ bool Api::HandleAsync(HttpRequest& request, Resume resume) {
                                       ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
                                       : absl::InfinitePast();
       const uint64_t epoch = watch_.Epoch();
-      return guard_.ClaimNonBlocking(
-          req, lease,
+      return ClaimNonBlocking(
+          guard_, req, lease,
           [this, req, lease, deadline, epoch, finish, resume](absl::StatusOr<Result> result) {
             resume(finish([this, req, lease, deadline, epoch, result = std::move(result)] {
               Reply reply =
@@ -501,8 +502,8 @@ bool Api::HandleAsync(HttpRequest& request, Resume resume) {
       }
       req.biz_type = std::move(body->biz_type);
       req.key = std::move(body->key);
-      return guard_.CompleteNonBlocking(
-          req, body->token, body->result, [this, req, finish, resume](absl::Status status) {
+      return CompleteNonBlocking(
+          guard_, req, body->token, body->result, [this, req, finish, resume](absl::Status status) {
             resume(finish([this, req, status = std::move(status)] {
               return AnswerFinish(Route::kComplete, req, status, "completed");
             }));
@@ -515,7 +516,7 @@ bool Api::HandleAsync(HttpRequest& request, Resume resume) {
     req.biz_type = std::move(body->biz_type);
     req.key = std::move(body->key);
     const std::string_view outcome = body->retryable ? "released" : "failed";
-    return guard_.FailNonBlocking(req, body->token, body->retryable, body->error,
+    return FailNonBlocking(guard_, req, body->token, body->retryable, body->error,
                                   [this, req, outcome, finish, resume](absl::Status status) {
                                     resume(finish([this, req, outcome, status = std::move(status)] {
                                       return AnswerFinish(Route::kFail, req, status, outcome);

@@ -285,7 +285,7 @@ TEST_P(GuardBatchTest, FirstStatementsRunOnlyForClaimedKeys) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-// StoreTransaction::ExecMany: each statement as Exec, in order (each sees the ones
+// RecordTransaction::ExecMany: each statement as Exec, in order (each sees the ones
 // before it), row counts in order; the first error stops it.
 TEST_P(GuardBatchTest, ExecManyRunsEachStatementInOrder) {
   std::vector<Statement> statements;

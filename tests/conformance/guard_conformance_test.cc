@@ -23,7 +23,7 @@ using ::idem::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // A store decorator that is down: every call answers kUnavailable.
-class DownStore final : public Store {
+class DownStore final : public StoreBackend {
  public:
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
     return absl::UnavailableError("store is down");

@@ -150,7 +150,7 @@ std::vector<std::string> BizKeys(const std::vector<OperationState>& ops) {
 
 // A Store decorator whose database can be "unplugged": while down, Begin and Get
 // answer kUnavailable. Everything else is the wrapped store's.
-class SwitchableStore final : public Store {
+class SwitchableStore final : public StoreBackend {
  public:
   explicit SwitchableStore(Store& inner) : inner_(inner) {}
   void set_down(bool down) { down_.store(down); }

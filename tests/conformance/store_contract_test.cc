@@ -302,7 +302,7 @@ TEST_P(StoreContractTest, PoolRecoversAfterItsSessionsAreKilled) {
 
 // ---- the Guard's final write ----
 
-// StoreTransaction::ReplaceAndCommit commits only when it moved the record. When the
+// RecordTransaction::ReplaceAndCommit commits only when it moved the record. When the
 // record had moved on (another holder's token, another state), nothing of the
 // transaction is committed: not the claim, not the caller's rows (PostgreSQL and
 // MySQL send the write with the COMMIT in one round trip; this holds there too).

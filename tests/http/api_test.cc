@@ -28,7 +28,7 @@ using ::testing::HasSubstr;
 using json = nlohmann::json;
 
 // A store that is down: every call is kUnavailable.
-class DownStore final : public Store {
+class DownStore final : public StoreBackend {
  public:
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
     return absl::UnavailableError("database is locked");
@@ -43,7 +43,7 @@ class DownStore final : public Store {
 
 // A memory:// store whose writes fail while `full` is set, as on a full disk:
 // reads and pings answer, every commit is the store's fault.
-class FullDiskStore final : public Store {
+class FullDiskStore final : public StoreBackend {
  public:
   FullDiskStore() : inner_(*OpenStore("memory://")) {}
 
@@ -61,7 +61,7 @@ class FullDiskStore final : public Store {
   std::atomic<int> commits{0};  // those that succeeded
 
  private:
-  class Tx final : public StoreTransaction {
+  class Tx final : public RecordTransaction {
    public:
     Tx(FullDiskStore& store, std::unique_ptr<StoreTransaction> inner)
         : store_(store), inner_(std::move(inner)) {}

@@ -41,7 +41,7 @@ namespace {
 using ::idem::testing::FakeClock;
 
 // Counts the transactions that reach the database.
-class CountingStore final : public Store {
+class CountingStore final : public StoreBackend {
  public:
   CountingStore(std::unique_ptr<Store> inner, std::atomic<int>* begins)
       : inner_(std::move(inner)), begins_(begins) {}

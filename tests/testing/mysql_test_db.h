@@ -27,6 +27,7 @@
 #include "core/absl_compat.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/backend.h"
 #include "store/mysql/mysql_store.h"
 
 namespace idem::mysql::testing {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "store/absl_compat.h"
 #include "idem/store.h"
+#include "store/backend.h"
 
 namespace idem::mysql {
 

@@ -17,6 +17,7 @@
 #include "store/absl_compat.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/backend.h"
 
 namespace idem::postgres {
 namespace {

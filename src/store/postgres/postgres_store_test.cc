@@ -27,6 +27,7 @@
 #include "store/absl_compat.h"
 #include "idem/guard.h"
 #include "idem/store.h"
+#include "store/backend.h"
 #include "store/postgres/pg_conn.h"
 #include "store/postgres/pg_url.h"
 #include "store/store_url.h"

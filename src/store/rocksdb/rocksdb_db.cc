@@ -12,6 +12,7 @@
 #include "store/absl_compat.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/backend.h"
 #include "idem/ttl.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"

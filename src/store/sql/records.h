@@ -19,6 +19,7 @@
 #include "idem/record.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/backend.h"
 #include "idem/value.h"
 
 namespace idem::sql {
@@ -40,14 +41,14 @@ inline constexpr std::string_view kInsertRecord =
 
 #undef IDEM_SQL_RECORD_COLUMNS
 
-// StoreTransaction::Retire with a tombstone (TombstoneParams): result and error go,
+// RecordTransaction::Retire with a tombstone (TombstoneParams): result and error go,
 // only from the expected token, state and purged_at.
 inline constexpr std::string_view kTombstoneRecord =
     "UPDATE idem_records SET result = NULL, error = NULL, purged_at = ?, updated_at = ?, "
     "expires_at = ? WHERE tenant = ? AND idem_key = ? AND token = ? AND state = ? AND "
     "purged_at = ?";
 
-// StoreTransaction::Retire without one (DeleteParams).
+// RecordTransaction::Retire without one (DeleteParams).
 inline constexpr std::string_view kDeleteRecord =
     "DELETE FROM idem_records WHERE tenant = ? AND idem_key = ? AND token = ? AND state = ? "
     "AND purged_at = ?";

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "idem/store.h"
+#include "store/backend.h"
 #include "idem/value.h"
 #include "store/sql/dialect.h"
 

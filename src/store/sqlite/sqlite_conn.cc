@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/backend.h"
 
 namespace idem::sqlite {
 namespace {
