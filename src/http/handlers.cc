@@ -10,6 +10,7 @@
 #include "http/json.h"
 #include "http/problem.h"
 #include "http/records.h"
+#include "store/backend.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 #include "spdlog/spdlog.h"
@@ -446,7 +447,7 @@ bool Api::HandleAsync(HttpRequest& request, Resume resume) {
   // Only what the pool would answer the same way: an authenticated POST of a
   // claim, complete or fail with a valid body. Anything else (and every error of
   // the body, which Handle() words) goes to the pool.
-  if (!store_.non_blocking() || request.method != "POST" ||
+  if (!Backend(store_).non_blocking() || request.method != "POST" ||
       request.body.size() > options_.max_body_bytes) {
     return false;
   }

@@ -14,6 +14,7 @@
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
+#include "store/backend.h"
 
 namespace idem {
 namespace {
@@ -752,7 +753,7 @@ TEST_P(GuardConformanceTest, LongTenantsAndKeysReadBackUnderConcurrency) {
         r.result = "result-" + r.key;
         r.created_at = r.updated_at = absl::FromUnixSeconds(1700000000);
         absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store_->Begin();
-        if (!tx.ok() || !(*tx)->InsertOrLoad(r).ok() || !(*tx)->Commit().ok()) {
+        if (!tx.ok() || !Records(*(*tx)).InsertOrLoad(r).ok() || !(*tx)->Commit().ok()) {
           failures.fetch_add(1);
           continue;
         }
@@ -764,7 +765,7 @@ TEST_P(GuardConformanceTest, LongTenantsAndKeysReadBackUnderConcurrency) {
           failures.fetch_add(1);
           continue;
         }
-        absl::StatusOr<std::optional<Record>> dup = (*again)->InsertOrLoad(r);
+        absl::StatusOr<std::optional<Record>> dup = Records(*(*again)).InsertOrLoad(r);
         if (!dup.ok() || !dup->has_value() || (*dup)->key != r.key) failures.fetch_add(1);
       }
     });

@@ -29,6 +29,7 @@
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
+#include "store/backend.h"
 
 namespace idem {
 namespace {
@@ -167,7 +168,7 @@ class SwitchableStore final : public StoreBackend {
   absl::Status Ping() override {
     return down_.load() ? absl::UnavailableError("store is down (test)") : inner_.Ping();
   }
-  const SqlDialect* sql_dialect() const override { return inner_.sql_dialect(); }
+  const SqlDialect* sql_dialect() const override { return Backend(inner_).sql_dialect(); }
   std::string_view url() const override { return inner_.url(); }
 
  private:

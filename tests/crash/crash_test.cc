@@ -19,6 +19,7 @@
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
+#include "store/backend.h"
 
 namespace idem {
 namespace {
@@ -130,7 +131,7 @@ TEST_P(CrashTest, KilledChildThenRetryLeavesEachRowExactlyOnce) {
   ASSERT_EQ(rows->rows.size(), static_cast<size_t>(kKeys));
   for (const auto& row : rows->rows) {
     EXPECT_EQ(row[1].as_int(), 1) << "order " << row[0].as_text() << " has duplicate rows";
-    absl::StatusOr<std::optional<Record>> rec = tx->Load("default", row[0].as_text());
+    absl::StatusOr<std::optional<Record>> rec = Records(*tx).Load("default", row[0].as_text());
     ASSERT_OK(rec);
     ASSERT_TRUE(rec->has_value());
     EXPECT_EQ((*rec)->state, RecordState::kSucceeded);

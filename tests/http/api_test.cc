@@ -20,6 +20,7 @@
 #include "testing/fake_clock.h"
 #include "testing/temp_dir.h"
 #include "testing/status_matchers.h"
+#include "store/backend.h"
 
 namespace idem::http {
 namespace {
@@ -72,17 +73,17 @@ class FullDiskStore final : public StoreBackend {
       return inner_->Query(sql, p);
     }
     absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& r) override {
-      return inner_->InsertOrLoad(r);
+      return Records(*inner_).InsertOrLoad(r);
     }
     absl::StatusOr<bool> Replace(const Record& r, int64_t token, RecordState state) override {
-      return inner_->Replace(r, token, state);
+      return Records(*inner_).Replace(r, token, state);
     }
     absl::StatusOr<std::optional<Record>> Load(std::string_view t, std::string_view k) override {
-      return inner_->Load(t, k);
+      return Records(*inner_).Load(t, k);
     }
     absl::StatusOr<bool> Retire(const Record& r, absl::Time now,
                                 std::optional<absl::Time> until) override {
-      return inner_->Retire(r, now, until);
+      return Records(*inner_).Retire(r, now, until);
     }
     absl::Status Commit() override {
       if (store_.full.load()) {
@@ -615,7 +616,7 @@ TEST(ProbeStoreWrite, WritesAndLeavesNothingBehind) {
     EXPECT_FALSE((*store->Get("", "write-probe")).has_value()) << url;
     {
       ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-      ASSERT_OK(tx->InsertOrLoad(Record{.tenant = "", .biz_type = "idem.readiness",
+      ASSERT_OK(Records(*tx).InsertOrLoad(Record{.tenant = "", .biz_type = "idem.readiness",
                                         .key = "write-probe", .token = 1, .lease_until = now,
                                         .created_at = now, .updated_at = now})
                     .status());
@@ -795,7 +796,7 @@ TEST_F(ApiAsyncTest, WhatItCannotTakeGoesToThePool) {
   EXPECT_EQ(async_.async, before);
   // A key another transaction holds this instant: the blocking claim waits for it.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> holder, async_.store->Begin());
-  ASSERT_OK(holder->Load("acme", "H").status());
+  ASSERT_OK(Records(*holder).Load("acme", "H").status());
   HttpRequest request{"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"H"})"};
   ASSERT_FALSE(async_.api->HandleWithoutBlocking(request).has_value());
   EXPECT_FALSE(async_.api->HandleAsync(request, [](std::function<Reply()>) {

@@ -31,6 +31,7 @@
 #include "testing/records.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
+#include "store/backend.h"
 
 namespace idem {
 namespace {
@@ -278,7 +279,7 @@ TEST_F(MysqlStoreTest, InsertOrLoadTellsFirstArrivalFromDuplicateByAffectedRows)
   const Record r = Fresh("K-1");
   {
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    absl::StatusOr<std::optional<Record>> first = tx->InsertOrLoad(r);
+    absl::StatusOr<std::optional<Record>> first = Records(*tx).InsertOrLoad(r);
     ASSERT_OK(first);
     EXPECT_FALSE(first->has_value());
     ASSERT_OK(tx->Commit());
@@ -286,20 +287,20 @@ TEST_F(MysqlStoreTest, InsertOrLoadTellsFirstArrivalFromDuplicateByAffectedRows)
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
   Record other = Fresh("K-1", "payment");
   other.token = 7;
-  absl::StatusOr<std::optional<Record>> again = tx->InsertOrLoad(other);
+  absl::StatusOr<std::optional<Record>> again = Records(*tx).InsertOrLoad(other);
   ASSERT_OK(again);
   ASSERT_TRUE(again->has_value());
   EXPECT_EQ(**again, r);  // the stored record, untouched by the duplicate insert
   // A write of identical values reports 0 changed rows; Replace still says it matched.
-  absl::StatusOr<bool> same = tx->Replace(r, r.token, r.state);
+  absl::StatusOr<bool> same = Records(*tx).Replace(r, r.token, r.state);
   ASSERT_OK(same);
   EXPECT_TRUE(*same);
   Record next = r;
   next.token = 2;
-  absl::StatusOr<bool> stale = tx->Replace(next, /*expected_token=*/5, RecordState::kProcessing);
+  absl::StatusOr<bool> stale = Records(*tx).Replace(next, /*expected_token=*/5, RecordState::kProcessing);
   ASSERT_OK(stale);
   EXPECT_FALSE(*stale);
-  absl::StatusOr<bool> moved = tx->Replace(next, 1, RecordState::kProcessing);
+  absl::StatusOr<bool> moved = Records(*tx).Replace(next, 1, RecordState::kProcessing);
   ASSERT_OK(moved);
   EXPECT_TRUE(*moved);
   ASSERT_OK(tx->Commit());
@@ -311,10 +312,10 @@ TEST_F(MysqlStoreTest, InsertOrLoadTellsFirstArrivalFromDuplicateByAffectedRows)
   // Keys are bytes: a NUL inside, and a prefix of it, are two keys.
   const std::string nul_key("a\0b\xff", 4);
   std::unique_ptr<StoreTransaction> tx2 = *store_->Begin();
-  EXPECT_FALSE(tx2->InsertOrLoad(Fresh(nul_key))->has_value());
-  EXPECT_FALSE(tx2->InsertOrLoad(Fresh("a"))->has_value());
-  EXPECT_TRUE(tx2->InsertOrLoad(Fresh(nul_key))->has_value());
-  EXPECT_THAT(tx2->InsertOrLoad(Fresh(std::string(256, 'k'))),
+  EXPECT_FALSE(Records(*tx2).InsertOrLoad(Fresh(nul_key))->has_value());
+  EXPECT_FALSE(Records(*tx2).InsertOrLoad(Fresh("a"))->has_value());
+  EXPECT_TRUE(Records(*tx2).InsertOrLoad(Fresh(nul_key))->has_value());
+  EXPECT_THAT(Records(*tx2).InsertOrLoad(Fresh(std::string(256, 'k'))),
               StatusIs(absl::StatusCode::kInvalidArgument));
   ASSERT_OK(tx2->Commit());
 }
@@ -363,9 +364,9 @@ TEST_F(MysqlStoreTest, LockWaitTimeoutIsUnavailableAndEndsTheTransaction) {
 
   // A claim waiting on another transaction's uncommitted claim of the same key.
   std::unique_ptr<StoreTransaction> holder = *quick->Begin();
-  ASSERT_FALSE(holder->InsertOrLoad(Fresh("K"))->has_value());
+  ASSERT_FALSE(Records(*holder).InsertOrLoad(Fresh("K"))->has_value());
   std::unique_ptr<StoreTransaction> waiter = *quick->Begin();
-  absl::Status s = waiter->InsertOrLoad(Fresh("K")).status();
+  absl::Status s = Records(*waiter).InsertOrLoad(Fresh("K")).status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(Message(s), HasSubstr("1205"));
   EXPECT_TRUE(IsClaimContended(s));
@@ -631,17 +632,17 @@ TEST_F(MysqlStoreTest, ReplaceAndCommitRoundTrips) {
     // Prepares the CALLs on the pooled connection, so the counts below are exact.
     Record warm = Fresh("warm");
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    ASSERT_OK(tx->InsertOrLoad(warm));
+    ASSERT_OK(Records(*tx).InsertOrLoad(warm));
     Record warm_done = warm;
     warm_done.state = RecordState::kSucceeded;
-    ASSERT_OK(tx->ReplaceAndCommit(warm_done, 1, RecordState::kProcessing));
+    ASSERT_OK(Records(*tx).ReplaceAndCommit(warm_done, 1, RecordState::kProcessing));
   }
   {
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
     const uint64_t before = mysql::RoundTrips();
     absl::StatusOr<bool> moved =
-        tx->ReplaceAndCommit(done, /*expected_token=*/7, RecordState::kProcessing);
+        Records(*tx).ReplaceAndCommit(done, /*expected_token=*/7, RecordState::kProcessing);
     EXPECT_EQ(mysql::RoundTrips() - before, 2u);
     ASSERT_OK(moved);
     EXPECT_FALSE(*moved);
@@ -649,9 +650,9 @@ TEST_F(MysqlStoreTest, ReplaceAndCommitRoundTrips) {
   EXPECT_EQ(*store_->Get("default", "K"), std::nullopt);
   {
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
     const uint64_t before = mysql::RoundTrips();
-    absl::StatusOr<bool> moved = tx->ReplaceAndCommit(done, 1, RecordState::kProcessing);
+    absl::StatusOr<bool> moved = Records(*tx).ReplaceAndCommit(done, 1, RecordState::kProcessing);
     EXPECT_EQ(mysql::RoundTrips() - before, 1u);
     ASSERT_OK(moved);
     EXPECT_TRUE(*moved);
