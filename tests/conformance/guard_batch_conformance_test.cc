@@ -1,4 +1,4 @@
-// Guard::RunIn (a consumer's batch: many keys in one caller-owned transaction,
+// RunIn (core/guard_batch.h: a consumer's batch: many keys in one caller-owned transaction,
 // each individually idempotent) against every SQL backend: PostgreSQL aborts a
 // transaction at its first failed statement, so a failing message must be confined
 // by its savepoint there as on SQLite and MySQL.

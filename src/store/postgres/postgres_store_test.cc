@@ -619,7 +619,7 @@ TEST_F(PostgresStoreTest, GuardRunTakesThreeRoundTrips) {
   EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM ledger"), 3);
 }
 
-// A consumer's batch (Guard::RunBatchIn): the claims of all its keys go in one
+// A consumer's batch (RunBatchIn, core/guard_batch.h): the claims of all its keys go in one
 // round trip (with the BEGIN), the results in another, so a batch of n messages
 // whose handler is one INSERT costs n + 3 round trips instead of 3n.
 TEST_F(PostgresStoreTest, GuardBatchSendsItsClaimsAndResultsTogether) {
