@@ -128,9 +128,9 @@ class Guard {
   // Returns kExecuted, kReplayed, kInProgress, kKeyReused, kFingerprintMismatch,
   // kCachedFailure or kExpired (a tombstone: the handler does not run) as values.
   // Errors: kInvalidArgument for a bad key/biz_type/tenant or a fingerprint over
-  // kMaxFingerprintBytes (the handler does not run); kUnavailable when the store cannot be reached, stays locked or is unusable
-  // (any failure of idem's own statements is the store's fault, IsStoreFault: a
-  // missing table, a read-only or deleted file, permission denied; fail closed: the
+  // kMaxFingerprintBytes (the handler does not run); kUnavailable when the store cannot be reached,
+  // stays locked or is unusable (any failure of idem's own statements is the store's fault,
+  // IsStoreFault: a missing table, a read-only or deleted file, permission denied; fail closed: the
   // handler does not run, nothing is cached); the handler's own error on its first
   // failure (retryable ones leave no record). A key whose final state
   // the store already knows (e.g. from a cache tier, include/idem/cache.h) is answered

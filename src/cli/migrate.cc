@@ -77,7 +77,8 @@ int Fail(const absl::Status& raw, std::string_view what, std::string_view url) {
 absl::StatusOr<SchemaInfo> Describe(const std::string& url, std::string* backend) {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
                         OpenStore(url, {.read_only = true, .require_schema = false}));
-  if (Backend(*store).sql_dialect() != nullptr) *backend = std::string(Backend(*store).sql_dialect()->name());
+  if (Backend(*store).sql_dialect() != nullptr)
+    *backend = std::string(Backend(*store).sql_dialect()->name());
   return Backend(*store).DescribeSchema();
 }
 

@@ -3,11 +3,11 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "core/failpoint.h"
 #include "core/guard_internal.h"
 #include "core/guard_nonblocking.h"
-#include "absl/strings/str_cat.h"
-#include "core/failpoint.h"
 #include "idem/status.h"
 
 namespace idem {
@@ -211,10 +211,9 @@ absl::StatusOr<Guard::Impl::Acquisition> Guard::Impl::Acquire(
   return Settle(tx, request, std::move(claim), std::move(loaded), lease, now);
 }
 
-absl::StatusOr<Guard::Impl::Acquisition> Guard::Impl::Settle(RecordTransaction& tx, const Request& request,
-                                                 Record claim,
-                                                 absl::StatusOr<std::optional<Record>> loaded,
-                                                 absl::Duration lease, absl::Time now) {
+absl::StatusOr<Guard::Impl::Acquisition> Guard::Impl::Settle(
+    RecordTransaction& tx, const Request& request, Record claim,
+    absl::StatusOr<std::optional<Record>> loaded, absl::Duration lease, absl::Time now) {
   Acquisition a;
   a.claim = std::move(claim);
   // Another claim of this key holds its row in an open transaction: in progress.
@@ -248,7 +247,7 @@ absl::StatusOr<Guard::Impl::Acquisition> Guard::Impl::Settle(RecordTransaction& 
 // one the database would give. Anything else, an error included, goes to the
 // database, which is the only layer that decides.
 std::optional<Result> Guard::Impl::DecideFromKnown(const Request& request, absl::Duration lease,
-                                             absl::Time now) {
+                                                   absl::Time now) {
   absl::StatusOr<std::optional<Record>> known = store_.LookupDecided(request.tenant, request.key);
   if (!known.ok()) return std::nullopt;  // advisory only: ignored
   return DecideFrom(*known, request, lease, now);
@@ -260,8 +259,9 @@ std::optional<Result> Guard::Impl::ClaimIfKnown(const Request& request) {
                     options_.clock->Now());
 }
 
-std::optional<Result> Guard::Impl::DecideFrom(const std::optional<Record>& known, const Request& request,
-                                        absl::Duration lease, absl::Time now) {
+std::optional<Result> Guard::Impl::DecideFrom(const std::optional<Record>& known,
+                                              const Request& request, absl::Duration lease,
+                                              absl::Time now) {
   if (!known.has_value()) return std::nullopt;
   const Record& record = *known;
   if ((record.state != RecordState::kSucceeded && record.state != RecordState::kFailed) ||
@@ -357,7 +357,7 @@ absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease
 }
 
 absl::StatusOr<Result> Guard::Impl::RunTransactional(const Request& request, const Statement* first,
-                                               const HandlerAfterFirst& handler) {
+                                                     const HandlerAfterFirst& handler) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   const absl::Time now = options_.clock->Now();
   if (std::optional<Result> known = DecideFromKnown(request, options_.lease, now)) {
@@ -406,7 +406,8 @@ absl::StatusOr<Result> Guard::Impl::RunTransactional(const Request& request, con
     // A final failure: the handler's writes are gone with the rollback; cache the
     // failure in a transaction of its own. If someone claimed the key in between,
     // their record stands and ours is not written.
-    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> ftx, AsStoreFault(BeginRecords(store_)));
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> ftx,
+                          AsStoreFault(BeginRecords(store_)));
     Record failed = claim;
     failed.state = RecordState::kFailed;
     failed.error = internal::FailureBytes(value.status());
@@ -454,7 +455,7 @@ absl::StatusOr<Result> Guard::Impl::RunTransactional(const Request& request, con
 }
 
 absl::Status Guard::Impl::Finish(const Request& request, int64_t token, RecordState final_state,
-                           std::string_view bytes) {
+                                 std::string_view bytes) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> tx, AsStoreFault(BeginRecords(store_)));
   IDEM_ASSIGN_OR_RETURN(bool write, FinishIn(*tx, request, token, final_state, bytes));
@@ -463,7 +464,8 @@ absl::Status Guard::Impl::Finish(const Request& request, int64_t token, RecordSt
 }
 
 bool Guard::Impl::FinishNonBlocking(const Request& request, int64_t token, RecordState final_state,
-                              std::string_view bytes, std::function<void(absl::Status)> done) {
+                                    std::string_view bytes,
+                                    std::function<void(absl::Status)> done) {
   std::shared_ptr<RecordTransaction> tx = BeginNonBlocking(request);
   if (tx == nullptr) return false;
   // A key another open transaction holds: a wait, left to the blocking call.
@@ -484,8 +486,9 @@ bool Guard::Impl::FinishNonBlocking(const Request& request, int64_t token, Recor
   return true;
 }
 
-absl::StatusOr<bool> Guard::Impl::FinishIn(RecordTransaction& tx, const Request& request, int64_t token,
-                                     RecordState final_state, std::string_view bytes) {
+absl::StatusOr<bool> Guard::Impl::FinishIn(RecordTransaction& tx, const Request& request,
+                                           int64_t token, RecordState final_state,
+                                           std::string_view bytes) {
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing,
                         AsStoreFault(tx.Load(request.tenant, request.key)));
   if (!existing.has_value()) {

@@ -43,7 +43,7 @@ absl::Status Guard::Impl::CheckSql() const {
 }
 
 absl::StatusOr<Result> Guard::Impl::RunIn(RecordTransaction& tx, const Request& request,
-                                    const Handler& handler, bool confine) {
+                                          const Handler& handler, bool confine) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   IDEM_RETURN_IF_ERROR(CheckSql());
   const absl::Time now = options_.clock->Now();
@@ -104,7 +104,7 @@ absl::StatusOr<Result> Guard::Impl::RunIn(RecordTransaction& tx, const Request& 
 // RunIn without the savepoint: claim, handler, result, and on anything but
 // success or a plain duplicate the caller rolls the whole transaction back.
 absl::StatusOr<Result> Guard::Impl::RunUnconfined(RecordTransaction& tx, const Request& request,
-                                            const Handler& handler, absl::Time now) {
+                                                  const Handler& handler, absl::Time now) {
   IDEM_ASSIGN_OR_RETURN(Acquisition a, Acquire(tx, request, options_.lease, now));
   if (a.final.has_value()) return *std::move(a.final);
   IDEM_ASSIGN_OR_RETURN(std::string value, handler(tx));
@@ -142,9 +142,9 @@ absl::StatusOr<std::vector<Result>> RunBatchIn(Guard& guard, StoreTransaction& t
 }
 
 absl::StatusOr<std::vector<Result>> Guard::Impl::RunBatchIn(RecordTransaction& tx,
-                                                      absl::Span<const Request> requests,
-                                                      absl::Span<const Statement> firsts,
-                                                      const BatchHandlerAfterFirst& handler) {
+                                                            absl::Span<const Request> requests,
+                                                            absl::Span<const Statement> firsts,
+                                                            const BatchHandlerAfterFirst& handler) {
   if (!firsts.empty() && firsts.size() != requests.size()) {
     return absl::InvalidArgumentError(absl::StrCat("RunBatchIn: ", firsts.size(),
                                                    " first statements for ", requests.size(),
@@ -170,9 +170,9 @@ absl::StatusOr<std::vector<Result>> Guard::Impl::RunBatchIn(RecordTransaction& t
 }
 
 absl::Status Guard::Impl::RunSegmentIn(RecordTransaction& tx, absl::Span<const Request> requests,
-                                 absl::Span<const Statement> firsts, size_t begin, size_t end,
-                                 const BatchHandlerAfterFirst& handler,
-                                 std::vector<Result>* results) {
+                                       absl::Span<const Statement> firsts, size_t begin, size_t end,
+                                       const BatchHandlerAfterFirst& handler,
+                                       std::vector<Result>* results) {
   const absl::Time now = options_.clock->Now();
   std::vector<size_t> asked;  // the requests whose keys go to the store
   std::vector<Record> claims;

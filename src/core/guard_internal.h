@@ -69,11 +69,10 @@ struct Guard::Impl {
   // Claims `request` in `tx`. With `first`, the claim goes out with that statement
   // (RecordTransaction::InsertOrLoadThen) and `first_result` receives its outcome
   // when it ran.
-  absl::StatusOr<Acquisition> Acquire(RecordTransaction& tx, const Request& request,
-                                      absl::Duration lease, absl::Time now,
-                                      const Statement* first = nullptr,
-                                      std::optional<absl::StatusOr<int64_t>>* first_result =
-                                          nullptr);
+  absl::StatusOr<Acquisition> Acquire(
+      RecordTransaction& tx, const Request& request, absl::Duration lease, absl::Time now,
+      const Statement* first = nullptr,
+      std::optional<absl::StatusOr<int64_t>>* first_result = nullptr);
   // The fresh PROCESSING record (token 1) that claims `request` at `now`.
   Record FreshClaim(const Request& request, absl::Duration lease, absl::Time now) const;
   // Decides the claim `claim` of `request` from the store's answer to inserting it

@@ -33,7 +33,8 @@ class Purger {
   absl::StatusOr<PurgeStats> Run() {
     IDEM_RETURN_IF_ERROR(Pass(/*tombstones=*/false));
     IDEM_RETURN_IF_ERROR(Pass(/*tombstones=*/true));
-    if (options_.journal && options_.policy != nullptr && Backend(store_).sql_dialect() != nullptr) {
+    if (options_.journal && options_.policy != nullptr &&
+        Backend(store_).sql_dialect() != nullptr) {
       IDEM_RETURN_IF_ERROR(Journal());
     }
     return stats_;

@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "idem/fingerprint.h"
 #include "idem/status.h"
-#include "store/backend.h"
 #include "store/absl_compat.h"
+#include "store/backend.h"
 #include "store/sql/columns.h"
 
 namespace idem::steps {

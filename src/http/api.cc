@@ -5,8 +5,6 @@
 #include <string>
 #include <utility>
 
-#include "spdlog/spdlog.h"
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -16,8 +14,9 @@
 #include "idem/fingerprint.h"
 #include "idem/key.h"
 #include "idem/status.h"
-#include "store/backend.h"
 #include "simdjson.h"
+#include "spdlog/spdlog.h"
+#include "store/backend.h"
 
 namespace idem::http {
 namespace {

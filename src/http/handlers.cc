@@ -518,11 +518,11 @@ bool Api::HandleAsync(HttpRequest& request, Resume resume) {
     req.key = std::move(body->key);
     const std::string_view outcome = body->retryable ? "released" : "failed";
     return FailNonBlocking(guard_, req, body->token, body->retryable, body->error,
-                                  [this, req, outcome, finish, resume](absl::Status status) {
-                                    resume(finish([this, req, outcome, status = std::move(status)] {
-                                      return AnswerFinish(Route::kFail, req, status, outcome);
-                                    }));
-                                  });
+                           [this, req, outcome, finish, resume](absl::Status status) {
+                             resume(finish([this, req, outcome, status = std::move(status)] {
+                               return AnswerFinish(Route::kFail, req, status, outcome);
+                             }));
+                           });
   } catch (const std::exception&) {
     return false;  // Handle() on the pool answers it
   }

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "idem/status.h"
-#include "store/backend.h"
 #include "spdlog/spdlog.h"
+#include "store/backend.h"
 
 namespace idem::http {
 

@@ -129,8 +129,7 @@ class RecordTransaction : public StoreTransaction {
   // batch's results at once. On an error (as Replace's) some of them may have run:
   // the caller rolls the transaction back. The default calls Replace for each.
   // Blocks.
-  virtual absl::StatusOr<std::vector<bool>> ReplaceMany(
-      absl::Span<const Replacement> replacements);
+  virtual absl::StatusOr<std::vector<bool>> ReplaceMany(absl::Span<const Replacement> replacements);
 
   // Reads the record of (tenant, key) in this transaction, or std::nullopt.
   virtual absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,
@@ -234,8 +233,8 @@ class SqlDialect {
 
 // What a database holds of idem's schema (StoreBackend::DescribeSchema; `idem migrate`).
 struct SchemaInfo {
-  int64_t version = 0;        // 0: no idem schema there
-  int64_t build_version = 0;  // the version this build creates and reads
+  int64_t version = 0;              // 0: no idem schema there
+  int64_t build_version = 0;        // the version this build creates and reads
   std::vector<std::string> tables;  // idem's tables (idem_*), sorted
   // MySQL/MariaDB only: idem's stored procedures there (idem_claim_v1, …).
   std::optional<std::vector<std::string>> procedures;

@@ -5,11 +5,11 @@
 #include <utility>
 #include <vector>
 
-#include "store/absl_compat.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/absl_compat.h"
 #include "store/backend.h"
 
 namespace idem {

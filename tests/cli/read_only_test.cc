@@ -21,9 +21,9 @@
 #include "gtest/gtest.h"
 #include "idem/idem.h"
 #include "idem/steps.h"
+#include "store/backend.h"
 #include "testing/idem_process.h"
 #include "testing/temp_dir.h"
-#include "store/backend.h"
 
 namespace idem::testing {
 namespace {

@@ -25,15 +25,15 @@
 #include "conformance/store_factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "http/upstream.h"
 #include "idem/idem.h"
 #include "recon/fields.h"
 #include "recon/ledger_reader.h"
 #include "recon/tables.h"
-#include "http/upstream.h"
+#include "store/backend.h"
 #include "testing/idem_process.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
-#include "store/backend.h"
 
 namespace idem::testing {
 namespace {

@@ -2,20 +2,20 @@
 // each individually idempotent) against every SQL backend: PostgreSQL aborts a
 // transaction at its first failed statement, so a failing message must be confined
 // by its savepoint there as on SQLite and MySQL.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "conformance/store_factory.h"
 #include "core/guard_batch.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
-#include "store/backend.h"
 
 namespace idem {
 namespace {
@@ -70,11 +70,13 @@ TEST_P(GuardBatchTest, KeysOfOneTransactionCommitTogetherEachOnce) {
     SCOPED_TRACE(confine ? "with savepoints" : "fast path");
     const std::string p = confine ? "c-" : "f-";
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    absl::StatusOr<Result> a = RunIn(*guard_, *tx, Req(p + "E1"), Inserting({p + "O-1"}, "r1"), confine);
+    absl::StatusOr<Result> a =
+        RunIn(*guard_, *tx, Req(p + "E1"), Inserting({p + "O-1"}, "r1"), confine);
     absl::StatusOr<Result> b = RunIn(*guard_, *tx, Req(p + "E2"), Inserting({p + "O-2"}), confine);
     runs_ = 0;
     // The same event again in the same batch: replayed from the uncommitted record.
-    absl::StatusOr<Result> again = RunIn(*guard_, *tx, Req(p + "E1"), Inserting({p + "O-9"}), confine);
+    absl::StatusOr<Result> again =
+        RunIn(*guard_, *tx, Req(p + "E1"), Inserting({p + "O-9"}), confine);
     ASSERT_OK(a);
     ASSERT_OK(b);
     ASSERT_OK(again);
@@ -187,10 +189,8 @@ TEST_P(GuardBatchTest, AFailingHandlerFailsTheBatchAndTheRerunConfinesIt) {
   const std::vector<std::vector<std::string>> rows = {{"O-1"}, {"O-2", "O-1"}, {"O-3"}};
   {
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    absl::StatusOr<std::vector<Result>> results =
-        RunBatchIn(*guard_, *tx, batch, [&](size_t i, Transaction& t) {
-          return Inserting(rows[i])(t);
-        });
+    absl::StatusOr<std::vector<Result>> results = RunBatchIn(
+        *guard_, *tx, batch, [&](size_t i, Transaction& t) { return Inserting(rows[i])(t); });
     EXPECT_THAT(results, StatusIs(absl::StatusCode::kInvalidArgument));
     tx->Rollback();
   }
@@ -220,7 +220,7 @@ TEST_P(GuardBatchTest, ABadKeyFailsTheBatchBeforeAnyWrite) {
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
   runs_ = 0;
   EXPECT_THAT(RunBatchIn(*guard_, *tx, batch,
-                                 [&](size_t, Transaction& t) { return Inserting({"O-1"})(t); }),
+                         [&](size_t, Transaction& t) { return Inserting({"O-1"})(t); }),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(runs_, 0);
   ASSERT_OK(tx->Commit());
@@ -245,13 +245,13 @@ TEST_P(GuardBatchTest, FirstStatementsRunOnlyForClaimedKeys) {
   firsts.push_back({"INSERT INTO ledger (order_no) VALUES (?)", {Value("O-never-2")}});
   std::vector<size_t> ran;
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-  absl::StatusOr<std::vector<Result>> results = RunBatchIn(*guard_, 
-      *tx, batch, firsts,
-      [&](size_t i, Transaction&, int64_t rows) -> absl::StatusOr<std::string> {
-        EXPECT_EQ(rows, 1) << i;
-        ran.push_back(i);
-        return "r" + std::to_string(i);
-      });
+  absl::StatusOr<std::vector<Result>> results =
+      RunBatchIn(*guard_, *tx, batch, firsts,
+                 [&](size_t i, Transaction&, int64_t rows) -> absl::StatusOr<std::string> {
+                   EXPECT_EQ(rows, 1) << i;
+                   ran.push_back(i);
+                   return "r" + std::to_string(i);
+                 });
   ASSERT_OK(results);
   EXPECT_EQ(ran.size(), 130u);
   EXPECT_EQ((*results)[130].outcome, Outcome::kReplayed);
@@ -271,9 +271,9 @@ TEST_P(GuardBatchTest, FirstStatementsRunOnlyForClaimedKeys) {
       {"INSERT INTO ledger (order_no) VALUES (?)", {Value("O1")}}};
   tx = *store_->Begin();
   EXPECT_THAT(RunBatchIn(*guard_, *tx, again, bad,
-                                 [](size_t, Transaction&, int64_t) -> absl::StatusOr<std::string> {
-                                   return std::string("never");
-                                 }),
+                         [](size_t, Transaction&, int64_t) -> absl::StatusOr<std::string> {
+                           return std::string("never");
+                         }),
               StatusIs(absl::StatusCode::kInvalidArgument));
   tx->Rollback();
   EXPECT_EQ(Ledger().size(), 131u);
@@ -281,9 +281,9 @@ TEST_P(GuardBatchTest, FirstStatementsRunOnlyForClaimedKeys) {
   // One statement per request, or none.
   tx = *store_->Begin();
   EXPECT_THAT(RunBatchIn(*guard_, *tx, again, absl::MakeConstSpan(bad).subspan(0, 1),
-                                 [](size_t, Transaction&, int64_t) -> absl::StatusOr<std::string> {
-                                   return std::string("never");
-                                 }),
+                         [](size_t, Transaction&, int64_t) -> absl::StatusOr<std::string> {
+                           return std::string("never");
+                         }),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 

@@ -1,4 +1,7 @@
 // The Guard/Store contract of SPEC §2–§3, run against every backend.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -6,15 +9,12 @@
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "conformance/store_factory.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
-#include "store/backend.h"
 
 namespace idem {
 namespace {

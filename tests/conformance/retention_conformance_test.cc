@@ -21,11 +21,11 @@
 #include "idem/idem.h"
 #include "idem/retention.h"
 #include "idem/steps.h"
+#include "store/backend.h"
 #include "testing/fake_clock.h"
 #include "testing/records.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
-#include "store/backend.h"
 
 namespace idem {
 namespace {

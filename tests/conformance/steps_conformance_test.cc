@@ -25,11 +25,11 @@
 #include "idem/idem.h"
 #include "idem/retry.h"
 #include "idem/steps.h"
+#include "store/backend.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
-#include "store/backend.h"
 
 namespace idem {
 namespace {

@@ -16,10 +16,10 @@
 
 #include "conformance/store_factory.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "testing/records.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
-#include "store/backend.h"
 
 namespace idem {
 namespace {
@@ -200,8 +200,9 @@ TEST_P(StoreContractTest, ClaimHeldPastTheLockTimeoutFailsClosed) {
 
   // At the Store level: kUnavailable (retry later); the server backends also mark it
   // as a claim in progress, which is how the Guard above told it.
-  absl::Status raw =
-      Contend(*store, [](StoreTransaction& tx) { return Records(tx).InsertOrLoad(Claim("K", 9)).status(); });
+  absl::Status raw = Contend(*store, [](StoreTransaction& tx) {
+    return Records(tx).InsertOrLoad(Claim("K", 9)).status();
+  });
   EXPECT_THAT(raw, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(IsClaimContended(raw), !GetParam().locks_whole_database) << raw;
 
@@ -375,7 +376,8 @@ TEST_P(StoreContractTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
   {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
     ASSERT_OK(Records(*tx).InsertOrLoad(big));
-    absl::StatusOr<bool> moved = Records(*tx).ReplaceAndCommit(big_done, 1, RecordState::kProcessing);
+    absl::StatusOr<bool> moved =
+        Records(*tx).ReplaceAndCommit(big_done, 1, RecordState::kProcessing);
     ASSERT_OK(moved);
     EXPECT_TRUE(*moved);
   }
@@ -408,7 +410,8 @@ TEST_P(StoreContractTest, BatchClaimsAndWritesAnswerEachRecordAsOneAtATime) {
   batch.push_back(Claim("HELD"));
   batch.push_back(Claim("K1"));  // again: loads the batch's own claim of K1
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-  ASSERT_OK_AND_ASSIGN(std::vector<std::optional<Record>> got, Records(*tx).InsertOrLoadMany(batch));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::optional<Record>> got,
+                       Records(*tx).InsertOrLoadMany(batch));
   ASSERT_EQ(got.size(), batch.size());
   std::vector<RecordTransaction::Replacement> writes;
   for (int i = 0; i < 230; ++i) {
@@ -450,7 +453,8 @@ TEST_P(StoreContractTest, BatchClaimsAndWritesAnswerEachRecordAsOneAtATime) {
   }
   // The empty batch is no call at all.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> empty, store->Begin());
-  ASSERT_OK_AND_ASSIGN(std::vector<std::optional<Record>> no_claims, Records(*empty).InsertOrLoadMany({}));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::optional<Record>> no_claims,
+                       Records(*empty).InsertOrLoadMany({}));
   EXPECT_TRUE(no_claims.empty());
   ASSERT_OK_AND_ASSIGN(std::vector<bool> no_writes, Records(*empty).ReplaceMany({}));
   EXPECT_TRUE(no_writes.empty());

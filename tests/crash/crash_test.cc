@@ -2,6 +2,7 @@
 // is SIGKILLed at a failpoint; the parent reopens the database, retries every key,
 // and checks that each business row exists exactly once and each record agrees
 // with it.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,15 +12,13 @@
 #include <tuple>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "conformance/store_factory.h"
 #include "core/failpoint.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
-#include "store/backend.h"
 
 namespace idem {
 namespace {

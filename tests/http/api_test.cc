@@ -13,14 +13,14 @@
 #include "absl/synchronization/notification.h"
 #include "http/json.h"
 #include "http/store_health.h"
-#include "idem/status.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
+#include "idem/status.h"
 #include "nlohmann/json.hpp"
-#include "testing/fake_clock.h"
-#include "testing/temp_dir.h"
-#include "testing/status_matchers.h"
 #include "store/backend.h"
+#include "testing/fake_clock.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
 
 namespace idem::http {
 namespace {
@@ -616,9 +616,14 @@ TEST(ProbeStoreWrite, WritesAndLeavesNothingBehind) {
     EXPECT_FALSE((*store->Get("", "write-probe")).has_value()) << url;
     {
       ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-      ASSERT_OK(Records(*tx).InsertOrLoad(Record{.tenant = "", .biz_type = "idem.readiness",
-                                        .key = "write-probe", .token = 1, .lease_until = now,
-                                        .created_at = now, .updated_at = now})
+      ASSERT_OK(Records(*tx)
+                    .InsertOrLoad(Record{.tenant = "",
+                                         .biz_type = "idem.readiness",
+                                         .key = "write-probe",
+                                         .token = 1,
+                                         .lease_until = now,
+                                         .created_at = now,
+                                         .updated_at = now})
                     .status());
       ASSERT_OK(tx->Commit());
     }

@@ -27,6 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "store/record_codec.h"
 #include "store/redis/redis_client.h"
 #include "testing/fake_clock.h"
@@ -34,7 +35,6 @@
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
-#include "store/backend.h"
 
 namespace idem {
 namespace {

@@ -249,8 +249,7 @@ absl::StatusOr<std::unique_ptr<StoreTransaction>> CachingStore::Begin() {
 
 absl::StatusOr<std::unique_ptr<RecordTransaction>> CachingStore::BeginNonBlocking() {
   if (!non_blocking()) return nullptr;
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> tx,
-                        Backend(*inner_).BeginNonBlocking());
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> tx, Backend(*inner_).BeginNonBlocking());
   if (tx == nullptr) return nullptr;
   return std::unique_ptr<RecordTransaction>(new CachingTransaction(*this, std::move(tx)));
 }

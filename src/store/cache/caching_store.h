@@ -38,7 +38,9 @@ class CachingStore final : public StoreBackend {
   // The inner store's, when the tiers are L1 only: a Redis tier's fills are round
   // trips, which the store's writer thread (where a CommitAsync ends) must not make.
   absl::StatusOr<std::unique_ptr<RecordTransaction>> BeginNonBlocking() override;
-  bool non_blocking() const override { return redis_ == nullptr && Backend(*inner_).non_blocking(); }
+  bool non_blocking() const override {
+    return redis_ == nullptr && Backend(*inner_).non_blocking();
+  }
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant, std::string_view key) override;
   absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override;
   absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,

@@ -22,8 +22,9 @@
 #include <thread>
 #include <vector>
 
-#include "store/absl_compat.h"
 #include "idem/idem.h"
+#include "store/absl_compat.h"
+#include "store/backend.h"
 #include "store/mysql/mysql_conn.h"
 #include "store/mysql/mysql_error.h"
 #include "store/mysql/mysql_url.h"
@@ -31,7 +32,6 @@
 #include "testing/records.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
-#include "store/backend.h"
 
 namespace idem {
 namespace {
@@ -297,7 +297,8 @@ TEST_F(MysqlStoreTest, InsertOrLoadTellsFirstArrivalFromDuplicateByAffectedRows)
   EXPECT_TRUE(*same);
   Record next = r;
   next.token = 2;
-  absl::StatusOr<bool> stale = Records(*tx).Replace(next, /*expected_token=*/5, RecordState::kProcessing);
+  absl::StatusOr<bool> stale =
+      Records(*tx).Replace(next, /*expected_token=*/5, RecordState::kProcessing);
   ASSERT_OK(stale);
   EXPECT_FALSE(*stale);
   absl::StatusOr<bool> moved = Records(*tx).Replace(next, 1, RecordState::kProcessing);

@@ -2,10 +2,10 @@
 
 #include <poll.h>
 
-#include <atomic>
-#include <cerrno>
-#include <bit>
 #include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -14,9 +14,9 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "store/absl_compat.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/absl_compat.h"
 #include "store/backend.h"
 
 namespace idem::postgres {

@@ -7,7 +7,6 @@
 // Needs IDEM_TEST_POSTGRES_URL (scripts/services.sh start DIR; source DIR/env.sh);
 // every test that needs the server FAILS without it, on purpose: a skipped
 // integration test looks green in CI. Each test works in a schema of its own.
-#include "core/guard_batch.h"
 #include "store/postgres/postgres_store.h"
 
 #include <gmock/gmock.h>
@@ -25,9 +24,10 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "store/absl_compat.h"
+#include "core/guard_batch.h"
 #include "idem/guard.h"
 #include "idem/store.h"
+#include "store/absl_compat.h"
 #include "store/backend.h"
 #include "store/postgres/pg_conn.h"
 #include "store/postgres/pg_url.h"
@@ -535,7 +535,8 @@ TEST_F(PostgresStoreTest, ClaimQueuedBehindACommittingInsertLoadsAndLocksIt) {
   // `second` holds the row lock now: a third claim waits and times out.
   std::unique_ptr<Store> impatient = Open("lock_timeout_ms=100");
   std::unique_ptr<StoreTransaction> third = *impatient->Begin();
-  EXPECT_THAT(Records(*third).InsertOrLoad(MakeRecord("K")), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Records(*third).InsertOrLoad(MakeRecord("K")),
+              StatusIs(absl::StatusCode::kUnavailable));
   third->Rollback();
   ASSERT_OK(second->Commit());
 }

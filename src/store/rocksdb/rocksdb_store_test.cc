@@ -25,13 +25,13 @@
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
 #include "rocksdb/utilities/transaction_db_mutex.h"
+#include "store/backend.h"
 #include "store/record_codec.h"
 #include "store/rocksdb/batch_writer.h"
 #include "store/rocksdb/rocksdb_db.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
-#include "store/backend.h"
 
 namespace idem {
 namespace {
@@ -335,7 +335,8 @@ TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> group,
                          OpenStore("rocksdb://" + dir.file("g") + "?writer=group"));
     EXPECT_FALSE(Backend(*group).non_blocking());
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordTransaction> none, Backend(*group).BeginNonBlocking());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordTransaction> none,
+                         Backend(*group).BeginNonBlocking());
     EXPECT_EQ(none, nullptr) << "writer=group commits block: no non-blocking transactions";
   }
   const std::string url = "rocksdb://" + dir.file("db") + "?lock_timeout_ms=60000";
@@ -422,7 +423,7 @@ TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter
 
   // An invalid request is left to the blocking call, which words it.
   EXPECT_FALSE(ClaimNonBlocking(guard, Request{.tenant = "t", .biz_type = "refund", .key = ""},
-                                      absl::Seconds(1), [](absl::StatusOr<Result>) {}));
+                                absl::Seconds(1), [](absl::StatusOr<Result>) {}));
 }
 
 // RocksDB's lock manager, as idem opens it: its stripes' mutexes, of which a
@@ -512,11 +513,11 @@ TEST(RocksdbStoreTest, ABusyLockStripeIsNotAHeldKey) {
   absl::Notification claimed;
   absl::StatusOr<Result> claim = absl::UnknownError("not called");
   ASSERT_TRUE(ClaimNonBlocking(guard, {.tenant = "t", .biz_type = "pay", .key = "new"},
-                                     absl::Seconds(30),
-                                     [&](absl::StatusOr<Result> r) {
-                                       claim = std::move(r);
-                                       claimed.Notify();
-                                     }))
+                               absl::Seconds(30),
+                               [&](absl::StatusOr<Result> r) {
+                                 claim = std::move(r);
+                                 claimed.Notify();
+                               }))
       << "a new key went to the pool because its lock stripe was busy for a moment";
   ASSERT_TRUE(claimed.WaitForNotificationWithTimeout(absl::Seconds(30)));
   ASSERT_OK(claim.status());
@@ -528,8 +529,7 @@ TEST(RocksdbStoreTest, ABusyLockStripeIsNotAHeldKey) {
   stripes->busy = 1 << 30;
   bool called = false;
   EXPECT_FALSE(ClaimNonBlocking(guard, {.tenant = "t", .biz_type = "pay", .key = "busy"},
-                                      absl::Seconds(30),
-                                      [&](absl::StatusOr<Result>) { called = true; }));
+                                absl::Seconds(30), [&](absl::StatusOr<Result>) { called = true; }));
   EXPECT_FALSE(called);
   ASSERT_OK_AND_ASSIGN(Result blocking,
                        guard.Claim({.tenant = "t", .biz_type = "pay", .key = "busy"}));
@@ -549,7 +549,8 @@ TEST(RocksdbStoreTest, TheL1PassesNonBlockingTransactionsThroughAndFillsAtTheCom
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> redis,
                          NewCachingStore(std::move(inner), {.redis_url = "redis://127.0.0.1:1"}));
     EXPECT_FALSE(Backend(*redis).non_blocking());
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> none, Backend(*redis).BeginNonBlocking());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> none,
+                         Backend(*redis).BeginNonBlocking());
     EXPECT_EQ(none, nullptr);
   }
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore("rocksdb://" + dir.file("db")));
@@ -582,7 +583,7 @@ TEST(RocksdbStoreTest, BlockingStoresHaveNoNonBlockingTransactions) {
     EXPECT_EQ(tx, nullptr);
     Guard guard(*store);
     EXPECT_FALSE(ClaimNonBlocking(guard, Request{.tenant = "t", .biz_type = "b", .key = "k"},
-                                        absl::Seconds(1), [](absl::StatusOr<Result>) {}));
+                                  absl::Seconds(1), [](absl::StatusOr<Result>) {}));
   }
 }
 

@@ -15,12 +15,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "store/sql/columns.h"
 #include "idem/record.h"
 #include "idem/status.h"
 #include "idem/store.h"
-#include "store/backend.h"
 #include "idem/value.h"
+#include "store/backend.h"
+#include "store/sql/columns.h"
 
 namespace idem::sql {
 

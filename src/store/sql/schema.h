@@ -12,8 +12,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "idem/store.h"
-#include "store/backend.h"
 #include "idem/value.h"
+#include "store/backend.h"
 #include "store/sql/dialect.h"
 
 namespace idem::sql {

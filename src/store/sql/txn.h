@@ -14,8 +14,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "store/absl_compat.h"
 #include "idem/store.h"
+#include "store/absl_compat.h"
 #include "store/backend.h"
 #include "store/sql/pool.h"
 #include "store/sql/records.h"
