@@ -297,25 +297,28 @@ Result Guard::Impl::Acquired(const Acquisition& a) {
                 .expires_at = a.claim.expires_at};
 }
 
-std::unique_ptr<RecordTransaction> Guard::Impl::BeginNonBlocking(const Request& request) {
+absl::StatusOr<std::unique_ptr<RecordTransaction>> Guard::Impl::HoldNonBlocking(
+    const Request& request) {
   if (!Validate(request).ok()) return nullptr;
   absl::StatusOr<std::unique_ptr<RecordTransaction>> begun = store_.BeginNonBlocking();
-  if (!begun.ok()) return nullptr;
-  return *std::move(begun);
+  if (!begun.ok() || *begun == nullptr) return nullptr;
+  // A key another open transaction holds: a wait, left to the blocking call.
+  IDEM_ASSIGN_OR_RETURN(RecordTransaction::KeyLock lock,
+                        AsStoreFault((*begun)->TryLock(request.tenant, request.key)));
+  if (lock == RecordTransaction::KeyLock::kWouldBlock) return nullptr;
+  return begun;
 }
 
 bool Guard::Impl::ClaimNonBlocking(const Request& request, absl::Duration lease,
                                    std::function<void(absl::StatusOr<Result>)> done) {
-  // Shared: it rides in the commit's callback, which the store's writer owns.
-  std::shared_ptr<RecordTransaction> tx = BeginNonBlocking(request);
-  if (tx == nullptr) return false;
-  // A key another open transaction holds: a wait, left to the blocking call.
-  absl::StatusOr<RecordTransaction::KeyLock> lock = tx->TryLock(request.tenant, request.key);
-  if (lock.ok() && *lock == RecordTransaction::KeyLock::kWouldBlock) return false;
-  if (!lock.ok()) {
-    done(AsStoreFault(lock.status()));
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> held = HoldNonBlocking(request);
+  if (held.ok() && *held == nullptr) return false;
+  if (!held.ok()) {
+    done(held.status());
     return true;
   }
+  // Shared: it rides in the commit's callback, which the store's writer owns.
+  std::shared_ptr<RecordTransaction> tx = *std::move(held);
   if (lease <= absl::ZeroDuration()) lease = options_.lease;
   absl::StatusOr<Acquisition> a = Acquire(*tx, request, lease, options_.clock->Now());
   // kAborted (a race on the record): nothing is written, and the blocking path's
@@ -466,15 +469,13 @@ absl::Status Guard::Impl::Finish(const Request& request, int64_t token, RecordSt
 bool Guard::Impl::FinishNonBlocking(const Request& request, int64_t token, RecordState final_state,
                                     std::string_view bytes,
                                     std::function<void(absl::Status)> done) {
-  std::shared_ptr<RecordTransaction> tx = BeginNonBlocking(request);
-  if (tx == nullptr) return false;
-  // A key another open transaction holds: a wait, left to the blocking call.
-  absl::StatusOr<RecordTransaction::KeyLock> lock = tx->TryLock(request.tenant, request.key);
-  if (lock.ok() && *lock == RecordTransaction::KeyLock::kWouldBlock) return false;
-  if (!lock.ok()) {
-    done(AsStoreFault(lock.status()));
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> held = HoldNonBlocking(request);
+  if (held.ok() && *held == nullptr) return false;
+  if (!held.ok()) {
+    done(held.status());
     return true;
   }
+  std::shared_ptr<RecordTransaction> tx = *std::move(held);
   absl::StatusOr<bool> write = FinishIn(*tx, request, token, final_state, bytes);
   if (!write.ok() || !*write) {
     done(write.status());

@@ -56,9 +56,12 @@ struct Guard::Impl {
   bool FinishNonBlocking(const Request& request, int64_t token, RecordState final_state,
                          std::string_view bytes, std::function<void(absl::Status)> done);
 
-  // A transaction of StoreBackend::BeginNonBlocking for `request`, or nullptr when
-  // the store has none or the request is invalid.
-  std::unique_ptr<RecordTransaction> BeginNonBlocking(const Request& request);
+  // A transaction of StoreBackend::BeginNonBlocking that holds `request`'s key
+  // (RecordTransaction::TryLock), or nullptr when there is none to be had without
+  // waiting: the store has none, the request is invalid, or another transaction
+  // holds the key (kWouldBlock); the blocking call then does the work. Errors: the
+  // store's, as store faults.
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> HoldNonBlocking(const Request& request);
 
   struct Acquisition {
     std::optional<Result> final;  // set: the answer, the key is not this caller's
