@@ -71,7 +71,7 @@ struct CacheOptions {
 
 // Counters since the store was made, for metrics. Monotonic.
 struct CacheStats {
-  uint64_t l1_hits = 0;       // LookupDecided answered from L1
+  uint64_t l1_hits = 0;       // duplicates answered from L1
   uint64_t l2_hits = 0;       // answered from Redis
   uint64_t misses = 0;        // neither tier knew the key (the database decides)
   uint64_t redis_errors = 0;  // Redis unreachable, slow, or an unreadable value

@@ -29,8 +29,8 @@ struct StoreOptions {
   // kFailedPrecondition "no idem schema here". Writes through such a store fail.
   bool read_only = false;
   // With read_only: false lets the open succeed on a database without idem's
-  // schema (or, for SQLite, without a file), for Store::DescribeSchema to say so
-  // (`idem migrate --dry-run`); only DescribeSchema is of use on such a store.
+  // schema (or, for SQLite, without a file), for `idem migrate --dry-run` to say
+  // what is missing; nothing else is of use on such a store.
   bool require_schema = true;
   // False: open for writing only a store that is already there (`idem purge`,
   // `idem stuck --resolve`; only `idem migrate` creates one). A

@@ -43,6 +43,7 @@
 #include "core/absl_compat.h"
 #include "idem/idem.h"
 #include "idem/steps.h"
+#include "store/backend.h"
 
 namespace idem::cli {
 namespace {
@@ -76,8 +77,9 @@ int Fail(const absl::Status& raw, std::string_view what, std::string_view url) {
 absl::StatusOr<SchemaInfo> Describe(const std::string& url, std::string* backend) {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
                         OpenStore(url, {.read_only = true, .require_schema = false}));
-  if (store->sql_dialect() != nullptr) *backend = std::string(store->sql_dialect()->name());
-  return store->DescribeSchema();
+  if (Backend(*store).sql_dialect() != nullptr)
+    *backend = std::string(Backend(*store).sql_dialect()->name());
+  return Backend(*store).DescribeSchema();
 }
 
 int RunMigrate(const MigrateFlags& flags) {
@@ -127,7 +129,7 @@ int RunMigrate(const MigrateFlags& flags) {
     // may not run DDL finds every table it needs.
     StepRunner journal(**store);
     if (absl::Status s = journal.Migrate(); !s.ok()) return Fail(s, "creating the step journal", url);
-    absl::StatusOr<SchemaInfo> now = (*store)->DescribeSchema();
+    absl::StatusOr<SchemaInfo> now = Backend(*(*store)).DescribeSchema();
     if (!now.ok()) return Fail(now.status(), "reading the schema after opening", url);
     after = *now;
     action = after.version == before->version

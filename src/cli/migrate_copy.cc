@@ -35,6 +35,7 @@
 #include "cli/reason.h"
 #include "core/absl_compat.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 
 namespace idem::cli {
 namespace {
@@ -147,7 +148,7 @@ int RunMigrateCopy(const std::string& from, const std::string& to, bool dry_run,
     if (!tx.ok()) return CopyFail(tx.status(), "writing to", to);
     Counts page_counts;
     for (const Record& r : full) {
-      absl::StatusOr<std::optional<Record>> existing = (*tx)->InsertOrLoad(r);
+      absl::StatusOr<std::optional<Record>> existing = Records(*(*tx)).InsertOrLoad(r);
       if (!existing.ok()) {
         (*tx)->Rollback();
         return CopyFail(existing.status(), "writing to", to);

@@ -3,10 +3,11 @@
 #include <optional>
 #include <utility>
 
-#include "core/absl_compat.h"
-#include "core/guard_internal.h"
 #include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
 #include "core/failpoint.h"
+#include "core/guard_internal.h"
+#include "core/guard_nonblocking.h"
 #include "idem/status.h"
 
 namespace idem {
@@ -155,9 +156,18 @@ bool IsRetryable(const absl::Status& status) {
   }
 }
 
-Guard::Guard(Store& store, GuardOptions options) : store_(store), options_(std::move(options)) {
+Guard::Impl::Impl(Store& store, GuardOptions options)
+    : store_(Backend(store)), options_(std::move(options)) {
   if (options_.clock == nullptr) options_.clock = Clock::Real();
 }
+
+Guard::Guard(Store& store, GuardOptions options)
+    : impl_(std::make_unique<Impl>(store, std::move(options))) {}
+Guard::~Guard() = default;
+Guard::Guard(Guard&&) noexcept = default;
+Guard& Guard::operator=(Guard&&) noexcept = default;
+
+const GuardOptions& Guard::options() const { return impl_->options_; }
 
 absl::Status ValidateFingerprint(std::string_view fingerprint) {
   if (fingerprint.size() <= kMaxFingerprintBytes) return absl::OkStatus();
@@ -166,7 +176,7 @@ absl::Status ValidateFingerprint(std::string_view fingerprint) {
                                                  kMaxFingerprintBytes));
 }
 
-absl::Status Guard::Validate(const Request& request) const {
+absl::Status Guard::Impl::Validate(const Request& request) const {
   IDEM_RETURN_IF_ERROR(ValidateFingerprint(request.fingerprint));
   IDEM_RETURN_IF_ERROR(ValidateTenant(request.tenant, options_.limits));
   IDEM_RETURN_IF_ERROR(ValidateBizType(request.biz_type, options_.limits));
@@ -174,7 +184,7 @@ absl::Status Guard::Validate(const Request& request) const {
 }
 
 // The PROCESSING record that claims `request` afresh (token 1) at `now`.
-Record Guard::FreshClaim(const Request& request, absl::Duration lease, absl::Time now) const {
+Record Guard::Impl::FreshClaim(const Request& request, absl::Duration lease, absl::Time now) const {
   return Record{.tenant = request.tenant,
                 .biz_type = request.biz_type,
                 .key = request.key,
@@ -191,8 +201,8 @@ Record Guard::FreshClaim(const Request& request, absl::Duration lease, absl::Tim
 // existing one and, when it may be (re)acquired, writes the next token over it.
 // Returns the answer to give when the claim is not this caller's (`final`), else the
 // record now held in `tx` (not yet committed).
-absl::StatusOr<Guard::Acquisition> Guard::Acquire(
-    StoreTransaction& tx, const Request& request, absl::Duration lease, absl::Time now,
+absl::StatusOr<Guard::Impl::Acquisition> Guard::Impl::Acquire(
+    RecordTransaction& tx, const Request& request, absl::Duration lease, absl::Time now,
     const Statement* first, std::optional<absl::StatusOr<int64_t>>* first_result) {
   Record claim = FreshClaim(request, lease, now);
   absl::StatusOr<std::optional<Record>> loaded =
@@ -201,10 +211,9 @@ absl::StatusOr<Guard::Acquisition> Guard::Acquire(
   return Settle(tx, request, std::move(claim), std::move(loaded), lease, now);
 }
 
-absl::StatusOr<Guard::Acquisition> Guard::Settle(StoreTransaction& tx, const Request& request,
-                                                 Record claim,
-                                                 absl::StatusOr<std::optional<Record>> loaded,
-                                                 absl::Duration lease, absl::Time now) {
+absl::StatusOr<Guard::Impl::Acquisition> Guard::Impl::Settle(
+    RecordTransaction& tx, const Request& request, Record claim,
+    absl::StatusOr<std::optional<Record>> loaded, absl::Duration lease, absl::Time now) {
   Acquisition a;
   a.claim = std::move(claim);
   // Another claim of this key holds its row in an open transaction: in progress.
@@ -237,21 +246,22 @@ absl::StatusOr<Guard::Acquisition> Guard::Settle(StoreTransaction& tx, const Req
 // without one. Only final records qualify: they never change, so the answer is the
 // one the database would give. Anything else, an error included, goes to the
 // database, which is the only layer that decides.
-std::optional<Result> Guard::DecideFromKnown(const Request& request, absl::Duration lease,
-                                             absl::Time now) {
+std::optional<Result> Guard::Impl::DecideFromKnown(const Request& request, absl::Duration lease,
+                                                   absl::Time now) {
   absl::StatusOr<std::optional<Record>> known = store_.LookupDecided(request.tenant, request.key);
   if (!known.ok()) return std::nullopt;  // advisory only: ignored
   return DecideFrom(*known, request, lease, now);
 }
 
-std::optional<Result> Guard::ClaimIfKnown(const Request& request) {
+std::optional<Result> Guard::Impl::ClaimIfKnown(const Request& request) {
   if (!Validate(request).ok()) return std::nullopt;  // Claim() says what is wrong
   return DecideFrom(store_.PeekDecided(request.tenant, request.key), request, options_.lease,
                     options_.clock->Now());
 }
 
-std::optional<Result> Guard::DecideFrom(const std::optional<Record>& known, const Request& request,
-                                        absl::Duration lease, absl::Time now) {
+std::optional<Result> Guard::Impl::DecideFrom(const std::optional<Record>& known,
+                                              const Request& request, absl::Duration lease,
+                                              absl::Time now) {
   if (!known.has_value()) return std::nullopt;
   const Record& record = *known;
   if ((record.state != RecordState::kSucceeded && record.state != RecordState::kFailed) ||
@@ -262,12 +272,12 @@ std::optional<Result> Guard::DecideFrom(const std::optional<Record>& known, cons
   return std::move(d.final);
 }
 
-absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease) {
+absl::StatusOr<Result> Guard::Impl::Claim(const Request& request, absl::Duration lease) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   if (lease <= absl::ZeroDuration()) lease = options_.lease;
   const absl::Time now = options_.clock->Now();
   if (std::optional<Result> known = DecideFromKnown(request, lease, now)) return *std::move(known);
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, AsStoreFault(store_.Begin()));
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> tx, AsStoreFault(BeginRecords(store_)));
   IDEM_ASSIGN_OR_RETURN(Acquisition a, Acquire(*tx, request, lease, now));
   if (a.final.has_value()) {
     tx->Rollback();
@@ -277,7 +287,7 @@ absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease
   return Acquired(a);
 }
 
-Result Guard::Acquired(const Acquisition& a) {
+Result Guard::Impl::Acquired(const Acquisition& a) {
   IDEM_FAILPOINT("guard.after_claim_commit");
   return Result{.outcome = Outcome::kAcquired,
                 .token = a.claim.token,
@@ -287,20 +297,33 @@ Result Guard::Acquired(const Acquisition& a) {
                 .expires_at = a.claim.expires_at};
 }
 
-bool Guard::ClaimNonBlocking(const Request& request, absl::Duration lease,
-                             std::function<void(absl::StatusOr<Result>)> done) {
-  if (!Validate(request).ok()) return false;
-  absl::StatusOr<std::unique_ptr<StoreTransaction>> begun = store_.BeginNonBlocking();
-  if (!begun.ok() || *begun == nullptr) return false;
+absl::StatusOr<std::unique_ptr<RecordTransaction>> Guard::Impl::HoldNonBlocking(
+    const Request& request) {
+  if (!Validate(request).ok()) return nullptr;
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> begun = store_.BeginNonBlocking();
+  if (!begun.ok() || *begun == nullptr) return nullptr;
+  // A key another open transaction holds: a wait, left to the blocking call.
+  IDEM_ASSIGN_OR_RETURN(RecordTransaction::KeyLock lock,
+                        AsStoreFault((*begun)->TryLock(request.tenant, request.key)));
+  if (lock == RecordTransaction::KeyLock::kWouldBlock) return nullptr;
+  return begun;
+}
+
+bool Guard::Impl::ClaimNonBlocking(const Request& request, absl::Duration lease,
+                                   std::function<void(absl::StatusOr<Result>)> done) {
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> held = HoldNonBlocking(request);
+  if (held.ok() && *held == nullptr) return false;
+  if (!held.ok()) {
+    done(held.status());
+    return true;
+  }
   // Shared: it rides in the commit's callback, which the store's writer owns.
-  std::shared_ptr<StoreTransaction> tx = *std::move(begun);
+  std::shared_ptr<RecordTransaction> tx = *std::move(held);
   if (lease <= absl::ZeroDuration()) lease = options_.lease;
   absl::StatusOr<Acquisition> a = Acquire(*tx, request, lease, options_.clock->Now());
-  // kAborted (a race on the record) too: nothing is written, and the blocking
-  // path's caller repeats the claim (the Api does).
-  if (!a.ok() && (IsWouldBlock(a.status()) || a.status().code() == absl::StatusCode::kAborted)) {
-    return false;
-  }
+  // kAborted (a race on the record): nothing is written, and the blocking path's
+  // caller repeats the claim (the Api does).
+  if (!a.ok() && a.status().code() == absl::StatusCode::kAborted) return false;
   if (!a.ok()) {
     done(a.status());
     return true;
@@ -310,7 +333,7 @@ bool Guard::ClaimNonBlocking(const Request& request, absl::Duration lease,
     done(*std::move(a->final));
     return true;
   }
-  StoreTransaction* committing = tx.get();
+  RecordTransaction* committing = tx.get();
   committing->CommitAsync(
       [tx = std::move(tx), a = *std::move(a), done = std::move(done)](absl::Status s) {
         if (!s.ok()) {
@@ -323,23 +346,27 @@ bool Guard::ClaimNonBlocking(const Request& request, absl::Duration lease,
 }
 
 absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler) {
-  return RunTransactional(request, nullptr,
-                          [&handler](Transaction& tx, int64_t) { return handler(tx); });
+  return impl_->RunTransactional(request, nullptr,
+                                 [&handler](Transaction& tx, int64_t) { return handler(tx); });
 }
 
 absl::StatusOr<Result> Guard::Run(const Request& request, const Statement& first,
                                   const HandlerAfterFirst& handler) {
-  return RunTransactional(request, &first, handler);
+  return impl_->RunTransactional(request, &first, handler);
 }
 
-absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Statement* first,
-                                               const HandlerAfterFirst& handler) {
+absl::StatusOr<Result> Guard::Claim(const Request& request, absl::Duration lease) {
+  return impl_->Claim(request, lease);
+}
+
+absl::StatusOr<Result> Guard::Impl::RunTransactional(const Request& request, const Statement* first,
+                                                     const HandlerAfterFirst& handler) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   const absl::Time now = options_.clock->Now();
   if (std::optional<Result> known = DecideFromKnown(request, options_.lease, now)) {
     return *std::move(known);
   }
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, AsStoreFault(store_.Begin()));
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> tx, AsStoreFault(BeginRecords(store_)));
   std::optional<absl::StatusOr<int64_t>> first_result;
   absl::StatusOr<Acquisition> acquired =
       Acquire(*tx, request, options_.lease, now, first, &first_result);
@@ -351,7 +378,7 @@ absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Sta
     // this caller may take over: the failed statement has aborted the transaction
     // (PostgreSQL) the takeover needs. Start again without sending them together.
     tx->Rollback();
-    IDEM_ASSIGN_OR_RETURN(tx, AsStoreFault(store_.Begin()));
+    IDEM_ASSIGN_OR_RETURN(tx, AsStoreFault(BeginRecords(store_)));
     first_result.reset();
     acquired = Acquire(*tx, request, options_.lease, now);
   }
@@ -382,7 +409,8 @@ absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Sta
     // A final failure: the handler's writes are gone with the rollback; cache the
     // failure in a transaction of its own. If someone claimed the key in between,
     // their record stands and ours is not written.
-    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> ftx, AsStoreFault(store_.Begin()));
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> ftx,
+                          AsStoreFault(BeginRecords(store_)));
     Record failed = claim;
     failed.state = RecordState::kFailed;
     failed.error = internal::FailureBytes(value.status());
@@ -429,35 +457,39 @@ absl::StatusOr<Result> Guard::RunTransactional(const Request& request, const Sta
                 .token = done.token, .expires_at = done.expires_at};
 }
 
-absl::Status Guard::Finish(const Request& request, int64_t token, RecordState final_state,
-                           std::string_view bytes) {
+absl::Status Guard::Impl::Finish(const Request& request, int64_t token, RecordState final_state,
+                                 std::string_view bytes) {
   IDEM_RETURN_IF_ERROR(Validate(request));
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, AsStoreFault(store_.Begin()));
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> tx, AsStoreFault(BeginRecords(store_)));
   IDEM_ASSIGN_OR_RETURN(bool write, FinishIn(*tx, request, token, final_state, bytes));
   if (!write) return absl::OkStatus();
   return AsStoreFault(tx->Commit());
 }
 
-bool Guard::FinishNonBlocking(const Request& request, int64_t token, RecordState final_state,
-                              std::string_view bytes, std::function<void(absl::Status)> done) {
-  if (!Validate(request).ok()) return false;
-  absl::StatusOr<std::unique_ptr<StoreTransaction>> begun = store_.BeginNonBlocking();
-  if (!begun.ok() || *begun == nullptr) return false;
-  std::shared_ptr<StoreTransaction> tx = *std::move(begun);
+bool Guard::Impl::FinishNonBlocking(const Request& request, int64_t token, RecordState final_state,
+                                    std::string_view bytes,
+                                    std::function<void(absl::Status)> done) {
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> held = HoldNonBlocking(request);
+  if (held.ok() && *held == nullptr) return false;
+  if (!held.ok()) {
+    done(held.status());
+    return true;
+  }
+  std::shared_ptr<RecordTransaction> tx = *std::move(held);
   absl::StatusOr<bool> write = FinishIn(*tx, request, token, final_state, bytes);
-  if (!write.ok() && IsWouldBlock(write.status())) return false;
   if (!write.ok() || !*write) {
     done(write.status());
     return true;
   }
-  StoreTransaction* committing = tx.get();
+  RecordTransaction* committing = tx.get();
   committing->CommitAsync(
       [tx = std::move(tx), done = std::move(done)](absl::Status s) { done(AsStoreFault(s)); });
   return true;
 }
 
-absl::StatusOr<bool> Guard::FinishIn(StoreTransaction& tx, const Request& request, int64_t token,
-                                     RecordState final_state, std::string_view bytes) {
+absl::StatusOr<bool> Guard::Impl::FinishIn(RecordTransaction& tx, const Request& request,
+                                           int64_t token, RecordState final_state,
+                                           std::string_view bytes) {
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing,
                         AsStoreFault(tx.Load(request.tenant, request.key)));
   if (!existing.has_value()) {
@@ -509,27 +541,40 @@ absl::StatusOr<bool> Guard::FinishIn(StoreTransaction& tx, const Request& reques
 }
 
 absl::Status Guard::Complete(const Request& request, int64_t token, std::string_view result) {
-  return Finish(request, token, RecordState::kSucceeded, result);
+  return impl_->Finish(request, token, RecordState::kSucceeded, result);
 }
 
 absl::Status Guard::Fail(const Request& request, int64_t token, bool retryable,
                          std::string_view error) {
-  return Finish(request, token, retryable ? RecordState::kReleased : RecordState::kFailed, error);
+  return impl_->Finish(request, token, retryable ? RecordState::kReleased : RecordState::kFailed,
+                       error);
 }
 
-bool Guard::CompleteNonBlocking(const Request& request, int64_t token, std::string_view result,
-                                std::function<void(absl::Status)> done) {
-  return FinishNonBlocking(request, token, RecordState::kSucceeded, result, std::move(done));
+absl::StatusOr<Record> Guard::Get(const Request& request) { return impl_->Get(request); }
+
+std::optional<Result> ClaimIfKnown(Guard& guard, const Request& request) {
+  return GuardAccess::Of(guard).ClaimIfKnown(request);
 }
 
-bool Guard::FailNonBlocking(const Request& request, int64_t token, bool retryable,
-                            std::string_view error, std::function<void(absl::Status)> done) {
-  return FinishNonBlocking(request, token,
-                           retryable ? RecordState::kReleased : RecordState::kFailed, error,
-                           std::move(done));
+bool ClaimNonBlocking(Guard& guard, const Request& request, absl::Duration lease,
+                      std::function<void(absl::StatusOr<Result>)> done) {
+  return GuardAccess::Of(guard).ClaimNonBlocking(request, lease, std::move(done));
 }
 
-absl::StatusOr<Record> Guard::Get(const Request& request) {
+bool CompleteNonBlocking(Guard& guard, const Request& request, int64_t token,
+                         std::string_view result, std::function<void(absl::Status)> done) {
+  return GuardAccess::Of(guard).FinishNonBlocking(request, token, RecordState::kSucceeded, result,
+                                                  std::move(done));
+}
+
+bool FailNonBlocking(Guard& guard, const Request& request, int64_t token, bool retryable,
+                     std::string_view error, std::function<void(absl::Status)> done) {
+  return GuardAccess::Of(guard).FinishNonBlocking(
+      request, token, retryable ? RecordState::kReleased : RecordState::kFailed, error,
+      std::move(done));
+}
+
+absl::StatusOr<Record> Guard::Impl::Get(const Request& request) {
   IDEM_RETURN_IF_ERROR(ValidateTenant(request.tenant, options_.limits));
   IDEM_RETURN_IF_ERROR(ValidateKey(request.key, options_.limits));
   IDEM_ASSIGN_OR_RETURN(std::optional<Record> record,

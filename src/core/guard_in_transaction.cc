@@ -1,8 +1,8 @@
-// Guard::RunIn: transactional mode inside the caller's transaction (a consumer's
+// RunIn (core/guard_batch.h): transactional mode inside the caller's transaction (a consumer's
 // poll batch, src/kafka/runner.cc). Each key gets a savepoint of its own, so one
 // message's failure undoes only that message's claim and writes, and the batch's
 // transaction stays usable on every backend (PostgreSQL aborts a transaction at
-// its first failed statement unless a savepoint confines it). Guard::RunBatchIn is
+// its first failed statement unless a savepoint confines it). RunBatchIn is
 // the optimistic fast path of a batch: no savepoints, and the store's claims and
 // result writes of all its keys sent together.
 #include <memory>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/guard_batch.h"
 #include "core/guard_internal.h"
 #include "idem/guard.h"
 #include "idem/status.h"
@@ -27,22 +28,22 @@ constexpr std::string_view kRelease = "RELEASE SAVEPOINT idem_guard";
 
 // Undoes everything since the savepoint (also a statement that failed inside it)
 // and ends the savepoint.
-absl::Status Undo(StoreTransaction& tx) {
+absl::Status Undo(RecordTransaction& tx) {
   IDEM_RETURN_IF_ERROR(AsStoreFault(tx.Exec(kRollbackTo).status()));
   return AsStoreFault(tx.Exec(kRelease).status());
 }
 
 }  // namespace
 
-absl::Status Guard::CheckSql() const {
+absl::Status Guard::Impl::CheckSql() const {
   if (store_.SupportsSql()) return absl::OkStatus();
   return absl::FailedPreconditionError(
       "Guard::RunIn needs a store that runs SQL (sqlite://, postgres://, mysql://): the "
       "batch's effects share its transaction");
 }
 
-absl::StatusOr<Result> Guard::RunIn(StoreTransaction& tx, const Request& request,
-                                    const Handler& handler, bool confine) {
+absl::StatusOr<Result> Guard::Impl::RunIn(RecordTransaction& tx, const Request& request,
+                                          const Handler& handler, bool confine) {
   IDEM_RETURN_IF_ERROR(Validate(request));
   IDEM_RETURN_IF_ERROR(CheckSql());
   const absl::Time now = options_.clock->Now();
@@ -102,8 +103,8 @@ absl::StatusOr<Result> Guard::RunIn(StoreTransaction& tx, const Request& request
 
 // RunIn without the savepoint: claim, handler, result, and on anything but
 // success or a plain duplicate the caller rolls the whole transaction back.
-absl::StatusOr<Result> Guard::RunUnconfined(StoreTransaction& tx, const Request& request,
-                                            const Handler& handler, absl::Time now) {
+absl::StatusOr<Result> Guard::Impl::RunUnconfined(RecordTransaction& tx, const Request& request,
+                                                  const Handler& handler, absl::Time now) {
   IDEM_ASSIGN_OR_RETURN(Acquisition a, Acquire(tx, request, options_.lease, now));
   if (a.final.has_value()) return *std::move(a.final);
   IDEM_ASSIGN_OR_RETURN(std::string value, handler(tx));
@@ -120,17 +121,30 @@ absl::StatusOr<Result> Guard::RunUnconfined(StoreTransaction& tx, const Request&
                 .expires_at = done.expires_at};
 }
 
-absl::StatusOr<std::vector<Result>> Guard::RunBatchIn(StoreTransaction& tx,
-                                                      absl::Span<const Request> requests,
-                                                      const BatchHandler& handler) {
-  return RunBatchIn(tx, requests, {},
-                    [&handler](size_t i, Transaction& t, int64_t) { return handler(i, t); });
+absl::StatusOr<Result> RunIn(Guard& guard, StoreTransaction& tx, const Request& request,
+                             const Handler& handler, bool confine) {
+  return GuardAccess::Of(guard).RunIn(Records(tx), request, handler, confine);
 }
 
-absl::StatusOr<std::vector<Result>> Guard::RunBatchIn(StoreTransaction& tx,
-                                                      absl::Span<const Request> requests,
-                                                      absl::Span<const Statement> firsts,
-                                                      const BatchHandlerAfterFirst& handler) {
+absl::StatusOr<std::vector<Result>> RunBatchIn(Guard& guard, StoreTransaction& tx,
+                                               absl::Span<const Request> requests,
+                                               const BatchHandler& handler) {
+  return GuardAccess::Of(guard).RunBatchIn(
+      Records(tx), requests, {},
+      [&handler](size_t i, Transaction& t, int64_t) { return handler(i, t); });
+}
+
+absl::StatusOr<std::vector<Result>> RunBatchIn(Guard& guard, StoreTransaction& tx,
+                                               absl::Span<const Request> requests,
+                                               absl::Span<const Statement> firsts,
+                                               const BatchHandlerAfterFirst& handler) {
+  return GuardAccess::Of(guard).RunBatchIn(Records(tx), requests, firsts, handler);
+}
+
+absl::StatusOr<std::vector<Result>> Guard::Impl::RunBatchIn(RecordTransaction& tx,
+                                                            absl::Span<const Request> requests,
+                                                            absl::Span<const Statement> firsts,
+                                                            const BatchHandlerAfterFirst& handler) {
   if (!firsts.empty() && firsts.size() != requests.size()) {
     return absl::InvalidArgumentError(absl::StrCat("RunBatchIn: ", firsts.size(),
                                                    " first statements for ", requests.size(),
@@ -155,10 +169,10 @@ absl::StatusOr<std::vector<Result>> Guard::RunBatchIn(StoreTransaction& tx,
   return results;
 }
 
-absl::Status Guard::RunSegmentIn(StoreTransaction& tx, absl::Span<const Request> requests,
-                                 absl::Span<const Statement> firsts, size_t begin, size_t end,
-                                 const BatchHandlerAfterFirst& handler,
-                                 std::vector<Result>* results) {
+absl::Status Guard::Impl::RunSegmentIn(RecordTransaction& tx, absl::Span<const Request> requests,
+                                       absl::Span<const Statement> firsts, size_t begin, size_t end,
+                                       const BatchHandlerAfterFirst& handler,
+                                       std::vector<Result>* results) {
   const absl::Time now = options_.clock->Now();
   std::vector<size_t> asked;  // the requests whose keys go to the store
   std::vector<Record> claims;
@@ -199,7 +213,7 @@ absl::Status Guard::RunSegmentIn(StoreTransaction& tx, absl::Span<const Request>
       return absl::InternalError("ExecMany answered another number of statements");
     }
   }
-  std::vector<StoreTransaction::Replacement> writes;
+  std::vector<RecordTransaction::Replacement> writes;
   writes.reserve(won.size());
   for (size_t k = 0; k < won.size(); ++k) {
     const size_t i = won[k];

@@ -1,6 +1,6 @@
 // Purge (include/idem/retention.h): one algorithm over every store, from the record
 // primitives the backends supply (Store::ListRecords to find candidates,
-// StoreTransaction::Load to lock and re-read each, StoreTransaction::Retire to
+// StoreTransaction::Load to lock and re-read each, RecordTransaction::Retire to
 // replace it by its tombstone or delete it). A candidate is only ever a hint: the
 // decision is made again on the record as it is under its lock, inside the batch's
 // transaction, so a claim racing with the purge either sees the record (and
@@ -18,6 +18,7 @@
 #include "idem/retention.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/backend.h"
 
 namespace idem {
 namespace {
@@ -32,7 +33,8 @@ class Purger {
   absl::StatusOr<PurgeStats> Run() {
     IDEM_RETURN_IF_ERROR(Pass(/*tombstones=*/false));
     IDEM_RETURN_IF_ERROR(Pass(/*tombstones=*/true));
-    if (options_.journal && options_.policy != nullptr && store_.sql_dialect() != nullptr) {
+    if (options_.journal && options_.policy != nullptr &&
+        Backend(store_).sql_dialect() != nullptr) {
       IDEM_RETURN_IF_ERROR(Journal());
     }
     return stats_;
@@ -124,7 +126,7 @@ class Purger {
   // still what was listed and still due.
   absl::StatusOr<int64_t> Batch(const std::vector<const Record*>& due, bool tombstones,
                                 absl::Time now) {
-    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> tx, BeginRecords(store_));
     int64_t changed = 0;
     PurgeStats counted;
     for (const Record* listed : due) {
@@ -163,13 +165,13 @@ class Purger {
   // The step journal: per op_type with a policy, finished operations whose last
   // change is older than its TTL.
   absl::Status Journal() {
-    const steps::Journal journal(*store_.sql_dialect());
+    const steps::Journal journal(*Backend(store_).sql_dialect());
     for (const auto& [op_type, retention] : options_.policy->entries()) {
       std::string after;  // "" sorts before every biz_key (they are 1-255 bytes)
       for (;;) {
         if (Stopped()) return absl::OkStatus();
         const absl::Time now = clock_.Now();
-        IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store_.Begin());
+        IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> tx, BeginRecords(store_));
         absl::StatusOr<std::vector<steps::OperationRow>> rows =
             journal.SelectFinished(*tx, op_type, now - retention.ttl(), now, after, options_.batch);
         if (!rows.ok()) {

@@ -6,6 +6,7 @@
 #include "idem/fingerprint.h"
 #include "idem/status.h"
 #include "store/absl_compat.h"
+#include "store/backend.h"
 #include "store/sql/columns.h"
 
 namespace idem::steps {
@@ -48,7 +49,7 @@ Value StatusValue(OperationStatus s) { return Value(OperationStatusName(s)); }
 }  // namespace
 
 absl::StatusOr<const SqlDialect*> DialectOf(const Store& store) {
-  const SqlDialect* dialect = store.sql_dialect();
+  const SqlDialect* dialect = Backend(store).sql_dialect();
   if (dialect == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "steps need a SQL store (sqlite://, postgres://, mysql://); ", AV(store.url()),

@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "idem/steps.h"
 #include "idem/store.h"
+#include "store/backend.h"
 #include "store/sql/step_journal_sql.h"
 
 namespace idem::steps {

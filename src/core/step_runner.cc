@@ -14,6 +14,7 @@
 #include "idem/key.h"
 #include "idem/status.h"
 #include "idem/steps.h"
+#include "store/backend.h"
 
 namespace idem {
 

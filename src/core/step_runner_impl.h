@@ -20,6 +20,7 @@
 #include "core/step_journal.h"
 #include "idem/status.h"
 #include "idem/steps.h"
+#include "store/backend.h"
 
 namespace idem {
 
@@ -103,7 +104,7 @@ struct StepRunner::Impl {
     IDEM_ASSIGN_OR_RETURN(const SqlDialect* dialect, steps::DialectOf(store()));
     steps::Journal j(*dialect);
     // A read-only store (inspection tools) must not get the journal's tables made.
-    IDEM_RETURN_IF_ERROR(store().read_only() ? j.Check(store()) : j.Migrate(store()));
+    IDEM_RETURN_IF_ERROR(Backend(store()).read_only() ? j.Check(store()) : j.Migrate(store()));
     journal.emplace(j);
     return &*journal;
   }

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/absl_compat.h"
+#include "core/guard_batch.h"
 #include "core/failpoint.h"
 #include "idem/fingerprint.h"
 #include "idem/status.h"
@@ -197,8 +198,8 @@ absl::Status Runner::TryChunk(absl::Span<const Message> messages,
         firsts.push_back(*std::move(st));
       }
     }
-    absl::StatusOr<std::vector<Result>> results = guard_.RunBatchIn(
-        *tx, requests, firsts, [&](size_t j, Transaction& t, int64_t) {
+    absl::StatusOr<std::vector<Result>> results = RunBatchIn(
+        guard_, *tx, requests, firsts, [&](size_t j, Transaction& t, int64_t) {
           return handler_(messages[keyed[j]], t);
         });
     if (!results.ok()) {
@@ -212,7 +213,7 @@ absl::Status Runner::TryChunk(absl::Span<const Message> messages,
   for (size_t j = 0; j < requests.size(); ++j) {
     const Message& m = messages[keyed[j]];
     IDEM_RETURN_IF_ERROR(account(
-        j, guard_.RunIn(*tx, requests[j], [&](Transaction& t) -> absl::StatusOr<std::string> {
+        j, RunIn(guard_, *tx, requests[j], [&](Transaction& t) -> absl::StatusOr<std::string> {
           if (options_.first_statement != nullptr) {
             IDEM_ASSIGN_OR_RETURN(Statement st, options_.first_statement(m));
             IDEM_RETURN_IF_ERROR(t.Exec(st.sql, st.params).status());

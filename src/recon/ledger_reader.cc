@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "idem/key.h"
+#include "store/backend.h"
 
 namespace idem::recon {
 namespace {
@@ -256,7 +257,7 @@ class LedgerReader final : public StatementReader {
 absl::StatusOr<std::unique_ptr<StatementReader>> OpenLedger(Store& store, std::string query,
                                                             const Normalizer& normalizer,
                                                             int page_rows) {
-  const SqlDialect* dialect = store.sql_dialect();
+  const SqlDialect* dialect = Backend(store).sql_dialect();
   if (dialect == nullptr) {
     return absl::InvalidArgumentError("--ledger: the store " + std::string(store.url()) +
                                       " runs no SQL (use sqlite://, postgres:// or mysql://)");

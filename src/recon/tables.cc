@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <string>
 
+#include "store/backend.h"
+
 namespace idem::recon {
 namespace {
 
@@ -13,7 +15,7 @@ bool IsMysql(const SqlDialect& d) { return d.name() == "mysql"; }
 std::string KeyCol(const SqlDialect& d) { return IsMysql(d) ? "`key`" : "\"key\""; }
 
 absl::StatusOr<const SqlDialect*> DialectOf(Store& store) {
-  const SqlDialect* d = store.sql_dialect();
+  const SqlDialect* d = Backend(store).sql_dialect();
   if (d == nullptr) {
     return absl::InvalidArgumentError("the store " + std::string(store.url()) +
                                       " runs no SQL: recon keeps its tickets and watermark in "
@@ -85,7 +87,7 @@ absl::Status EnsureTables(Store& store) {
 
 absl::StatusOr<std::vector<Watermark>> ReadWatermarks(Store& store) {
   std::vector<Watermark> out;
-  if (store.sql_dialect() == nullptr) return out;
+  if (Backend(store).sql_dialect() == nullptr) return out;
   absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
   if (!tx.ok()) return tx.status();
   absl::StatusOr<Rows> rows = (*tx)->Query(

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "idem/store.h"
+#include "store/backend.h"
 
 namespace idem::store {
 

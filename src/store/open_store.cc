@@ -84,7 +84,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenByScheme(std::string_view url, sql::S
 // first call at least a second after the last try opens it, and from then on every
 // call goes to the real store. Concurrent callers never wait for an open in
 // progress: they get the fault at once.
-class LateStore final : public Store {
+class LateStore final : public StoreBackend {
  public:
   LateStore(std::string url, StoreOptions options, const absl::Status& first)
       : url_(std::move(url)),
@@ -96,36 +96,36 @@ class LateStore final : public Store {
   }
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
-    IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
+    IDEM_ASSIGN_OR_RETURN(StoreBackend * s, Inner());
     return s->Begin();
   }
   // Only once opened (opening blocks).
-  absl::StatusOr<std::unique_ptr<StoreTransaction>> BeginNonBlocking() override {
-    Store* s = ready_.load(std::memory_order_acquire);
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> BeginNonBlocking() override {
+    StoreBackend* s = ready_.load(std::memory_order_acquire);
     if (s == nullptr) return nullptr;
     return s->BeginNonBlocking();
   }
   bool non_blocking() const override {
-    Store* s = ready_.load(std::memory_order_acquire);
+    StoreBackend* s = ready_.load(std::memory_order_acquire);
     return s != nullptr && s->non_blocking();
   }
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
                                             std::string_view key) override {
-    IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
+    IDEM_ASSIGN_OR_RETURN(StoreBackend * s, Inner());
     return s->Get(tenant, key);
   }
   absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override {
-    IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
+    IDEM_ASSIGN_OR_RETURN(StoreBackend * s, Inner());
     return s->ListRecords(query);
   }
   absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,
                                                       std::string_view key) override {
-    Store* s = ready_.load(std::memory_order_acquire);  // advisory: never opens
+    StoreBackend* s = ready_.load(std::memory_order_acquire);  // advisory: never opens
     if (s == nullptr) return std::nullopt;
     return s->LookupDecided(tenant, key);
   }
   absl::Status Ping() override {
-    IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
+    IDEM_ASSIGN_OR_RETURN(StoreBackend * s, Inner());
     return s->Ping();
   }
   // Before the store opens there is nothing to subscribe to: the subscription is
@@ -136,36 +136,36 @@ class LateStore final : public Store {
     relay->finished = std::move(finished);
     absl::MutexLock lock(&mu_);
     if (inner_ != nullptr) {
-      relay->subscription = inner_->SubscribeFinished(relay->finished);
+      relay->subscription = Backend(*inner_).SubscribeFinished(relay->finished);
     } else {
       relays_.push_back(relay);
     }
     return relay;
   }
   const SqlDialect* sql_dialect() const override {
-    Store* s = ready_.load(std::memory_order_acquire);
+    StoreBackend* s = ready_.load(std::memory_order_acquire);
     return s != nullptr ? s->sql_dialect() : nullptr;
   }
   bool SupportsSql() const override {
-    Store* s = ready_.load(std::memory_order_acquire);
+    StoreBackend* s = ready_.load(std::memory_order_acquire);
     return s != nullptr && s->SupportsSql();
   }
   absl::StatusOr<SchemaInfo> DescribeSchema() override {
-    IDEM_ASSIGN_OR_RETURN(Store * s, Inner());
+    IDEM_ASSIGN_OR_RETURN(StoreBackend * s, Inner());
     return s->DescribeSchema();
   }
   bool read_only() const override { return options_.read_only; }
   std::string_view url() const override {
-    Store* s = ready_.load(std::memory_order_acquire);
+    StoreBackend* s = ready_.load(std::memory_order_acquire);
     return s != nullptr ? s->url() : std::string_view(redacted_);
   }
 
  private:
-  absl::StatusOr<Store*> Inner() {
-    if (Store* s = ready_.load(std::memory_order_acquire); s != nullptr) return s;
+  absl::StatusOr<StoreBackend*> Inner() {
+    if (StoreBackend* s = ready_.load(std::memory_order_acquire); s != nullptr) return s;
     {
       absl::MutexLock lock(&mu_);
-      if (inner_ != nullptr) return inner_.get();
+      if (inner_ != nullptr) return &Backend(*inner_);
       if (opening_ || absl::Now() - last_try_ < absl::Seconds(1)) return Fault();
       opening_ = true;
       last_try_ = absl::Now();
@@ -180,12 +180,12 @@ class LateStore final : public Store {
     inner_ = *std::move(opened);
     for (const std::weak_ptr<Relay>& weak : relays_) {
       if (std::shared_ptr<Relay> relay = weak.lock()) {
-        relay->subscription = inner_->SubscribeFinished(relay->finished);
+        relay->subscription = Backend(*inner_).SubscribeFinished(relay->finished);
       }
     }
     relays_.clear();
-    ready_.store(inner_.get(), std::memory_order_release);
-    return inner_.get();
+    ready_.store(&Backend(*inner_), std::memory_order_release);
+    return &Backend(*inner_);
   }
 
   absl::Status Fault() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -203,7 +203,7 @@ class LateStore final : public Store {
   const std::string url_;
   const std::string redacted_;
   StoreOptions options_;
-  std::atomic<Store*> ready_{nullptr};  // inner_.get() once opened
+  std::atomic<StoreBackend*> ready_{nullptr};  // inner_.get() once opened
   absl::Mutex mu_;
   std::unique_ptr<Store> inner_ ABSL_GUARDED_BY(mu_);
   bool opening_ ABSL_GUARDED_BY(mu_) = false;

@@ -5,17 +5,18 @@
 #include <utility>
 #include <vector>
 
-#include "store/absl_compat.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/absl_compat.h"
+#include "store/backend.h"
 
 namespace idem {
 
 namespace {
 
-// kUnavailable with `message`, marked with `payload` (one of store.h's kinds).
+// kUnavailable with `message`, marked with `payload` (one of backend.h's kinds).
 absl::Status MarkedUnavailable(std::string_view message, std::string_view payload) {
   absl::Status s = absl::UnavailableError(AV(message));
   s.SetPayload(AV(payload), absl::Cord("1"));
@@ -37,21 +38,13 @@ bool IsClaimContended(const absl::Status& status) {
   return IsMarkedUnavailable(status, kClaimContendedPayload);
 }
 
-absl::Status WouldBlockError(std::string_view message) {
-  return MarkedUnavailable(message, kWouldBlockPayload);
-}
-
-bool IsWouldBlock(const absl::Status& status) {
-  return IsMarkedUnavailable(status, kWouldBlockPayload);
-}
-
 absl::Status StoreFaultError(std::string_view message) {
   return MarkedUnavailable(message, kStoreFaultPayload);
 }
 
 absl::Status AsStoreFault(const absl::Status& status) {
   if (status.ok() || status.code() == absl::StatusCode::kAborted || IsClaimContended(status) ||
-      IsWouldBlock(status) || IsStoreFault(status)) {
+      IsStoreFault(status)) {
     return status;
   }
   absl::Status s = absl::UnavailableError(status.message());
@@ -62,7 +55,7 @@ absl::Status AsStoreFault(const absl::Status& status) {
   return s;
 }
 
-absl::StatusOr<std::vector<std::optional<Record>>> StoreTransaction::InsertOrLoadMany(
+absl::StatusOr<std::vector<std::optional<Record>>> RecordTransaction::InsertOrLoadMany(
     absl::Span<const Record> records) {
   std::vector<std::optional<Record>> out;
   out.reserve(records.size());
@@ -73,7 +66,7 @@ absl::StatusOr<std::vector<std::optional<Record>>> StoreTransaction::InsertOrLoa
   return out;
 }
 
-absl::StatusOr<std::vector<bool>> StoreTransaction::ReplaceMany(
+absl::StatusOr<std::vector<bool>> RecordTransaction::ReplaceMany(
     absl::Span<const Replacement> replacements) {
   std::vector<bool> out;
   out.reserve(replacements.size());
@@ -84,7 +77,7 @@ absl::StatusOr<std::vector<bool>> StoreTransaction::ReplaceMany(
   return out;
 }
 
-absl::StatusOr<std::vector<int64_t>> StoreTransaction::ExecMany(
+absl::StatusOr<std::vector<int64_t>> RecordTransaction::ExecMany(
     absl::Span<const Statement> statements) {
   std::vector<int64_t> out;
   out.reserve(statements.size());

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "idem/idem.h"
 #include "idem/steps.h"
+#include "store/backend.h"
 #include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 
@@ -156,7 +157,7 @@ std::string Holdings(const std::string& url) {
   absl::StatusOr<std::unique_ptr<Store>> look =
       OpenStore(url, StoreOptions{.read_only = true, .require_schema = false});
   if (!look.ok()) return "cannot look: " + look.status().ToString();
-  absl::StatusOr<SchemaInfo> info = (*look)->DescribeSchema();
+  absl::StatusOr<SchemaInfo> info = ::idem::Backend(**look).DescribeSchema();
   if (!info.ok()) return "cannot describe: " + info.status().ToString();
   std::string out = "tables:";
   for (const std::string& t : info->tables) out += " " + t;

@@ -30,6 +30,7 @@
 #include "recon/ledger_reader.h"
 #include "recon/tables.h"
 #include "http/client/upstream.h"
+#include "store/backend.h"
 #include "testing/idem_process.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -177,7 +178,7 @@ class Recon : public ::testing::TestWithParam<Backend> {
     absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
-    mysql_ = store_->sql_dialect()->name() == "mysql";
+    mysql_ = ::idem::Backend(*store_).sql_dialect()->name() == "mysql";
     Sql("CREATE TABLE ledger (order_no VARCHAR(64) NOT NULL, amount VARCHAR(32) NOT NULL, "
         "currency VARCHAR(8) NOT NULL, status VARCHAR(16) NOT NULL, created_at VARCHAR(32) NOT "
         "NULL)");

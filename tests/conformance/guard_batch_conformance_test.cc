@@ -1,17 +1,19 @@
-// Guard::RunIn (a consumer's batch: many keys in one caller-owned transaction,
+// RunIn (core/guard_batch.h: a consumer's batch: many keys in one caller-owned transaction,
 // each individually idempotent) against every SQL backend: PostgreSQL aborts a
 // transaction at its first failed statement, so a failing message must be confined
 // by its savepoint there as on SQLite and MySQL.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "conformance/store_factory.h"
+#include "core/guard_batch.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 
@@ -68,11 +70,13 @@ TEST_P(GuardBatchTest, KeysOfOneTransactionCommitTogetherEachOnce) {
     SCOPED_TRACE(confine ? "with savepoints" : "fast path");
     const std::string p = confine ? "c-" : "f-";
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    absl::StatusOr<Result> a = guard_->RunIn(*tx, Req(p + "E1"), Inserting({p + "O-1"}, "r1"), confine);
-    absl::StatusOr<Result> b = guard_->RunIn(*tx, Req(p + "E2"), Inserting({p + "O-2"}), confine);
+    absl::StatusOr<Result> a =
+        RunIn(*guard_, *tx, Req(p + "E1"), Inserting({p + "O-1"}, "r1"), confine);
+    absl::StatusOr<Result> b = RunIn(*guard_, *tx, Req(p + "E2"), Inserting({p + "O-2"}), confine);
     runs_ = 0;
     // The same event again in the same batch: replayed from the uncommitted record.
-    absl::StatusOr<Result> again = guard_->RunIn(*tx, Req(p + "E1"), Inserting({p + "O-9"}), confine);
+    absl::StatusOr<Result> again =
+        RunIn(*guard_, *tx, Req(p + "E1"), Inserting({p + "O-9"}), confine);
     ASSERT_OK(a);
     ASSERT_OK(b);
     ASSERT_OK(again);
@@ -90,11 +94,11 @@ TEST_P(GuardBatchTest, KeysOfOneTransactionCommitTogetherEachOnce) {
 
 TEST_P(GuardBatchTest, AFailingMessageUndoesOnlyItsOwnWritesAndIsCached) {
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-  ASSERT_OK(guard_->RunIn(*tx, Req("E1"), Inserting({"O-1"})));
+  ASSERT_OK(RunIn(*guard_, *tx, Req("E1"), Inserting({"O-1"})));
   // Inserts O-2, then breaks the primary key: its error aborts nothing but itself.
-  EXPECT_THAT(guard_->RunIn(*tx, Req("E2"), Inserting({"O-2", "O-1"})),
+  EXPECT_THAT(RunIn(*guard_, *tx, Req("E2"), Inserting({"O-2", "O-1"})),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  absl::StatusOr<Result> c = guard_->RunIn(*tx, Req("E3"), Inserting({"O-3"}));
+  absl::StatusOr<Result> c = RunIn(*guard_, *tx, Req("E3"), Inserting({"O-3"}));
   ASSERT_OK(c);
   EXPECT_EQ(c->outcome, Outcome::kExecuted);
   ASSERT_OK(tx->Commit());
@@ -112,8 +116,8 @@ TEST_P(GuardBatchTest, RetryableErrorLeavesNoRecordAndTheTransactionGoesOn) {
     IDEM_RETURN_IF_ERROR(t.Exec("INSERT INTO ledger (order_no) VALUES (?)", {Value("O-x")}));
     return absl::UnavailableError("downstream timeout");
   };
-  EXPECT_THAT(guard_->RunIn(*tx, Req("E1"), flaky), StatusIs(absl::StatusCode::kUnavailable));
-  ASSERT_OK(guard_->RunIn(*tx, Req("E2"), Inserting({"O-2"})));
+  EXPECT_THAT(RunIn(*guard_, *tx, Req("E1"), flaky), StatusIs(absl::StatusCode::kUnavailable));
+  ASSERT_OK(RunIn(*guard_, *tx, Req("E2"), Inserting({"O-2"})));
   ASSERT_OK(tx->Commit());
   EXPECT_EQ(Ledger(), std::vector<std::string>{"O-2"});
   absl::StatusOr<Result> retried = guard_->Run(Req("E1"), Inserting({"O-1"}));
@@ -123,8 +127,8 @@ TEST_P(GuardBatchTest, RetryableErrorLeavesNoRecordAndTheTransactionGoesOn) {
 
 TEST_P(GuardBatchTest, RollingTheBatchBackUndoesEveryClaimAndEffect) {
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-  ASSERT_OK(guard_->RunIn(*tx, Req("E1"), Inserting({"O-1"}), /*confine=*/false));
-  ASSERT_OK(guard_->RunIn(*tx, Req("E2"), Inserting({"O-2"}), /*confine=*/false));
+  ASSERT_OK(RunIn(*guard_, *tx, Req("E1"), Inserting({"O-1"}), /*confine=*/false));
+  ASSERT_OK(RunIn(*guard_, *tx, Req("E2"), Inserting({"O-2"}), /*confine=*/false));
   tx->Rollback();
   EXPECT_TRUE(Ledger().empty());
   absl::StatusOr<Result> again = guard_->Run(Req("E1"), Inserting({"O-1"}));
@@ -146,7 +150,7 @@ TEST_P(GuardBatchTest, BatchRunsEachNewKeyOnceAndAnswersTheOthers) {
   std::vector<size_t> ran;
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
   absl::StatusOr<std::vector<Result>> results =
-      guard_->RunBatchIn(*tx, batch, [&](size_t i, Transaction& t) -> absl::StatusOr<std::string> {
+      RunBatchIn(*guard_, *tx, batch, [&](size_t i, Transaction& t) -> absl::StatusOr<std::string> {
         ran.push_back(i);
         IDEM_RETURN_IF_ERROR(
             t.Exec("INSERT INTO ledger (order_no) VALUES (?)", {Value("O-" + batch[i].key)}));
@@ -185,10 +189,8 @@ TEST_P(GuardBatchTest, AFailingHandlerFailsTheBatchAndTheRerunConfinesIt) {
   const std::vector<std::vector<std::string>> rows = {{"O-1"}, {"O-2", "O-1"}, {"O-3"}};
   {
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    absl::StatusOr<std::vector<Result>> results =
-        guard_->RunBatchIn(*tx, batch, [&](size_t i, Transaction& t) {
-          return Inserting(rows[i])(t);
-        });
+    absl::StatusOr<std::vector<Result>> results = RunBatchIn(
+        *guard_, *tx, batch, [&](size_t i, Transaction& t) { return Inserting(rows[i])(t); });
     EXPECT_THAT(results, StatusIs(absl::StatusCode::kInvalidArgument));
     tx->Rollback();
   }
@@ -197,7 +199,7 @@ TEST_P(GuardBatchTest, AFailingHandlerFailsTheBatchAndTheRerunConfinesIt) {
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
   std::vector<Outcome> outcomes;
   for (size_t i = 0; i < batch.size(); ++i) {
-    absl::StatusOr<Result> r = guard_->RunIn(*tx, batch[i], Inserting(rows[i]));
+    absl::StatusOr<Result> r = RunIn(*guard_, *tx, batch[i], Inserting(rows[i]));
     if (i == 1) {
       EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
     } else {
@@ -217,8 +219,8 @@ TEST_P(GuardBatchTest, ABadKeyFailsTheBatchBeforeAnyWrite) {
   const std::vector<Request> batch = {Req("E1"), Req("")};
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
   runs_ = 0;
-  EXPECT_THAT(guard_->RunBatchIn(*tx, batch,
-                                 [&](size_t, Transaction& t) { return Inserting({"O-1"})(t); }),
+  EXPECT_THAT(RunBatchIn(*guard_, *tx, batch,
+                         [&](size_t, Transaction& t) { return Inserting({"O-1"})(t); }),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(runs_, 0);
   ASSERT_OK(tx->Commit());
@@ -243,13 +245,13 @@ TEST_P(GuardBatchTest, FirstStatementsRunOnlyForClaimedKeys) {
   firsts.push_back({"INSERT INTO ledger (order_no) VALUES (?)", {Value("O-never-2")}});
   std::vector<size_t> ran;
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-  absl::StatusOr<std::vector<Result>> results = guard_->RunBatchIn(
-      *tx, batch, firsts,
-      [&](size_t i, Transaction&, int64_t rows) -> absl::StatusOr<std::string> {
-        EXPECT_EQ(rows, 1) << i;
-        ran.push_back(i);
-        return "r" + std::to_string(i);
-      });
+  absl::StatusOr<std::vector<Result>> results =
+      RunBatchIn(*guard_, *tx, batch, firsts,
+                 [&](size_t i, Transaction&, int64_t rows) -> absl::StatusOr<std::string> {
+                   EXPECT_EQ(rows, 1) << i;
+                   ran.push_back(i);
+                   return "r" + std::to_string(i);
+                 });
   ASSERT_OK(results);
   EXPECT_EQ(ran.size(), 130u);
   EXPECT_EQ((*results)[130].outcome, Outcome::kReplayed);
@@ -268,24 +270,24 @@ TEST_P(GuardBatchTest, FirstStatementsRunOnlyForClaimedKeys) {
       {"INSERT INTO ledger (order_no) VALUES (?)", {Value("P1")}},
       {"INSERT INTO ledger (order_no) VALUES (?)", {Value("O1")}}};
   tx = *store_->Begin();
-  EXPECT_THAT(guard_->RunBatchIn(*tx, again, bad,
-                                 [](size_t, Transaction&, int64_t) -> absl::StatusOr<std::string> {
-                                   return std::string("never");
-                                 }),
+  EXPECT_THAT(RunBatchIn(*guard_, *tx, again, bad,
+                         [](size_t, Transaction&, int64_t) -> absl::StatusOr<std::string> {
+                           return std::string("never");
+                         }),
               StatusIs(absl::StatusCode::kInvalidArgument));
   tx->Rollback();
   EXPECT_EQ(Ledger().size(), 131u);
   EXPECT_EQ(*store_->Get("default", "F1"), std::nullopt);
   // One statement per request, or none.
   tx = *store_->Begin();
-  EXPECT_THAT(guard_->RunBatchIn(*tx, again, absl::MakeConstSpan(bad).subspan(0, 1),
-                                 [](size_t, Transaction&, int64_t) -> absl::StatusOr<std::string> {
-                                   return std::string("never");
-                                 }),
+  EXPECT_THAT(RunBatchIn(*guard_, *tx, again, absl::MakeConstSpan(bad).subspan(0, 1),
+                         [](size_t, Transaction&, int64_t) -> absl::StatusOr<std::string> {
+                           return std::string("never");
+                         }),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-// StoreTransaction::ExecMany: each statement as Exec, in order (each sees the ones
+// RecordTransaction::ExecMany: each statement as Exec, in order (each sees the ones
 // before it), row counts in order; the first error stops it.
 TEST_P(GuardBatchTest, ExecManyRunsEachStatementInOrder) {
   std::vector<Statement> statements;
@@ -295,7 +297,7 @@ TEST_P(GuardBatchTest, ExecManyRunsEachStatementInOrder) {
   }
   statements.push_back({"DELETE FROM ledger WHERE order_no LIKE ?", {Value("X1%")}});
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-  absl::StatusOr<std::vector<int64_t>> rows = tx->ExecMany(statements);
+  absl::StatusOr<std::vector<int64_t>> rows = Records(*tx).ExecMany(statements);
   ASSERT_OK(rows);
   ASSERT_EQ(rows->size(), 151u);
   EXPECT_EQ((*rows)[0], 1);
@@ -309,7 +311,7 @@ TEST_P(GuardBatchTest, ExecManyRunsEachStatementInOrder) {
       {"INSERT INTO ledger (order_no) VALUES (?)", {Value("X2")}},
       {"INSERT INTO ledger (order_no) VALUES (?)", {Value("Y2")}}};
   tx = *store_->Begin();
-  EXPECT_THAT(tx->ExecMany(failing), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Records(*tx).ExecMany(failing), StatusIs(absl::StatusCode::kInvalidArgument));
   tx->Rollback();
   EXPECT_EQ(Ledger().size(), 89u);
 }

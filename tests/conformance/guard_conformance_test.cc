@@ -1,5 +1,8 @@
 // The Guard/Store contract (keys, outcomes and their order, the two modes;
 // include/idem/guard.h), run against every backend.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -7,11 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "conformance/store_factory.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -24,7 +25,7 @@ using ::idem::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // A store decorator that is down: every call answers kUnavailable.
-class DownStore final : public Store {
+class DownStore final : public StoreBackend {
  public:
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
     return absl::UnavailableError("store is down");
@@ -753,7 +754,7 @@ TEST_P(GuardConformanceTest, LongTenantsAndKeysReadBackUnderConcurrency) {
         r.result = "result-" + r.key;
         r.created_at = r.updated_at = absl::FromUnixSeconds(1700000000);
         absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store_->Begin();
-        if (!tx.ok() || !(*tx)->InsertOrLoad(r).ok() || !(*tx)->Commit().ok()) {
+        if (!tx.ok() || !Records(*(*tx)).InsertOrLoad(r).ok() || !(*tx)->Commit().ok()) {
           failures.fetch_add(1);
           continue;
         }
@@ -765,7 +766,7 @@ TEST_P(GuardConformanceTest, LongTenantsAndKeysReadBackUnderConcurrency) {
           failures.fetch_add(1);
           continue;
         }
-        absl::StatusOr<std::optional<Record>> dup = (*again)->InsertOrLoad(r);
+        absl::StatusOr<std::optional<Record>> dup = Records(*(*again)).InsertOrLoad(r);
         if (!dup.ok() || !dup->has_value() || (*dup)->key != r.key) failures.fetch_add(1);
       }
     });

@@ -21,6 +21,7 @@
 #include "idem/idem.h"
 #include "idem/retention.h"
 #include "idem/steps.h"
+#include "store/backend.h"
 #include "testing/fake_clock.h"
 #include "testing/records.h"
 #include "testing/status_matchers.h"
@@ -370,10 +371,10 @@ TEST_P(RetentionConformanceTest, RetireOfAMovedRecordDoesNothing) {
   ASSERT_OK_AND_ASSIGN(Result again, guard_->Claim(Req("released")));  // moves it on
   ASSERT_EQ(again.outcome, Outcome::kAcquired);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store_->Begin());
-  ASSERT_OK(tx->Load("default", "released"));
-  ASSERT_OK_AND_ASSIGN(bool moved, tx->Retire(*before, clock_.Now(), clock_.Now() + kDay));
+  ASSERT_OK(Records(*tx).Load("default", "released"));
+  ASSERT_OK_AND_ASSIGN(bool moved, Records(*tx).Retire(*before, clock_.Now(), clock_.Now() + kDay));
   EXPECT_FALSE(moved);
-  ASSERT_OK_AND_ASSIGN(bool deleted, tx->Retire(*before, clock_.Now(), std::nullopt));
+  ASSERT_OK_AND_ASSIGN(bool deleted, Records(*tx).Retire(*before, clock_.Now(), std::nullopt));
   EXPECT_FALSE(deleted);
   ASSERT_OK(tx->Commit());
   EXPECT_EQ(Stored("released")->state, RecordState::kProcessing);

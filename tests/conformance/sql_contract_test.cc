@@ -27,6 +27,7 @@
 
 #include "conformance/store_factory.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "store/sql/schema.h"
 #include "testing/records.h"
 #include "testing/status_matchers.h"
@@ -194,11 +195,11 @@ TEST_P(SqlContractTest, RecordsRoundTripByteForByte) {
   r.lease_until = absl::InfinitePast();
   {
     std::unique_ptr<StoreTransaction> tx = *store->Begin();
-    absl::StatusOr<std::optional<Record>> first = tx->InsertOrLoad(r);
+    absl::StatusOr<std::optional<Record>> first = Records(*tx).InsertOrLoad(r);
     ASSERT_OK(first);
     EXPECT_FALSE(first->has_value());
     absl::StatusOr<std::optional<Record>> again =
-        tx->InsertOrLoad(testing::ClaimRecord(r.key, 7, "payment"));
+        Records(*tx).InsertOrLoad(testing::ClaimRecord(r.key, 7, "payment"));
     ASSERT_OK(again);
     ASSERT_TRUE(again->has_value());
     EXPECT_EQ(**again, r);
@@ -211,15 +212,15 @@ TEST_P(SqlContractTest, RecordsRoundTripByteForByte) {
   EXPECT_FALSE(store->Get("default", "a")->has_value());
 
   std::unique_ptr<StoreTransaction> tx = *store->Begin();
-  absl::StatusOr<bool> same = tx->Replace(r, r.token, r.state);
+  absl::StatusOr<bool> same = Records(*tx).Replace(r, r.token, r.state);
   ASSERT_OK(same);
   EXPECT_TRUE(*same);
   Record next = r;
   next.state = RecordState::kSucceeded;
   next.token = 2;
-  EXPECT_FALSE(*tx->Replace(next, /*expected_token=*/5, RecordState::kProcessing));
-  EXPECT_TRUE(*tx->Replace(next, 1, RecordState::kProcessing));
-  EXPECT_EQ(**tx->Load("default", r.key), next);
+  EXPECT_FALSE(*Records(*tx).Replace(next, /*expected_token=*/5, RecordState::kProcessing));
+  EXPECT_TRUE(*Records(*tx).Replace(next, 1, RecordState::kProcessing));
+  EXPECT_EQ(**Records(*tx).Load("default", r.key), next);
   ASSERT_OK(tx->Commit());
   got = store->Get("default", r.key);
   ASSERT_OK(got);

@@ -29,6 +29,7 @@
 #include "idem/idem.h"
 #include "idem/retry.h"
 #include "idem/steps.h"
+#include "store/backend.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -153,7 +154,7 @@ inline std::vector<std::string> BizKeys(const std::vector<OperationState>& ops) 
 
 // A Store decorator whose database can be "unplugged": while down, Begin and Get
 // answer kUnavailable. Everything else is the wrapped store's.
-class SwitchableStore final : public Store {
+class SwitchableStore final : public StoreBackend {
  public:
   explicit SwitchableStore(Store& inner) : inner_(inner) {}
   void set_down(bool down) { down_.store(down); }
@@ -170,7 +171,7 @@ class SwitchableStore final : public Store {
   absl::Status Ping() override {
     return down_.load() ? absl::UnavailableError("store is down (test)") : inner_.Ping();
   }
-  const SqlDialect* sql_dialect() const override { return inner_.sql_dialect(); }
+  const SqlDialect* sql_dialect() const override { return Backend(inner_).sql_dialect(); }
   std::string_view url() const override { return inner_.url(); }
 
  private:

@@ -16,6 +16,7 @@
 
 #include "conformance/store_factory.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "testing/records.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -138,7 +139,7 @@ TEST_P(StoreContractTest, OlderSchemaIsUpgradedInPlace) {
 
   std::unique_ptr<Store> store = Open();
   ASSERT_NE(store, nullptr);
-  ASSERT_OK_AND_ASSIGN(SchemaInfo info, store->DescribeSchema());
+  ASSERT_OK_AND_ASSIGN(SchemaInfo info, Backend(*store).DescribeSchema());
   EXPECT_EQ(info.version, 2);
   Guard guard(*store);
   ASSERT_OK_AND_ASSIGN(Result replay, guard.Claim(old));
@@ -162,7 +163,7 @@ TEST_P(StoreContractTest, ClaimHeldPastTheLockTimeoutFailsClosed) {
   OpenContenders(&holder, &store);
   if (IsSkipped() || HasFatalFailure()) return;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> held, holder->Begin());
-  ASSERT_OK_AND_ASSIGN(std::optional<Record> none, held->InsertOrLoad(Claim("K")));
+  ASSERT_OK_AND_ASSIGN(std::optional<Record> none, Records(*held).InsertOrLoad(Claim("K")));
   ASSERT_FALSE(none.has_value());
 
   Guard guard(*store);
@@ -191,8 +192,9 @@ TEST_P(StoreContractTest, ClaimHeldPastTheLockTimeoutFailsClosed) {
 
   // At the Store level: kUnavailable (retry later); the server backends also mark it
   // as a claim in progress, which is how the Guard above told it.
-  absl::Status raw =
-      Contend(*store, [](StoreTransaction& tx) { return tx.InsertOrLoad(Claim("K", 9)).status(); });
+  absl::Status raw = Contend(*store, [](StoreTransaction& tx) {
+    return Records(tx).InsertOrLoad(Claim("K", 9)).status();
+  });
   EXPECT_THAT(raw, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(IsClaimContended(raw), !GetParam().locks_whole_database) << raw;
 
@@ -294,7 +296,7 @@ TEST_P(StoreContractTest, PoolRecoversAfterItsSessionsAreKilled) {
 
 // ---- the Guard's final write ----
 
-// StoreTransaction::ReplaceAndCommit commits only when it moved the record. When the
+// RecordTransaction::ReplaceAndCommit commits only when it moved the record. When the
 // record had moved on (another holder's token, another state), nothing of the
 // transaction is committed: not the claim, not the caller's rows (PostgreSQL and
 // MySQL send the write with the COMMIT in one round trip; this holds there too).
@@ -315,12 +317,12 @@ TEST_P(StoreContractTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
     SCOPED_TRACE(::testing::Message()
                  << "expected token " << token << ", state " << RecordStateName(state));
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-    ASSERT_OK_AND_ASSIGN(std::optional<Record> none, tx->InsertOrLoad(claim));
+    ASSERT_OK_AND_ASSIGN(std::optional<Record> none, Records(*tx).InsertOrLoad(claim));
     ASSERT_FALSE(none.has_value());
     if (sql) {
       ASSERT_OK(tx->Exec("INSERT INTO h VALUES (1)"));
     }
-    absl::StatusOr<bool> moved = tx->ReplaceAndCommit(done, token, state);
+    absl::StatusOr<bool> moved = Records(*tx).ReplaceAndCommit(done, token, state);
     ASSERT_OK(moved);
     EXPECT_FALSE(*moved);
     if (sql) {
@@ -340,11 +342,11 @@ TEST_P(StoreContractTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
   done.result = every_byte + "'; COMMIT; --";
   {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
     if (sql) {
       ASSERT_OK(tx->Exec("INSERT INTO h VALUES (3)"));
     }
-    absl::StatusOr<bool> moved = tx->ReplaceAndCommit(done, 1, RecordState::kProcessing);
+    absl::StatusOr<bool> moved = Records(*tx).ReplaceAndCommit(done, 1, RecordState::kProcessing);
     ASSERT_OK(moved);
     EXPECT_TRUE(*moved);
     if (sql) {
@@ -365,8 +367,9 @@ TEST_P(StoreContractTest, ReplaceAndCommitThatDoesNotMoveCommitsNothing) {
   const Record big_done = Done(big, std::string(1536 * 1024, '\xab'));
   {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-    ASSERT_OK(tx->InsertOrLoad(big));
-    absl::StatusOr<bool> moved = tx->ReplaceAndCommit(big_done, 1, RecordState::kProcessing);
+    ASSERT_OK(Records(*tx).InsertOrLoad(big));
+    absl::StatusOr<bool> moved =
+        Records(*tx).ReplaceAndCommit(big_done, 1, RecordState::kProcessing);
     ASSERT_OK(moved);
     EXPECT_TRUE(*moved);
   }
@@ -388,10 +391,10 @@ TEST_P(StoreContractTest, BatchClaimsAndWritesAnswerEachRecordAsOneAtATime) {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
     for (int i = 0; i < 230; i += 7) {
       const Record claim = Claim("K" + std::to_string(i));
-      ASSERT_OK(tx->InsertOrLoad(claim));
-      ASSERT_OK(tx->Replace(Done(claim, "old"), 1, RecordState::kProcessing));
+      ASSERT_OK(Records(*tx).InsertOrLoad(claim));
+      ASSERT_OK(Records(*tx).Replace(Done(claim, "old"), 1, RecordState::kProcessing));
     }
-    ASSERT_OK(tx->InsertOrLoad(Claim("HELD", 4)));
+    ASSERT_OK(Records(*tx).InsertOrLoad(Claim("HELD", 4)));
     ASSERT_OK(tx->Commit());
   }
   std::vector<Record> batch;
@@ -399,9 +402,10 @@ TEST_P(StoreContractTest, BatchClaimsAndWritesAnswerEachRecordAsOneAtATime) {
   batch.push_back(Claim("HELD"));
   batch.push_back(Claim("K1"));  // again: loads the batch's own claim of K1
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-  ASSERT_OK_AND_ASSIGN(std::vector<std::optional<Record>> got, tx->InsertOrLoadMany(batch));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::optional<Record>> got,
+                       Records(*tx).InsertOrLoadMany(batch));
   ASSERT_EQ(got.size(), batch.size());
-  std::vector<StoreTransaction::Replacement> writes;
+  std::vector<RecordTransaction::Replacement> writes;
   for (int i = 0; i < 230; ++i) {
     SCOPED_TRACE(batch[i].key);
     if (i % 7 == 0) {
@@ -423,13 +427,13 @@ TEST_P(StoreContractTest, BatchClaimsAndWritesAnswerEachRecordAsOneAtATime) {
   EXPECT_EQ(got[231]->state, RecordState::kProcessing);
   EXPECT_EQ(got[231]->token, 1);
 
-  ASSERT_OK_AND_ASSIGN(std::vector<bool> moved, tx->ReplaceMany(writes));
+  ASSERT_OK_AND_ASSIGN(std::vector<bool> moved, Records(*tx).ReplaceMany(writes));
   ASSERT_EQ(moved.size(), writes.size());
   for (size_t j = 0; j < writes.size(); ++j) {
     EXPECT_EQ(moved[j], writes[j].expected_token == 1) << writes[j].record.key;
   }
   ASSERT_OK(tx->Commit());
-  for (const StoreTransaction::Replacement& w : writes) {
+  for (const RecordTransaction::Replacement& w : writes) {
     ASSERT_OK_AND_ASSIGN(std::optional<Record> r, store->Get("default", w.record.key));
     ASSERT_TRUE(r.has_value()) << w.record.key;
     if (w.expected_token == 1) {
@@ -441,9 +445,10 @@ TEST_P(StoreContractTest, BatchClaimsAndWritesAnswerEachRecordAsOneAtATime) {
   }
   // The empty batch is no call at all.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> empty, store->Begin());
-  ASSERT_OK_AND_ASSIGN(std::vector<std::optional<Record>> no_claims, empty->InsertOrLoadMany({}));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::optional<Record>> no_claims,
+                       Records(*empty).InsertOrLoadMany({}));
   EXPECT_TRUE(no_claims.empty());
-  ASSERT_OK_AND_ASSIGN(std::vector<bool> no_writes, empty->ReplaceMany({}));
+  ASSERT_OK_AND_ASSIGN(std::vector<bool> no_writes, Records(*empty).ReplaceMany({}));
   EXPECT_TRUE(no_writes.empty());
 }
 
@@ -454,10 +459,10 @@ TEST_P(StoreContractTest, RolledBackBatchLeavesNothing) {
   const std::vector<Record> batch = {Claim("A"), Claim("B"), Claim("C")};
   {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-    ASSERT_OK(tx->InsertOrLoadMany(batch));
-    const std::vector<StoreTransaction::Replacement> writes = {
+    ASSERT_OK(Records(*tx).InsertOrLoadMany(batch));
+    const std::vector<RecordTransaction::Replacement> writes = {
         {.record = Done(batch[0], "a"), .expected_token = 1}};
-    ASSERT_OK_AND_ASSIGN(std::vector<bool> moved, tx->ReplaceMany(writes));
+    ASSERT_OK_AND_ASSIGN(std::vector<bool> moved, Records(*tx).ReplaceMany(writes));
     EXPECT_EQ(moved, std::vector<bool>{true});
     tx->Rollback();
   }
@@ -471,10 +476,10 @@ TEST_P(StoreContractTest, BatchClaimMeetingAHeldKeyFailsClosed) {
   OpenContenders(&holder, &store);
   if (IsSkipped() || HasFatalFailure()) return;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> held, holder->Begin());
-  ASSERT_OK(held->InsertOrLoad(Claim("K")));
+  ASSERT_OK(Records(*held).InsertOrLoad(Claim("K")));
   absl::Status s = Contend(*store, [](StoreTransaction& tx) {
     const std::vector<Record> batch = {Claim("FREE"), Claim("K", 9), Claim("FREE2")};
-    return tx.InsertOrLoadMany(batch).status();
+    return Records(tx).InsertOrLoadMany(batch).status();
   });
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(IsClaimContended(s), !GetParam().locks_whole_database) << s;

@@ -2,6 +2,7 @@
 // is SIGKILLed at a failpoint; the parent reopens the database, retries every key,
 // and checks that each business row exists exactly once and each record agrees
 // with it.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,11 +12,10 @@
 #include <tuple>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "conformance/store_factory.h"
 #include "core/failpoint.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -130,7 +130,7 @@ TEST_P(CrashTest, KilledChildThenRetryLeavesEachRowExactlyOnce) {
   ASSERT_EQ(rows->rows.size(), static_cast<size_t>(kKeys));
   for (const auto& row : rows->rows) {
     EXPECT_EQ(row[1].as_int(), 1) << "order " << row[0].as_text() << " has duplicate rows";
-    absl::StatusOr<std::optional<Record>> rec = tx->Load("default", row[0].as_text());
+    absl::StatusOr<std::optional<Record>> rec = Records(*tx).Load("default", row[0].as_text());
     ASSERT_OK(rec);
     ASSERT_TRUE(rec->has_value());
     EXPECT_EQ((*rec)->state, RecordState::kSucceeded);

@@ -20,6 +20,7 @@
 #include "idem/idem.h"
 #include "idem/status.h"
 #include "nlohmann/json.hpp"
+#include "store/backend.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -31,7 +32,7 @@ using ::testing::HasSubstr;
 using json = nlohmann::json;
 
 // A store that is down: every call is kUnavailable.
-class DownStore final : public Store {
+class DownStore final : public StoreBackend {
  public:
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
     return absl::UnavailableError("database is locked");
@@ -46,7 +47,7 @@ class DownStore final : public Store {
 
 // A memory:// store whose writes fail while `full` is set, as on a full disk:
 // reads and pings answer, every commit is the store's fault.
-class FullDiskStore final : public Store {
+class FullDiskStore final : public StoreBackend {
  public:
   FullDiskStore() : inner_(*OpenStore("memory://")) {}
 
@@ -64,7 +65,7 @@ class FullDiskStore final : public Store {
   std::atomic<int> commits{0};  // those that succeeded
 
  private:
-  class Tx final : public StoreTransaction {
+  class Tx final : public RecordTransaction {
    public:
     Tx(FullDiskStore& store, std::unique_ptr<StoreTransaction> inner)
         : store_(store), inner_(std::move(inner)) {}
@@ -75,17 +76,17 @@ class FullDiskStore final : public Store {
       return inner_->Query(sql, p);
     }
     absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& r) override {
-      return inner_->InsertOrLoad(r);
+      return Records(*inner_).InsertOrLoad(r);
     }
     absl::StatusOr<bool> Replace(const Record& r, int64_t token, RecordState state) override {
-      return inner_->Replace(r, token, state);
+      return Records(*inner_).Replace(r, token, state);
     }
     absl::StatusOr<std::optional<Record>> Load(std::string_view t, std::string_view k) override {
-      return inner_->Load(t, k);
+      return Records(*inner_).Load(t, k);
     }
     absl::StatusOr<bool> Retire(const Record& r, absl::Time now,
                                 std::optional<absl::Time> until) override {
-      return inner_->Retire(r, now, until);
+      return Records(*inner_).Retire(r, now, until);
     }
     absl::Status Commit() override {
       if (store_.full.load()) {
@@ -653,9 +654,14 @@ TEST(ProbeStoreWrite, WritesAndLeavesNothingBehind) {
     EXPECT_FALSE((*store->Get("", "write-probe")).has_value()) << url;
     {
       ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
-      ASSERT_OK(tx->InsertOrLoad(Record{.tenant = "", .biz_type = "idem.readiness",
-                                        .key = "write-probe", .token = 1, .lease_until = now,
-                                        .created_at = now, .updated_at = now})
+      ASSERT_OK(Records(*tx)
+                    .InsertOrLoad(Record{.tenant = "",
+                                         .biz_type = "idem.readiness",
+                                         .key = "write-probe",
+                                         .token = 1,
+                                         .lease_until = now,
+                                         .created_at = now,
+                                         .updated_at = now})
                     .status());
       ASSERT_OK(tx->Commit());
     }
@@ -834,7 +840,7 @@ TEST_F(ApiAsyncTest, WhatItCannotTakeGoesToThePool) {
   EXPECT_EQ(async_.async, before);
   // A key another transaction holds this instant: the blocking claim waits for it.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> holder, async_.store->Begin());
-  ASSERT_OK(holder->Load("acme", "H").status());
+  ASSERT_OK(Records(*holder).Load("acme", "H").status());
   HttpRequest request{"POST", "/v1/claims", "Bearer tok-a", R"({"biz_type":"refund","key":"H"})"};
   std::unique_ptr<Handler::Call> held = async_.api->Begin(request);
   ASSERT_FALSE(held->AnswerWithoutBlocking().has_value());

@@ -411,7 +411,7 @@ TEST_F(ServerTest, CountsTheRequestsHandedToTheWorkerPool) {
 
 // A store whose transactions wait while `blocked` is set: it holds the server's
 // only worker thread in a store call.
-class BlockingStore : public Store {
+class BlockingStore : public StoreBackend {
  public:
   explicit BlockingStore(std::unique_ptr<Store> inner) : inner_(std::move(inner)) {}
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {

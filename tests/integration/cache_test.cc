@@ -27,6 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "store/record_codec.h"
 #include "store/redis/redis_client.h"
 #include "testing/fake_clock.h"
@@ -41,7 +42,7 @@ namespace {
 using ::idem::testing::FakeClock;
 
 // Counts the transactions that reach the database.
-class CountingStore final : public Store {
+class CountingStore final : public StoreBackend {
  public:
   CountingStore(std::unique_ptr<Store> inner, std::atomic<int>* begins)
       : inner_(std::move(inner)), begins_(begins) {}
@@ -53,7 +54,7 @@ class CountingStore final : public Store {
     return inner_->Get(t, k);
   }
   absl::Status Ping() override { return inner_->Ping(); }
-  const SqlDialect* sql_dialect() const override { return inner_->sql_dialect(); }
+  const SqlDialect* sql_dialect() const override { return Backend(*inner_).sql_dialect(); }
   std::string_view url() const override { return inner_->url(); }
 
  private:
@@ -338,7 +339,7 @@ TEST_F(CacheTest, ReleasedKeyIsNeverReplayedFromCache) {
   ASSERT_EQ(claim->outcome, Outcome::kAcquired);
   ASSERT_TRUE(guard.Fail(Req("rel"), claim->token, /*retryable=*/true, "timeout").ok());
   EXPECT_FALSE(RedisValue(url, "default", "rel").has_value());
-  EXPECT_FALSE(store->LookupDecided("default", "rel")->has_value());
+  EXPECT_FALSE(Backend(*store).LookupDecided("default", "rel")->has_value());
   absl::StatusOr<Result> again = guard.Claim(Req("rel"));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->outcome, Outcome::kAcquired);
@@ -367,7 +368,7 @@ TEST_F(CacheTest, ProcessingRecordIsNeverServedFromCache) {
   ASSERT_TRUE(claim.ok());
   ASSERT_EQ(claim->outcome, Outcome::kAcquired);
   EXPECT_FALSE(RedisValue(url, "default", "p").has_value());
-  EXPECT_FALSE(store->LookupDecided("default", "p")->has_value());
+  EXPECT_FALSE(Backend(*store).LookupDecided("default", "p")->has_value());
   const int before = begins.load();
   absl::StatusOr<Result> second = guard.Claim(Req("p"));
   ASSERT_TRUE(second.ok());
@@ -376,7 +377,7 @@ TEST_F(CacheTest, ProcessingRecordIsNeverServedFromCache) {
   EXPECT_EQ(begins.load(), before + 1);
   // Reading a PROCESSING record (Guard::Get) caches nothing either.
   ASSERT_TRUE(guard.Get(Req("p")).ok());
-  EXPECT_FALSE(store->LookupDecided("default", "p")->has_value());
+  EXPECT_FALSE(Backend(*store).LookupDecided("default", "p")->has_value());
   // After the lease expires, the takeover is decided by the database.
   clock_.Advance(absl::Seconds(31));
   absl::StatusOr<Result> takeover = guard.Claim(Req("p"));
@@ -429,15 +430,15 @@ TEST_F(CacheTest, L1BytesBoundIsRespected) {
   EXPECT_GT(full.l1_bytes, 6u * 10000);
   EXPECT_EQ(full.too_large, 0u);
   // The most recent are answered from L1; an evicted one by the database.
-  EXPECT_TRUE(store->PeekDecided("default", "m99").has_value());
-  EXPECT_FALSE(store->PeekDecided("default", "m0").has_value());
+  EXPECT_TRUE(Backend(*store).PeekDecided("default", "m99").has_value());
+  EXPECT_FALSE(Backend(*store).PeekDecided("default", "m0").has_value());
   EXPECT_EQ(guard.Run(Req("m0"), Counting("x"))->value, std::string(10000, 'r') + "0");
 
   // Over max_entry_bytes: not cached, counted, and nothing evicted for it.
   ASSERT_TRUE(guard.Run(Req("big"), Counting(std::string(40000, 'b'))).ok());
-  EXPECT_FALSE(store->PeekDecided("default", "big").has_value());
+  EXPECT_FALSE(Backend(*store).PeekDecided("default", "big").has_value());
   EXPECT_EQ(GetCacheStats(*store)->too_large, 1u);
-  EXPECT_TRUE(store->PeekDecided("default", "m99").has_value());
+  EXPECT_TRUE(Backend(*store).PeekDecided("default", "m99").has_value());
   EXPECT_EQ(guard.Run(Req("big"), Counting("x"))->value, std::string(40000, 'b'));
   EXPECT_EQ(runs_.load(), 101);
 }
@@ -452,9 +453,9 @@ TEST_F(CacheTest, L1EntriesExpireAfterTtl) {
   std::unique_ptr<Store> store = Open({.ttl = absl::Minutes(1)}, &begins);
   Guard guard(*store, {.clock = &clock_});
   ASSERT_TRUE(guard.Run(Req("t"), Counting("R")).ok());
-  EXPECT_TRUE(store->LookupDecided("default", "t")->has_value());
+  EXPECT_TRUE(Backend(*store).LookupDecided("default", "t")->has_value());
   clock_.Advance(absl::Minutes(2));
-  EXPECT_FALSE(store->LookupDecided("default", "t")->has_value());
+  EXPECT_FALSE(Backend(*store).LookupDecided("default", "t")->has_value());
   EXPECT_EQ(guard.Run(Req("t"), Counting("x"))->value, "R");  // the database still answers
 }
 

@@ -29,6 +29,8 @@
 #include "idem/idem.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/backend.h"
+#include "store/mysql/mysql_store.h"
 
 namespace idem::mysql::testing {
 

@@ -16,6 +16,7 @@
 #include "idem/status.h"
 #include "simdjson.h"
 #include "spdlog/spdlog.h"
+#include "store/backend.h"
 
 namespace idem::http {
 namespace {
@@ -121,7 +122,7 @@ Api::Api(Guard& guard, Store& store, Metrics& metrics, ApiOptions options)
   for (const std::string& biz_type : options_.fail_open) metrics_.DeclareFailOpen(biz_type);
   // Keys finished by other processes on a shared database wake this process's
   // waiting claims too (postgres:// LISTEN/NOTIFY); elsewhere their polls see it.
-  finished_ = store_.SubscribeFinished(
+  finished_ = Backend(store_).SubscribeFinished(
       [this](std::string_view tenant, std::string_view key) { watch_.Notify(tenant, key); });
 }
 

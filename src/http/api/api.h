@@ -87,6 +87,7 @@
 #include "idem/clock.h"
 #include "idem/guard.h"
 #include "idem/store.h"
+#include "store/backend.h"
 
 namespace idem::http {
 
@@ -158,11 +159,11 @@ class ApiCall final : public Handler::Call {
   // client cannot make the server hold its body; nullopt otherwise.
   std::optional<Reply> BeforeBody() const override;
   // A duplicate claim whose key's final record the store holds in memory
-  // (Store::PeekDecided, the cache's L1); nullopt for anything else.
+  // (StoreBackend::PeekDecided, the cache's L1); nullopt for anything else.
   std::optional<Reply> AnswerWithoutBlocking() override;
   // A claim, complete or fail on a store with non-blocking transactions
-  // (Store::non_blocking(): rocksdb://), started on the calling network thread
-  // (Guard::ClaimNonBlocking, ...), its answer built by `resume`'s function once
+  // (StoreBackend::non_blocking(): rocksdb://), started on the calling network thread
+  // (ClaimNonBlocking, ... of core/guard_nonblocking.h), its answer built by `resume`'s function once
   // the write is durable; false for anything else, or a key another transaction
   // holds this instant (Answer() then answers it on the pool).
   bool StartAsync(const Handler::Resume& resume) override;

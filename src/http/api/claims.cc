@@ -10,10 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "core/guard_nonblocking.h"
 #include "http/api/api.h"
 #include "http/api/json.h"
 #include "http/server/problem.h"
 #include "http/api/records.h"
+#include "store/backend.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 #include "spdlog/spdlog.h"
@@ -332,7 +334,7 @@ std::optional<Reply> Api::AnswerWithoutBlocking(ApiCall& call) {
   req.biz_type = body->biz_type;
   req.key = body->key;
   req.fingerprint = body->fingerprint;
-  std::optional<Result> known = guard_.ClaimIfKnown(req);
+  std::optional<Result> known = ClaimIfKnown(guard_, req);
   if (!known.has_value()) return std::nullopt;
   TrackKeyHealth(req, *known);
   Reply reply = DecidedClaim(*known);
@@ -395,7 +397,7 @@ bool Api::StartAsync(ApiCall& call, const Resume& resume) {
   // claim, complete or fail with a valid body. Anything else (and every error of
   // the body, which Answer() words) goes to the pool.
   const HttpRequest& request = call.request();
-  if (!store_.non_blocking() || request.method != "POST" ||
+  if (!Backend(store_).non_blocking() || request.method != "POST" ||
       request.body.size() > options_.max_body_bytes) {
     return false;
   }
@@ -431,8 +433,8 @@ bool Api::StartAsync(ApiCall& call, const Resume& resume) {
                                       ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
                                       : absl::InfinitePast();
       const uint64_t epoch = watch_.Epoch();
-      return guard_.ClaimNonBlocking(
-          req, lease,
+      return ClaimNonBlocking(
+          guard_, req, lease,
           [this, req, lease, deadline, epoch, finish, resume](absl::StatusOr<Result> result) {
             resume(finish([this, req, lease, deadline, epoch, result = std::move(result)] {
               Reply reply =
@@ -447,8 +449,8 @@ bool Api::StartAsync(ApiCall& call, const Resume& resume) {
       if (!body.ok() || body->token == 0) return false;
       req.biz_type = body->biz_type;
       req.key = body->key;
-      return guard_.CompleteNonBlocking(
-          req, body->token, body->result, [this, req, finish, resume](absl::Status status) {
+      return CompleteNonBlocking(
+          guard_, req, body->token, body->result, [this, req, finish, resume](absl::Status status) {
             resume(finish([this, req, status = std::move(status)] {
               return AnswerFinish(Route::kComplete, req, status, "completed");
             }));
@@ -459,12 +461,12 @@ bool Api::StartAsync(ApiCall& call, const Resume& resume) {
     req.biz_type = body->biz_type;
     req.key = body->key;
     const std::string_view outcome = body->retryable ? "released" : "failed";
-    return guard_.FailNonBlocking(req, body->token, body->retryable, body->error,
-                                  [this, req, outcome, finish, resume](absl::Status status) {
-                                    resume(finish([this, req, outcome, status = std::move(status)] {
-                                      return AnswerFinish(Route::kFail, req, status, outcome);
-                                    }));
-                                  });
+    return FailNonBlocking(guard_, req, body->token, body->retryable, body->error,
+                           [this, req, outcome, finish, resume](absl::Status status) {
+                             resume(finish([this, req, outcome, status = std::move(status)] {
+                               return AnswerFinish(Route::kFail, req, status, outcome);
+                             }));
+                           });
   } catch (const std::exception&) {
     return false;  // Answer() on the pool answers it
   }

@@ -6,6 +6,7 @@
 
 #include "idem/status.h"
 #include "spdlog/spdlog.h"
+#include "store/backend.h"
 
 namespace idem::http {
 
@@ -79,17 +80,17 @@ absl::Status ProbeStoreWrite(Store& store, absl::Time now) {
   probe.updated_at = now;
   {
     IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
-    IDEM_ASSIGN_OR_RETURN(std::optional<Record> left, tx->InsertOrLoad(probe));
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> left, Records(*tx).InsertOrLoad(probe));
     (void)left;  // a record an earlier probe left: the delete below writes
     IDEM_RETURN_IF_ERROR(tx->Commit());
   }
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
-  IDEM_ASSIGN_OR_RETURN(std::optional<Record> written, tx->Load(probe.tenant, probe.key));
+  IDEM_ASSIGN_OR_RETURN(std::optional<Record> written, Records(*tx).Load(probe.tenant, probe.key));
   if (!written.has_value()) {
     tx->Rollback();
     return absl::UnavailableError("the store lost the readiness probe's record");
   }
-  IDEM_ASSIGN_OR_RETURN(bool deleted, tx->Retire(*written, now, std::nullopt));
+  IDEM_ASSIGN_OR_RETURN(bool deleted, Records(*tx).Retire(*written, now, std::nullopt));
   if (!deleted) {
     tx->Rollback();
     return absl::UnavailableError("the store did not delete the readiness probe's record");

@@ -27,9 +27,9 @@ bool IsFinal(const Record& r) {
 // its Commit succeeded (a rolled-back write must never be answered), a read of an
 // already-final record at any end (it was committed before this transaction began).
 // Filling after the end also keeps Redis round trips out of the database's locks.
-class CachingTransaction final : public StoreTransaction {
+class CachingTransaction final : public RecordTransaction {
  public:
-  CachingTransaction(CachingStore& store, std::unique_ptr<StoreTransaction> inner)
+  CachingTransaction(CachingStore& store, std::unique_ptr<RecordTransaction> inner)
       : store_(store), inner_(std::move(inner)) {}
 
   ~CachingTransaction() override {
@@ -105,6 +105,10 @@ class CachingTransaction final : public StoreTransaction {
       }
     }
     return r;
+  }
+
+  absl::StatusOr<KeyLock> TryLock(std::string_view tenant, std::string_view key) override {
+    return inner_->TryLock(tenant, key);
   }
 
   absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,
@@ -194,7 +198,7 @@ class CachingTransaction final : public StoreTransaction {
   }
 
   CachingStore& store_;
-  std::unique_ptr<StoreTransaction> inner_;
+  std::unique_ptr<RecordTransaction> inner_;
   std::map<std::string, Record> written_;  // by CacheKey; the last write wins
   std::vector<Record> read_;
 };
@@ -239,15 +243,15 @@ absl::StatusOr<std::unique_ptr<CachingStore>> CachingStore::Make(std::unique_ptr
 }
 
 absl::StatusOr<std::unique_ptr<StoreTransaction>> CachingStore::Begin() {
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, inner_->Begin());
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> tx, BeginRecords(*inner_));
   return std::unique_ptr<StoreTransaction>(new CachingTransaction(*this, std::move(tx)));
 }
 
-absl::StatusOr<std::unique_ptr<StoreTransaction>> CachingStore::BeginNonBlocking() {
+absl::StatusOr<std::unique_ptr<RecordTransaction>> CachingStore::BeginNonBlocking() {
   if (!non_blocking()) return nullptr;
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, inner_->BeginNonBlocking());
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> tx, Backend(*inner_).BeginNonBlocking());
   if (tx == nullptr) return nullptr;
-  return std::unique_ptr<StoreTransaction>(new CachingTransaction(*this, std::move(tx)));
+  return std::unique_ptr<RecordTransaction>(new CachingTransaction(*this, std::move(tx)));
 }
 
 absl::StatusOr<std::optional<Record>> CachingStore::Get(std::string_view tenant,
@@ -290,7 +294,7 @@ absl::StatusOr<std::optional<Record>> CachingStore::LookupDecided(std::string_vi
     }
   }
   misses_.fetch_add(1, std::memory_order_relaxed);
-  return inner_->LookupDecided(tenant, key);
+  return Backend(*inner_).LookupDecided(tenant, key);
 }
 
 std::optional<Record> CachingStore::PeekDecided(std::string_view tenant, std::string_view key) {

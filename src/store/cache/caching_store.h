@@ -22,12 +22,13 @@
 #include "absl/synchronization/mutex.h"
 #include "idem/cache.h"
 #include "idem/store.h"
+#include "store/backend.h"
 #include "store/cache/lru_cache.h"
 #include "store/cache/shared_tier.h"
 
 namespace idem::cache {
 
-class CachingStore final : public Store {
+class CachingStore final : public StoreBackend {
  public:
   // See NewCachingStore().
   static absl::StatusOr<std::unique_ptr<CachingStore>> Make(std::unique_ptr<Store> inner,
@@ -36,8 +37,10 @@ class CachingStore final : public Store {
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override;
   // The inner store's, when the tiers are L1 only: a Redis tier's fills are round
   // trips, which the store's writer thread (where a CommitAsync ends) must not make.
-  absl::StatusOr<std::unique_ptr<StoreTransaction>> BeginNonBlocking() override;
-  bool non_blocking() const override { return redis_ == nullptr && inner_->non_blocking(); }
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> BeginNonBlocking() override;
+  bool non_blocking() const override {
+    return redis_ == nullptr && Backend(*inner_).non_blocking();
+  }
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant, std::string_view key) override;
   absl::StatusOr<std::vector<Record>> ListRecords(const RecordQuery& query) override;
   absl::StatusOr<std::optional<Record>> LookupDecided(std::string_view tenant,
@@ -47,11 +50,11 @@ class CachingStore final : public Store {
   absl::Status Ping() override { return inner_->Ping(); }
   std::shared_ptr<void> SubscribeFinished(
       std::function<void(std::string_view, std::string_view)> finished) override {
-    return inner_->SubscribeFinished(std::move(finished));
+    return Backend(*inner_).SubscribeFinished(std::move(finished));
   }
-  const SqlDialect* sql_dialect() const override { return inner_->sql_dialect(); }
-  absl::StatusOr<SchemaInfo> DescribeSchema() override { return inner_->DescribeSchema(); }
-  bool read_only() const override { return inner_->read_only(); }
+  const SqlDialect* sql_dialect() const override { return Backend(*inner_).sql_dialect(); }
+  absl::StatusOr<SchemaInfo> DescribeSchema() override { return Backend(*inner_).DescribeSchema(); }
+  bool read_only() const override { return Backend(*inner_).read_only(); }
   std::string_view url() const override { return inner_->url(); }
 
   CacheStats stats() const;

@@ -9,6 +9,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "idem/status.h"
+#include "store/backend.h"
 #include "store/record_query.h"
 
 namespace idem {
@@ -18,7 +19,7 @@ using Key = std::pair<std::string, std::string>;  // (tenant, key)
 
 class MemoryStore;
 
-class MemoryTransaction final : public StoreTransaction {
+class MemoryTransaction final : public RecordTransaction {
  public:
   MemoryTransaction(absl::Mutex& mu, std::map<Key, Record>& records)
       ABSL_EXCLUSIVE_LOCK_FUNCTION(mu)
@@ -117,7 +118,7 @@ class MemoryTransaction final : public StoreTransaction {
   bool done_ = false;
 };
 
-class MemoryStore final : public Store {
+class MemoryStore final : public StoreBackend {
  public:
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
     return std::make_unique<MemoryTransaction>(mu_, records_);

@@ -4,8 +4,9 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
-#include "store/absl_compat.h"
 #include "idem/store.h"
+#include "store/absl_compat.h"
+#include "store/backend.h"
 
 namespace idem::mysql {
 

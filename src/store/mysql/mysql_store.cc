@@ -219,7 +219,7 @@ class MysqlTransaction final : public sql::PooledTransaction<Connection> {
                                         RecordState expected_state) override {
     if (!CheckOpen().ok() || deferred_ || !procedures_.load(std::memory_order_relaxed) ||
         !CheckSizes(r).ok()) {
-      return StoreTransaction::ReplaceAndCommit(r, expected_token, expected_state);
+      return RecordTransaction::ReplaceAndCommit(r, expected_token, expected_state);
     }
     const auto params = sql::ReplaceParams(r, expected_token, expected_state);
     absl::StatusOr<Rows> called = lease_->Query(kCallFinish, params);
@@ -246,7 +246,7 @@ class MysqlTransaction final : public sql::PooledTransaction<Connection> {
     } else if (lease_->last_error() == kNoSuchProcedure) {
       // Dropped since the store opened; the CALL ran nothing.
       procedures_.store(false, std::memory_order_relaxed);
-      return StoreTransaction::ReplaceAndCommit(r, expected_token, expected_state);
+      return RecordTransaction::ReplaceAndCommit(r, expected_token, expected_state);
     }
     Rollback();
     return s;
@@ -363,7 +363,7 @@ class MysqlTransaction final : public sql::PooledTransaction<Connection> {
   bool empty_ = true;     // no statement has run in this transaction yet
 };
 
-class MysqlStore final : public Store {
+class MysqlStore final : public StoreBackend {
  public:
   MysqlStore(MysqlOptions options, bool procedures)
       : options_(std::move(options)),

@@ -36,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "idem/store.h"
+#include "store/backend.h"
 #include "store/sql/schema.h"
 
 namespace idem {

@@ -21,8 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "store/absl_compat.h"
 #include "idem/idem.h"
+#include "store/absl_compat.h"
+#include "store/backend.h"
 #include "store/mysql/mysql_conn.h"
 #include "store/mysql/mysql_error.h"
 #include "store/mysql/mysql_url.h"
@@ -214,9 +215,9 @@ TEST_F(MysqlStoreTest, MissingDatabaseIsFailedPrecondition) {
 // not cut short into another key.
 TEST_F(MysqlStoreTest, AKeyLongerThanItsColumnIsInvalid) {
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-  EXPECT_THAT(tx->InsertOrLoad(Fresh(std::string(256, 'k'))),
+  EXPECT_THAT(Records(*tx).InsertOrLoad(Fresh(std::string(256, 'k'))),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_FALSE(tx->InsertOrLoad(Fresh(std::string(255, 'k')))->has_value());
+  EXPECT_FALSE(Records(*tx).InsertOrLoad(Fresh(std::string(255, 'k')))->has_value());
   ASSERT_OK(tx->Commit());
 }
 
@@ -233,9 +234,9 @@ TEST_F(MysqlStoreTest, LockWaitTimeoutIsUnavailableAndEndsTheTransaction) {
 
   // A claim waiting on another transaction's uncommitted claim of the same key.
   std::unique_ptr<StoreTransaction> holder = *quick->Begin();
-  ASSERT_FALSE(holder->InsertOrLoad(Fresh("K"))->has_value());
+  ASSERT_FALSE(Records(*holder).InsertOrLoad(Fresh("K"))->has_value());
   std::unique_ptr<StoreTransaction> waiter = *quick->Begin();
-  absl::Status s = waiter->InsertOrLoad(Fresh("K")).status();
+  absl::Status s = Records(*waiter).InsertOrLoad(Fresh("K")).status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(Message(s), HasSubstr("1205"));
   EXPECT_TRUE(IsClaimContended(s));
@@ -417,17 +418,17 @@ TEST_F(MysqlStoreTest, ReplaceAndCommitRoundTrips) {
     // Prepares the CALLs on the pooled connection, so the counts below are exact.
     Record warm = Fresh("warm");
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    ASSERT_OK(tx->InsertOrLoad(warm));
+    ASSERT_OK(Records(*tx).InsertOrLoad(warm));
     Record warm_done = warm;
     warm_done.state = RecordState::kSucceeded;
-    ASSERT_OK(tx->ReplaceAndCommit(warm_done, 1, RecordState::kProcessing));
+    ASSERT_OK(Records(*tx).ReplaceAndCommit(warm_done, 1, RecordState::kProcessing));
   }
   {
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
     const uint64_t before = mysql::RoundTrips();
     absl::StatusOr<bool> moved =
-        tx->ReplaceAndCommit(done, /*expected_token=*/7, RecordState::kProcessing);
+        Records(*tx).ReplaceAndCommit(done, /*expected_token=*/7, RecordState::kProcessing);
     EXPECT_EQ(mysql::RoundTrips() - before, 2u);
     ASSERT_OK(moved);
     EXPECT_FALSE(*moved);
@@ -435,9 +436,9 @@ TEST_F(MysqlStoreTest, ReplaceAndCommitRoundTrips) {
   EXPECT_EQ(*store_->Get("default", "K"), std::nullopt);
   {
     std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
     const uint64_t before = mysql::RoundTrips();
-    absl::StatusOr<bool> moved = tx->ReplaceAndCommit(done, 1, RecordState::kProcessing);
+    absl::StatusOr<bool> moved = Records(*tx).ReplaceAndCommit(done, 1, RecordState::kProcessing);
     EXPECT_EQ(mysql::RoundTrips() - before, 1u);
     ASSERT_OK(moved);
     EXPECT_TRUE(*moved);

@@ -18,6 +18,7 @@
 #include "idem/status.h"
 #include "idem/store.h"
 #include "store/absl_compat.h"
+#include "store/backend.h"
 
 namespace idem::postgres {
 namespace {

@@ -169,7 +169,7 @@ class PostgresTransaction final : public sql::PooledTransaction<Connection> {
     absl::StatusOr<std::string> rewritten = postgres::RewritePlaceholders(next.sql, &nparams);
     if (!rewritten.ok() || postgres::IsBlankSql(next.sql)) {
       // A malformed statement fails on its own, after the claim, as Exec would.
-      return StoreTransaction::InsertOrLoadThen(r, next, next_result);
+      return RecordTransaction::InsertOrLoadThen(r, next, next_result);
     }
     return Step([&]() -> absl::StatusOr<std::optional<Record>> {
       const auto claim_params = sql::RecordParams(r);
@@ -533,7 +533,7 @@ class PostgresTransaction final : public sql::PooledTransaction<Connection> {
   const bool notify_;
 };
 
-class PostgresStore final : public Store {
+class PostgresStore final : public StoreBackend {
  public:
   explicit PostgresStore(postgres::Options options)
       : options_(std::move(options)),

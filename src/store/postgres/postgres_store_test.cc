@@ -26,9 +26,11 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "store/absl_compat.h"
+#include "core/guard_batch.h"
 #include "idem/guard.h"
 #include "idem/store.h"
+#include "store/absl_compat.h"
+#include "store/backend.h"
 #include "store/postgres/pg_conn.h"
 #include "store/postgres/pg_url.h"
 #include "store/store_url.h"
@@ -382,9 +384,9 @@ TEST_F(PostgresStoreTest, SqlStatesFromTheServer) {
   std::unique_ptr<Store> impatient = Open("lock_timeout_ms=100");
   ASSERT_NE(impatient, nullptr);
   std::unique_ptr<StoreTransaction> held = *store->Begin();
-  ASSERT_OK(held->InsertOrLoad(MakeRecord("K")));
+  ASSERT_OK(Records(*held).InsertOrLoad(MakeRecord("K")));
   std::unique_ptr<StoreTransaction> waiter = *impatient->Begin();
-  absl::Status locked = waiter->InsertOrLoad(MakeRecord("K")).status();
+  absl::Status locked = Records(*waiter).InsertOrLoad(MakeRecord("K")).status();
   EXPECT_THAT(locked, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(SqlState(locked), "55P03");
   EXPECT_TRUE(IsClaimContended(locked));
@@ -402,10 +404,10 @@ TEST_F(PostgresStoreTest, ClaimQueuedBehindACommittingInsertLoadsAndLocksIt) {
   std::unique_ptr<Store> store = Open("lock_timeout_ms=60000&application_name=" + app);
   ASSERT_NE(store, nullptr);
   std::unique_ptr<StoreTransaction> first = *store->Begin();
-  ASSERT_OK(first->InsertOrLoad(MakeRecord("K")));
+  ASSERT_OK(Records(*first).InsertOrLoad(MakeRecord("K")));
   absl::StatusOr<std::optional<Record>> seen;
   std::unique_ptr<StoreTransaction> second = *store->Begin();
-  std::thread t([&] { seen = second->InsertOrLoad(MakeRecord("K", 9)); });
+  std::thread t([&] { seen = Records(*second).InsertOrLoad(MakeRecord("K", 9)); });
   // The corner needs the claim queued behind `first` before it commits.
   EXPECT_TRUE(testing::WaitUntil([&] { return Sessions(app, /*waiting=*/true) == 1; }))
       << "the second claim never waited for the first";
@@ -417,7 +419,8 @@ TEST_F(PostgresStoreTest, ClaimQueuedBehindACommittingInsertLoadsAndLocksIt) {
   // `second` holds the row lock now: a third claim waits and times out.
   std::unique_ptr<Store> impatient = Open("lock_timeout_ms=100");
   std::unique_ptr<StoreTransaction> third = *impatient->Begin();
-  EXPECT_THAT(third->InsertOrLoad(MakeRecord("K")), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Records(*third).InsertOrLoad(MakeRecord("K")),
+              StatusIs(absl::StatusCode::kUnavailable));
   third->Rollback();
   ASSERT_OK(second->Commit());
 }
@@ -488,7 +491,7 @@ TEST_F(PostgresStoreTest, GuardRunTakesThreeRoundTrips) {
   EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM ledger"), 3);
 }
 
-// A consumer's batch (Guard::RunBatchIn): the claims of all its keys go in one
+// A consumer's batch (RunBatchIn, core/guard_batch.h): the claims of all its keys go in one
 // round trip (with the BEGIN), the results in another, so a batch of n messages
 // whose handler is one INSERT costs n + 3 round trips instead of 3n.
 TEST_F(PostgresStoreTest, GuardBatchSendsItsClaimsAndResultsTogether) {
@@ -503,7 +506,7 @@ TEST_F(PostgresStoreTest, GuardBatchSendsItsClaimsAndResultsTogether) {
     const uint64_t before = postgres::RoundTrips();
     std::unique_ptr<StoreTransaction> tx = *store->Begin();
     absl::StatusOr<std::vector<Result>> r =
-        guard.RunBatchIn(*tx, batch, [&](size_t i, Transaction& t) -> absl::StatusOr<std::string> {
+        RunBatchIn(guard, *tx, batch, [&](size_t i, Transaction& t) -> absl::StatusOr<std::string> {
           IDEM_RETURN_IF_ERROR(
               t.Exec("INSERT INTO ledger (order_no) VALUES (?)", {Value(batch[i].key)}).status());
           return "ok";
@@ -533,7 +536,7 @@ TEST_F(PostgresStoreTest, FinishedKeysAreAnnouncedToOtherProcessesAtCommit) {
   absl::Mutex mu;
   std::set<std::string> heard;  // "tenant|key"; other tests' keys may come too
   std::shared_ptr<void> subscription =
-      waiter->SubscribeFinished([&](std::string_view tenant, std::string_view key) {
+      Backend(*waiter).SubscribeFinished([&](std::string_view tenant, std::string_view key) {
         absl::MutexLock lock(&mu);
         heard.insert(absl::StrCat(AV(tenant), "|", AV(key)));
       });
@@ -545,7 +548,7 @@ TEST_F(PostgresStoreTest, FinishedKeysAreAnnouncedToOtherProcessesAtCommit) {
   auto finish = [&](const std::string& key, bool commit) {
     Record claim = MakeRecord(key);
     std::unique_ptr<StoreTransaction> tx = *writer->Begin();
-    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
     ASSERT_OK(tx->Commit());
     Record done = claim;
     done.state = RecordState::kSucceeded;
@@ -553,9 +556,9 @@ TEST_F(PostgresStoreTest, FinishedKeysAreAnnouncedToOtherProcessesAtCommit) {
     done.lease_until = absl::InfinitePast();
     tx = *writer->Begin();
     if (commit) {
-      ASSERT_OK(tx->ReplaceAndCommit(done, claim.token, RecordState::kProcessing));
+      ASSERT_OK(Records(*tx).ReplaceAndCommit(done, claim.token, RecordState::kProcessing));
     } else {
-      ASSERT_OK(tx->Replace(done, claim.token, RecordState::kProcessing));
+      ASSERT_OK(Records(*tx).Replace(done, claim.token, RecordState::kProcessing));
       tx->Rollback();
     }
   };
@@ -574,14 +577,14 @@ TEST_F(PostgresStoreTest, FinishedKeysAreAnnouncedToOtherProcessesAtCommit) {
   {  // Replace then Commit (the lease-mode fail path) announces too
     Record claim = MakeRecord(bytes);
     std::unique_ptr<StoreTransaction> tx = *writer->Begin();
-    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
     ASSERT_OK(tx->Commit());
     Record failed = claim;
     failed.state = RecordState::kFailed;
     failed.error = "e";
     failed.lease_until = absl::InfinitePast();
     tx = *writer->Begin();
-    ASSERT_OK(tx->Replace(failed, claim.token, RecordState::kProcessing));
+    ASSERT_OK(Records(*tx).Replace(failed, claim.token, RecordState::kProcessing));
     ASSERT_OK(tx->Commit());
   }
   EXPECT_TRUE(testing::WaitUntil([&] { return heard_of(bytes); }));
@@ -590,7 +593,7 @@ TEST_F(PostgresStoreTest, FinishedKeysAreAnnouncedToOtherProcessesAtCommit) {
   // notify=off: nothing is sent, and there is nothing to subscribe to.
   std::unique_ptr<Store> quiet = Open("notify=off");
   ASSERT_NE(quiet, nullptr);
-  EXPECT_EQ(quiet->SubscribeFinished([](std::string_view, std::string_view) {}), nullptr);
+  EXPECT_EQ(Backend(*quiet).SubscribeFinished([](std::string_view, std::string_view) {}), nullptr);
   EXPECT_THAT(OpenPostgresStore(WithParam(url_, "notify=maybe")).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
   subscription.reset();  // joins the listener before the captured state goes
@@ -611,11 +614,11 @@ TEST_F(PostgresStoreTest, ReplaceAndCommitIsOneRoundTripAndRollsBackAnAbortedTra
   done.lease_until = absl::InfinitePast();
   {
     std::unique_ptr<StoreTransaction> tx = *store->Begin();
-    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
     ASSERT_OK(tx->Exec("INSERT INTO h VALUES (1)"));
     const uint64_t before = postgres::RoundTrips();
     absl::StatusOr<bool> moved =
-        tx->ReplaceAndCommit(done, /*expected_token=*/7, RecordState::kProcessing);
+        Records(*tx).ReplaceAndCommit(done, /*expected_token=*/7, RecordState::kProcessing);
     EXPECT_EQ(postgres::RoundTrips() - before, 1u);
     ASSERT_OK(moved);
     EXPECT_FALSE(*moved);
@@ -624,10 +627,10 @@ TEST_F(PostgresStoreTest, ReplaceAndCommitIsOneRoundTripAndRollsBackAnAbortedTra
 
   {
     std::unique_ptr<StoreTransaction> tx = *store->Begin();
-    ASSERT_OK(tx->InsertOrLoad(claim));
+    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
     ASSERT_OK(tx->Exec("INSERT INTO h VALUES (1)"));
     EXPECT_FALSE(tx->Exec("INSERT INTO h VALUES ('x')").ok());
-    EXPECT_THAT(tx->ReplaceAndCommit(done, 1, RecordState::kProcessing),
+    EXPECT_THAT(Records(*tx).ReplaceAndCommit(done, 1, RecordState::kProcessing),
                 StatusIs(absl::StatusCode::kAborted));
   }
   EXPECT_EQ(CountRows(*store, "SELECT count(*) FROM h"), 0);
@@ -642,9 +645,9 @@ TEST_F(PostgresStoreTest, ReplaceAndCommitOnALostConnectionIsOutcomeUnknown) {
   Record done = claim;
   done.state = RecordState::kSucceeded;
   std::unique_ptr<StoreTransaction> tx = *store->Begin();
-  ASSERT_OK(tx->InsertOrLoad(claim));
+  ASSERT_OK(Records(*tx).InsertOrLoad(claim));
   ASSERT_EQ(TerminateApp(app), 1);
-  absl::StatusOr<bool> moved = tx->ReplaceAndCommit(done, 1, RecordState::kProcessing);
+  absl::StatusOr<bool> moved = Records(*tx).ReplaceAndCommit(done, 1, RecordState::kProcessing);
   EXPECT_THAT(moved, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(Message(moved.status()), HasSubstr("commit outcome unknown"));
   EXPECT_THAT(tx->Commit(), Not(StatusIs(absl::StatusCode::kOk)));

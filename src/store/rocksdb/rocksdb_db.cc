@@ -9,13 +9,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "store/absl_compat.h"
 #include "idem/status.h"
 #include "idem/store.h"
 #include "idem/ttl.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
+#include "store/absl_compat.h"
+#include "store/backend.h"
 #include "store/record_codec.h"
 
 namespace idem::rocksdbstore {

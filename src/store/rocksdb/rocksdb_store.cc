@@ -103,10 +103,10 @@ absl::StatusOr<std::optional<Record>> Decoded(const rocksdb::Status& s, const st
 
 // A pessimistic RocksDB transaction (read-write stores) or plain reads of the
 // database (read-only stores: `txn_` is null and every write is refused).
-class RocksdbTransaction final : public StoreTransaction {
+class RocksdbTransaction final : public RecordTransaction {
  public:
   // `non_blocking`: `txn` was begun with lock_timeout 0 (BeginNonBlocking), so a
-  // key another transaction holds is a WouldBlockError, not a wait.
+  // key another transaction holds is TryLock's kWouldBlock, not a wait.
   RocksdbTransaction(std::shared_ptr<SharedDb> db, std::unique_ptr<rocksdb::Transaction> txn,
                      const std::string& url, rocksdbstore::BatchWriter* writer,
                      bool non_blocking = false)
@@ -131,6 +131,17 @@ class RocksdbTransaction final : public StoreTransaction {
     if (existing.has_value()) return existing;
     IDEM_RETURN_IF_ERROR(FromRocks(txn_->Put(key, store::EncodeRecord(record)), What("claim")));
     return std::nullopt;
+  }
+
+  // Locks the key with the read InsertOrLoad or Load would make, kept for it. On a
+  // blocking transaction as well: the read waits there.
+  absl::StatusOr<KeyLock> TryLock(std::string_view tenant, std::string_view key) override {
+    IDEM_RETURN_IF_ERROR(CheckWritable());
+    Tried tried{.key = RecordDbKey(tenant, key)};
+    tried.status = ReadForUpdate(tried.key, &tried.value);
+    if (non_blocking_ && tried.status.IsTimedOut()) return KeyLock::kWouldBlock;
+    tried_ = std::move(tried);
+    return KeyLock::kHeld;
   }
 
   absl::StatusOr<bool> Replace(const Record& record, int64_t expected_token,
@@ -259,10 +270,28 @@ class RocksdbTransaction final : public StoreTransaction {
   }
 
   // The record under `key`, read through the transaction (its own writes first)
-  // with the key locked until the transaction ends.
+  // with the key locked until the transaction ends. A non-blocking transaction's
+  // read of a key another one holds is an error: TryLock comes first.
   absl::StatusOr<std::optional<Record>> Locked(const std::string& key) {
+    if (tried_.has_value() && tried_->key == key) {
+      // TryLock's read, still what the transaction holds: nothing was written since.
+      Tried tried = *std::move(tried_);
+      tried_.reset();
+      return Decoded(tried.status, tried.value, What("read for update"));
+    }
+    tried_.reset();
     std::string value;
-    rocksdb::Status s = txn_->GetForUpdate(rocksdb::ReadOptions(), key, &value);
+    rocksdb::Status s = ReadForUpdate(key, &value);
+    if (non_blocking_ && s.IsTimedOut()) {
+      return absl::UnavailableError(
+          What("read for update: the key is held by another transaction"));
+    }
+    return Decoded(s, value, What("read for update"));
+  }
+
+  // GetForUpdate of `key`.
+  rocksdb::Status ReadForUpdate(const std::string& key, std::string* value) {
+    rocksdb::Status s = txn_->GetForUpdate(rocksdb::ReadOptions(), key, value);
     // With a lock timeout of 0 RocksDB only try-locks the mutex of the key's lock
     // stripe, which another thread holds while it locks or releases a key of the
     // same stripe (the writer thread releasing committed claims does, all the time
@@ -274,12 +303,9 @@ class RocksdbTransaction final : public StoreTransaction {
                         s.subcode() == rocksdb::Status::kMutexTimeout;
          ++retry) {
       if (retry >= kBusyStripeSpins) std::this_thread::yield();
-      s = txn_->GetForUpdate(rocksdb::ReadOptions(), key, &value);
+      s = txn_->GetForUpdate(rocksdb::ReadOptions(), key, value);
     }
-    if (non_blocking_ && s.IsTimedOut()) {
-      return WouldBlockError(What("read for update: the key is held by another transaction"));
-    }
-    return Decoded(s, value, What("read for update"));
+    return s;
   }
 
   const std::shared_ptr<SharedDb> db_;
@@ -288,9 +314,16 @@ class RocksdbTransaction final : public StoreTransaction {
   rocksdbstore::BatchWriter* const writer_;  // the store's (writer=queue) or null
   const bool non_blocking_;
   bool done_ = false;
+  // TryLock's read of the key it locked, for the next Locked() of that key.
+  struct Tried {
+    std::string key;
+    rocksdb::Status status;
+    std::string value;
+  };
+  std::optional<Tried> tried_;
 };
 
-class RocksdbStore final : public Store {
+class RocksdbStore final : public StoreBackend {
  public:
   RocksdbStore(std::string url, const Options& options, std::shared_ptr<SharedDb> db,
                bool read_only)
@@ -315,11 +348,11 @@ class RocksdbStore final : public Store {
   }
 
   // The queue writer's transactions: their reads never wait for a lock (a held key
-  // is a WouldBlockError; a lock stripe busy for a moment is tried again, Locked)
+  // is TryLock's kWouldBlock; a lock stripe busy for a moment is tried again, Locked)
   // and CommitAsync hands the batch to the writer thread.
   // A read may still reach RocksDB's files through the page cache, as a new key's
   // point read does when its bloom filters cannot rule it out.
-  absl::StatusOr<std::unique_ptr<StoreTransaction>> BeginNonBlocking() override {
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> BeginNonBlocking() override {
     if (!non_blocking()) return nullptr;
     IDEM_RETURN_IF_ERROR(CheckIdentity());
     std::unique_ptr<rocksdb::Transaction> txn(

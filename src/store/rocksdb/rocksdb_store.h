@@ -57,6 +57,7 @@
 #include "absl/status/statusor.h"
 #include "idem/clock.h"
 #include "idem/store.h"
+#include "store/backend.h"
 #include "store/sql/schema.h"
 
 namespace idem {

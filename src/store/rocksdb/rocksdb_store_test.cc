@@ -19,11 +19,13 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "core/guard_nonblocking.h"
 #include "idem/cache.h"
 #include "idem/idem.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
 #include "rocksdb/utilities/transaction_db_mutex.h"
+#include "store/backend.h"
 #include "store/record_codec.h"
 #include "store/rocksdb/batch_writer.h"
 #include "store/rocksdb/rocksdb_db.h"
@@ -63,13 +65,13 @@ TEST(RocksdbStoreTest, NoSqlAndNoSchemaSaySo) {
   testing::TempDir dir;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + dir.file("db")));
   EXPECT_FALSE(store->SupportsSql());
-  EXPECT_EQ(store->sql_dialect(), nullptr);
+  EXPECT_EQ(Backend(*store).sql_dialect(), nullptr);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->Begin());
   absl::Status exec = tx->Exec("SELECT 1").status();
   EXPECT_THAT(exec, StatusIs(absl::StatusCode::kUnimplemented));
   EXPECT_THAT(Message(exec), HasSubstr("has no SQL"));
   EXPECT_THAT(tx->Query("SELECT 1"), StatusIs(absl::StatusCode::kUnimplemented));
-  absl::Status schema = store->DescribeSchema().status();
+  absl::Status schema = Backend(*store).DescribeSchema().status();
   EXPECT_THAT(schema, StatusIs(absl::StatusCode::kUnimplemented));
   EXPECT_THAT(Message(schema), HasSubstr("format version 2"));
 }
@@ -323,8 +325,8 @@ TEST(RocksdbStoreTest, TheQueueWritersAsyncWritesCallBackOnceAfterTheWrite) {
   }
 }
 
-// BeginNonBlocking (writer=queue only): a key another open transaction holds is a
-// WouldBlockError at once, not a wait of lock_timeout_ms; CommitAsync calls back
+// BeginNonBlocking (writer=queue only): a key another open transaction holds is
+// TryLock's kWouldBlock at once, not a wait of lock_timeout_ms; CommitAsync calls back
 // once the claim is durable, after which the key's lock is free; Guard's
 // ClaimNonBlocking and CompleteNonBlocking answer as Claim and Complete do.
 TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter) {
@@ -332,31 +334,34 @@ TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter
   {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> group,
                          OpenStore("rocksdb://" + dir.file("g") + "?writer=group"));
-    EXPECT_FALSE(group->non_blocking());
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> none, group->BeginNonBlocking());
+    EXPECT_FALSE(Backend(*group).non_blocking());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordTransaction> none,
+                         Backend(*group).BeginNonBlocking());
     EXPECT_EQ(none, nullptr) << "writer=group commits block: no non-blocking transactions";
   }
   const std::string url = "rocksdb://" + dir.file("db") + "?lock_timeout_ms=60000";
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(url));
-  ASSERT_TRUE(store->non_blocking());
+  ASSERT_TRUE(Backend(*store).non_blocking());
   Guard guard(*store);
   const Request held{.tenant = "t", .biz_type = "refund", .key = "held"};
 
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> holder, store->Begin());
   ASSERT_OK_AND_ASSIGN(std::optional<Record> none,
-                       holder->Load(held.tenant, held.key));  // locks the key
+                       Records(*holder).Load(held.tenant, held.key));  // locks the key
   EXPECT_FALSE(none.has_value());
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->BeginNonBlocking());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordTransaction> tx, Backend(*store).BeginNonBlocking());
   ASSERT_NE(tx, nullptr);
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::optional<Record>> blocked = tx->Load(held.tenant, held.key);
+  absl::StatusOr<RecordTransaction::KeyLock> blocked = tx->TryLock(held.tenant, held.key);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "waited for the lock";
-  EXPECT_TRUE(IsWouldBlock(blocked.status())) << blocked.status();
-  EXPECT_TRUE(IsWouldBlock(AsStoreFault(blocked.status())));
+  ASSERT_OK(blocked);
+  EXPECT_EQ(*blocked, RecordTransaction::KeyLock::kWouldBlock);
+  // A read without TryLock does not wait either: an error, not a wait.
+  EXPECT_THAT(tx->Load(held.tenant, held.key), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_FALSE(IsClaimContended(blocked.status()));
   tx->Rollback();
   bool called = false;
-  EXPECT_FALSE(guard.ClaimNonBlocking(held, absl::Seconds(30), [&](absl::StatusOr<Result>) {
+  EXPECT_FALSE(ClaimNonBlocking(guard, held, absl::Seconds(30), [&](absl::StatusOr<Result>) {
     called = true;
   })) << "a held key is left to the blocking call";
   EXPECT_FALSE(called);
@@ -366,7 +371,7 @@ TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter
   absl::Notification claimed;
   absl::StatusOr<Result> claim = absl::UnknownError("not called");
   std::thread::id claim_thread;
-  ASSERT_TRUE(guard.ClaimNonBlocking(held, absl::Seconds(30), [&](absl::StatusOr<Result> r) {
+  ASSERT_TRUE(ClaimNonBlocking(guard, held, absl::Seconds(30), [&](absl::StatusOr<Result> r) {
     claim = std::move(r);
     claim_thread = std::this_thread::get_id();
     claimed.Notify();
@@ -385,7 +390,7 @@ TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter
 
   // A claim that writes nothing is answered on this thread before the return.
   bool answered = false;
-  ASSERT_TRUE(guard.ClaimNonBlocking(held, absl::Seconds(30), [&](absl::StatusOr<Result> r) {
+  ASSERT_TRUE(ClaimNonBlocking(guard, held, absl::Seconds(30), [&](absl::StatusOr<Result> r) {
     ASSERT_OK(r.status());
     EXPECT_EQ(r->outcome, Outcome::kInProgress);
     answered = true;
@@ -394,31 +399,31 @@ TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter
 
   // A stale token is lease_lost at once; the holder's complete goes through the writer.
   const absl::Status stale =
-      Await([&](auto done) { return guard.CompleteNonBlocking(held, 9, "{}", done); });
+      Await([&](auto done) { return CompleteNonBlocking(guard, held, 9, "{}", done); });
   EXPECT_EQ(stale.code(), absl::StatusCode::kAborted) << stale;
   EXPECT_THAT(Message(stale), HasSubstr("lease_lost"));
   EXPECT_OK(
-      Await([&](auto done) { return guard.CompleteNonBlocking(held, 1, R"({"ok":1})", done); }));
+      Await([&](auto done) { return CompleteNonBlocking(guard, held, 1, R"({"ok":1})", done); }));
   ASSERT_OK_AND_ASSIGN(Result replay, guard.Claim(held));
   EXPECT_EQ(replay.outcome, Outcome::kReplayed);
   EXPECT_EQ(replay.value, R"({"ok":1})");
   // The same complete again: OK without a write.
   EXPECT_OK(
-      Await([&](auto done) { return guard.CompleteNonBlocking(held, 1, R"({"ok":1})", done); }));
+      Await([&](auto done) { return CompleteNonBlocking(guard, held, 1, R"({"ok":1})", done); }));
 
   // A retryable fail releases the key through the writer.
   const Request other{.tenant = "t", .biz_type = "refund", .key = "other"};
   ASSERT_OK_AND_ASSIGN(Result taken, guard.Claim(other));
   EXPECT_OK(Await([&](auto done) {
-    return guard.FailNonBlocking(other, taken.token, /*retryable=*/true, R"({"e":1})", done);
+    return FailNonBlocking(guard, other, taken.token, /*retryable=*/true, R"({"e":1})", done);
   }));
   ASSERT_OK_AND_ASSIGN(Result retaken, guard.Claim(other));
   EXPECT_EQ(retaken.outcome, Outcome::kAcquired);
   EXPECT_EQ(retaken.token, 2);
 
   // An invalid request is left to the blocking call, which words it.
-  EXPECT_FALSE(guard.ClaimNonBlocking(Request{.tenant = "t", .biz_type = "refund", .key = ""},
-                                      absl::Seconds(1), [](absl::StatusOr<Result>) {}));
+  EXPECT_FALSE(ClaimNonBlocking(guard, Request{.tenant = "t", .biz_type = "refund", .key = ""},
+                                absl::Seconds(1), [](absl::StatusOr<Result>) {}));
 }
 
 // RocksDB's lock manager, as idem opens it: its stripes' mutexes, of which a
@@ -501,18 +506,18 @@ TEST(RocksdbStoreTest, ABusyLockStripeIsNotAHeldKey) {
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> shared,
                        rocksdbstore::OpenSharedDb({.path = path, .mutex_factory = stripes}, false));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
-  ASSERT_TRUE(store->non_blocking());
+  ASSERT_TRUE(Backend(*store).non_blocking());
   Guard guard(*store);
 
   stripes->busy = 3;
   absl::Notification claimed;
   absl::StatusOr<Result> claim = absl::UnknownError("not called");
-  ASSERT_TRUE(guard.ClaimNonBlocking({.tenant = "t", .biz_type = "pay", .key = "new"},
-                                     absl::Seconds(30),
-                                     [&](absl::StatusOr<Result> r) {
-                                       claim = std::move(r);
-                                       claimed.Notify();
-                                     }))
+  ASSERT_TRUE(ClaimNonBlocking(guard, {.tenant = "t", .biz_type = "pay", .key = "new"},
+                               absl::Seconds(30),
+                               [&](absl::StatusOr<Result> r) {
+                                 claim = std::move(r);
+                                 claimed.Notify();
+                               }))
       << "a new key went to the pool because its lock stripe was busy for a moment";
   ASSERT_TRUE(claimed.WaitForNotificationWithTimeout(absl::Seconds(30)));
   ASSERT_OK(claim.status());
@@ -523,9 +528,8 @@ TEST(RocksdbStoreTest, ABusyLockStripeIsNotAHeldKey) {
   // Busy for good: left to the blocking claim, which waits for the stripe.
   stripes->busy = 1 << 30;
   bool called = false;
-  EXPECT_FALSE(guard.ClaimNonBlocking({.tenant = "t", .biz_type = "pay", .key = "busy"},
-                                      absl::Seconds(30),
-                                      [&](absl::StatusOr<Result>) { called = true; }));
+  EXPECT_FALSE(ClaimNonBlocking(guard, {.tenant = "t", .biz_type = "pay", .key = "busy"},
+                                absl::Seconds(30), [&](absl::StatusOr<Result>) { called = true; }));
   EXPECT_FALSE(called);
   ASSERT_OK_AND_ASSIGN(Result blocking,
                        guard.Claim({.tenant = "t", .biz_type = "pay", .key = "busy"}));
@@ -544,23 +548,24 @@ TEST(RocksdbStoreTest, TheL1PassesNonBlockingTransactionsThroughAndFillsAtTheCom
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore("rocksdb://" + dir.file("r")));
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> redis,
                          NewCachingStore(std::move(inner), {.redis_url = "redis://127.0.0.1:1"}));
-    EXPECT_FALSE(redis->non_blocking());
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> none, redis->BeginNonBlocking());
+    EXPECT_FALSE(Backend(*redis).non_blocking());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> none,
+                         Backend(*redis).BeginNonBlocking());
     EXPECT_EQ(none, nullptr);
   }
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore("rocksdb://" + dir.file("db")));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, NewCachingStore(std::move(inner)));
-  ASSERT_TRUE(store->non_blocking());
+  ASSERT_TRUE(Backend(*store).non_blocking());
   Guard guard(*store);
   const Request r{.tenant = "t", .biz_type = "refund", .key = "k"};
   ASSERT_OK_AND_ASSIGN(Result claim, guard.Claim(r));
   absl::Notification completed;
-  ASSERT_TRUE(guard.CompleteNonBlocking(r, claim.token, R"({"ok":1})", [&](absl::Status s) {
+  ASSERT_TRUE(CompleteNonBlocking(guard, r, claim.token, R"({"ok":1})", [&](absl::Status s) {
     EXPECT_OK(s);
     completed.Notify();
   }));
   ASSERT_TRUE(completed.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  std::optional<Record> peeked = store->PeekDecided(r.tenant, r.key);
+  std::optional<Record> peeked = Backend(*store).PeekDecided(r.tenant, r.key);
   ASSERT_TRUE(peeked.has_value()) << "the L1 learnt the result at the commit";
   EXPECT_EQ(peeked->result, R"({"ok":1})");
 }
@@ -573,12 +578,12 @@ TEST(RocksdbStoreTest, BlockingStoresHaveNoNonBlockingTransactions) {
        std::vector<std::string>{"memory://", "sqlite://" + dir.file("s.db")}) {
     SCOPED_TRACE(url);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(url));
-    EXPECT_FALSE(store->non_blocking());
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, store->BeginNonBlocking());
+    EXPECT_FALSE(Backend(*store).non_blocking());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, Backend(*store).BeginNonBlocking());
     EXPECT_EQ(tx, nullptr);
     Guard guard(*store);
-    EXPECT_FALSE(guard.ClaimNonBlocking(Request{.tenant = "t", .biz_type = "b", .key = "k"},
-                                        absl::Seconds(1), [](absl::StatusOr<Result>) {}));
+    EXPECT_FALSE(ClaimNonBlocking(guard, Request{.tenant = "t", .biz_type = "b", .key = "k"},
+                                  absl::Seconds(1), [](absl::StatusOr<Result>) {}));
   }
 }
 
@@ -664,12 +669,12 @@ TEST(RocksdbStoreTest, ReadOnlyOpenCreatesNothing) {
   Guard guard(*writer);
   ASSERT_OK(guard.Claim({.biz_type = "refund", .key = "K"}, absl::Seconds(30)));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> reader, OpenStore(url, {.read_only = true}));
-  EXPECT_TRUE(reader->read_only());
+  EXPECT_TRUE(Backend(*reader).read_only());
   ASSERT_OK_AND_ASSIGN(std::optional<Record> seen, reader->Get("default", "K"));
   ASSERT_TRUE(seen.has_value());
   EXPECT_EQ(seen->state, RecordState::kProcessing);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreTransaction> tx, reader->Begin());
-  EXPECT_THAT(tx->InsertOrLoad(Record{.tenant = "default", .key = "L"}),
+  EXPECT_THAT(Records(*tx).InsertOrLoad(Record{.tenant = "default", .key = "L"}),
               StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "idem/store.h"
+#include "store/backend.h"
 
 namespace idem::sql {
 

@@ -15,11 +15,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "store/sql/columns.h"
 #include "idem/record.h"
 #include "idem/status.h"
 #include "idem/store.h"
 #include "idem/value.h"
+#include "store/backend.h"
+#include "store/sql/columns.h"
 
 namespace idem::sql {
 
@@ -40,14 +41,14 @@ inline constexpr std::string_view kInsertRecord =
 
 #undef IDEM_SQL_RECORD_COLUMNS
 
-// StoreTransaction::Retire with a tombstone (TombstoneParams): result and error go,
+// RecordTransaction::Retire with a tombstone (TombstoneParams): result and error go,
 // only from the expected token, state and purged_at.
 inline constexpr std::string_view kTombstoneRecord =
     "UPDATE idem_records SET result = NULL, error = NULL, purged_at = ?, updated_at = ?, "
     "expires_at = ? WHERE tenant = ? AND idem_key = ? AND token = ? AND state = ? AND "
     "purged_at = ?";
 
-// StoreTransaction::Retire without one (DeleteParams).
+// RecordTransaction::Retire without one (DeleteParams).
 inline constexpr std::string_view kDeleteRecord =
     "DELETE FROM idem_records WHERE tenant = ? AND idem_key = ? AND token = ? AND state = ? "
     "AND purged_at = ?";

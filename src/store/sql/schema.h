@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "idem/store.h"
 #include "idem/value.h"
+#include "store/backend.h"
 #include "store/sql/dialect.h"
 
 namespace idem::sql {

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "idem/store.h"
+#include "store/backend.h"
 
 namespace idem::sql {
 

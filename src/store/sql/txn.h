@@ -14,8 +14,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "store/absl_compat.h"
 #include "idem/store.h"
+#include "store/absl_compat.h"
+#include "store/backend.h"
 #include "store/sql/pool.h"
 #include "store/sql/records.h"
 
@@ -29,7 +30,7 @@ inline absl::Status CommitOutcomeUnknown(const absl::Status& s) {
 }
 
 template <typename Conn>
-class PooledTransaction : public StoreTransaction {
+class PooledTransaction : public RecordTransaction {
  public:
   using ConnPool = Pool<Conn>;
 

@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <utility>
 
-#include "store/absl_compat.h"
 #include "absl/strings/str_cat.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/absl_compat.h"
+#include "store/backend.h"
 
 namespace idem::sqlite {
 namespace {

@@ -11,9 +11,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "store/absl_compat.h"
 #include "idem/status.h"
 #include "idem/store.h"
+#include "store/absl_compat.h"
+#include "store/backend.h"
 #include "store/file_identity.h"
 #include "store/sql/dialect.h"
 #include "store/sql/pool.h"
@@ -133,7 +134,7 @@ class SqliteTransaction final : public sql::PooledTransaction<sqlite::Connection
   const FileIdentity& file_;
 };
 
-class SqliteStore final : public Store {
+class SqliteStore final : public StoreBackend {
  public:
   // The one write connection is a pool of one, lent to one transaction at a time:
   // Begin waits up to busy_timeout_ms for it. At most options.readers reader

@@ -1,0 +1,42 @@
+// The Guard's entry points for a server's network threads (src/http/handlers.cc):
+// answers that need no I/O, and claims and finishes that never wait. Internal to
+// idem.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "idem/guard.h"
+
+namespace idem {
+
+// The answer Claim() would give when it needs no I/O: the store holds the key's
+// final record in memory (StoreBackend::PeekDecided), so kReplayed, kCachedFailure,
+// kKeyReused or kFingerprintMismatch; std::nullopt otherwise (also for an invalid
+// request), and then Claim() decides. Never blocks: for a network thread.
+std::optional<Result> ClaimIfKnown(Guard& guard, const Request& request);
+
+// Guard::Claim(), Complete() and Fail() for a server's network thread, on a
+// transaction of StoreBackend::BeginNonBlocking(): nothing waits on a lock, the
+// disk's sync or another thread. Each returns false, having changed nothing, when
+// the store has no such transactions, the request is invalid, or the key is locked
+// by another transaction at this instant (RecordTransaction::TryLock answers
+// kWouldBlock; for a claim, also when it lost a race on the record, kAborted): the
+// caller then makes the blocking call, which waits or words the error. Otherwise
+// `done` is called once with the blocking call's answer (without Claim()'s read of
+// StoreBackend::LookupDecided, which may be a round trip): on this thread before
+// the return when nothing is written, else on the store's writer thread once the
+// write is durable, where it must be quick.
+bool ClaimNonBlocking(Guard& guard, const Request& request, absl::Duration lease,
+                      std::function<void(absl::StatusOr<Result>)> done);
+bool CompleteNonBlocking(Guard& guard, const Request& request, int64_t token,
+                         std::string_view result, std::function<void(absl::Status)> done);
+bool FailNonBlocking(Guard& guard, const Request& request, int64_t token, bool retryable,
+                     std::string_view error, std::function<void(absl::Status)> done);
+
+}  // namespace idem
