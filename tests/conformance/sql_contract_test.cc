@@ -29,6 +29,12 @@
 #include "idem/idem.h"
 #include "store/backend.h"
 #include "store/sql/schema.h"
+#if IDEM_HAVE_POSTGRES
+#include "store/postgres/pg_conn.h"
+#endif
+#if IDEM_HAVE_MYSQL
+#include "store/mysql/mysql_conn.h"
+#endif
 #include "testing/records.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -78,6 +84,13 @@ struct SqlContractBackend {
   // where the server does not tell, inside a statement: in the test that asks, the
   // only statement left running is one waiting for a row).
   std::string lock_waiters_sql;
+  // The driver's count of round trips to the server, and how many the final write
+  // of a guarded transaction (ReplaceAndCommit) takes when it moves the record and
+  // when it does not: PostgreSQL pipelines the UPDATE with the COMMIT (or the
+  // ROLLBACK) in one; MySQL's idem_finish_v1 commits in its CALL when the record
+  // moves, and otherwise leaves the transaction open for a ROLLBACK of its own.
+  std::function<uint64_t()> round_trips;
+  uint64_t final_write_round_trips = 0, unmoved_final_write_round_trips = 0;
 };
 
 void PrintTo(const SqlContractBackend& backend, std::ostream* os) { *os << backend.name; }
@@ -108,7 +121,12 @@ SqlContractBackend PostgresContract() {
           // testing::PostgresUrl names every session of a test after its schema.
           .lock_waiters_sql =
               "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-              "current_setting('application_name') AND wait_event_type = 'Lock'"};
+              "current_setting('application_name') AND wait_event_type = 'Lock'",
+#if IDEM_HAVE_POSTGRES
+          .round_trips = postgres::RoundTrips,
+#endif
+          .final_write_round_trips = 1,
+          .unmoved_final_write_round_trips = 1};
 }
 
 SqlContractBackend MysqlContract() {
@@ -128,7 +146,12 @@ SqlContractBackend MysqlContract() {
           // INNODB_TRX was seen to list a waiting UPDATE as RUNNING).
           .lock_waiters_sql =
               "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE "
-              "DB = DATABASE() AND COMMAND <> 'Sleep' AND ID <> CONNECTION_ID()"};
+              "DB = DATABASE() AND COMMAND <> 'Sleep' AND ID <> CONNECTION_ID()",
+#if IDEM_HAVE_MYSQL
+          .round_trips = mysql::RoundTrips,
+#endif
+          .final_write_round_trips = 1,
+          .unmoved_final_write_round_trips = 2};
 }
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
@@ -469,6 +492,57 @@ TEST_P(SqlServerContractTest, DeadlockIsAbortedForTheVictim) {
     ASSERT_OK(a->Commit());
     EXPECT_EQ(QueryScalar(*observer, "SELECT v FROM d WHERE id = 2"), 1);
   }
+}
+
+// A guarded transaction's final write (the result, then COMMIT) costs the server
+// backends as few round trips as they can give; one that does not move the record
+// (another holder's token) commits nothing: not the record, not the business rows.
+TEST_P(SqlServerContractTest, FinalWriteRoundTripsAndAnUnmovedOneCommitsNothing) {
+  std::unique_ptr<Store> store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(ExecAndCommit(*store, "CREATE TABLE h (x INT)"));
+  const Record claim = testing::ClaimRecord("K", 1, "refund");
+  Record done = claim;
+  done.state = RecordState::kSucceeded;
+  done.result = "r";
+  done.lease_until = absl::InfinitePast();
+  {
+    // Prepares the statements on the pooled connection, so the counts below are exact.
+    Record warm = testing::ClaimRecord("warm", 1, "refund");
+    std::unique_ptr<StoreTransaction> tx = *store->Begin();
+    ASSERT_OK(Records(*tx).InsertOrLoad(warm));
+    Record warm_done = warm;
+    warm_done.state = RecordState::kSucceeded;
+    ASSERT_OK(Records(*tx).ReplaceAndCommit(warm_done, 1, RecordState::kProcessing));
+  }
+  {
+    std::unique_ptr<StoreTransaction> tx = *store->Begin();
+    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
+    ASSERT_OK(tx->Exec("INSERT INTO h VALUES (1)"));
+    const uint64_t before = GetParam().round_trips();
+    absl::StatusOr<bool> moved =
+        Records(*tx).ReplaceAndCommit(done, /*expected_token=*/7, RecordState::kProcessing);
+    EXPECT_EQ(GetParam().round_trips() - before, GetParam().unmoved_final_write_round_trips);
+    ASSERT_OK(moved);
+    EXPECT_FALSE(*moved);
+  }
+  EXPECT_EQ(*store->Get("default", "K"), std::nullopt);
+  EXPECT_EQ(QueryScalar(*store, "SELECT count(*) FROM h"), 0);
+  {
+    std::unique_ptr<StoreTransaction> tx = *store->Begin();
+    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
+    ASSERT_OK(tx->Exec("INSERT INTO h VALUES (1)"));
+    const uint64_t before = GetParam().round_trips();
+    absl::StatusOr<bool> moved = Records(*tx).ReplaceAndCommit(done, 1, RecordState::kProcessing);
+    EXPECT_EQ(GetParam().round_trips() - before, GetParam().final_write_round_trips);
+    ASSERT_OK(moved);
+    EXPECT_TRUE(*moved);
+  }
+  absl::StatusOr<std::optional<Record>> got = store->Get("default", "K");
+  ASSERT_OK(got);
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->state, RecordState::kSucceeded);
+  EXPECT_EQ(QueryScalar(*store, "SELECT count(*) FROM h"), 1);
 }
 
 // Each backend only when it is compiled in.

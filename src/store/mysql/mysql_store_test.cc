@@ -403,52 +403,6 @@ TEST_F(MysqlStoreTest, GuardedFirstArrivalTakesAsManyRoundTripsAsTheBareTransact
   EXPECT_EQ(mysql::RoundTrips() - before, 0u);
 }
 
-// idem_finish_v1's round trips (the contract, that a final write that does not move
-// the record commits nothing, is the conformance suite's
-// ReplaceAndCommitThatDoesNotMoveCommitsNothing): one CALL when it moves; when it
-// does not, the CALL and then the ROLLBACK of the transaction the procedure left
-// open.
-TEST_F(MysqlStoreTest, ReplaceAndCommitRoundTrips) {
-  Record claim = Fresh("K");
-  Record done = claim;
-  done.state = RecordState::kSucceeded;
-  done.result = "r";
-  done.lease_until = absl::InfinitePast();
-  {
-    // Prepares the CALLs on the pooled connection, so the counts below are exact.
-    Record warm = Fresh("warm");
-    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    ASSERT_OK(Records(*tx).InsertOrLoad(warm));
-    Record warm_done = warm;
-    warm_done.state = RecordState::kSucceeded;
-    ASSERT_OK(Records(*tx).ReplaceAndCommit(warm_done, 1, RecordState::kProcessing));
-  }
-  {
-    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
-    const uint64_t before = mysql::RoundTrips();
-    absl::StatusOr<bool> moved =
-        Records(*tx).ReplaceAndCommit(done, /*expected_token=*/7, RecordState::kProcessing);
-    EXPECT_EQ(mysql::RoundTrips() - before, 2u);
-    ASSERT_OK(moved);
-    EXPECT_FALSE(*moved);
-  }
-  EXPECT_EQ(*store_->Get("default", "K"), std::nullopt);
-  {
-    std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-    ASSERT_OK(Records(*tx).InsertOrLoad(claim));
-    const uint64_t before = mysql::RoundTrips();
-    absl::StatusOr<bool> moved = Records(*tx).ReplaceAndCommit(done, 1, RecordState::kProcessing);
-    EXPECT_EQ(mysql::RoundTrips() - before, 1u);
-    ASSERT_OK(moved);
-    EXPECT_TRUE(*moved);
-  }
-  absl::StatusOr<std::optional<Record>> got = store_->Get("default", "K");
-  ASSERT_OK(got);
-  ASSERT_TRUE(got->has_value());
-  EXPECT_EQ((*got)->state, RecordState::kSucceeded);
-}
-
 // The first round trip of a transaction (a claim batch or a START TRANSACTION)
 // on pooled connections that went stale goes to a new connection.
 TEST_F(MysqlStoreTest, FirstStatementOnStaleConnectionsMovesToANewOne) {
