@@ -24,7 +24,7 @@
 #include "idem/store.h"
 #include "store/backend.h"
 #include "store/cache/lru_cache.h"
-#include "store/cache/shared_tier.h"
+#include "store/shared_tier.h"
 
 namespace idem::cache {
 

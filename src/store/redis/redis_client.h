@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "store/cache/shared_tier.h"
+#include "store/shared_tier.h"
 
 struct redisContext;  // hiredis; kept out of every header a user includes
 
