@@ -114,8 +114,8 @@ absl::Status ParseBridgeKafkaTiming(const BridgeFlags& f, BridgeKafkaPlan* plan)
     return absl::InvalidArgumentError("--timeout must be more than 0");
   }
   plan->timeout = *timeout;
-  plan->retry = RetryPolicy{
-      .initial_delay = *backoff, .max_delay = *max_backoff, .max_attempts = f.attempts};
+  plan->retry =
+      RetryPolicy{.initial_delay = *backoff, .max_delay = *max_backoff, .max_attempts = f.attempts};
   if (absl::Status s = plan->retry.Validate(); !s.ok()) {
     return absl::InvalidArgumentError("--attempts/--backoff/--max-backoff: " + Str(s.message()));
   }
@@ -130,9 +130,11 @@ absl::Status ParseBridgeKafkaTiming(const BridgeFlags& f, BridgeKafkaPlan* plan)
     absl::StatusOr<absl::Duration> l = ParseTtlDuration(f.lease, "--lease");
     if (!l.ok()) return l.status();
     if (*l <= round) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--lease (", f.lease, ") must be longer than one round of "
-          "attempts (--attempts × --timeout plus the backoff: ", absl::FormatDuration(round), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--lease (", f.lease,
+                       ") must be longer than one round of "
+                       "attempts (--attempts × --timeout plus the backoff: ",
+                       absl::FormatDuration(round), ")"));
     }
     plan->lease = *l;
   }

@@ -157,7 +157,7 @@ int ReportMigrateCopy(const std::string& from, const std::string& to, bool dry_r
               static_cast<long long>(counts.records), dry_run ? "would copy" : "copied",
               static_cast<long long>(counts.copied), static_cast<long long>(counts.present),
               static_cast<long long>(counts.differing));
-  std::printf("action: %s\n", dry_run                ? "would copy (dry run: nothing changed)"
+  std::printf("action: %s\n", dry_run              ? "would copy (dry run: nothing changed)"
                               : counts.copied == 0 ? "nothing to copy"
                                                    : "copied");
   std::fflush(stdout);

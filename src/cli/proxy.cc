@@ -173,8 +173,8 @@ int RunProxy(const ProxyFlags& flags) {
   guard_options.lease = options.lease;
   Guard guard(*store, guard_options);
   http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
-  const http::Upstream upstream(
-      plan->upstream_url, {.timeout = plan->upstream_timeout, .max_response_bytes = flags.max_response});
+  const http::Upstream upstream(plan->upstream_url, {.timeout = plan->upstream_timeout,
+                                                     .max_response_bytes = flags.max_response});
   http::Proxy proxy(guard, upstream, metrics, options);
   // Every request of the main listener goes to the Proxy's own threads
   // (Proxy::HandleAsync); the Server's worker pool is left one thread.

@@ -190,7 +190,8 @@ std::optional<absl::Status> Bridge::SettleRound(const Message& m, const Request&
   }
   if (sent.code() == absl::StatusCode::kFailedPrecondition) {
     const std::string record = AnswerRecord(answer);
-    IDEM_RETURN_IF_ERROR(RetryRecording([&] { return guard_.Fail(request, token, false, record); }));
+    IDEM_RETURN_IF_ERROR(
+        RetryRecording([&] { return guard_.Fail(request, token, false, record); }));
     return SendDeadLetter(m, absl::StrCat("the target answered ", answer.status, ": ",
                                           answer.body.substr(0, kReasonBody)));
   }

@@ -66,10 +66,10 @@ int64_t EarliestTime(const std::vector<Row>& rows) {
 }
 
 // Reads both sides into their sorters, the upstream on a thread of its own.
-absl::Status FillBothSorters(const std::vector<StatementReader*>& upstream,
-                             StatementReader& local, const CompareOptions& options,
-                             RowSorter& up_sorter, RowSorter& local_sorter,
-                             std::atomic<int64_t>& up_read, std::atomic<int64_t>& local_read) {
+absl::Status FillBothSorters(const std::vector<StatementReader*>& upstream, StatementReader& local,
+                             const CompareOptions& options, RowSorter& up_sorter,
+                             RowSorter& local_sorter, std::atomic<int64_t>& up_read,
+                             std::atomic<int64_t>& local_read) {
   absl::Status up_status;
   std::thread up_thread(
       [&] { up_status = Fill(upstream, up_sorter, up_read, options, local_read, true); });

@@ -209,11 +209,11 @@ class UpstreamExchange {
                             });
     if (!Run()) {
       if (expired_) return TimedOut();
-      return absl::UnavailableError(absl::StrCat("cannot resolve the upstream host ", url_.host,
-                                                 ": ", ec_.message()));
+      return absl::UnavailableError(
+          absl::StrCat("cannot resolve the upstream host ", url_.host, ": ", ec_.message()));
     }
     stream_.expires_at(deadline_);
-    stream_.async_connect(endpoints, Finisher());
+    stream_.async_connect(endpoints, Finisher{this});
     if (!Run()) {
       if (expired_ || ec_ == beast::error::timeout) return TimedOut();
       return absl::UnavailableError(
@@ -224,7 +224,7 @@ class UpstreamExchange {
 
   absl::Status Write(bhttp::request<bhttp::string_body>& req) {
     stream_.expires_at(deadline_);
-    bhttp::async_write(stream_, req, Finisher());
+    bhttp::async_write(stream_, req, Finisher{this});
     if (!Run()) {
       if (expired_ || ec_ == beast::error::timeout) return TimedOut();
       return absl::UnavailableError(
@@ -259,9 +259,9 @@ class UpstreamExchange {
             absl::StrCat("the connection to the upstream broke while reading: ", ec_.message()));
       }
       if (s.code() == absl::StatusCode::kResourceExhausted) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "the upstream's answer is larger than --max-response (", options_.max_response_bytes,
-            " bytes): ", s.message()));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the upstream's answer is larger than --max-response (",
+                         options_.max_response_bytes, " bytes): ", s.message()));
       }
       if (!s.ok()) return s;
       if (!read) break;  // EOF ended a close-delimited body
@@ -276,9 +276,14 @@ class UpstreamExchange {
     ec_ = e;
     done_ = true;
   }
-  auto Finisher() {
-    return [this](beast::error_code e, auto&&...) { Finish(e); };
-  }
+  // The handler of a step that reports only its error (connect, write).
+  struct Finisher {
+    UpstreamExchange* exchange;
+    template <typename... Rest>
+    void operator()(beast::error_code e, Rest&&...) const {
+      exchange->Finish(e);
+    }
+  };
   // Runs one asynchronous step to its end or to the deadline; the step's handler
   // calls Finish. False when it failed (ec_) or the deadline passed (expired_).
   bool Run() {

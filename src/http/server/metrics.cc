@@ -181,20 +181,21 @@ void Metrics::AppendGuardSeries(std::string* out) const {
     absl::StrAppend(out, "idem_outcomes_total{outcome=\"",
                     AV(other ? kOtherOutcome : kOutcomeNames[i]), "\"} ", n, "\n");
   }
-  absl::StrAppend(out,
-                  "# HELP idem_store_errors_total Store calls that failed.\n"
-                  "# TYPE idem_store_errors_total counter\n"
-                  "idem_store_errors_total ",
-                  Load(store_errors_), "\n",
-                  "# HELP idem_claim_waits_total Claims that met a live lease and waited.\n"
-                  "# TYPE idem_claim_waits_total counter\n"
-                  "idem_claim_waits_total ",
-                  Load(waits_), "\n",
-                  "# HELP idem_claim_polls_total Store reads by claims that wait (the waiters on one key "
-                  "share a read).\n"
-                  "# TYPE idem_claim_polls_total counter\n"
-                  "idem_claim_polls_total ",
-                  Load(polls_), "\n");
+  absl::StrAppend(
+      out,
+      "# HELP idem_store_errors_total Store calls that failed.\n"
+      "# TYPE idem_store_errors_total counter\n"
+      "idem_store_errors_total ",
+      Load(store_errors_), "\n",
+      "# HELP idem_claim_waits_total Claims that met a live lease and waited.\n"
+      "# TYPE idem_claim_waits_total counter\n"
+      "idem_claim_waits_total ",
+      Load(waits_), "\n",
+      "# HELP idem_claim_polls_total Store reads by claims that wait (the waiters on one key "
+      "share a read).\n"
+      "# TYPE idem_claim_polls_total counter\n"
+      "idem_claim_polls_total ",
+      Load(polls_), "\n");
   absl::StrAppend(out,
                   "# HELP idem_http_pool_requests_total Requests the network threads handed to "
                   "the worker pool: all on a store whose calls block (sqlite, postgres, mysql) and "
