@@ -74,97 +74,117 @@ int BridgeUsage(const std::string& why) {
   return kExitUsage;
 }
 
-int RunBridgeKafka(const BridgeFlags& f) {
-  BlockStopSignals();  // before any thread starts: see server_command.h
+// What the flags say, checked: every field is valid once ParseBridgeKafkaFlags returns it.
+struct BridgeKafkaPlan {
+  messaging::MessageKey key;
+  http::UpstreamUrl url;
+  absl::Duration timeout;
+  RetryPolicy retry;
+  absl::Duration lease;
+  absl::Duration idle = absl::InfiniteDuration();
+  // A small listener: a scrape is one request at a time, answered from counters.
+  http::ServerOptions metrics_options{.io_threads = 1, .worker_threads = 1, .max_connections = 64};
+  messaging::KafkaOptions kafka;
+};
+
+// The errors of the Parse* helpers below are the usage line (BridgeUsage) as it is printed.
+absl::StatusOr<messaging::MessageKey> ParseBridgeKafkaKey(const BridgeFlags& f) {
   int keys = !f.key_header.empty() + !f.key_field.empty() + !f.key_template.empty();
   if (keys != 1) {
-    return BridgeUsage("give exactly one of --key-header, --key-field or --key-template (the key "
-                 "must come from the event, never from the partition/offset)");
+    return absl::InvalidArgumentError(
+        "give exactly one of --key-header, --key-field or --key-template (the key "
+        "must come from the event, never from the partition/offset)");
   }
-  absl::StatusOr<messaging::MessageKey> key =
-      !f.key_header.empty()
-          ? messaging::MessageKey::Parse(messaging::MessageKey::Kind::kHeader, f.key_header)
-      : !f.key_field.empty()
-          ? messaging::MessageKey::Parse(messaging::MessageKey::Kind::kJsonField, f.key_field)
-          : messaging::MessageKey::Parse(messaging::MessageKey::Kind::kTemplate, f.key_template);
-  if (!key.ok()) return BridgeUsage(Str(key.status().message()));
-  absl::StatusOr<http::UpstreamUrl> url = http::ParseUpstreamUrl(f.to);
-  if (!url.ok()) {
-    std::string why = Str(url.status().message());
-    if (why.starts_with("--upstream")) why = "--to" + why.substr(10);
-    return BridgeUsage(why);
-  }
+  return !f.key_header.empty()
+             ? messaging::MessageKey::Parse(messaging::MessageKey::Kind::kHeader, f.key_header)
+         : !f.key_field.empty()
+             ? messaging::MessageKey::Parse(messaging::MessageKey::Kind::kJsonField, f.key_field)
+             : messaging::MessageKey::Parse(messaging::MessageKey::Kind::kTemplate, f.key_template);
+}
+
+// --timeout, the retry policy and the lease they need.
+absl::Status ParseBridgeKafkaTiming(const BridgeFlags& f, BridgeKafkaPlan* plan) {
   absl::StatusOr<absl::Duration> timeout = ParseTtlDuration(f.timeout, "--timeout");
   absl::StatusOr<absl::Duration> backoff = ParseTtlDuration(f.backoff, "--backoff");
   absl::StatusOr<absl::Duration> max_backoff = ParseTtlDuration(f.max_backoff, "--max-backoff");
   for (const auto* d : {&timeout, &backoff, &max_backoff}) {
-    if (!d->ok()) return BridgeUsage(Str(d->status().message()));
+    if (!d->ok()) return d->status();
   }
-  if (*timeout <= absl::ZeroDuration()) return BridgeUsage("--timeout must be more than 0");
-  RetryPolicy retry{.initial_delay = *backoff, .max_delay = *max_backoff, .max_attempts = f.attempts};
-  if (absl::Status s = retry.Validate(); !s.ok()) {
-    return BridgeUsage("--attempts/--backoff/--max-backoff: " + Str(s.message()));
+  if (*timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--timeout must be more than 0");
+  }
+  plan->timeout = *timeout;
+  plan->retry =
+      RetryPolicy{.initial_delay = *backoff, .max_delay = *max_backoff, .max_attempts = f.attempts};
+  if (absl::Status s = plan->retry.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError("--attempts/--backoff/--max-backoff: " + Str(s.message()));
   }
   // A round of attempts must fit in the lease, or a second bridge could take the
   // key over while the first still sends (the same key, but twice as many requests).
   absl::Duration round = absl::ZeroDuration();
-  for (int i = 0; i < f.attempts; ++i) round += *timeout + (i > 0 ? retry.Ceiling(i - 1) : absl::ZeroDuration());
-  absl::Duration lease = round + absl::Seconds(10);
+  for (int i = 0; i < f.attempts; ++i) {
+    round += *timeout + (i > 0 ? plan->retry.Ceiling(i - 1) : absl::ZeroDuration());
+  }
+  plan->lease = round + absl::Seconds(10);
   if (!f.lease.empty()) {
     absl::StatusOr<absl::Duration> l = ParseTtlDuration(f.lease, "--lease");
-    if (!l.ok()) return BridgeUsage(Str(l.status().message()));
+    if (!l.ok()) return l.status();
     if (*l <= round) {
-      return BridgeUsage(absl::StrCat("--lease (", f.lease, ") must be longer than one round of "
-                                "attempts (--attempts × --timeout plus the backoff: ",
-                                absl::FormatDuration(round), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--lease (", f.lease,
+                       ") must be longer than one round of "
+                       "attempts (--attempts × --timeout plus the backoff: ",
+                       absl::FormatDuration(round), ")"));
     }
-    lease = *l;
+    plan->lease = *l;
   }
-  absl::Duration idle = absl::InfiniteDuration();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BridgeKafkaPlan> ParseBridgeKafkaFlags(const BridgeFlags& f) {
+  BridgeKafkaPlan plan;
+  IDEM_ASSIGN_OR_RETURN(plan.key, ParseBridgeKafkaKey(f));
+  absl::StatusOr<http::UpstreamUrl> url = http::ParseUpstreamUrl(f.to);
+  if (!url.ok()) {
+    std::string why = Str(url.status().message());
+    if (why.starts_with("--upstream")) why = "--to" + why.substr(10);
+    return absl::InvalidArgumentError(why);
+  }
+  plan.url = *std::move(url);
+  IDEM_RETURN_IF_ERROR(ParseBridgeKafkaTiming(f, &plan));
   if (!f.idle_exit.empty()) {
-    absl::StatusOr<absl::Duration> d = ParseTtlDuration(f.idle_exit, "--idle-exit");
-    if (!d.ok()) return BridgeUsage(Str(d.status().message()));
-    idle = *d;
+    IDEM_ASSIGN_OR_RETURN(plan.idle, ParseTtlDuration(f.idle_exit, "--idle-exit"));
   }
-  if (f.batch < 1 || f.batch > 10000) return BridgeUsage("--batch must be from 1 to 10000");
-  // A small listener: a scrape is one request at a time, answered from counters.
-  http::ServerOptions metrics_options{.io_threads = 1, .worker_threads = 1, .max_connections = 64};
+  if (f.batch < 1 || f.batch > 10000) {
+    return absl::InvalidArgumentError("--batch must be from 1 to 10000");
+  }
   if (!f.metrics_listen.empty() &&
-      !ParseListen(f.metrics_listen, &metrics_options.host, &metrics_options.port)) {
-    return BridgeUsage("--metrics-listen '" + f.metrics_listen + "' must be HOST:PORT (port 0-65535)");
+      !ParseListen(f.metrics_listen, &plan.metrics_options.host, &plan.metrics_options.port)) {
+    return absl::InvalidArgumentError("--metrics-listen '" + f.metrics_listen +
+                                      "' must be HOST:PORT (port 0-65535)");
   }
-  messaging::KafkaOptions kopts{.brokers = f.brokers,
-                                .group = f.group,
-                                .topics = {f.topic},
-                                .dead_letter_topic = f.dead_letter_topic,
-                                .rebalance_log = f.rebalance_log};
+  plan.kafka = messaging::KafkaOptions{.brokers = f.brokers,
+                                       .group = f.group,
+                                       .topics = {f.topic},
+                                       .dead_letter_topic = f.dead_letter_topic,
+                                       .rebalance_log = f.rebalance_log};
   for (const std::string& p : f.kafka_properties) {
     const size_t eq = p.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return BridgeUsage("--kafka-property '" + p + "' must be NAME=VALUE (e.g. session.timeout.ms=10000)");
+      return absl::InvalidArgumentError("--kafka-property '" + p +
+                                        "' must be NAME=VALUE (e.g. session.timeout.ms=10000)");
     }
-    kopts.consumer_config.emplace_back(p.substr(0, eq), p.substr(eq + 1));
+    plan.kafka.consumer_config.emplace_back(p.substr(0, eq), p.substr(eq + 1));
   }
+  return plan;
+}
 
-  int exit_code = kExitOk;
-  std::vector<std::string> warnings;
-  std::unique_ptr<Store> store = OpenServerStore("bridge kafka", f.server, &warnings, &exit_code);
-  if (store == nullptr) return exit_code;
-  for (const std::string& w : warnings) spdlog::warn("{}", w);
-  absl::StatusOr<std::unique_ptr<messaging::KafkaTransport>> transport =
-      messaging::KafkaTransport::Create(std::move(kopts));
-  if (!transport.ok()) {
-    if (transport.status().code() == absl::StatusCode::kInvalidArgument) {
-      return BridgeUsage(Str(transport.status().message()));
-    }
-    PrintReason("bridge kafka: " + Str(transport.status().message()));
-    return kExitFailure;
-  }
-  const http::Upstream upstream(*url, {.timeout = *timeout});
-  const std::string target = url->base_path.empty() ? "/" : "";
-  messaging::Deliverer deliver =
-      [&](const messaging::Message& m,
-          std::string_view idempotency_key) -> absl::StatusOr<messaging::HttpAnswer> {
+// POSTs each message to `target` on `upstream` (both must outlive the Deliverer).
+messaging::Deliverer BridgeKafkaDeliverer(const http::Upstream& upstream,
+                                          const std::string& target) {
+  return [&upstream, &target](
+             const messaging::Message& m,
+             std::string_view idempotency_key) -> absl::StatusOr<messaging::HttpAnswer> {
     http::HttpRequest request;
     request.method = "POST";
     request.body = m.payload;
@@ -178,51 +198,22 @@ int RunBridgeKafka(const BridgeFlags& f) {
     if (!r.ok()) return r.status();
     return messaging::HttpAnswer{.status = r->status, .body = std::move(r->body)};
   };
-  messaging::BridgeOptions options{.key = *key,
-                                   .tenant = f.tenant,
-                                   .biz_type = f.biz_type,
-                                   .max_batch = static_cast<size_t>(f.batch),
-                                   .retry = retry,
-                                   .lease = lease};
-  absl::StatusOr<std::unique_ptr<messaging::Bridge>> bridge =
-      messaging::Bridge::Create(**transport, *store, deliver, options);
-  if (!bridge.ok()) return BridgeUsage(Str(bridge.status().message()));
-  // GET /metrics (idem serve's Server and Metrics, with the bridge's counters as a
-  // section; messaging/kafka_metrics.h names the series).
-  http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
-  metrics.AddSection([b = bridge->get()] { return messaging::RenderBridgeMetrics(b->stats()); });
-  http::MetricsEndpoint endpoint(metrics);
-  std::unique_ptr<http::Server> metrics_server;
-  if (!f.metrics_listen.empty()) {
-    metrics_server = std::make_unique<http::Server>(endpoint, metrics_options);
-    if (absl::Status s = metrics_server->Start(); !s.ok()) {
-      PrintReason("bridge kafka: --metrics-listen: " + Str(s.message()));
-      return kExitFailure;
-    }
-    std::string address = metrics_server->address();
-    if (address.find(':') != std::string::npos) address = "[" + address + "]";
-    spdlog::info("bridge: metrics on http://{}:{}/metrics", address, metrics_server->port());
-  }
-  StopOnSignal on_signal([b = bridge->get()] { b->Stop(); });
-  spdlog::info("bridging kafka topic {} (group {}) to http://{}{} with keys from {} in {}", f.topic,
-               f.group, url->authority, url->base_path, key->ToString(), store->url());
+}
 
-  absl::Status result;
+// Runs rounds until Stop, a fatal error (returned) or `idle` without a new message.
+absl::Status RunBridgeKafkaRounds(messaging::Bridge& bridge, absl::Duration idle) {
   absl::Time last = absl::Now();
   int64_t seen = 0;
-  while (!(*bridge)->stopping()) {
-    absl::StatusOr<size_t> n = (*bridge)->RunOnce();
+  while (!bridge.stopping()) {
+    absl::StatusOr<size_t> n = bridge.RunOnce();
     if (!n.ok()) {
       if (n.status().code() == absl::StatusCode::kCancelled) break;
-      if (n.status().code() != absl::StatusCode::kUnavailable) {
-        result = n.status();
-        break;
-      }
+      if (n.status().code() != absl::StatusCode::kUnavailable) return n.status();
       spdlog::warn("bridge: {}", SV(n.status().message()));
       continue;
     }
     // Idle time counts from the first assignment: joining the group takes a while.
-    const messaging::BridgeStats now = (*bridge)->stats();
+    const messaging::BridgeStats now = bridge.stats();
     if (now.polled != seen || now.rebalances == 0) {
       seen = now.polled;
       last = absl::Now();
@@ -230,7 +221,11 @@ int RunBridgeKafka(const BridgeFlags& f) {
       break;
     }
   }
-  const messaging::BridgeStats s = (*bridge)->stats();
+  return absl::OkStatus();
+}
+
+// Prints the counts as one JSON line, then the reason of a fatal `result`.
+int ReportBridgeKafka(const messaging::BridgeStats& s, const absl::Status& result) {
   nlohmann::json j{{"polled", s.polled},         {"delivered", s.delivered},
                    {"skipped", s.skipped},       {"dead_lettered", s.dead_lettered},
                    {"attempts", s.attempts},     {"rounds_failed", s.rounds_failed},
@@ -243,6 +238,60 @@ int RunBridgeKafka(const BridgeFlags& f) {
     return kExitFailure;
   }
   return kExitOk;
+}
+
+int RunBridgeKafka(const BridgeFlags& f) {
+  BlockStopSignals();  // before any thread starts: see server_command.h
+  absl::StatusOr<BridgeKafkaPlan> plan = ParseBridgeKafkaFlags(f);
+  if (!plan.ok()) return BridgeUsage(Str(plan.status().message()));
+
+  int exit_code = kExitOk;
+  std::vector<std::string> warnings;
+  std::unique_ptr<Store> store = OpenServerStore("bridge kafka", f.server, &warnings, &exit_code);
+  if (store == nullptr) return exit_code;
+  for (const std::string& w : warnings) spdlog::warn("{}", w);
+  absl::StatusOr<std::unique_ptr<messaging::KafkaTransport>> transport =
+      messaging::KafkaTransport::Create(std::move(plan->kafka));
+  if (!transport.ok()) {
+    if (transport.status().code() == absl::StatusCode::kInvalidArgument) {
+      return BridgeUsage(Str(transport.status().message()));
+    }
+    PrintReason("bridge kafka: " + Str(transport.status().message()));
+    return kExitFailure;
+  }
+  const http::Upstream upstream(plan->url, {.timeout = plan->timeout});
+  const std::string target = plan->url.base_path.empty() ? "/" : "";
+  messaging::BridgeOptions options{.key = plan->key,
+                                   .tenant = f.tenant,
+                                   .biz_type = f.biz_type,
+                                   .max_batch = static_cast<size_t>(f.batch),
+                                   .retry = plan->retry,
+                                   .lease = plan->lease};
+  absl::StatusOr<std::unique_ptr<messaging::Bridge>> bridge = messaging::Bridge::Create(
+      **transport, *store, BridgeKafkaDeliverer(upstream, target), options);
+  if (!bridge.ok()) return BridgeUsage(Str(bridge.status().message()));
+  // GET /metrics (idem serve's Server and Metrics, with the bridge's counters as a
+  // section; messaging/kafka_metrics.h names the series).
+  http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
+  metrics.AddSection([b = bridge->get()] { return messaging::RenderBridgeMetrics(b->stats()); });
+  http::MetricsEndpoint endpoint(metrics);
+  std::unique_ptr<http::Server> metrics_server;
+  if (!f.metrics_listen.empty()) {
+    metrics_server = std::make_unique<http::Server>(endpoint, plan->metrics_options);
+    if (absl::Status s = metrics_server->Start(); !s.ok()) {
+      PrintReason("bridge kafka: --metrics-listen: " + Str(s.message()));
+      return kExitFailure;
+    }
+    std::string address = metrics_server->address();
+    if (address.find(':') != std::string::npos) address = "[" + address + "]";
+    spdlog::info("bridge: metrics on http://{}:{}/metrics", address, metrics_server->port());
+  }
+  StopOnSignal on_signal([b = bridge->get()] { b->Stop(); });
+  spdlog::info("bridging kafka topic {} (group {}) to http://{}{} with keys from {} in {}", f.topic,
+               f.group, plan->url.authority, plan->url.base_path, plan->key.ToString(),
+               store->url());
+  const absl::Status result = RunBridgeKafkaRounds(**bridge, plan->idle);
+  return ReportBridgeKafka((*bridge)->stats(), result);
 }
 
 }  // namespace

@@ -131,6 +131,64 @@ absl::StatusOr<OverCoarse> FetchMismatches(const AnalyzeFlags& f, const http::Up
   return out;
 }
 
+// The query --tenant and --biz-type ask for; errors are the usage line.
+absl::StatusOr<RecordQuery> AnalyzeQuery(const AnalyzeFlags& f) {
+  RecordQuery query;
+  if (!f.tenant.empty()) {
+    if (absl::Status s = ValidateTenant(f.tenant); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--tenant: ", s.message()));
+    }
+    query.tenant = f.tenant;
+  }
+  if (!f.biz_type.empty()) {
+    if (absl::Status s = ValidateBizType(f.biz_type); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--biz-type: ", s.message()));
+    }
+    query.biz_type = f.biz_type;
+  }
+  return query;
+}
+
+// Pages through the records `query` finds into `analysis`; returns the exit status
+// (kExitOk, or the failure it printed).
+int AnalyzeStoreRecords(Store& store, const AnalyzeFlags& f, RecordQuery query,
+                        KeyAnalysis* analysis) {
+  while (true) {
+    query.limit = 1000;
+    absl::StatusOr<std::vector<Record>> page = store.ListRecords(query);
+    if (!page.ok()) {
+      PrintReason(absl::StrCat("keys analyze: store ", AV(store.url()), ": ",
+                               RedactStoreSecrets(page.status(), f.store).message()));
+      return page.status().code() == absl::StatusCode::kUnimplemented ? kExitUsage : kExitFailure;
+    }
+    if (page->empty()) break;
+    query.after = std::make_pair(page->back().tenant, page->back().key);
+    for (const Record& r : *page) analysis->Add(r);
+    if (static_cast<int>(page->size()) < query.limit) break;
+  }
+  return kExitOk;
+}
+
+// Adds --server's over-coarse keys (of the window and filters) to `in`; returns the
+// exit status (kExitOk, or the failure it printed).
+int AddServerMismatches(const AnalyzeFlags& f, const http::UpstreamUrl& server,
+                        const std::string& token, KeyHealthInput* in) {
+  absl::StatusOr<OverCoarse> oc = FetchMismatches(f, server, token);
+  if (!oc.ok()) {
+    PrintReason(absl::StrCat("keys analyze: ", oc.status().message()));
+    return kExitFailure;
+  }
+  if (!f.tenant.empty() && oc->tenant != f.tenant) {
+    return KeysUsage(absl::StrCat("--tenant ", f.tenant, ", but the token for --server is tenant ",
+                                  oc->tenant, "'s"));
+  }
+  std::erase_if(oc->keys, [&](const OverCoarseKey& k) {
+    return k.last_at < in->since || (!f.biz_type.empty() && k.biz_type != f.biz_type);
+  });
+  in->over_coarse = *std::move(oc);
+  return kExitOk;
+}
+
 int RunAnalyze(const AnalyzeFlags& f) {
   absl::StatusOr<absl::Duration> since = ParseTtlDuration(f.since, "--since");
   if (!since.ok()) return KeysUsage(SV(since.status().message()));
@@ -139,19 +197,8 @@ int RunAnalyze(const AnalyzeFlags& f) {
   if (!window.ok()) return KeysUsage(SV(window.status().message()));
   if (*window <= absl::ZeroDuration()) return KeysUsage("--window must be longer than 0s");
   if (f.examples < 0 || f.examples > 100) return KeysUsage("--examples must be 0 … 100");
-  RecordQuery query;
-  if (!f.tenant.empty()) {
-    if (absl::Status s = ValidateTenant(f.tenant); !s.ok()) {
-      return KeysUsage(absl::StrCat("--tenant: ", s.message()));
-    }
-    query.tenant = f.tenant;
-  }
-  if (!f.biz_type.empty()) {
-    if (absl::Status s = ValidateBizType(f.biz_type); !s.ok()) {
-      return KeysUsage(absl::StrCat("--biz-type: ", s.message()));
-    }
-    query.biz_type = f.biz_type;
-  }
+  absl::StatusOr<RecordQuery> query = AnalyzeQuery(f);
+  if (!query.ok()) return KeysUsage(SV(query.status().message()));
   std::optional<http::UpstreamUrl> server;
   std::string token;
   if (!f.server.empty()) {
@@ -184,38 +231,14 @@ int RunAnalyze(const AnalyzeFlags& f) {
   in.since_text = f.since;
   in.window = *window;
   in.examples = f.examples;
-  query.created_since = in.since;
-  query.created_before = now;
+  query->created_since = in.since;
+  query->created_before = now;
   KeyAnalysis analysis({.window = *window, .examples = f.examples});
-  while (true) {
-    query.limit = 1000;
-    absl::StatusOr<std::vector<Record>> page = (*store)->ListRecords(query);
-    if (!page.ok()) {
-      PrintReason(absl::StrCat("keys analyze: store ", AV((*store)->url()), ": ",
-                               RedactStoreSecrets(page.status(), f.store).message()));
-      return page.status().code() == absl::StatusCode::kUnimplemented ? kExitUsage : kExitFailure;
-    }
-    if (page->empty()) break;
-    query.after = std::make_pair(page->back().tenant, page->back().key);
-    for (const Record& r : *page) analysis.Add(r);
-    if (static_cast<int>(page->size()) < query.limit) break;
-  }
+  if (int code = AnalyzeStoreRecords(**store, f, *query, &analysis); code != kExitOk) return code;
   in.records = analysis.Finish();
 
   if (server.has_value()) {
-    absl::StatusOr<OverCoarse> oc = FetchMismatches(f, *server, token);
-    if (!oc.ok()) {
-      PrintReason(absl::StrCat("keys analyze: ", oc.status().message()));
-      return kExitFailure;
-    }
-    if (!f.tenant.empty() && oc->tenant != f.tenant) {
-      return KeysUsage(absl::StrCat("--tenant ", f.tenant, ", but the token for --server is tenant ",
-                                oc->tenant, "'s"));
-    }
-    std::erase_if(oc->keys, [&](const OverCoarseKey& k) {
-      return k.last_at < in.since || (!f.biz_type.empty() && k.biz_type != f.biz_type);
-    });
-    in.over_coarse = *std::move(oc);
+    if (int code = AddServerMismatches(f, *server, token, &in); code != kExitOk) return code;
   }
   const std::string out = f.json ? KeyHealthJson(in) : KeyHealthText(in);
   std::fputs(out.c_str(), stdout);

@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,89 @@ absl::Status CheckRocksdbSourceNotHeld(std::string_view url) {
       ", e.g. the idem serve using it): stop it first, or the copy would miss what it writes"));
 }
 
+// The helpers below return kExitOk, or the exit status of the failure they printed.
+
+// The full records (with result and error, which a listing leaves out) of `listed`.
+int ReadMigrateCopyPage(Store& source, const std::string& from, const std::vector<Record>& listed,
+                        std::vector<Record>* full) {
+  full->reserve(listed.size());
+  for (const Record& l : listed) {
+    absl::StatusOr<std::optional<Record>> r = source.Get(l.tenant, l.key);
+    if (!r.ok()) return CopyFail(r.status(), "reading a record of", from);
+    if (r->has_value()) full->push_back(**std::move(r));
+  }
+  return kExitOk;
+}
+
+// --dry-run: counts what a copy of `full` would do, changing nothing.
+int CountMigrateCopyPage(Store& destination, const std::string& to, const std::vector<Record>& full,
+                         Counts* counts) {
+  for (const Record& r : full) {
+    absl::StatusOr<std::optional<Record>> there = destination.Get(r.tenant, r.key);
+    if (!there.ok()) return CopyFail(there.status(), "reading", to);
+    if (!there->has_value()) {
+      ++counts->copied;
+    } else if (SameRecord(**there, r)) {
+      ++counts->present;
+    } else {
+      ++counts->differing;
+    }
+  }
+  return kExitOk;
+}
+
+// Inserts what the destination lacks of `full`, reporting what differs.
+int WriteMigrateCopyPage(Store& destination, const std::string& to, const std::vector<Record>& full,
+                         Counts* counts) {
+  // One destination transaction per page: a crash loses at most the page, which
+  // the next run copies.
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = destination.Begin();
+  if (!tx.ok()) return CopyFail(tx.status(), "writing to", to);
+  Counts page_counts;
+  for (const Record& r : full) {
+    absl::StatusOr<std::optional<Record>> existing = Records(*(*tx)).InsertOrLoad(r);
+    if (!existing.ok()) {
+      (*tx)->Rollback();
+      return CopyFail(existing.status(), "writing to", to);
+    }
+    if (!existing->has_value()) {
+      ++page_counts.copied;
+    } else if (SameRecord(**existing, r)) {
+      ++page_counts.present;
+    } else {
+      ++page_counts.differing;
+      std::fprintf(stderr, "migrate: differs, kept the destination's: tenant %s key %s\n",
+                   Printable(r.tenant).c_str(), Printable(r.key).c_str());
+    }
+  }
+  if (absl::Status s = (*tx)->Commit(); !s.ok()) return CopyFail(s, "committing to", to);
+  counts->copied += page_counts.copied;
+  counts->present += page_counts.present;
+  counts->differing += page_counts.differing;
+  return kExitOk;
+}
+
+int ReportMigrateCopy(const std::string& from, const std::string& to, bool dry_run,
+                      const Counts& counts) {
+  std::printf("from: %s\n", RedactStoreUrl(from).c_str());
+  std::printf("to: %s\n", RedactStoreUrl(to).c_str());
+  std::printf("records: %lld (%s %lld, already there %lld, differing %lld)\n",
+              static_cast<long long>(counts.records), dry_run ? "would copy" : "copied",
+              static_cast<long long>(counts.copied), static_cast<long long>(counts.present),
+              static_cast<long long>(counts.differing));
+  std::printf("action: %s\n", dry_run              ? "would copy (dry run: nothing changed)"
+                              : counts.copied == 0 ? "nothing to copy"
+                                                   : "copied");
+  std::fflush(stdout);
+  if (counts.differing > 0) {
+    PrintReason(absl::StrCat("migrate: ", counts.differing,
+                             " record(s) differ between the stores; the destination's were kept "
+                             "(listed above)"));
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunMigrateCopy(const std::string& from, const std::string& to, bool dry_run, int batch) {
@@ -117,75 +201,17 @@ int RunMigrateCopy(const std::string& from, const std::string& to, bool dry_run,
     if (page->empty()) break;
     query.after = std::make_pair(page->back().tenant, page->back().key);
     std::vector<Record> full;
-    full.reserve(page->size());
-    for (const Record& listed : *page) {  // the listing leaves result and error out
-      absl::StatusOr<std::optional<Record>> r = (*source)->Get(listed.tenant, listed.key);
-      if (!r.ok()) return CopyFail(r.status(), "reading a record of", from);
-      if (r->has_value()) full.push_back(**std::move(r));
-    }
+    if (int code = ReadMigrateCopyPage(**source, from, *page, &full); code != kExitOk) return code;
     counts.records += static_cast<int64_t>(full.size());
     if (destination == nullptr) {
       counts.copied += static_cast<int64_t>(full.size());
       continue;
     }
-    if (dry_run) {
-      for (const Record& r : full) {
-        absl::StatusOr<std::optional<Record>> there = destination->Get(r.tenant, r.key);
-        if (!there.ok()) return CopyFail(there.status(), "reading", to);
-        if (!there->has_value()) {
-          ++counts.copied;
-        } else if (SameRecord(**there, r)) {
-          ++counts.present;
-        } else {
-          ++counts.differing;
-        }
-      }
-      continue;
-    }
-    // One destination transaction per page: a crash loses at most the page, which
-    // the next run copies.
-    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = destination->Begin();
-    if (!tx.ok()) return CopyFail(tx.status(), "writing to", to);
-    Counts page_counts;
-    for (const Record& r : full) {
-      absl::StatusOr<std::optional<Record>> existing = Records(*(*tx)).InsertOrLoad(r);
-      if (!existing.ok()) {
-        (*tx)->Rollback();
-        return CopyFail(existing.status(), "writing to", to);
-      }
-      if (!existing->has_value()) {
-        ++page_counts.copied;
-      } else if (SameRecord(**existing, r)) {
-        ++page_counts.present;
-      } else {
-        ++page_counts.differing;
-        std::fprintf(stderr, "migrate: differs, kept the destination's: tenant %s key %s\n",
-                     Printable(r.tenant).c_str(), Printable(r.key).c_str());
-      }
-    }
-    if (absl::Status s = (*tx)->Commit(); !s.ok()) return CopyFail(s, "committing to", to);
-    counts.copied += page_counts.copied;
-    counts.present += page_counts.present;
-    counts.differing += page_counts.differing;
+    const int code = dry_run ? CountMigrateCopyPage(*destination, to, full, &counts)
+                             : WriteMigrateCopyPage(*destination, to, full, &counts);
+    if (code != kExitOk) return code;
   }
-
-  std::printf("from: %s\n", RedactStoreUrl(from).c_str());
-  std::printf("to: %s\n", RedactStoreUrl(to).c_str());
-  std::printf("records: %lld (%s %lld, already there %lld, differing %lld)\n",
-              static_cast<long long>(counts.records), dry_run ? "would copy" : "copied",
-              static_cast<long long>(counts.copied), static_cast<long long>(counts.present),
-              static_cast<long long>(counts.differing));
-  std::printf("action: %s\n", dry_run                ? "would copy (dry run: nothing changed)"
-                              : counts.copied == 0 ? "nothing to copy"
-                                                   : "copied");
-  std::fflush(stdout);
-  if (counts.differing > 0) {
-    PrintReason(absl::StrCat("migrate: ", counts.differing,
-                             " record(s) differ between the stores; the destination's were kept "
-                             "(listed above)"));
-    return kExitFailure;
-  }
-  return kExitOk;
+  return ReportMigrateCopy(from, to, dry_run, counts);
 }
 
 }  // namespace idem::cli

@@ -53,31 +53,71 @@ int ProxyUsage(const std::string& why) {
   return kExitUsage;
 }
 
-int RunProxy(const ProxyFlags& flags) {
-  BlockStopSignals();  // before any thread starts: see server_command.h
-  absl::StatusOr<http::ServerOptions> server_options = ServerOptionsOf(flags.server);
-  if (!server_options.ok()) return ProxyUsage(Str(server_options.status().message()));
-  absl::StatusOr<http::UpstreamUrl> upstream_url = http::ParseUpstreamUrl(flags.upstream);
-  if (!upstream_url.ok()) return ProxyUsage(Str(upstream_url.status().message()));
-
+// What the flags say, checked: every field is valid once ParseProxyFlags returns it.
+struct ProxyPlan {
+  http::ServerOptions server_options;
+  http::UpstreamUrl upstream_url;
   http::ProxyOptions options;
-  options.methods.clear();
+  absl::Duration upstream_timeout;
+};
+
+// The errors of the Parse* helpers below are the usage line (ProxyUsage) as it is printed.
+absl::Status ParseProxyMethods(const ProxyFlags& flags, http::ProxyOptions* options) {
+  options->methods.clear();
   for (const std::string& list : flags.methods) {
     for (absl::string_view m : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
       std::string method = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(m));
       if (method.empty() || method.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ-") !=
                                 std::string::npos) {
-        return ProxyUsage("--methods '" + list + "': a method is a word such as POST");
+        return absl::InvalidArgumentError("--methods '" + list +
+                                          "': a method is a word such as POST");
       }
       if (method == "GET" || method == "HEAD" || method == "OPTIONS") {
-        return ProxyUsage("--methods: " + method + " is safe and needs no key; list the methods "
-                     "with effects (POST, PATCH, PUT, DELETE)");
+        return absl::InvalidArgumentError("--methods: " + method +
+                                          " is safe and needs no key; list the methods "
+                                          "with effects (POST, PATCH, PUT, DELETE)");
       }
-      options.methods.insert(method);
+      options->methods.insert(method);
     }
   }
+  return absl::OkStatus();
+}
+
+// --lease and --upstream-timeout, the one outlasting the other.
+absl::Status ParseProxyTimes(const ProxyFlags& flags, ProxyPlan* plan) {
+  absl::StatusOr<absl::Duration> lease = ParseTtlDuration(flags.lease, "--lease");
+  absl::StatusOr<absl::Duration> timeout =
+      ParseTtlDuration(flags.upstream_timeout, "--upstream-timeout");
+  if (!lease.ok()) return lease.status();
+  if (!timeout.ok()) return timeout.status();
+  if (*timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--upstream-timeout must be more than 0");
+  }
+  if (*lease < absl::Milliseconds(100) || *lease > absl::Hours(1)) {
+    return absl::InvalidArgumentError("--lease must be from 100ms to 1h");
+  }
+  // The lease must outlast the forwarded request, or a retry would be forwarded
+  // while the first is still running upstream.
+  if (*lease <= *timeout) {
+    return absl::InvalidArgumentError("--lease (" + flags.lease +
+                                      ") must be longer than --upstream-timeout (" +
+                                      flags.upstream_timeout + ")");
+  }
+  plan->options.lease = *lease;
+  plan->upstream_timeout = *timeout;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ProxyPlan> ParseProxyFlags(const ProxyFlags& flags) {
+  ProxyPlan plan;
+  IDEM_ASSIGN_OR_RETURN(plan.server_options, ServerOptionsOf(flags.server));
+  IDEM_ASSIGN_OR_RETURN(plan.upstream_url, http::ParseUpstreamUrl(flags.upstream));
+  http::ProxyOptions& options = plan.options;
+  IDEM_RETURN_IF_ERROR(ParseProxyMethods(flags, &options));
   for (const std::string& prefix : flags.key_optional) {
-    if (!prefix.starts_with("/")) return ProxyUsage("--key-optional '" + prefix + "' must start with /");
+    if (!prefix.starts_with("/")) {
+      return absl::InvalidArgumentError("--key-optional '" + prefix + "' must start with /");
+    }
     options.optional_prefixes.push_back(prefix);
   }
   options.client_header = flags.client_header;
@@ -85,33 +125,38 @@ int RunProxy(const ProxyFlags& flags) {
   options.store_threads = flags.server.threads;
   options.upstream_threads = flags.server.threads;
   if (flags.fingerprint != "raw" && flags.fingerprint != "json") {
-    return ProxyUsage("--fingerprint '" + flags.fingerprint + "' must be raw or json");
+    return absl::InvalidArgumentError("--fingerprint '" + flags.fingerprint +
+                                      "' must be raw or json");
   }
   options.canonical_json = flags.fingerprint == "json";
   options.keep_set_cookie = flags.keep_set_cookie;
   if (absl::Status s = ValidateBizType(flags.biz_type, KeyLimits{}); !s.ok()) {
-    return ProxyUsage("--biz-type '" + flags.biz_type + "': " + Str(s.message()));
+    return absl::InvalidArgumentError("--biz-type '" + flags.biz_type + "': " + Str(s.message()));
   }
   options.biz_type = flags.biz_type;
-  absl::StatusOr<absl::Duration> lease = ParseTtlDuration(flags.lease, "--lease");
-  absl::StatusOr<absl::Duration> timeout =
-      ParseTtlDuration(flags.upstream_timeout, "--upstream-timeout");
-  if (!lease.ok()) return ProxyUsage(Str(lease.status().message()));
-  if (!timeout.ok()) return ProxyUsage(Str(timeout.status().message()));
-  if (*timeout <= absl::ZeroDuration()) return ProxyUsage("--upstream-timeout must be more than 0");
-  if (*lease < absl::Milliseconds(100) || *lease > absl::Hours(1)) {
-    return ProxyUsage("--lease must be from 100ms to 1h");
-  }
-  // The lease must outlast the forwarded request, or a retry would be forwarded
-  // while the first is still running upstream.
-  if (*lease <= *timeout) {
-    return ProxyUsage("--lease (" + flags.lease + ") must be longer than --upstream-timeout (" +
-                 flags.upstream_timeout + ")");
-  }
-  options.lease = *lease;
+  IDEM_RETURN_IF_ERROR(ParseProxyTimes(flags, &plan));
   if (flags.max_response < 1 || flags.max_response > (uint64_t{1} << 30)) {
-    return ProxyUsage("--max-response must be between 1 and 1073741824 bytes");
+    return absl::InvalidArgumentError("--max-response must be between 1 and 1073741824 bytes");
   }
+  return plan;
+}
+
+// The first line `idem proxy` logs once it listens.
+std::string ProxyBanner(const ProxyPlan& plan, const Store& store) {
+  const std::string& client_header = plan.options.client_header;
+  return absl::StrCat("proxying to http://", plan.upstream_url.authority,
+                      plan.upstream_url.base_path, " with keys in ", AV(store.url()),
+                      client_header.empty()
+                          ? " (keys are global: one key space shared by every client)"
+                          : " (keys per client, by a digest of the " + client_header + " header)",
+                      ",");
+}
+
+int RunProxy(const ProxyFlags& flags) {
+  BlockStopSignals();  // before any thread starts: see server_command.h
+  absl::StatusOr<ProxyPlan> plan = ParseProxyFlags(flags);
+  if (!plan.ok()) return ProxyUsage(Str(plan.status().message()));
+  const http::ProxyOptions& options = plan->options;
 
   int exit_code = kExitOk;
   std::vector<std::string> warnings;
@@ -128,13 +173,13 @@ int RunProxy(const ProxyFlags& flags) {
   guard_options.lease = options.lease;
   Guard guard(*store, guard_options);
   http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
-  const http::Upstream upstream(*upstream_url,
-                                {.timeout = *timeout, .max_response_bytes = flags.max_response});
+  const http::Upstream upstream(plan->upstream_url, {.timeout = plan->upstream_timeout,
+                                                     .max_response_bytes = flags.max_response});
   http::Proxy proxy(guard, upstream, metrics, options);
   // Every request of the main listener goes to the Proxy's own threads
   // (Proxy::HandleAsync); the Server's worker pool is left one thread.
-  server_options->worker_threads = 1;
-  http::Server server(proxy, *server_options);
+  plan->server_options.worker_threads = 1;
+  http::Server server(proxy, plan->server_options);
   // Every path of the main listener is the upstream's; /healthz, /readyz (the store
   // answers) and /metrics (the proxy's counts) get a listener of their own. It is
   // the API's handler with no tenants, so any /v1/ call there is 401.
@@ -156,16 +201,7 @@ int RunProxy(const ProxyFlags& flags) {
     spdlog::info("health, readiness and metrics on {}:{}", admin_server->address(),
                  admin_server->port());
   }
-  const int status = ServeUntilSignal(
-      "proxy", server,
-      absl::StrCat("proxying to http://", upstream_url->authority, upstream_url->base_path,
-                   " with keys in ", AV(store->url()),
-                   options.client_header.empty()
-                       ? " (keys are global: one key space shared by every client)"
-                       : " (keys per client, by a digest of the " + options.client_header +
-                             " header)",
-                   ","),
-      warnings);
+  const int status = ServeUntilSignal("proxy", server, ProxyBanner(*plan, *store), warnings);
   if (admin_server != nullptr) {
     admin_server->Shutdown();
     admin_server->Wait();

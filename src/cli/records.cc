@@ -60,49 +60,99 @@ std::string TimeText(absl::Time t) {
   return s.empty() ? "-" : s;
 }
 
-int RunList(const ListFlags& flags) {
-  RecordQuery query;
+// The query the filter flags ask for (without the times, which need the store's now).
+// Errors are the usage line as printed after "records list: ".
+absl::Status ParseRecordsListQuery(const ListFlags& flags, RecordQuery* query,
+                                   std::optional<absl::Duration>* older_than) {
   if (!flags.tenant.empty()) {
     if (absl::Status s = ValidateTenant(flags.tenant); !s.ok()) {
-      PrintReason(absl::StrCat("records list: --tenant: ", s.message()));
-      return kExitUsage;
+      return absl::InvalidArgumentError(absl::StrCat("--tenant: ", s.message()));
     }
-    query.tenant = flags.tenant;
+    query->tenant = flags.tenant;
   }
   if (!flags.biz_type.empty()) {
     if (absl::Status s = ValidateBizType(flags.biz_type); !s.ok()) {
-      PrintReason(absl::StrCat("records list: --biz-type: ", s.message()));
-      return kExitUsage;
+      return absl::InvalidArgumentError(absl::StrCat("--biz-type: ", s.message()));
     }
-    query.biz_type = flags.biz_type;
+    query->biz_type = flags.biz_type;
   }
   if (!flags.state.empty()) {
-    absl::StatusOr<RecordState> state = ParseState(flags.state);
-    if (!state.ok()) {
-      PrintReason(absl::StrCat("records list: ", state.status().message()));
-      return kExitUsage;
-    }
-    query.states = {*state};
+    IDEM_ASSIGN_OR_RETURN(RecordState state, ParseState(flags.state));
+    query->states = {state};
   }
   if (flags.limit < 1 || flags.limit > 1000000) {
-    PrintReason("records list: --limit must be 1 … 1000000");
-    return kExitUsage;
+    return absl::InvalidArgumentError("--limit must be 1 … 1000000");
   }
-  std::optional<absl::Duration> older_than;
   if (!flags.older_than.empty()) {
-    absl::StatusOr<absl::Duration> d = ParseTtlDuration(flags.older_than, "--older-than");
-    if (!d.ok()) {
-      PrintReason(absl::StrCat("records list: ", d.status().message()));
-      return kExitUsage;
-    }
-    older_than = *d;
+    IDEM_ASSIGN_OR_RETURN(*older_than, ParseTtlDuration(flags.older_than, "--older-than"));
   }
   if (flags.expired && flags.tombstones) {
-    PrintReason(
-        "records list: --expired lists records, --tombstones lists tombstones: one of them");
+    return absl::InvalidArgumentError(
+        "--expired lists records, --tombstones lists tombstones: one of them");
+  }
+  query->purged = flags.tombstones;
+  return absl::OkStatus();
+}
+
+// Pages through `query` until --limit records are kept in `out`; returns the exit
+// status (kExitOk, or the failure it printed).
+int FetchRecordsList(Store& store, const ListFlags& flags, RecordQuery query,
+                     const RetentionPolicy& policy, absl::Time now, std::vector<Record>* out) {
+  // What purge keeps although its expires_at has passed: a TTL raised since.
+  auto wanted = [&](const Record& r) {
+    if (!flags.expired) return true;
+    if (r.state == RecordState::kProcessing) return false;
+    const BizRetention* p = policy.Find(r.biz_type);
+    return p == nullptr || r.created_at + p->ttl() <= now;
+  };
+  while (static_cast<int>(out->size()) < flags.limit) {
+    query.limit = std::min(1000, flags.limit - static_cast<int>(out->size()));
+    absl::StatusOr<std::vector<Record>> page = store.ListRecords(query);
+    if (!page.ok()) {
+      PrintReason(absl::StrCat("records list: store ", AV(store.url()), ": ",
+                               RedactStoreSecrets(page.status(), flags.store).message()));
+      return page.status().code() == absl::StatusCode::kUnimplemented ? kExitUsage : kExitFailure;
+    }
+    if (page->empty()) break;
+    query.after = std::make_pair(page->back().tenant, page->back().key);
+    const bool last = static_cast<int>(page->size()) < query.limit;
+    for (Record& r : *page) {
+      if (wanted(r)) out->push_back(std::move(r));
+    }
+    if (last) break;
+  }
+  return kExitOk;
+}
+
+void PrintRecordsList(const ListFlags& flags, const std::vector<Record>& out) {
+  if (flags.json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const Record& r : out) list.push_back(RecordJson(r));
+    std::printf("%s\n", nlohmann::json{{"records", std::move(list)}}.dump(2).c_str());
+  } else if (out.empty()) {
+    std::printf("no records\n");
+  } else {
+    std::printf("%-12s %-12s %-28s %-10s %6s %-24s %-24s %s\n", "TENANT", "BIZ_TYPE", "KEY",
+                "STATE", "TOKEN", "CREATED_AT", "UPDATED_AT",
+                flags.tombstones ? "TOMBSTONE_UNTIL" : "EXPIRES_AT");
+    for (const Record& r : out) {
+      std::printf("%-12s %-12s %-28s %-10s %6lld %-24s %-24s %s\n", Printable(r.tenant).c_str(),
+                  Printable(r.biz_type).c_str(), Printable(r.key).c_str(),
+                  std::string(RecordStateName(r.state)).c_str(), static_cast<long long>(r.token),
+                  TimeText(r.created_at).c_str(), TimeText(r.updated_at).c_str(),
+                  TimeText(r.expires_at).c_str());
+    }
+  }
+  std::fflush(stdout);
+}
+
+int RunList(const ListFlags& flags) {
+  RecordQuery query;
+  std::optional<absl::Duration> older_than;
+  if (absl::Status s = ParseRecordsListQuery(flags, &query, &older_than); !s.ok()) {
+    PrintReason(absl::StrCat("records list: ", s.message()));
     return kExitUsage;
   }
-  query.purged = flags.tombstones;
   std::string derivation;
   absl::StatusOr<RetentionPolicy> policy = RetentionFromConfig(&derivation);
   if (!policy.ok()) {
@@ -126,49 +176,11 @@ int RunList(const ListFlags& flags) {
       query.states = {RecordState::kSucceeded, RecordState::kFailed, RecordState::kReleased};
     }
   }
-  // What purge keeps although its expires_at has passed: a TTL raised since.
-  auto wanted = [&](const Record& r) {
-    if (!flags.expired) return true;
-    if (r.state == RecordState::kProcessing) return false;
-    const BizRetention* p = policy->Find(r.biz_type);
-    return p == nullptr || r.created_at + p->ttl() <= now;
-  };
   std::vector<Record> out;
-  while (static_cast<int>(out.size()) < flags.limit) {
-    query.limit = std::min(1000, flags.limit - static_cast<int>(out.size()));
-    absl::StatusOr<std::vector<Record>> page = (*store)->ListRecords(query);
-    if (!page.ok()) {
-      PrintReason(absl::StrCat("records list: store ", AV((*store)->url()), ": ",
-                               RedactStoreSecrets(page.status(), flags.store).message()));
-      return page.status().code() == absl::StatusCode::kUnimplemented ? kExitUsage : kExitFailure;
-    }
-    if (page->empty()) break;
-    query.after = std::make_pair(page->back().tenant, page->back().key);
-    const bool last = static_cast<int>(page->size()) < query.limit;
-    for (Record& r : *page) {
-      if (wanted(r)) out.push_back(std::move(r));
-    }
-    if (last) break;
+  if (int code = FetchRecordsList(**store, flags, query, *policy, now, &out); code != kExitOk) {
+    return code;
   }
-  if (flags.json) {
-    nlohmann::json list = nlohmann::json::array();
-    for (const Record& r : out) list.push_back(RecordJson(r));
-    std::printf("%s\n", nlohmann::json{{"records", std::move(list)}}.dump(2).c_str());
-  } else if (out.empty()) {
-    std::printf("no records\n");
-  } else {
-    std::printf("%-12s %-12s %-28s %-10s %6s %-24s %-24s %s\n", "TENANT", "BIZ_TYPE", "KEY",
-                "STATE", "TOKEN", "CREATED_AT", "UPDATED_AT",
-                flags.tombstones ? "TOMBSTONE_UNTIL" : "EXPIRES_AT");
-    for (const Record& r : out) {
-      std::printf("%-12s %-12s %-28s %-10s %6lld %-24s %-24s %s\n", Printable(r.tenant).c_str(),
-                  Printable(r.biz_type).c_str(), Printable(r.key).c_str(),
-                  std::string(RecordStateName(r.state)).c_str(), static_cast<long long>(r.token),
-                  TimeText(r.created_at).c_str(), TimeText(r.updated_at).c_str(),
-                  TimeText(r.expires_at).c_str());
-    }
-  }
-  std::fflush(stdout);
+  PrintRecordsList(flags, out);
   return kExitOk;
 }
 

@@ -141,65 +141,82 @@ absl::Status Bridge::DeliverOne(const Message& m) {
     const int64_t token = claim->token;
     IDEM_FAILPOINT("bridge.after_claim");
     HttpAnswer answer;
-    absl::Status sent = retrier.Run([&]() -> absl::Status {
-      attempts_.fetch_add(1, std::memory_order_relaxed);
-      absl::StatusOr<HttpAnswer> a = deliver_(m, *key);
-      if (!a.ok()) return a.status();
-      answer = *a;
-      if (answer.status >= 200 && answer.status < 300) return absl::OkStatus();
-      if (ClassifyHttpStatus(answer.status) == RetryClass::kRetryable) {
-        return absl::UnavailableError(absl::StrCat("the target answered ", answer.status));
-      }
-      return absl::FailedPreconditionError(absl::StrCat("the target answered ", answer.status));
-    });
+    const absl::Status sent = SendRound(m, *key, retrier, &answer);
     IDEM_FAILPOINT("bridge.after_delivery");
-    // Ending the claim is retried on store errors: a record left PROCESSING would
-    // make the next claim wait out the lease and send again (same key, harmless).
-    auto finish = [&](const std::function<absl::Status()>& fn) -> absl::Status {
-      for (int attempt = 0;; ++attempt) {
-        absl::Status s = fn();
-        if (s.ok() || !IsRetryable(s) || s.code() == absl::StatusCode::kAborted) return s;
-        if (stopping()) return absl::CancelledError("stopped while recording a delivery");
-        Pause(options_.retry.Backoff(std::min(attempt, 30), *options_.random));
-      }
-    };
-    if (sent.ok()) {
-      absl::Status done = finish([&] { return guard_.Complete(request, token, AnswerRecord(answer)); });
-      if (!done.ok() && done.code() != absl::StatusCode::kAborted) return done;
-      // kAborted: the lease ran out during the delivery and another bridge took the
-      // key over; it sends the same key again, which the target dedupes.
-      delivered_.fetch_add(1, std::memory_order_relaxed);
-      return absl::OkStatus();
+    if (std::optional<absl::Status> settled = SettleRound(m, request, token, sent, answer)) {
+      return *settled;
     }
-    if (sent.code() == absl::StatusCode::kFailedPrecondition) {
-      const std::string record = AnswerRecord(answer);
-      IDEM_RETURN_IF_ERROR(finish([&] { return guard_.Fail(request, token, false, record); }));
-      return SendDeadLetter(m, absl::StrCat("the target answered ", answer.status, ": ",
-                                            answer.body.substr(0, kReasonBody)));
-    }
-    if (ClassifyStatus(sent) == RetryClass::kFinal) {
-      // Refused before it was sent (the client will not send a header it cannot
-      // carry): every retry would be refused again, so it is dead-lettered.
-      const nlohmann::json error{{"error", std::string(sent.message())}};
-      IDEM_RETURN_IF_ERROR(finish([&] {
-        return guard_.Fail(request, token, false,
-                           error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-      }));
-      return SendDeadLetter(m, absl::StrCat("not sent: ", sent.message()));
-    }
-    // Every attempt of the round failed retryably: release the key and go again,
-    // without committing past the message.
-    rounds_failed_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn("bridge: {}: not delivered after {} attempts ({}); trying again", Where(m),
-                 options_.retry.max_attempts, SV(sent.message()));
-    absl::Status released = finish([&] {
-      const nlohmann::json error{{"error", std::string(sent.message())}};
-      return guard_.Fail(request, token, true,
-                         error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    });
-    if (!released.ok() && released.code() != absl::StatusCode::kAborted) return released;
     Pause(options_.retry.max_delay);
   }
+}
+
+absl::Status Bridge::SendRound(const Message& m, const std::string& key, Retrier& retrier,
+                               HttpAnswer* answer) {
+  return retrier.Run([&]() -> absl::Status {
+    attempts_.fetch_add(1, std::memory_order_relaxed);
+    absl::StatusOr<HttpAnswer> a = deliver_(m, key);
+    if (!a.ok()) return a.status();
+    *answer = *a;
+    if (answer->status >= 200 && answer->status < 300) return absl::OkStatus();
+    if (ClassifyHttpStatus(answer->status) == RetryClass::kRetryable) {
+      return absl::UnavailableError(absl::StrCat("the target answered ", answer->status));
+    }
+    return absl::FailedPreconditionError(absl::StrCat("the target answered ", answer->status));
+  });
+}
+
+// Ending the claim is retried on store errors: a record left PROCESSING would
+// make the next claim wait out the lease and send again (same key, harmless).
+absl::Status Bridge::RetryRecording(const std::function<absl::Status()>& record) {
+  for (int attempt = 0;; ++attempt) {
+    absl::Status s = record();
+    if (s.ok() || !IsRetryable(s) || s.code() == absl::StatusCode::kAborted) return s;
+    if (stopping()) return absl::CancelledError("stopped while recording a delivery");
+    Pause(options_.retry.Backoff(std::min(attempt, 30), *options_.random));
+  }
+}
+
+std::optional<absl::Status> Bridge::SettleRound(const Message& m, const Request& request,
+                                                int64_t token, const absl::Status& sent,
+                                                const HttpAnswer& answer) {
+  if (sent.ok()) {
+    absl::Status done =
+        RetryRecording([&] { return guard_.Complete(request, token, AnswerRecord(answer)); });
+    if (!done.ok() && done.code() != absl::StatusCode::kAborted) return done;
+    // kAborted: the lease ran out during the delivery and another bridge took the
+    // key over; it sends the same key again, which the target dedupes.
+    delivered_.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+  if (sent.code() == absl::StatusCode::kFailedPrecondition) {
+    const std::string record = AnswerRecord(answer);
+    IDEM_RETURN_IF_ERROR(
+        RetryRecording([&] { return guard_.Fail(request, token, false, record); }));
+    return SendDeadLetter(m, absl::StrCat("the target answered ", answer.status, ": ",
+                                          answer.body.substr(0, kReasonBody)));
+  }
+  if (ClassifyStatus(sent) == RetryClass::kFinal) {
+    // Refused before it was sent (the client will not send a header it cannot
+    // carry): every retry would be refused again, so it is dead-lettered.
+    const nlohmann::json error{{"error", std::string(sent.message())}};
+    IDEM_RETURN_IF_ERROR(RetryRecording([&] {
+      return guard_.Fail(request, token, false,
+                         error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }));
+    return SendDeadLetter(m, absl::StrCat("not sent: ", sent.message()));
+  }
+  // Every attempt of the round failed retryably: release the key and go again,
+  // without committing past the message.
+  rounds_failed_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::warn("bridge: {}: not delivered after {} attempts ({}); trying again", Where(m),
+               options_.retry.max_attempts, SV(sent.message()));
+  absl::Status released = RetryRecording([&] {
+    const nlohmann::json error{{"error", std::string(sent.message())}};
+    return guard_.Fail(request, token, true,
+                       error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  });
+  if (!released.ok() && released.code() != absl::StatusCode::kAborted) return released;
+  return std::nullopt;
 }
 
 absl::StatusOr<size_t> Bridge::RunOnce() {

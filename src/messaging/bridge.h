@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -106,6 +107,17 @@ class Bridge {
   // Delivers one message, or dead-letters it; kCancelled on Stop().
   absl::Status DeliverOne(const Message& message);
   absl::Status SendDeadLetter(const Message& message, std::string_view reason);
+  // One round of attempts to deliver `message` under `key` (the claim held): OK on a
+  // 2xx, kFailedPrecondition on a final answer (in `answer`), else why the round failed.
+  absl::Status SendRound(const Message& message, const std::string& key, Retrier& retrier,
+                         HttpAnswer* answer);
+  // Ends the claim (`token`) after a round that ended in `sent`: the status DeliverOne
+  // returns, or nullopt when the round failed retryably and the key was released.
+  std::optional<absl::Status> SettleRound(const Message& message, const Request& request,
+                                          int64_t token, const absl::Status& sent,
+                                          const HttpAnswer& answer);
+  // Runs `record` (ending a claim) until it is not retryable, kAborted or Stop().
+  absl::Status RetryRecording(const std::function<absl::Status()>& record);
   // Sleeps for `d` in short steps, returning early on Stop().
   void Pause(absl::Duration d);
 

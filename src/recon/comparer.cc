@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "idem/status.h"
 #include "recon/row_sorter.h"
 
 namespace idem::recon {
@@ -64,13 +65,11 @@ int64_t EarliestTime(const std::vector<Row>& rows) {
   return t;
 }
 
-}  // namespace
-
-absl::StatusOr<CompareResult> Compare(std::vector<StatementReader*> upstream,
-                                      StatementReader& local, const CompareOptions& options) {
-  RowSorter up_sorter(options.temp_dir, options.memory_budget);
-  RowSorter local_sorter(options.temp_dir, options.memory_budget);
-  std::atomic<int64_t> up_read{0}, local_read{0};
+// Reads both sides into their sorters, the upstream on a thread of its own.
+absl::Status FillBothSorters(const std::vector<StatementReader*>& upstream, StatementReader& local,
+                             const CompareOptions& options, RowSorter& up_sorter,
+                             RowSorter& local_sorter, std::atomic<int64_t>& up_read,
+                             std::atomic<int64_t>& local_read) {
   absl::Status up_status;
   std::thread up_thread(
       [&] { up_status = Fill(upstream, up_sorter, up_read, options, local_read, true); });
@@ -78,7 +77,93 @@ absl::StatusOr<CompareResult> Compare(std::vector<StatementReader*> upstream,
   up_thread.join();
   // The upstream error first: it names a file and line, and is what a person fixes.
   if (!up_status.ok()) return up_status;
-  if (!local_status.ok()) return local_status;
+  return local_status;
+}
+
+// Whether the key with rows `u` (upstream) and `l` (local) is inside the window, by
+// the key's time (see comparer.h).
+bool KeyInCompareWindow(const std::vector<Row>& u, const std::vector<Row>& l, const Window& w) {
+  const std::vector<Row>& timed = u.empty() ? l : u;
+  if (!timed.front().has_time) return true;
+  const int64_t t = EarliestTime(timed);
+  const int64_t shift = u.empty() ? w.skew_us : 0;
+  if (w.from_us.has_value() && t < *w.from_us - shift) return false;
+  if (w.to_us.has_value() && t >= *w.to_us - shift) return false;
+  return true;
+}
+
+void KeepDifference(Difference d, const CompareOptions& options, CompareResult* result) {
+  ++result->counts[static_cast<int>(d.cls)];
+  if (result->differences.size() < options.max_differences) {
+    result->differences.push_back(std::move(d));
+  } else {
+    result->truncated = true;
+  }
+}
+
+// Classifies one key in the window: a match, or the differences it holds.
+void CompareKeyRows(const std::string& key, const std::vector<Row>& u, const std::vector<Row>& l,
+                    const CompareOptions& options, CompareResult* result) {
+  auto keep = [&](Difference d) { KeepDifference(std::move(d), options, result); };
+  auto first = [](const std::vector<Row>& rows) {
+    return rows.empty() ? std::optional<Row>() : std::optional<Row>(rows.front());
+  };
+  if (u.size() > 1 || l.size() > 1) {
+    for (Side side : {Side::kUpstream, Side::kLocal}) {
+      const std::vector<Row>& rows = side == Side::kUpstream ? u : l;
+      if (rows.size() < 2) continue;
+      keep(Difference{.cls = DiffClass::kDuplicate,
+                      .key = key,
+                      .upstream = first(u),
+                      .local = first(l),
+                      .duplicate_side = side,
+                      .duplicate_rows = static_cast<int64_t>(rows.size())});
+    }
+    return;
+  }
+  if (l.empty()) {
+    keep(Difference{.cls = DiffClass::kMissingLocal, .key = key, .upstream = first(u)});
+    return;
+  }
+  if (u.empty()) {
+    keep(Difference{.cls = DiffClass::kMissingUpstream, .key = key, .local = first(l)});
+    return;
+  }
+  const Row& a = u.front();
+  const Row& b = l.front();
+  if (a.amount != b.amount || a.currency != b.currency) {
+    keep(Difference{.cls = DiffClass::kAmountMismatch, .key = key, .upstream = a, .local = b});
+    return;
+  }
+  if (options.compare_status) {
+    std::string_view expected = a.status;
+    if (options.status != nullptr && !options.status->map.empty()) {
+      auto it = options.status->map.find(a.status);
+      if (it != options.status->map.end()) expected = it->second;
+    }
+    if (b.status != expected) {
+      const bool stuck =
+          options.status != nullptr && options.status->intermediate.contains(b.status);
+      keep(Difference{.cls = DiffClass::kStatusMismatch,
+                      .key = key,
+                      .upstream = a,
+                      .local = b,
+                      .stuck = stuck});
+      return;
+    }
+  }
+  ++result->matched;
+}
+
+}  // namespace
+
+absl::StatusOr<CompareResult> Compare(std::vector<StatementReader*> upstream,
+                                      StatementReader& local, const CompareOptions& options) {
+  RowSorter up_sorter(options.temp_dir, options.memory_budget);
+  RowSorter local_sorter(options.temp_dir, options.memory_budget);
+  std::atomic<int64_t> up_read{0}, local_read{0};
+  IDEM_RETURN_IF_ERROR(
+      FillBothSorters(upstream, local, options, up_sorter, local_sorter, up_read, local_read));
 
   CompareResult result;
   result.upstream_read = up_read.load();
@@ -89,15 +174,6 @@ absl::StatusOr<CompareResult> Compare(std::vector<StatementReader*> upstream,
   if (s.ok()) s = locals.Prime();
   if (!s.ok()) return s;
   std::vector<Row> u, l;
-  const Window& w = options.window;
-  auto keep = [&](Difference d) {
-    ++result.counts[static_cast<int>(d.cls)];
-    if (result.differences.size() < options.max_differences) {
-      result.differences.push_back(std::move(d));
-    } else {
-      result.truncated = true;
-    }
-  };
   while (ups.key() != nullptr || locals.key() != nullptr) {
     std::string key;
     if (ups.key() == nullptr) {
@@ -110,66 +186,10 @@ absl::StatusOr<CompareResult> Compare(std::vector<StatementReader*> upstream,
     s = ups.Take(key, &u);
     if (s.ok()) s = locals.Take(key, &l);
     if (!s.ok()) return s;
-
-    // The window, by the key's time (see comparer.h).
-    const std::vector<Row>& timed = u.empty() ? l : u;
-    if (timed.front().has_time) {
-      const int64_t t = EarliestTime(timed);
-      const int64_t shift = u.empty() ? w.skew_us : 0;
-      if (w.from_us.has_value() && t < *w.from_us - shift) continue;
-      if (w.to_us.has_value() && t >= *w.to_us - shift) continue;
-    }
+    if (!KeyInCompareWindow(u, l, options.window)) continue;
     result.upstream_rows += static_cast<int64_t>(u.size());
     result.local_rows += static_cast<int64_t>(l.size());
-
-    auto first = [](const std::vector<Row>& rows) {
-      return rows.empty() ? std::optional<Row>() : std::optional<Row>(rows.front());
-    };
-    if (u.size() > 1 || l.size() > 1) {
-      for (Side side : {Side::kUpstream, Side::kLocal}) {
-        const std::vector<Row>& rows = side == Side::kUpstream ? u : l;
-        if (rows.size() < 2) continue;
-        keep(Difference{.cls = DiffClass::kDuplicate,
-                        .key = key,
-                        .upstream = first(u),
-                        .local = first(l),
-                        .duplicate_side = side,
-                        .duplicate_rows = static_cast<int64_t>(rows.size())});
-      }
-      continue;
-    }
-    if (l.empty()) {
-      keep(Difference{.cls = DiffClass::kMissingLocal, .key = key, .upstream = first(u)});
-      continue;
-    }
-    if (u.empty()) {
-      keep(Difference{.cls = DiffClass::kMissingUpstream, .key = key, .local = first(l)});
-      continue;
-    }
-    const Row& a = u.front();
-    const Row& b = l.front();
-    if (a.amount != b.amount || a.currency != b.currency) {
-      keep(Difference{.cls = DiffClass::kAmountMismatch, .key = key, .upstream = a, .local = b});
-      continue;
-    }
-    if (options.compare_status) {
-      std::string_view expected = a.status;
-      if (options.status != nullptr && !options.status->map.empty()) {
-        auto it = options.status->map.find(a.status);
-        if (it != options.status->map.end()) expected = it->second;
-      }
-      if (b.status != expected) {
-        const bool stuck =
-            options.status != nullptr && options.status->intermediate.contains(b.status);
-        keep(Difference{.cls = DiffClass::kStatusMismatch,
-                        .key = key,
-                        .upstream = a,
-                        .local = b,
-                        .stuck = stuck});
-        continue;
-      }
-    }
-    ++result.matched;
+    CompareKeyRows(key, u, l, options, &result);
   }
   return result;
 }

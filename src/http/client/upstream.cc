@@ -17,6 +17,7 @@
 #include "boost/beast/http.hpp"
 #include "core/absl_compat.h"
 #include "idem/key.h"
+#include "idem/status.h"
 
 namespace idem::http {
 namespace {
@@ -182,114 +183,155 @@ absl::StatusOr<std::string> Upstream::RequestBytes(const HttpRequest& request,
   return out.str();
 }
 
+namespace {
+
+// One exchange with the upstream: its connection and the one deadline every step
+// (resolve, connect, write, each read) shares.
+class UpstreamExchange {
+ public:
+  UpstreamExchange(const UpstreamUrl& url, const UpstreamOptions& options,
+                   std::chrono::steady_clock::time_point deadline)
+      : url_(url), options_(options), resolver_(ioc_), stream_(ioc_), deadline_(deadline) {}
+
+  absl::Status TimedOut() const {
+    return absl::DeadlineExceededError(absl::StrCat("the upstream did not answer within ",
+                                                    absl::FormatDuration(options_.timeout),
+                                                    " of the request's arrival"));
+  }
+
+  // Resolves the host and connects to it.
+  absl::Status Connect() {
+    asio::ip::tcp::resolver::results_type endpoints;
+    resolver_.async_resolve(url_.host, std::to_string(url_.port),
+                            [&](beast::error_code e, asio::ip::tcp::resolver::results_type r) {
+                              endpoints = std::move(r);
+                              Finish(e);
+                            });
+    if (!Run()) {
+      if (expired_) return TimedOut();
+      return absl::UnavailableError(
+          absl::StrCat("cannot resolve the upstream host ", url_.host, ": ", ec_.message()));
+    }
+    stream_.expires_at(deadline_);
+    stream_.async_connect(endpoints, Finisher{this});
+    if (!Run()) {
+      if (expired_ || ec_ == beast::error::timeout) return TimedOut();
+      return absl::UnavailableError(
+          absl::StrCat("cannot connect to the upstream ", url_.authority, ": ", ec_.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Write(bhttp::request<bhttp::string_body>& req) {
+    stream_.expires_at(deadline_);
+    bhttp::async_write(stream_, req, Finisher{this});
+    if (!Run()) {
+      if (expired_ || ec_ == beast::error::timeout) return TimedOut();
+      return absl::UnavailableError(
+          absl::StrCat("the connection to the upstream broke while sending: ", ec_.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Reads the answer (`head`: to a HEAD request, so without a body), then closes.
+  absl::StatusOr<UpstreamResponse> Read(bool head) {
+    // Read by hand, not with async_read: the reader counts the body against the
+    // limit itself (Beast 1.74's body_limit misses a body that comes with the header).
+    UpstreamResponseReader reader(options_.max_response_bytes, head);
+    std::string chunk(64 << 10, '\0');
+    size_t got = 0;
+    while (!reader.done()) {
+      stream_.expires_at(deadline_);
+      stream_.async_read_some(asio::buffer(chunk), [&](beast::error_code e, size_t n) {
+        got = n;
+        Finish(e);
+      });
+      const bool read = Run();
+      absl::Status s;
+      if (read) {
+        s = reader.Consume(std::string_view(chunk.data(), got));
+      } else if (expired_ || ec_ == beast::error::timeout) {
+        return TimedOut();
+      } else if (ec_ == asio::error::eof) {
+        s = reader.Finish();  // the end of a close-delimited body, or an answer cut short
+      } else {
+        return absl::UnavailableError(
+            absl::StrCat("the connection to the upstream broke while reading: ", ec_.message()));
+      }
+      if (s.code() == absl::StatusCode::kResourceExhausted) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the upstream's answer is larger than --max-response (",
+                         options_.max_response_bytes, " bytes): ", s.message()));
+      }
+      if (!s.ok()) return s;
+      if (!read) break;  // EOF ended a close-delimited body
+    }
+    beast::error_code ignored;
+    stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    return reader.Take();
+  }
+
+ private:
+  void Finish(beast::error_code e) {
+    ec_ = e;
+    done_ = true;
+  }
+  // The handler of a step that reports only its error (connect, write).
+  struct Finisher {
+    UpstreamExchange* exchange;
+    template <typename... Rest>
+    void operator()(beast::error_code e, Rest&&...) const {
+      exchange->Finish(e);
+    }
+  };
+  // Runs one asynchronous step to its end or to the deadline; the step's handler
+  // calls Finish. False when it failed (ec_) or the deadline passed (expired_).
+  bool Run() {
+    ioc_.restart();
+    while (!done_ && ioc_.run_one_until(deadline_) != 0) {
+    }
+    if (!done_) {  // the deadline passed: cancel, and let the step end
+      expired_ = true;
+      resolver_.cancel();
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+      ioc_.restart();
+      ioc_.run();
+    }
+    done_ = false;
+    return !expired_ && !ec_;
+  }
+
+  const UpstreamUrl& url_;
+  const UpstreamOptions& options_;
+  asio::io_context ioc_;
+  asio::ip::tcp::resolver resolver_;
+  beast::tcp_stream stream_;
+  const std::chrono::steady_clock::time_point deadline_;
+  bool done_ = false;
+  bool expired_ = false;
+  beast::error_code ec_;
+};
+
+}  // namespace
+
 absl::StatusOr<UpstreamResponse> Upstream::Send(const HttpRequest& request,
                                                 std::string_view target) const {
   // Checked before any connection is made: a refused request sends nothing.
   absl::StatusOr<bhttp::request<bhttp::string_body>> built =
       BuildUpstreamRequest(url_, request, target);
   if (!built.ok()) return built.status();
-  bhttp::request<bhttp::string_body>& req = *built;
-  asio::io_context ioc;
-  asio::ip::tcp::resolver resolver(ioc);
-  beast::tcp_stream stream(ioc);
   // From the request's arrival: time spent queued for a thread counts, so an answer
   // (504 at worst) comes within the timeout of the client's request, not twice it.
   const auto arrived = request.received == std::chrono::steady_clock::time_point{}
                            ? std::chrono::steady_clock::now()
                            : request.received;
   const auto deadline = arrived + absl::ToChronoNanoseconds(options_.timeout);
-  // Runs one asynchronous step to its end or to the deadline; the step's handler
-  // sets `done`. One deadline for the whole exchange.
-  bool done = false;
-  beast::error_code ec;
-  auto finish = [&](beast::error_code e, auto&&...) {
-    ec = e;
-    done = true;
-  };
-  bool expired = false;
-  auto run = [&]() -> bool {
-    ioc.restart();
-    while (!done && ioc.run_one_until(deadline) != 0) {
-    }
-    if (!done) {  // the deadline passed: cancel, and let the step end
-      expired = true;
-      resolver.cancel();
-      beast::error_code ignored;
-      stream.socket().cancel(ignored);
-      ioc.restart();
-      ioc.run();
-    }
-    done = false;
-    return !expired && !ec;
-  };
-  auto timed_out = [&] {
-    return absl::DeadlineExceededError(absl::StrCat("the upstream did not answer within ",
-                                                    absl::FormatDuration(options_.timeout),
-                                                    " of the request's arrival"));
-  };
-  if (std::chrono::steady_clock::now() >= deadline) return timed_out();  // nothing sent
-
-  asio::ip::tcp::resolver::results_type endpoints;
-  resolver.async_resolve(url_.host, std::to_string(url_.port),
-                         [&](beast::error_code e, asio::ip::tcp::resolver::results_type r) {
-                           endpoints = std::move(r);
-                           finish(e);
-                         });
-  if (!run()) {
-    if (expired) return timed_out();
-    return absl::UnavailableError(absl::StrCat("cannot resolve the upstream host ", url_.host,
-                                               ": ", ec.message()));
-  }
-  stream.expires_at(deadline);
-  stream.async_connect(endpoints, finish);
-  if (!run()) {
-    if (expired || ec == beast::error::timeout) return timed_out();
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect to the upstream ", url_.authority, ": ", ec.message()));
-  }
-
-  stream.expires_at(deadline);
-  bhttp::async_write(stream, req, finish);
-  if (!run()) {
-    if (expired || ec == beast::error::timeout) return timed_out();
-    return absl::UnavailableError(
-        absl::StrCat("the connection to the upstream broke while sending: ", ec.message()));
-  }
-
-  // Read by hand, not with async_read: the reader counts the body against the
-  // limit itself (Beast 1.74's body_limit misses a body that comes with the header).
-  UpstreamResponseReader reader(options_.max_response_bytes, request.method == "HEAD");
-  std::string chunk(64 << 10, '\0');
-  size_t got = 0;
-  while (!reader.done()) {
-    stream.expires_at(deadline);
-    stream.async_read_some(asio::buffer(chunk), [&](beast::error_code e, size_t n) {
-      got = n;
-      finish(e);
-    });
-    const bool read = run();
-    absl::Status s;
-    if (read) {
-      s = reader.Consume(std::string_view(chunk.data(), got));
-    } else if (expired || ec == beast::error::timeout) {
-      return timed_out();
-    } else if (ec == asio::error::eof) {
-      s = reader.Finish();  // the end of a close-delimited body, or an answer cut short
-    } else {
-      return absl::UnavailableError(
-          absl::StrCat("the connection to the upstream broke while reading: ", ec.message()));
-    }
-    if (s.code() == absl::StatusCode::kResourceExhausted) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the upstream's answer is larger than --max-response (", options_.max_response_bytes,
-          " bytes): ", s.message()));
-    }
-    if (!s.ok()) return s;
-    if (!read) break;  // EOF ended a close-delimited body
-  }
-  beast::error_code ignored;
-  stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-  return reader.Take();
+  UpstreamExchange exchange(url_, options_, deadline);
+  if (std::chrono::steady_clock::now() >= deadline) return exchange.TimedOut();  // nothing sent
+  IDEM_RETURN_IF_ERROR(exchange.Connect());
+  IDEM_RETURN_IF_ERROR(exchange.Write(*built));
+  return exchange.Read(request.method == "HEAD");
 }
 
 }  // namespace idem::http

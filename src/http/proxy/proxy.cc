@@ -347,59 +347,56 @@ HttpResponse Proxy::Relay(UpstreamResponse&& answer) const {
   return out;
 }
 
-std::optional<Reply> Proxy::AdmitGuarded(const HttpRequest& request, std::string key,
-                                         std::optional<Claimed>* claimed) {
-  Request claim_request;
-  claim_request.biz_type = options_.biz_type;
-  claim_request.key = std::move(key);
-  claim_request.fingerprint = FingerprintOf(request);
-  claim_request.tenant = "proxy";
-  if (!options_.client_header.empty()) {
-    const auto [client, count] = HeaderOf(request, options_.client_header);
-    if (count == 0) {
-      return Answer(kGuardedRoute,
-                    MakeProblem(400, "missing_client_identity", "Bad Request",
-                                absl::StrCat("keys are kept per client here, and the request has "
-                                             "no ", options_.client_header, " header")),
-                    "missing_client");
-    }
-    // Which one names the client? Scoping by one while the upstream reads another
-    // would replay one client's answer to another: refuse, forward nothing.
-    if (count > 1) {
-      return Answer(kGuardedRoute,
-                    MakeProblem(400, "ambiguous_client_identity", "Bad Request",
-                                absl::StrCat("keys are kept per client here, and the ",
-                                             options_.client_header,
-                                             " header is given more than once; send it once")),
-                    "missing_client");  // no usable client identity
-    }
-    // A digest, never the value itself (it may be a bearer token).
-    claim_request.tenant = "client-" + Fingerprint(client).substr(0, 32);
-  } else {
+std::optional<Reply> Proxy::ScopeToClient(const HttpRequest& request, Request* claim_request) {
+  if (options_.client_header.empty()) {
     WarnSharedKeys(request);
+    return std::nullopt;
   }
-  const std::string tenant_shown = claim_request.tenant;
+  const auto [client, count] = HeaderOf(request, options_.client_header);
+  if (count == 0) {
+    return Answer(kGuardedRoute,
+                  MakeProblem(400, "missing_client_identity", "Bad Request",
+                              absl::StrCat("keys are kept per client here, and the request has "
+                                           "no ",
+                                           options_.client_header, " header")),
+                  "missing_client");
+  }
+  // Which one names the client? Scoping by one while the upstream reads another
+  // would replay one client's answer to another: refuse, forward nothing.
+  if (count > 1) {
+    return Answer(
+        kGuardedRoute,
+        MakeProblem(400, "ambiguous_client_identity", "Bad Request",
+                    absl::StrCat("keys are kept per client here, and the ", options_.client_header,
+                                 " header is given more than once; send it once")),
+        "missing_client");  // no usable client identity
+  }
+  // A digest, never the value itself (it may be a bearer token).
+  claim_request->tenant = "client-" + Fingerprint(client).substr(0, 32);
+  return std::nullopt;
+}
 
-  absl::StatusOr<Result> claim = guard_.Claim(claim_request, options_.lease);
-  if (!claim.ok()) {
-    if (claim.status().code() == absl::StatusCode::kInvalidArgument) {
-      return Answer(kGuardedRoute,
-                    MakeProblem(400, "invalid_idempotency_key", "Bad Request",
-                                SV(claim.status().message())),
-                    "invalid_key");
-    }
-    spdlog::warn("proxy: store unavailable, not forwarding: {} (request_id={})",
-                 std::string(claim.status().message()), request.request_id);
-    metrics_.CountStoreError();
-    HttpResponse r = MakeProblem(503, "store_unavailable", "Service Unavailable",
-                                 "store unavailable; nothing was forwarded, retry later");
-    r.headers.emplace_back("Retry-After", "1");
-    return Answer(kGuardedRoute, std::move(r), "unavailable");
+Reply Proxy::AnswerClaimError(const HttpRequest& request, const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kInvalidArgument) {
+    return Answer(kGuardedRoute,
+                  MakeProblem(400, "invalid_idempotency_key", "Bad Request", SV(status.message())),
+                  "invalid_key");
   }
-  switch (claim->outcome) {
+  spdlog::warn("proxy: store unavailable, not forwarding: {} (request_id={})",
+               std::string(status.message()), request.request_id);
+  metrics_.CountStoreError();
+  HttpResponse r = MakeProblem(503, "store_unavailable", "Service Unavailable",
+                               "store unavailable; nothing was forwarded, retry later");
+  r.headers.emplace_back("Retry-After", "1");
+  return Answer(kGuardedRoute, std::move(r), "unavailable");
+}
+
+std::optional<Reply> Proxy::AnswerSettledClaim(const HttpRequest& request, const Result& claim,
+                                               const std::string& tenant_shown) const {
+  switch (claim.outcome) {
     case Outcome::kReplayed:
     case Outcome::kCachedFailure: {
-      absl::StatusOr<HttpResponse> stored = Decode(claim->value);
+      absl::StatusOr<HttpResponse> stored = Decode(claim.value);
       if (!stored.ok()) {
         spdlog::error("proxy: key of tenant {} has a record the proxy cannot replay: {} "
                       "(request_id={})",
@@ -416,10 +413,9 @@ std::optional<Reply> Proxy::AdmitGuarded(const HttpRequest& request, std::string
       HttpResponse r = MakeProblem(409, "in_progress", "Conflict",
                                    "a request with this Idempotency-Key is still being processed",
                                    "in_progress");
-      const double left =
-          absl::ToDoubleSeconds(claim->lease_until - guard_.options().clock->Now());
-      r.headers.emplace_back("Retry-After",
-                             std::to_string(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(left)))));
+      const double left = absl::ToDoubleSeconds(claim.lease_until - guard_.options().clock->Now());
+      r.headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(
+                                                1, static_cast<int64_t>(std::ceil(left)))));
       return Answer(kGuardedRoute, std::move(r), "in_progress", tenant_shown);
     }
     case Outcome::kFingerprintMismatch:
@@ -440,6 +436,24 @@ std::optional<Reply> Proxy::AdmitGuarded(const HttpRequest& request, std::string
     case Outcome::kAcquired:
     case Outcome::kExecuted:
       break;
+  }
+  return std::nullopt;
+}
+
+std::optional<Reply> Proxy::AdmitGuarded(const HttpRequest& request, std::string key,
+                                         std::optional<Claimed>* claimed) {
+  Request claim_request;
+  claim_request.biz_type = options_.biz_type;
+  claim_request.key = std::move(key);
+  claim_request.fingerprint = FingerprintOf(request);
+  claim_request.tenant = "proxy";
+  if (std::optional<Reply> refused = ScopeToClient(request, &claim_request)) return refused;
+  const std::string tenant_shown = claim_request.tenant;
+
+  absl::StatusOr<Result> claim = guard_.Claim(claim_request, options_.lease);
+  if (!claim.ok()) return AnswerClaimError(request, claim.status());
+  if (std::optional<Reply> settled = AnswerSettledClaim(request, *claim, tenant_shown)) {
+    return settled;
   }
   *claimed = Claimed{.request = std::move(claim_request),
                      .token = claim->token,

@@ -108,6 +108,15 @@ class Proxy : public Handler {
   std::optional<Reply> Admit(const HttpRequest& request, std::optional<Claimed>* claimed);
   std::optional<Reply> AdmitGuarded(const HttpRequest& request, std::string key,
                                     std::optional<Claimed>* claimed);
+  // The parts of AdmitGuarded. Scopes the key to the client named by
+  // --client-header (in claim_request->tenant), or answers why it cannot.
+  std::optional<Reply> ScopeToClient(const HttpRequest& request, Request* claim_request);
+  // The answer to a claim the store refused (`status`): 400 or 503.
+  Reply AnswerClaimError(const HttpRequest& request, const absl::Status& status);
+  // The answer a claim decides without the upstream (a replay, 409, 422, 410), or
+  // nullopt when it was acquired and the request is to be forwarded.
+  std::optional<Reply> AnswerSettledClaim(const HttpRequest& request, const Result& claim,
+                                          const std::string& tenant_shown) const;
   // Calls the upstream and, for a claimed key, completes or releases it.
   Reply Forward(const HttpRequest& request, const std::optional<Claimed>& claimed);
   // The fingerprint of `request` (method, target, body digest).

@@ -100,7 +100,7 @@ void Metrics::ConnectionClosed() { connections_open_.fetch_sub(1, std::memory_or
 
 void Metrics::CountRefused(Refusal why) { Add(refused_[static_cast<size_t>(why)]); }
 
-std::string Metrics::Render() const {
+void Metrics::AppendRequestSeries(std::string* out) const {
   // One snapshot of each route's status counts: the by-class series and whether the
   // route is shown at all come from the same numbers.
   std::vector<std::array<uint64_t, kStatusSlots>> statuses(kRouteCount);
@@ -113,20 +113,19 @@ std::string Metrics::Render() const {
       answered[r] = answered[r] || statuses[r][s] > 0;
     }
   }
-  std::string out;
   // First: docs/openapi.yaml's /metrics schema expects the body to open with it.
-  absl::StrAppend(&out,
+  absl::StrAppend(out,
                   "# HELP idem_http_requests_total HTTP answers sent, by route and status.\n"
                   "# TYPE idem_http_requests_total counter\n");
   for (size_t r = 0; r < kRouteCount; ++r) {
     const std::string& route = route_labels[r];
     for (size_t s = 0; s < kStatusSlots; ++s) {
       if (statuses[r][s] == 0) continue;
-      absl::StrAppend(&out, "idem_http_requests_total{route=\"", route, "\",status=\"",
+      absl::StrAppend(out, "idem_http_requests_total{route=\"", route, "\",status=\"",
                       kMinStatus + static_cast<int>(s), "\"} ", statuses[r][s], "\n");
     }
   }
-  absl::StrAppend(&out,
+  absl::StrAppend(out,
                   "# HELP idem_http_requests_by_class_total HTTP answers sent, by route and "
                   "status class.\n"
                   "# TYPE idem_http_requests_by_class_total counter\n");
@@ -136,11 +135,17 @@ std::string Metrics::Render() const {
     for (int c = 2; c <= 5; ++c) {
       uint64_t n = 0;
       for (int s = c * 100; s < c * 100 + 100; ++s) n += statuses[r][s - kMinStatus];
-      absl::StrAppend(&out, "idem_http_requests_by_class_total{route=\"", route, "\",class=\"", c,
+      absl::StrAppend(out, "idem_http_requests_by_class_total{route=\"", route, "\",class=\"", c,
                       "xx\"} ", n, "\n");
     }
   }
-  absl::StrAppend(&out,
+  AppendLatencySeries(answered, route_labels, out);
+}
+
+void Metrics::AppendLatencySeries(const std::array<bool, kRouteCount>& answered,
+                                  const std::array<std::string, kRouteCount>& route_labels,
+                                  std::string* out) const {
+  absl::StrAppend(out,
                   "# HELP idem_http_request_duration_seconds Time from a request's header to "
                   "its answer, by route.\n"
                   "# TYPE idem_http_request_duration_seconds histogram\n");
@@ -155,39 +160,43 @@ std::string Metrics::Render() const {
           b < kLatencyBounds.size()
               ? absl::StrCat(std::chrono::duration<double>(kLatencyBounds[b]).count())
               : "+Inf";
-      absl::StrAppend(&out, "idem_http_request_duration_seconds_bucket{route=\"", route, "\",le=\"",
+      absl::StrAppend(out, "idem_http_request_duration_seconds_bucket{route=\"", route, "\",le=\"",
                       le, "\"} ", cumulative, "\n");
     }
-    absl::StrAppend(&out, "idem_http_request_duration_seconds_sum{route=\"", route, "\"} ",
+    absl::StrAppend(out, "idem_http_request_duration_seconds_sum{route=\"", route, "\"} ",
                     Seconds(Load(series.latency_sum_ns)), "\n",
                     "idem_http_request_duration_seconds_count{route=\"", route, "\"} ", cumulative,
                     "\n");
   }
-  absl::StrAppend(&out,
+}
+
+void Metrics::AppendGuardSeries(std::string* out) const {
+  absl::StrAppend(out,
                   "# HELP idem_outcomes_total Guard outcomes answered, by outcome.\n"
                   "# TYPE idem_outcomes_total counter\n");
   for (size_t i = 0; i < kOutcomeSlots; ++i) {
     const uint64_t n = Load(outcomes_[i]);
     const bool other = i == kOutcomeNames.size();
     if (other && n == 0) continue;
-    absl::StrAppend(&out, "idem_outcomes_total{outcome=\"",
+    absl::StrAppend(out, "idem_outcomes_total{outcome=\"",
                     AV(other ? kOtherOutcome : kOutcomeNames[i]), "\"} ", n, "\n");
   }
-  absl::StrAppend(&out,
-                  "# HELP idem_store_errors_total Store calls that failed.\n"
-                  "# TYPE idem_store_errors_total counter\n"
-                  "idem_store_errors_total ",
-                  Load(store_errors_), "\n",
-                  "# HELP idem_claim_waits_total Claims that met a live lease and waited.\n"
-                  "# TYPE idem_claim_waits_total counter\n"
-                  "idem_claim_waits_total ",
-                  Load(waits_), "\n",
-                  "# HELP idem_claim_polls_total Store reads by claims that wait (the waiters on one key "
-                  "share a read).\n"
-                  "# TYPE idem_claim_polls_total counter\n"
-                  "idem_claim_polls_total ",
-                  Load(polls_), "\n");
-  absl::StrAppend(&out,
+  absl::StrAppend(
+      out,
+      "# HELP idem_store_errors_total Store calls that failed.\n"
+      "# TYPE idem_store_errors_total counter\n"
+      "idem_store_errors_total ",
+      Load(store_errors_), "\n",
+      "# HELP idem_claim_waits_total Claims that met a live lease and waited.\n"
+      "# TYPE idem_claim_waits_total counter\n"
+      "idem_claim_waits_total ",
+      Load(waits_), "\n",
+      "# HELP idem_claim_polls_total Store reads by claims that wait (the waiters on one key "
+      "share a read).\n"
+      "# TYPE idem_claim_polls_total counter\n"
+      "idem_claim_polls_total ",
+      Load(polls_), "\n");
+  absl::StrAppend(out,
                   "# HELP idem_http_pool_requests_total Requests the network threads handed to "
                   "the worker pool: all on a store whose calls block (sqlite, postgres, mysql) and "
                   "every request idem proxy forwards; on rocksdb:// a key another transaction "
@@ -195,6 +204,12 @@ std::string Metrics::Render() const {
                   "# TYPE idem_http_pool_requests_total counter\n"
                   "idem_http_pool_requests_total ",
                   Load(pool_requests_), "\n");
+}
+
+std::string Metrics::Render() const {
+  std::string out;
+  AppendRequestSeries(&out);
+  AppendGuardSeries(&out);
   absl::MutexLock lock(&mu_);
   absl::StrAppend(&out,
                   "# HELP idem_fail_open_total Claims of fail-open biz_types answered without a "

@@ -167,6 +167,14 @@ class Metrics {
     std::atomic<uint64_t> latency_sum_ns{0};
   };
 
+  // The parts of Render(), each appending its families to `out`: HTTP answers by route
+  // (counts, classes and, for the routes in `answered`, latencies), then the guard's.
+  void AppendRequestSeries(std::string* out) const;
+  void AppendLatencySeries(const std::array<bool, kRouteCount>& answered,
+                           const std::array<std::string, kRouteCount>& route_labels,
+                           std::string* out) const;
+  void AppendGuardSeries(std::string* out) const;
+
   const BuildInfo build_;
   std::array<RouteSeries, kRouteCount> routes_{};
   std::array<std::atomic<uint64_t>, kOutcomeSlots> outcomes_{};
