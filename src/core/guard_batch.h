@@ -1,4 +1,4 @@
-// The Guard's entry points for a message consumer's batch (src/kafka/runner.cc): many
+// The Guard's entry points for a message consumer's batch (src/messaging/runner.cc): many
 // keys in one transaction that the caller owns and commits. Internal to idem.
 #pragma once
 

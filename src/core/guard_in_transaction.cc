@@ -1,5 +1,5 @@
 // RunIn (core/guard_batch.h): transactional mode inside the caller's transaction (a consumer's
-// poll batch, src/kafka/runner.cc). Each key gets a savepoint of its own, so one
+// poll batch, src/messaging/runner.cc). Each key gets a savepoint of its own, so one
 // message's failure undoes only that message's claim and writes, and the batch's
 // transaction stays usable on every backend (PostgreSQL aborts a transaction at
 // its first failed statement unless a savepoint confines it). RunBatchIn is

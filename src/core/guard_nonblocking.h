@@ -1,4 +1,4 @@
-// The Guard's entry points for a server's network threads (src/http/handlers.cc):
+// The Guard's entry points for a server's network threads (src/http/api/claims.cc):
 // answers that need no I/O, and claims and finishes that never wait. Internal to
 // idem.
 #pragma once

@@ -3,9 +3,9 @@
 //
 //   1. poll a batch;
 //   2. derive each message's key (MessageKey; never the partition/offset);
-//   3. run each message's effect through the Guard in transactional mode
-//      (Guard::RunIn), all of the batch in ONE store transaction, each message
-//      under its own claim and savepoint: a redelivered or re-produced event is
+//   3. run each message's effect through the Guard in transactional mode, all of
+//      the batch in ONE store transaction, each message under its own claim and
+//      savepoint: a redelivered or re-produced event is
 //      kReplayed and its effect does not run again;
 //   4. commit that transaction; then dead-letter the messages that could not be
 //      keyed or whose effect failed for good (with the reason); then commit the
@@ -62,7 +62,7 @@ struct RunnerOptions {
   // When set, each first arrival's effect begins with first_statement(message), run
   // in the batch's transaction before the handler (which then does the rest, if
   // anything, and returns the result): a batch sends the first statements of all
-  // its first arrivals together (Guard::RunBatchIn; one round trip per 100 on
+  // its first arrivals together (the Guard's batch claim; one round trip per 100 on
   // PostgreSQL) instead of one round trip each. Duplicates run neither.
   MessageStatement first_statement;
   std::string tenant = "default";
@@ -132,7 +132,7 @@ class Runner {
   // them on the transport.
   absl::Status ProcessChunk(absl::Span<const Message> messages);
   // One attempt at the chunk's store transaction; fills `dead`. With `confine`
-  // false (the fast path, Guard::RunBatchIn: no savepoints, the batch's claims and
+  // false (the fast path, the Guard's batch claim: no savepoints, the batch's claims and
   // results sent together) it gives up with kAborted when a message fails.
   absl::Status TryChunk(absl::Span<const Message> messages,
                         const std::vector<absl::StatusOr<std::string>>& keys, bool confine,
