@@ -33,6 +33,10 @@ TEST(RedactUrlTest, LeavesUrlsWithoutSecretsAlone) {
   EXPECT_EQ(RedactUrl("sqlite:///tmp/x.db?password=hunter2"), "sqlite:///tmp/x.db");
   // A path is no shelter for a keyword secret (found by fuzz_store_url).
   EXPECT_EQ(RedactUrl("sqlite://dx password=hunter2"), "sqlite://dx password=***");
+  // Nor is an '@' inside a quoted keyword value the end of a userinfo (found by
+  // fuzz_store_url: the keyword's name went and the rest of its value stayed).
+  EXPECT_EQ(RedactUrl("sqlite://dx:y pass='a@hunter2' z"), "sqlite://dx:y pass=*** z");
+  EXPECT_EQ(RedactUrl("rocksdb://:x password='p@q@hunter2'"), "rocksdb://:x password=***");
   // An '@' in a path is not userinfo.
   EXPECT_EQ(RedactUrl("sqlite:///tmp/a:b@c.db"), "sqlite:///tmp/a:b@c.db");
 }
