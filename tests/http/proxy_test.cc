@@ -114,6 +114,8 @@ TEST_F(ProxyTest, TheSameKeyWithAnotherRequestIs422) {
   EXPECT_EQ(other_body.status, 422);
   EXPECT_EQ(other_body.header("content-type"), "application/problem+json");
   EXPECT_THAT(other_body.body, HasSubstr("fingerprint_mismatch"));
+  // The title idem serve's API gives the same problem.
+  EXPECT_THAT(other_body.body, HasSubstr(R"("title":"Fingerprint mismatch")"));
   EXPECT_EQ(Post(*proxy, "/v1/refunds", R"({"amount":5})", key).status, 422);  // another path
   EXPECT_EQ(Post(*proxy, "/v1/charges", R"({"amount":5})", key, "PATCH").status, 422);
   // Raw fingerprints: a re-serialised body is another request.

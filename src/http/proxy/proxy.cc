@@ -80,7 +80,7 @@ Reply ProxyInternalError(const HttpRequest& request, std::string_view what) {
   spdlog::error("proxy: {} {} failed inside the proxy: {} (request_id={})", request.method,
                 request.target, what, request.request_id);
   return Answer(Route::kOther,
-                MakeProblem(500, "internal", "Internal Server Error",
+                MakeProblem(500, "internal", "Internal error",
                             "the request failed inside the proxy; see the log"),
                 "");
 }
@@ -385,7 +385,7 @@ Reply Proxy::AnswerClaimError(const HttpRequest& request, const absl::Status& st
   spdlog::warn("proxy: store unavailable, not forwarding: {} (request_id={})",
                std::string(status.message()), request.request_id);
   metrics_.CountStoreError();
-  HttpResponse r = MakeProblem(503, "store_unavailable", "Service Unavailable",
+  HttpResponse r = MakeProblem(503, "store_unavailable", "Store unavailable",
                                "store unavailable; nothing was forwarded, retry later");
   r.headers.emplace_back("Retry-After", "1");
   return Answer(kGuardedRoute, std::move(r), "unavailable");
@@ -402,7 +402,7 @@ std::optional<Reply> Proxy::AnswerSettledClaim(const HttpRequest& request, const
                       "(request_id={})",
                       tenant_shown, std::string(stored.status().message()), request.request_id);
         return Answer(kGuardedRoute,
-                      MakeProblem(500, "internal", "Internal Server Error",
+                      MakeProblem(500, "internal", "Internal error",
                                   "the stored answer cannot be replayed; see the log"),
                       "internal", tenant_shown);
       }
@@ -421,14 +421,14 @@ std::optional<Reply> Proxy::AnswerSettledClaim(const HttpRequest& request, const
     case Outcome::kFingerprintMismatch:
     case Outcome::kKeyReused:
       return Answer(kGuardedRoute,
-                    MakeProblem(422, "fingerprint_mismatch", "Unprocessable Content",
+                    MakeProblem(422, "fingerprint_mismatch", "Fingerprint mismatch",
                                 "this Idempotency-Key was used for another request (the method, "
                                 "target or body differ)",
                                 "fingerprint_mismatch"),
                     "fingerprint_mismatch", tenant_shown);
     case Outcome::kExpired:
       return Answer(kGuardedRoute,
-                    MakeProblem(410, "expired", "Gone",
+                    MakeProblem(410, "expired", "Expired",
                                 "the answer stored for this Idempotency-Key was purged after its "
                                 "retention; a request this late is not sent again",
                                 "expired"),

@@ -71,12 +71,31 @@ HttpResponse ProblemResponse(const Problem& problem) {
   return response;
 }
 
+namespace {
+
+std::string_view ProblemTitle(std::string_view slug, std::string_view title) {
+  // One title per problem type, whichever handler (idem serve's API, idem proxy)
+  // answers it: a client matching on titles sees the same words from both.
+  static constexpr std::pair<std::string_view, std::string_view> kTitles[] = {
+      {"fingerprint_mismatch", "Fingerprint mismatch"},
+      {"expired", "Expired"},
+      {"store_unavailable", "Store unavailable"},
+      {"internal", "Internal error"},
+  };
+  for (const auto& [known, canonical] : kTitles) {
+    if (slug == known) return canonical;
+  }
+  return title;
+}
+
+}  // namespace
+
 HttpResponse MakeProblem(int status, std::string_view slug, std::string_view title,
                          std::string_view detail, std::string_view outcome) {
   Problem p;
   p.status = status;
   p.slug = std::string(slug);
-  p.title = std::string(title);
+  p.title = std::string(ProblemTitle(slug, title));
   p.detail = std::string(detail);
   p.outcome = std::string(outcome);
   return ProblemResponse(p);

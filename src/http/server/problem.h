@@ -34,7 +34,9 @@ std::string_view ReasonPhrase(int status);
 // Renders `problem` as an application/problem+json response.
 HttpResponse ProblemResponse(const Problem& problem);
 
-// Shorthand for ProblemResponse({status, slug, title, detail, outcome}).
+// Shorthand for ProblemResponse({status, slug, title, detail, outcome}). A problem
+// type idem serve's API and idem proxy both answer (fingerprint_mismatch, expired,
+// store_unavailable, internal) gets its one title, whatever `title` says.
 HttpResponse MakeProblem(int status, std::string_view slug, std::string_view title,
                          std::string_view detail, std::string_view outcome = {});
 
