@@ -41,9 +41,11 @@ struct KnownExternal {
   std::string_view help;
 };
 constexpr KnownExternal kKnownExternals[] = {
-    {"demo", "the refund example's demo (examples/refund, built with IDEM_BUILD_EXAMPLES)",
+    {"demo", "the refund example's demo (the program idem-demo; build it with "
+             "`scripts/build.sh idem-demo`)",
      "Runnable demonstrations (see `idem demo refund`; the refund example's idem-demo)"},
-    {"worker", "the refund example's step worker (examples/refund, built with IDEM_BUILD_EXAMPLES)",
+    {"worker", "the refund example's step worker (the program idem-worker; build it with "
+               "`scripts/build.sh idem-worker`)",
      "Resume due step operations of the refund example (its idem-worker)"},
 };
 

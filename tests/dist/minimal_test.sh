@@ -88,7 +88,7 @@ expect 1 "the mysql:// store is not compiled into this build of idem (rebuild wi
 # A flag this build cannot honour is bad usage (2), like an unknown --cache URL.
 expect 2 "the Redis tier is not compiled into this build (IDEM_WITH_REDIS=OFF)" -- \
   serve --listen 127.0.0.1:0 --store "sqlite://$work/a.db" --cache redis://:s3cret@127.0.0.1:1
-expect 1 "'demo' is the refund example's demo" -- demo refund
+expect 1 "'demo' is the refund example's demo (the program idem-demo; build it with \`scripts/build.sh idem-demo\`)" -- demo refund
 expect 1 "bridge kafka: Kafka is not compiled into this build of idem (rebuild with librdkafka-dev and -DIDEM_WITH_KAFKA=ON)" -- \
   bridge kafka --brokers 127.0.0.1:1 --topic t --group g --to http://127.0.0.1:1/
 # The embedded store works.
