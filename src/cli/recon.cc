@@ -12,8 +12,9 @@
 //   idem recon status --source wechat --max-age 15m [--store URL] [--json]
 //
 // The comparison only reads; then each difference is recorded and acted on
-// (recon/dispositions.h) and the watermark advances, in --store (default: the
-// ledger's URL). Bad input stops the run before anything is written.
+// (recon/dispositions.h) and the watermark advances, in --store (default:
+// sqlite://./idem-recon.db, never the ledger unless --store names it). Bad input
+// stops the run before anything is written.
 // Exit status: 0 the run completed (differences are findings, not failures);
 // 1 bad input, a store or file that cannot be read, a replay/re-push that failed
 // (it stays pending), or for `status` a last success older than --max-age (or none);
@@ -49,6 +50,15 @@ namespace idem::cli {
 namespace {
 
 using recon::Action;
+
+// Where recon keeps its tickets and watermark without --store: a file of its own in
+// the working directory, so that the ledger it reads is never written.
+constexpr char kDefaultReconStore[] = "sqlite://./idem-recon.db";
+
+const std::string& ReconStoreUrl(const std::string& store) {
+  static const std::string default_url = kDefaultReconStore;
+  return store.empty() ? default_url : store;
+}
 
 struct ReconFlags {
   std::string source;
@@ -137,8 +147,7 @@ int RunStatus(ReconFlags f) {
   if (f.source.empty()) return ReconUsage("status needs --source");
   absl::StatusOr<absl::Duration> max_age = recon::ParseDurationFlag(f.max_age, false);
   if (!max_age.ok()) return ReconUsage("--max-age: " + Msg(max_age.status()));
-  const std::string url = f.store.empty() ? f.ledger : f.store;
-  if (url.empty()) return ReconUsage("status needs --store URL (where recon keeps its watermark)");
+  const std::string& url = ReconStoreUrl(f.store);
   if (absl::Status s = CheckSqliteFileExists(url); !s.ok()) return Failure(Msg(s));
   absl::StatusOr<std::unique_ptr<Store>> store =
       OpenStore(url, StoreOptions{.read_only = true, .require_schema = false});
@@ -415,7 +424,7 @@ int RunRecon(ReconFlags f) {
   if (int exit = ParseReconSetup(f, &setup); exit >= 0) return exit;
 
   const int64_t now = absl::ToUnixMicros(absl::Now());
-  const std::string store_url = f.store.empty() ? f.ledger : f.store;
+  const std::string& store_url = ReconStoreUrl(f.store);
   recon::Window window;
   if (int exit = ReconWindowOf(f, setup, now, store_url, &window); exit >= 0) return exit;
   recon::CompareResult result;
@@ -467,7 +476,8 @@ CommandFn AddReconCommand(CLI::App& root) {
   cmd->add_option("--ledger-query", f->ledger_query,
                   "SELECT … AS key, … AS amount, … AS currency, … AS status, … AS time FROM …");
   cmd->add_option("--store", f->store,
-                  "Where recon_ticket and recon_watermark live (default: the --ledger URL)");
+                  std::string("Where recon keeps its tickets and watermark (default: ") +
+                      kDefaultReconStore + "; never the --ledger unless named here)");
   cmd->add_option("--ledger-password-file", f->ledger_password_file,
                   "The --ledger URL's password, from this file (or IDEM_LEDGER_PASSWORD)");
   cmd->add_option("--store-password-file", f->store_password_file,
@@ -516,7 +526,9 @@ CommandFn AddReconCommand(CLI::App& root) {
   CLI::App* status = cmd->add_subcommand(
       "status", "Exit 1 when the last successful run of --source is older than --max-age");
   status->add_option("--source", f->source, "The source");
-  status->add_option("--store", f->store, "Where recon_watermark lives");
+  status->add_option("--store", f->store,
+                     std::string("Where recon_watermark lives (default: ") + kDefaultReconStore +
+                         ")");
   status->add_option("--store-password-file", f->store_password_file,
                      "The --store URL's password, from this file (or IDEM_STORE_PASSWORD)");
   status->add_option("--max-age", f->max_age, "How old the last success may be")

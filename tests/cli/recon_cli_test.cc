@@ -237,8 +237,11 @@ class Recon : public ::testing::TestWithParam<Backend> {
         "PENDING,PROCESSING",
         "--day",
         "2024-06-18",
-        "--json"};
+        "--json",
+        "--store",
+        bare_url_};
     for (const std::string& p : PasswordArgs("--ledger-password-file")) a.push_back(p);
+    for (const std::string& p : PasswordArgs("--store-password-file")) a.push_back(p);
     a.insert(a.end(), more.begin(), more.end());
     return a;
   }
@@ -264,6 +267,55 @@ class Recon : public ::testing::TestWithParam<Backend> {
     std::string s = out;
     if (!s.empty() && s.back() == '\n') s.pop_back();
     return s.substr(s.rfind('\n') + 1);
+  }
+
+  // Args() without its --store (and the store's password file): recon's default store.
+  static std::vector<std::string> WithoutStore(std::vector<std::string> args) {
+    for (const char* option : {"--store", "--store-password-file"}) {
+      auto at = std::find(args.begin(), args.end(), option);
+      if (at != args.end()) args.erase(at, at + 2);
+    }
+    return args;
+  }
+
+  // The ledger database as it is: every table's name and every row of each (as
+  // text, sorted), by the connection of a user that can write there.
+  std::vector<std::string> Snapshot() {
+    const std::string dialect(::idem::Backend(*store_).sql_dialect()->name());
+    const std::string tables =
+        dialect == "sqlite"   ? "SELECT name FROM sqlite_master ORDER BY name"
+        : dialect == "mysql" ? "SELECT table_name FROM information_schema.tables WHERE "
+                               "table_schema = DATABASE() ORDER BY table_name"
+                             : "SELECT table_name::text FROM information_schema.tables WHERE "
+                               "table_schema = current_schema() ORDER BY table_name";
+    std::vector<std::string> out;
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store_->Begin();
+    if (!tx.ok()) return {"cannot begin: " + std::string(tx.status().message())};
+    absl::StatusOr<Rows> names = (*tx)->Query(tables);
+    if (!names.ok()) return {"cannot list tables: " + std::string(names.status().message())};
+    for (const std::vector<Value>& name : names->rows) {
+      const std::string table = name[0].is_text() ? name[0].as_text() : name[0].as_blob();
+      out.push_back("table " + table);
+      if (table.starts_with("sqlite_")) continue;
+      absl::StatusOr<Rows> rows = (*tx)->Query("SELECT * FROM " + table);
+      if (!rows.ok()) continue;  // an index of sqlite_master
+      std::vector<std::string> lines;
+      for (const std::vector<Value>& row : rows->rows) {
+        std::string line = table + ":";
+        for (const Value& v : row) {
+          line += v.is_null()     ? std::string("|NULL")
+                  : v.is_int()    ? "|" + std::to_string(v.as_int())
+                  : v.is_double() ? "|" + std::to_string(v.as_double())
+                  : v.is_text()   ? "|" + v.as_text()
+                                  : "|blob:" + v.as_blob();
+        }
+        lines.push_back(line);
+      }
+      std::sort(lines.begin(), lines.end());
+      out.insert(out.end(), lines.begin(), lines.end());
+    }
+    (*tx)->Rollback();
+    return out;
   }
 
   // --ledger-password-file when the URL has a password (the servers' test URLs).
@@ -330,6 +382,70 @@ TEST_P(Recon, TenRunsOneResultNoExtraTicketsOrReplays) {
   RunResult never = RunIdemIn(dir_.path(), status);
   EXPECT_EQ(never.exit_code, 1);
   EXPECT_THAT(never.err, HasSubstr("never completed"));
+}
+
+// The ledger is only read: with recon's default store, with another --store and
+// with replays, the ledger (whose user could write there) keeps its tables and rows.
+TEST_P(Recon, LedgerIsNeverWrittenWithoutStoreWithStoreAndWithReplay) {
+  const std::string bill = Day();
+  const std::vector<std::string> before = Snapshot();
+  ASSERT_THAT(before, ::testing::Contains("table ledger"));
+  Receiver receiver;
+  const std::vector<std::string> replay = {"--replay-url", receiver.url("/replay")};
+
+  RunResult own = RunIdemIn(dir_.path(), WithoutStore(Args(bill, replay)));
+  ASSERT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_EQ(LastLine(own.out), kDayJson);
+  EXPECT_THAT(own.out, HasSubstr("5 new ticket/action row(s), 1 replay/re-push sent, 0 pending"));
+  EXPECT_EQ(Snapshot(), before);
+
+  const std::string other = "sqlite://" + dir_.file("recon-state.db");
+  RunResult named = RunIdemIn(dir_.path(), WithoutStore(Args(bill, {"--store", other,
+                                                                    replay[0], replay[1]})));
+  ASSERT_EQ(named.exit_code, 0) << named.err;
+  EXPECT_THAT(named.out, HasSubstr("5 new ticket/action row(s), 1 replay/re-push sent, 0 pending"));
+  EXPECT_EQ(Snapshot(), before);
+
+  RunResult again = RunIdemIn(dir_.path(), WithoutStore(Args(bill)));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_THAT(again.out, HasSubstr("0 new ticket/action row(s), 0 replay/re-push sent, 0 pending"));
+  EXPECT_EQ(Snapshot(), before);
+  EXPECT_THAT(receiver.keys("/replay"), ::testing::ElementsAre("R-2", "R-2"));
+
+  // The tickets and the watermark are in recon's own stores, and `recon status`
+  // without --store reads the default one.
+  for (const std::string& state : {std::string("sqlite://" + dir_.file("idem-recon.db")), other}) {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(state);
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = (*store)->Begin();
+    ASSERT_TRUE(tx.ok()) << tx.status();
+    absl::StatusOr<Rows> n = (*tx)->Query("SELECT COUNT(*) FROM recon_ticket");
+    ASSERT_TRUE(n.ok()) << n.status() << " " << state;
+    EXPECT_EQ(n->rows[0][0].as_int(), 5) << state;
+  }
+  RunResult status =
+      RunIdemIn(dir_.path(), {"recon", "status", "--source", "wx", "--max-age", "15m"});
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("up to 2024-06-18T16:00:00Z"));
+}
+
+// The ledger's connection (read-only store options) is refused every change by
+// the database itself, whatever SQL reaches it: no table created, no row changed.
+TEST_P(Recon, LedgerConnectionRefusesWrites) {
+  Ledger("R-1", "12.50", "PAID", "2024-06-18 10:00:00");
+  const std::vector<std::string> before = Snapshot();
+  absl::StatusOr<std::unique_ptr<Store>> ledger =
+      OpenStore(url_, StoreOptions{.read_only = true, .require_schema = false});
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  for (const char* sql : {"CREATE TABLE recon_probe (a INT)", "UPDATE ledger SET amount = '0'",
+                          "DELETE FROM ledger"}) {
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = (*ledger)->Begin();
+    ASSERT_TRUE(tx.ok()) << tx.status();
+    absl::StatusOr<int64_t> n = (*tx)->Exec(sql, {});
+    absl::Status commit = n.ok() ? (*tx)->Commit() : absl::OkStatus();
+    EXPECT_FALSE(n.ok() && commit.ok()) << sql;
+  }
+  EXPECT_EQ(Snapshot(), before);
 }
 
 TEST_P(Recon, DryRunWritesNothing) {

@@ -365,15 +365,18 @@ class MysqlTransaction final : public sql::PooledTransaction<Connection> {
 
 class MysqlStore final : public StoreBackend {
  public:
-  MysqlStore(MysqlOptions options, bool procedures)
+  // `read_only`: every session of the pool is SET SESSION TRANSACTION READ ONLY, so
+  // that the server refuses whatever would change the database (a ledger only read).
+  MysqlStore(MysqlOptions options, bool procedures, bool read_only)
       : options_(std::move(options)),
-        pool_([this](absl::Time deadline) { return Connection::Open(options_, deadline); },
+        pool_([this](absl::Time deadline) { return OpenSession(deadline); },
               options_.pool, absl::Milliseconds(options_.pool_wait_ms),
               absl::StrCat("mysql store ", options_.redacted_url, ": all ", options_.pool,
                            " connections stayed busy for ", options_.pool_wait_ms,
                            " ms (raise pool= or pool_wait_ms=, or look for long transactions)"),
               absl::Seconds(options_.io_timeout_s)),
-        procedures_(procedures) {}
+        procedures_(procedures),
+        read_only_(read_only) {}
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
     // START TRANSACTION goes out with the first statement (MysqlTransaction).
@@ -403,13 +406,18 @@ class MysqlStore final : public StoreBackend {
   absl::StatusOr<SchemaInfo> DescribeSchema() override;
   std::string_view url() const override { return options_.redacted_url; }
   bool read_only() const override { return read_only_; }
-  void set_read_only(bool read_only) { read_only_ = read_only; }
 
  private:
+  absl::StatusOr<std::unique_ptr<Connection>> OpenSession(absl::Time deadline) {
+    IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Connection::Open(options_, deadline));
+    if (read_only_) IDEM_RETURN_IF_ERROR(conn->ExecText("SET SESSION TRANSACTION READ ONLY"));
+    return conn;
+  }
+
   const MysqlOptions options_;
   ConnectionPool pool_;
   std::atomic<bool> procedures_;  // idem_claim_v2 and idem_finish_v1 exist
-  bool read_only_ = false;
+  const bool read_only_;
 };
 
 // MySQL error numbers that mean "this user may not create routines here".
@@ -533,9 +541,7 @@ absl::StatusOr<SchemaInfo> MysqlStore::DescribeSchema() {
 absl::StatusOr<std::unique_ptr<Store>> OpenMysqlStore(std::string_view url, sql::SchemaMode mode) {
   IDEM_ASSIGN_OR_RETURN(MysqlOptions options, mysql::ParseMysqlUrl(url));
   IDEM_ASSIGN_OR_RETURN(bool procedures, OpenMysqlSchema(options, mode));
-  auto store = std::make_unique<MysqlStore>(std::move(options), procedures);
-  store->set_read_only(mode.read_only);
-  return store;
+  return std::make_unique<MysqlStore>(std::move(options), procedures, mode.read_only);
 }
 
 }  // namespace idem

@@ -537,7 +537,10 @@ class PostgresStore final : public StoreBackend {
  public:
   explicit PostgresStore(postgres::Options options)
       : options_(std::move(options)),
-        begin_({"BEGIN ISOLATION LEVEL READ COMMITTED",
+        // A read-only store's transactions are READ ONLY: the server refuses
+        // whatever would change the database (a ledger only read).
+        begin_({options_.read_only ? "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY"
+                                   : "BEGIN ISOLATION LEVEL READ COMMITTED",
                 absl::StrCat("SET LOCAL lock_timeout = ", options_.lock_timeout_ms)}),
         pool_([this](absl::Time deadline) { return Connection::Open(options_.connect, deadline); },
               options_.pool, absl::Milliseconds(options_.pool_timeout_ms),
