@@ -85,7 +85,8 @@ int RunWorker(const WorkerFlags& flags) {
       PrintReason("worker: " + std::string(n.status().message()));
       return kExitFailure;
     }
-    std::printf("resumed %d operation(s)\n", *n);
+    std::printf("resumed %d operation(s) in %s\n", *n,
+                RedactStoreUrl((*store)->url()).c_str());
     return kExitOk;
   }
   // Block the stop signals before the worker thread starts, so it inherits the
@@ -114,7 +115,8 @@ CommandFn AddWorkerCommand(CLI::App& root) {
   CLI::App* cmd =
       root.add_subcommand("worker", "Resume due step operations (after crashes and retries)");
   auto flags = std::make_shared<WorkerFlags>();
-  cmd->add_option("--store", flags->store, "Store URL: sqlite://PATH, postgres://…, mysql://…")
+  cmd->add_option("--store", flags->store,
+                  "Store URL: sqlite://PATH, postgres://…, mysql://… (never creates one)")
       ->capture_default_str();
   cmd->add_option("--refund-channel,--refund_channel", flags->refund_channel,
                   "Payment channel URL (http://HOST:PORT) of the refund example's operations");
