@@ -198,14 +198,15 @@ TEST_F(RetentionCliTest, PurgeWithTheServersConfigPurgesTheServersStore) {
            {"inspect", "--tenant", "t", "--key", "old-done"},
            {"keys", "analyze"},
            {"stuck"},
-           {"migrate", "--dry-run"}}) {
+           {"migrate", "--dry-run"},
+           {"worker", "--once", "--refund-channel", "http://127.0.0.1:1"}}) {
     std::vector<std::string> argv = {"--config", config_};
     argv.insert(argv.end(), args.begin(), args.end());
     RunResult r = Idem(argv);
     EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
     EXPECT_THAT(r.out, HasSubstr(url_)) << args[0] << " did not name the store";
     argv.push_back("--json");
-    if (args[0] == "migrate") continue;  // no --json
+    if (args[0] == "migrate" || args[0] == "worker") continue;  // no --json
     RunResult j = Idem(argv);
     ASSERT_EQ(j.exit_code, 0) << args[0] << ": " << j.err;
     EXPECT_EQ(json::parse(j.out)["store"], url_) << args[0];
