@@ -277,8 +277,10 @@ void AddStoreOptions(CLI::App& root, CLI::App* sub, const std::vector<StoreOptio
   std::vector<Bound> bound;
   for (const StoreOption& o : options) {
     auto password_file = std::make_shared<std::string>();
+    const std::string help =
+        o.name == "--store" ? o.help + "; not given: the --config file's [serve] store" : o.help;
     const CLI::Option* url_option =
-        sub->add_option(o.name, *o.url, o.help)->type_name("URL")->capture_default_str();
+        sub->add_option(o.name, *o.url, help)->type_name("URL")->capture_default_str();
     const std::string env = "IDEM_" + absl::AsciiStrToUpper(o.name.substr(2)) + "_PASSWORD";
     sub->add_option(o.name + "-password-file", *password_file,
                     "File holding the password of the " + o.name +
