@@ -220,6 +220,24 @@ TEST_F(RetentionCliTest, PurgeWithTheServersConfigPurgesTheServersStore) {
   EXPECT_FALSE(std::filesystem::exists(dir_.file("o.db")));
 }
 
+// [serve] store-password-file comes with [serve] store: here refused, since a path
+// URL takes no password, which shows it was read; a --store of its own reads neither.
+TEST_F(RetentionCliTest, TheServersStorePasswordFileComesWithItsStore) {
+  Seed("t", "refund", "K-1", "done", 1 * kDay);
+  const std::string password = dir_.file("store-password");
+  Write(password, "secret\n");
+  ASSERT_EQ(chmod(password.c_str(), 0600), 0);
+  Write(config_, "[serve]\nstore = \"" + url_ + "\"\nstore-password-file = \"" + password +
+                     "\"\n");
+  RunResult r = Idem({"--config", config_, "records", "list"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(r.err, "idem: records list: a password was given for store URL '" + url_ +
+                       "', which takes none (only server URLs do)\n");
+  RunResult own = Idem({"--config", config_, "records", "list", "--store", url_});
+  EXPECT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_THAT(own.out, HasSubstr("K-1"));
+}
+
 // A config naming a store that does not exist: purge says so, naming it, and
 // creates nothing (it created ./idem-db and reported 0 records found).
 TEST_F(RetentionCliTest, PurgeWithTheConfigOfAMissingStoreCreatesNothing) {
