@@ -38,6 +38,8 @@ constexpr std::string_view kFooter =
     "  listen = \"127.0.0.1:0\"\n"
     "  tenant = [\"a:tok\"]\n"
     "Command-line options override the file. Unknown sections and keys are errors.\n"
+    "[serve] store (and store-password-file) is also the store of every other\n"
+    "subcommand given the file, unless it sets its own --store.\n"
     "Sections [retention.<biz_type>] give each biz_type's retention (serve, purge and\n"
     "records read them; docs/retention.md).\n"
     "\n"

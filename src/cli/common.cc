@@ -89,28 +89,53 @@ std::string LegacyDefaultStoreInTheWay(std::string_view url, bool store_given) {
       AV(url));
 }
 
+namespace {
+
+// The path of a sqlite:// or rocksdb:// URL `url` (`scheme` given), without its
+// parameters; "" for an in-memory SQLite database.
+std::string_view CommonStorePath(std::string_view url, std::string_view scheme) {
+  std::string_view path = url.substr(scheme.size());
+  path = path.substr(0, path.find('?'));
+  return path == ":memory:" ? std::string_view() : path;
+}
+
+}  // namespace
+
 absl::Status CheckSqliteFileExists(std::string_view url) {
   constexpr std::string_view kScheme = "sqlite://";
   if (!url.starts_with(kScheme)) return absl::OkStatus();
-  std::string_view path = url.substr(kScheme.size());
-  const size_t query = path.find('?');
-  path = path.substr(0, query);
-  if (path.empty() || path == ":memory:") return absl::OkStatus();
+  const std::string_view path = CommonStorePath(url, kScheme);
+  if (path.empty()) return absl::OkStatus();
   std::error_code ec;
   if (std::filesystem::exists(std::filesystem::path(path), ec)) return absl::OkStatus();
   std::string probe = "sqlite://:memory:";
-  if (query != std::string_view::npos) probe += url.substr(kScheme.size() + query);
+  if (const size_t query = url.find('?'); query != std::string_view::npos) {
+    probe += url.substr(query);
+  }
   if (absl::StatusOr<std::unique_ptr<Store>> s = OpenStore(probe); !s.ok()) return s.status();
   return absl::UnavailableError("store " + RedactStoreUrl(url) + ": database file " +
-                                std::string(path) + " does not exist");
+                                std::string(path) + " does not exist; `idem migrate` creates one");
+}
+
+absl::Status CheckStoreExists(std::string_view url) {
+  constexpr std::string_view kRocksdb = "rocksdb://";
+  if (!url.starts_with(kRocksdb)) return CheckSqliteFileExists(url);
+  const std::string_view path = CommonStorePath(url, kRocksdb);
+  std::error_code ec;
+  if (path.empty() || std::filesystem::exists(std::filesystem::path(path), ec)) {
+    return absl::OkStatus();  // the backend says what is wrong with it
+  }
+  return absl::UnavailableError("store " + RedactStoreUrl(url) + ": directory " +
+                                std::string(path) + " does not exist; `idem migrate` creates one");
 }
 
 absl::StatusOr<std::unique_ptr<Store>> OpenReadOnlyStore(std::string_view url) {
+  if (absl::Status s = CheckStoreExists(url); !s.ok()) return s;
   return OpenStore(url, StoreOptions{.read_only = true});
 }
 
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(std::string_view url) {
-  if (absl::Status s = CheckSqliteFileExists(url); !s.ok()) return s;
+  if (absl::Status s = CheckStoreExists(url); !s.ok()) return s;
   return OpenStore(url, StoreOptions{.create_schema = false});
 }
 

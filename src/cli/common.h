@@ -41,6 +41,11 @@ nlohmann::json RecordJson(const Record& r);
 // error. Returns OK when the URL is not a sqlite file URL or the file exists.
 absl::Status CheckSqliteFileExists(std::string_view url);
 
+// CheckSqliteFileExists, and for a rocksdb:// URL whose directory does not exist
+// kUnavailable "store URL: directory DIR does not exist" (RocksDB would make it).
+// Both messages name the store (redacted) and `idem migrate`, which creates one.
+absl::Status CheckStoreExists(std::string_view url);
+
 // The store `idem serve` (and `idem inspect`) use when --store is not given: the
 // embedded store that won bench/claims.sh, rocksdb://./idem-db (sqlite://./idem.db
 // in a build without RocksDB). docs/benchmarks.md has the numbers.
@@ -58,13 +63,14 @@ inline constexpr std::string_view kLegacyDefaultStore = "sqlite://./idem.db";
 std::string LegacyDefaultStoreInTheWay(std::string_view url, bool store_given);
 
 // OpenStore for a command that writes to what is there (purge, stuck --resolve):
-// CheckSqliteFileExists first, so a missing SQLite file is kUnavailable; a database
+// CheckStoreExists first, so a missing SQLite file or RocksDB directory is
+// kUnavailable; a database
 // without idem's schema is kFailedPrecondition "no idem schema here" and nothing is
 // created (StoreOptions::create_schema).
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(std::string_view url);
 
-// OpenStore for a command that only looks (inspect, stuck): read-only
-// (StoreOptions::read_only), so it creates and changes nothing, works on a
+// OpenStore for a command that only looks (inspect, stuck): CheckStoreExists, then
+// read-only (StoreOptions::read_only), so it creates and changes nothing, works on a
 // read-only SQLite file and answers kFailedPrecondition "no idem schema here" for a
 // database without idem's tables.
 absl::StatusOr<std::unique_ptr<Store>> OpenReadOnlyStore(std::string_view url);

@@ -38,7 +38,7 @@ struct InspectFlags {
   bool json = false;
 };
 
-std::string Human(const Record& r, absl::Time now) {
+std::string Human(std::string_view store, const Record& r, absl::Time now) {
   std::string out;
   auto row = [&out](std::string_view name, std::string_view value) {
     out += std::string(name) + std::string(13 - name.size(), ' ') + std::string(value) + "\n";
@@ -47,6 +47,7 @@ std::string Human(const Record& r, absl::Time now) {
     if (b.empty()) return std::string("-");
     return Printable(b) + " (" + std::to_string(b.size()) + " bytes)";
   };
+  row("store", RedactStoreUrl(store));
   row("tenant", Printable(r.tenant));
   row("biz_type", Printable(r.biz_type));
   row("key", Printable(r.key));
@@ -67,8 +68,9 @@ std::string Human(const Record& r, absl::Time now) {
   return out;
 }
 
-nlohmann::json Json(const Record& r, absl::Time now) {
+nlohmann::json Json(std::string_view store, const Record& r, absl::Time now) {
   nlohmann::json j = RecordJson(r);
+  j["store"] = RedactStoreUrl(store);
   j["lease_live"] = r.lease_until != absl::InfinitePast() && r.lease_until > now;
   PutBytes(j, "result", r.result);
   PutBytes(j, "error", r.error);
@@ -115,9 +117,9 @@ int RunInspect(const InspectFlags& flags) {
   }
   const absl::Time now = guard.options().clock->Now();
   if (flags.json) {
-    std::printf("%s\n", Json(*record, now).dump(2).c_str());
+    std::printf("%s\n", Json((*store)->url(), *record, now).dump(2).c_str());
   } else {
-    std::fputs(Human(*record, now).c_str(), stdout);
+    std::fputs(Human((*store)->url(), *record, now).c_str(), stdout);
   }
   return kExitOk;
 }

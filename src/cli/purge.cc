@@ -106,7 +106,7 @@ int RunPurge(const PurgeFlags& flags) {
     return stats.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
   if (flags.json) {
-    nlohmann::json j = {{"store", std::string((*store)->url())},
+    nlohmann::json j = {{"store", RedactStoreUrl((*store)->url())},
                         {"dry_run", flags.dry_run},
                         {"scanned", stats->scanned},
                         {"tombstoned", stats->tombstoned},
@@ -117,7 +117,8 @@ int RunPurge(const PurgeFlags& flags) {
                         {"batches", stats->batches}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s%s\n", DescribePurge(*stats, flags.dry_run).c_str(),
+    std::printf("store %s: %s%s\n", RedactStoreUrl((*store)->url()).c_str(),
+                DescribePurge(*stats, flags.dry_run).c_str(),
                 flags.dry_run ? " (dry run: nothing changed)" : "");
   }
   std::fflush(stdout);

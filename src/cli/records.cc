@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -124,14 +125,19 @@ int FetchRecordsList(Store& store, const ListFlags& flags, RecordQuery query,
   return kExitOk;
 }
 
-void PrintRecordsList(const ListFlags& flags, const std::vector<Record>& out) {
+void PrintRecordsList(const ListFlags& flags, std::string_view store,
+                      const std::vector<Record>& out) {
   if (flags.json) {
     nlohmann::json list = nlohmann::json::array();
     for (const Record& r : out) list.push_back(RecordJson(r));
-    std::printf("%s\n", nlohmann::json{{"records", std::move(list)}}.dump(2).c_str());
+    std::printf("%s\n",
+                nlohmann::json{{"store", RedactStoreUrl(store)}, {"records", std::move(list)}}
+                    .dump(2)
+                    .c_str());
   } else if (out.empty()) {
-    std::printf("no records\n");
+    std::printf("no records in %s\n", RedactStoreUrl(store).c_str());
   } else {
+    std::printf("store %s\n", RedactStoreUrl(store).c_str());
     std::printf("%-12s %-12s %-28s %-10s %6s %-24s %-24s %s\n", "TENANT", "BIZ_TYPE", "KEY",
                 "STATE", "TOKEN", "CREATED_AT", "UPDATED_AT",
                 flags.tombstones ? "TOMBSTONE_UNTIL" : "EXPIRES_AT");
@@ -180,7 +186,7 @@ int RunList(const ListFlags& flags) {
   if (int code = FetchRecordsList(**store, flags, query, *policy, now, &out); code != kExitOk) {
     return code;
   }
-  PrintRecordsList(flags, out);
+  PrintRecordsList(flags, (*store)->url(), out);
   return kExitOk;
 }
 
@@ -208,7 +214,7 @@ CommandFn AddRecordsCommand(CLI::App& root) {
   list->add_option("--limit", flags->limit, "At most this many records")->capture_default_str();
   list->add_flag("--expired", flags->expired, "Only what `idem purge` would remove now");
   list->add_flag("--tombstones", flags->tombstones, "List purged keys' tombstones instead");
-  list->add_flag("--json", flags->json, "Print {\"records\":[…]} as JSON");
+  list->add_flag("--json", flags->json, "Print {\"store\":URL,\"records\":[…]} as JSON");
   return [flags] { return RunList(*flags); };
 }
 

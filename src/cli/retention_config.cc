@@ -46,6 +46,21 @@ toml::table CheckToml(const std::string& text) {
   }
 }
 
+// `store` and `store-password-file` of the [serve] section of the config file read
+// by this process, kept when the program has no `serve` subcommand (idem-worker).
+ServeStoreConfig& ServeStoreItems() {
+  static ServeStoreConfig* items = new ServeStoreConfig();
+  return *items;
+}
+
+bool HasServeCommand(const CLI::App* root) {
+  if (root == nullptr) return true;  // no program to match sections to: CLI11 decides
+  for (const CLI::App* sub : root->get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() == "serve") return true;
+  }
+  return false;
+}
+
 class Reader final : public CLI::ConfigTOML {
  public:
   explicit Reader(const CLI::App* root) : root_(root) {}
@@ -54,6 +69,7 @@ class Reader final : public CLI::ConfigTOML {
     // The items of the file read last: a process that parses a command line again
     // (the config fuzzer does, once per input) must not see an earlier file's.
     RetentionItems().clear();
+    ServeStoreItems() = {};
     const std::string text{std::istreambuf_iterator<char>(input), std::istreambuf_iterator<char>()};
     const toml::table file = CheckToml(text);
     if (root_ != nullptr) {
@@ -64,9 +80,18 @@ class Reader final : public CLI::ConfigTOML {
     std::istringstream checked(text);
     std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(checked);
     std::vector<CLI::ConfigItem> rest;
+    const bool serve_is_ours = HasServeCommand(root_);
     for (CLI::ConfigItem& item : items) {
       if (!item.parents.empty() && item.parents.front() == kSection) {
         RetentionItems().push_back(std::move(item));
+      } else if (!serve_is_ours && !item.parents.empty() && item.parents.front() == "serve") {
+        // The server's settings: only its store is this program's business.
+        if (item.parents.size() == 1 && item.inputs.size() == 1) {
+          if (item.name == "store") ServeStoreItems().url = item.inputs.front();
+          if (item.name == "store-password-file") {
+            ServeStoreItems().password_file = item.inputs.front();
+          }
+        }
       } else {
         rest.push_back(std::move(item));
       }
@@ -87,6 +112,8 @@ std::string Where(std::string_view biz_type) {
 }
 
 }  // namespace
+
+ServeStoreConfig ServeStoreFromConfig() { return ServeStoreItems(); }
 
 std::shared_ptr<CLI::Config> ConfigReader(const CLI::App* root) {
   return std::make_shared<Reader>(root);

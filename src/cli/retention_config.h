@@ -37,6 +37,18 @@ namespace idem::cli {
 // (cli/config_values.h); `root` must outlive the reader.
 std::shared_ptr<CLI::Config> ConfigReader(const CLI::App* root = nullptr);
 
+// The store of the [serve] section of the --config file read last by this process,
+// as seen by a program without a `serve` subcommand (idem-worker), whose reader
+// (ConfigReader with its root) sets this aside instead of refusing the section: one
+// config file describes one deployment, and the server's names its store. Empty
+// fields when the file does not set them; in `idem` itself, AddStoreOptions reads
+// the serve subcommand's options instead (cli/secrets.h).
+struct ServeStoreConfig {
+  std::string url;            // [serve] store
+  std::string password_file;  // [serve] store-password-file
+};
+ServeStoreConfig ServeStoreFromConfig();
+
 // The policy of the [retention.*] sections of the --config file read last by this
 // process (empty without one, or without such sections). Errors, each naming the
 // section and key: kInvalidArgument for an unknown key, a missing window, a bad

@@ -244,6 +244,27 @@ std::string SubcommandPath(const CLI::App* sub) {
   return path;
 }
 
+// When the --store of `sub` was given neither on the command line nor in its own
+// config section: the server's, from the config file's [serve] section (`store`, and
+// `store-password-file` with it), so that the server's config file names the store
+// for every subcommand. True when *url (and *password_file) were set from it.
+bool UseServeStore(const CLI::App& root, const CLI::App* sub, std::string* url,
+                   std::string* password_file) {
+  const CLI::App* serve = nullptr;
+  for (const CLI::App* candidate : root.get_subcommands([](const CLI::App*) { return true; })) {
+    if (candidate->get_name() == "serve") serve = candidate;
+  }
+  if (serve == nullptr || serve == sub) return false;
+  const CLI::Option* store = serve->get_option_no_throw("--store");
+  if (store == nullptr || store->count() == 0 || store->results().empty()) return false;
+  *url = store->results().back();
+  if (const CLI::Option* file = serve->get_option_no_throw("--store-password-file");
+      file != nullptr && file->count() > 0 && !file->results().empty()) {
+    *password_file = file->results().back();
+  }
+  return true;
+}
+
 }  // namespace
 
 void AddStoreOptions(CLI::App& root, CLI::App* sub, const std::vector<StoreOption>& options) {
@@ -256,8 +277,10 @@ void AddStoreOptions(CLI::App& root, CLI::App* sub, const std::vector<StoreOptio
   std::vector<Bound> bound;
   for (const StoreOption& o : options) {
     auto password_file = std::make_shared<std::string>();
+    const std::string help =
+        o.name == "--store" ? o.help + "; not given: the --config file's [serve] store" : o.help;
     const CLI::Option* url_option =
-        sub->add_option(o.name, *o.url, o.help)->type_name("URL")->capture_default_str();
+        sub->add_option(o.name, *o.url, help)->type_name("URL")->capture_default_str();
     const std::string env = "IDEM_" + absl::AsciiStrToUpper(o.name.substr(2)) + "_PASSWORD";
     sub->add_option(o.name + "-password-file", *password_file,
                     "File holding the password of the " + o.name +
@@ -267,12 +290,15 @@ void AddStoreOptions(CLI::App& root, CLI::App* sub, const std::vector<StoreOptio
     bound.push_back({o.name, o.url, url_option, std::move(password_file)});
   }
   const CLI::Option* config = root.get_config_ptr();
-  sub->final_callback([bound, config, sub] {
+  sub->final_callback([bound, config, sub, &root] {
     const std::string config_file =
         config != nullptr && !config->results().empty() ? config->results().back() : "";
     const std::string prefix = SubcommandPath(sub) + ": ";
     for (const Bound& b : bound) {
-      if (b.url_option->count() == 0 && b.password_file->empty()) continue;  // the default
+      if (b.url_option->count() == 0 && b.password_file->empty() &&
+          (b.name != "--store" || !UseServeStore(root, sub, b.url, b.password_file.get()))) {
+        continue;  // the default
+      }
       if (b.url->empty()) {
         if (b.password_file->empty()) continue;
         throw StoreOptionError(prefix + b.name + "-password-file needs " + b.name, kExitUsage);

@@ -84,7 +84,9 @@ struct StoreOption {
 // has the password of each given URL read, once the command line is parsed, from
 // that file or else the environment (IDEM_STORE_PASSWORD for --store; UrlWithSecret)
 // and written into *url before the subcommand runs. Both may also be set in the
-// subcommand's --config section (`store`, `store-password-file`). A URL left at its
+// subcommand's --config section (`store`, `store-password-file`); a --store given in
+// neither place is the server's, `store` (and `store-password-file`) of the config
+// file's [serve] section, when it sets one. A URL left at its
 // default (a path URL, which takes no password) is not touched. A failure (both
 // sources, a password for a path URL or for a URL that has one, an unreadable or
 // unsafe file) ends the run before the subcommand's function with one line and

@@ -134,15 +134,18 @@ int RunStuck(const StuckFlags& flags) {
   if (flags.json) {
     nlohmann::json list = nlohmann::json::array();
     for (const OperationState& op : *stuck) list.push_back(Json(op, now));
-    std::printf("%s\n", nlohmann::json{{"operations", std::move(list)}}.dump(2).c_str());
+    std::printf("%s\n", nlohmann::json{{"store", RedactStoreUrl((*store)->url())},
+                                        {"operations", std::move(list)}}
+                           .dump(2)
+                           .c_str());
     return kExitOk;
   }
   if (stuck->empty()) {
-    std::printf("no stuck operations in %s\n", std::string((*store)->url()).c_str());
+    std::printf("no stuck operations in %s\n", RedactStoreUrl((*store)->url()).c_str());
     return kExitOk;
   }
   for (const OperationState& op : *stuck) std::fputs(Human(op, now).c_str(), stdout);
-  std::printf("%zu operation(s)\n", stuck->size());
+  std::printf("%zu operation(s) in %s\n", stuck->size(), RedactStoreUrl((*store)->url()).c_str());
   return kExitOk;
 }
 

@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/reason.h"
+#include "cli/retention_config.h"
 #include "demo/builtin_operations.h"
 #include "idem/idem.h"
 #include "idem/steps.h"
@@ -40,7 +41,15 @@ struct WorkerFlags {
   bool once = false;
 };
 
-int RunWorker(const WorkerFlags& flags) {
+int RunWorker(WorkerFlags flags, bool store_given) {
+  if (const ServeStoreConfig serve = ServeStoreFromConfig(); !store_given && !serve.url.empty()) {
+    if (!serve.password_file.empty()) {
+      PrintReason("worker: the config's [serve] store-password-file is not read by idem "
+                  "worker; give --store");
+      return kExitUsage;
+    }
+    flags.store = serve.url;  // the server's store, from the same config file
+  }
   absl::StatusOr<absl::Duration> interval = ParseTtlDuration(flags.interval, "--interval");
   if (!interval.ok() || *interval <= absl::ZeroDuration()) {
     PrintReason(interval.ok() ? "worker: --interval must be positive"
@@ -85,7 +94,8 @@ int RunWorker(const WorkerFlags& flags) {
       PrintReason("worker: " + std::string(n.status().message()));
       return kExitFailure;
     }
-    std::printf("resumed %d operation(s)\n", *n);
+    std::printf("resumed %d operation(s) in %s\n", *n,
+                RedactStoreUrl((*store)->url()).c_str());
     return kExitOk;
   }
   // Block the stop signals before the worker thread starts, so it inherits the
@@ -114,15 +124,18 @@ CommandFn AddWorkerCommand(CLI::App& root) {
   CLI::App* cmd =
       root.add_subcommand("worker", "Resume due step operations (after crashes and retries)");
   auto flags = std::make_shared<WorkerFlags>();
-  cmd->add_option("--store", flags->store, "Store URL: sqlite://PATH, postgres://…, mysql://…")
-      ->capture_default_str();
+  const CLI::Option* store =
+      cmd->add_option("--store", flags->store,
+                      "Store URL: sqlite://PATH, postgres://…, mysql://… (never creates one; "
+                      "default: the config's [serve] store, else this)")
+          ->capture_default_str();
   cmd->add_option("--refund-channel,--refund_channel", flags->refund_channel,
                   "Payment channel URL (http://HOST:PORT) of the refund example's operations");
   cmd->add_option("--interval", flags->interval, "Time between passes (e.g. 500ms, 1s)")
       ->capture_default_str();
   cmd->add_option("--batch", flags->batch, "Operations per pass at most")->capture_default_str();
   cmd->add_flag("--once", flags->once, "Make one pass, print how many it resumed, and exit");
-  return [flags] { return RunWorker(*flags); };
+  return [flags, store] { return RunWorker(*flags, store->count() > 0); };
 }
 
 }  // namespace idem::cli

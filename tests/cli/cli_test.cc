@@ -557,7 +557,8 @@ TEST_F(CliTest, InspectMissingKeyExitsOne) {
 TEST_F(CliTest, InspectMissingSqliteFileExitsOneAndCreatesNothing) {
   RunResult r = Idem({"inspect", "--store", "sqlite://./nope.db", "--key", "K-1"});
   ExpectOneLineFailure(r, 1);
-  EXPECT_EQ(r.err, "idem: no idem schema here: sqlite database './nope.db' does not exist\n");
+  EXPECT_EQ(r.err, "idem: store sqlite://./nope.db: database file ./nope.db does not exist; "
+                   "`idem migrate` creates one\n");
   EXPECT_FALSE(std::filesystem::exists(dir_.file("nope.db")));
 }
 
@@ -617,7 +618,8 @@ TEST_F(CliInspectRecordTest, PrintsTheRecord) {
       {"inspect", "--store", url_, "--tenant", "acme", "--biz-type", "refund", "--key", "R-1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
-  EXPECT_THAT(r.out, StartsWith("tenant       acme\n"
+  EXPECT_THAT(r.out, StartsWith("store        " + url_ + "\n"
+                                "tenant       acme\n"
                                 "biz_type     refund\n"
                                 "key          R-1\n"
                                 "state        SUCCEEDED\n"

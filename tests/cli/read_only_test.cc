@@ -99,7 +99,7 @@ TEST(ReadOnly, SqliteWithoutIdemTablesIsNoSchemaHereAndUntouched) {
   // A missing file is not created.
   RunResult r = RunIdemIn(dir.path(), LookingCommands("sqlite://" + dir.file("typo.db"))[0]);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("no idem schema here"));
+  EXPECT_THAT(r.err, HasSubstr("typo.db does not exist"));
   struct stat st;
   EXPECT_NE(stat(dir.file("typo.db").c_str(), &st), 0) << "inspect created the file";
 }

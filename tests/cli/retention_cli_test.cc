@@ -3,6 +3,8 @@
 // the real binary on the real clock; the [retention.*] sections of --config.
 #include <sys/stat.h>
 
+#include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -163,6 +165,135 @@ TEST_F(RetentionCliTest, PurgeUsageAndStoreErrors) {
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.err, HasSubstr("[retention.refund]: unknown key 'ttl_days'"));
 }
+
+// One config file describes one deployment: the server's config ([serve] store
+// plus [retention.*]) given to purge purges the server's store, and says which (it
+// purged rocksdb://./idem-db instead, creating it, and named no store).
+TEST_F(RetentionCliTest, PurgeWithTheServersConfigPurgesTheServersStore) {
+  Seed("t", "refund", "old-done", "done", 100 * kDay);
+  Write(config_, "[serve]\nlisten = \"127.0.0.1:0\"\nstore = \"" + url_ + "\"\n" +
+                     kRefundRetention);
+  RunResult dry = Idem({"--config", config_, "purge", "--dry-run", "--json"});
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_EQ(json::parse(dry.out)["store"], url_);
+  EXPECT_EQ(json::parse(dry.out)["tombstoned"], 1);
+
+  RunResult run = Idem({"--config", config_, "purge"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "store " + url_ +
+                         ": 1 expired records found, 1 tombstoned, 0 deleted, 0 old tombstones "
+                         "dropped, 0 kept, 0 step operations deleted (1 batches)\n");
+  EXPECT_TRUE(Stored("t", "old-done")->purged());
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("idem-db"))) << "purge made the default store";
+
+  // The other subcommands read the same store and name it (stuck: with its journal).
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    StepRunner runner(**store);
+    ASSERT_TRUE(runner.Migrate().ok());
+  }
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"records", "list", "--tombstones"},
+           {"inspect", "--tenant", "t", "--key", "old-done"},
+           {"keys", "analyze"},
+           {"stuck"},
+           {"migrate", "--dry-run"},
+           {"worker", "--once", "--refund-channel", "http://127.0.0.1:1"}}) {
+    std::vector<std::string> argv = {"--config", config_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    RunResult r = Idem(argv);
+    EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
+    EXPECT_THAT(r.out, HasSubstr(url_)) << args[0] << " did not name the store";
+    argv.push_back("--json");
+    if (args[0] == "migrate" || args[0] == "worker") continue;  // no --json
+    RunResult j = Idem(argv);
+    ASSERT_EQ(j.exit_code, 0) << args[0] << ": " << j.err;
+    EXPECT_EQ(json::parse(j.out)["store"], url_) << args[0];
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("idem-db")));
+
+  // --store on the command line still wins: here a store that does not exist.
+  RunResult other = Idem({"--config", config_, "purge", "--store", "sqlite://" + dir_.file("o.db")});
+  EXPECT_EQ(other.exit_code, 1) << other.err;
+  EXPECT_THAT(other.err, HasSubstr("sqlite://" + dir_.file("o.db")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("o.db")));
+}
+
+// [serve] store-password-file comes with [serve] store: here refused, since a path
+// URL takes no password, which shows it was read; a --store of its own reads neither.
+TEST_F(RetentionCliTest, TheServersStorePasswordFileComesWithItsStore) {
+  Seed("t", "refund", "K-1", "done", 1 * kDay);
+  const std::string password = dir_.file("store-password");
+  Write(password, "secret\n");
+  ASSERT_EQ(chmod(password.c_str(), 0600), 0);
+  Write(config_, "[serve]\nstore = \"" + url_ + "\"\nstore-password-file = \"" + password +
+                     "\"\n");
+  RunResult r = Idem({"--config", config_, "records", "list"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(r.err, "idem: records list: a password was given for store URL '" + url_ +
+                       "', which takes none (only server URLs do)\n");
+  RunResult own = Idem({"--config", config_, "records", "list", "--store", url_});
+  EXPECT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_THAT(own.out, HasSubstr("K-1"));
+}
+
+// A config naming a store that does not exist: purge says so, naming it, and
+// creates nothing (it created ./idem-db and reported 0 records found).
+TEST_F(RetentionCliTest, PurgeWithTheConfigOfAMissingStoreCreatesNothing) {
+  for (const std::string& url :
+       {"sqlite://" + dir_.file("gone.db"), "rocksdb://" + dir_.file("gone-db")}) {
+    Write(config_, "[serve]\nstore = \"" + url + "\"\n" + kRefundRetention);
+    for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+             {"--config", config_, "purge"}, {"--config", config_, "purge", "--dry-run"}}) {
+      RunResult r = Idem(args);
+      EXPECT_EQ(r.exit_code, 1) << url << ": " << r.out << r.err;
+      EXPECT_EQ(r.out, "");
+      EXPECT_THAT(r.err, HasSubstr("store " + url + ": ")) << url;
+      EXPECT_THAT(r.err, HasSubstr("does not exist")) << url;
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("gone.db")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("gone-db")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("idem-db")));
+}
+
+// The commands that only look never create a store where none is: a clear error
+// naming it, exit 1, and no file or directory left behind.
+class LookingCommandTest : public RetentionCliTest,
+                           public ::testing::WithParamInterface<std::vector<std::string>> {};
+
+TEST_P(LookingCommandTest, OnAMissingStoreCreatesNothing) {
+  for (const std::string& url :
+       {"sqlite://" + dir_.file("gone.db"), "rocksdb://" + dir_.file("gone-db")}) {
+    std::vector<std::string> args = GetParam();
+    args.insert(args.end(), {"--store", url});
+    RunResult r = Idem(args);
+    EXPECT_EQ(r.exit_code, 1) << url << ": " << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("store " + url + ": ")) << url;
+    EXPECT_THAT(r.err, HasSubstr("does not exist")) << url;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("gone.db")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("gone-db")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("idem-db")));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Commands, LookingCommandTest,
+    ::testing::Values(std::vector<std::string>{"records", "list"},
+                      std::vector<std::string>{"inspect", "--key", "K-1"},
+                      std::vector<std::string>{"keys", "analyze"},
+                      std::vector<std::string>{"stuck"},
+                      std::vector<std::string>{"stuck", "--resolve", "x", "--note", "by hand"}),
+    [](const ::testing::TestParamInfo<std::vector<std::string>>& info) {
+      std::string name;
+      for (const std::string& a : info.param) {
+        for (char c : a) {
+          if (std::isalnum(static_cast<unsigned char>(c))) name += c;
+        }
+      }
+      return name;
+    });
 
 TEST_F(RetentionCliTest, RecordsListFiltersAndIsReadOnly) {
   Seed("acme", "refund", "R-1", "done", 100 * kDay);

@@ -231,7 +231,8 @@ TEST_F(StepsCliTest, StuckIsEmptyAfterACleanDemoRun) {
 
   r = Idem({"stuck", "--store", url_, "--json"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(nlohmann::json::parse(r.out), nlohmann::json::parse(R"({"operations": []})"));
+  EXPECT_EQ(nlohmann::json::parse(r.out),
+            nlohmann::json({{"store", url_}, {"operations", nlohmann::json::array()}}));
   EXPECT_EQ(r.err, "");
 }
 
@@ -247,7 +248,7 @@ TEST_F(StepsCliTest, StuckListsADueOperationWithItsSteps) {
   EXPECT_EQ(r.out, absl::StrCat("K-due  test.flaky  PENDING  (due, no runner)\n", "  next retry  ",
                                 Utc(past_.Now()), "\n",                 //
                                 "  last error  ", op.last_error, "\n",  //
-                                "  1. charge  ", step_status, "  retries 1\n", "1 operation(s)\n"));
+                                "  1. charge  ", step_status, "  retries 1\n", "1 operation(s) in " + url_ + "\n"));
   EXPECT_THAT(op.last_error, HasSubstr("gateway busy"));
 
   r = Idem({"stuck", "--store", url_, "--json"});
@@ -322,7 +323,7 @@ TEST_F(StepsCliTest, StuckListsCompensationRequired) {
   EXPECT_THAT(r.out, HasSubstr("reservation is locked"));
   EXPECT_THAT(r.out, HasSubstr("\n  1. reserve  SUCCESS"));
   EXPECT_THAT(r.out, HasSubstr("\n  2. charge  "));
-  EXPECT_THAT(r.out, HasSubstr("\n1 operation(s)\n"));
+  EXPECT_THAT(r.out, HasSubstr("\n1 operation(s) in " + url_ + "\n"));
 
   r = Idem({"stuck", "--store", url_, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -382,7 +383,7 @@ TEST_F(StepsCliTest, StuckListsOldestFirstUpToTheLimit) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("K-older  "));
   EXPECT_THAT(r.out, Not(HasSubstr("K-newer")));
-  EXPECT_THAT(r.out, HasSubstr("\n1 operation(s)\n"));
+  EXPECT_THAT(r.out, HasSubstr("\n1 operation(s) in " + url_ + "\n"));
 }
 
 // Business keys are opaque bytes: control bytes are escaped in the
@@ -412,8 +413,8 @@ TEST_F(StepsCliTest, StuckMissingSqliteFileExitsOneAndCreatesNothing) {
   const std::string missing = dir_.file("missing.db");
   RunResult r = Idem({"stuck", "--store", "sqlite://" + missing});
   ExpectOneLineFailure(r, 1);
-  EXPECT_EQ(r.err,
-            "idem: no idem schema here: sqlite database '" + missing + "' does not exist\n");
+  EXPECT_EQ(r.err, "idem: store sqlite://" + missing + ": database file " + missing +
+                       " does not exist; `idem migrate` creates one\n");
   EXPECT_FALSE(std::filesystem::exists(missing));
 
   // The default store is ./idem.db: missing in the empty working directory too.
@@ -465,8 +466,8 @@ TEST_F(StepsCliTest, WorkerMissingSqliteFileExitsOneAndCreatesNothing) {
   RunResult r = Idem({"worker", "--once", "--store", "sqlite://" + missing, "--refund-channel",
                  "http://127.0.0.1:1"});
   ExpectOneLineFailure(r, 1);
-  EXPECT_EQ(r.err,
-            "idem: store sqlite://" + missing + ": database file " + missing + " does not exist\n");
+  EXPECT_EQ(r.err, "idem: store sqlite://" + missing + ": database file " + missing +
+                       " does not exist; `idem migrate` creates one\n");
   EXPECT_FALSE(std::filesystem::exists(missing));
 }
 
@@ -474,7 +475,7 @@ TEST_F(StepsCliTest, WorkerOnceWithNothingDue) {
   RunCleanDemo(3);
   RunResult r = Idem({"worker", "--once", "--store", url_, "--refund-channel", "http://127.0.0.1:1"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "resumed 0 operation(s)\n");
+  EXPECT_EQ(r.out, "resumed 0 operation(s) in " + url_ + "\n");
 }
 
 // Two refunds a runner left UNKNOWN at the channel call: for one the channel made
@@ -511,7 +512,7 @@ TEST_F(StepsCliTest, WorkerOnceResumesDueRefundsExactlyOnce) {
   // re-sent, and both stay stuck.
   r = Idem({"worker", "--once", "--store", url_, "--refund-channel", "http://127.0.0.1:1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "resumed 2 operation(s)\n");
+  EXPECT_EQ(r.out, "resumed 2 operation(s) in " + url_ + "\n");
   for (const std::string& order : {sent, unsent}) {
     OperationState op = Get("refund:" + order);
     EXPECT_EQ(op.status, OperationStatus::kPending) << order;
@@ -533,7 +534,7 @@ TEST_F(StepsCliTest, WorkerOnceResumesDueRefundsExactlyOnce) {
   })) << "the retries never came due";
   r = Idem({"worker", "--once", "--store", url_, "--refund-channel", channel_url});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "resumed 2 operation(s)\n");
+  EXPECT_EQ(r.out, "resumed 2 operation(s) in " + url_ + "\n");
   for (const std::string& order : {sent, unsent}) {
     OperationState op = Get("refund:" + order);
     EXPECT_EQ(op.status, OperationStatus::kSuccess) << order << ": " << op.last_error;
@@ -550,7 +551,7 @@ TEST_F(StepsCliTest, WorkerOnceResumesDueRefundsExactlyOnce) {
   // Final operations are not resumed again.
   r = Idem({"worker", "--once", "--store", url_, "--refund-channel", channel_url});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "resumed 0 operation(s)\n");
+  EXPECT_EQ(r.out, "resumed 0 operation(s) in " + url_ + "\n");
   EXPECT_EQ(channel.Stop(SIGTERM, kGenerousDeadline), 0) << channel.stderr_text();
 }
 
