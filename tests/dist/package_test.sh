@@ -69,6 +69,9 @@ subs=$("$root/usr/bin/idem" --help | awk '/^Subcommands:/ { on = 1; next } on &&
 for sub in $subs; do
   [[ -f "$root/usr/share/man/man1/idem-$sub.1.gz" ]] || fail "no man page idem-$sub(1) for the subcommand $sub"
 done
+# The packaged config keeps serve's default store, the embedded RocksDB one.
+grep -qx 'store = "rocksdb:///var/lib/idem/idem-db"' "$root/etc/idem/idem.toml" ||
+  fail "the packaged config's store is not serve's default (rocksdb://)"
 # The packaged config is valid: serve starts on it (the command line overrides its
 # listen and store, which point at the service's own directories).
 # IDEM_FAILPOINTS is for the crash tests of a test build: the packaged binary has no
@@ -76,7 +79,7 @@ done
 # every claim).
 IDEM_FAILPOINTS=guard.after_claim_commit=kill \
   "$root/usr/bin/idem" serve --config "$root/etc/idem/idem.toml" --listen 127.0.0.1:0 \
-  --store "sqlite://$work/idem.db" >"$work/serve.out" 2>"$work/serve.err" &
+  --store "rocksdb://$work/idem-db" >"$work/serve.out" 2>"$work/serve.err" &
 pid=$!
 wait_listening "$work/serve.out" "$work/serve.err" 100
 grep -q '^listening on 127.0.0.1:' "$work/serve.out" || fail "serve on the packaged config did not listen"
