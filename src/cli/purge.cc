@@ -22,6 +22,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -92,7 +93,14 @@ int RunPurge(const PurgeFlags& flags) {
   absl::StatusOr<std::unique_ptr<Store>> store =
       flags.dry_run ? OpenReadOnlyStore(flags.store) : OpenExistingStore(flags.store);
   if (!store.ok()) {
-    PrintReason(absl::StrCat("purge: ", RedactStoreSecrets(store.status(), flags.store).message()));
+    std::string reason(RedactStoreSecrets(store.status(), flags.store).message());
+    if (absl::StrContains(reason, "another process has this database open")) {
+      // One process per rocksdb:// directory: the server holding it purges it.
+      absl::StrAppend(&reason,
+                      "; a store `idem serve` holds is purged by the server itself: run it with "
+                      "--purge-every (e.g. 1h) or purge-every in its config's [serve] section");
+    }
+    PrintReason(absl::StrCat("purge: ", reason));
     return ExitCodeForStoreError(store.status());
   }
   options.progress = [&](const PurgeStats& s) {

@@ -591,6 +591,13 @@ TEST(ServeRocksdbTest, ClaimsSurviveARestartAndTheDirectoryHasOneServer) {
     EXPECT_EQ(second.WaitExit(), 1);
     EXPECT_EQ(CountLines(second.stderr_text()), 1) << second.stderr_text();
     EXPECT_THAT(second.stderr_text(), HasSubstr("another process has this database open"));
+    // `idem purge` cannot open it either, and says how the server purges it.
+    RunResult purge = ::idem::testing::RunIdem({"purge", "--store", "rocksdb://" + dir.file("db")},
+                                               dir.path());
+    EXPECT_EQ(purge.exit_code, 1) << purge.err;
+    EXPECT_EQ(CountLines(purge.err), 1) << purge.err;
+    EXPECT_THAT(purge.err, HasSubstr("another process has this database open"));
+    EXPECT_THAT(purge.err, HasSubstr("is purged by the server itself: run it with --purge-every"));
     EXPECT_EQ(serve.Stop(SIGTERM), 0) << serve.stderr_text();
   }
   IdemProcess again(dir.file("again.txt"));
