@@ -1,6 +1,6 @@
 // `idem migrate --from URL --to URL`: copies every record (tombstones included) of
 // one store into another, e.g. an earlier default sqlite://./idem.db into
-// rocksdb://./idem-db (README, "Quick start"). The source is opened read-only and
+// rocksdb://./idem-db (docs/cli.md). The source is opened read-only and
 // never changed; each record is inserted into the destination only where the
 // destination has none for its (tenant, key), so a second run copies nothing and a
 // run cut short is finished by running it again. A destination record that differs
