@@ -248,14 +248,17 @@ def run_sh(block: Block, name: str, address: str, work: Path, failures: Failures
         script += [f"STEP={k}", "{ " + substitute(s.command, address),
                    f'}} >"{d}/out.{k}" 2>"{d}/err.{k}"; echo $? >"{d}/rc.{k}"']
     (d / "block.sh").write_text("\n".join(script) + "\n")
-    subprocess.run(["bash", str(d / "block.sh")], check=False, timeout=120, cwd=d)
+    p = subprocess.run(["bash", str(d / "block.sh")], check=False, timeout=120, cwd=d,
+                       capture_output=True, text=True)
     checked = 0
     for k, s in enumerate(steps):
         where = f"{block.at(name, s.line)} the command `{s.command.splitlines()[0].strip()}`"
         rc_file = d / f"rc.{k}"
         rc = int(rc_file.read_text()) if rc_file.exists() else None
         if rc != 0:
-            failures.add(f"{where} exited {rc}: {(d / f'err.{k}').read_text(errors='replace')}")
+            err = d / f"err.{k}"
+            failures.add(f"{where} exited {rc}: "
+                         f"{err.read_text(errors='replace') if err.exists() else p.stderr}")
             continue
         e = s.expect
         if e is None:
@@ -324,7 +327,7 @@ def run_python_block(source: str, first_line: int, name: str,
                     value = ns[stmt.targets[0].id]
         except Exception as e:  # noqa: BLE001 - the README's code raised: that is the finding
             failures.append(f"{at(stmt.lineno)} the statement raised {type(e).__name__}: {e}")
-            break
+            return failures, checked  # what follows depends on it
         if expected is None:
             continue
         seen.add(stmt.end_lineno)
@@ -394,7 +397,8 @@ def cpp_source(blocks: list[Block], name: str) -> str:
 
 def run_cpp(blocks: list[Block], name: str, args, work: Path, failures: Failures) -> str:
     b = next(b for b in blocks if b.lang == "cpp" and b.action == "run")
-    built = Path(args.cpp_source).read_text(encoding="utf-8") if Path(args.cpp_source).exists() else ""
+    built_path = Path(args.cpp_source)
+    built = built_path.read_text(encoding="utf-8") if built_path.exists() else ""
     wanted = cpp_source(blocks, name)
     if built != wanted:
         # The README line of the first difference (main's body keeps the README's lines).
@@ -447,14 +451,21 @@ class Serve:
                                f"{self.log.read_text(errors='replace')}")
         self.address = first[len("listening on "):]
 
-    def stop(self) -> None:
+    def stop(self) -> str | None:
+        """Stops the server; what went wrong, if it did not exit 0 on SIGTERM."""
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=15)
+            code = self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+            code = "killed after SIGTERM was ignored for 15 s"
+        problem = None
+        if code != 0:
+            problem = f"idem serve exit status on SIGTERM: {code}; its log:\n" + \
+                self.log.read_text(errors="replace")
         shutil.rmtree(self.dir, ignore_errors=True)
+        return problem
 
 
 # ---- the commands --------------------------------------------------------------------
@@ -499,7 +510,9 @@ def check(args) -> int:
                 what = "not run"
             report.append(f"ran     {name}:{b.line} {b.lang}: {what}")
     finally:
-        serve.stop()
+        problem = serve.stop()
+    if problem:
+        failures.add(problem)
     print("\n".join(report))
     if failures.messages:
         print(f"readme_test: {len(failures.messages)} failures (above)", file=sys.stderr)
@@ -509,7 +522,8 @@ def check(args) -> int:
 
 
 # Each: (what, the README text to change, what it becomes, the text the failure names).
-# The failure must name the changed line of the copy.
+# The failure must name the changed line of the copy. The text must be in the README:
+# an edit of the README that removes one fails readme.examples_bite; change the entry.
 BITES = [
     ("an HTTP body", '# → 200 {"outcome":"completed"}', '# → 200 {"outcome":"complete"}',
      "the README shows the body"),
@@ -568,6 +582,9 @@ def main() -> int:
     p.add_argument("--out", required=True)
     sub.add_parser("run-python")
     args = ap.parse_args()
+    for arg in ("readme", "idem", "python_client", "cpp_source", "cpp_bin", "work", "out"):
+        if getattr(args, arg, None):  # the commands run in other directories
+            setattr(args, arg, str(Path(getattr(args, arg)).resolve()))
     if args.command == "check":
         return check(args)
     if args.command == "bite":
