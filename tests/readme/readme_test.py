@@ -302,7 +302,8 @@ def run_python_block(source: str, first_line: int, name: str,
     answers: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT and tok.string.startswith("# " + ARROW):
-            answers[tok.start[0] + first_line - 1] = answer_text(tok.string[len("# " + ARROW):]).strip()
+            text = tok.string[len("# " + ARROW):]
+            answers[tok.start[0] + first_line - 1] = answer_text(text).strip()
     failures: list[str] = []
     ns: dict = {"__name__": "__readme__"}
 
