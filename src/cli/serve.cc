@@ -125,6 +125,12 @@ std::optional<http::ApiOptions> ServeApiOptions(const ServeFlags& flags,
   }
   api_options.key_health.window = *key_window;
   api_options.metrics_require_token = flags.metrics_token;
+  absl::StatusOr<absl::Duration> retry_after_max = RetryAfterMaxOf(flags.server);
+  if (!retry_after_max.ok()) {
+    PrintReason("serve: " + Str(retry_after_max.status().message()));
+    return std::nullopt;
+  }
+  api_options.retry_after_max = *retry_after_max;
   *exit_code = kExitOk;
   return api_options;
 }
@@ -232,19 +238,25 @@ bool AddServeDevelopmentTenant(http::ApiOptions* api_options) {
 }
 
 // What the server runs with that the operator must know: the fail-open biz_types and
-// the retention policy.
+// the retention policy, or that there is none (records kept until purged).
 void LogServeSettings(const http::ApiOptions& api_options, const RetentionPolicy& retention) {
   for (const std::string& biz_type : api_options.fail_open) {
     spdlog::warn("biz_type \"{}\" is fail-open: while the store is down its claims are let "
                  "through unrecorded, so duplicates may pass (UNSAFE)",
                  biz_type);
   }
-  if (!retention.empty()) {
-    const std::string described = DescribePolicy(retention);
-    for (absl::string_view line : absl::StrSplit(described, '\n', absl::SkipEmpty())) {
-      spdlog::info("retention: {}", std::string(line.data(), line.size()));
-    }
+  if (retention.empty()) {
+    spdlog::warn("retention: none configured, so every biz_type's records are kept until "
+                 "purged; to set one, add a [retention.<biz_type>] section to the config file "
+                 "(docs/retention.md)");
+    return;
   }
+  const std::string described = DescribePolicy(retention);
+  for (absl::string_view line : absl::StrSplit(described, '\n', absl::SkipEmpty())) {
+    spdlog::info("retention: {}", std::string(line.data(), line.size()));
+  }
+  spdlog::info("retention: any other biz_type's records are kept until purged; each is logged "
+               "when its first record is made (idem_biz_types_without_retention counts them)");
 }
 
 int RunServe(const ServeFlags& flags) {
