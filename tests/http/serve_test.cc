@@ -19,6 +19,8 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -223,6 +225,42 @@ TEST(ServeRetryAfter, TheCapComesFromTheFlagOrTheConfigAndIsChecked) {
   RunResult in_file = ::idem::testing::RunIdem(bad_config, dir.path());
   EXPECT_EQ(in_file.exit_code, 2) << in_file.err;
   EXPECT_THAT(in_file.err, HasSubstr("retry-after-max"));
+}
+
+// The packaged /etc/idem/idem.toml shows idem serve's defaults: every key of its
+// [serve] section, set or commented out, whose option has a default (`idem serve
+// --help` prints "--key TYPE=default") gives that default, except the store, which
+// is the service's state directory on purpose.
+TEST(ServePackagedConfig, ItsValuesAreServesDefaults) {
+  std::ifstream file(IDEM_PACKAGED_CONFIG);
+  ASSERT_TRUE(file.good()) << IDEM_PACKAGED_CONFIG;
+  idem::testing::TempDir dir;
+  const RunResult help = ::idem::testing::RunIdem({"serve", "--help"}, dir.path());
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  const std::regex key_line(R"(^(# )?([a-z][a-z-]*) = (.*)$)");
+  bool in_serve = false;
+  int checked = 0;
+  std::set<std::string> seen;
+  for (std::string line; std::getline(file, line);) {
+    if (line.starts_with("[") || line.starts_with("# [")) in_serve = line == "[serve]";
+    std::smatch m;
+    if (!in_serve || !std::regex_match(line, m, key_line) || m[2] == "store") continue;
+    std::string value = m[3];
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+      value = value.substr(1, value.size() - 2);
+    }
+    // "--key TYPE=default" or "--key,--key_alias TYPE=default" in the help.
+    const std::regex option("--" + m[2].str() + R"((,--[a-z_]+)? [A-Z:]+=(\S+))");
+    std::smatch d;
+    if (!std::regex_search(help.out, d, option)) continue;  // no default: an example
+    EXPECT_EQ(value, d[2].str()) << "packaged config: " << line;
+    seen.insert(m[2]);
+    ++checked;
+  }
+  EXPECT_GE(checked, 11) << "keys checked: " << checked;
+  for (const char* key : {"listen", "retry-after-max", "purge-batch", "purge-max-rate"}) {
+    EXPECT_TRUE(seen.count(key)) << key << " is not in the packaged config";
+  }
 }
 
 TEST_F(ServeTest, FailRetryableReleasesFinalFailIsCached) {
