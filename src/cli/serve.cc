@@ -238,19 +238,14 @@ bool AddServeDevelopmentTenant(http::ApiOptions* api_options) {
 }
 
 // What the server runs with that the operator must know: the fail-open biz_types and
-// the retention policy, or that there is none (records kept until purged).
+// the retention policy (and that other biz_types keep their records until purged).
 void LogServeSettings(const http::ApiOptions& api_options, const RetentionPolicy& retention) {
   for (const std::string& biz_type : api_options.fail_open) {
     spdlog::warn("biz_type \"{}\" is fail-open: while the store is down its claims are let "
                  "through unrecorded, so duplicates may pass (UNSAFE)",
                  biz_type);
   }
-  if (retention.empty()) {
-    spdlog::warn("retention: none configured, so every biz_type's records are kept until "
-                 "purged; to set one, add a [retention.<biz_type>] section to the config file "
-                 "(docs/retention.md)");
-    return;
-  }
+  if (retention.empty()) return;  // said among the warnings (RunServe)
   const std::string described = DescribePolicy(retention);
   for (absl::string_view line : absl::StrSplit(described, '\n', absl::SkipEmpty())) {
     spdlog::info("retention: {}", std::string(line.data(), line.size()));
@@ -287,6 +282,14 @@ int RunServe(const ServeFlags& flags) {
   http::Api api(guard, *store, metrics, *api_options);
   http::Server server(api, *server_options);
   LogServeSettings(*api_options, retention->policy);
+  std::vector<std::string> notes;
+  if (retention->policy.empty()) {
+    // The default, said once the server is up (a failed start stays one line); an
+    // info, not a warning: idem_biz_types_without_retention is what alerts use.
+    notes.push_back(
+        "retention: none configured, so every biz_type's records are kept until purged; to "
+        "set one, add a [retention.<biz_type>] section to the config file (docs/retention.md)");
+  }
   std::unique_ptr<ScheduledPurge> purge;
   if (retention->purge_every.has_value()) {
     PurgeOptions options;
@@ -300,7 +303,7 @@ int RunServe(const ServeFlags& flags) {
                           absl::StrCat("serving store ", AV(store->url()), " for ",
                                        api_options->tenants.size(), " tenant(s), at most ",
                                        server_options->max_connections, " connections at once,"),
-                          warnings);
+                          warnings, notes);
 }
 
 }  // namespace

@@ -244,7 +244,8 @@ StopOnSignal::~StopOnSignal() {
 }
 
 int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_view what,
-                     const std::vector<std::string>& warnings) {
+                     const std::vector<std::string>& warnings,
+                     const std::vector<std::string>& notes) {
   // Blocked before any thread started (BlockStopSignals), so the kernel keeps a
   // SIGTERM sent at any time, even before the listening line, for the sigwait below.
   BlockStopSignals();
@@ -257,6 +258,7 @@ int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_vie
   std::printf("listening on %s:%u\n", address.c_str(), static_cast<unsigned>(server.port()));
   std::fflush(stdout);
   spdlog::info("{} on {}:{}", what, address, server.port());
+  for (const std::string& note : notes) spdlog::info("{}", note);
   for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   const sigset_t set = StopSignalSet();
   int signo = 0;

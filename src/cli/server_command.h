@@ -98,10 +98,12 @@ class StopOnSignal {
 };
 
 // Starts `server`, prints "listening on HOST:PORT" on stdout (the first line, which
-// scripts wait for), logs `what` and `warnings` and serves until SIGTERM or SIGINT;
-// returns the exit status (1 when the address cannot be bound). The warnings wait
-// until the server is up, so that a failed start stays one line.
+// scripts wait for), logs `what`, `notes` (info) and `warnings` and serves until
+// SIGTERM or SIGINT; returns the exit status (1 when the address cannot be bound).
+// The notes and warnings wait until the server is up, so that a failed start stays
+// one line.
 int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_view what,
-                     const std::vector<std::string>& warnings);
+                     const std::vector<std::string>& warnings,
+                     const std::vector<std::string>& notes = {});
 
 }  // namespace idem::cli

@@ -25,7 +25,7 @@ void RetentionWatch::OnNewRecord(std::string_view biz_type, absl::Time expires_a
   without_.emplace(biz_type);
   // Escaped: the name is the client's choice.
   const std::string name = absl::CHexEscape(AV(biz_type));
-  spdlog::warn("retention: biz_type \"{}\" has no retention, so its records are kept until "
+  spdlog::info("retention: biz_type \"{}\" has no retention, so its records are kept until "
                "purged; to set one, add a [retention.{}] section to the config file "
                "(docs/retention.md)",
                name, name);

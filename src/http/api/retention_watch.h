@@ -2,8 +2,8 @@
 // purges them by hand, because the configuration gives them no retention (no
 // [retention.<biz_type>] section: a new record's expires_at is never). biz_types are
 // the clients' choice and not known before they claim, so each is found by the
-// first claim that creates a record of it: logged once (saying how to give it a
-// retention) and counted in
+// first claim that creates a record of it: logged once, as an info (saying how to
+// give it a retention; the gauge is what alerts use), and counted in
 //
 //   idem_biz_types_without_retention   gauge   such biz_types seen since the start
 //
