@@ -135,6 +135,7 @@ absl::StatusOr<ProxyPlan> ParseProxyFlags(const ProxyFlags& flags) {
   }
   options.biz_type = flags.biz_type;
   IDEM_RETURN_IF_ERROR(ParseProxyTimes(flags, &plan));
+  IDEM_ASSIGN_OR_RETURN(options.retry_after_max, RetryAfterMaxOf(flags.server));
   if (flags.max_response < 1 || flags.max_response > (uint64_t{1} << 30)) {
     return absl::InvalidArgumentError("--max-response must be between 1 and 1073741824 bytes");
   }
@@ -192,7 +193,8 @@ int RunProxy(const ProxyFlags& flags) {
     admin_flags.max_connections = 64;
     absl::StatusOr<http::ServerOptions> admin_options = ServerOptionsOf(admin_flags);
     if (!admin_options.ok()) return ProxyUsage("--admin-listen '" + flags.admin_listen + "' must be HOST:PORT");
-    admin = std::make_unique<http::Api>(guard, *store, metrics, http::ApiOptions{});
+    admin = std::make_unique<http::Api>(guard, *store, metrics,
+                                        http::ApiOptions{.watch_retention = false});
     admin_server = std::make_unique<http::Server>(*admin, *admin_options);
     if (absl::Status s = admin_server->Start(); !s.ok()) {
       PrintReason("proxy: --admin-listen: " + Str(s.message()));

@@ -125,6 +125,12 @@ std::optional<http::ApiOptions> ServeApiOptions(const ServeFlags& flags,
   }
   api_options.key_health.window = *key_window;
   api_options.metrics_require_token = flags.metrics_token;
+  absl::StatusOr<absl::Duration> retry_after_max = RetryAfterMaxOf(flags.server);
+  if (!retry_after_max.ok()) {
+    PrintReason("serve: " + Str(retry_after_max.status().message()));
+    return std::nullopt;
+  }
+  api_options.retry_after_max = *retry_after_max;
   *exit_code = kExitOk;
   return api_options;
 }
@@ -232,19 +238,20 @@ bool AddServeDevelopmentTenant(http::ApiOptions* api_options) {
 }
 
 // What the server runs with that the operator must know: the fail-open biz_types and
-// the retention policy.
+// the retention policy (and that other biz_types keep their records until purged).
 void LogServeSettings(const http::ApiOptions& api_options, const RetentionPolicy& retention) {
   for (const std::string& biz_type : api_options.fail_open) {
     spdlog::warn("biz_type \"{}\" is fail-open: while the store is down its claims are let "
                  "through unrecorded, so duplicates may pass (UNSAFE)",
                  biz_type);
   }
-  if (!retention.empty()) {
-    const std::string described = DescribePolicy(retention);
-    for (absl::string_view line : absl::StrSplit(described, '\n', absl::SkipEmpty())) {
-      spdlog::info("retention: {}", std::string(line.data(), line.size()));
-    }
+  if (retention.empty()) return;  // said among the warnings (RunServe)
+  const std::string described = DescribePolicy(retention);
+  for (absl::string_view line : absl::StrSplit(described, '\n', absl::SkipEmpty())) {
+    spdlog::info("retention: {}", std::string(line.data(), line.size()));
   }
+  spdlog::info("retention: any other biz_type's records are kept until purged; each is logged "
+               "when its first record is made (idem_biz_types_without_retention counts them)");
 }
 
 int RunServe(const ServeFlags& flags) {
@@ -275,6 +282,14 @@ int RunServe(const ServeFlags& flags) {
   http::Api api(guard, *store, metrics, *api_options);
   http::Server server(api, *server_options);
   LogServeSettings(*api_options, retention->policy);
+  std::vector<std::string> notes;
+  if (retention->policy.empty()) {
+    // The default, said once the server is up (a failed start stays one line); an
+    // info, not a warning: idem_biz_types_without_retention is what alerts use.
+    notes.push_back(
+        "retention: none configured, so every biz_type's records are kept until purged; to "
+        "set one, add a [retention.<biz_type>] section to the config file (docs/retention.md)");
+  }
   std::unique_ptr<ScheduledPurge> purge;
   if (retention->purge_every.has_value()) {
     PurgeOptions options;
@@ -288,7 +303,7 @@ int RunServe(const ServeFlags& flags) {
                           absl::StrCat("serving store ", AV(store->url()), " for ",
                                        api_options->tenants.size(), " tenant(s), at most ",
                                        server_options->max_connections, " connections at once,"),
-                          warnings);
+                          warnings, notes);
 }
 
 }  // namespace

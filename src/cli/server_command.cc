@@ -12,10 +12,12 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/reason.h"
 #include "cli/secrets.h"
 #include "core/absl_compat.h"
+#include "http/server/problem.h"
 #include "idem/idem.h"
 #include "idem/ttl.h"
 #include "spdlog/spdlog.h"
@@ -110,6 +112,13 @@ void AddServerFlags(CLI::App& root, CLI::App* sub, ServerFlags* flags) {
   sub->add_option("--header-timeout", flags->header_timeout,
                   "Time from a request's first byte to the end of its header (else 408)")
       ->capture_default_str();
+  sub->add_option("--retry-after-max", flags->retry_after_max,
+                  "Longest Retry-After, in whole seconds (1-3600), of a 409 in_progress "
+                  "answered while another request holds the key: the holder's lease time left, "
+                  "capped at this. Short, so a client asks again soon: most effects finish in "
+                  "well under a second, and the lease is for crash recovery, not a polling "
+                  "interval")
+      ->capture_default_str();
   sub->add_flag("--require-store-at-start", flags->require_store_at_start,
                 "Exit 1 when the store cannot be reached at start (default: start, and answer "
                 "503 until it can)");
@@ -145,6 +154,17 @@ absl::StatusOr<http::ServerOptions> ServerOptionsOf(const ServerFlags& flags) {
   options.max_connections = ConnectionCap(flags.max_connections);
   LimitMallocArenas();
   return options;
+}
+
+absl::StatusOr<absl::Duration> RetryAfterMaxOf(const ServerFlags& flags) {
+  const absl::Duration most = absl::Seconds(flags.retry_after_max);
+  if (most < absl::Seconds(1) || most > http::kLongestRetryAfterMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--retry-after-max ", flags.retry_after_max,
+                     ": must be whole seconds from 1 to ",
+                     absl::ToInt64Seconds(http::kLongestRetryAfterMax)));
+  }
+  return most;
 }
 
 std::string ConfigFile(const ServerFlags& flags) {
@@ -224,7 +244,8 @@ StopOnSignal::~StopOnSignal() {
 }
 
 int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_view what,
-                     const std::vector<std::string>& warnings) {
+                     const std::vector<std::string>& warnings,
+                     const std::vector<std::string>& notes) {
   // Blocked before any thread started (BlockStopSignals), so the kernel keeps a
   // SIGTERM sent at any time, even before the listening line, for the sigwait below.
   BlockStopSignals();
@@ -237,6 +258,7 @@ int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_vie
   std::printf("listening on %s:%u\n", address.c_str(), static_cast<unsigned>(server.port()));
   std::fflush(stdout);
   spdlog::info("{} on {}:{}", what, address, server.port());
+  for (const std::string& note : notes) spdlog::info("{}", note);
   for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   const sigset_t set = StopSignalSet();
   int signo = 0;

@@ -33,6 +33,8 @@ struct ServerFlags {
   int io_threads = 2;
   int max_connections = 0;  // 0: sized from the descriptor limit
   std::string header_timeout = "10s";
+  // The longest Retry-After of a 409 in_progress, in seconds (RetryAfterMaxOf).
+  int retry_after_max = 1;
   // The store.
   std::string store = std::string(DefaultServeStore());  // cli/common.h
   std::string store_password_file;
@@ -42,8 +44,8 @@ struct ServerFlags {
 };
 
 // Adds --listen, --max-body, --threads, --io-threads, --max-connections,
-// --header-timeout, --store (also IDEM_STORE), --store-password-file and
-// --require-store-at-start to `sub`; `flags` keeps the values (and their defaults).
+// --header-timeout, --retry-after-max, --store (also IDEM_STORE),
+// --store-password-file and --require-store-at-start to `sub`; `flags` keeps the values (and their defaults).
 void AddServerFlags(CLI::App& root, CLI::App* sub, ServerFlags* flags);
 
 // Parses `listen`, "HOST:PORT" or "[v6]:PORT" (port 0-65535; 0: any). False when
@@ -53,6 +55,10 @@ bool ParseListen(const std::string& listen, std::string* host, uint16_t* port);
 // The server options of `flags`, after checking them (the soft descriptor limit is
 // raised to the hard one on the way). Errors are kInvalidArgument naming the option.
 absl::StatusOr<http::ServerOptions> ServerOptionsOf(const ServerFlags& flags);
+
+// --retry-after-max as a duration (http::InProgressRetryAfter's cap): whole seconds
+// from 1 to 3600, else kInvalidArgument naming the option and the value.
+absl::StatusOr<absl::Duration> RetryAfterMaxOf(const ServerFlags& flags);
 
 // The --config file given, or "".
 std::string ConfigFile(const ServerFlags& flags);
@@ -92,10 +98,12 @@ class StopOnSignal {
 };
 
 // Starts `server`, prints "listening on HOST:PORT" on stdout (the first line, which
-// scripts wait for), logs `what` and `warnings` and serves until SIGTERM or SIGINT;
-// returns the exit status (1 when the address cannot be bound). The warnings wait
-// until the server is up, so that a failed start stays one line.
+// scripts wait for), logs `what`, `notes` (info) and `warnings` and serves until
+// SIGTERM or SIGINT; returns the exit status (1 when the address cannot be bound).
+// The notes and warnings wait until the server is up, so that a failed start stays
+// one line.
 int ServeUntilSignal(std::string_view cmd, http::Server& server, std::string_view what,
-                     const std::vector<std::string>& warnings);
+                     const std::vector<std::string>& warnings,
+                     const std::vector<std::string>& notes = {});
 
 }  // namespace idem::cli

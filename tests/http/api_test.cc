@@ -120,9 +120,10 @@ class ApiTest : public ::testing::Test {
     EXPECT_EQ(metrics_.outcomes("other"), 0u) << "an outcome missing from metrics.cc";
   }
 
-  void Build(Store& store) {
+  void Build(Store& store, absl::Duration retry_after_max = kDefaultRetryAfterMax) {
     guard_ = std::make_unique<Guard>(store, GuardOptions{.clock = &clock_});
     ApiOptions o;
+    o.retry_after_max = retry_after_max;
     o.tenants = {Tenant::WithToken("acme", "tok-a"), Tenant::WithToken("beta", "tok-b")};
     o.clock = &clock_;
     o.max_body_bytes = 4096;
@@ -209,16 +210,59 @@ TEST_F(ApiTest, AcquireCompleteReplayByteForByte) {
   EXPECT_EQ(metrics_.requests("/v1/claims", 201), 1u);
 }
 
-TEST_F(ApiTest, InProgressCarriesRetryAfterInWholeSecondsAtLeastOne) {
+TEST_F(ApiTest, InProgressRetryAfterIsAShortHintNotTheLease) {
   ASSERT_EQ(Claim("K", R"(,"lease_ms":30000)").status, 201);
   clock_.Advance(absl::Milliseconds(10500));
   HttpResponse r = Claim("K");
   ExpectProblem(r, 409, "in_progress");
-  EXPECT_EQ(r.Header("Retry-After"), "20");
+  // 19.5 s of the lease are left; the client is told to ask again in 1 s.
+  EXPECT_EQ(r.Header("Retry-After"), "1");
   EXPECT_EQ(J(r)["lease_until"], "2026-01-01T00:00:30.000Z");
   EXPECT_EQ(J(r)["type"], "urn:idem:problem:in_progress");
-  clock_.Advance(absl::Milliseconds(19400));
+  EXPECT_EQ(J(r)["title"], "Claim in progress");
+}
+
+TEST_F(ApiTest, InProgressRetryAfterIsTheLeaseLeftInWholeSecondsUpToTheCap) {
+  ASSERT_EQ(Claim("K", R"(,"lease_ms":30000)").status, 201);
+  clock_.Advance(absl::Milliseconds(10500));
+  Build(*store_, absl::Seconds(60));  // a cap above the lease: the time left, rounded up
+  EXPECT_EQ(Claim("K").Header("Retry-After"), "20");
+  Build(*store_, absl::Seconds(5));
+  EXPECT_EQ(Claim("K").Header("Retry-After"), "5");
+  clock_.Advance(absl::Milliseconds(16000));  // 3.5 s left
+  EXPECT_EQ(Claim("K").Header("Retry-After"), "4");
+  clock_.Advance(absl::Milliseconds(3400));  // 0.1 s left: at least 1
   EXPECT_EQ(Claim("K").Header("Retry-After"), "1");
+}
+
+// No retention in this Api's Guard: every biz_type that makes a record is counted
+// once, from 0 at the start.
+TEST_F(ApiTest, BizTypesWithoutRetentionAreCounted) {
+  const std::string gauge = "\nidem_biz_types_without_retention ";
+  EXPECT_THAT(Call("GET", "/metrics", "", "").body, HasSubstr(gauge + "0\n"));
+  ASSERT_EQ(Claim("K-1").status, 201);
+  ASSERT_EQ(Claim("K-2").status, 201);
+  ASSERT_EQ(Claim("K-1").status, 409);  // no new record
+  EXPECT_THAT(Call("GET", "/metrics", "", "").body, HasSubstr(gauge + "1\n"));
+  ASSERT_EQ(Post("/v1/claims", R"({"biz_type":"payout","key":"P-1"})", "tok-b").status, 201);
+  const std::string text = Call("GET", "/metrics", "", "").body;
+  EXPECT_THAT(text, HasSubstr(gauge + "2\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE idem_biz_types_without_retention gauge\n"));
+}
+
+TEST(RetentionWatchTest, CountsEachBizTypeOnceAndAtMostTheBound) {
+  RetentionWatch watch;
+  watch.OnNewRecord("refund", absl::FromUnixSeconds(2000000000));  // expires: not counted
+  EXPECT_EQ(watch.count(), 0u);
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < RetentionWatch::kMaxBizTypes + 50; ++i) {
+      watch.OnNewRecord("b" + std::to_string(i), absl::InfiniteFuture());
+    }
+  }
+  EXPECT_EQ(watch.count(), RetentionWatch::kMaxBizTypes);
+  EXPECT_THAT(watch.Render(),
+              HasSubstr("\nidem_biz_types_without_retention " +
+                        std::to_string(RetentionWatch::kMaxBizTypes) + "\n"));
 }
 
 TEST_F(ApiTest, ExpiredLeaseIsTakenOverAndTheOldTokenLosesTheLease) {
@@ -482,7 +526,7 @@ TEST_F(ApiTest, WaitEndsIn409WhenTimeRunsOut) {
   w = w.waiting->Poll();
   EXPECT_EQ(w.waiting, nullptr);
   ExpectProblem(w.response, 409, "in_progress");
-  EXPECT_EQ(w.response.Header("Retry-After"), "29");
+  EXPECT_EQ(w.response.Header("Retry-After"), "1");  // 29 s of lease left, capped
 }
 
 TEST_F(ApiTest, WaitBecomesTheHolderWhenTheLeaseEndsOrIsReleased) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "http/client.h"
+#include "nlohmann/json.hpp"
 #include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
@@ -145,13 +146,56 @@ TEST_F(ProxyTest, AConcurrentRetryIs409AndThenReplays) {
   testing::ClientResponse busy = Post(*proxy, "/slow?delay_ms=1500", "{}", key);
   EXPECT_EQ(busy.status, 409);
   EXPECT_THAT(busy.body, HasSubstr("in_progress"));
-  EXPECT_GE(std::stoi(busy.header("retry-after")), 1);
+  // The 60 s lease has nearly all its time left; the client is told to ask in 1 s.
+  EXPECT_EQ(busy.header("retry-after"), "1");
   testing::ClientResponse first = slow.get();
   EXPECT_EQ(first.status, 201);
   testing::ClientResponse after = Post(*proxy, "/slow?delay_ms=1500", "{}", key);
   EXPECT_EQ(after.header("idempotent-replayed"), "true");
   EXPECT_EQ(after.body, first.body);
   EXPECT_EQ(Effects(), 1);
+}
+
+// The problem types idem serve and idem proxy both answer carry the same title
+// from both (the proxy once said "Conflict" for in_progress), and the proxy's
+// Retry-After cap is --retry-after-max.
+TEST_F(ProxyTest, SharedProblemTypesHaveServesTitlesAndRetryAfterIsCapped) {
+  auto proxy = StartProxy({"--retry-after-max", "5"});
+  ServeProcess serve(dir_.file("serve.err"));
+  ASSERT_THAT(serve.StartProgram({idem::testing::IdemBinary(), "serve", "--listen",
+                                  "127.0.0.1:0", "--store", "sqlite://" + dir_.file("serve.db"),
+                                  "--tenant", "t:tok"}),
+              StartsWith("listening on "))
+      << serve.stderr_text();
+  const auto title = [](const testing::ClientResponse& r) {
+    return nlohmann::json::parse(r.body).value("title", "");
+  };
+  const auto serve_claim = [&](const std::string& fingerprint) {
+    return testing::Fetch(serve.port(), "POST", "/v1/claims",
+                          R"({"biz_type":"b","key":"k","fingerprint":")" + fingerprint + R"("})",
+                          "tok");
+  };
+  ASSERT_EQ(serve_claim("f1").status, 201);
+  const testing::ClientResponse serve_busy = serve_claim("f1");
+  const testing::ClientResponse serve_mismatch = serve_claim("f2");
+  ASSERT_EQ(serve_busy.status, 409) << serve_busy.body;
+  ASSERT_EQ(serve_mismatch.status, 422) << serve_mismatch.body;
+
+  const std::vector<Header> key = {{"Idempotency-Key", "k-titles"}};
+  auto slow = std::async(std::launch::async,
+                         [&] { return Post(*proxy, "/slow?delay_ms=1500", "{}", key); });
+  ASSERT_TRUE(idem::testing::WaitUntil([&] { return Effects() == 1; }, std::chrono::seconds(20)));
+  const testing::ClientResponse busy = Post(*proxy, "/slow?delay_ms=1500", "{}", key);
+  const testing::ClientResponse mismatch = Post(*proxy, "/slow?delay_ms=1500", "{\"x\":1}", key);
+  ASSERT_EQ(busy.status, 409) << busy.body;
+  EXPECT_EQ(busy.header("retry-after"), "5");  // 60 s of lease left, capped at 5
+  EXPECT_EQ(title(busy), title(serve_busy));
+  EXPECT_EQ(title(busy), "Claim in progress");
+  ASSERT_EQ(mismatch.status, 422) << mismatch.body;
+  EXPECT_EQ(title(mismatch), title(serve_mismatch));
+  EXPECT_EQ(title(mismatch), "Fingerprint mismatch");
+  EXPECT_EQ(slow.get().status, 201);
+  EXPECT_EQ(serve.Stop(SIGTERM), 0);
 }
 
 TEST_F(ProxyTest, UpstreamFailuresReleaseTheKeyAndFinal4xxAreStored) {
@@ -491,6 +535,10 @@ TEST(ProxyUsage, BadOptionsAreRefusedNamingTheOption) {
       {{"--upstream", "http://h", "--methods", "GET"}, "GET is safe and needs no key"},
       {{"--upstream", "http://h", "--fingerprint", "md5"}, "must be raw or json"},
       {{"--upstream", "http://h", "--key-optional", "public"}, "must start with /"},
+      {{"--upstream", "http://h", "--retry-after-max=0"},
+       "--retry-after-max 0: must be whole seconds from 1 to 3600"},
+      {{"--upstream", "http://h", "--retry-after-max", "3601"},
+       "--retry-after-max 3601: must be whole seconds from 1 to 3600"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"proxy", "--listen", "127.0.0.1:0", "--store", "memory://"};

@@ -3,11 +3,15 @@
 #include "http/server/render.h"
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "boost/asio/buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "http/server/problem.h"
+#include "nlohmann/json.hpp"
 
 namespace idem::http {
 namespace {
@@ -142,6 +146,46 @@ TEST(RenderTest, ReusesTheStringItIsGiven) {
   RenderResponse(small, {}, out);
   EXPECT_EQ(out.capacity(), capacity);
   EXPECT_EQ(Parse(out).message.body(), "{}");
+}
+
+// Every problem type idem serve's API and idem proxy both answer has one title,
+// whatever title the handler wrote (the proxy once said "Conflict" for in_progress
+// and "Unprocessable Content" for fingerprint_mismatch): through MakeProblem and
+// through a Problem built field by field (the API's in_progress, expired).
+TEST(ProblemTest, EverySharedProblemTypeHasOneTitle) {
+  const std::vector<std::string_view> shared = SharedProblemTypes();
+  EXPECT_THAT(shared, ::testing::UnorderedElementsAre("in_progress", "fingerprint_mismatch",
+                                                      "expired", "store_unavailable",
+                                                      "internal"));
+  for (std::string_view slug : shared) {
+    const std::string title(SharedProblemTitle(slug));
+    ASSERT_FALSE(title.empty()) << slug;
+    const auto made =
+        nlohmann::json::parse(MakeProblem(409, slug, "Conflict", "detail").body);
+    EXPECT_EQ(made["title"], title) << slug;
+    EXPECT_EQ(made["type"], "urn:idem:problem:" + std::string(slug));
+    Problem p;
+    p.status = 422;
+    p.slug = std::string(slug);
+    p.title = "Unprocessable Content";
+    EXPECT_EQ(nlohmann::json::parse(ProblemResponse(p).body)["title"], title) << slug;
+  }
+  EXPECT_EQ(SharedProblemTitle("in_progress"), "Claim in progress");
+  EXPECT_EQ(SharedProblemTitle("fingerprint_mismatch"), "Fingerprint mismatch");
+  // A type only one side answers keeps its handler's title.
+  EXPECT_EQ(SharedProblemTitle("lease_lost"), "");
+  EXPECT_EQ(nlohmann::json::parse(MakeProblem(409, "lease_lost", "Lease lost", "d").body)["title"],
+            "Lease lost");
+}
+
+TEST(ProblemTest, InProgressRetryAfterIsTheLeaseLeftRoundedUpAndCapped) {
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  EXPECT_EQ(InProgressRetryAfter(now, now + absl::Seconds(30), kDefaultRetryAfterMax), 1);
+  EXPECT_EQ(InProgressRetryAfter(now, now + absl::Seconds(30), absl::Seconds(10)), 10);
+  EXPECT_EQ(InProgressRetryAfter(now, now + absl::Milliseconds(2100), absl::Seconds(10)), 3);
+  EXPECT_EQ(InProgressRetryAfter(now, now + absl::Milliseconds(100), absl::Seconds(10)), 1);
+  EXPECT_EQ(InProgressRetryAfter(now, now - absl::Seconds(5), absl::Seconds(10)), 1);
+  EXPECT_EQ(InProgressRetryAfter(now, absl::InfiniteFuture(), kLongestRetryAfterMax), 3600);
 }
 
 }  // namespace

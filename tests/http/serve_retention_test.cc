@@ -15,6 +15,7 @@
 
 #include "absl/strings/escaping.h"
 #include "http/client.h"
+#include "http/prometheus_text.h"
 #include "nlohmann/json.hpp"
 #include "testing/idem_process.h"
 #include "testing/temp_dir.h"
@@ -31,7 +32,16 @@ using ::idem::testing::ServeProcess;
 using ::idem::testing::WaitUntil;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
+using ::testing::Not;
+using ::testing::Optional;
+using ::idem::http::testing::SeriesValue;
 using json = nlohmann::json;
+
+int Occurrences(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
 
 class ServeRetentionTest : public ::testing::Test {
  protected:
@@ -106,6 +116,52 @@ TEST_F(ServeRetentionTest, ClaimAnswersCarryExpiresAt) {
   ClientResponse other = Claim("payout", "P-1");
   ASSERT_EQ(other.status, 201);
   EXPECT_TRUE(json::parse(other.body)["expires_at"].is_null());
+}
+
+// The biz_types the config gives no retention keep their records until purged: the
+// start says so, each is logged the first time it makes a record, and counted.
+TEST_F(ServeRetentionTest, BizTypesWithoutRetentionAreLoggedOnceAndCounted) {
+  Start(kRefund);
+  const std::string gauge = "idem_biz_types_without_retention";
+  EXPECT_THAT(SeriesValue(Get("/metrics").body, gauge), Optional(0));
+  ASSERT_EQ(Claim("refund", "R-1").status, 201);
+  EXPECT_THAT(SeriesValue(Get("/metrics").body, gauge), Optional(0));
+  ASSERT_EQ(Claim("payout", "P-1").status, 201);
+  ASSERT_EQ(Claim("payout", "P-2").status, 201);
+  ASSERT_EQ(Claim("payout", "P-1", "tok-b").status, 201);
+  ASSERT_EQ(Claim("ledger", "L-1").status, 201);
+  EXPECT_THAT(SeriesValue(Get("/metrics").body, gauge), Optional(2));
+  const std::string payout =
+      "retention: biz_type \"payout\" has no retention, so its records are kept until purged; "
+      "to set one, add a [retention.payout] section to the config file (docs/retention.md)\n";
+  std::string log;
+  ASSERT_TRUE(WaitUntil([&] {
+    log = server_->stderr_text();
+    return log.find("[retention.ledger]") != std::string::npos;
+  })) << log;
+  EXPECT_EQ(Occurrences(log, payout), 1) << log;
+  EXPECT_EQ(Occurrences(log, "has no retention"), 2) << log;
+  EXPECT_THAT(log, HasSubstr("retention: refund: ttl 90d"));
+  EXPECT_THAT(log, HasSubstr("retention: any other biz_type's records are kept until purged; "
+                             "each is logged when its first record is made "
+                             "(idem_biz_types_without_retention counts them)\n"));
+  EXPECT_THAT(log, Not(HasSubstr("retention: none configured")));
+}
+
+TEST_F(ServeRetentionTest, WithoutAnyRetentionTheStartSaysRecordsAreKeptUntilPurged) {
+  Start("");
+  std::string log;
+  const std::string line =
+      "retention: none configured, so every biz_type's records are kept until purged; to set "
+      "one, add a [retention.<biz_type>] section to the config file (docs/retention.md)\n";
+  EXPECT_TRUE(WaitUntil([&] {
+    log = server_->stderr_text();
+    return log.find(line) != std::string::npos;
+  })) << log;
+  ASSERT_EQ(Claim("refund", "R-1").status, 201);
+  EXPECT_THAT(SeriesValue(Get("/metrics").body, "idem_biz_types_without_retention"),
+              Optional(1));
+  EXPECT_EQ(Occurrences(server_->stderr_text(), line), 1);
 }
 
 TEST(ServeRetentionStart, AConfiguredTtlBelowTheDerivedOneIsRefused) {

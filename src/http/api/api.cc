@@ -273,7 +273,8 @@ Reply Api::Answer(ApiCall& call) {
                             // Names a client chose (biz_types) only behind a token.
                             key_health_.Render(options_.metrics_require_token
                                                    ? KeyHealthTracker::kWithBizTypes
-                                                   : KeyHealthTracker::kTenantOnly));
+                                                   : KeyHealthTracker::kTenantOnly),
+                            options_.watch_retention ? retention_watch_.Render() : "");
       return Final(Route::kMetrics, std::move(r));
     }
     if (call.route == Route::kOther) {

@@ -58,7 +58,10 @@
 //
 // Claims that create a record and claims answered 422 feed a KeyHealthTracker
 // (key_health.h), whose counters /metrics shows after the cache tiers' and whose
-// per-key mismatches GET /v1/keys/mismatches lists for the caller's tenant.
+// per-key mismatches GET /v1/keys/mismatches lists for the caller's tenant. Claims
+// that create a record that never expires (its biz_type has no retention) feed a
+// RetentionWatch (retention_watch.h), which logs each such biz_type once and whose
+// gauge /metrics shows last.
 //
 // Thread safety: an Api is safe for concurrent use. `guard`, `store` and `metrics`
 // must outlive it, and the Api every ApiCall and WaitingClaim it made. Answer()
@@ -79,9 +82,11 @@
 #include "http/api/json.h"
 #include "http/api/key_health.h"
 #include "http/api/key_watch.h"
+#include "http/api/retention_watch.h"
 #include "http/api/store_health.h"
 #include "http/server/handler.h"
 #include "http/server/metrics.h"
+#include "http/server/problem.h"
 #include "http/server/route.h"
 #include "http/types.h"
 #include "idem/clock.h"
@@ -114,12 +119,19 @@ struct ApiOptions {
   absl::Duration wait_poll_min = absl::Milliseconds(15);
   absl::Duration wait_poll_max = absl::Milliseconds(250);
   bool metrics_require_token = false;
+  // The longest Retry-After of a 409 in_progress (InProgressRetryAfter, problem.h):
+  // the lease's time left, capped at this.
+  absl::Duration retry_after_max = kDefaultRetryAfterMax;
   const Clock* clock = Clock::Real();  // not owned; Retry-After and wait deadlines
   // biz_types whose claims are let through unrecorded when the store is unavailable
   // (UNSAFE: duplicates may pass). Empty: every biz_type fails closed.
   std::set<std::string, std::less<>> fail_open;
   // Key health (docs/keys.md): the regenerated-key window and the tracker's sizes.
   KeyHealthOptions key_health;
+  // Log and count the biz_types whose new records never expire (RetentionWatch,
+  // idem_biz_types_without_retention); off where no claim comes (idem proxy's admin
+  // listener).
+  bool watch_retention = true;
 };
 
 class Api;
@@ -237,7 +249,8 @@ class Api : public Handler {
                   const std::string& tenant);                             // records.cc
   Reply ListRecords(std::string_view params, const std::string& tenant);  // records.cc
   Reply KeyMismatches(bool has_query, const std::string& tenant);         // keys.cc
-  // What a claim's answer tells the key-health tracker: a new key, or a 422.
+  // What a claim's answer tells the key-health tracker (a new key, or a 422) and
+  // the retention watch (a new record that never expires).
   void TrackKeyHealth(const Request& request, const Result& result);
   Reply Ready();
   // OK when the store answers a ping and takes writes (StoreHealth::Writable, which
@@ -289,6 +302,7 @@ class Api : public Handler {
   const uint64_t instance_;
   StoreHealth health_;
   KeyHealthTracker key_health_;
+  RetentionWatch retention_watch_;
   KeyWatch watch_;
   // Store::SubscribeFinished's handle; after watch_, so it ends before watch_ does.
   std::shared_ptr<void> finished_;

@@ -2,7 +2,6 @@
 // /v1/claims/complete and /v1/claims/fail, on the worker pool (Claims, Complete,
 // Fail), on the network thread for a decided duplicate (AnswerWithoutBlocking), and
 // started there on a store with non-blocking transactions (StartAsync).
-#include <cmath>
 #include <type_traits>
 #include <variant>
 #include <string>
@@ -60,12 +59,6 @@ void AppendTimeOrNull(std::string* out, absl::Time t) {
   } else {
     AppendJsonString(out, s);
   }
-}
-
-// Whole seconds until `until`, rounded up, at least 1 (the Retry-After header).
-int64_t RetryAfterSeconds(absl::Time now, absl::Time until) {
-  double s = std::ceil(absl::ToDoubleSeconds(until - now));
-  return s < 1 ? 1 : static_cast<int64_t>(s);
 }
 
 // The codes StatusReply answers with 503: the store did not answer in time.
@@ -203,7 +196,8 @@ Reply Api::InProgress(const Request& req, absl::Duration lease, absl::Time deadl
   p.outcome = "in_progress";
   p.extra["lease_until"] = FormatRfc3339(lease_until);
   HttpResponse r = ProblemResponse(p);
-  r.headers.emplace_back("Retry-After", absl::StrCat(RetryAfterSeconds(now, lease_until)));
+  r.headers.emplace_back(
+      "Retry-After", absl::StrCat(InProgressRetryAfter(now, lease_until, options_.retry_after_max)));
   Reply reply = Make(Route::kClaims, std::move(r), "in_progress");
   if (now < deadline) {
     reply.waiting =
@@ -346,6 +340,7 @@ void Api::TrackKeyHealth(const Request& req, const Result& result) {
   // Token 1 without a takeover: this claim created the key's record. A re-acquisition
   // after a release or an expired lease is the same key again, not a new one.
   if (result.outcome == Outcome::kAcquired && result.token == 1 && !result.takeover) {
+    if (options_.watch_retention) retention_watch_.OnNewRecord(req.biz_type, result.expires_at);
     key_health_.OnNewKey(req.tenant, req.biz_type, req.key, req.fingerprint,
                          options_.clock->Now());
   } else if (result.outcome == Outcome::kFingerprintMismatch) {

@@ -1,6 +1,5 @@
 #include "http/proxy/proxy.h"
 
-#include <cmath>
 #include <exception>
 #include <utility>
 
@@ -410,12 +409,13 @@ std::optional<Reply> Proxy::AnswerSettledClaim(const HttpRequest& request, const
       return Answer(kGuardedRoute, *std::move(stored), "replayed", tenant_shown);
     }
     case Outcome::kInProgress: {
-      HttpResponse r = MakeProblem(409, "in_progress", "Conflict",
+      HttpResponse r = MakeProblem(409, "in_progress", "Claim in progress",
                                    "a request with this Idempotency-Key is still being processed",
                                    "in_progress");
-      const double left = absl::ToDoubleSeconds(claim.lease_until - guard_.options().clock->Now());
-      r.headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(
-                                                1, static_cast<int64_t>(std::ceil(left)))));
+      r.headers.emplace_back(
+          "Retry-After", std::to_string(InProgressRetryAfter(guard_.options().clock->Now(),
+                                                             claim.lease_until,
+                                                             options_.retry_after_max)));
       return Answer(kGuardedRoute, std::move(r), "in_progress", tenant_shown);
     }
     case Outcome::kFingerprintMismatch:

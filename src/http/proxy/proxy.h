@@ -49,6 +49,7 @@
 #include "http/client/upstream.h"
 #include "http/server/handler.h"
 #include "http/server/metrics.h"
+#include "http/server/problem.h"
 #include "idem/guard.h"
 
 namespace idem::http {
@@ -61,6 +62,8 @@ struct ProxyOptions {
   bool canonical_json = false;                    // fingerprint JSON bodies canonically
   absl::Duration lease = absl::Seconds(60);       // longer than the upstream timeout
   bool keep_set_cookie = false;                   // store and replay Set-Cookie
+  // The longest Retry-After of a 409 in_progress: the lease's time left, capped.
+  absl::Duration retry_after_max = kDefaultRetryAfterMax;
   // Threads for claims (and replays), and for upstream calls; 0 and 0: none, every
   // request is answered by Handle() on the caller's thread (HandleAsync declines).
   int store_threads = 16;

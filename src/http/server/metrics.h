@@ -33,6 +33,10 @@
 //                                                                (http/key_health.h), 16
 //                                                                biz_types per tenant, shown
 //                                                                only behind a token
+//   idem_biz_types_without_retention                  gauge      biz_types whose new records
+//                                                                never expire: the Api's
+//                                                                RetentionWatch
+//                                                                (http/api/retention_watch.h)
 //
 // `route` is one of the route templates of route.h ("/v1/records/{biz_type}/{key}",
 // "other" for every unrouted target), `outcome` one of a fixed list (an unknown name

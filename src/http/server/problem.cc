@@ -1,6 +1,10 @@
 #include "http/server/problem.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
@@ -53,11 +57,40 @@ std::string_view ReasonPhrase(int status) {
   }
 }
 
+namespace {
+
+// One title per problem type that idem serve's API and idem proxy both answer: a
+// client matching on titles sees the same words from both.
+constexpr std::pair<std::string_view, std::string_view> kSharedTitles[] = {
+    {"in_progress", "Claim in progress"},
+    {"fingerprint_mismatch", "Fingerprint mismatch"},
+    {"expired", "Expired"},
+    {"store_unavailable", "Store unavailable"},
+    {"internal", "Internal error"},
+};
+
+}  // namespace
+
+std::string_view SharedProblemTitle(std::string_view slug) {
+  for (const auto& [known, canonical] : kSharedTitles) {
+    if (slug == known) return canonical;
+  }
+  return {};
+}
+
+std::vector<std::string_view> SharedProblemTypes() {
+  std::vector<std::string_view> out;
+  for (const auto& entry : kSharedTitles) out.push_back(entry.first);
+  return out;
+}
+
 HttpResponse ProblemResponse(const Problem& problem) {
   nlohmann::ordered_json body = nlohmann::ordered_json::object();
   body["type"] =
       problem.slug.empty() ? std::string("about:blank") : "urn:idem:problem:" + problem.slug;
-  body["title"] = problem.title.empty() ? std::string(ReasonPhrase(problem.status)) : problem.title;
+  std::string_view title = SharedProblemTitle(problem.slug);
+  if (title.empty()) title = problem.title.empty() ? ReasonPhrase(problem.status) : problem.title;
+  body["title"] = std::string(title);
   body["status"] = problem.status;
   body["detail"] = problem.detail;
   if (!problem.outcome.empty()) body["outcome"] = problem.outcome;
@@ -71,34 +104,21 @@ HttpResponse ProblemResponse(const Problem& problem) {
   return response;
 }
 
-namespace {
-
-std::string_view ProblemTitle(std::string_view slug, std::string_view title) {
-  // One title per problem type, whichever handler (idem serve's API, idem proxy)
-  // answers it: a client matching on titles sees the same words from both.
-  static constexpr std::pair<std::string_view, std::string_view> kTitles[] = {
-      {"fingerprint_mismatch", "Fingerprint mismatch"},
-      {"expired", "Expired"},
-      {"store_unavailable", "Store unavailable"},
-      {"internal", "Internal error"},
-  };
-  for (const auto& [known, canonical] : kTitles) {
-    if (slug == known) return canonical;
-  }
-  return title;
-}
-
-}  // namespace
-
 HttpResponse MakeProblem(int status, std::string_view slug, std::string_view title,
                          std::string_view detail, std::string_view outcome) {
   Problem p;
   p.status = status;
   p.slug = std::string(slug);
-  p.title = std::string(ProblemTitle(slug, title));
+  p.title = std::string(title);
   p.detail = std::string(detail);
   p.outcome = std::string(outcome);
   return ProblemResponse(p);
+}
+
+int64_t InProgressRetryAfter(absl::Time now, absl::Time lease_until, absl::Duration most) {
+  const double left = std::ceil(absl::ToDoubleSeconds(lease_until - now));
+  const double cap = std::max(1.0, std::floor(absl::ToDoubleSeconds(most)));
+  return static_cast<int64_t>(std::clamp(left, 1.0, cap));
 }
 
 HttpResponse MethodNotAllowed(std::string_view method, std::string_view allow) {

@@ -10,9 +10,12 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "absl/time/time.h"
 #include "http/types.h"
 #include "nlohmann/json.hpp"
 
@@ -31,14 +34,33 @@ struct Problem {
 // Returns the standard reason phrase of `status` ("Not Found"), or "Unknown".
 std::string_view ReasonPhrase(int status);
 
+// The title of a problem type idem serve's API and idem proxy both answer
+// (in_progress, fingerprint_mismatch, expired, store_unavailable, internal), or ""
+// for any other slug. Such a type always gets this title, whatever Problem::title
+// or MakeProblem's `title` says.
+std::string_view SharedProblemTitle(std::string_view slug);
+// Those slugs, for tests.
+std::vector<std::string_view> SharedProblemTypes();
+
 // Renders `problem` as an application/problem+json response.
 HttpResponse ProblemResponse(const Problem& problem);
 
-// Shorthand for ProblemResponse({status, slug, title, detail, outcome}). A problem
-// type idem serve's API and idem proxy both answer (fingerprint_mismatch, expired,
-// store_unavailable, internal) gets its one title, whatever `title` says.
+// Shorthand for ProblemResponse({status, slug, title, detail, outcome}).
 HttpResponse MakeProblem(int status, std::string_view slug, std::string_view title,
                          std::string_view detail, std::string_view outcome = {});
+
+// How long a client told 409 in_progress should wait before it asks again (a
+// Retry-After hint polite clients follow; --retry-after-max): most effects finish
+// in well under a second, so it asks soon. The holder's lease is for crash
+// recovery (how long until another claim may take the key over), not a polling
+// interval, and a lease of 30 s or 60 s as the hint would keep a client waiting
+// that long for an answer ready after 100 ms.
+inline constexpr absl::Duration kDefaultRetryAfterMax = absl::Seconds(1);
+inline constexpr absl::Duration kLongestRetryAfterMax = absl::Hours(1);
+
+// The Retry-After of a 409 in_progress, in whole seconds: the time left until
+// `lease_until`, rounded up, at least 1 and at most `most` (whole seconds, >= 1).
+int64_t InProgressRetryAfter(absl::Time now, absl::Time lease_until, absl::Duration most);
 
 // A 405 problem for `method`, with the Allow header naming `allow`.
 HttpResponse MethodNotAllowed(std::string_view method, std::string_view allow);
