@@ -34,6 +34,67 @@ void PutBytes(nlohmann::json& j, const std::string& name, std::string_view bytes
   }
 }
 
+namespace {
+
+// Whether `bytes`, read as JSON, nests no deeper than `limit` (brackets inside
+// strings do not count): deeper documents are not parsed, since printing one
+// recurses once per level.
+bool JsonDepthWithin(std::string_view bytes, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const char c = bytes[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void PutStored(nlohmann::json& j, const std::string& name, std::string_view bytes, bool present) {
+  const std::string encoding = name + "_encoding";
+  if (!present) {
+    j[name] = nullptr;
+    j[encoding] = nullptr;
+    return;
+  }
+  if (IsUtf8(bytes) && JsonDepthWithin(bytes, 256)) {
+    nlohmann::json value = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+    if (!value.is_discarded()) {
+      j[name] = std::move(value);
+      j[encoding] = "json";
+      return;
+    }
+  }
+  if (IsUtf8(bytes)) {
+    j[name] = std::string(bytes);
+    j[encoding] = "text";
+  } else {
+    j[name] = absl::Base64Escape(AV(bytes));
+    j[encoding] = "base64";
+  }
+}
+
+void PutBytesOrNull(nlohmann::json& j, const std::string& name, std::string_view bytes) {
+  if (bytes.empty()) {
+    j[name] = nullptr;
+  } else {
+    PutBytes(j, name, bytes);
+  }
+}
+
 void PutTime(nlohmann::json& j, const std::string& name, absl::Time t) {
   if (t == absl::InfinitePast()) {
     j[name] = nullptr;
