@@ -726,7 +726,7 @@ TEST_F(CliTest, InspectWithoutTenantLooksInEveryTenant) {
       // Tenants with keys before and after K-1 (and a longest one, all 0xFF bytes),
       // so that moving from one tenant to the next skips keys of both kinds.
       for (const std::string tenant : {"acme", "beta", "b", "zeta"}) {
-        for (const std::string key : {std::string("A-0"), std::string("K-1"), std::string("Z-9"),
+        for (const std::string& key : {std::string("A-0"), std::string("K-1"), std::string("Z-9"),
                                       std::string(255, '\xff')}) {
           if (tenant == "zeta" && key == "K-1") continue;
           ASSERT_OK(guard.Run({.tenant = tenant, .biz_type = "refund", .key = key},
