@@ -36,11 +36,13 @@ void PutBytes(nlohmann::json& j, const std::string& name, std::string_view bytes
 
 namespace {
 
-// Whether `bytes`, read as JSON, nests no deeper than `limit` (brackets inside
-// strings do not count): deeper documents are not parsed, since printing one
-// recurses once per level.
-bool JsonDepthWithin(std::string_view bytes, int limit) {
+// Whether `bytes`, read as JSON, can be parsed and printed again as the same value:
+// it nests no deeper than `limit` (printing recurses once per level) and has no
+// number of more than 19 digits (the parser would round an integer past 64 bits to a
+// double). Brackets and digits inside strings do not count.
+bool JsonSafeToEmbed(std::string_view bytes, int limit) {
   int depth = 0;
+  int digits = 0;
   bool in_string = false;
   for (size_t i = 0; i < bytes.size(); ++i) {
     const char c = bytes[i];
@@ -50,7 +52,11 @@ bool JsonDepthWithin(std::string_view bytes, int limit) {
       } else if (c == '"') {
         in_string = false;
       }
-    } else if (c == '"') {
+      continue;
+    }
+    digits = c >= '0' && c <= '9' ? digits + 1 : 0;
+    if (digits > 19) return false;
+    if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > limit) return false;
@@ -70,7 +76,7 @@ void PutStored(nlohmann::json& j, const std::string& name, std::string_view byte
     j[encoding] = nullptr;
     return;
   }
-  if (IsUtf8(bytes) && JsonDepthWithin(bytes, 256)) {
+  if (IsUtf8(bytes) && JsonSafeToEmbed(bytes, 256)) {
     nlohmann::json value = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
     if (!value.is_discarded()) {
       j[name] = std::move(value);

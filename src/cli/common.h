@@ -31,8 +31,9 @@ void PutBytes(nlohmann::json& j, const std::string& name, std::string_view bytes
 // `idem serve` stores), a string when they are other UTF-8 text, base64 otherwise
 // (results stored through the C++ API are any bytes), and `<name>_encoding` says
 // which: "json", "text" or "base64". With `present` false (no such value: a
-// record that has not succeeded has no result), both are null. JSON nested deeper
-// than 256 levels is given as text.
+// record that has not succeeded has no result), both are null. JSON that would not
+// print back as the same value (nested deeper than 256 levels, or a number of more
+// than 19 digits, which would be rounded) is given as text.
 void PutStored(nlohmann::json& j, const std::string& name, std::string_view bytes, bool present);
 
 // PutBytes, or null for empty bytes (an absent identifier or message).

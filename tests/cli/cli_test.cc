@@ -835,6 +835,22 @@ TEST_F(CliInspectRecordTest, OpaqueBytesAreEscapedOrBase64) {
   EXPECT_EQ(j["result"], "refund F-2 {");
   EXPECT_EQ(j["result_encoding"], "text");
 
+  // JSON that would not print back as itself (an integer past 64 bits would be
+  // rounded) is given as text too, unaltered.
+  const std::string big = R"({"id":123456789012345678901234567890})";
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
+    ASSERT_OK(store);
+    Guard guard(**store);
+    ASSERT_OK(guard.Run({.tenant = "acme", .biz_type = "refund", .key = "K-big"},
+                        [&](Transaction&) -> absl::StatusOr<std::string> { return big; }));
+  }
+  r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "K-big", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["result"], big);
+  EXPECT_EQ(j["result_encoding"], "text");
+
   r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "K\n2"});
   ExpectOneLineFailure(r, 1);
   EXPECT_EQ(r.err, "idem: no record for tenant acme key K\\n2\n");
