@@ -3,6 +3,7 @@
 // 1 operational failure, 2 bad usage, each failure with one `idem: …` line on
 // stderr). CLI11 reports usage errors with its own exit codes (100+); they are all
 // mapped to 2 here.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <initializer_list>
@@ -89,6 +90,77 @@ std::string CommandPath(const CLI::App* where) {
   return path;
 }
 
+// The optimal string alignment distance of `a` and `b`: insertions, deletions,
+// substitutions and swaps of two neighbours, each one edit.
+size_t CommandLineEditDistance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The name among `names` nearest to `typed` (the first of equals), when it is
+// close enough to be the one meant: at most 2 edits, and at most a third of
+// typed's length (1 for names shorter than 6), so that "x" suggests nothing.
+// "" otherwise. Options are compared without their leading dashes.
+std::string NearestName(std::string_view typed, const std::vector<std::string>& names) {
+  auto bare = [](std::string_view n) {
+    while (n.starts_with("-")) n.remove_prefix(1);
+    return n;
+  };
+  const std::string_view t = bare(typed);
+  if (t.empty() || t.size() > 64) return "";  // bounded work for a pasted value
+  const size_t limit = std::min<size_t>(2, std::max<size_t>(1, t.size() / 3));
+  std::string best;
+  size_t best_distance = limit + 1;
+  for (const std::string& name : names) {
+    const size_t distance = CommandLineEditDistance(t, bare(name));
+    if (distance < best_distance) {
+      best = name;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+// The subcommands of `app` that `idem --help` lists (the external ones too).
+std::vector<std::string> VisibleSubcommands(const CLI::App* app) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app->get_subcommands([](const CLI::App*) { return true; })) {
+    if (!sub->get_group().empty()) names.push_back(sub->get_name());
+  }
+  return names;
+}
+
+// The long options `app` takes: its own and, since options fall through, its
+// parents' (--config, --log-level).
+std::vector<std::string> OptionNames(const CLI::App* app) {
+  std::vector<std::string> names;
+  for (const CLI::App* a = app; a != nullptr; a = a->get_parent()) {
+    for (const CLI::Option* o : a->get_options()) {
+      for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+    }
+  }
+  return names;
+}
+
+// "; did you mean 'serve'?" for the unknown `typed` (an option's value after '=' is
+// left out), "" when no name is near.
+std::string DidYouMean(std::string_view typed, const std::vector<std::string>& names) {
+  if (typed.starts_with("-")) typed = typed.substr(0, typed.find('='));
+  const std::string near = NearestName(typed, names);
+  return near.empty() ? "" : "; did you mean '" + near + "'?";
+}
+
 // A usage error, in one line. CLI11's messages are mostly fine; a few are sharpened.
 std::string DescribeParseError(const CLI::ParseError& e, const CLI::App& root,
                                std::string_view config_file) {
@@ -107,20 +179,28 @@ std::string DescribeParseError(const CLI::ParseError& e, const CLI::App& root,
     if (extras.empty()) extras = root.remaining();
     if (where != &root && !extras.empty()) {
       const std::string path = CommandPath(where);
-      return (extras.front().starts_with("-") ? "unknown option '" : "unexpected argument '") +
-             extras.front() + "' (see " + path + " --help)";
+      const std::string& extra = extras.front();
+      if (extra.starts_with("-")) {
+        return "unknown option '" + extra + "'" + DidYouMean(extra, OptionNames(where)) +
+               " (see " + path + " --help)";
+      }
+      return "unexpected argument '" + extra + "'" + DidYouMean(extra, VisibleSubcommands(where)) +
+             " (see " + path + " --help)";
     }
   }
   if (what == "A subcommand is required" || what.starts_with("Requires at most")) {
-    std::vector<std::string> remaining = root.remaining();
-    if (!remaining.empty() && !remaining.front().starts_with("-")) {
-      return "unknown subcommand '" + remaining.front() + "' (see idem --help)";
-    }
-    if (!remaining.empty()) {
-      return "unknown option '" + remaining.front() + "' (see idem --help)";
-    }
     // The innermost subcommand given (e.g. `idem demo`) is the one missing its own.
     const CLI::App* where = Innermost(root);
+    const std::string help = where == &root ? "idem --help" : CommandPath(where) + " --help";
+    std::vector<std::string> remaining = root.remaining();
+    if (!remaining.empty() && !remaining.front().starts_with("-")) {
+      return "unknown subcommand '" + remaining.front() + "'" +
+             DidYouMean(remaining.front(), VisibleSubcommands(where)) + " (see " + help + ")";
+    }
+    if (!remaining.empty()) {
+      return "unknown option '" + remaining.front() + "'" +
+             DidYouMean(remaining.front(), OptionNames(where)) + " (see " + help + ")";
+    }
     std::string names;
     for (const CLI::App* sub : where->get_subcommands([](const CLI::App*) { return true; })) {
       if (sub->get_group().empty()) continue;  // hidden (internal) subcommands

@@ -34,6 +34,73 @@ void PutBytes(nlohmann::json& j, const std::string& name, std::string_view bytes
   }
 }
 
+namespace {
+
+// Whether `bytes`, read as JSON, can be parsed and printed again as the same value:
+// it nests no deeper than `limit` (printing recurses once per level) and has no
+// number of more than 19 digits (the parser would round an integer past 64 bits to a
+// double). Brackets and digits inside strings do not count.
+bool JsonSafeToEmbed(std::string_view bytes, int limit) {
+  int depth = 0;
+  int digits = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const char c = bytes[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    digits = c >= '0' && c <= '9' ? digits + 1 : 0;
+    if (digits > 19) return false;
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void PutStored(nlohmann::json& j, const std::string& name, std::string_view bytes, bool present) {
+  const std::string encoding = name + "_encoding";
+  if (!present) {
+    j[name] = nullptr;
+    j[encoding] = nullptr;
+    return;
+  }
+  if (IsUtf8(bytes) && JsonSafeToEmbed(bytes, 256)) {
+    nlohmann::json value = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+    if (!value.is_discarded()) {
+      j[name] = std::move(value);
+      j[encoding] = "json";
+      return;
+    }
+  }
+  if (IsUtf8(bytes)) {
+    j[name] = std::string(bytes);
+    j[encoding] = "text";
+  } else {
+    j[name] = absl::Base64Escape(AV(bytes));
+    j[encoding] = "base64";
+  }
+}
+
+void PutBytesOrNull(nlohmann::json& j, const std::string& name, std::string_view bytes) {
+  if (bytes.empty()) {
+    j[name] = nullptr;
+  } else {
+    PutBytes(j, name, bytes);
+  }
+}
+
 void PutTime(nlohmann::json& j, const std::string& name, absl::Time t) {
   if (t == absl::InfinitePast()) {
     j[name] = nullptr;

@@ -26,6 +26,19 @@ std::string FormatUtc(absl::Time t);
 // `<name>_base64` so that nothing is lost or altered.
 void PutBytes(nlohmann::json& j, const std::string& name, std::string_view bytes);
 
+// Stored bytes that a client gave as a value (a record's result or error, an
+// operation's last error): `name` is the value itself when the bytes are JSON (what
+// `idem serve` stores), a string when they are other UTF-8 text, base64 otherwise
+// (results stored through the C++ API are any bytes), and `<name>_encoding` says
+// which: "json", "text" or "base64". With `present` false (no such value: a
+// record that has not succeeded has no result), both are null. JSON that would not
+// print back as the same value (nested deeper than 256 levels, or a number of more
+// than 19 digits, which would be rounded) is given as text.
+void PutStored(nlohmann::json& j, const std::string& name, std::string_view bytes, bool present);
+
+// PutBytes, or null for empty bytes (an absent identifier or message).
+void PutBytesOrNull(nlohmann::json& j, const std::string& name, std::string_view bytes);
+
 // `name`: FormatUtc(t), or null for absl::InfinitePast().
 void PutTime(nlohmann::json& j, const std::string& name, absl::Time t);
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/common.h"
 #include "cli/reason.h"
+#include "cli/retention_config.h"
 #include "core/absl_compat.h"
 #include "http/api/api.h"
 #include "idem/fingerprint.h"
@@ -254,7 +255,15 @@ bool UseServeStore(const CLI::App& root, const CLI::App* sub, std::string* url,
   for (const CLI::App* candidate : root.get_subcommands([](const CLI::App*) { return true; })) {
     if (candidate->get_name() == "serve") serve = candidate;
   }
-  if (serve == nullptr || serve == sub) return false;
+  if (serve == sub) return false;
+  if (serve == nullptr) {
+    // A program without `serve` (idem-worker): the config reader kept the section.
+    const ServeStoreConfig config = ServeStoreFromConfig();
+    if (config.url.empty()) return false;
+    *url = config.url;
+    *password_file = config.password_file;
+    return true;
+  }
   const CLI::Option* store = serve->get_option_no_throw("--store");
   if (store == nullptr || store->count() == 0 || store->results().empty()) return false;
   *url = store->results().back();

@@ -52,12 +52,12 @@ nlohmann::json Json(const OperationState& op, absl::Time now) {
   nlohmann::json j = nlohmann::json::object();
   PutBytes(j, "biz_key", op.biz_key);
   j["type"] = op.type;
-  PutBytes(j, "object_key", op.object_key);
+  PutBytesOrNull(j, "object_key", op.object_key);
   j["status"] = std::string(OperationStatusName(op.status));
   j["why"] = Why(op, now);
   PutTime(j, "next_retry_at", op.next_retry_at);
   PutTime(j, "lease_until", op.lease_until);
-  PutBytes(j, "last_error", op.last_error);
+  PutBytesOrNull(j, "last_error", op.last_error);
   PutTime(j, "created_at", op.created_at);
   PutTime(j, "updated_at", op.updated_at);
   nlohmann::json steps = nlohmann::json::array();
@@ -66,9 +66,9 @@ nlohmann::json Json(const OperationState& op, absl::Time now) {
                          {"name", s.name},
                          {"status", std::string(StepStatusName(s.status))},
                          {"retry_count", s.retry_count}};
-    PutBytes(st, "request_id", s.request_id);
+    PutBytesOrNull(st, "request_id", s.request_id);
     PutTime(st, "next_retry_at", s.next_retry_at);
-    PutBytes(st, "last_error", s.last_error);
+    PutBytesOrNull(st, "last_error", s.last_error);
     PutTime(st, "updated_at", s.updated_at);
     steps.push_back(std::move(st));
   }

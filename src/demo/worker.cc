@@ -1,7 +1,10 @@
 // `idem worker`: resumes step operations after crashes (docs/steps.md).
 //
 //   idem worker --store postgres://idem@db/app --refund-channel http://127.0.0.1:9000
-//               [--interval 1s] [--batch 100] [--once]
+//               [--store-password-file FILE] [--interval 1s] [--batch 100] [--once]
+//
+// The store (and its password file) defaults to the --config file's [serve] ones,
+// as for every subcommand that opens a store (AddStoreOptions).
 //
 // Every --interval it resumes the operations that are due (PENDING or
 // COMPENSATING, next_retry_at passed, no live lease), of the types this binary
@@ -23,7 +26,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/reason.h"
-#include "cli/retention_config.h"
+#include "cli/secrets.h"
 #include "demo/builtin_operations.h"
 #include "idem/idem.h"
 #include "idem/steps.h"
@@ -41,15 +44,7 @@ struct WorkerFlags {
   bool once = false;
 };
 
-int RunWorker(WorkerFlags flags, bool store_given) {
-  if (const ServeStoreConfig serve = ServeStoreFromConfig(); !store_given && !serve.url.empty()) {
-    if (!serve.password_file.empty()) {
-      PrintReason("worker: the config's [serve] store-password-file is not read by idem "
-                  "worker; give --store");
-      return kExitUsage;
-    }
-    flags.store = serve.url;  // the server's store, from the same config file
-  }
+int RunWorker(const WorkerFlags& flags) {
   absl::StatusOr<absl::Duration> interval = ParseTtlDuration(flags.interval, "--interval");
   if (!interval.ok() || *interval <= absl::ZeroDuration()) {
     PrintReason(interval.ok() ? "worker: --interval must be positive"
@@ -76,7 +71,7 @@ int RunWorker(WorkerFlags flags, bool store_given) {
   // path must not become a new, empty database polled forever.
   absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(flags.store);
   if (!store.ok()) {
-    PrintReason(store.status().message());
+    PrintReason(RedactStoreSecrets(store.status(), flags.store).message());
     return ExitCodeForStoreError(store.status());
   }
   StepRunner runner(**store);
@@ -124,18 +119,16 @@ CommandFn AddWorkerCommand(CLI::App& root) {
   CLI::App* cmd =
       root.add_subcommand("worker", "Resume due step operations (after crashes and retries)");
   auto flags = std::make_shared<WorkerFlags>();
-  const CLI::Option* store =
-      cmd->add_option("--store", flags->store,
-                      "Store URL: sqlite://PATH, postgres://…, mysql://… (never creates one; "
-                      "default: the config's [serve] store, else this)")
-          ->capture_default_str();
+  AddStoreOptions(root, cmd,
+                  {{"--store", &flags->store,
+                    "Store URL: sqlite://PATH, postgres://…, mysql://… (never creates one)"}});
   cmd->add_option("--refund-channel,--refund_channel", flags->refund_channel,
                   "Payment channel URL (http://HOST:PORT) of the refund example's operations");
   cmd->add_option("--interval", flags->interval, "Time between passes (e.g. 500ms, 1s)")
       ->capture_default_str();
   cmd->add_option("--batch", flags->batch, "Operations per pass at most")->capture_default_str();
   cmd->add_flag("--once", flags->once, "Make one pass, print how many it resumed, and exit");
-  return [flags, store] { return RunWorker(*flags, store->count() > 0); };
+  return [flags] { return RunWorker(*flags); };
 }
 
 }  // namespace idem::cli

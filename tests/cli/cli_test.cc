@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +27,7 @@ namespace idem {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 using testing::IdemBinary;
 using testing::ReadWholeFile;
@@ -379,6 +381,37 @@ TEST_F(CliTest, UnknownOptionIsUsageError) {
   EXPECT_THAT(r.err, HasSubstr("--frobnicate"));
 }
 
+// A mistyped subcommand or option names the nearest one there is, the external
+// subcommands (idem-demo beside idem) included; the exit status stays 2.
+TEST_F(CliTest, MistypedNamesSuggestTheNearest) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"serv"}, "idem: unknown subcommand 'serv'; did you mean 'serve'? (see idem --help)\n"},
+      {{"inspcet", "--key", "k"},
+       "idem: unknown subcommand 'inspcet'; did you mean 'inspect'? (see idem --help)\n"},
+      {{"dmeo"}, "idem: unknown subcommand 'dmeo'; did you mean 'demo'? (see idem --help)\n"},
+      {{"serve", "--stor", "x"},
+       "idem: unknown option '--stor'; did you mean '--store'? (see idem serve --help)\n"},
+      {{"serve", "--stor=x"},
+       "idem: unknown option '--stor=x'; did you mean '--store'? (see idem serve --help)\n"},
+      {{"inspect", "--key", "k", "--tenatn", "t"},
+       "idem: unknown option '--tenatn'; did you mean '--tenant'? (see idem inspect --help)\n"},
+      {With(kSeedExample, {"--confg", "x.toml"}),
+       "idem: unknown option '--confg'; did you mean '--config'? (see idem ttl --help)\n"},
+      {{"records", "lsit"},
+       "idem: unknown subcommand 'lsit'; did you mean 'list'? (see idem records --help)\n"},
+      {{"--confg", "x.toml"},
+       "idem: unknown option '--confg'; did you mean '--config'? (see idem --help)\n"},
+      // Too far from every name: no guess.
+      {{"sv"}, "idem: unknown subcommand 'sv' (see idem --help)\n"},
+      {{"serve", "--xyz"}, "idem: unknown option '--xyz' (see idem serve --help)\n"},
+  };
+  for (const auto& [args, err] : cases) {
+    RunResult r = Idem(args);
+    ExpectOneLineFailure(r, 2);
+    EXPECT_EQ(r.err, err) << args.front();
+  }
+}
+
 TEST_F(CliTest, TwoSubcommandsAreUsageError) {
   RunResult r = Idem(With(kSeedExample, {"inspect", "--key", "k"}));
   ExpectOneLineFailure(r, 2);
@@ -546,7 +579,7 @@ TEST_F(CliTest, NegativeUnsignedOptionsAreUsageErrors) {
 TEST_F(CliTest, InspectMissingKeyExitsOne) {
   RunResult r = Idem({"inspect", "--store", "memory://", "--key", "K-404"});
   ExpectOneLineFailure(r, 1);
-  EXPECT_EQ(r.err, "idem: no record for tenant default key K-404\n");
+  EXPECT_EQ(r.err, "idem: no record for K-404 in any tenant (this store holds no records)\n");
   EXPECT_EQ(r.out, "");
 
   r = Idem({"inspect", "--store", "memory://", "--tenant", "acme", "--biz-type", "refund", "--key",
@@ -641,8 +674,11 @@ TEST_F(CliInspectRecordTest, PrintsJson) {
   EXPECT_EQ(j["state"], "SUCCEEDED");
   EXPECT_EQ(j["token"], 1);
   EXPECT_EQ(j["fingerprint"], "fp1");
-  EXPECT_EQ(j["result"], R"({"refund_id":"F-1"})");
-  EXPECT_EQ(j["error"], "");
+  // The stored result is JSON and given as JSON, not as a string holding it.
+  EXPECT_EQ(j["result"], nlohmann::json({{"refund_id", "F-1"}}));
+  EXPECT_EQ(j["result_encoding"], "json");
+  EXPECT_EQ(j["error"], nullptr);
+  EXPECT_EQ(j["error_encoding"], nullptr);
   EXPECT_TRUE(j["created_at"].is_string());
   EXPECT_TRUE(j["updated_at"].is_string());
   EXPECT_EQ(j["lease_live"], false);
@@ -653,8 +689,10 @@ TEST_F(CliInspectRecordTest, PrintsACachedFailure) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["state"], "FAILED");
-  EXPECT_EQ(j["result"], "");
-  EXPECT_THAT(j["error"].get<std::string>(), HasSubstr("card declined"));
+  EXPECT_EQ(j["result"], nullptr);
+  EXPECT_EQ(j["result_encoding"], nullptr);
+  EXPECT_THAT(j["error"].dump(), HasSubstr("card declined"));
+  EXPECT_NE(j["error_encoding"], nullptr);
   EXPECT_EQ(j["fingerprint"], nullptr);
 }
 
@@ -667,9 +705,96 @@ TEST_F(CliInspectRecordTest, OtherBizTypeExitsOne) {
 }
 
 TEST_F(CliInspectRecordTest, TenantsAreSeparate) {
-  RunResult r = Idem({"inspect", "--store", url_, "--key", "R-1"});  // tenant "default"
+  RunResult r = Idem({"inspect", "--store", url_, "--tenant", "default", "--key", "R-1"});
   ExpectOneLineFailure(r, 1);
   EXPECT_EQ(r.err, "idem: no record for tenant default key R-1\n");
+}
+
+// Without --tenant the key is looked up in every tenant (it was looked up in
+// "default" only, and a key of another tenant was "no record"); each record found is
+// shown with its tenant, on SQLite and on RocksDB (each lists tenants in its order).
+TEST_F(CliTest, InspectWithoutTenantLooksInEveryTenant) {
+  std::vector<std::string> urls = {"sqlite://" + dir_.file("t.db")};
+  if (OpenStore("rocksdb://" + dir_.file("probe-db")).ok()) {
+    urls.push_back("rocksdb://" + dir_.file("t-db"));
+  }
+  for (const std::string& url : urls) {
+    {
+      absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+      ASSERT_OK(store);
+      Guard guard(**store);
+      // Tenants with keys before and after K-1 (and a longest one, all 0xFF bytes),
+      // so that moving from one tenant to the next skips keys of both kinds.
+      for (const std::string tenant : {"acme", "beta", "b", "zeta"}) {
+        for (const std::string& key : {std::string("A-0"), std::string("K-1"), std::string("Z-9"),
+                                      std::string(255, '\xff')}) {
+          if (tenant == "zeta" && key == "K-1") continue;
+          ASSERT_OK(guard.Run({.tenant = tenant, .biz_type = "refund", .key = key},
+                              [&](Transaction&) -> absl::StatusOr<std::string> {
+                                return "{\"tenant\":\"" + tenant + "\"}";
+                              }));
+        }
+      }
+    }
+    RunResult r = Idem({"inspect", "--store", url, "--key", "K-1"});
+    ASSERT_EQ(r.exit_code, 0) << url << r.err;
+    EXPECT_EQ(r.err, "");
+    for (const std::string tenant : {"acme", "b", "beta"}) {
+      EXPECT_THAT(r.out, HasSubstr("\ntenant       " + tenant + "\nbiz_type     refund\n"
+                                   "key          K-1\n")) << url;
+    }
+    EXPECT_THAT(r.out, Not(HasSubstr("zeta"))) << url;
+
+    r = Idem({"inspect", "--store", url, "--key", "K-1", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << url << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["store"], url);
+    ASSERT_EQ(j["records"].size(), 3u) << r.out;
+    std::vector<std::string> tenants;
+    for (const nlohmann::json& rec : j["records"]) {
+      tenants.push_back(rec["tenant"]);
+      EXPECT_EQ(rec["key"], "K-1");
+      EXPECT_EQ(rec["result"], nlohmann::json({{"tenant", rec["tenant"]}}));
+    }
+    std::sort(tenants.begin(), tenants.end());
+    EXPECT_EQ(tenants, (std::vector<std::string>{"acme", "b", "beta"}));
+
+    // --tenant still looks there only; a key no tenant has names the tenants.
+    r = Idem({"inspect", "--store", url, "--tenant", "zeta", "--key", "K-1"});
+    ExpectOneLineFailure(r, 1);
+    EXPECT_EQ(r.err, "idem: no record for tenant zeta key K-1\n");
+    r = Idem({"inspect", "--store", url, "--key", "K-404"});
+    ExpectOneLineFailure(r, 1);
+    EXPECT_THAT(r.err, StartsWith("idem: no record for K-404 in any tenant (tenants in this store: "))
+        << url;
+    for (const std::string tenant : {"acme", "b", "beta", "zeta"}) {
+      EXPECT_THAT(r.err, HasSubstr(tenant)) << url;
+    }
+    // Another biz_type everywhere: said as for one tenant.
+    r = Idem({"inspect", "--store", url, "--biz-type", "order", "--key", "K-1"});
+    ExpectOneLineFailure(r, 1);
+    EXPECT_THAT(r.err, HasSubstr("is not of biz_type order")) << url;
+  }
+}
+
+// The "no record" line names at most ten tenants, then how many there are.
+TEST_F(CliTest, InspectNoRecordNamesAFewTenants) {
+  const std::string url = "sqlite://" + dir_.file("many.db");
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+    ASSERT_OK(store);
+    Guard guard(**store);
+    for (int i = 0; i < 12; ++i) {
+      const std::string tenant = "t" + std::string(i < 10 ? "0" : "") + std::to_string(i);
+      ASSERT_OK(guard.Run({.tenant = tenant, .biz_type = "refund", .key = "K-1"},
+                          [](Transaction&) -> absl::StatusOr<std::string> { return "{}"; }));
+    }
+  }
+  RunResult r = Idem({"inspect", "--store", url, "--key", "K-2"});
+  ExpectOneLineFailure(r, 1);
+  EXPECT_EQ(r.err,
+            "idem: no record for K-2 in any tenant (tenants in this store: t00, t01, t02, t03, t04, "
+            "t05, t06, t07, t08, t09, … (12 in all))\n");
 }
 
 TEST_F(CliInspectRecordTest, OpaqueBytesAreEscapedOrBase64) {
@@ -691,8 +816,40 @@ TEST_F(CliInspectRecordTest, OpaqueBytesAreEscapedOrBase64) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["key"], key);
-  EXPECT_FALSE(j.contains("result"));
-  EXPECT_EQ(j["result_base64"], "/wBva+2ggA==");
+  EXPECT_EQ(j["result"], "/wBva+2ggA==");
+  EXPECT_EQ(j["result_encoding"], "base64");
+
+  // UTF-8 that is not JSON (the C++ API stores any bytes) is given as a string.
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
+    ASSERT_OK(store);
+    Guard guard(**store);
+    ASSERT_OK(guard.Run({.tenant = "acme", .biz_type = "refund", .key = "K-text"},
+                        [&](Transaction&) -> absl::StatusOr<std::string> {
+                          return std::string("refund F-2 {");
+                        }));
+  }
+  r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "K-text", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["result"], "refund F-2 {");
+  EXPECT_EQ(j["result_encoding"], "text");
+
+  // JSON that would not print back as itself (an integer past 64 bits would be
+  // rounded) is given as text too, unaltered.
+  const std::string big = R"({"id":123456789012345678901234567890})";
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
+    ASSERT_OK(store);
+    Guard guard(**store);
+    ASSERT_OK(guard.Run({.tenant = "acme", .biz_type = "refund", .key = "K-big"},
+                        [&](Transaction&) -> absl::StatusOr<std::string> { return big; }));
+  }
+  r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "K-big", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["result"], big);
+  EXPECT_EQ(j["result_encoding"], "text");
 
   r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "K\n2"});
   ExpectOneLineFailure(r, 1);

@@ -255,5 +255,49 @@ TEST(ReadOnly, MysqlPurgeWithoutIdemSchemaCreatesNothing) {
   });
 }
 
+// inspect without --tenant finds a key in every tenant of a server store too: the
+// tenants are found in the store's own order (its collation), skipping every key of
+// one tenant, the longest (all 0xFF bytes) included, and nothing is changed.
+void InspectFindsTheKeyInEveryTenant(const std::string& url) {
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
+    ASSERT_TRUE(store.ok()) << store.status();
+    Guard guard(**store);
+    for (const std::string tenant : {"acme", "B", "b", "beta", "zeta"}) {
+      for (const std::string& key : {std::string("A-0"), std::string("K-1"),
+                                     std::string(255, '\xff')}) {
+        if (tenant == "zeta" && key == "K-1") continue;
+        ASSERT_TRUE(guard
+                        .Run({.tenant = tenant, .biz_type = "refund", .key = key},
+                             [](Transaction&) -> absl::StatusOr<std::string> {
+                               return std::string("{}");
+                             })
+                        .ok());
+      }
+    }
+  }
+  TempDir dir;
+  RunResult r = RunIdemIn(dir.path(), {"inspect", "--store", url, "--key", "K-1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string tenant : {"acme", "B", "b", "beta"}) {
+    EXPECT_THAT(r.out, HasSubstr("\ntenant       " + tenant + "\n")) << tenant;
+  }
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("zeta")));
+  r = RunIdemIn(dir.path(), {"inspect", "--store", url, "--key", "K-2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("no record for K-2 in any tenant (tenants in this store: "));
+  EXPECT_THAT(r.err, HasSubstr("zeta"));
+}
+
+TEST(ReadOnly, PostgresInspectLooksInEveryTenant) {
+  TempDir dir;
+  InspectFindsTheKeyInEveryTenant(PostgresUrl(dir.path()));
+}
+
+TEST(ReadOnly, MysqlInspectLooksInEveryTenant) {
+  TempDir dir;
+  InspectFindsTheKeyInEveryTenant(MysqlTestUrl(dir.path()));
+}
+
 }  // namespace
 }  // namespace idem::testing

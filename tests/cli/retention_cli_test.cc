@@ -233,6 +233,12 @@ TEST_F(RetentionCliTest, TheServersStorePasswordFileComesWithItsStore) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_EQ(r.err, "idem: records list: a password was given for store URL '" + url_ +
                        "', which takes none (only server URLs do)\n");
+  // The worker (a program of its own, without `serve`) reads the pair too: it
+  // refused the password file ("not read by idem worker").
+  r = Idem({"--config", config_, "worker", "--once", "--refund-channel", "http://127.0.0.1:1"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(r.err, "idem: worker: a password was given for store URL '" + url_ +
+                       "', which takes none (only server URLs do)\n");
   RunResult own = Idem({"--config", config_, "records", "list", "--store", url_});
   EXPECT_EQ(own.exit_code, 0) << own.err;
   EXPECT_THAT(own.out, HasSubstr("K-1"));
@@ -258,20 +264,26 @@ TEST_F(RetentionCliTest, PurgeWithTheConfigOfAMissingStoreCreatesNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir_.file("idem-db")));
 }
 
-// The commands that only look never create a store where none is: a clear error
-// naming it, exit 1, and no file or directory left behind.
+// The commands that only look (and the worker, which resumes what is there) never
+// create a store where none is, given by --store or by the config's [serve] store:
+// a clear error naming it, exit 1, and no file or directory left behind.
 class LookingCommandTest : public RetentionCliTest,
                            public ::testing::WithParamInterface<std::vector<std::string>> {};
 
 TEST_P(LookingCommandTest, OnAMissingStoreCreatesNothing) {
   for (const std::string& url :
        {"sqlite://" + dir_.file("gone.db"), "rocksdb://" + dir_.file("gone-db")}) {
-    std::vector<std::string> args = GetParam();
-    args.insert(args.end(), {"--store", url});
-    RunResult r = Idem(args);
-    EXPECT_EQ(r.exit_code, 1) << url << ": " << r.out << r.err;
-    EXPECT_THAT(r.err, HasSubstr("store " + url + ": ")) << url;
-    EXPECT_THAT(r.err, HasSubstr("does not exist")) << url;
+    Write(config_, "[serve]\nstore = \"" + url + "\"\n");
+    std::vector<std::string> with_store = GetParam();
+    with_store.insert(with_store.end(), {"--store", url});
+    std::vector<std::string> with_config = {"--config", config_};
+    with_config.insert(with_config.end(), GetParam().begin(), GetParam().end());
+    for (const std::vector<std::string>& args : {with_store, with_config}) {
+      RunResult r = Idem(args);
+      EXPECT_EQ(r.exit_code, 1) << url << " " << args[0] << ": " << r.out << r.err;
+      EXPECT_THAT(r.err, HasSubstr("store " + url + ": ")) << url << " " << args[0];
+      EXPECT_THAT(r.err, HasSubstr("does not exist")) << url << " " << args[0];
+    }
   }
   EXPECT_FALSE(std::filesystem::exists(dir_.file("gone.db")));
   EXPECT_FALSE(std::filesystem::exists(dir_.file("gone-db")));
@@ -284,7 +296,9 @@ INSTANTIATE_TEST_SUITE_P(
                       std::vector<std::string>{"inspect", "--key", "K-1"},
                       std::vector<std::string>{"keys", "analyze"},
                       std::vector<std::string>{"stuck"},
-                      std::vector<std::string>{"stuck", "--resolve", "x", "--note", "by hand"}),
+                      std::vector<std::string>{"stuck", "--resolve", "x", "--note", "by hand"},
+                      std::vector<std::string>{"worker", "--once", "--refund-channel",
+                                               "http://127.0.0.1:1"}),
     [](const ::testing::TestParamInfo<std::vector<std::string>>& info) {
       std::string name;
       for (const std::string& a : info.param) {

@@ -133,7 +133,7 @@ TEST(Secrets, EveryStoreCommandTakesThePasswordFromAFileOrTheEnvironment) {
   const std::vector<std::vector<std::string>> commands = {
       {"migrate"}, {"migrate", "--dry-run"}, {"purge"},       {"purge", "--dry-run"},
       {"inspect", "--tenant", "t", "--key", "k"}, {"stuck"}, {"records", "list"},
-      {"keys", "analyze"}};
+      {"keys", "analyze"}, {"worker", "--once", "--refund-channel", "http://127.0.0.1:1"}};
   const std::string server = "postgres://idem@127.0.0.1:1/db?connect_timeout=1";
   for (std::vector<std::string> cmd : commands) {
     std::string what;
