@@ -523,11 +523,11 @@ int ReconUrlWithSecret(const char* option, std::string* url, const std::string& 
   }
   std::vector<std::string> warnings;
   absl::StatusOr<std::string> with = UrlWithSecret(option, *url, password_file, "", &warnings);
-  for (const std::string& w : warnings) std::fprintf(stderr, "idem: warning: %s\n", w.c_str());
   if (!with.ok()) {
     PrintReason("recon: " + Msg(with.status()));
     return with.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
+  for (const std::string& w : warnings) std::fprintf(stderr, "idem: warning: %s\n", w.c_str());
   *url = *std::move(with);
   return -1;
 }

@@ -232,7 +232,7 @@ absl::StatusOr<DispositionResult> ApplyDispositions(Store& store, const std::str
                                               .action = std::string(ActionName(a)),
                                               .http_status = sent.http_status,
                                               .response = sent.response,
-                                              .error = EscapeControl(std::string(sent.status.message()), 400)});
+                                              .error = std::string(sent.status.message())});
     }
   }
   return result;

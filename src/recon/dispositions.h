@@ -91,7 +91,7 @@ struct ActionFailure {
   std::string action;
   int http_status = 0;   // of the answer that refused it; 0 when none came
   std::string response;  // its first bytes, escaped
-  std::string error;     // what went wrong, one line
+  std::string error;     // what went wrong
 };
 
 // How many ActionFailures a DispositionResult keeps (the first ones).

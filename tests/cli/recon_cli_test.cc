@@ -589,8 +589,11 @@ TEST_P(Recon, StoredPendingReplayWithABadKeyIsNotSent) {
                                               "--repush-url", receiver.url("/repush")}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.out, HasSubstr("2 replay/re-push sent, 1 pending"));
-  EXPECT_THAT(r.err, HasSubstr("first: replay of OLD\\r\\nX-Injected: 1: not sent: key holds the "
-                               "control character \\r at byte 3"));
+  const std::string id = recon::TicketId("wx", "missing_local", bad.key);
+  EXPECT_THAT(r.err, HasSubstr("first: replay of OLD\\r\\nX-Injected: 1 (missing_local, ticket " +
+                               id + "): not sent: key holds the control character \\r at byte 3"));
+  EXPECT_THAT(r.out, HasSubstr("  not done: replay of OLD\\r\\nX-Injected: 1 (missing_local, "
+                               "ticket " + id + "): not sent: key holds"));
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_THAT(receiver.received(), ::testing::Not(HasSubstr("X-Injected")));
   EXPECT_THAT(receiver.keys("/replay"), ::testing::ElementsAre("R-2"));
