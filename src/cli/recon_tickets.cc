@@ -49,8 +49,13 @@ int TicketsFailure(const std::string& command, const std::string& why) {
 int OpenTicketStore(const std::string& command, const std::string& url, bool write,
                     std::unique_ptr<Store>* store) {
   if (absl::Status s = CheckStoreExists(url); !s.ok()) {
-    PrintReason("recon tickets " + command + ": " + std::string(s.message()));
-    return ExitCodeForStoreError(s);
+    if (s.code() == absl::StatusCode::kInvalidArgument) {  // a malformed URL
+      PrintReason("recon tickets " + command + ": " + std::string(s.message()));
+      return kExitUsage;
+    }
+    return TicketsFailure(command, "the store " + RedactStoreUrl(url) +
+                                       " does not exist: no `idem recon` run has recorded there "
+                                       "(is it the --store the runs use?)");
   }
   absl::StatusOr<std::unique_ptr<Store>> opened =
       write ? OpenStore(url, StoreOptions{.create_schema = false})
