@@ -8,13 +8,17 @@
 //              --ledger-query "SELECT order_no AS key, amount::text AS amount, … FROM ledger"
 //              --status-map SUCCESS=PAID,REFUND=REFUNDED --intermediate PENDING,PROCESSING
 //              --day 2024-06-18 [--replay-url URL] [--repush-url URL] [--dry-run]
-//              [--json] [--report FILE.html]
+//              [--replay-header-file FILE] [--json] [--report FILE.html]
 //   idem recon status --source wechat --max-age 15m [--store URL] [--json]
+//   idem recon tickets list|show ID|close ID --note TEXT   (recon_tickets.cc)
 //
 // The comparison only reads; then each difference is recorded and acted on
 // (recon/dispositions.h) and the watermark advances, in --store (default:
 // sqlite://./idem-recon.db, never the ledger unless --store names it). Bad input
-// stops the run before anything is written.
+// (and a bad replay header, from --replay-header-file or IDEM_RECON_REPLAY_HEADERS)
+// stops the run before anything is written or sent. A replay or re-push not done
+// is shown with its answer's status and first bytes on stdout, in the JSON line,
+// in the report and in its ticket.
 // Exit status: 0 the run completed (differences are findings, not failures);
 // 1 bad input, a store or file that cannot be read, a replay/re-push that failed
 // (it stays pending), or for `status` a last success older than --max-age (or none);
@@ -181,7 +185,8 @@ int ReplayHeadersOf(const ReconFlags& f, std::vector<recon::Header>* headers) {
   const bool from_env = env != nullptr && *env != '\0';
   if (f.replay_header_file.empty()) {
     if (!from_env) return -1;
-    absl::StatusOr<std::vector<recon::Header>> h = recon::ParseReplayHeaders(env, kReplayHeadersEnv);
+    absl::StatusOr<std::vector<recon::Header>> h =
+        recon::ParseReplayHeaders(env, kReplayHeadersEnv);
     if (!h.ok()) return ReconUsage(Msg(h.status()));
     *headers = *std::move(h);
     return -1;
@@ -199,7 +204,8 @@ int ReplayHeadersOf(const ReconFlags& f, std::vector<recon::Header>* headers) {
   std::ifstream in(path, std::ios::binary);
   std::string text(recon::kMaxReplayHeaderBytes + 1, '\0');
   if (in.is_open()) in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (!in.is_open() || in.bad()) return Failure("--replay-header-file " + path + ": cannot be read");
+  if (!in.is_open() || in.bad())
+    return Failure("--replay-header-file " + path + ": cannot be read");
   text.resize(static_cast<size_t>(in.gcount()));
   if (std::string w = LooseFileWarning(path, what); !w.empty()) {
     std::fprintf(stderr, "idem: warning: %s\n", w.c_str());
@@ -401,9 +407,9 @@ int CompareRecon(const ReconFlags& f, const ReconSetup& setup, const recon::Wind
 
 // What recording a run did, for its output.
 struct Recorded {
-  std::string disposition_line;                     // "  N new ticket/action row(s), …"
-  std::vector<recon::ActionFailure> failures;       // the first replays/re-pushes not done
-  std::map<std::string, recon::Ticket> tickets;     // the report's rows' tickets, by id
+  std::string disposition_line;                  // "  N new ticket/action row(s), …"
+  std::vector<recon::ActionFailure> failures;    // the first replays/re-pushes not done
+  std::map<std::string, recon::Ticket> tickets;  // the report's rows' tickets, by id
 };
 
 // Acts on the differences and records them and the watermark in `store_url` (not in a
@@ -489,8 +495,7 @@ int RunRecon(ReconFlags f) {
                              .statements = f.statements};
   Recorded recorded;
   int exit = kExitOk;
-  if (int end = RecordRecon(f, setup, window, result, store_url, now, &recorded, &exit);
-      end >= 0) {
+  if (int end = RecordRecon(f, setup, window, result, store_url, now, &recorded, &exit); end >= 0) {
     return end;
   }
 
@@ -588,11 +593,16 @@ CommandFn AddReconCommand(CLI::App& root) {
       ->capture_default_str();
   cmd->add_flag("--dry-run", f->dry_run,
                 "Classify and print; write no ticket, send nothing, leave the watermark");
-  cmd->add_flag("--json", f->json, "End with one JSON line of the counts");
-  cmd->add_option("--report", f->report, "Write a self-contained HTML report to this file");
-  cmd->add_option("--replay-url", f->replay_url,
-                  "missing_local: POST each upstream row here with Idempotency-Key = the key "
-                  "(the body: docs/recon.md)");
+  cmd->add_flag("--json", f->json,
+                "End with one JSON line of the counts (and failed_actions: the replays and "
+                "re-pushes not done, with their answer's status and first bytes)");
+  cmd->add_option("--report", f->report,
+                  "Write a self-contained HTML report to this file (counts, chart, rows and "
+                  "their tickets)");
+  cmd->add_option(
+      "--replay-url", f->replay_url,
+      "missing_local: POST each upstream row here as JSON "
+      "{source,key,class,upstream,local} with Idempotency-Key = the key (docs/recon.md)");
   cmd->add_option("--replay-header-file", f->replay_header_file,
                   "Headers for every replay and re-push, one 'Name: value' a line (e.g. "
                   "Authorization; or IDEM_RECON_REPLAY_HEADERS; never on the command line)");
@@ -606,17 +616,21 @@ CommandFn AddReconCommand(CLI::App& root) {
   CLI::App* status = cmd->add_subcommand(
       "status", "Exit 1 when the last successful run of --source is older than --max-age");
   status->add_option("--source", f->source, "The source");
-  status->add_option("--store", f->store,
-                     std::string("Where recon_watermark lives (default: ") + kDefaultReconStore +
-                         ")");
+  status->add_option(
+      "--store", f->store,
+      std::string("Where recon_watermark lives (default: ") + kDefaultReconStore + ")");
   status->add_option("--store-password-file", f->store_password_file,
                      "The --store URL's password, from this file (or IDEM_STORE_PASSWORD)");
   status->add_option("--max-age", f->max_age, "How old the last success may be")
       ->capture_default_str();
   status->add_flag("--json", f->json, "Print the watermark as JSON");
+  cmd->footer(
+      "Exit status: 0 the run completed (differences are findings), 1 bad input, a store or "
+      "file that cannot be read, or a replay/re-push not done (it stays pending and is "
+      "retried by the next run), 2 bad usage. The tickets: idem recon tickets list|show|close. "
+      "docs/recon.md says what is sent and recorded.");
   CommandFn run_tickets;
-  CLI::App* tickets =
-      AddReconTicketsCommand(cmd, &f->store, &f->store_password_file, &run_tickets);
+  CLI::App* tickets = AddReconTicketsCommand(cmd, &f->store, &f->store_password_file, &run_tickets);
   cmd->require_subcommand(0, 1);
   return [f, status, tickets, run_tickets] {
     if (tickets->parsed()) return run_tickets();

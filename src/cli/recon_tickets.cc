@@ -86,8 +86,8 @@ nlohmann::ordered_json TicketJson(const recon::Ticket& t) {
   j["detail"] = t.detail;
   j["attempts"] = t.attempts;
   j["last_error"] = t.last_error;
-  j["http_status"] = t.http_status == 0 ? nlohmann::ordered_json(nullptr)
-                                        : nlohmann::ordered_json(t.http_status);
+  j["http_status"] =
+      t.http_status == 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(t.http_status);
   j["response"] =
       t.http_status == 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(t.response);
   j["run_id"] = t.run_id;
@@ -95,7 +95,8 @@ nlohmann::ordered_json TicketJson(const recon::Ticket& t) {
   j["updated_at"] = recon::FormatTimeUs(t.updated_at_us);
   j["closed_at"] = t.closed_at_us == 0 ? nlohmann::ordered_json(nullptr)
                                        : nlohmann::ordered_json(TimeOrEmpty(t.closed_at_us));
-  j["note"] = t.state == "closed" ? nlohmann::ordered_json(t.note) : nlohmann::ordered_json(nullptr);
+  j["note"] =
+      t.state == "closed" ? nlohmann::ordered_json(t.note) : nlohmann::ordered_json(nullptr);
   j["payload"] = t.payload;
   return j;
 }
@@ -248,8 +249,9 @@ CLI::App* AddReconTicketsCommand(CLI::App* recon, std::string* store,
       "close", "Close a ticket (or give up a pending replay/re-push) with a note of why");
   store_options(close);
   close->add_option("ID", f->id, "The ticket's id (from list)")->required();
-  close->add_option("--note", f->note,
-                    "Why it is settled (required; at most 2000 bytes, no control characters)")
+  close
+      ->add_option("--note", f->note,
+                   "Why it is settled (required; at most 2000 bytes, no control characters)")
       ->required();
   *run = [f, list, show] {
     if (int exit = ReconUrlWithSecret("--store", f->store, *f->store_password_file); exit >= 0) {

@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "http/types.h"
 #include "http/client/upstream.h"
+#include "http/types.h"
 #include "idem/key.h"
 #include "nlohmann/json.hpp"
 #include "recon/recon_time.h"

@@ -27,8 +27,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "http/types.h"
 #include "http/client/upstream.h"
+#include "http/types.h"
 #include "idem/store.h"
 #include "recon/comparer.h"
 
@@ -98,9 +98,9 @@ struct ActionFailure {
 inline constexpr size_t kMaxReportedFailures = 20;
 
 struct DispositionResult {
-  int64_t new_rows = 0;  // recon_ticket rows this run added
-  int64_t sent = 0;      // replays and re-pushes done in this run
-  int64_t failed = 0;    // replays and re-pushes still pending after this run
+  int64_t new_rows = 0;                 // recon_ticket rows this run added
+  int64_t sent = 0;                     // replays and re-pushes done in this run
+  int64_t failed = 0;                   // replays and re-pushes still pending after this run
   std::vector<ActionFailure> failures;  // the first kMaxReportedFailures of them
 };
 

@@ -26,11 +26,19 @@ bool SameHeaderName(std::string_view a, std::string_view b) {
 
 // Headers recon sets, or that decide where a message ends or goes: a value from the
 // file would contradict what recon sends, or smuggle a second request.
-constexpr std::string_view kReservedHeaders[] = {
-    "Idempotency-Key", "Content-Type", "Content-Length",   "Transfer-Encoding",
-    "Host",            "Connection",   "Keep-Alive",       "Proxy-Connection",
-    "TE",              "Trailer",      "Upgrade",          "Expect",
-    "X-Request-Id"};
+constexpr std::string_view kReservedHeaders[] = {"Idempotency-Key",
+                                                 "Content-Type",
+                                                 "Content-Length",
+                                                 "Transfer-Encoding",
+                                                 "Host",
+                                                 "Connection",
+                                                 "Keep-Alive",
+                                                 "Proxy-Connection",
+                                                 "TE",
+                                                 "Trailer",
+                                                 "Upgrade",
+                                                 "Expect",
+                                                 "X-Request-Id"};
 
 }  // namespace
 
@@ -59,10 +67,10 @@ absl::StatusOr<std::vector<Header>> ParseReplayHeaders(std::string_view text,
     const std::string_view name = line.substr(0, colon);
     if (name.empty() || name.size() > kMaxHeaderNameBytes ||
         !std::all_of(name.begin(), name.end(), IsTokenChar)) {
-      return absl::InvalidArgumentError(
-          here + "the header name " + EscapeControl(name, 60) + " is not a token (1 to " +
-          std::to_string(kMaxHeaderNameBytes) +
-          " letters, digits or !#$%&'*+-.^_`|~, nothing before it)");
+      return absl::InvalidArgumentError(here + "the header name " + EscapeControl(name, 60) +
+                                        " is not a token (1 to " +
+                                        std::to_string(kMaxHeaderNameBytes) +
+                                        " letters, digits or !#$%&'*+-.^_`|~, nothing before it)");
     }
     for (std::string_view reserved : kReservedHeaders) {
       if (SameHeaderName(name, reserved)) {
@@ -80,8 +88,8 @@ absl::StatusOr<std::vector<Header>> ParseReplayHeaders(std::string_view text,
     std::string_view value = line.substr(colon + 1);
     while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
     while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
-    if (absl::Status s = ValidateFieldValue("the value of " + std::string(name), value,
-                                            kMaxHeaderValueBytes);
+    if (absl::Status s =
+            ValidateFieldValue("the value of " + std::string(name), value, kMaxHeaderValueBytes);
         !s.ok()) {
       return absl::InvalidArgumentError(here + std::string(s.message()));
     }

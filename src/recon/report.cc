@@ -83,8 +83,8 @@ std::string TicketCell(const Ticket* t) {
 }  // namespace
 
 std::string FailureText(const ActionFailure& a) {
-  std::string s = a.action + " of " + EscapeControl(a.key, 60) + " (" + a.cls + ", ticket " + a.id +
-                  "): ";
+  std::string s =
+      a.action + " of " + EscapeControl(a.key, 60) + " (" + a.cls + ", ticket " + a.id + "): ";
   if (a.http_status == 0) return s + a.error;
   return s + "HTTP " + std::to_string(a.http_status) + ": " + a.response;
 }
@@ -120,8 +120,8 @@ std::string JsonLine(const ReportHeader& header, const CompareResult& result,
       f["action"] = a.action;
       f["http_status"] = a.http_status == 0 ? nlohmann::ordered_json(nullptr)
                                             : nlohmann::ordered_json(a.http_status);
-      f["response"] = a.http_status == 0 ? nlohmann::ordered_json(nullptr)
-                                         : nlohmann::ordered_json(a.response);
+      f["response"] =
+          a.http_status == 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(a.response);
       f["error"] = a.error;
       list.push_back(std::move(f));
     }
@@ -228,8 +228,8 @@ std::string HtmlReport(const ReportHeader& header, const CompareResult& result,
       h += "</tr>\n";
     }
     if (result.counts[c] > static_cast<int64_t>(examples)) {
-      h += "<tr><td colspan=\"" + std::string(tickets != nullptr ? "5" : "4") + "\">… and " + std::to_string(result.counts[c] - examples) +
-           " more</td></tr>\n";
+      h += "<tr><td colspan=\"" + std::string(tickets != nullptr ? "5" : "4") + "\">… and " +
+           std::to_string(result.counts[c] - examples) + " more</td></tr>\n";
     }
     h += "</table>\n";
   }

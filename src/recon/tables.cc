@@ -94,7 +94,8 @@ absl::Status UpgradeTicketTable(Store& store, const SqlDialect& d) {
     if (HasColumn(store, c.name)) continue;
     std::string sql = "ALTER TABLE recon_ticket ADD COLUMN " + std::string(c.name) + " " + c.type;
     if (IsMysql(d) && std::string_view(c.name) == "id") sql += ", ADD KEY recon_ticket_id (id)";
-    absl::Status s = InTransaction(store, [&](StoreTransaction& tx) { return tx.Exec(sql).status(); });
+    absl::Status s =
+        InTransaction(store, [&](StoreTransaction& tx) { return tx.Exec(sql).status(); });
     if (!s.ok()) return s;
     added_id = added_id || std::string_view(c.name) == "id";
   }
@@ -124,24 +125,42 @@ Ticket TicketOfRow(const std::vector<std::string>& columns, const std::vector<Va
   for (size_t i = 0; i < columns.size() && i < row.size(); ++i) {
     const std::string& c = columns[i];
     const Value& v = row[i];
-    if (c == "source") t.source = Text(v);
-    else if (c == "key") t.key = Text(v);
-    else if (c == "class") t.cls = Text(v);
-    else if (c == "severity") t.severity = Text(v);
-    else if (c == "action") t.action = Text(v);
-    else if (c == "state") t.state = Text(v);
-    else if (c == "detail") t.detail = Text(v);
-    else if (c == "payload") t.payload = Text(v);
-    else if (c == "attempts") t.attempts = Int(v);
-    else if (c == "last_error") t.last_error = Text(v);
-    else if (c == "run_id") t.run_id = Text(v);
-    else if (c == "created_at") t.created_at_us = Int(v);
-    else if (c == "updated_at") t.updated_at_us = Int(v);
-    else if (c == "id") t.id = Text(v);
-    else if (c == "http_status") t.http_status = Int(v);
-    else if (c == "response") t.response = Text(v);
-    else if (c == "note") t.note = Text(v);
-    else if (c == "closed_at") t.closed_at_us = Int(v);
+    if (c == "source")
+      t.source = Text(v);
+    else if (c == "key")
+      t.key = Text(v);
+    else if (c == "class")
+      t.cls = Text(v);
+    else if (c == "severity")
+      t.severity = Text(v);
+    else if (c == "action")
+      t.action = Text(v);
+    else if (c == "state")
+      t.state = Text(v);
+    else if (c == "detail")
+      t.detail = Text(v);
+    else if (c == "payload")
+      t.payload = Text(v);
+    else if (c == "attempts")
+      t.attempts = Int(v);
+    else if (c == "last_error")
+      t.last_error = Text(v);
+    else if (c == "run_id")
+      t.run_id = Text(v);
+    else if (c == "created_at")
+      t.created_at_us = Int(v);
+    else if (c == "updated_at")
+      t.updated_at_us = Int(v);
+    else if (c == "id")
+      t.id = Text(v);
+    else if (c == "http_status")
+      t.http_status = Int(v);
+    else if (c == "response")
+      t.response = Text(v);
+    else if (c == "note")
+      t.note = Text(v);
+    else if (c == "closed_at")
+      t.closed_at_us = Int(v);
   }
   if (t.id.empty()) t.id = TicketId(t.source, t.cls, t.key);
   return t;
@@ -183,7 +202,8 @@ absl::Status EnsureTables(Store& store) {
   const std::string cls = mysql ? "VARCHAR(32)" : "TEXT";
   const std::string tail = mysql ? " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" : "";
   std::string new_columns;
-  for (const NewColumn& c : NewTicketColumns(**d)) new_columns += std::string(c.name) + " " + c.type + ", ";
+  for (const NewColumn& c : NewTicketColumns(**d))
+    new_columns += std::string(c.name) + " " + c.type + ", ";
   const std::string ticket =
       "CREATE TABLE IF NOT EXISTS recon_ticket (source " + src + " NOT NULL, " + KeyCol(**d) + " " +
       key + " NOT NULL, class " + cls + " NOT NULL, severity " + cls + " NOT NULL, action " + cls +
@@ -275,9 +295,12 @@ absl::StatusOr<int64_t> InsertTickets(Store& store, const std::vector<Ticket>& t
       batch = 0;
       for (size_t i = begin; i < std::min(tickets.size(), begin + kBatch); ++i) {
         const Ticket& t = tickets[i];
-        const std::vector<Value> v = {t.source,       t.key,        t.cls,    t.severity,
-                                      t.action,       t.state,      t.detail, t.payload,
-                                      t.attempts,     t.last_error, t.run_id, t.created_at_us,
+        const std::vector<Value> v = {t.source,        t.key,
+                                      t.cls,           t.severity,
+                                      t.action,        t.state,
+                                      t.detail,        t.payload,
+                                      t.attempts,      t.last_error,
+                                      t.run_id,        t.created_at_us,
                                       t.created_at_us, TicketId(t.source, t.cls, t.key)};
         absl::StatusOr<int64_t> n = tx.Exec(sql, v);
         if (!n.ok()) return n.status();
@@ -324,8 +347,14 @@ absl::Status RecordAttempt(Store& store, const Ticket& t, const Attempt& attempt
   absl::StatusOr<const SqlDialect*> d = DialectOf(store);
   if (!d.ok()) return d.status();
   return InTransaction(store, [&](StoreTransaction& tx) -> absl::Status {
-    const std::vector<Value> v = {attempt.state, attempt.last_error, attempt.http_status,
-                                  attempt.response, now_us, t.source, t.key, t.cls};
+    const std::vector<Value> v = {attempt.state,
+                                  attempt.last_error,
+                                  attempt.http_status,
+                                  attempt.response,
+                                  now_us,
+                                  t.source,
+                                  t.key,
+                                  t.cls};
     // Only a pending row: one a person closed meanwhile stays closed.
     return tx
         .Exec(
@@ -422,8 +451,8 @@ absl::StatusOr<Ticket> CloseTicket(Store& store, std::string_view id, std::strin
                                          FormatTimeUs(t.closed_at_us) + ": " + t.note + ")");
   }
   if (*changed == 0) {
-    return absl::FailedPreconditionError("ticket " + t.id + " is " + t.state +
-                                         " (its " + t.action + " was accepted): nothing to close");
+    return absl::FailedPreconditionError("ticket " + t.id + " is " + t.state + " (its " + t.action +
+                                         " was accepted): nothing to close");
   }
   return t;
 }

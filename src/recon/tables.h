@@ -75,8 +75,8 @@ std::string TicketId(std::string_view source, std::string_view cls, std::string_
 
 // What an attempt to send a replay or re-push ended with (RecordAttempt).
 struct Attempt {
-  std::string state;       // "done" or "pending"
-  std::string last_error;  // "" when done
+  std::string state;        // "done" or "pending"
+  std::string last_error;   // "" when done
   int64_t http_status = 0;  // of a refusing answer, 0 for none
   std::string response;     // its body's first bytes, escaped
 };
@@ -138,8 +138,8 @@ namespace idem::recon {
 // The exposition text of idem_recon_last_success_timestamp_seconds{source} (a
 // gauge: the Unix time of each source's last successful run) from `store`'s
 // recon_watermark, and idem_recon_open_tickets{source,class} (rows of recon_ticket
-// open or pending: neither done nor closed); only the first HELP and TYPE lines when the table is missing or the
-// store has no SQL or does not answer. For `idem serve`'s /metrics. Blocks on two
+// open or pending: neither done nor closed); only the first HELP and TYPE lines when the table is
+// missing or the store has no SQL or does not answer. For `idem serve`'s /metrics. Blocks on two
 // queries.
 std::string RenderReconMetrics(Store& store);
 

@@ -55,10 +55,11 @@ TEST(ReconReport, LoadsInHeadlessChromium) {
     ASSERT_TRUE((*tx)->Commit().ok());
   }
   std::ofstream(dir.file("bill.csv")) << "id,fee\nK-1,100\nK-2,200\nK-4,400\n";
-  RunResult r = RunIdemIn(dir.path(), {"recon", "--source", "wx", "--statement", "bill.csv", "--map",
-                                  "key=id,amount=fee", "--upstream-scale", "2", "--ledger", url,
-                                  "--ledger-query", "SELECT k AS key, a AS amount FROM ledger",
-                                  "--report", dir.file("report.html")});
+  RunResult r =
+      RunIdemIn(dir.path(),
+                {"recon", "--source", "wx", "--statement", "bill.csv", "--map", "key=id,amount=fee",
+                 "--upstream-scale", "2", "--ledger", url, "--ledger-query",
+                 "SELECT k AS key, a AS amount FROM ledger", "--report", dir.file("report.html")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string html = ReadWholeFile(dir.file("report.html"));
   for (const char* fetch : {"src=", "href=", "url(", "@import", "<script", "<link"}) {
@@ -88,9 +89,9 @@ TEST(ReconReport, LoadsInHeadlessChromium) {
   EXPECT_THAT(dom, HasSubstr("bill.csv:4"));
   // Each row's ticket, in the store the run used (./idem-recon.db): its id, action
   // and state, as `idem recon tickets list` shows them.
-  EXPECT_THAT(dom, HasSubstr("<span class=\"ticket\" data-state=\"open\">" +
-                             recon::TicketId("wx", "missing_upstream", "K-<3>") +
-                             " ticket open</span>"));
+  EXPECT_THAT(
+      dom, HasSubstr("<span class=\"ticket\" data-state=\"open\">" +
+                     recon::TicketId("wx", "missing_upstream", "K-<3>") + " ticket open</span>"));
 }
 
 }  // namespace

@@ -25,12 +25,12 @@
 #include "conformance/store_factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "http/client/upstream.h"
 #include "idem/idem.h"
 #include "nlohmann/json.hpp"
 #include "recon/fields.h"
 #include "recon/ledger_reader.h"
 #include "recon/tables.h"
-#include "http/client/upstream.h"
 #include "store/backend.h"
 #include "testing/idem_process.h"
 #include "testing/status_matchers.h"
@@ -332,14 +332,13 @@ class Recon : public ::testing::TestWithParam<Backend> {
   std::vector<std::string> Snapshot() {
     const std::string dialect(::idem::Backend(*store_).sql_dialect()->name());
     const std::string tables =
-        dialect == "sqlite"   ? "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+        dialect == "sqlite"  ? "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
         : dialect == "mysql" ? "SELECT table_name FROM information_schema.tables WHERE "
                                "table_schema = DATABASE() ORDER BY table_name"
                              : "SELECT table_name::text FROM information_schema.tables WHERE "
                                "table_schema = current_schema() ORDER BY table_name";
     const std::string schema =
-        dialect == "sqlite"
-            ? "SELECT type, name, tbl_name, COALESCE(sql, '') FROM sqlite_master"
+        dialect == "sqlite" ? "SELECT type, name, tbl_name, COALESCE(sql, '') FROM sqlite_master"
         : dialect == "mysql"
             ? "SELECT table_name, column_name, ordinal_position, column_type, is_nullable, "
               "COALESCE(column_default, 'NULL'), column_key, extra FROM information_schema.columns "
@@ -371,7 +370,8 @@ class Recon : public ::testing::TestWithParam<Backend> {
       return lines;
     };
     absl::StatusOr<Rows> columns = (*tx)->Query(schema);
-    if (!columns.ok()) return {"cannot read the schema: " + std::string(columns.status().message())};
+    if (!columns.ok())
+      return {"cannot read the schema: " + std::string(columns.status().message())};
     out = lines_of("schema:", *columns);
     absl::StatusOr<Rows> names = (*tx)->Query(tables);
     if (!names.ok()) return {"cannot list tables: " + std::string(names.status().message())};
@@ -470,8 +470,8 @@ TEST_P(Recon, LedgerIsNeverWrittenWithoutStoreWithStoreAndWithReplay) {
   EXPECT_EQ(Snapshot(), before);
 
   const std::string other = "sqlite://" + dir_.file("recon-state.db");
-  RunResult named = RunIdemIn(dir_.path(), WithoutStore(Args(bill, {"--store", other,
-                                                                    replay[0], replay[1]})));
+  RunResult named =
+      RunIdemIn(dir_.path(), WithoutStore(Args(bill, {"--store", other, replay[0], replay[1]})));
   ASSERT_EQ(named.exit_code, 0) << named.err;
   EXPECT_THAT(named.out, HasSubstr("5 new ticket/action row(s), 1 replay/re-push sent, 0 pending"));
   EXPECT_EQ(Snapshot(), before);
@@ -586,7 +586,8 @@ TEST_P(Recon, KeyThatCannotBeAHeaderIsRefusedWithItsLineAndNothingIsSent) {
       {"inj.jsonl",
        "{\"out_trade_no\":\"R-1\",\"total_fee\":1250,\"fee_type\":\"CNY\",\"trade_state\":"
        "\"SUCCESS\",\"trade_time\":\"2024-06-18 10:00:00\"}\n"
-       "{\"out_trade_no\":\"" + jsonl_injected +
+       "{\"out_trade_no\":\"" +
+           jsonl_injected +
            "\",\"total_fee\":100,\"fee_type\":\"CNY\",\"trade_state\":\"SUCCESS\","
            "\"trade_time\":\"2024-06-18 10:06:00\"}\n",
        "inj.jsonl:2: key holds the control character \\r at byte 4"},
@@ -601,8 +602,8 @@ TEST_P(Recon, KeyThatCannotBeAHeaderIsRefusedWithItsLineAndNothingIsSent) {
   };
   Receiver receiver;
   for (const Case& c : cases) {
-    RunResult r = RunIdemIn(dir_.path(),
-                       Args(Statement(c.name, c.bytes), {"--replay-url", receiver.url("/replay")}));
+    RunResult r = RunIdemIn(
+        dir_.path(), Args(Statement(c.name, c.bytes), {"--replay-url", receiver.url("/replay")}));
     ExpectOneLineFailure(r, 1);  // one line: the key's CR and LF are shown escaped
     EXPECT_THAT(r.err, HasSubstr(c.want)) << c.name;
     EXPECT_THAT(r.err, ::testing::Not(HasSubstr("attacker"))) << c.name;
@@ -624,14 +625,15 @@ TEST_P(Recon, OverlongLineIsRefusedBeforeItIsBuffered) {
       Args(Statement("huge.jsonl",
                      "{\"out_trade_no\":\"R-1\",\"total_fee\":1250,\"fee_type\":\"CNY\","
                      "\"trade_state\":\"SUCCESS\",\"trade_time\":\"2024-06-18 10:00:00\"}\n"
-                     "{\"out_trade_no\":\"" + key + "\",\"total_fee\":1}\n")));
+                     "{\"out_trade_no\":\"" +
+                         key + "\",\"total_fee\":1}\n")));
   ExpectOneLineFailure(jsonl, 1);
   EXPECT_THAT(jsonl.err, HasSubstr("huge.jsonl:2: a line longer than 1 MiB: refused"));
   RunResult csv = RunIdemIn(
-      dir_.path(),
-      Args(Statement("huge.csv", "out_trade_no,total_fee,fee_type,trade_state,trade_time\n"
-                                 "R-1,1250,CNY,SUCCESS,2024-06-18 10:00:00\n\"" +
-                                     key + "\",1,CNY,SUCCESS,2024-06-18 10:00:00\n")));
+      dir_.path(), Args(Statement("huge.csv",
+                                  "out_trade_no,total_fee,fee_type,trade_state,trade_time\n"
+                                  "R-1,1250,CNY,SUCCESS,2024-06-18 10:00:00\n\"" +
+                                      key + "\",1,CNY,SUCCESS,2024-06-18 10:00:00\n")));
   ExpectOneLineFailure(csv, 1);
   EXPECT_THAT(csv.err, HasSubstr("huge.csv:3: a record longer than 1 MiB: refused"));
 }
@@ -656,14 +658,15 @@ TEST_P(Recon, StoredPendingReplayWithABadKeyIsNotSent) {
   ASSERT_EQ(added, 1);
   Receiver receiver;
   RunResult r = RunIdemIn(dir_.path(), Args(bill, {"--replay-url", receiver.url("/replay"),
-                                              "--repush-url", receiver.url("/repush")}));
+                                                   "--repush-url", receiver.url("/repush")}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.out, HasSubstr("2 replay/re-push sent, 1 pending"));
   const std::string id = recon::TicketId("wx", "missing_local", bad.key);
   EXPECT_THAT(r.err, HasSubstr("first: replay of OLD\\r\\nX-Injected: 1 (missing_local, ticket " +
                                id + "): not sent: key holds the control character \\r at byte 3"));
   EXPECT_THAT(r.out, HasSubstr("  not done: replay of OLD\\r\\nX-Injected: 1 (missing_local, "
-                               "ticket " + id + "): not sent: key holds"));
+                               "ticket " +
+                               id + "): not sent: key holds"));
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_THAT(receiver.received(), ::testing::Not(HasSubstr("X-Injected")));
   EXPECT_THAT(receiver.keys("/replay"), ::testing::ElementsAre("R-2"));
@@ -927,8 +930,8 @@ TEST_P(Recon, TicketsListShowCloseAndTheReportShareOneLifecycle) {
 
   RunResult list = Tickets("list", {});
   ASSERT_EQ(list.exit_code, 0) << list.err;
-  EXPECT_THAT(list.out, HasSubstr("store " + RedactStoreUrl(bare_url_) +
-                                  ": 5 open or pending ticket(s)\n"));
+  EXPECT_THAT(list.out,
+              HasSubstr("store " + RedactStoreUrl(bare_url_) + ": 5 open or pending ticket(s)\n"));
   EXPECT_THAT(list.out, HasSubstr("  " + id + "  open  ticket  missing_upstream  wx  R-6  "));
   EXPECT_EQ(list.err, "");
 
@@ -953,7 +956,8 @@ TEST_P(Recon, TicketsListShowCloseAndTheReportShareOneLifecycle) {
   EXPECT_EQ(closed["ticket"]["state"], "closed");
   EXPECT_EQ(closed["ticket"]["note"], "refunded by hand, case 4711");
   EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket WHERE state = 'closed' AND note = "
-                  "'refunded by hand, case 4711' AND closed_at >= " + std::to_string(before)),
+                  "'refunded by hand, case 4711' AND closed_at >= " +
+                  std::to_string(before)),
             1);
   RunResult again = Tickets("close", {id, "--note", "twice"});
   ExpectOneLineFailure(again, 1);
@@ -982,9 +986,9 @@ TEST_P(Recon, TicketsListShowCloseAndTheReportShareOneLifecycle) {
   EXPECT_THAT(html, HasSubstr("<span class=\"ticket\" data-state=\"closed\">" + id +
                               " ticket closed</span><br><small class=\"closed\">closed "));
   EXPECT_THAT(html, HasSubstr(": refunded by hand, case 4711</small>"));
-  EXPECT_THAT(html, HasSubstr("<span class=\"ticket\" data-state=\"open\">" +
-                              recon::TicketId("wx", "amount_mismatch", "R-4") +
-                              " ticket open</span>"));
+  EXPECT_THAT(html,
+              HasSubstr("<span class=\"ticket\" data-state=\"open\">" +
+                        recon::TicketId("wx", "amount_mismatch", "R-4") + " ticket open</span>"));
 }
 
 // list and show never create a store: a missing one, or one no run recorded in,
@@ -1017,9 +1021,9 @@ TEST_P(Recon, TicketTableOfAnEarlierVersionIsUpgraded) {
   const std::string text = mysql_ ? "VARCHAR(255)" : "TEXT";
   Sql("CREATE TABLE recon_ticket (source " + text + " NOT NULL, " + key + " NOT NULL, class " +
       text + " NOT NULL, severity " + text + " NOT NULL, action " + text + " NOT NULL, state " +
-      text + " NOT NULL, detail " + text + " NOT NULL, payload " + text +
-      " NOT NULL, attempts " + big + " NOT NULL, last_error " + text + " NOT NULL, run_id " +
-      text + " NOT NULL, created_at " + big + " NOT NULL, updated_at " + big +
+      text + " NOT NULL, detail " + text + " NOT NULL, payload " + text + " NOT NULL, attempts " +
+      big + " NOT NULL, last_error " + text + " NOT NULL, run_id " + text +
+      " NOT NULL, created_at " + big + " NOT NULL, updated_at " + big +
       " NOT NULL, PRIMARY KEY (source, " + (mysql_ ? "`key`" : "\"key\"") + ", class))");
   Sql("INSERT INTO recon_ticket VALUES ('wx', 'OLD-1', 'missing_upstream', 'normal', 'ticket', "
       "'open', 'old', '{}', 0, '', 'old', 1, 1)");
@@ -1055,7 +1059,9 @@ TEST_P(Recon, ReplayHeadersFromAFileOrTheEnvironmentAreCheckedBeforeAnythingIsSe
   };
   for (const Bad& bad : std::vector<Bad>{
            {"# ok\nAuthorization: Bearer a\nBad Name: x\n", ":3: ", "is not a token"},
-           {"\nX-A: a\x01" "b\n", ":2: ", "the value of X-A holds the control character \\x01"},
+           {"\nX-A: a\x01"
+            "b\n",
+            ":2: ", "the value of X-A holds the control character \\x01"},
            {"X-A: a\rX-Injected: 1\n", ":1: ", "the value of X-A holds the control character \\r"},
            {"Content-Length: 5\n", ":1: ", "Content-Length is set by recon itself"},
            {"idempotency-key: K\n", ":1: ", "is set by recon itself"},
@@ -1074,7 +1080,8 @@ TEST_P(Recon, ReplayHeadersFromAFileOrTheEnvironmentAreCheckedBeforeAnythingIsSe
   RunResult env_bad = RunIdemIn(dir_.path(), with({}));
   ExpectOneLineFailure(env_bad, 2);
   EXPECT_THAT(env_bad.err, HasSubstr("IDEM_RECON_REPLAY_HEADERS:2: the value of X-B"));
-  RunResult both = RunIdemIn(dir_.path(), with({"--replay-header-file", PrivateFile("h", "X-A: 1")}));
+  RunResult both =
+      RunIdemIn(dir_.path(), with({"--replay-header-file", PrivateFile("h", "X-A: 1")}));
   ExpectOneLineFailure(both, 2);
   EXPECT_THAT(both.err, HasSubstr("are both set"));
   unsetenv("IDEM_RECON_REPLAY_HEADERS");
@@ -1087,7 +1094,8 @@ TEST_P(Recon, ReplayHeadersFromAFileOrTheEnvironmentAreCheckedBeforeAnythingIsSe
 
   // Readable by others: sent, with a warning.
   const std::string file = PrivateFile(
-      "headers", "# the receiver's token\n\nAuthorization:  Bearer s3cret \r\nX-Tenant: shop\n", 0644);
+      "headers", "# the receiver's token\n\nAuthorization:  Bearer s3cret \r\nX-Tenant: shop\n",
+      0644);
   RunResult r = RunIdemIn(dir_.path(), with({"--replay-header-file", file}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("idem: warning: replay header file " + file));
@@ -1118,15 +1126,18 @@ TEST_P(Recon, ReplayThroughAnAuthenticatedProxyRefusedThenAccepted) {
   ServeProcess upstream(dir_.file("upstream.err"));
   ASSERT_THAT(upstream.StartProgram({IDEM_TEST_UPSTREAM}), ::testing::StartsWith("listening on "));
   ServeProcess proxy(dir_.file("proxy.err"));
-  ASSERT_THAT(proxy.StartProgram({IdemBinary(), "proxy", "--listen", "127.0.0.1:0", "--upstream",
-                                  "http://127.0.0.1:" + std::to_string(upstream.port()), "--store",
-                                  "sqlite://" + dir_.file("proxy.db"), "--client-header",
-                                  "Authorization"}),
-              ::testing::StartsWith("listening on "))
+  ASSERT_THAT(
+      proxy.StartProgram({IdemBinary(), "proxy", "--listen", "127.0.0.1:0", "--upstream",
+                          "http://127.0.0.1:" + std::to_string(upstream.port()), "--store",
+                          "sqlite://" + dir_.file("proxy.db"), "--client-header", "Authorization"}),
+      ::testing::StartsWith("listening on "))
       << proxy.stderr_text();
   const std::vector<std::string> replay = {
-      "--replay-url", "http://127.0.0.1:" + std::to_string(proxy.port()) + "/auth/good/replay",
-      "--replay-header-file", PrivateFile("headers", "Authorization: Bearer wrong\n"), "--report",
+      "--replay-url",
+      "http://127.0.0.1:" + std::to_string(proxy.port()) + "/auth/good/replay",
+      "--replay-header-file",
+      PrivateFile("headers", "Authorization: Bearer wrong\n"),
+      "--report",
       dir_.file("report.html")};
   const std::string id = recon::TicketId("wx", "missing_local", "R-2");
 
@@ -1161,7 +1172,8 @@ TEST_P(Recon, ReplayThroughAnAuthenticatedProxyRefusedThenAccepted) {
   PrivateFile("headers", "Authorization: Bearer good\n");
   RunResult accepted = RunIdemIn(dir_.path(), Args(bill, replay));
   ASSERT_EQ(accepted.exit_code, 0) << accepted.err << accepted.out;
-  EXPECT_THAT(accepted.out, HasSubstr("0 new ticket/action row(s), 1 replay/re-push sent, 0 pending"));
+  EXPECT_THAT(accepted.out,
+              HasSubstr("0 new ticket/action row(s), 1 replay/re-push sent, 0 pending"));
   EXPECT_EQ(LastLine(accepted.out), kDayJson);
   RunResult done = Tickets("show", {id, "--json"});
   ASSERT_EQ(done.exit_code, 0) << done.err;
