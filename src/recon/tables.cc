@@ -89,7 +89,6 @@ bool HasColumn(Store& store, const std::string& column) {
 // A recon_ticket of an earlier version gets the columns it lacks, and its rows
 // their ids.
 absl::Status UpgradeTicketTable(Store& store, const SqlDialect& d) {
-  bool added_id = false;
   for (const NewColumn& c : NewTicketColumns(d)) {
     if (HasColumn(store, c.name)) continue;
     std::string sql = "ALTER TABLE recon_ticket ADD COLUMN " + std::string(c.name) + " " + c.type;
@@ -97,25 +96,34 @@ absl::Status UpgradeTicketTable(Store& store, const SqlDialect& d) {
     absl::Status s =
         InTransaction(store, [&](StoreTransaction& tx) { return tx.Exec(sql).status(); });
     if (!s.ok()) return s;
-    added_id = added_id || std::string_view(c.name) == "id";
   }
-  if (!added_id) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
-  if (!tx.ok()) return tx.status();
-  absl::StatusOr<Rows> rows =
-      (*tx)->Query("SELECT source, " + KeyCol(d) + ", class FROM recon_ticket WHERE id = ''");
-  (*tx)->Rollback();
-  if (!rows.ok()) return rows.status();
+  // Rows without an id (an earlier version's, also when a run stopped between
+  // adding the column and filling it): in batches, so memory stays bounded.
+  const std::string without_id =
+      "SELECT source, " + KeyCol(d) + ", class FROM recon_ticket WHERE id = '' LIMIT 500";
   const std::string set_id =
       "UPDATE recon_ticket SET id = ? WHERE source = ? AND " + KeyCol(d) + " = ? AND class = ?";
-  return InTransaction(store, [&](StoreTransaction& tx) -> absl::Status {
-    for (const std::vector<Value>& r : rows->rows) {
-      const std::string source = Text(r[0]), key = Text(r[1]), cls = Text(r[2]);
-      absl::StatusOr<int64_t> n = tx.Exec(set_id, {TicketId(source, cls, key), source, key, cls});
-      if (!n.ok()) return n.status();
-    }
-    return absl::OkStatus();
-  });
+  for (;;) {
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
+    if (!tx.ok()) return tx.status();
+    absl::StatusOr<Rows> rows = (*tx)->Query(without_id);
+    (*tx)->Rollback();
+    if (!rows.ok()) return rows.status();
+    if (rows->rows.empty()) return absl::OkStatus();
+    int64_t changed = 0;
+    absl::Status s = InTransaction(store, [&](StoreTransaction& tx) -> absl::Status {
+      changed = 0;
+      for (const std::vector<Value>& r : rows->rows) {
+        const std::string source = Text(r[0]), key = Text(r[1]), cls = Text(r[2]);
+        absl::StatusOr<int64_t> n = tx.Exec(set_id, {TicketId(source, cls, key), source, key, cls});
+        if (!n.ok()) return n.status();
+        changed += *n;
+      }
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
+    if (changed == 0) return absl::InternalError("recon_ticket: the ids of its rows cannot be set");
+  }
 }
 
 // A row of `SELECT * FROM recon_ticket` as a Ticket, by column name (so that a table
