@@ -72,8 +72,6 @@ int OpenTicketStore(const std::string& command, const std::string& url, bool wri
   return -1;
 }
 
-std::string TimeOrEmpty(int64_t us) { return us == 0 ? "" : recon::FormatTimeUs(us); }
-
 nlohmann::ordered_json TicketJson(const recon::Ticket& t) {
   nlohmann::ordered_json j;
   j["id"] = t.id;
@@ -93,8 +91,9 @@ nlohmann::ordered_json TicketJson(const recon::Ticket& t) {
   j["run_id"] = t.run_id;
   j["created_at"] = recon::FormatTimeUs(t.created_at_us);
   j["updated_at"] = recon::FormatTimeUs(t.updated_at_us);
-  j["closed_at"] = t.closed_at_us == 0 ? nlohmann::ordered_json(nullptr)
-                                       : nlohmann::ordered_json(TimeOrEmpty(t.closed_at_us));
+  j["closed_at"] = t.closed_at_us == 0
+                       ? nlohmann::ordered_json(nullptr)
+                       : nlohmann::ordered_json(recon::FormatTimeUs(t.closed_at_us));
   j["note"] =
       t.state == "closed" ? nlohmann::ordered_json(t.note) : nlohmann::ordered_json(nullptr);
   j["payload"] = t.payload;
