@@ -60,6 +60,10 @@ absl::StatusOr<std::vector<Header>> ParseReplayHeaders(std::string_view text,
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     const std::string here = where + ":" + std::to_string(line_no) + ": ";
     if (line.find_first_not_of(" \t") == std::string_view::npos || line.front() == '#') continue;
+    if (line.front() == ' ' || line.front() == '\t') {
+      return absl::InvalidArgumentError(
+          here + "a continuation line (obsolete line folding) is not accepted: one header a line");
+    }
     const size_t colon = line.find(':');
     if (colon == std::string_view::npos) {
       return absl::InvalidArgumentError(here + "not a header line (Name: value)");

@@ -2,7 +2,8 @@
 // authenticated receiver or `idem proxy --client-header Authorization` needs). They
 // are secrets, so they come from a file (--replay-header-file) or the environment
 // (IDEM_RECON_REPLAY_HEADERS), never the command line, in one format: one
-// `Name: value` per line; blank lines and lines starting with '#' are skipped.
+// `Name: value` per line; blank lines and lines starting with '#' are skipped, a
+// line starting with a space or TAB (obsolete folding) is refused.
 //
 // Every header is checked where it enters, before anything is sent: the name an
 // RFC 9110 token (at most kMaxHeaderNameBytes), the value (spaces around it
