@@ -204,14 +204,17 @@ int ReplayHeadersOf(const ReconFlags& f, std::vector<recon::Header>* headers) {
   std::ifstream in(path, std::ios::binary);
   std::string text(recon::kMaxReplayHeaderBytes + 1, '\0');
   if (in.is_open()) in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (!in.is_open() || in.bad())
+  // A folder opens, but reads nothing and sets no eof.
+  if (!in.is_open() || in.bad() || (!in.eof() && in.gcount() == 0)) {
     return Failure("--replay-header-file " + path + ": cannot be read");
+  }
   text.resize(static_cast<size_t>(in.gcount()));
   if (std::string w = LooseFileWarning(path, what); !w.empty()) {
     std::fprintf(stderr, "idem: warning: %s\n", w.c_str());
   }
   absl::StatusOr<std::vector<recon::Header>> h = recon::ParseReplayHeaders(text, path);
   if (!h.ok()) return ReconUsage(Msg(h.status()));
+  if (h->empty()) return ReconUsage(path + ": holds no header (Name: value)");
   *headers = *std::move(h);
   return -1;
 }

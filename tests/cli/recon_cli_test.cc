@@ -1085,6 +1085,13 @@ TEST_P(Recon, ReplayHeadersFromAFileOrTheEnvironmentAreCheckedBeforeAnythingIsSe
   ExpectOneLineFailure(both, 2);
   EXPECT_THAT(both.err, HasSubstr("are both set"));
   unsetenv("IDEM_RECON_REPLAY_HEADERS");
+  RunResult empty = RunIdemIn(dir_.path(), with({"--replay-header-file", PrivateFile("e", "#\n")}));
+  ExpectOneLineFailure(empty, 2);
+  EXPECT_THAT(empty.err, HasSubstr(dir_.file("e") + ": holds no header"));
+  mkdir(dir_.file("folder").c_str(), 0700);
+  RunResult folder = RunIdemIn(dir_.path(), with({"--replay-header-file", dir_.file("folder")}));
+  ExpectOneLineFailure(folder, 1);
+  EXPECT_THAT(folder.err, HasSubstr(dir_.file("folder") + ": cannot be read"));
   RunResult writable =
       RunIdemIn(dir_.path(), with({"--replay-header-file", PrivateFile("w", "X-A: 1\n", 0666)}));
   ExpectOneLineFailure(writable, 1);
