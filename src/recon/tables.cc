@@ -410,6 +410,13 @@ absl::StatusOr<std::vector<Ticket>> ListTickets(Store& store, std::string_view s
 
 absl::StatusOr<std::vector<Ticket>> FindTickets(Store& store, const std::vector<std::string>& ids) {
   std::vector<Ticket> out;
+  if (ids.empty()) return out;
+  if (!HasColumn(store, "id")) {
+    return absl::FailedPreconditionError(
+        "recon_ticket in " + std::string(store.url()) +
+        " is from an earlier version, without ticket ids: the next `idem recon` run there (or "
+        "`idem recon tickets close`) adds them");
+  }
   constexpr size_t kBatch = 100;
   for (size_t begin = 0; begin < ids.size(); begin += kBatch) {
     std::string sql = "SELECT * FROM recon_ticket WHERE id IN (";
@@ -435,6 +442,8 @@ absl::StatusOr<std::optional<Ticket>> FindTicket(Store& store, std::string_view 
 absl::StatusOr<Ticket> CloseTicket(Store& store, std::string_view id, std::string_view note,
                                    int64_t now_us) {
   if (absl::Status s = ValidateFieldValue("--note", note, kMaxNoteBytes); !s.ok()) return s;
+  // A table of an earlier version gets the note and closed_at columns first.
+  if (absl::Status s = EnsureTables(store); !s.ok()) return s;
   absl::StatusOr<std::optional<Ticket>> before = FindTicket(store, id);
   if (!before.ok()) return before.status();
   if (!before->has_value()) {

@@ -115,16 +115,18 @@ absl::Status CheckTicketTable(Store& store);
 absl::StatusOr<std::vector<Ticket>> ListTickets(Store& store, std::string_view source, bool all,
                                                 size_t limit, bool* more);
 
-// The ticket with id `id`, or std::nullopt.
+// The ticket with id `id`, or std::nullopt. kFailedPrecondition on a table of an
+// earlier version, without ids (EnsureTables upgrades it).
 absl::StatusOr<std::optional<Ticket>> FindTicket(Store& store, std::string_view id);
 
-// The tickets with these ids (those that exist), for the report.
+// The tickets with these ids (those that exist), for the report; as FindTicket.
 absl::StatusOr<std::vector<Ticket>> FindTickets(Store& store, const std::vector<std::string>& ids);
 
 // Closes the ticket `id` with `note` (1 to kMaxNoteBytes bytes of text without
 // control characters but LF and TAB) at now_us: kInvalidArgument for a bad note,
 // kNotFound for no such ticket, kFailedPrecondition when it is closed already or
-// done (its replay or re-push was accepted). Returns the closed ticket.
+// done (its replay or re-push was accepted). Upgrades a table of an earlier version
+// first (EnsureTables). Returns the closed ticket.
 absl::StatusOr<Ticket> CloseTicket(Store& store, std::string_view id, std::string_view note,
                                    int64_t now_us);
 

@@ -1027,16 +1027,21 @@ TEST_P(Recon, TicketTableOfAnEarlierVersionIsUpgraded) {
       " NOT NULL, PRIMARY KEY (source, " + (mysql_ ? "`key`" : "\"key\"") + ", class))");
   Sql("INSERT INTO recon_ticket VALUES ('wx', 'OLD-1', 'missing_upstream', 'normal', 'ticket', "
       "'open', 'old', '{}', 0, '', 'old', 1, 1)");
+  const std::string old_id = recon::TicketId("wx", "missing_upstream", "OLD-1");
   RunResult before = Tickets("list", {});  // read-only: read as it is
   ASSERT_EQ(before.exit_code, 0) << before.err;
-  EXPECT_THAT(before.out, HasSubstr(recon::TicketId("wx", "missing_upstream", "OLD-1") + "  open"));
+  EXPECT_THAT(before.out, HasSubstr(old_id + "  open"));
+  RunResult show = Tickets("show", {old_id});
+  ExpectOneLineFailure(show, 1);
+  EXPECT_THAT(show.err, HasSubstr("is from an earlier version, without ticket ids"));
+  RunResult close = Tickets("close", {old_id, "--note", "gone"});  // upgrades it first
+  EXPECT_EQ(close.exit_code, 0) << close.err;
+  EXPECT_EQ(TicketIdWhere("run_id = 'old'"), old_id);
   RunResult run = RunIdemIn(dir_.path(), Args(Day()));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("5 new ticket/action row(s)"));
-  EXPECT_EQ(TicketIdWhere("run_id = 'old'"), recon::TicketId("wx", "missing_upstream", "OLD-1"));
-  RunResult close = Tickets("close", {TicketIdWhere("run_id = 'old'"), "--note", "gone"});
-  EXPECT_EQ(close.exit_code, 0) << close.err;
   EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket WHERE state = 'open'"), 5);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket WHERE state = 'closed' AND note = 'gone'"), 1);
 }
 
 // Replay headers come from --replay-header-file or IDEM_RECON_REPLAY_HEADERS and go
