@@ -8,13 +8,17 @@
 //              --ledger-query "SELECT order_no AS key, amount::text AS amount, … FROM ledger"
 //              --status-map SUCCESS=PAID,REFUND=REFUNDED --intermediate PENDING,PROCESSING
 //              --day 2024-06-18 [--replay-url URL] [--repush-url URL] [--dry-run]
-//              [--json] [--report FILE.html]
+//              [--replay-header-file FILE] [--json] [--report FILE.html]
 //   idem recon status --source wechat --max-age 15m [--store URL] [--json]
+//   idem recon tickets list|show ID|close ID --note TEXT   (recon_tickets.cc)
 //
 // The comparison only reads; then each difference is recorded and acted on
 // (recon/dispositions.h) and the watermark advances, in --store (default:
 // sqlite://./idem-recon.db, never the ledger unless --store names it). Bad input
-// stops the run before anything is written.
+// (and a bad replay header, from --replay-header-file or IDEM_RECON_REPLAY_HEADERS)
+// stops the run before anything is written or sent. A replay or re-push not done
+// is shown with its answer's status and first bytes on stdout, in the JSON line,
+// in the report and in its ticket.
 // Exit status: 0 the run completed (differences are findings, not failures);
 // 1 bad input, a store or file that cannot be read, a replay/re-push that failed
 // (it stays pending), or for `status` a last success older than --max-age (or none);
@@ -23,9 +27,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -34,6 +38,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/reason.h"
+#include "cli/recon_cli.h"
 #include "cli/secrets.h"
 #include "idem/idem.h"
 #include "nlohmann/json.hpp"
@@ -42,6 +47,7 @@
 #include "recon/dispositions.h"
 #include "recon/ledger_reader.h"
 #include "recon/recon_time.h"
+#include "recon/replay_headers.h"
 #include "recon/report.h"
 #include "recon/statement_readers.h"
 #include "recon/tables.h"
@@ -50,15 +56,6 @@ namespace idem::cli {
 namespace {
 
 using recon::Action;
-
-// Where recon keeps its tickets and watermark without --store: a file of its own in
-// the working directory, so that the ledger it reads is never written.
-constexpr char kDefaultReconStore[] = "sqlite://./idem-recon.db";
-
-const std::string& ReconStoreUrl(const std::string& store) {
-  static const std::string default_url = kDefaultReconStore;
-  return store.empty() ? default_url : store;
-}
 
 struct ReconFlags {
   std::string source;
@@ -83,6 +80,7 @@ struct ReconFlags {
   bool json = false;
   std::string report;
   std::string replay_url, repush_url;
+  std::string replay_header_file;
   std::vector<std::string> on;
   std::string temp_dir;
   int memory_mib = 256;
@@ -114,22 +112,10 @@ std::string NewRunId(int64_t now_us) {
 // command line, which `ps` shows); a warning line for a password left in a URL there.
 // Returns the exit status to end with, or -1 to go on.
 int ResolveSecrets(ReconFlags* f) {
-  std::vector<std::string> warnings;
-  for (auto [option, url, file] : {std::tuple{"--ledger", &f->ledger, &f->ledger_password_file},
-                                   std::tuple{"--store", &f->store, &f->store_password_file}}) {
-    if (url->empty()) {
-      if (!file->empty()) return ReconUsage(std::string(option) + "-password-file needs " + option);
-      continue;
-    }
-    absl::StatusOr<std::string> with = UrlWithSecret(option, *url, *file, "", &warnings);
-    if (!with.ok()) {
-      PrintReason("recon: " + Msg(with.status()));
-      return with.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
-    }
-    *url = *std::move(with);
+  if (int exit = ReconUrlWithSecret("--ledger", &f->ledger, f->ledger_password_file); exit >= 0) {
+    return exit;
   }
-  for (const std::string& w : warnings) std::fprintf(stderr, "idem: warning: %s\n", w.c_str());
-  return -1;
+  return ReconUrlWithSecret("--store", &f->store, f->store_password_file);
 }
 
 absl::StatusOr<std::unique_ptr<Store>> OpenLedgerStore(const std::string& url) {
@@ -183,6 +169,54 @@ int RunStatus(ReconFlags f) {
                    " (" + recon::FormatTimeUs((*w)->last_success_at_us) + ")");
   }
   return kExitOk;
+}
+
+// The environment variable that may hold the replay headers instead of
+// --replay-header-file (an environment is readable by the process's user and root
+// only; a command line by every local user).
+constexpr char kReplayHeadersEnv[] = "IDEM_RECON_REPLAY_HEADERS";
+
+// The headers of every replay and re-push, from --replay-header-file or
+// IDEM_RECON_REPLAY_HEADERS (recon/replay_headers.h), into *headers. A file another
+// user could change is refused, one group or others may read is warned about.
+// Returns the exit status to end with (the reason printed), or -1 to go on.
+int ReplayHeadersOf(const ReconFlags& f, std::vector<recon::Header>* headers) {
+  const char* env = std::getenv(kReplayHeadersEnv);
+  const bool from_env = env != nullptr && *env != '\0';
+  if (f.replay_header_file.empty()) {
+    if (!from_env) return -1;
+    absl::StatusOr<std::vector<recon::Header>> h =
+        recon::ParseReplayHeaders(env, kReplayHeadersEnv);
+    if (!h.ok()) return ReconUsage(Msg(h.status()));
+    *headers = *std::move(h);
+    return -1;
+  }
+  const std::string& path = f.replay_header_file;
+  if (from_env) {
+    return ReconUsage(std::string("--replay-header-file and ") + kReplayHeadersEnv +
+                      " are both set: give the headers in one of them");
+  }
+  if (f.replay_url.empty() && f.repush_url.empty()) {
+    return ReconUsage("--replay-header-file needs --replay-url or --repush-url");
+  }
+  const std::string what = "replay header file " + path;
+  if (absl::Status s = CheckSecretFileOwnership(path, what); !s.ok()) return Failure(Msg(s));
+  std::ifstream in(path, std::ios::binary);
+  std::string text(recon::kMaxReplayHeaderBytes + 1, '\0');
+  if (in.is_open()) in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  // A folder opens, but reads nothing and sets no eof.
+  if (!in.is_open() || in.bad() || (!in.eof() && in.gcount() == 0)) {
+    return Failure("--replay-header-file " + path + ": cannot be read");
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (std::string w = LooseFileWarning(path, what); !w.empty()) {
+    std::fprintf(stderr, "idem: warning: %s\n", w.c_str());
+  }
+  absl::StatusOr<std::vector<recon::Header>> h = recon::ParseReplayHeaders(text, path);
+  if (!h.ok()) return ReconUsage(Msg(h.status()));
+  if (h->empty()) return ReconUsage(path + ": holds no header (Name: value)");
+  *headers = *std::move(h);
+  return -1;
 }
 
 // What the flags of a run ask for, checked.
@@ -252,8 +286,10 @@ int ParseReconSetup(const ReconFlags& f, ReconSetup* setup) {
   if (plan[2] == Action::kRepush && f.repush_url.empty()) {
     return ReconUsage("--on status_mismatch=repush needs --repush-url");
   }
+  std::vector<recon::Header> headers;
+  if (int exit = ReplayHeadersOf(f, &headers); exit >= 0) return exit;
   absl::StatusOr<std::unique_ptr<recon::ActionSink>> sink =
-      recon::NewHttpActionSink(f.replay_url, f.repush_url, absl::Seconds(30));
+      recon::NewHttpActionSink(f.replay_url, f.repush_url, absl::Seconds(30), std::move(headers));
   if (!sink.ok()) return ReconUsage(Msg(sink.status()));
   setup->sink = *std::move(sink);
   absl::StatusOr<absl::Duration> lateness = recon::ParseDurationFlag(f.lateness, true);
@@ -372,15 +408,22 @@ int CompareRecon(const ReconFlags& f, const ReconSetup& setup, const recon::Wind
   return -1;
 }
 
+// What recording a run did, for its output.
+struct Recorded {
+  std::string disposition_line;                  // "  N new ticket/action row(s), …"
+  std::vector<recon::ActionFailure> failures;    // the first replays/re-pushes not done
+  std::map<std::string, recon::Ticket> tickets;  // the report's rows' tickets, by id
+};
+
 // Acts on the differences and records them and the watermark in `store_url` (not in a
-// dry run); *disposition_line says what was done, *exit becomes kExitFailure while
-// actions are pending. Returns the exit status to end with (the reason printed), or
-// -1 to go on.
+// dry run) into *recorded, with the tickets of the rows the report shows when there
+// is one; *exit becomes kExitFailure while actions are pending. Returns the exit
+// status to end with (the reason printed), or -1 to go on.
 int RecordRecon(const ReconFlags& f, const ReconSetup& setup, const recon::Window& window,
                 const recon::CompareResult& result, const std::string& store_url, int64_t now,
-                std::string* disposition_line, int* exit) {
+                Recorded* recorded, int* exit) {
   if (f.dry_run) {
-    *disposition_line = "  dry run: nothing written\n";
+    recorded->disposition_line = "  dry run: nothing written\n";
     return -1;
   }
   if (result.truncated) {
@@ -399,13 +442,32 @@ int RecordRecon(const ReconFlags& f, const ReconSetup& setup, const recon::Windo
   if (!done.ok())
     return Failure("recording the differences: " +
                    Msg(RedactStoreSecrets(done.status(), store_url)));
-  *disposition_line = "  " + std::to_string(done->new_rows) + " new ticket/action row(s), " +
-                      std::to_string(done->sent) + " replay/re-push sent, " +
-                      std::to_string(done->failed) + " pending\n";
+  recorded->disposition_line = "  " + std::to_string(done->new_rows) +
+                               " new ticket/action row(s), " + std::to_string(done->sent) +
+                               " replay/re-push sent, " + std::to_string(done->failed) +
+                               " pending\n";
+  for (const recon::ActionFailure& a : done->failures) {
+    recorded->disposition_line += "  not done: " + recon::FailureText(a) + "\n";
+  }
+  if (done->failed > static_cast<int64_t>(done->failures.size())) {
+    recorded->disposition_line +=
+        "  … and " + std::to_string(done->failed - static_cast<int64_t>(done->failures.size())) +
+        " more (idem recon tickets list)\n";
+  }
+  recorded->failures = std::move(done->failures);
+  if (!f.report.empty()) {
+    absl::StatusOr<std::vector<recon::Ticket>> tickets =
+        recon::FindTickets(**store, recon::ReportedTicketIds(f.source, result));
+    if (!tickets.ok()) {
+      return Failure("reading the tickets for --report: " +
+                     Msg(RedactStoreSecrets(tickets.status(), store_url)));
+    }
+    for (recon::Ticket& t : *tickets) recorded->tickets[t.id] = std::move(t);
+  }
   if (done->failed > 0) {
-    PrintReason(
-        "recon: " + std::to_string(done->failed) +
-        " replay/re-push still pending (retried by the next run); first: " + done->first_error);
+    PrintReason("recon: " + std::to_string(done->failed) +
+                " replay/re-push still pending (retried by the next run); first: " +
+                recon::FailureText(recorded->failures.front()));
     *exit = kExitFailure;
     return -1;
   }
@@ -434,27 +496,49 @@ int RunRecon(ReconFlags f) {
                              .from_us = window.from_us,
                              .to_us = window.to_us,
                              .statements = f.statements};
-  std::string disposition_line;
+  Recorded recorded;
   int exit = kExitOk;
-  if (int end = RecordRecon(f, setup, window, result, store_url, now, &disposition_line, &exit);
-      end >= 0) {
+  if (int end = RecordRecon(f, setup, window, result, store_url, now, &recorded, &exit); end >= 0) {
     return end;
   }
 
   if (!f.report.empty()) {
     std::ofstream out(f.report, std::ios::binary | std::ios::trunc);
-    out << recon::HtmlReport(header, result);
+    out << recon::HtmlReport(header, result, f.dry_run ? nullptr : &recorded.tickets);
     out.close();
     if (!out) return Failure("--report " + f.report + ": cannot be written");
   }
   std::fputs(recon::SummaryTable(header, result).c_str(), stdout);
-  std::fputs(disposition_line.c_str(), stdout);
-  if (f.json) std::printf("%s\n", recon::JsonLine(header, result).c_str());
+  std::fputs(recorded.disposition_line.c_str(), stdout);
+  if (f.json) std::printf("%s\n", recon::JsonLine(header, result, recorded.failures).c_str());
   std::fflush(stdout);
   return exit;
 }
 
 }  // namespace
+
+const std::string& ReconStoreUrl(const std::string& store) {
+  static const std::string default_url = kDefaultReconStore;
+  return store.empty() ? default_url : store;
+}
+
+int ReconUrlWithSecret(const char* option, std::string* url, const std::string& password_file) {
+  if (url->empty()) {
+    if (!password_file.empty()) {
+      return ReconUsage(std::string(option) + "-password-file needs " + option);
+    }
+    return -1;
+  }
+  std::vector<std::string> warnings;
+  absl::StatusOr<std::string> with = UrlWithSecret(option, *url, password_file, "", &warnings);
+  if (!with.ok()) {
+    PrintReason("recon: " + Msg(with.status()));
+    return with.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+  }
+  for (const std::string& w : warnings) std::fprintf(stderr, "idem: warning: %s\n", w.c_str());
+  *url = *std::move(with);
+  return -1;
+}
 
 CommandFn AddReconCommand(CLI::App& root) {
   auto f = std::make_shared<ReconFlags>();
@@ -512,10 +596,19 @@ CommandFn AddReconCommand(CLI::App& root) {
       ->capture_default_str();
   cmd->add_flag("--dry-run", f->dry_run,
                 "Classify and print; write no ticket, send nothing, leave the watermark");
-  cmd->add_flag("--json", f->json, "End with one JSON line of the counts");
-  cmd->add_option("--report", f->report, "Write a self-contained HTML report to this file");
-  cmd->add_option("--replay-url", f->replay_url,
-                  "missing_local: POST each upstream row here with Idempotency-Key = the key");
+  cmd->add_flag("--json", f->json,
+                "End with one JSON line of the counts (and failed_actions: the replays and "
+                "re-pushes not done, with their answer's status and first bytes)");
+  cmd->add_option("--report", f->report,
+                  "Write a self-contained HTML report to this file (counts, chart, rows and "
+                  "their tickets)");
+  cmd->add_option(
+      "--replay-url", f->replay_url,
+      "missing_local: POST each upstream row here as JSON "
+      "{source,key,class,upstream,local} with Idempotency-Key = the key (docs/recon.md)");
+  cmd->add_option("--replay-header-file", f->replay_header_file,
+                  "Headers for every replay and re-push, one 'Name: value' a line (e.g. "
+                  "Authorization; or IDEM_RECON_REPLAY_HEADERS; never on the command line)");
   cmd->add_option("--repush-url", f->repush_url,
                   "status_mismatch (stuck): POST the upstream event here again");
   cmd->add_option("--on", f->on, "CLASS=ACTION (ticket, replay, repush, none); repeatable");
@@ -526,16 +619,26 @@ CommandFn AddReconCommand(CLI::App& root) {
   CLI::App* status = cmd->add_subcommand(
       "status", "Exit 1 when the last successful run of --source is older than --max-age");
   status->add_option("--source", f->source, "The source");
-  status->add_option("--store", f->store,
-                     std::string("Where recon_watermark lives (default: ") + kDefaultReconStore +
-                         ")");
+  status->add_option(
+      "--store", f->store,
+      std::string("Where recon_watermark lives (default: ") + kDefaultReconStore + ")");
   status->add_option("--store-password-file", f->store_password_file,
                      "The --store URL's password, from this file (or IDEM_STORE_PASSWORD)");
   status->add_option("--max-age", f->max_age, "How old the last success may be")
       ->capture_default_str();
   status->add_flag("--json", f->json, "Print the watermark as JSON");
+  cmd->footer(
+      "Exit status: 0 the run completed (differences are findings), 1 bad input, a store or "
+      "file that cannot be read, or a replay/re-push not done (it stays pending and is "
+      "retried by the next run), 2 bad usage. The tickets: idem recon tickets list|show|close. "
+      "docs/recon.md says what is sent and recorded.");
+  CommandFn run_tickets;
+  CLI::App* tickets = AddReconTicketsCommand(cmd, &f->store, &f->store_password_file, &run_tickets);
   cmd->require_subcommand(0, 1);
-  return [f, status] { return status->parsed() ? RunStatus(*f) : RunRecon(*f); };
+  return [f, status, tickets, run_tickets] {
+    if (tickets->parsed()) return run_tickets();
+    return status->parsed() ? RunStatus(*f) : RunRecon(*f);
+  };
 }
 
 }  // namespace idem::cli

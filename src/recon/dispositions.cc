@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "http/types.h"
 #include "http/client/upstream.h"
+#include "http/types.h"
 #include "idem/key.h"
 #include "nlohmann/json.hpp"
 #include "recon/recon_time.h"
@@ -52,34 +52,38 @@ std::string Detail(const Difference& d) {
 
 class HttpActionSink final : public ActionSink {
  public:
-  HttpActionSink(std::optional<http::Upstream> replay, std::optional<http::Upstream> repush)
-      : replay_(std::move(replay)), repush_(std::move(repush)) {}
+  HttpActionSink(std::optional<http::Upstream> replay, std::optional<http::Upstream> repush,
+                 std::vector<Header> headers)
+      : replay_(std::move(replay)), repush_(std::move(repush)), headers_(std::move(headers)) {}
 
-  absl::Status Send(Action action, const std::string& key, const std::string& payload) override {
+  SendOutcome Send(Action action, const std::string& key, const std::string& payload) override {
     const std::optional<http::Upstream>& to = action == Action::kReplay ? replay_ : repush_;
     if (!to.has_value()) {
-      return absl::FailedPreconditionError(std::string("no URL for ") +
-                                           std::string(ActionName(action)));
+      return {absl::FailedPreconditionError(std::string("no URL for ") +
+                                            std::string(ActionName(action)))};
     }
-    absl::StatusOr<http::HttpRequest> request = ActionRequest(key, payload);
-    if (!request.ok()) return request.status();
+    absl::StatusOr<http::HttpRequest> request = ActionRequest(key, payload, headers_);
+    if (!request.ok()) return {request.status()};
     absl::StatusOr<http::UpstreamResponse> r = to->Send(*request, ActionTarget(*to));
-    if (!r.ok()) return r.status();
-    if (r->status < 200 || r->status > 299) {
-      return absl::UnavailableError("answered " + std::to_string(r->status));
-    }
-    return absl::OkStatus();
+    if (!r.ok()) return {r.status()};
+    if (r->status >= 200 && r->status <= 299) return {absl::OkStatus()};
+    SendOutcome refused{.http_status = r->status,
+                        .response = EscapeControl(r->body, kResponseExcerptBytes)};
+    refused.status = absl::UnavailableError("answered " + std::to_string(r->status) +
+                                            (r->body.empty() ? "" : ": " + refused.response));
+    return refused;
   }
 
  private:
   const std::optional<http::Upstream> replay_;
   const std::optional<http::Upstream> repush_;
+  const std::vector<Header> headers_;
 };
 
 }  // namespace
 
-absl::StatusOr<http::HttpRequest> ActionRequest(const std::string& key,
-                                                const std::string& payload) {
+absl::StatusOr<http::HttpRequest> ActionRequest(const std::string& key, const std::string& payload,
+                                                const std::vector<Header>& extra) {
   // The statement readers refuse such a key; a pending row written before they did
   // is refused here, and stays pending with the reason.
   if (absl::Status s = ValidateHeaderKey(key); !s.ok()) {
@@ -90,6 +94,7 @@ absl::StatusOr<http::HttpRequest> ActionRequest(const std::string& key,
   request.body = payload;
   request.request_id = "recon";
   request.headers = {{"Idempotency-Key", key}, {"Content-Type", "application/json"}};
+  request.headers.insert(request.headers.end(), extra.begin(), extra.end());
   return request;
 }
 
@@ -151,7 +156,8 @@ absl::Status ParseActionFlag(std::string_view text, std::array<Action, kClassCou
 
 absl::StatusOr<std::unique_ptr<ActionSink>> NewHttpActionSink(const std::string& replay_url,
                                                               const std::string& repush_url,
-                                                              absl::Duration timeout) {
+                                                              absl::Duration timeout,
+                                                              std::vector<Header> headers) {
   auto open = [&](const std::string& url,
                   const char* flag) -> absl::StatusOr<std::optional<http::Upstream>> {
     if (url.empty()) return std::optional<http::Upstream>();
@@ -167,7 +173,8 @@ absl::StatusOr<std::unique_ptr<ActionSink>> NewHttpActionSink(const std::string&
   if (!replay.ok()) return replay.status();
   absl::StatusOr<std::optional<http::Upstream>> repush = open(repush_url, "--repush-url");
   if (!repush.ok()) return repush.status();
-  return std::make_unique<HttpActionSink>(*std::move(replay), *std::move(repush));
+  return std::make_unique<HttpActionSink>(*std::move(replay), *std::move(repush),
+                                          std::move(headers));
 }
 
 absl::StatusOr<DispositionResult> ApplyDispositions(Store& store, const std::string& source,
@@ -203,20 +210,29 @@ absl::StatusOr<DispositionResult> ApplyDispositions(Store& store, const std::str
   if (!pending.ok()) return pending.status();
   for (const Ticket& t : *pending) {
     const Action a = t.action == "replay" ? Action::kReplay : Action::kRepush;
-    absl::Status sent = sink == nullptr ? absl::FailedPreconditionError("no URL configured")
-                                        : sink->Send(a, t.key, t.payload);
-    s = RecordAttempt(store, t, sent.ok() ? "done" : "pending",
-                      sent.ok() ? "" : std::string(sent.message()), now_us);
+    const SendOutcome sent = sink == nullptr
+                                 ? SendOutcome{absl::FailedPreconditionError("no URL configured")}
+                                 : sink->Send(a, t.key, t.payload);
+    const bool ok = sent.status.ok();
+    const Attempt attempt{.state = ok ? "done" : "pending",
+                          .last_error = ok ? "" : std::string(sent.status.message()),
+                          .http_status = ok ? 0 : sent.http_status,
+                          .response = ok ? "" : sent.response};
+    s = RecordAttempt(store, t, attempt, now_us);
     if (!s.ok()) return s;
-    if (sent.ok()) {
+    if (ok) {
       ++result.sent;
-    } else {
-      ++result.failed;
-      if (result.first_error.empty()) {
-        result.first_error =
-            std::string(ActionName(a)) + " of " + EscapeControl(t.key, 60) + ": " +
-            std::string(sent.message());
-      }
+      continue;
+    }
+    ++result.failed;
+    if (result.failures.size() < kMaxReportedFailures) {
+      result.failures.push_back(ActionFailure{.id = TicketId(source, t.cls, t.key),
+                                              .key = t.key,
+                                              .cls = t.cls,
+                                              .action = std::string(ActionName(a)),
+                                              .http_status = sent.http_status,
+                                              .response = sent.response,
+                                              .error = std::string(sent.status.message())});
     }
   }
   return result;

@@ -12,6 +12,7 @@
 #include "recon/decimal.h"
 #include "recon/fields.h"
 #include "recon/recon_time.h"
+#include "recon/replay_headers.h"
 #include "recon/report.h"
 #include "recon/row_sorter.h"
 #include "recon/statement_readers.h"
@@ -295,6 +296,34 @@ TEST(Report, JsonLineShape) {
   EXPECT_THAT(html, HasSubstr("default-src 'none'"));
   EXPECT_THAT(html, HasSubstr("<svg"));
   EXPECT_THAT(html, ::testing::Not(HasSubstr("src=")));
+}
+
+// The replay headers' format: CRLF or LF, comments and blank lines, the spaces
+// around a value dropped; a continuation line (obsolete folding), a TAB or DEL in a
+// value, a 33rd header are refused with their line.
+TEST(ReplayHeaders, FormatAndLimits) {
+  ASSERT_OK_AND_ASSIGN(
+      const std::vector<Header> h,
+      ParseReplayHeaders("# token\r\n\r\n   \nAuthorization:  Bearer a b \r\nX-Empty-Ok:1", "f"));
+  EXPECT_THAT(
+      h, ::testing::ElementsAre(Header{"Authorization", "Bearer a b"}, Header{"X-Empty-Ok", "1"}));
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"X-A: 1\n folded\n", "f:2: a continuation line"},
+           {"X-A: a\tb\n", "f:1: the value of X-A holds the control character \\t"},
+           {"X-A: a\x7f\n", "f:1: the value of X-A holds the control character \\x7F"},
+           {"X-A:\n", "f:1: the value of X-A"},
+           {"X-A : 1\n", "f:1: the header name"},
+           {":1\n", "f:1: the header name"}}) {
+    absl::StatusOr<std::vector<Header>> r = ParseReplayHeaders(text, "f");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr(why)) << text;
+  }
+  std::string many;
+  for (int i = 0; i < 33; ++i) many += "X-" + std::to_string(i) + ": v\n";
+  absl::StatusOr<std::vector<Header>> r = ParseReplayHeaders(many, "f");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("f:33: more than 32 headers"));
 }
 
 }  // namespace

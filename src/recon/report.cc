@@ -1,9 +1,11 @@
 #include "recon/report.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <string>
 
+#include "idem/key.h"
 #include "nlohmann/json.hpp"
 #include "recon/recon_time.h"
 
@@ -60,9 +62,46 @@ std::string Describe(const Row& row) {
   return s;
 }
 
+// The ticket cell of a report row.
+std::string TicketCell(const Ticket* t) {
+  if (t == nullptr) return "no ticket";
+  std::string cell = "<span class=\"ticket\" data-state=\"" + Escape(t->state) + "\">" +
+                     Escape(t->id) + " " + Escape(t->action) + " " + Escape(t->state) + "</span>";
+  if (t->state == "closed") {
+    cell += "<br><small class=\"closed\">closed " + Escape(FormatTimeUs(t->closed_at_us)) + ": " +
+            Escape(t->note) + "</small>";
+  }
+  if (t->http_status != 0) {
+    cell += "<br><small class=\"refused\">HTTP " + std::to_string(t->http_status) + ": " +
+            Escape(t->response) + "</small>";
+  } else if (t->state == "pending" && !t->last_error.empty()) {
+    cell += "<br><small class=\"refused\">" + Escape(t->last_error) + "</small>";
+  }
+  return cell;
+}
+
 }  // namespace
 
-std::string JsonLine(const ReportHeader& header, const CompareResult& result) {
+std::string FailureText(const ActionFailure& a) {
+  std::string s =
+      a.action + " of " + EscapeControl(a.key, 60) + " (" + a.cls + ", ticket " + a.id + "): ";
+  if (a.http_status == 0) return s + a.error;
+  return s + "HTTP " + std::to_string(a.http_status) + ": " + a.response;
+}
+
+std::vector<std::string> ReportedTicketIds(const std::string& source, const CompareResult& result,
+                                           size_t examples) {
+  std::vector<std::string> ids;
+  std::array<size_t, kClassCount> shown{};
+  for (const Difference& d : result.differences) {
+    const int c = static_cast<int>(d.cls);
+    if (shown[c]++ < examples) ids.push_back(TicketId(source, kClassNames[c], d.key));
+  }
+  return ids;
+}
+
+std::string JsonLine(const ReportHeader& header, const CompareResult& result,
+                     const std::vector<ActionFailure>& failures) {
   nlohmann::ordered_json j;
   j["source"] = header.source;
   j["from"] = header.from_us ? nlohmann::ordered_json(FormatTimeUs(*header.from_us)) : nullptr;
@@ -71,6 +110,23 @@ std::string JsonLine(const ReportHeader& header, const CompareResult& result) {
   j["local_rows"] = result.local_rows;
   j["matched"] = result.matched;
   for (int c = 0; c < kClassCount; ++c) j[std::string(kClassNames[c])] = result.counts[c];
+  if (!failures.empty()) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const ActionFailure& a : failures) {
+      nlohmann::ordered_json f;
+      f["ticket"] = a.id;
+      f["key"] = a.key;
+      f["class"] = a.cls;
+      f["action"] = a.action;
+      f["http_status"] = a.http_status == 0 ? nlohmann::ordered_json(nullptr)
+                                            : nlohmann::ordered_json(a.http_status);
+      f["response"] =
+          a.http_status == 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(a.response);
+      f["error"] = a.error;
+      list.push_back(std::move(f));
+    }
+    j["failed_actions"] = std::move(list);
+  }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -94,7 +150,8 @@ std::string SummaryTable(const ReportHeader& header, const CompareResult& result
   return out;
 }
 
-std::string HtmlReport(const ReportHeader& header, const CompareResult& result, size_t examples) {
+std::string HtmlReport(const ReportHeader& header, const CompareResult& result,
+                       const std::map<std::string, Ticket>* tickets, size_t examples) {
   std::string h;
   h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
   h += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
@@ -142,7 +199,8 @@ std::string HtmlReport(const ReportHeader& header, const CompareResult& result, 
     if (result.counts[c] == 0) continue;
     h += "<h2>" + std::string(kClassNames[c]) + "</h2>\n<table class=\"examples\" data-class=\"" +
          std::string(kClassNames[c]) +
-         "\"><tr><th>key</th><th>upstream</th><th>local</th><th>note</th></tr>\n";
+         "\"><tr><th>key</th><th>upstream</th><th>local</th><th>note</th>" +
+         (tickets != nullptr ? "<th>ticket</th>" : "") + "</tr>\n";
     size_t shown = 0;
     for (const Difference& d : result.differences) {
       if (static_cast<int>(d.cls) != c) continue;
@@ -162,11 +220,16 @@ std::string HtmlReport(const ReportHeader& header, const CompareResult& result, 
            (d.local ? Escape(Describe(*d.local)) + "<br><small>" +
                           Escape(Where(header, *d.local, false)) + "</small>"
                     : std::string("&mdash;")) +
-           "</td><td>" + Escape(note) + "</td></tr>\n";
+           "</td><td>" + Escape(note) + "</td>";
+      if (tickets != nullptr) {
+        const auto t = tickets->find(TicketId(header.source, kClassNames[c], d.key));
+        h += "<td>" + TicketCell(t == tickets->end() ? nullptr : &t->second) + "</td>";
+      }
+      h += "</tr>\n";
     }
     if (result.counts[c] > static_cast<int64_t>(examples)) {
-      h += "<tr><td colspan=\"4\">… and " + std::to_string(result.counts[c] - examples) +
-           " more</td></tr>\n";
+      h += "<tr><td colspan=\"" + std::string(tickets != nullptr ? "5" : "4") + "\">… and " +
+           std::to_string(result.counts[c] - examples) + " more</td></tr>\n";
     }
     h += "</table>\n";
   }

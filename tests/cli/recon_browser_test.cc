@@ -1,6 +1,6 @@
 // The HTML report of `idem recon --report` in a real browser (label browser):
 // Debian's chromium, headless, loads the file and the DOM it built has the counts,
-// one bar per class and the example rows; the page names nothing to fetch (no
+// one bar per class and the example rows with their tickets; the page names nothing to fetch (no
 // src/href/url(), and its Content-Security-Policy forbids every load). chromium comes
 // from scripts/deps.sh (test_pkgs); without it the test fails and says so.
 #include <sys/wait.h>
@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "idem/idem.h"
+#include "recon/tables.h"
 #include "testing/idem_process.h"
 #include "testing/temp_dir.h"
 
@@ -54,10 +55,11 @@ TEST(ReconReport, LoadsInHeadlessChromium) {
     ASSERT_TRUE((*tx)->Commit().ok());
   }
   std::ofstream(dir.file("bill.csv")) << "id,fee\nK-1,100\nK-2,200\nK-4,400\n";
-  RunResult r = RunIdemIn(dir.path(), {"recon", "--source", "wx", "--statement", "bill.csv", "--map",
-                                  "key=id,amount=fee", "--upstream-scale", "2", "--ledger", url,
-                                  "--ledger-query", "SELECT k AS key, a AS amount FROM ledger",
-                                  "--dry-run", "--report", dir.file("report.html")});
+  RunResult r =
+      RunIdemIn(dir.path(),
+                {"recon", "--source", "wx", "--statement", "bill.csv", "--map", "key=id,amount=fee",
+                 "--upstream-scale", "2", "--ledger", url, "--ledger-query",
+                 "SELECT k AS key, a AS amount FROM ledger", "--report", dir.file("report.html")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string html = ReadWholeFile(dir.file("report.html"));
   for (const char* fetch : {"src=", "href=", "url(", "@import", "<script", "<link"}) {
@@ -85,6 +87,11 @@ TEST(ReconReport, LoadsInHeadlessChromium) {
       std::distance(std::sregex_iterator(dom.begin(), dom.end(), bar), std::sregex_iterator()), 5);
   EXPECT_THAT(dom, HasSubstr("K-&lt;3&gt;"));  // a key is text, never markup
   EXPECT_THAT(dom, HasSubstr("bill.csv:4"));
+  // Each row's ticket, in the store the run used (./idem-recon.db): its id, action
+  // and state, as `idem recon tickets list` shows them.
+  EXPECT_THAT(
+      dom, HasSubstr("<span class=\"ticket\" data-state=\"open\">" +
+                     recon::TicketId("wx", "missing_upstream", "K-<3>") + " ticket open</span>"));
 }
 
 }  // namespace

@@ -25,15 +25,20 @@
 #include "conformance/store_factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "http/client/upstream.h"
 #include "idem/idem.h"
+#include "nlohmann/json.hpp"
 #include "recon/fields.h"
 #include "recon/ledger_reader.h"
 #include "recon/tables.h"
-#include "http/client/upstream.h"
 #include "store/backend.h"
 #include "testing/idem_process.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
+
+#ifndef IDEM_TEST_UPSTREAM
+#define IDEM_TEST_UPSTREAM ""
+#endif
 
 namespace idem::testing {
 namespace {
@@ -128,6 +133,25 @@ class Receiver {
   std::string received_;
   int connections_ = 0;
 };
+
+// The whole answer (status line, headers, body) to GET `path` on 127.0.0.1:port.
+std::string HttpGet(uint16_t port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    (void)!write(fd, req.data(), req.size());
+    char buf[8192];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
 
 struct Backend {
   std::string name;
@@ -269,6 +293,30 @@ class Recon : public ::testing::TestWithParam<Backend> {
     return s.substr(s.rfind('\n') + 1);
   }
 
+  // `idem recon tickets SUB args…` on the store of Args() (with its password file).
+  RunResult Tickets(const std::string& sub, std::vector<std::string> args) {
+    std::vector<std::string> a = {"recon", "tickets", sub, "--store", bare_url_};
+    for (const std::string& p : PasswordArgs("--store-password-file")) a.push_back(p);
+    a.insert(a.end(), args.begin(), args.end());
+    return RunIdemIn(dir_.path(), a);
+  }
+  // The ticket of the one row of `sql` (a SELECT id FROM recon_ticket …).
+  std::string TicketIdWhere(const std::string& where) {
+    absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store_->Begin();
+    if (!tx.ok()) return "";
+    absl::StatusOr<Rows> rows = (*tx)->Query("SELECT id FROM recon_ticket WHERE " + where);
+    (*tx)->Rollback();
+    if (!rows.ok() || rows->rows.size() != 1) return "";
+    const Value& v = rows->rows[0][0];
+    return v.is_text() ? v.as_text() : v.is_blob() ? v.as_blob() : "";
+  }
+  // A file of this test's directory holding `bytes`, with `mode`.
+  std::string PrivateFile(const std::string& name, const std::string& bytes, mode_t mode = 0600) {
+    std::ofstream(dir_.file(name), std::ios::binary) << bytes;
+    chmod(dir_.file(name).c_str(), mode);
+    return dir_.file(name);
+  }
+
   // Args() without its --store (and the store's password file): recon's default store.
   static std::vector<std::string> WithoutStore(std::vector<std::string> args) {
     for (const char* option : {"--store", "--store-password-file"}) {
@@ -278,30 +326,37 @@ class Recon : public ::testing::TestWithParam<Backend> {
     return args;
   }
 
-  // The ledger database as it is: every table's name and every row of each (as
-  // text, sorted), by the connection of a user that can write there.
+  // The ledger database as it is, by the connection of a user that can write there:
+  // its schema (every table's columns with their types, nullability and defaults,
+  // and its indexes) and every row of every table (as text, sorted).
   std::vector<std::string> Snapshot() {
     const std::string dialect(::idem::Backend(*store_).sql_dialect()->name());
     const std::string tables =
-        dialect == "sqlite"   ? "SELECT name FROM sqlite_master ORDER BY name"
+        dialect == "sqlite"  ? "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
         : dialect == "mysql" ? "SELECT table_name FROM information_schema.tables WHERE "
                                "table_schema = DATABASE() ORDER BY table_name"
                              : "SELECT table_name::text FROM information_schema.tables WHERE "
                                "table_schema = current_schema() ORDER BY table_name";
+    const std::string schema =
+        dialect == "sqlite" ? "SELECT type, name, tbl_name, COALESCE(sql, '') FROM sqlite_master"
+        : dialect == "mysql"
+            ? "SELECT table_name, column_name, ordinal_position, column_type, is_nullable, "
+              "COALESCE(column_default, 'NULL'), column_key, extra FROM information_schema.columns "
+              "WHERE table_schema = DATABASE() UNION ALL SELECT table_name, index_name, "
+              "seq_in_index, column_name, non_unique, '', '', '' FROM "
+              "information_schema.statistics WHERE table_schema = DATABASE()"
+            : "SELECT table_name::text, column_name::text, ordinal_position::text, "
+              "data_type::text, is_nullable::text, COALESCE(column_default::text, 'NULL') FROM "
+              "information_schema.columns WHERE table_schema = current_schema() UNION ALL "
+              "SELECT tablename::text, indexname::text, indexdef, '', '', '' FROM pg_indexes "
+              "WHERE schemaname = current_schema()";
     std::vector<std::string> out;
     absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store_->Begin();
     if (!tx.ok()) return {"cannot begin: " + std::string(tx.status().message())};
-    absl::StatusOr<Rows> names = (*tx)->Query(tables);
-    if (!names.ok()) return {"cannot list tables: " + std::string(names.status().message())};
-    for (const std::vector<Value>& name : names->rows) {
-      const std::string table = name[0].is_text() ? name[0].as_text() : name[0].as_blob();
-      out.push_back("table " + table);
-      if (table.starts_with("sqlite_")) continue;
-      absl::StatusOr<Rows> rows = (*tx)->Query("SELECT * FROM " + table);
-      if (!rows.ok()) continue;  // an index of sqlite_master
+    auto lines_of = [](const std::string& prefix, const Rows& rows) {
       std::vector<std::string> lines;
-      for (const std::vector<Value>& row : rows->rows) {
-        std::string line = table + ":";
+      for (const std::vector<Value>& row : rows.rows) {
+        std::string line = prefix;
         for (const Value& v : row) {
           line += v.is_null()     ? std::string("|NULL")
                   : v.is_int()    ? "|" + std::to_string(v.as_int())
@@ -312,7 +367,21 @@ class Recon : public ::testing::TestWithParam<Backend> {
         lines.push_back(line);
       }
       std::sort(lines.begin(), lines.end());
-      out.insert(out.end(), lines.begin(), lines.end());
+      return lines;
+    };
+    absl::StatusOr<Rows> columns = (*tx)->Query(schema);
+    if (!columns.ok())
+      return {"cannot read the schema: " + std::string(columns.status().message())};
+    out = lines_of("schema:", *columns);
+    absl::StatusOr<Rows> names = (*tx)->Query(tables);
+    if (!names.ok()) return {"cannot list tables: " + std::string(names.status().message())};
+    for (const std::vector<Value>& name : names->rows) {
+      const std::string table = name[0].is_text() ? name[0].as_text() : name[0].as_blob();
+      out.push_back("table " + table);
+      if (table.starts_with("sqlite_")) continue;
+      absl::StatusOr<Rows> rows = (*tx)->Query("SELECT * FROM " + table);
+      if (!rows.ok()) return {"cannot read " + table + ": " + std::string(rows.status().message())};
+      for (std::string& line : lines_of(table + ":", *rows)) out.push_back(std::move(line));
     }
     (*tx)->Rollback();
     return out;
@@ -390,6 +459,7 @@ TEST_P(Recon, LedgerIsNeverWrittenWithoutStoreWithStoreAndWithReplay) {
   const std::string bill = Day();
   const std::vector<std::string> before = Snapshot();
   ASSERT_THAT(before, ::testing::Contains("table ledger"));
+  ASSERT_THAT(before, ::testing::Contains(HasSubstr("order_no")));  // the schema is in it
   Receiver receiver;
   const std::vector<std::string> replay = {"--replay-url", receiver.url("/replay")};
 
@@ -400,8 +470,8 @@ TEST_P(Recon, LedgerIsNeverWrittenWithoutStoreWithStoreAndWithReplay) {
   EXPECT_EQ(Snapshot(), before);
 
   const std::string other = "sqlite://" + dir_.file("recon-state.db");
-  RunResult named = RunIdemIn(dir_.path(), WithoutStore(Args(bill, {"--store", other,
-                                                                    replay[0], replay[1]})));
+  RunResult named =
+      RunIdemIn(dir_.path(), WithoutStore(Args(bill, {"--store", other, replay[0], replay[1]})));
   ASSERT_EQ(named.exit_code, 0) << named.err;
   EXPECT_THAT(named.out, HasSubstr("5 new ticket/action row(s), 1 replay/re-push sent, 0 pending"));
   EXPECT_EQ(Snapshot(), before);
@@ -516,7 +586,8 @@ TEST_P(Recon, KeyThatCannotBeAHeaderIsRefusedWithItsLineAndNothingIsSent) {
       {"inj.jsonl",
        "{\"out_trade_no\":\"R-1\",\"total_fee\":1250,\"fee_type\":\"CNY\",\"trade_state\":"
        "\"SUCCESS\",\"trade_time\":\"2024-06-18 10:00:00\"}\n"
-       "{\"out_trade_no\":\"" + jsonl_injected +
+       "{\"out_trade_no\":\"" +
+           jsonl_injected +
            "\",\"total_fee\":100,\"fee_type\":\"CNY\",\"trade_state\":\"SUCCESS\","
            "\"trade_time\":\"2024-06-18 10:06:00\"}\n",
        "inj.jsonl:2: key holds the control character \\r at byte 4"},
@@ -531,8 +602,8 @@ TEST_P(Recon, KeyThatCannotBeAHeaderIsRefusedWithItsLineAndNothingIsSent) {
   };
   Receiver receiver;
   for (const Case& c : cases) {
-    RunResult r = RunIdemIn(dir_.path(),
-                       Args(Statement(c.name, c.bytes), {"--replay-url", receiver.url("/replay")}));
+    RunResult r = RunIdemIn(
+        dir_.path(), Args(Statement(c.name, c.bytes), {"--replay-url", receiver.url("/replay")}));
     ExpectOneLineFailure(r, 1);  // one line: the key's CR and LF are shown escaped
     EXPECT_THAT(r.err, HasSubstr(c.want)) << c.name;
     EXPECT_THAT(r.err, ::testing::Not(HasSubstr("attacker"))) << c.name;
@@ -554,14 +625,15 @@ TEST_P(Recon, OverlongLineIsRefusedBeforeItIsBuffered) {
       Args(Statement("huge.jsonl",
                      "{\"out_trade_no\":\"R-1\",\"total_fee\":1250,\"fee_type\":\"CNY\","
                      "\"trade_state\":\"SUCCESS\",\"trade_time\":\"2024-06-18 10:00:00\"}\n"
-                     "{\"out_trade_no\":\"" + key + "\",\"total_fee\":1}\n")));
+                     "{\"out_trade_no\":\"" +
+                         key + "\",\"total_fee\":1}\n")));
   ExpectOneLineFailure(jsonl, 1);
   EXPECT_THAT(jsonl.err, HasSubstr("huge.jsonl:2: a line longer than 1 MiB: refused"));
   RunResult csv = RunIdemIn(
-      dir_.path(),
-      Args(Statement("huge.csv", "out_trade_no,total_fee,fee_type,trade_state,trade_time\n"
-                                 "R-1,1250,CNY,SUCCESS,2024-06-18 10:00:00\n\"" +
-                                     key + "\",1,CNY,SUCCESS,2024-06-18 10:00:00\n")));
+      dir_.path(), Args(Statement("huge.csv",
+                                  "out_trade_no,total_fee,fee_type,trade_state,trade_time\n"
+                                  "R-1,1250,CNY,SUCCESS,2024-06-18 10:00:00\n\"" +
+                                      key + "\",1,CNY,SUCCESS,2024-06-18 10:00:00\n")));
   ExpectOneLineFailure(csv, 1);
   EXPECT_THAT(csv.err, HasSubstr("huge.csv:3: a record longer than 1 MiB: refused"));
 }
@@ -586,11 +658,15 @@ TEST_P(Recon, StoredPendingReplayWithABadKeyIsNotSent) {
   ASSERT_EQ(added, 1);
   Receiver receiver;
   RunResult r = RunIdemIn(dir_.path(), Args(bill, {"--replay-url", receiver.url("/replay"),
-                                              "--repush-url", receiver.url("/repush")}));
+                                                   "--repush-url", receiver.url("/repush")}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.out, HasSubstr("2 replay/re-push sent, 1 pending"));
-  EXPECT_THAT(r.err, HasSubstr("first: replay of OLD\\r\\nX-Injected: 1: not sent: key holds the "
-                               "control character \\r at byte 3"));
+  const std::string id = recon::TicketId("wx", "missing_local", bad.key);
+  EXPECT_THAT(r.err, HasSubstr("first: replay of OLD\\r\\nX-Injected: 1 (missing_local, ticket " +
+                               id + "): not sent: key holds the control character \\r at byte 3"));
+  EXPECT_THAT(r.out, HasSubstr("  not done: replay of OLD\\r\\nX-Injected: 1 (missing_local, "
+                               "ticket " +
+                               id + "): not sent: key holds"));
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_THAT(receiver.received(), ::testing::Not(HasSubstr("X-Injected")));
   EXPECT_THAT(receiver.keys("/replay"), ::testing::ElementsAre("R-2"));
@@ -786,23 +862,7 @@ TEST_P(Recon, ServeExportsTheLastSuccess) {
   ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store", url_, "--tenant", "t:tok"}),
               ::testing::StartsWith("listening on "))
       << serve.stderr_text();
-  auto scrape = [&] {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(serve.port()));
-    std::string out;
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-      const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-      (void)!write(fd, req.data(), req.size());
-      char buf[8192];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-    }
-    close(fd);
-    return out;
-  };
+  auto scrape = [&] { return HttpGet(serve.port(), "/metrics"); };
   std::string metrics = scrape();
   EXPECT_THAT(metrics, HasSubstr("# TYPE idem_recon_last_success_timestamp_seconds gauge"));
   EXPECT_THAT(metrics, ::testing::Not(HasSubstr("idem_recon_last_success_timestamp_seconds{")));
@@ -855,6 +915,285 @@ TEST_P(Recon, UsageErrors) {
     EXPECT_THAT(r.err, HasSubstr("which takes none"));
     EXPECT_THAT(r.err, ::testing::Not(HasSubstr("secret")));
   }
+}
+
+// `idem recon tickets`: list (open by default, --all), show and close, in the store
+// the runs use, naming it; closing needs a note, is recorded with its time, and a
+// second close or an unknown id is an error. A rerun does not reopen a closed ticket
+// and its report shows each row's ticket as the CLI does.
+TEST_P(Recon, TicketsListShowCloseAndTheReportShareOneLifecycle) {
+  const std::string bill = Day();
+  RunResult run = RunIdemIn(dir_.path(), Args(bill));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = TicketIdWhere("class = 'missing_upstream'");
+  ASSERT_EQ(id, recon::TicketId("wx", "missing_upstream", "R-6"));
+
+  RunResult list = Tickets("list", {});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_THAT(list.out,
+              HasSubstr("store " + RedactStoreUrl(bare_url_) + ": 5 open or pending ticket(s)\n"));
+  EXPECT_THAT(list.out, HasSubstr("  " + id + "  open  ticket  missing_upstream  wx  R-6  "));
+  EXPECT_EQ(list.err, "");
+
+  RunResult show = Tickets("show", {id, "--json"});
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  const nlohmann::json shown = nlohmann::json::parse(show.out);
+  EXPECT_EQ(shown["store"], RedactStoreUrl(bare_url_));
+  EXPECT_EQ(shown["ticket"]["id"], id);
+  EXPECT_EQ(shown["ticket"]["key"], "R-6");
+  EXPECT_EQ(shown["ticket"]["state"], "open");
+  EXPECT_TRUE(shown["ticket"]["note"].is_null());
+
+  // Closing: a note is required, and bounded.
+  ExpectOneLineFailure(Tickets("close", {id}), 2);
+  ExpectOneLineFailure(Tickets("close", {id, "--note", "  "}), 2);
+  ExpectOneLineFailure(Tickets("close", {id, "--note", std::string(2001, 'n')}), 2);
+  ExpectOneLineFailure(Tickets("close", {id, "--note", "a\x1b[2Jb"}), 2);
+  const int64_t before = absl::ToUnixMicros(absl::Now());
+  RunResult close = Tickets("close", {id, "--note", "refunded by hand, case 4711", "--json"});
+  ASSERT_EQ(close.exit_code, 0) << close.err;
+  const nlohmann::json closed = nlohmann::json::parse(close.out);
+  EXPECT_EQ(closed["ticket"]["state"], "closed");
+  EXPECT_EQ(closed["ticket"]["note"], "refunded by hand, case 4711");
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket WHERE state = 'closed' AND note = "
+                  "'refunded by hand, case 4711' AND closed_at >= " +
+                  std::to_string(before)),
+            1);
+  RunResult again = Tickets("close", {id, "--note", "twice"});
+  ExpectOneLineFailure(again, 1);
+  EXPECT_THAT(again.err, HasSubstr("ticket " + id + " is closed already"));
+  EXPECT_THAT(again.err, HasSubstr("refunded by hand, case 4711"));
+  RunResult missing = Tickets("close", {"000000000000", "--note", "x"});
+  ExpectOneLineFailure(missing, 1);
+  EXPECT_THAT(missing.err, HasSubstr("no ticket 000000000000 in " + RedactStoreUrl(bare_url_)));
+  ExpectOneLineFailure(Tickets("show", {"000000000000"}), 1);
+
+  RunResult open = Tickets("list", {"--json"});
+  ASSERT_EQ(open.exit_code, 0) << open.err;
+  EXPECT_EQ(nlohmann::json::parse(open.out)["tickets"].size(), 4u);
+  RunResult all = Tickets("list", {"--all"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_THAT(all.out, HasSubstr(": 5 ticket(s)\n"));
+  EXPECT_THAT(all.out, HasSubstr(id + "  closed  ticket  missing_upstream  wx  R-6  "));
+  EXPECT_THAT(all.out, HasSubstr("[closed: refunded by hand, case 4711]"));
+
+  // A rerun adds nothing and reopens nothing; its report shows the states.
+  RunResult rerun = RunIdemIn(dir_.path(), Args(bill, {"--report", dir_.file("report.html")}));
+  ASSERT_EQ(rerun.exit_code, 0) << rerun.err;
+  EXPECT_THAT(rerun.out, HasSubstr("0 new ticket/action row(s)"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket WHERE state = 'closed'"), 1);
+  const std::string html = ReadWholeFile(dir_.file("report.html"));
+  EXPECT_THAT(html, HasSubstr("<span class=\"ticket\" data-state=\"closed\">" + id +
+                              " ticket closed</span><br><small class=\"closed\">closed "));
+  EXPECT_THAT(html, HasSubstr(": refunded by hand, case 4711</small>"));
+  EXPECT_THAT(html,
+              HasSubstr("<span class=\"ticket\" data-state=\"open\">" +
+                        recon::TicketId("wx", "amount_mismatch", "R-4") + " ticket open</span>"));
+}
+
+// list and show never create a store: a missing one, or one no run recorded in,
+// is an error naming it, and nothing is made.
+TEST_P(Recon, TicketsNeverCreateAStore) {
+  RunResult none = RunIdemIn(dir_.path(), {"recon", "tickets", "list"});
+  ExpectOneLineFailure(none, 1);
+  EXPECT_THAT(none.err, HasSubstr("sqlite://./idem-recon.db"));
+  EXPECT_THAT(none.err, HasSubstr("no `idem recon` run has recorded there"));
+  struct stat st;
+  EXPECT_NE(stat(dir_.file("idem-recon.db").c_str(), &st), 0);
+  ExpectOneLineFailure(RunIdemIn(dir_.path(), {"recon", "tickets", "show", "abc"}), 1);
+  ExpectOneLineFailure(RunIdemIn(dir_.path(), {"recon", "tickets", "close", "abc", "--note", "x"}),
+                       1);
+  EXPECT_NE(stat(dir_.file("idem-recon.db").c_str(), &st), 0);
+  // The ledger's database: there, but without recon's tables.
+  const std::vector<std::string> before = Snapshot();
+  RunResult empty = Tickets("list", {});
+  ExpectOneLineFailure(empty, 1);
+  EXPECT_THAT(empty.err, HasSubstr("has no recon tickets"));
+  EXPECT_THAT(empty.err, HasSubstr(RedactStoreUrl(bare_url_)));
+  EXPECT_EQ(Snapshot(), before);
+}
+
+// A recon_ticket of an earlier version (without ids, refusals or notes) gets its
+// new columns and ids on the next run, and keeps its rows.
+TEST_P(Recon, TicketTableOfAnEarlierVersionIsUpgraded) {
+  const std::string key = mysql_ ? "`key` VARBINARY(512)" : "\"key\" TEXT";
+  const std::string big = "BIGINT";
+  const std::string text = mysql_ ? "VARCHAR(255)" : "TEXT";
+  Sql("CREATE TABLE recon_ticket (source " + text + " NOT NULL, " + key + " NOT NULL, class " +
+      text + " NOT NULL, severity " + text + " NOT NULL, action " + text + " NOT NULL, state " +
+      text + " NOT NULL, detail " + text + " NOT NULL, payload " + text + " NOT NULL, attempts " +
+      big + " NOT NULL, last_error " + text + " NOT NULL, run_id " + text +
+      " NOT NULL, created_at " + big + " NOT NULL, updated_at " + big +
+      " NOT NULL, PRIMARY KEY (source, " + (mysql_ ? "`key`" : "\"key\"") + ", class))");
+  Sql("INSERT INTO recon_ticket VALUES ('wx', 'OLD-1', 'missing_upstream', 'normal', 'ticket', "
+      "'open', 'old', '{}', 0, '', 'old', 1, 1)");
+  const std::string old_id = recon::TicketId("wx", "missing_upstream", "OLD-1");
+  RunResult before = Tickets("list", {});  // read-only: read as it is
+  ASSERT_EQ(before.exit_code, 0) << before.err;
+  EXPECT_THAT(before.out, HasSubstr(old_id + "  open"));
+  RunResult show = Tickets("show", {old_id});
+  ExpectOneLineFailure(show, 1);
+  EXPECT_THAT(show.err, HasSubstr("is from an earlier version, without ticket ids"));
+  RunResult close = Tickets("close", {old_id, "--note", "gone"});  // upgrades it first
+  EXPECT_EQ(close.exit_code, 0) << close.err;
+  EXPECT_EQ(TicketIdWhere("run_id = 'old'"), old_id);
+  RunResult run = RunIdemIn(dir_.path(), Args(Day()));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("5 new ticket/action row(s)"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket WHERE state = 'open'"), 5);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket WHERE state = 'closed' AND note = 'gone'"), 1);
+}
+
+// Replay headers come from --replay-header-file or IDEM_RECON_REPLAY_HEADERS and go
+// with every replay and re-push; a bad line is refused with its file and line before
+// anything is read or sent, and a file another user could change is refused.
+TEST_P(Recon, ReplayHeadersFromAFileOrTheEnvironmentAreCheckedBeforeAnythingIsSent) {
+  const std::string bill = Day();
+  Receiver receiver;
+  const std::vector<std::string> urls = {"--replay-url", receiver.url("/replay"), "--repush-url",
+                                         receiver.url("/repush")};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = urls;
+    a.insert(a.end(), more.begin(), more.end());
+    return Args(bill, a);
+  };
+  struct Bad {
+    std::string bytes;
+    std::string line;
+    std::string why;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {"# ok\nAuthorization: Bearer a\nBad Name: x\n", ":3: ", "is not a token"},
+           {"\nX-A: a\x01"
+            "b\n",
+            ":2: ", "the value of X-A holds the control character \\x01"},
+           {"X-A: a\rX-Injected: 1\n", ":1: ", "the value of X-A holds the control character \\r"},
+           {"Content-Length: 5\n", ":1: ", "Content-Length is set by recon itself"},
+           {"idempotency-key: K\n", ":1: ", "is set by recon itself"},
+           {"X-A: 1\nx-a: 2\n", ":2: ", "x-a is given twice"},
+           {"no colon here\n", ":1: ", "not a header line"},
+           {"X-A: " + std::string(5000, 'v') + "\n", ":1: ", "the value of X-A"},
+           {std::string(20000, '#'), "", "longer than 16384 bytes"}}) {
+    const std::string file = PrivateFile("headers", bad.bytes);
+    RunResult r = RunIdemIn(dir_.path(), with({"--replay-header-file", file}));
+    ExpectOneLineFailure(r, 2);
+    EXPECT_THAT(r.err, HasSubstr(file + bad.line)) << bad.bytes.substr(0, 40);
+    EXPECT_THAT(r.err, HasSubstr(bad.why));
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("Bearer a")));
+  }
+  setenv("IDEM_RECON_REPLAY_HEADERS", "Authorization: Bearer env\nX-B:\x7f", 1);
+  RunResult env_bad = RunIdemIn(dir_.path(), with({}));
+  ExpectOneLineFailure(env_bad, 2);
+  EXPECT_THAT(env_bad.err, HasSubstr("IDEM_RECON_REPLAY_HEADERS:2: the value of X-B"));
+  RunResult both =
+      RunIdemIn(dir_.path(), with({"--replay-header-file", PrivateFile("h", "X-A: 1")}));
+  ExpectOneLineFailure(both, 2);
+  EXPECT_THAT(both.err, HasSubstr("are both set"));
+  unsetenv("IDEM_RECON_REPLAY_HEADERS");
+  RunResult empty = RunIdemIn(dir_.path(), with({"--replay-header-file", PrivateFile("e", "#\n")}));
+  ExpectOneLineFailure(empty, 2);
+  EXPECT_THAT(empty.err, HasSubstr(dir_.file("e") + ": holds no header"));
+  mkdir(dir_.file("folder").c_str(), 0700);
+  RunResult folder = RunIdemIn(dir_.path(), with({"--replay-header-file", dir_.file("folder")}));
+  ExpectOneLineFailure(folder, 1);
+  EXPECT_THAT(folder.err, HasSubstr(dir_.file("folder") + ": cannot be read"));
+  RunResult writable =
+      RunIdemIn(dir_.path(), with({"--replay-header-file", PrivateFile("w", "X-A: 1\n", 0666)}));
+  ExpectOneLineFailure(writable, 1);
+  EXPECT_THAT(writable.err, HasSubstr("replay header file " + dir_.file("w")));
+  EXPECT_EQ(receiver.connections(), 0);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket"), -1);  // nothing written
+
+  // Readable by others: sent, with a warning.
+  const std::string file = PrivateFile(
+      "headers", "# the receiver's token\n\nAuthorization:  Bearer s3cret \r\nX-Tenant: shop\n",
+      0644);
+  RunResult r = RunIdemIn(dir_.path(), with({"--replay-header-file", file}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("idem: warning: replay header file " + file));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("s3cret")));
+  const std::string received = receiver.received();
+  EXPECT_THAT(received, HasSubstr("\r\nAuthorization: Bearer s3cret\r\nX-Tenant: shop\r\n"));
+  EXPECT_EQ(receiver.connections(), 2);  // the replay of R-2 and the re-push of R-3
+  for (const char* path : {"/replay", "/repush"}) {
+    EXPECT_EQ(receiver.keys(path).size(), 1u) << path;
+  }
+  // From the environment, for the next run's (new) replay.
+  Sql("DELETE FROM recon_ticket");
+  setenv("IDEM_RECON_REPLAY_HEADERS", "Authorization: Bearer from-env", 1);
+  RunResult env = RunIdemIn(dir_.path(), with({}));
+  unsetenv("IDEM_RECON_REPLAY_HEADERS");
+  ASSERT_EQ(env.exit_code, 0) << env.err;
+  EXPECT_THAT(receiver.received().substr(received.size()),
+              HasSubstr("\r\nAuthorization: Bearer from-env\r\n"));
+}
+
+// A replay behind `idem proxy --client-header Authorization` in front of an API that
+// checks the token: with the wrong token it is refused, and the run says so with
+// the status and the first bytes of the answer (escaped) in its text, its JSON, its
+// report and the ticket; with the right one the next run sends it and it is done.
+TEST_P(Recon, ReplayThroughAnAuthenticatedProxyRefusedThenAccepted) {
+  ASSERT_STRNE(IDEM_TEST_UPSTREAM, "") << "built without idem-test-upstream";
+  const std::string bill = Day();
+  ServeProcess upstream(dir_.file("upstream.err"));
+  ASSERT_THAT(upstream.StartProgram({IDEM_TEST_UPSTREAM}), ::testing::StartsWith("listening on "));
+  ServeProcess proxy(dir_.file("proxy.err"));
+  ASSERT_THAT(
+      proxy.StartProgram({IdemBinary(), "proxy", "--listen", "127.0.0.1:0", "--upstream",
+                          "http://127.0.0.1:" + std::to_string(upstream.port()), "--store",
+                          "sqlite://" + dir_.file("proxy.db"), "--client-header", "Authorization"}),
+      ::testing::StartsWith("listening on "))
+      << proxy.stderr_text();
+  const std::vector<std::string> replay = {
+      "--replay-url",
+      "http://127.0.0.1:" + std::to_string(proxy.port()) + "/auth/good/replay",
+      "--replay-header-file",
+      PrivateFile("headers", "Authorization: Bearer wrong\n"),
+      "--report",
+      dir_.file("report.html")};
+  const std::string id = recon::TicketId("wx", "missing_local", "R-2");
+
+  RunResult refused = RunIdemIn(dir_.path(), Args(bill, replay));
+  EXPECT_EQ(refused.exit_code, 1) << refused.err;
+  const std::string excerpt =
+      "{\"error\":\"unauthorized\"}\\r\\nX-Forged: 1\\x1B[2J" + std::string(159, 'x') + "…";
+  EXPECT_THAT(refused.out, HasSubstr("  not done: replay of R-2 (missing_local, ticket " + id +
+                                     "): HTTP 401: " + excerpt + "\n"));
+  EXPECT_THAT(refused.err, HasSubstr("first: replay of R-2 (missing_local, ticket " + id +
+                                     "): HTTP 401: " + excerpt));
+  EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+  const nlohmann::json line = nlohmann::json::parse(LastLine(refused.out));
+  ASSERT_EQ(line["failed_actions"].size(), 1u) << LastLine(refused.out);
+  EXPECT_EQ(line["failed_actions"][0]["ticket"], id);
+  EXPECT_EQ(line["failed_actions"][0]["key"], "R-2");
+  EXPECT_EQ(line["failed_actions"][0]["action"], "replay");
+  EXPECT_EQ(line["failed_actions"][0]["http_status"], 401);
+  EXPECT_EQ(line["failed_actions"][0]["response"], excerpt);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM recon_ticket WHERE id = '" + id +
+                  "' AND state = 'pending' AND http_status = 401 AND attempts = 1"),
+            1);
+  const std::string html = ReadWholeFile(dir_.file("report.html"));
+  EXPECT_THAT(html, HasSubstr("<span class=\"ticket\" data-state=\"pending\">" + id +
+                              " replay pending</span><br><small class=\"refused\">HTTP 401: "
+                              "{&quot;error&quot;:&quot;unauthorized&quot;}\\r\\nX-Forged: 1"));
+  RunResult show = Tickets("show", {id});
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  EXPECT_THAT(show.out, HasSubstr("  refused: HTTP 401: " + excerpt + "\n"));
+
+  // The right token: the pending replay is sent again and accepted.
+  PrivateFile("headers", "Authorization: Bearer good\n");
+  RunResult accepted = RunIdemIn(dir_.path(), Args(bill, replay));
+  ASSERT_EQ(accepted.exit_code, 0) << accepted.err << accepted.out;
+  EXPECT_THAT(accepted.out,
+              HasSubstr("0 new ticket/action row(s), 1 replay/re-push sent, 0 pending"));
+  EXPECT_EQ(LastLine(accepted.out), kDayJson);
+  RunResult done = Tickets("show", {id, "--json"});
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  const nlohmann::json ticket = nlohmann::json::parse(done.out)["ticket"];
+  EXPECT_EQ(ticket["state"], "done");
+  EXPECT_EQ(ticket["attempts"], 2);
+  EXPECT_TRUE(ticket["http_status"].is_null());
+  EXPECT_THAT(HttpGet(upstream.port(), "/count"), ::testing::EndsWith("\r\n\r\n{\"effects\":1}"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Recon, ::testing::ValuesIn(Backends()),

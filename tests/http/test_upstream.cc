@@ -10,6 +10,9 @@
 //     With big=B&framing=length|chunked|close the B bytes are streamed instead, in
 //     64 KiB pieces, until the reader closes: with a Content-Length (its first piece
 //     in the same write as the header), chunked, or delimited by closing.
+//     Under /auth/TOKEN/ a request without "Authorization: Bearer TOKEN" performs
+//     nothing and is answered 401 with kUnauthorizedBody (control characters and
+//     more than 200 bytes, for the callers that show the first bytes of a refusal).
 //   GET|HEAD /count  → {"effects":<total>}
 #include <algorithm>
 #include <chrono>
@@ -28,6 +31,18 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
+
+// The body of a 401 under /auth/TOKEN/: a CR LF and an escape sequence (which a
+// caller showing it must escape), then 300 bytes of 'x'.
+const std::string kUnauthorizedBody =
+    "{\"error\":\"unauthorized\"}\r\nX-Forged: 1\x1b[2J" + std::string(300, 'x');
+
+// The token a path under /auth/TOKEN/ needs, or "" for any other path.
+std::string RequiredToken(const std::string& path) {
+  if (path.rfind("/auth/", 0) != 0) return "";
+  const size_t end = path.find('/', 6);
+  return path.substr(6, end == std::string::npos ? std::string::npos : end - 6);
+}
 
 std::mutex mu;
 std::map<std::string, int> per_path;
@@ -107,6 +122,11 @@ void Serve(asio::ip::tcp::socket socket) {
       std::lock_guard<std::mutex> lock(mu);
       res.set(bhttp::field::content_type, "application/json");
       res.body() = "{\"effects\":" + std::to_string(total) + "}";
+    } else if (const std::string token = RequiredToken(path);
+               !token.empty() && std::string(req[bhttp::field::authorization]) != "Bearer " + token) {
+      res.result(bhttp::status::unauthorized);
+      res.set(bhttp::field::content_type, "text/plain");
+      res.body() = kUnauthorizedBody;
     } else {
       int count = 0, seen = 0;
       {
