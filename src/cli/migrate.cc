@@ -50,7 +50,6 @@
 #include "idem/idem.h"
 #include "idem/steps.h"
 #include "store/backend.h"
-#include "store/sql/columns.h"
 #include "store/sql/sql_api.h"
 
 namespace idem::cli {
@@ -80,58 +79,6 @@ int Fail(const absl::Status& raw, std::string_view what, std::string_view url) {
   const absl::Status status = RedactStoreSecrets(raw, url);
   PrintReason(absl::StrCat("migrate: ", AV(what), ": ", status.message()));
   return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
-}
-
-// The SQL API for `store`'s database and what of it is there now; api is unset
-// for a store without one (SQLite, memory://).
-struct SqlApiFound {
-  std::optional<sql::SqlApi> api;
-  sql::SqlApiState state = sql::SqlApiState::kNone;
-};
-
-absl::StatusOr<SqlApiFound> FindSqlApi(Store& store) {
-  SqlApiFound found;
-  const SqlDialect* dialect = Backend(store).sql_dialect();
-  if (dialect == nullptr) return found;
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
-  std::string schema;
-  if (dialect->name() == "postgres") {
-    IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query(sql::kRecordsSchemaQuery));
-    if (!rows.rows.empty() && !rows.rows[0].empty()) schema = BytesOf(rows.rows[0][0]);
-    if (schema.empty()) {
-      return absl::FailedPreconditionError("the connection's search_path names no schema");
-    }
-  }
-  absl::StatusOr<sql::SqlApi> api = sql::SqlApiFor(dialect->name(), schema);
-  if (api.status().code() == absl::StatusCode::kUnimplemented) return found;  // SQLite
-  IDEM_RETURN_IF_ERROR(api.status());
-  IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query(api->list));
-  tx->Rollback();
-  std::vector<std::pair<std::string, std::string>> routines;
-  for (const std::vector<Value>& row : rows.rows) {
-    if (row.size() == 2) routines.emplace_back(BytesOf(row[0]), BytesOf(row[1]));
-  }
-  found.state = sql::CompareSqlApi(*api, routines);
-  found.api = *std::move(api);
-  return found;
-}
-
-// Sends `statements` in one transaction (PostgreSQL: all or nothing; MySQL commits
-// each DDL by itself).
-absl::Status RunStatements(Store& store, const std::vector<std::string>& statements) {
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
-  for (const std::string& s : statements) {
-    absl::Status st = s.starts_with("SELECT") ? tx->Query(s).status() : tx->Exec(s).status();
-    if (!st.ok()) {
-      // MySQL's named lock outlives a transaction: give it back (best effort; closing
-      // the connection also does).
-      if (absl::StrContains(statements.front(), "GET_LOCK")) {
-        tx->Query("SELECT RELEASE_LOCK('idem_schema')").IgnoreError();
-      }
-      return st;
-    }
-  }
-  return tx->Commit();
 }
 
 // The statements as a script for psql or mysql (whose procedures need a delimiter).
@@ -166,13 +113,13 @@ bool IsPrivilegeFailure(const absl::Status& s) {
 
 // What `url`'s database holds now, read without creating or changing anything.
 absl::StatusOr<SchemaInfo> Describe(const std::string& url, std::string* backend,
-                                    SqlApiFound* api) {
+                                    sql::SqlApiFound* api) {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
                         OpenStore(url, {.read_only = true, .require_schema = false}));
   if (Backend(*store).sql_dialect() != nullptr)
     *backend = std::string(Backend(*store).sql_dialect()->name());
   IDEM_ASSIGN_OR_RETURN(SchemaInfo info, Backend(*store).DescribeSchema());
-  IDEM_ASSIGN_OR_RETURN(*api, FindSqlApi(*store));
+  IDEM_ASSIGN_OR_RETURN(*api, sql::FindSqlApi(*store));
   return info;
 }
 
@@ -184,7 +131,7 @@ int RunMigrate(const MigrateFlags& flags) {
     return kExitUsage;
   }
   std::string backend;
-  SqlApiFound api;
+  sql::SqlApiFound api;
   absl::StatusOr<SchemaInfo> before = Describe(url, &backend, &api);
   if (before.status().code() == absl::StatusCode::kUnimplemented) {
     PrintReason(absl::StrCat("migrate: ", RedactStoreUrl(url), ": ", before.status().message()));
@@ -257,7 +204,7 @@ int RunMigrate(const MigrateFlags& flags) {
       if (flags.drop_sql_api) {
         if (api.state == sql::SqlApiState::kNone) {
           api_line = "(none)";
-        } else if (absl::Status s = RunStatements(**store, api.api->drop); !s.ok()) {
+        } else if (absl::Status s = sql::RunSqlApiStatements(**store, api.api->drop); !s.ok()) {
           return Fail(s, "dropping the SQL API", url);
         } else {
           api_line = "dropped (the records stay)";
@@ -265,7 +212,7 @@ int RunMigrate(const MigrateFlags& flags) {
         }
       } else if (api.state == sql::SqlApiState::kCurrent) {
         api_line = absl::StrCat("unchanged (", RoutineList(*api.api), ")");
-      } else if (absl::Status s = RunStatements(**store, api.api->install); s.ok()) {
+      } else if (absl::Status s = sql::RunSqlApiStatements(**store, api.api->install); s.ok()) {
         api_line = absl::StrCat(api.state == sql::SqlApiState::kNone ? "installed (" : "upgraded (",
                                 RoutineList(*api.api), ")");
         changed = true;

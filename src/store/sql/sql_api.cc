@@ -7,7 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/match.h"
+#include "idem/status.h"
 #include "store/absl_compat.h"
+#include "store/backend.h"
+#include "store/sql/columns.h"
 
 namespace idem::sql {
 namespace {
@@ -157,6 +161,49 @@ SqlApiState CompareSqlApi(const SqlApi& api,
     }
   }
   return SqlApiState::kNone;
+}
+
+absl::StatusOr<SqlApiFound> FindSqlApi(Store& store) {
+  SqlApiFound found;
+  const SqlDialect* dialect = Backend(store).sql_dialect();
+  if (dialect == nullptr) return found;
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
+  std::string schema;
+  if (dialect->name() == "postgres") {
+    IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query(kRecordsSchemaQuery));
+    if (!rows.rows.empty() && !rows.rows[0].empty()) schema = BytesOf(rows.rows[0][0]);
+    if (schema.empty()) {
+      return absl::FailedPreconditionError("the connection's search_path names no schema");
+    }
+  }
+  absl::StatusOr<SqlApi> api = SqlApiFor(dialect->name(), schema);
+  if (api.status().code() == absl::StatusCode::kUnimplemented) return found;  // SQLite
+  IDEM_RETURN_IF_ERROR(api.status());
+  IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query(api->list));
+  tx->Rollback();
+  std::vector<std::pair<std::string, std::string>> routines;
+  for (const std::vector<Value>& row : rows.rows) {
+    if (row.size() == 2) routines.emplace_back(BytesOf(row[0]), BytesOf(row[1]));
+  }
+  found.state = CompareSqlApi(*api, routines);
+  found.api = *std::move(api);
+  return found;
+}
+
+absl::Status RunSqlApiStatements(Store& store, const std::vector<std::string>& statements) {
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
+  for (const std::string& s : statements) {
+    absl::Status st = s.starts_with("SELECT") ? tx->Query(s).status() : tx->Exec(s).status();
+    if (!st.ok()) {
+      // MySQL's named lock outlives a transaction: give it back (best effort; closing
+      // the connection also does).
+      if (absl::StrContains(statements.front(), "GET_LOCK")) {
+        tx->Query("SELECT RELEASE_LOCK('idem_schema')").IgnoreError();
+      }
+      return st;
+    }
+  }
+  return tx->Commit();
 }
 
 }  // namespace idem::sql

@@ -6,11 +6,15 @@
 // public API.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "idem/store.h"
 
 namespace idem::sql {
 
@@ -48,5 +52,17 @@ absl::StatusOr<SqlApi> SqlApiFor(std::string_view dialect, std::string_view reco
 enum class SqlApiState { kNone, kCurrent, kOutdated };
 SqlApiState CompareSqlApi(const SqlApi& api,
                           const std::vector<std::pair<std::string, std::string>>& found);
+
+// The SQL API of `store`'s database and how much of it is there now. `api` is unset
+// for a store without one (SQLite, memory://). Reads only.
+struct SqlApiFound {
+  std::optional<SqlApi> api;
+  SqlApiState state = SqlApiState::kNone;
+};
+absl::StatusOr<SqlApiFound> FindSqlApi(Store& store);
+
+// Sends `statements` (SqlApi::install or drop) in one transaction of `store`
+// (PostgreSQL: all or nothing; MySQL/MariaDB commit each DDL by itself).
+absl::Status RunSqlApiStatements(Store& store, const std::vector<std::string>& statements);
 
 }  // namespace idem::sql
