@@ -16,7 +16,7 @@
 namespace idem::sql {
 namespace {
 
-// The statements, with {schema} and {marker} still in them.
+// The statements (MySQL's with {marker} still in them).
 constexpr std::string_view kPostgresApi[] = {
 #include "store/sql/sql_api_postgres.inc"
 };
@@ -75,24 +75,18 @@ std::string NameOf(std::string_view identity) {
   return std::string(identity.substr(0, identity.find('(')));
 }
 
-// Fills install (from `statements` with {schema} set), marker and the comments.
+// Fills install (from `statements`) and marker.
 template <size_t N>
-void Build(const std::string_view (&statements)[N], std::string_view schema, SqlApi* api) {
-  // The schema also as a string literal.
-  const std::string literal = absl::StrCat("'", absl::StrReplaceAll(AV(schema), {{"'", "''"}}), "'");
-  std::vector<std::string> install;
-  for (std::string_view s : statements) {
-    install.push_back(
-        absl::StrReplaceAll(AV(s), {{"{schema_literal}", literal}, {"{schema}", AV(schema)}}));
-  }
+void Build(const std::string_view (&statements)[N], SqlApi* api) {
+  std::vector<std::string> install(std::begin(statements), std::end(statements));
   api->marker = absl::StrFormat("idem SQL API v%d %016x", kSqlApiVersion, Digest(install));
   for (std::string& s : install) s = absl::StrReplaceAll(s, {{"{marker}", api->marker}});
   api->install = std::move(install);
 }
 
-SqlApi PostgresApi(std::string_view schema) {
+SqlApi PostgresApi() {
   SqlApi api;
-  Build(kPostgresApi, schema, &api);
+  Build(kPostgresApi, &api);
   for (std::string_view f : kPostgresFunctions) {
     api.install.push_back(absl::StrCat("COMMENT ON FUNCTION idem.", AV(f), " IS '", api.marker, "'"));
     api.drop.push_back(absl::StrCat("DROP FUNCTION IF EXISTS idem.", AV(f)));
@@ -116,7 +110,7 @@ SqlApi PostgresApi(std::string_view schema) {
 
 SqlApi MysqlApi() {
   SqlApi api;
-  Build(kMysqlApi, "", &api);
+  Build(kMysqlApi, &api);
   for (std::string_view p : kMysqlProcedures) {
     api.drop.push_back(absl::StrCat("DROP PROCEDURE IF EXISTS ", AV(p)));
     api.routines.push_back(std::string(p));
@@ -130,13 +124,8 @@ SqlApi MysqlApi() {
 
 }  // namespace
 
-absl::StatusOr<SqlApi> SqlApiFor(std::string_view dialect, std::string_view records_schema) {
-  if (dialect == "postgres") {
-    if (records_schema.empty()) {
-      return absl::InvalidArgumentError("the SQL API needs the schema of idem_records");
-    }
-    return PostgresApi(records_schema);
-  }
+absl::StatusOr<SqlApi> SqlApiFor(std::string_view dialect) {
+  if (dialect == "postgres") return PostgresApi();
   if (dialect == "mysql") return MysqlApi();
   return absl::UnimplementedError(absl::StrCat(
       "the SQL API needs PostgreSQL or MySQL/MariaDB stored routines; ", AV(dialect),
@@ -167,18 +156,10 @@ absl::StatusOr<SqlApiFound> FindSqlApi(Store& store) {
   SqlApiFound found;
   const SqlDialect* dialect = Backend(store).sql_dialect();
   if (dialect == nullptr) return found;
-  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
-  std::string schema;
-  if (dialect->name() == "postgres") {
-    IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query(kRecordsSchemaQuery));
-    if (!rows.rows.empty() && !rows.rows[0].empty()) schema = BytesOf(rows.rows[0][0]);
-    if (schema.empty()) {
-      return absl::FailedPreconditionError("the connection's search_path names no schema");
-    }
-  }
-  absl::StatusOr<SqlApi> api = SqlApiFor(dialect->name(), schema);
+  absl::StatusOr<SqlApi> api = SqlApiFor(dialect->name());
   if (api.status().code() == absl::StatusCode::kUnimplemented) return found;  // SQLite
   IDEM_RETURN_IF_ERROR(api.status());
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
   IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query(api->list));
   tx->Rollback();
   std::vector<std::pair<std::string, std::string>> routines;

@@ -37,15 +37,11 @@ struct SqlApi {
   std::string marker;
 };
 
-// The query that answers the schema the store's tables live in (PostgreSQL:
-// current_schema(), quoted as an identifier), for SqlApiFor's `records_schema`.
-inline constexpr std::string_view kRecordsSchemaQuery = "SELECT quote_ident(current_schema())";
-
-// The SQL API for the dialect named `dialect` ("postgres" or "mysql").
-// `records_schema`: PostgreSQL only, the quoted schema of idem_records
-// (kRecordsSchemaQuery). kUnimplemented for another dialect (SQLite has no
-// stored routines).
-absl::StatusOr<SqlApi> SqlApiFor(std::string_view dialect, std::string_view records_schema);
+// The SQL API for the dialect named `dialect` ("postgres" or "mysql"): one per
+// database (PostgreSQL: its functions use the idem_records of the caller's
+// search_path, as the store does). kUnimplemented for another dialect (SQLite has
+// no stored routines).
+absl::StatusOr<SqlApi> SqlApiFor(std::string_view dialect);
 
 // How the routines found in a database (`found`: (name, comment) rows of
 // SqlApi::list) compare with `api`.
