@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "conformance/store_factory.h"
 #include "idem/idem.h"
@@ -798,6 +800,36 @@ TEST_P(SqlApiWithGuardTest, RetentionAndTombstones) {
             Outcome::kFingerprintMismatch);
   EXPECT_EQ(sql_->Run(Req("K", "payment"), Returning("2"))->outcome, Outcome::kKeyReused);
   EXPECT_THAT(sql_->Complete(Req("K"), c->token, "1"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+// PostgreSQL: finishing through the SQL API wakes the servers that wait on the key,
+// as the store's own finish does (the payload the store's listener reads).
+TEST_P(SqlApiWithGuardTest, FinishingNotifiesTheStoresListeners) {
+  if (GetParam().name != "postgres") GTEST_SKIP() << "LISTEN/NOTIFY is PostgreSQL's";
+  absl::Mutex mu;
+  std::vector<std::pair<std::string, std::string>> heard;
+  std::shared_ptr<void> subscription = Backend(*store_).SubscribeFinished(
+      [&](std::string_view tenant, std::string_view key) {
+        absl::MutexLock lock(&mu);
+        heard.emplace_back(std::string(tenant), std::string(key));
+      });
+  ASSERT_NE(subscription, nullptr);
+  // The listener connects on a thread of its own: keys are finished until it
+  // hears one. Their base64 holds "+", "/" and padding ("Pj4+Pz8/SzA…").
+  const std::string tenant = "t\xc3\xa9";
+  std::vector<std::string> sent;
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    const std::string key = ">>>???K" + std::to_string(sent.size());
+    absl::StatusOr<Result> r =
+        sql_->Run(Request{.tenant = tenant, .biz_type = "refund", .key = key}, Returning("1"));
+    EXPECT_TRUE(r.ok()) << r.status();
+    sent.push_back(key);
+    absl::MutexLock lock(&mu);
+    for (const auto& [t, k] : heard) {
+      if (t == tenant && std::find(sent.begin(), sent.end(), k) != sent.end()) return true;
+    }
+    return false;
+  }));
 }
 
 INSTANTIATE_TEST_SUITE_P(Servers, SqlApiWithGuardTest, ::testing::ValuesIn(ApiBackends()),
