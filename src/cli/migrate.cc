@@ -152,7 +152,7 @@ int RunMigrate(const MigrateFlags& flags) {
 
   SchemaInfo after = *before;
   std::string action;
-  std::string api_line;  // what became of the SQL API
+  std::string api_line;                                      // what became of the SQL API
   const std::vector<std::string>* api_statements = nullptr;  // a dry run prints them
   std::string display = RedactStoreUrl(url);
   if (flags.dry_run) {
@@ -170,9 +170,9 @@ int RunMigrate(const MigrateFlags& flags) {
       } else if (api.state == sql::SqlApiState::kCurrent) {
         api_line = absl::StrCat("unchanged (", RoutineList(*api.api), ")");
       } else {
-        api_line = absl::StrCat(api.state == sql::SqlApiState::kNone ? "would install ("
-                                                                     : "would upgrade (",
-                                RoutineList(*api.api), ")");
+        api_line = absl::StrCat(
+            api.state == sql::SqlApiState::kNone ? "would install (" : "would upgrade (",
+            RoutineList(*api.api), ")");
         api_statements = &api.api->install;
       }
       if (api_statements != nullptr && action == "unchanged") action = "would upgrade";

@@ -84,17 +84,19 @@ class SqlApiGuard final : public GuardUnderTest {
                               const std::vector<Value>& args) {
     std::string marks;
     for (size_t i = 0; i < args.size(); ++i) absl::StrAppend(&marks, i == 0 ? "?" : ", ?");
-    const std::string sql =
-        postgres_ ? absl::StrCat("SELECT outcome, result::text, error::text, token, "
-                                 "(expires_at AT TIME ZONE 'UTC')::text, "
-                                 "(lease_until AT TIME ZONE 'UTC')::text, takeover::int "
-                                 "FROM idem.",
-                                 AV(routine), "_v1(", marks, ")")
-                  : absl::StrCat("CALL idem_sql_", AV(routine), "_v1(", marks, ")");
+    const std::string sql = postgres_
+                                ? absl::StrCat(
+                                      "SELECT outcome, result::text, error::text, token, "
+                                      "(expires_at AT TIME ZONE 'UTC')::text, "
+                                      "(lease_until AT TIME ZONE 'UTC')::text, takeover::int "
+                                      "FROM idem.",
+                                      AV(routine), "_v1(", marks, ")")
+                                : absl::StrCat("CALL idem_sql_", AV(routine), "_v1(", marks, ")");
     absl::StatusOr<Rows> rows = tx.Query(sql, args);
     if (!rows.ok()) return Mapped(rows.status());
     if (rows->rows.size() != 1 || rows->rows[0].size() != 7) {
-      return absl::InternalError(absl::StrCat(AV(routine), " answered ", rows->rows.size(), " rows"));
+      return absl::InternalError(
+          absl::StrCat(AV(routine), " answered ", rows->rows.size(), " rows"));
     }
     const std::vector<Value>& row = rows->rows[0];
     Result r;
@@ -167,17 +169,16 @@ class SqlApiGuard final : public GuardUnderTest {
   }
 
   absl::Status Complete(const Request& request, int64_t token, std::string_view result) override {
-    return Finish("lease_complete", {Value(request.biz_type), Value(request.key),
-                                     Value(static_cast<long long>(token)), Value(result),
-                                     Value(request.tenant)});
+    return Finish("lease_complete",
+                  {Value(request.biz_type), Value(request.key),
+                   Value(static_cast<long long>(token)), Value(result), Value(request.tenant)});
   }
 
   absl::Status Fail(const Request& request, int64_t token, bool retryable,
                     std::string_view error) override {
-    return Finish("lease_fail",
-                  {Value(request.biz_type), Value(request.key), Value(static_cast<long long>(token)),
-                   Bool(retryable), error.empty() ? Value() : Value(error),
-                   Value(request.tenant)});
+    return Finish("lease_fail", {Value(request.biz_type), Value(request.key),
+                                 Value(static_cast<long long>(token)), Bool(retryable),
+                                 error.empty() ? Value() : Value(error), Value(request.tenant)});
   }
 
   // claim / lease_claim's arguments; `lease` set: the lease form's.
@@ -252,7 +253,8 @@ class ApiFixture {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
     ASSERT_OK(testing::ExecAndCommit(
-        *store_, "CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount INTEGER NOT NULL)"));
+        *store_,
+        "CREATE TABLE ledger (order_no VARCHAR(64) PRIMARY KEY, amount INTEGER NOT NULL)"));
     absl::StatusOr<sql::SqlApiFound> found = sql::FindSqlApi(*store_);
     ASSERT_TRUE(found.ok()) << found.status();
     ASSERT_TRUE(found->api.has_value());
@@ -266,8 +268,8 @@ class ApiFixture {
   int64_t Count(const std::string& sql) { return testing::QueryScalar(*store_, sql); }
 
   static Request Req(std::string key, std::string biz_type = "refund", std::string fp = "") {
-    return Request{.biz_type = std::move(biz_type), .key = std::move(key),
-                   .fingerprint = std::move(fp)};
+    return Request{
+        .biz_type = std::move(biz_type), .key = std::move(key), .fingerprint = std::move(fp)};
   }
 
   testing::TempDir dir_;
@@ -293,8 +295,7 @@ class SqlApiConformanceTest
 
   // A handler that inserts a ledger row for `order_no`, counts its runs and returns
   // `result` (or `error`).
-  Handler Booking(std::string order_no, std::string result,
-                  absl::Status error = absl::OkStatus()) {
+  Handler Booking(std::string order_no, std::string result, absl::Status error = absl::OkStatus()) {
     return [this, order_no, result, error](Transaction& tx) -> absl::StatusOr<std::string> {
       ++runs_;
       IDEM_RETURN_IF_ERROR(
@@ -382,7 +383,10 @@ TEST_P(SqlApiConformanceTest, FinalErrorIsCachedWithoutTheBusinessRows) {
 
 TEST_P(SqlApiConformanceTest, BadKeysBizTypesAndTenantsAreRefusedBeforeAnythingIsWritten) {
   const std::vector<Request> bad = {
-      Req(""), Req(std::string(256, 'k')), Req("K", ""), Req("K", std::string(256, 'b')),
+      Req(""),
+      Req(std::string(256, 'k')),
+      Req("K", ""),
+      Req("K", std::string(256, 'b')),
       Request{.tenant = "", .biz_type = "refund", .key = "K"},
       Request{.tenant = std::string(256, 't'), .biz_type = "refund", .key = "K"}};
   for (const Request& req : bad) {
@@ -393,17 +397,17 @@ TEST_P(SqlApiConformanceTest, BadKeysBizTypesAndTenantsAreRefusedBeforeAnythingI
   EXPECT_EQ(runs_.load(), 0);
   EXPECT_EQ(Count("SELECT COUNT(*) FROM idem_records"), 0);
   // The longest of each is fine.
-  ASSERT_OK(guard().Run(
-      Request{.tenant = std::string(255, 't'), .biz_type = std::string(255, 'b'),
-              .key = std::string(255, 'k')},
-      Booking("O-2", "2")));
+  ASSERT_OK(guard().Run(Request{.tenant = std::string(255, 't'),
+                                .biz_type = std::string(255, 'b'),
+                                .key = std::string(255, 'k')},
+                        Booking("O-2", "2")));
 }
 
 TEST_P(SqlApiConformanceTest, TenantsHaveSeparateKeySpaces) {
   ASSERT_OK(guard().Run(Request{.tenant = "a", .biz_type = "refund", .key = "K"},
                         Booking("O-1", "\"a\"")));
-  absl::StatusOr<Result> b =
-      guard().Run(Request{.tenant = "b", .biz_type = "refund", .key = "K"}, Booking("O-2", "\"b\""));
+  absl::StatusOr<Result> b = guard().Run(Request{.tenant = "b", .biz_type = "refund", .key = "K"},
+                                         Booking("O-2", "\"b\""));
   ASSERT_OK(b);
   EXPECT_EQ(b->outcome, Outcome::kExecuted);
   EXPECT_EQ(b->value, "\"b\"");
@@ -478,9 +482,9 @@ TEST_P(SqlApiConformanceTest, FinishingAnUnknownKeyOrAnotherBizType) {
 // after it ends, or in_progress when it holds the key past the lock timeout.
 TEST_P(SqlApiConformanceTest, TwoTransactionsOnOneKey) {
   struct Case {
-    absl::Status first_error;      // how the first transaction ends
-    absl::Duration hold;           // how long it holds the key
-    Outcome second;                // what the second then answers
+    absl::Status first_error;  // how the first transaction ends
+    absl::Duration hold;       // how long it holds the key
+    Outcome second;            // what the second then answers
   };
   const Case cases[] = {
       {absl::OkStatus(), absl::Milliseconds(400), Outcome::kReplayed},
@@ -565,12 +569,12 @@ TEST_P(SqlApiConformanceTest, ASessionKilledAfterTheClaimLeavesTheKeyFree) {
   EXPECT_EQ((*store_->Get("default", "K"))->result, "\"kept\"");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Servers, SqlApiConformanceTest,
-    ::testing::Combine(::testing::ValuesIn(ApiBackends()), ::testing::Values("guard", "sql_api")),
-    [](const auto& info) {
-      return std::get<0>(info.param).name + "_" + std::get<1>(info.param);
-    });
+INSTANTIATE_TEST_SUITE_P(Servers, SqlApiConformanceTest,
+                         ::testing::Combine(::testing::ValuesIn(ApiBackends()),
+                                            ::testing::Values("guard", "sql_api")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_" + std::get<1>(info.param);
+                         });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SqlApiConformanceTest);
 
 // The SQL API alone: what only it can be asked (its arguments, its settings).
@@ -597,14 +601,17 @@ TEST_P(SqlApiTest, BadArgumentsAreNamedAndNothingIsWritten) {
   const Value none;
   const std::vector<Case> cases = {
       {"claim", {Value("refund"), Value(""), none, Value("default"), none}, "idem: key is empty"},
-      {"claim", {Value("refund"), Value(std::string(256, 'k')), none, Value("default"), none},
+      {"claim",
+       {Value("refund"), Value(std::string(256, 'k')), none, Value("default"), none},
        "idem: key is 256 bytes, over the limit of 255"},
       {"claim", {Value("refund"), none, none, Value("default"), none}, "idem: key is NULL"},
       {"claim", {Value(""), Value("K"), none, Value("default"), none}, "idem: biz_type is empty"},
       {"claim", {Value("refund"), Value("K"), none, Value(""), none}, "idem: tenant is empty"},
-      {"claim", {Value("refund"), Value("K"), none, Value(std::string(300, 't')), none},
+      {"claim",
+       {Value("refund"), Value("K"), none, Value(std::string(300, 't')), none},
        "idem: tenant is 300 bytes"},
-      {"claim", {Value("refund"), Value("K"), Value(std::string(1025, 'f')), Value("default"), none},
+      {"claim",
+       {Value("refund"), Value("K"), Value(std::string(1025, 'f')), Value("default"), none},
        "idem: fingerprint is 1025 bytes, over the limit of " + fp_limit},
       {"lease_claim",
        {Value("refund"), Value("K"), none, Value("default"), none,
@@ -614,9 +621,11 @@ TEST_P(SqlApiTest, BadArgumentsAreNamedAndNothingIsWritten) {
        {Value("refund"), Value("K"), none, Value("default"),
         postgres() ? Value("0 seconds") : Value(0)},
        "idem: retention"},
-      {"lease_complete", {Value("refund"), Value("K"), Value(1), Value("not json"), Value("default")},
+      {"lease_complete",
+       {Value("refund"), Value("K"), Value(1), Value("not json"), Value("default")},
        postgres() ? "invalid input syntax for type json" : "idem: result is not valid JSON"},
-      {"lease_complete", {Value("refund"), Value("K"), Value(1), none, Value("default")},
+      {"lease_complete",
+       {Value("refund"), Value("K"), Value(1), none, Value("default")},
        "idem: result is NULL"},
       {"lease_fail",
        {Value("refund"), Value("K"), Value(1), postgres() ? Value("false") : Value(0),
@@ -630,7 +639,8 @@ TEST_P(SqlApiTest, BadArgumentsAreNamedAndNothingIsWritten) {
   }
   if (!postgres()) {  // PostgreSQL text cannot hold a NUL byte at all
     absl::StatusOr<Result> r = InTransaction(
-        "claim", {Value("refund"), Value(Blob{std::string("a\0b", 3)}), none, Value("default"), none});
+        "claim",
+        {Value("refund"), Value(Blob{std::string("a\0b", 3)}), none, Value("default"), none});
     EXPECT_THAT(r.status().message(), HasSubstr("idem: key contains a NUL byte"));
   }
   EXPECT_EQ(Count("SELECT COUNT(*) FROM idem_records"), 0);
@@ -651,7 +661,8 @@ TEST_P(SqlApiTest, ALockWaitAnswersInProgressAndKeepsTheCallersSettings) {
   absl::StatusOr<Result> r = sql_->Call(*waiter, "claim", sql_->ClaimArgs(Req("K"), std::nullopt));
   ASSERT_OK(r);
   EXPECT_EQ(r->outcome, Outcome::kInProgress);
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(1900));  // the function's 2 s, not the URL's 1 s
+  EXPECT_GE(absl::Now() - start,
+            absl::Milliseconds(1900));  // the function's 2 s, not the URL's 1 s
   absl::StatusOr<Rows> after = waiter->Query(setting);
   ASSERT_OK(after);  // the transaction goes on
   EXPECT_EQ(BytesOf(after->rows[0][0]), BytesOf(before->rows[0][0]));
@@ -757,7 +768,8 @@ TEST_P(SqlApiWithGuardTest, TheGuardWaitsOnAnOpenSqlClaim) {
   absl::StatusOr<Result> cpp = absl::UnknownError("not run");
   std::thread t([&] { cpp = guard_->Run(Req("K"), Returning("{}")); });
   absl::SleepFor(absl::Milliseconds(300));
-  ASSERT_OK(sql_->Call(*tx, "complete", {Value("refund"), Value("K"), Value("[1]"), Value("default")}));
+  ASSERT_OK(
+      sql_->Call(*tx, "complete", {Value("refund"), Value("K"), Value("[1]"), Value("default")}));
   ASSERT_OK(tx->Commit());
   t.join();
   ASSERT_OK(cpp);
@@ -769,11 +781,11 @@ TEST_P(SqlApiWithGuardTest, TheGuardWaitsOnAnOpenSqlClaim) {
 // the purge answers expired on both sides.
 TEST_P(SqlApiWithGuardTest, RetentionAndTombstones) {
   std::unique_ptr<StoreTransaction> tx = *store_->Begin();
-  absl::StatusOr<Result> c =
-      sql_->Call(*tx, "claim", sql_->ClaimArgs(Req("K", "refund", "fp"), std::nullopt,
-                                               absl::Hours(24)));
+  absl::StatusOr<Result> c = sql_->Call(
+      *tx, "claim", sql_->ClaimArgs(Req("K", "refund", "fp"), std::nullopt, absl::Hours(24)));
   ASSERT_OK(c);
-  ASSERT_OK(sql_->Call(*tx, "complete", {Value("refund"), Value("K"), Value("1"), Value("default")}));
+  ASSERT_OK(
+      sql_->Call(*tx, "complete", {Value("refund"), Value("K"), Value("1"), Value("default")}));
   ASSERT_OK(tx->Commit());
   absl::StatusOr<Record> record = guard_->Get(Req("K"));
   ASSERT_OK(record);
@@ -808,8 +820,8 @@ TEST_P(SqlApiWithGuardTest, FinishingNotifiesTheStoresListeners) {
   if (GetParam().name != "postgres") GTEST_SKIP() << "LISTEN/NOTIFY is PostgreSQL's";
   absl::Mutex mu;
   std::vector<std::pair<std::string, std::string>> heard;
-  std::shared_ptr<void> subscription = Backend(*store_).SubscribeFinished(
-      [&](std::string_view tenant, std::string_view key) {
+  std::shared_ptr<void> subscription =
+      Backend(*store_).SubscribeFinished([&](std::string_view tenant, std::string_view key) {
         absl::MutexLock lock(&mu);
         heard.emplace_back(std::string(tenant), std::string(key));
       });

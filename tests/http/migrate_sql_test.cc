@@ -4,13 +4,12 @@
 // own, so the first run creates and the second is a no-op.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdlib>
-#include <random>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <string>
 
 #include "conformance/store_factory.h"
@@ -43,7 +42,8 @@ std::string FreshPostgresDatabase() {
   }
   absl::StatusOr<std::unique_ptr<postgres::Connection>> conn =
       postgres::Connection::Open(options->connect);
-  absl::Status s = conn.ok() ? (*conn)->ExecScript(("CREATE DATABASE " + name).c_str()) : conn.status();
+  absl::Status s =
+      conn.ok() ? (*conn)->ExecScript(("CREATE DATABASE " + name).c_str()) : conn.status();
   if (!s.ok()) ADD_FAILURE() << "CREATE DATABASE " << name << ": " << s;
   std::string url = base;
   const size_t slash = url.rfind('/'), query = url.find('?', slash);
@@ -112,8 +112,10 @@ std::string Scalar(const std::string& url, const std::string& sql) {
   if (!rows.ok()) return rows.status().ToString();
   if (rows->rows.empty()) return "(no row)";
   const Value& v = rows->rows[0][0];
-  return v.is_int() ? std::to_string(v.as_int()) : v.is_null() ? "NULL"
-                                                  : v.is_text() ? v.as_text() : v.as_blob();
+  return v.is_int()    ? std::to_string(v.as_int())
+         : v.is_null() ? "NULL"
+         : v.is_text() ? v.as_text()
+                       : v.as_blob();
 }
 
 // A database with idem's current schema, records and no SQL API (an older idem's):
@@ -125,16 +127,17 @@ void ExpectApiAddedDroppedAndRepaired(const std::string& url, const std::string&
     absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);  // creates the schema
     ASSERT_TRUE(store.ok()) << store.status();
     Guard guard(**store);
-    absl::StatusOr<Result> r =
-        guard.Run({.biz_type = "refund", .key = "R-1"}, [](Transaction&) -> absl::StatusOr<std::string> {
-          return std::string(R"({"kept" : true})");
-        });
+    absl::StatusOr<Result> r = guard.Run({.biz_type = "refund", .key = "R-1"},
+                                         [](Transaction&) -> absl::StatusOr<std::string> {
+                                           return std::string(R"({"kept" : true})");
+                                         });
     ASSERT_TRUE(r.ok()) << r.status();
   }
   const bool mysql = backend == "mysql";
   // The record written before the API existed, answered by it (its first column).
-  const std::string replay = mysql ? "CALL idem_sql_claim_v1('refund', 'R-1', NULL, 'default', NULL)"
-                                   : "SELECT outcome FROM idem.claim_v1('refund', 'R-1', NULL)";
+  const std::string replay = mysql
+                                 ? "CALL idem_sql_claim_v1('refund', 'R-1', NULL, 'default', NULL)"
+                                 : "SELECT outcome FROM idem.claim_v1('refund', 'R-1', NULL)";
   RunResult dry = RunIdem({"migrate", "--store", url, "--dry-run"}, scratch);
   ASSERT_EQ(dry.exit_code, 0) << dry.err;
   EXPECT_THAT(dry.out, HasSubstr("schema version: 2 -> 2\n"));
@@ -152,9 +155,10 @@ void ExpectApiAddedDroppedAndRepaired(const std::string& url, const std::string&
     absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url);
     ASSERT_TRUE(store.ok()) << store.status();
     std::unique_ptr<StoreTransaction> tx = *(*store)->Begin();
-    ASSERT_TRUE(tx->Exec(mysql ? "DROP PROCEDURE idem_sql_fail_v1"
-                               : "COMMENT ON FUNCTION idem.fail_v1(text, text, boolean, json, text) "
-                                 "IS 'changed'")
+    ASSERT_TRUE(tx->Exec(mysql
+                             ? "DROP PROCEDURE idem_sql_fail_v1"
+                             : "COMMENT ON FUNCTION idem.fail_v1(text, text, boolean, json, text) "
+                               "IS 'changed'")
                     .ok());
     ASSERT_TRUE(tx->Commit().ok());
   }
@@ -225,8 +229,8 @@ TEST(MigratePostgres, RefusesASchemaIdemThatWouldMoveTheStore) {
 
 TEST(MigrateSqlite, HasNoSqlApiToDrop) {
   TempDir dir;
-  RunResult r = RunIdem({"migrate", "--store", "sqlite://" + dir.path() + "/idem.db",
-                         "--drop-sql-api"}, dir.path());
+  RunResult r = RunIdem(
+      {"migrate", "--store", "sqlite://" + dir.path() + "/idem.db", "--drop-sql-api"}, dir.path());
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.err, HasSubstr("has no SQL API (only PostgreSQL and MySQL/MariaDB have one)"));
 }

@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "absl/strings/match.h"
 #include "idem/status.h"
 #include "store/absl_compat.h"
 #include "store/backend.h"
@@ -51,9 +51,9 @@ constexpr std::string_view kPostgresFunctions[] = {
 };
 
 constexpr std::string_view kMysqlProcedures[] = {
-    "idem_sql_answer_v1",         "idem_sql_check_v1",          "idem_sql_claim_core_v1",
-    "idem_sql_claim_v1",          "idem_sql_complete_v1",       "idem_sql_fail_v1",
-    "idem_sql_finish_core_v1",    "idem_sql_json_v1",           "idem_sql_lease_claim_v1",
+    "idem_sql_answer_v1",         "idem_sql_check_v1",      "idem_sql_claim_core_v1",
+    "idem_sql_claim_v1",          "idem_sql_complete_v1",   "idem_sql_fail_v1",
+    "idem_sql_finish_core_v1",    "idem_sql_json_v1",       "idem_sql_lease_claim_v1",
     "idem_sql_lease_complete_v1", "idem_sql_lease_fail_v1",
 };
 
@@ -88,7 +88,8 @@ SqlApi PostgresApi() {
   SqlApi api;
   Build(kPostgresApi, &api);
   for (std::string_view f : kPostgresFunctions) {
-    api.install.push_back(absl::StrCat("COMMENT ON FUNCTION idem.", AV(f), " IS '", api.marker, "'"));
+    api.install.push_back(
+        absl::StrCat("COMMENT ON FUNCTION idem.", AV(f), " IS '", api.marker, "'"));
     api.drop.push_back(absl::StrCat("DROP FUNCTION IF EXISTS idem.", AV(f)));
     api.routines.push_back(NameOf(f));
   }
@@ -127,9 +128,9 @@ SqlApi MysqlApi() {
 absl::StatusOr<SqlApi> SqlApiFor(std::string_view dialect) {
   if (dialect == "postgres") return PostgresApi();
   if (dialect == "mysql") return MysqlApi();
-  return absl::UnimplementedError(absl::StrCat(
-      "the SQL API needs PostgreSQL or MySQL/MariaDB stored routines; ", AV(dialect),
-      " has none (use the C++ library or idem serve)"));
+  return absl::UnimplementedError(
+      absl::StrCat("the SQL API needs PostgreSQL or MySQL/MariaDB stored routines; ", AV(dialect),
+                   " has none (use the C++ library or idem serve)"));
 }
 
 SqlApiState CompareSqlApi(const SqlApi& api,
