@@ -685,6 +685,26 @@ TEST_P(SqlApiTest, CompleteNeedsTheClaimOfItsOwnTransaction) {
   EXPECT_EQ((*store_->Get("default", "K"))->state, RecordState::kProcessing);
 }
 
+// In its transaction, complete answers the same again, and refuses other content.
+TEST_P(SqlApiTest, CompleteRepeatedInItsTransaction) {
+  std::unique_ptr<StoreTransaction> tx = *store_->Begin();
+  ASSERT_EQ(sql_->Call(*tx, "claim", sql_->ClaimArgs(Req("K"), std::nullopt))->outcome,
+            Outcome::kAcquired);
+  const std::vector<Value> args = {Value("refund"), Value("K"), Value("[1]"), Value("default")};
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<Result> done = sql_->Call(*tx, "complete", args);
+    ASSERT_OK(done);
+    EXPECT_EQ(done->outcome, Outcome::kExecuted);
+    EXPECT_EQ(done->value, "[1]");
+  }
+  absl::StatusOr<Result> other =
+      sql_->Call(*tx, "complete", {Value("refund"), Value("K"), Value("[2]"), Value("default")});
+  EXPECT_THAT(other.status(), StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(other.status().message(), HasSubstr("idem: already_finished:"));
+  tx->Rollback();
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM idem_records"), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Servers, SqlApiTest, ::testing::ValuesIn(ApiBackends()),
                          [](const auto& info) { return info.param.name; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SqlApiTest);

@@ -42,7 +42,7 @@ constexpr std::string_view kPostgresFunctions[] = {
     "claim_core_v1(text, text, text, text, interval, interval, boolean)",
     "finish_core_v1(text, text, text, bigint, boolean, smallint, bytea)",
     "json_bytes_v1(text, json)",
-    "held_v1(text, bytea)",
+    "held_v1(text, bytea, bigint)",
     "json_v1(text, bytea)",
     "name_v1(text, text, integer)",
     "interval_us_v1(text, interval)",
