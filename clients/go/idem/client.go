@@ -121,7 +121,11 @@ func (c *Client) Claim(ctx context.Context, r ClaimRequest) (Claim, error) {
 		return Claim{}, err
 	}
 	var out Claim
-	h, err := c.call(ctx, http.MethodPost, "/v1/claims", r, &out,
+	body, err := json.Marshal(r)
+	if err != nil {
+		return Claim{}, err
+	}
+	h, err := c.call(ctx, http.MethodPost, "/v1/claims", body, &out,
 		time.Duration(r.WaitMS)*time.Millisecond)
 	if err != nil {
 		return Claim{}, err
@@ -130,13 +134,22 @@ func (c *Client) Claim(ctx context.Context, r ClaimRequest) (Claim, error) {
 	return out, nil
 }
 
-type finishRequest struct {
-	BizType   string          `json:"biz_type"`
-	Key       string          `json:"key"`
-	Token     int64           `json:"token"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Retryable *bool           `json:"retryable,omitempty"`
-	Error     json.RawMessage `json:"error,omitempty"`
+// finishBody is the body of complete or fail, with the result or error written as
+// given (encoding/json would compact a json.RawMessage: the server keeps the bytes).
+func finishBody(bizType, key string, token int64, retryable *bool, member string,
+	value json.RawMessage) []byte {
+	head, _ := json.Marshal(struct {
+		BizType   string `json:"biz_type"`
+		Key       string `json:"key"`
+		Token     int64  `json:"token"`
+		Retryable *bool  `json:"retryable,omitempty"`
+	}{bizType, key, token, retryable})
+	var b bytes.Buffer
+	b.Write(head[:len(head)-1])
+	b.WriteString(`,"` + member + `":`)
+	b.Write(value)
+	b.WriteByte('}')
+	return b.Bytes()
 }
 
 // rawJSON checks that v is one JSON value (nil is null).
@@ -159,8 +172,8 @@ func (c *Client) Complete(ctx context.Context, bizType, key string, token int64,
 	if err != nil {
 		return "", err
 	}
-	return c.finish(ctx, "/v1/claims/complete",
-		finishRequest{BizType: bizType, Key: key, Token: token, Result: result})
+	return c.finish(ctx, "/v1/claims/complete", bizType, key,
+		finishBody(bizType, key, token, nil, "result", result))
 }
 
 // Fail reports the claim's failure (POST /v1/claims/fail): retryable releases the
@@ -172,12 +185,12 @@ func (c *Client) Fail(ctx context.Context, bizType, key string, token int64, ret
 	if err != nil {
 		return "", err
 	}
-	return c.finish(ctx, "/v1/claims/fail", finishRequest{BizType: bizType, Key: key,
-		Token: token, Retryable: &retryable, Error: errValue})
+	return c.finish(ctx, "/v1/claims/fail", bizType, key,
+		finishBody(bizType, key, token, &retryable, "error", errValue))
 }
 
-func (c *Client) finish(ctx context.Context, path string, body finishRequest) (string, error) {
-	if err := (Request{BizType: body.BizType, Key: body.Key}).Validate(); err != nil {
+func (c *Client) finish(ctx context.Context, path, bizType, key string, body []byte) (string, error) {
+	if err := (Request{BizType: bizType, Key: key}).Validate(); err != nil {
 		return "", err
 	}
 	var out struct {
@@ -231,15 +244,8 @@ func newRequestID() string {
 }
 
 // call sends one API call (and its resends) and decodes a 2xx answer into out.
-func (c *Client) call(ctx context.Context, method, path string, in, out any,
+func (c *Client) call(ctx context.Context, method, path string, body []byte, out any,
 	extra time.Duration) (http.Header, error) {
-	var body []byte
-	if in != nil {
-		var err error
-		if body, err = json.Marshal(in); err != nil {
-			return nil, fmt.Errorf("idem: encoding the request: %w", err)
-		}
-	}
 	id := newRequestID()
 	if c.RequestID != nil {
 		id = c.RequestID()

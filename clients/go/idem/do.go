@@ -1,11 +1,13 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Handler does the work of one key inside tx (the transaction that also holds the
@@ -24,6 +26,7 @@ type config struct {
 	retry     Retry
 	transient func(error) bool
 	txOptions *sql.TxOptions
+	retention time.Duration
 }
 
 func newConfig(opts []Option) config {
@@ -46,6 +49,11 @@ func WithTransient(f func(error) bool) Option { return func(c *config) { c.trans
 // WithTxOptions sets the isolation level (and read-only flag) of Do's transactions;
 // the default is the database's own.
 func WithTxOptions(o *sql.TxOptions) Option { return func(c *config) { c.txOptions = o } }
+
+// WithRetention keeps a key's record for d after its first claim (then `idem
+// purge` may remove it, leaving a tombstone that answers Expired); the default keeps
+// it for ever. Whole seconds, rounded up.
+func WithRetention(d time.Duration) Option { return func(c *config) { c.retention = d } }
 
 // storeError is a store fault Do gave up on: errors.Is(err, ErrUnavailable), and
 // errors.As reaches the driver's error.
@@ -145,7 +153,7 @@ func runOnce(ctx context.Context, db *sql.DB, api sqlAPI, c config, req Request,
 		return Result{}, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	claim, err := api.claim(ctx, tx, req)
+	claim, err := api.claim(ctx, tx, req, c.retention)
 	if err != nil {
 		return Result{}, err
 	}
@@ -173,7 +181,8 @@ func runOnce(ctx context.Context, db *sql.DB, api sqlAPI, c config, req Request,
 	if err := tx.Commit(); err != nil {
 		return Result{}, err
 	}
-	return Result{Outcome: Executed, Result: out, Token: claim.Token, ExpiresAt: claim.ExpiresAt}, nil
+	return Result{Outcome: Executed, Result: out, Token: claim.Token, ExpiresAt: claim.ExpiresAt,
+		Takeover: claim.Takeover}, nil
 }
 
 // storeFailure records fn's permanent error, its business work already rolled
@@ -181,7 +190,7 @@ func runOnce(ctx context.Context, db *sql.DB, api sqlAPI, c config, req Request,
 // that finished the key in between wins; its answer is returned.
 func storeFailure(ctx context.Context, db *sql.DB, api sqlAPI, c config, req Request,
 	cause error, before int) (Result, error) {
-	text := cause.Error()
+	failure := FailureJSON(cause)
 	var res Result
 	attempts, err := c.retry.do(ctx, c.transient, func() error {
 		tx, err := db.BeginTx(ctx, c.txOptions)
@@ -189,7 +198,7 @@ func storeFailure(ctx context.Context, db *sql.DB, api sqlAPI, c config, req Req
 			return err
 		}
 		defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-		claim, err := api.claim(ctx, tx, req)
+		claim, err := api.claim(ctx, tx, req, c.retention)
 		if err != nil {
 			return err
 		}
@@ -197,13 +206,13 @@ func storeFailure(ctx context.Context, db *sql.DB, api sqlAPI, c config, req Req
 			res = claim
 			return tx.Rollback()
 		}
-		if err := api.fail(ctx, tx, req, false, text); err != nil {
+		if err := api.fail(ctx, tx, req, false, failure); err != nil {
 			return err
 		}
 		if err := tx.Commit(); err != nil {
 			return err
 		}
-		res = Result{Outcome: Failed, Error: text, Token: claim.Token, ExpiresAt: claim.ExpiresAt}
+		res = Result{Outcome: Failed, Error: failure, Token: claim.Token, ExpiresAt: claim.ExpiresAt}
 		return nil
 	})
 	res.Attempts = before + attempts
@@ -216,7 +225,7 @@ func storeFailure(ctx context.Context, db *sql.DB, api sqlAPI, c config, req Req
 			cause, err)
 	}
 	// Our own failure, committed by an attempt whose answer was lost.
-	if res.Outcome == CachedFailure && res.Error == text {
+	if res.Outcome == CachedFailure && bytes.Equal(res.Error, failure) {
 		res.Outcome = Failed
 	}
 	if res.Outcome == Failed {

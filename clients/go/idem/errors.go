@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -80,6 +81,22 @@ func IsPermanent(err error) bool {
 	}
 	var marked interface{ Permanent() bool }
 	return errors.As(err, &marked) && marked.Permanent()
+}
+
+// FailureJSON is the error Do stores for a permanent failure: the JSON of an error
+// with a method `FailureJSON() json.RawMessage` (valid JSON) in err's chain, else
+// {"error": err.Error()}.
+func FailureJSON(err error) json.RawMessage {
+	var custom interface{ FailureJSON() json.RawMessage }
+	if errors.As(err, &custom) {
+		if b := custom.FailureJSON(); json.Valid(b) {
+			return b
+		}
+	}
+	b, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{err.Error()})
+	return b
 }
 
 // ProblemError is an error answer of `idem serve` (application/problem+json,

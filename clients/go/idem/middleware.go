@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // MiddlewareOptions tunes Middleware. The zero value works: biz_type "http", POST
@@ -30,7 +32,7 @@ type MiddlewareOptions struct {
 	ClientHeader string
 	// CanonicalJSON fingerprints a JSON body by its canonical form, so the same
 	// value with other spacing or member order is the same request.
-	CanonicalJSON bool
+	CanonicalJSON    bool
 	MaxBodyBytes     int64 // request bodies larger than this are 413; default 1 MiB
 	MaxResponseBytes int64 // answers larger than this are not stored (500); default 1 MiB
 	KeepSetCookie    bool  // store Set-Cookie too (default: passed on once, never replayed)
@@ -62,7 +64,8 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 // expired, 413 (body over MaxBodyBytes), 422 fingerprint_mismatch (the key was used
 // for another method, target or body), 503 store_unavailable. A duplicate that
 // arrives while the first is running waits for it (the claim's row lock) and is
-// then answered the stored answer.
+// then answered the stored answer (after the SQL API's lock timeout, 2 s, it is
+// answered 409 in_progress instead).
 func Middleware(db *sql.DB, opts MiddlewareOptions) func(http.Handler) http.Handler {
 	m := &middleware{db: db, o: opts, methods: map[string]bool{}}
 	if m.o.BizType == "" {
@@ -268,7 +271,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case res.Outcome == Replayed || res.Outcome == CachedFailure:
 		m.replay(w, res)
 	case res.Outcome == InProgress:
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", retryAfter(res.LeaseUntil))
 		writeProblem(w, 409, "in_progress", "Conflict",
 			"a request with this Idempotency-Key is still being processed", "in_progress")
 	case res.Outcome == FingerprintMismatch || res.Outcome == KeyReused:
@@ -289,6 +292,17 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		writeProblem(w, 503, "store_unavailable", "Store unavailable",
 			"store unavailable; nothing was kept, retry later", "")
 	}
+}
+
+// retryAfter is the whole seconds until a lease ends, at least 1.
+func retryAfter(until *time.Time) string {
+	seconds := int64(1)
+	if until != nil {
+		if left := int64(math.Ceil(time.Until(*until).Seconds())); left > seconds {
+			seconds = left
+		}
+	}
+	return strconv.FormatInt(seconds, 10)
 }
 
 var (

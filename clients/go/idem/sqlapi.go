@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -78,12 +79,16 @@ type Result struct {
 	// Result is the handler's result (Executed) or the stored one (Replayed),
 	// byte for byte; nil otherwise.
 	Result json.RawMessage
-	// Error is the stored error of a Failed or CachedFailure key.
-	Error string
-	// Token is the claim's fencing token when the SQL API gave one.
+	// Error is the stored error (JSON) of a Failed or CachedFailure key.
+	Error json.RawMessage
+	// Token is the record's fencing token (InProgress: the holder's).
 	Token int64
 	// ExpiresAt is when the key's record may be purged; nil: kept for ever.
 	ExpiresAt *time.Time
+	// LeaseUntil is when the claim's lease ends (Acquired, InProgress), else nil.
+	LeaseUntil *time.Time
+	// Takeover: an earlier holder's lease had expired and was taken over.
+	Takeover bool
 	// Attempts counts the transactions Do began (more than 1 after transient faults).
 	Attempts int
 }
@@ -174,17 +179,20 @@ func (a sqlAPI) call(ctx context.Context, tx *sql.Tx, name string, args ...any) 
 			ph[i] = "$" + strconv.Itoa(i+1)
 		}
 		q = "SELECT * FROM idem." + name + "(" + strings.Join(ph, ", ") + ")"
+		if name == "claim_v1" {
+			q = strings.Replace(q, "$5)", "$5::interval)", 1)
+		}
 	} else {
 		q = "CALL idem_sql_" + name + "(" + strings.TrimSuffix(strings.Repeat("?, ", len(args)), ", ") + ")"
 	}
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
-		return Result{}, err
+		return Result{}, apiError(err)
 	}
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return Result{}, err
+			return Result{}, apiError(err)
 		}
 		return Result{}, fmt.Errorf("idem: %s returned no row", name)
 	}
@@ -199,11 +207,38 @@ func (a sqlAPI) call(ctx context.Context, tx *sql.Tx, name string, args ...any) 
 		for rows.Next() {
 		}
 	}
-	return res, rows.Err()
+	return res, apiError(rows.Err())
 }
 
-// scanAPIRow reads (outcome, result, error, token, expires_at): by column name
-// when the row names them, else by position.
+// The SQLSTATEs the SQL API raises, and the errors they are.
+var apiStates = map[string]error{
+	"22023": ErrInvalidRequest,
+	"IDM01": ErrNotFound,
+	"IDM02": ErrKeyReused,
+	"IDM03": ErrLeaseLost,
+	"IDM04": ErrConflict,
+}
+
+// apiError makes an error the SQL API raised match its sentinel (errors.Is) while
+// errors.As still reaches the driver's error.
+func apiError(err error) error {
+	var stated interface{ SQLState() string }
+	if err != nil && errors.As(err, &stated) {
+		if s, ok := apiStates[stated.SQLState()]; ok {
+			return &sqlAPIError{err: err, sentinel: s}
+		}
+	}
+	return err
+}
+
+type sqlAPIError struct{ err, sentinel error }
+
+func (e *sqlAPIError) Error() string        { return e.err.Error() }
+func (e *sqlAPIError) Unwrap() error        { return e.err }
+func (e *sqlAPIError) Is(target error) bool { return target == e.sentinel }
+
+// scanAPIRow reads the API's row by column name: outcome, result, error, token,
+// expires_at, lease_until, takeover (the last ones may be missing).
 func scanAPIRow(rows *sql.Rows, name string) (Result, error) {
 	cols, err := rows.Columns()
 	if err != nil {
@@ -217,15 +252,9 @@ func scanAPIRow(rows *sql.Rows, name string) (Result, error) {
 	if err := rows.Scan(ptrs...); err != nil {
 		return Result{}, err
 	}
-	want := []string{"outcome", "result", "error", "token", "expires_at"}
 	at := map[string]any{}
 	for i, c := range cols {
 		at[strings.ToLower(c)] = vals[i]
-	}
-	for i, w := range want {
-		if _, ok := at[w]; !ok && i < len(vals) && len(cols) == len(want) {
-			at[w] = vals[i]
-		}
 	}
 	var res Result
 	outcome, ok := textOf(at["outcome"])
@@ -236,7 +265,17 @@ func scanAPIRow(rows *sql.Rows, name string) (Result, error) {
 	if v, ok := textOf(at["result"]); ok {
 		res.Result = json.RawMessage(v)
 	}
-	res.Error, _ = textOf(at["error"])
+	if v, ok := textOf(at["error"]); ok {
+		res.Error = json.RawMessage(v)
+	}
+	if v, ok := textOf(at["takeover"]); ok {
+		res.Takeover = v == "1" || v == "t" || v == "true"
+	} else if b, ok := at["takeover"].(bool); ok {
+		res.Takeover = b
+	}
+	if res.LeaseUntil, err = timeOf(at["lease_until"]); err != nil {
+		return Result{}, fmt.Errorf("idem: %s returned lease_until: %w", name, err)
+	}
 	if v, ok := textOf(at["token"]); ok && v != "" {
 		if res.Token, err = strconv.ParseInt(v, 10, 64); err != nil {
 			return Result{}, fmt.Errorf("idem: %s returned the token %q: %w", name, v, err)
@@ -293,11 +332,19 @@ func timeOf(v any) (*time.Time, error) {
 	return nil, fmt.Errorf("unreadable timestamp %q", s)
 }
 
-func (a sqlAPI) claim(ctx context.Context, tx *sql.Tx, r Request) (Result, error) {
-	if a.d == Postgres {
-		return a.call(ctx, tx, "claim_v1", r.BizType, r.Key, nullable(r.Fingerprint), r.tenant())
+// claim claims r's key; retention > 0 sets how long its record is kept (else the
+// API's default, for ever).
+func (a sqlAPI) claim(ctx context.Context, tx *sql.Tx, r Request, retention time.Duration) (Result, error) {
+	var keep any
+	if retention > 0 {
+		seconds := int64((retention + time.Second - 1) / time.Second)
+		if a.d == Postgres {
+			keep = strconv.FormatInt(seconds, 10) + " seconds"
+		} else {
+			keep = seconds
+		}
 	}
-	return a.call(ctx, tx, "claim_v1", r.BizType, r.Key, nullable(r.Fingerprint), r.tenant(), nil)
+	return a.call(ctx, tx, "claim_v1", r.BizType, r.Key, nullable(r.Fingerprint), r.tenant(), keep)
 }
 
 func (a sqlAPI) complete(ctx context.Context, tx *sql.Tx, r Request, result json.RawMessage) error {
@@ -308,8 +355,9 @@ func (a sqlAPI) complete(ctx context.Context, tx *sql.Tx, r Request, result json
 	return finishError("complete_v1", res.Outcome)
 }
 
-func (a sqlAPI) fail(ctx context.Context, tx *sql.Tx, r Request, retryable bool, text string) error {
-	res, err := a.call(ctx, tx, "fail_v1", r.BizType, r.Key, retryable, text, r.tenant())
+func (a sqlAPI) fail(ctx context.Context, tx *sql.Tx, r Request, retryable bool,
+	failure json.RawMessage) error {
+	res, err := a.call(ctx, tx, "fail_v1", r.BizType, r.Key, retryable, string(failure), r.tenant())
 	if err != nil {
 		return err
 	}
