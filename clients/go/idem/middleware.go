@@ -99,7 +99,7 @@ type middleware struct {
 	methods map[string]bool
 }
 
-// problem writes an RFC 9457 body shaped as idem serve and idem proxy write theirs.
+// writeProblem writes an RFC 9457 body shaped as idem serve and idem proxy write theirs.
 func writeProblem(w http.ResponseWriter, status int, slug, title, detail, outcome string) {
 	type body struct {
 		Type    string `json:"type"`
@@ -115,12 +115,15 @@ func writeProblem(w http.ResponseWriter, status int, slug, title, detail, outcom
 	if title == "" {
 		title = http.StatusText(status)
 	}
-	b, _ := json.Marshal(body{Type: typ, Title: title, Status: status, Detail: detail,
-		Outcome: outcome})
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // as idem writes it: '&' stays '&'
+	_ = enc.Encode(body{Type: typ, Title: title, Status: status, Detail: detail, Outcome: outcome})
+	b.Truncate(b.Len() - 1) // Encode's newline
 	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
 	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	_, _ = w.Write(b.Bytes())
 }
 
 // ParseIdempotencyKey reads an Idempotency-Key header value as idem proxy does: an
@@ -239,7 +242,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if int64(len(body)) > m.o.MaxBodyBytes {
-		writeProblem(w, 413, "", "", fmt.Sprintf("the request body is larger than %d bytes",
+		writeProblem(w, 413, "", "Content Too Large", fmt.Sprintf("the request body is larger than %d bytes",
 			m.o.MaxBodyBytes), "")
 		return
 	}

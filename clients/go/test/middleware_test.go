@@ -1,0 +1,106 @@
+package test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idem-io/idem/clients/go/idem"
+)
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func post(t *testing.T, url, key, body string) answer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+func TestMiddlewareStoresTheFirstAnswerAndReplaysIt(t *testing.T) {
+	forEachDB(t, func(t *testing.T, d *testDB) {
+		d.createLedger(t)
+		var runs int32
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := atomic.AddInt32(&runs, 1)
+			body, _ := io.ReadAll(r.Body)
+			if strings.Contains(string(body), "fail") {
+				http.Error(w, "upstream down", http.StatusBadGateway)
+				return
+			}
+			tx, ok := idem.TxFromContext(r.Context())
+			if !ok {
+				http.Error(w, "no transaction", 500)
+				return
+			}
+			key := r.Header.Get("Idempotency-Key")
+			if _, err := tx.ExecContext(r.Context(), fmt.Sprintf("INSERT INTO ledger (refund_key, "+
+				"refund_id, amount) VALUES (%s, %s, 1)", d.ph(1), d.ph(2)), key, fmt.Sprint(n)); err != nil {
+				http.Error(w, err.Error(), 500)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Set-Cookie", "session=1")
+			w.Header().Add("X-Refund", "a")
+			w.Header().Add("X-Refund", "b")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"run":%d}`, n)
+		})
+		srv := httptest.NewServer(idem.Middleware(d.db, idem.MiddlewareOptions{})(handler))
+		defer srv.Close()
+
+		first := post(t, srv.URL+"/refunds?x=1", "K-1", `{"amount":1}`)
+		if first.status != 201 || first.body != `{"run":1}` || first.header.Get("Set-Cookie") != "session=1" ||
+			first.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("first: %+v", first)
+		}
+		again := post(t, srv.URL+"/refunds?x=1", "K-1", `{"amount":1}`)
+		if again.status != 201 || again.body != `{"run":1}` || again.header.Get("Idempotent-Replayed") != "true" ||
+			again.header.Get("Content-Type") != "application/json" ||
+			strings.Join(again.header.Values("X-Refund"), ",") != "a,b" || again.header.Get("Set-Cookie") != "" {
+			t.Fatalf("replay: %+v", again)
+		}
+		mismatch := post(t, srv.URL+"/refunds?x=1", "K-1", `{"amount":2}`)
+		if mismatch.status != 422 || mismatch.body != `{"type":"urn:idem:problem:fingerprint_mismatch",`+
+			`"title":"Fingerprint mismatch","status":422,"detail":"this Idempotency-Key was used for `+
+			`another request (the method, target or body differ)","outcome":"fingerprint_mismatch"}` {
+			t.Fatalf("other body: %+v", mismatch)
+		}
+		// A 5xx is not stored: the key stays free and the next try runs.
+		failed := post(t, srv.URL+"/refunds", "K-2", `fail`)
+		if failed.status != 502 || failed.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("5xx: %+v", failed)
+		}
+		retried := post(t, srv.URL+"/refunds", "K-2", `fail`)
+		if retried.status != 502 || atomic.LoadInt32(&runs) != 3 {
+			t.Fatalf("5xx retried: %+v after %d runs", retried, runs)
+		}
+		if n := d.count(t, "SELECT COUNT(*) FROM idem_records"); n != 1 || ledgerRows(t, d, "K-1") != 1 ||
+			d.processing(t) != 0 {
+			t.Fatalf("records %d, ledger rows of K-1 %d, processing %d; want 1, 1, 0", n,
+				ledgerRows(t, d, "K-1"), d.processing(t))
+		}
+	})
+}
