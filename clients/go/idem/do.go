@@ -128,6 +128,9 @@ func Do(ctx context.Context, db *sql.DB, req Request, fn Handler, opts ...Option
 		return storeFailure(ctx, db, api, c, req, h.err, attempts)
 	}
 	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			return Result{Attempts: attempts}, fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
 		if c.transient(err) {
 			return Result{Attempts: attempts}, &storeError{err: err, attempts: attempts}
 		}

@@ -109,7 +109,8 @@ func TestIsTransientKnowsTheStoresFaults(t *testing.T) {
 		}
 	}
 	for _, err := range []error{
-		nil, sqlStateError("23505"), sqlStateError("22023"), errors.New("card declined"),
+		nil, sqlStateError("23505"), sqlStateError("22023"), sqlStateError("57014"),
+		errors.New("card declined"),
 		context.Canceled, errors.New("Error 1062: Duplicate entry"),
 	} {
 		if IsTransient(err) {

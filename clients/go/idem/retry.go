@@ -83,10 +83,11 @@ func (r Retry) do(ctx context.Context, transient func(error) bool, call func() e
 }
 
 // Transient SQLSTATEs: serialization failure, deadlock, connection exceptions
-// (class 08), operator intervention (class 57: pg_terminate_backend, shutdown).
+// (class 08), operator intervention (class 57: pg_terminate_backend, shutdown) but
+// a cancelled statement (57014: the caller's context or statement_timeout).
 func transientSQLState(state string) bool {
 	return state == "40001" || state == "40P01" || strings.HasPrefix(state, "08") ||
-		strings.HasPrefix(state, "57")
+		(strings.HasPrefix(state, "57") && state != "57014")
 }
 
 // Transient MySQL/MariaDB error numbers: deadlock, lock wait timeout, connection

@@ -31,6 +31,17 @@ func ledgerRows(t *testing.T, d *testDB, key string) int {
 	return d.count(t, "SELECT COUNT(*) FROM ledger WHERE refund_key = "+d.ph(1), key)
 }
 
+// expectEffects checks how often the handler ran, the key's ledger rows, and that
+// no record is left PROCESSING.
+func expectEffects(t *testing.T, d *testDB, key string, runs int32, wantRuns int32, wantRows int) {
+	t.Helper()
+	if rows, processing := ledgerRows(t, d, key), d.processing(t); runs != wantRuns ||
+		rows != wantRows || processing != 0 {
+		t.Fatalf("runs %d, ledger rows %d, processing %d; want %d, %d, 0", runs, rows, processing,
+			wantRuns, wantRows)
+	}
+}
+
 func TestDoRunsOnceAndReplaysTheResultByteForByte(t *testing.T) {
 	forEachDB(t, func(t *testing.T, d *testDB) {
 		d.createLedger(t)
@@ -51,10 +62,7 @@ func TestDoRunsOnceAndReplaysTheResultByteForByte(t *testing.T) {
 		if string(second.Result) != string(first.Result) {
 			t.Fatalf("replayed %s, first %s", second.Result, first.Result)
 		}
-		if runs != 1 || ledgerRows(t, d, "R-1") != 1 || d.processing(t) != 0 {
-			t.Fatalf("runs %d, ledger rows %d, processing %d; want 1, 1, 0", runs,
-				ledgerRows(t, d, "R-1"), d.processing(t))
-		}
+		expectEffects(t, d, "R-1", runs, 1, 1)
 	})
 }
 
@@ -107,10 +115,7 @@ func TestDoCachesAPermanentFailureWithoutItsBusinessRows(t *testing.T) {
 			string(again.Error) != `{"error":"card declined"}` {
 			t.Fatalf("second Do = %+v (error %s), %v; want cached_failure", again, again.Error, err)
 		}
-		if runs != 1 || ledgerRows(t, d, "R-3") != 0 || d.processing(t) != 0 {
-			t.Fatalf("runs %d, ledger rows %d, processing %d; want 1, 0, 0", runs,
-				ledgerRows(t, d, "R-3"), d.processing(t))
-		}
+		expectEffects(t, d, "R-3", runs, 1, 0)
 	})
 }
 
@@ -166,11 +171,10 @@ func TestDoStartsOverWhenItsConnectionIsKilled(t *testing.T) {
 		if err != nil || res.Outcome != idem.Executed || res.Attempts != 2 {
 			t.Fatalf("Do = %+v, %v; want executed on the 2nd attempt", res, err)
 		}
-		if string(res.Result) != `{"refund_id": "F-R-5-2"}` || ledgerRows(t, d, "R-5") != 1 ||
-			d.processing(t) != 0 {
-			t.Fatalf("result %s, ledger rows %d, processing %d", res.Result, ledgerRows(t, d, "R-5"),
-				d.processing(t))
+		if string(res.Result) != `{"refund_id": "F-R-5-2"}` {
+			t.Fatalf("result %s", res.Result)
 		}
+		expectEffects(t, d, "R-5", runs, 2, 1)
 	})
 }
 
