@@ -204,3 +204,30 @@ func TestDoGivesUpAfterItsAttempts(t *testing.T) {
 		}
 	})
 }
+
+// holdLease claims key in lease mode (committed, 60 s), as another worker would.
+func (d *testDB) holdLease(t *testing.T, bizType, key string) {
+	t.Helper()
+	if d.dialect == idem.Postgres {
+		d.exec(t, "SELECT * FROM idem.lease_claim_v1($1, $2, NULL, lease => '60 seconds')", bizType, key)
+		return
+	}
+	d.exec(t, "CALL idem_sql_lease_claim_v1(?, ?, NULL, 'default', NULL, 60)", bizType, key)
+}
+
+func TestDoAnswersInProgressAsAValueWhileAnotherHoldsTheKey(t *testing.T) {
+	forEachDB(t, func(t *testing.T, d *testDB) {
+		d.createLedger(t)
+		d.holdLease(t, "refund", "R-7")
+		var runs int32
+		res, err := idem.Do(context.Background(), d.db, idem.Request{BizType: "refund", Key: "R-7"},
+			refund(d, "R-7", &runs))
+		if err != nil || res.Outcome != idem.InProgress || res.LeaseUntil == nil ||
+			time.Until(*res.LeaseUntil) < 50*time.Second || res.Token < 1 {
+			t.Fatalf("Do = %+v, %v; want in_progress with the holder's lease", res, err)
+		}
+		if runs != 0 || ledgerRows(t, d, "R-7") != 0 {
+			t.Fatalf("the handler ran %d times", runs)
+		}
+	})
+}

@@ -5,9 +5,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idem-io/idem/clients/go/idem"
 )
@@ -101,6 +103,57 @@ func TestMiddlewareStoresTheFirstAnswerAndReplaysIt(t *testing.T) {
 			d.processing(t) != 0 {
 			t.Fatalf("records %d, ledger rows of K-1 %d, processing %d; want 1, 1, 0", n,
 				ledgerRows(t, d, "K-1"), d.processing(t))
+		}
+	})
+}
+
+func TestMiddlewareAnswers409WhileAnotherHoldsTheKey(t *testing.T) {
+	forEachDB(t, func(t *testing.T, d *testDB) {
+		d.holdLease(t, "http", "K-9")
+		var runs int32
+		srv := httptest.NewServer(idem.Middleware(d.db, idem.MiddlewareOptions{})(http.HandlerFunc(
+			func(w http.ResponseWriter, r *http.Request) { atomic.AddInt32(&runs, 1) })))
+		defer srv.Close()
+		got := post(t, srv.URL+"/refunds", "K-9", `{}`)
+		if got.status != 409 || got.body != `{"type":"urn:idem:problem:in_progress","title":"Conflict",`+
+			`"status":409,"detail":"a request with this Idempotency-Key is still being processed",`+
+			`"outcome":"in_progress"}` || got.header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("%+v", got)
+		}
+		if ra, err := strconv.Atoi(got.header.Get("Retry-After")); err != nil || ra < 50 || ra > 60 ||
+			runs != 0 {
+			t.Fatalf("Retry-After %q (want the lease's ~60 s), %d runs", got.header.Get("Retry-After"), runs)
+		}
+	})
+}
+
+// Duplicates sent at once: one runs, the others wait for its commit and get its answer.
+func TestMiddlewareConcurrentDuplicatesGetTheFirstAnswer(t *testing.T) {
+	forEachDB(t, func(t *testing.T, d *testDB) {
+		var runs int32
+		srv := httptest.NewServer(idem.Middleware(d.db, idem.MiddlewareOptions{})(http.HandlerFunc(
+			func(w http.ResponseWriter, r *http.Request) {
+				n := atomic.AddInt32(&runs, 1)
+				time.Sleep(50 * time.Millisecond)
+				fmt.Fprintf(w, "run %d", n)
+			})))
+		defer srv.Close()
+		answers := make(chan answer, 8)
+		for i := 0; i < 8; i++ {
+			go func() { answers <- post(t, srv.URL+"/refunds", "K-10", `{}`) }()
+		}
+		replayed := 0
+		for i := 0; i < 8; i++ {
+			a := <-answers
+			if a.status != 200 || a.body != "run 1" {
+				t.Errorf("answer %d: %+v", i, a)
+			}
+			if a.header.Get("Idempotent-Replayed") == "true" {
+				replayed++
+			}
+		}
+		if runs != 1 || replayed != 7 {
+			t.Fatalf("%d runs, %d replayed; want 1, 7", runs, replayed)
 		}
 	})
 }
