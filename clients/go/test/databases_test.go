@@ -117,29 +117,36 @@ func openTestDB(t *testing.T, env string) *testDB {
 	if _, err := root.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("CREATE DATABASE %s: %v", name, err)
 	}
-	out, err := exec.Command(bin, "migrate", "--store", withDatabase(base, name)).CombinedOutput()
-	if err != nil {
-		root.ExecContext(ctx, "DROP DATABASE "+name) //nolint:errcheck // best effort
-		t.Fatalf("idem migrate: %v\n%s", err, out)
-	}
-	if d.db, err = sql.Open(driver, dsn); err != nil {
-		t.Fatal(err)
-	}
-	if d.admin, err = sql.Open(driver, dsn); err != nil {
-		t.Fatal(err)
-	}
-	d.admin.SetMaxOpenConns(4)
-	t.Cleanup(func() {
-		d.db.Close()
-		d.admin.Close()
+	t.Cleanup(func() { // after the pools' Cleanup below (last in, first out)
+		drop := "DROP DATABASE " + name
 		if d.name == "postgres" {
-			root.ExecContext(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "+ //nolint:errcheck
-				"WHERE datname = $1", name)
+			drop += " WITH (FORCE)" // a connection the test killed may still be closing
 		}
-		if _, err := root.ExecContext(ctx, "DROP DATABASE "+name); err != nil {
+		if _, err := root.ExecContext(ctx, drop); err != nil {
 			t.Logf("DROP DATABASE %s: %v", name, err)
 		}
 	})
+	if d.name == "postgres" {
+		// The test role is named idem, so "$user" in the default search_path would
+		// become the SQL API's schema idem once it exists: pin the store to public.
+		if _, err := root.ExecContext(ctx, "ALTER DATABASE "+name+" SET search_path = public"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command(bin, "migrate", "--store", withDatabase(base, name)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("idem migrate: %v\n%s", err, out)
+	}
+	// sql.Open only checks the DSN's form: it connects on first use.
+	if d.db, err = sql.Open(driver, dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.db.Close() })
+	if d.admin, err = sql.Open(driver, dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.admin.Close() })
+	d.admin.SetMaxOpenConns(4)
 	return d
 }
 
