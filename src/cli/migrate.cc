@@ -19,21 +19,27 @@
 //   tables: idem_journal_version, idem_object_locks, idem_operations, idem_records,
 //           idem_schema_version, idem_steps   (one line)
 //   procedures: idem_claim_v2, idem_finish_v1   (MySQL/MariaDB only)
+//   sql api: installed (v1: claim_v1, complete_v1, …)   (PostgreSQL, MySQL/MariaDB)
 //   action: created
 //
 // action is one of created, upgraded, unchanged, would create, would upgrade.
+// The SQL API (docs/sql.md, store/sql/sql_api.h) is installed or upgraded with the
+// schema; --drop-sql-api removes it (the records stay). --dry-run prints the
+// statements a real run would send for it, after the lines above.
 // Exit status: 0 done (also nothing to do); 1 the database cannot be
 // reached or holds a schema newer than this build; 2 bad usage (malformed URL, a
 // store without a schema such as memory:// or sqlite://:memory:).
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
@@ -44,6 +50,8 @@
 #include "idem/idem.h"
 #include "idem/steps.h"
 #include "store/backend.h"
+#include "store/sql/columns.h"
+#include "store/sql/sql_api.h"
 
 namespace idem::cli {
 namespace {
@@ -51,6 +59,7 @@ namespace {
 struct MigrateFlags {
   std::string store = "sqlite://./idem.db";
   bool dry_run = false;
+  bool drop_sql_api = false;
   std::string from;  // --from/--to: copy records between stores (migrate_copy.h)
   std::string to;
   int batch = 500;
@@ -73,13 +82,98 @@ int Fail(const absl::Status& raw, std::string_view what, std::string_view url) {
   return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
 }
 
+// The SQL API for `store`'s database and what of it is there now; api is unset
+// for a store without one (SQLite, memory://).
+struct SqlApiFound {
+  std::optional<sql::SqlApi> api;
+  sql::SqlApiState state = sql::SqlApiState::kNone;
+};
+
+absl::StatusOr<SqlApiFound> FindSqlApi(Store& store) {
+  SqlApiFound found;
+  const SqlDialect* dialect = Backend(store).sql_dialect();
+  if (dialect == nullptr) return found;
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
+  std::string schema;
+  if (dialect->name() == "postgres") {
+    IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query(sql::kRecordsSchemaQuery));
+    if (!rows.rows.empty() && !rows.rows[0].empty()) schema = BytesOf(rows.rows[0][0]);
+    if (schema.empty()) {
+      return absl::FailedPreconditionError("the connection's search_path names no schema");
+    }
+  }
+  absl::StatusOr<sql::SqlApi> api = sql::SqlApiFor(dialect->name(), schema);
+  if (api.status().code() == absl::StatusCode::kUnimplemented) return found;  // SQLite
+  IDEM_RETURN_IF_ERROR(api.status());
+  IDEM_ASSIGN_OR_RETURN(Rows rows, tx->Query(api->list));
+  tx->Rollback();
+  std::vector<std::pair<std::string, std::string>> routines;
+  for (const std::vector<Value>& row : rows.rows) {
+    if (row.size() == 2) routines.emplace_back(BytesOf(row[0]), BytesOf(row[1]));
+  }
+  found.state = sql::CompareSqlApi(*api, routines);
+  found.api = *std::move(api);
+  return found;
+}
+
+// Sends `statements` in one transaction (PostgreSQL: all or nothing; MySQL commits
+// each DDL by itself).
+absl::Status RunStatements(Store& store, const std::vector<std::string>& statements) {
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<StoreTransaction> tx, store.Begin());
+  for (const std::string& s : statements) {
+    absl::Status st = s.starts_with("SELECT") ? tx->Query(s).status() : tx->Exec(s).status();
+    if (!st.ok()) {
+      // MySQL's named lock outlives a transaction: give it back (best effort; closing
+      // the connection also does).
+      if (absl::StrContains(statements.front(), "GET_LOCK")) {
+        tx->Query("SELECT RELEASE_LOCK('idem_schema')").IgnoreError();
+      }
+      return st;
+    }
+  }
+  return tx->Commit();
+}
+
+// The statements as a script for psql or mysql (whose procedures need a delimiter).
+void PrintStatements(const sql::SqlApi& api, const std::vector<std::string>& statements) {
+  const bool mysql = api.routines.front().starts_with("idem_sql_");
+  std::printf("\n-- the SQL API statements a real run sends:\n");
+  if (mysql) std::printf("DELIMITER //\n");
+  for (const std::string& s : statements) std::printf("%s%s\n", s.c_str(), mysql ? "//" : ";");
+  if (mysql) std::printf("DELIMITER ;\n");
+}
+
+std::string RoutineList(const sql::SqlApi& api) {
+  std::string out = absl::StrCat("v", sql::kSqlApiVersion, ": ");
+  bool first = true;
+  for (const std::string& r : api.routines) {
+    // The routines a caller calls; the helpers (_core, checks) stay unnamed.
+    if (r.find("core") != std::string::npos || !r.ends_with("_v1")) continue;
+    if (r.find("claim") == std::string::npos && r.find("complete") == std::string::npos &&
+        r.find("fail") == std::string::npos) {
+      continue;
+    }
+    absl::StrAppend(&out, first ? "" : ", ", r);
+    first = false;
+  }
+  return out;
+}
+
+bool IsPrivilegeFailure(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kPermissionDenied ||
+         absl::StrContains(s.message(), "permission denied");
+}
+
 // What `url`'s database holds now, read without creating or changing anything.
-absl::StatusOr<SchemaInfo> Describe(const std::string& url, std::string* backend) {
+absl::StatusOr<SchemaInfo> Describe(const std::string& url, std::string* backend,
+                                    SqlApiFound* api) {
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
                         OpenStore(url, {.read_only = true, .require_schema = false}));
   if (Backend(*store).sql_dialect() != nullptr)
     *backend = std::string(Backend(*store).sql_dialect()->name());
-  return Backend(*store).DescribeSchema();
+  IDEM_ASSIGN_OR_RETURN(SchemaInfo info, Backend(*store).DescribeSchema());
+  IDEM_ASSIGN_OR_RETURN(*api, FindSqlApi(*store));
+  return info;
 }
 
 int RunMigrate(const MigrateFlags& flags) {
@@ -90,7 +184,8 @@ int RunMigrate(const MigrateFlags& flags) {
     return kExitUsage;
   }
   std::string backend;
-  absl::StatusOr<SchemaInfo> before = Describe(url, &backend);
+  SqlApiFound api;
+  absl::StatusOr<SchemaInfo> before = Describe(url, &backend, &api);
   if (before.status().code() == absl::StatusCode::kUnimplemented) {
     PrintReason(absl::StrCat("migrate: ", RedactStoreUrl(url), ": ", before.status().message()));
     return kExitUsage;
@@ -102,9 +197,16 @@ int RunMigrate(const MigrateFlags& flags) {
                              "; upgrade idem"));
     return kExitFailure;
   }
+  if (flags.drop_sql_api && !api.api.has_value()) {
+    PrintReason(absl::StrCat("migrate: --drop-sql-api: ", RedactStoreUrl(url),
+                             " has no SQL API (only PostgreSQL and MySQL/MariaDB have one)"));
+    return kExitUsage;
+  }
 
   SchemaInfo after = *before;
   std::string action;
+  std::string api_line;  // what became of the SQL API
+  const std::vector<std::string>* api_statements = nullptr;  // a dry run prints them
   std::string display = RedactStoreUrl(url);
   if (flags.dry_run) {
     after.version = before->build_version;
@@ -114,6 +216,20 @@ int RunMigrate(const MigrateFlags& flags) {
              : before->version != before->build_version ? "would upgrade"
              : missing_procedures                         ? "would upgrade"
                                                           : "unchanged";
+    if (api.api.has_value()) {
+      if (flags.drop_sql_api) {
+        api_line = api.state == sql::SqlApiState::kNone ? "(none)" : "would drop";
+        if (api.state != sql::SqlApiState::kNone) api_statements = &api.api->drop;
+      } else if (api.state == sql::SqlApiState::kCurrent) {
+        api_line = absl::StrCat("unchanged (", RoutineList(*api.api), ")");
+      } else {
+        api_line = absl::StrCat(api.state == sql::SqlApiState::kNone ? "would install ("
+                                                                     : "would upgrade (",
+                                RoutineList(*api.api), ")");
+        api_statements = &api.api->install;
+      }
+      if (api_statements != nullptr && action == "unchanged") action = "would upgrade";
+    }
     // A dry run that says "would create" must mean the real run can write.
     if (action != "unchanged" && !before->writable.ok()) {
       PrintReason(absl::StrCat("migrate: --dry-run: the real run would fail: ",
@@ -136,6 +252,32 @@ int RunMigrate(const MigrateFlags& flags) {
                  ? (after.procedures == before->procedures ? "unchanged" : "upgraded")
              : before->version == 0 ? "created"
                                     : "upgraded";
+    if (api.api.has_value()) {
+      bool changed = false;
+      if (flags.drop_sql_api) {
+        if (api.state == sql::SqlApiState::kNone) {
+          api_line = "(none)";
+        } else if (absl::Status s = RunStatements(**store, api.api->drop); !s.ok()) {
+          return Fail(s, "dropping the SQL API", url);
+        } else {
+          api_line = "dropped (the records stay)";
+          changed = true;
+        }
+      } else if (api.state == sql::SqlApiState::kCurrent) {
+        api_line = absl::StrCat("unchanged (", RoutineList(*api.api), ")");
+      } else if (absl::Status s = RunStatements(**store, api.api->install); s.ok()) {
+        api_line = absl::StrCat(api.state == sql::SqlApiState::kNone ? "installed (" : "upgraded (",
+                                RoutineList(*api.api), ")");
+        changed = true;
+      } else if (IsPrivilegeFailure(s)) {
+        // As the procedures above: the store works without it; say why it is missing.
+        api_line = absl::StrCat("(none: this user may not create functions or procedures: ",
+                                RedactStoreSecrets(s, url).message(), ")");
+      } else {
+        return Fail(s, "installing the SQL API", url);
+      }
+      if (changed && action == "unchanged") action = "upgraded";
+    }
   }
 
   std::printf("backend: %s\n", backend.c_str());
@@ -157,7 +299,9 @@ int RunMigrate(const MigrateFlags& flags) {
                     : "(none: this user may not CREATE ROUTINE; guarded transactions take two "
                       "more round trips)");
   }
+  if (!api_line.empty()) std::printf("sql api: %s\n", api_line.c_str());
   std::printf("action: %s%s\n", action.c_str(), flags.dry_run ? " (dry run: nothing changed)" : "");
+  if (api_statements != nullptr) PrintStatements(*api.api, *api_statements);
   std::fflush(stdout);
   return kExitOk;
 }
@@ -168,8 +312,9 @@ CommandFn AddMigrateCommand(CLI::App& root) {
   auto flags = std::make_shared<MigrateFlags>();
   CLI::App* sub = root.add_subcommand(
       "migrate",
-      "Create or upgrade the store's schema (idempotent; a second run changes nothing) and "
-      "print the backend, schema version before -> after and the tables");
+      "Create or upgrade the store's schema and, on PostgreSQL and MySQL/MariaDB, its SQL API "
+      "(idempotent; a second run changes nothing) and print the backend, schema version "
+      "before -> after, the tables and the SQL API");
   AddStoreOptions(root, sub,
                   {{"--store", &flags->store, "Store URL: sqlite://PATH, postgres://… or mysql://…"},
                    {"--from", &flags->from,
@@ -178,7 +323,11 @@ CommandFn AddMigrateCommand(CLI::App& root) {
                     "are kept; stop the servers on both first"},
                    {"--to", &flags->to, "The store --from's records are copied into"}});
   sub->add_flag("--dry-run", flags->dry_run,
-                "Only read: print what migrate would do, change nothing");
+                "Only read: print what migrate would do (and the SQL API statements it would "
+                "send), change nothing");
+  sub->add_flag("--drop-sql-api", flags->drop_sql_api,
+                "Remove the SQL API (PostgreSQL: the functions of schema idem; MySQL/MariaDB: "
+                "the idem_sql_* procedures; docs/sql.md); the records stay");
   sub->add_option("--batch", flags->batch, "Records per transaction of a --from/--to copy")
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();
