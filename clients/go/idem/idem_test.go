@@ -103,6 +103,7 @@ func TestIsTransientKnowsTheStoresFaults(t *testing.T) {
 		fmt.Errorf("write: %w", syscall.ECONNRESET), errors.New("invalid connection"),
 		errors.New("Error 1213: Deadlock found when trying to get lock"),
 		errors.New("Error 1927 (70100): Connection was killed"),
+		errors.New("Error 1644: idem: the record of the key vanished three times during the claim"),
 	} {
 		if !IsTransient(err) {
 			t.Errorf("IsTransient(%v) = false", err)
@@ -112,6 +113,7 @@ func TestIsTransientKnowsTheStoresFaults(t *testing.T) {
 		nil, sqlStateError("23505"), sqlStateError("22023"), sqlStateError("57014"),
 		errors.New("card declined"),
 		context.Canceled, errors.New("Error 1062: Duplicate entry"),
+		errors.New("Error 1644: idem: key is empty"),
 	} {
 		if IsTransient(err) {
 			t.Errorf("IsTransient(%v) = true", err)
@@ -145,6 +147,29 @@ func TestRetryStopsAtMaxAttemptsAndAtAFinalError(t *testing.T) {
 	n, err = r.do(context.Background(), IsTransient, func() error { calls++; return errors.New("final") })
 	if n != 1 || calls != 1 || err == nil {
 		t.Fatalf("final: %d attempts, %d calls, %v", n, calls, err)
+	}
+}
+
+// The SQL API's errors match their sentinels, from either driver.
+func TestSQLAPIErrorsMatchTheirSentinels(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want error
+	}{
+		{sqlStateError("IDM01"), ErrNotFound},
+		{sqlStateError("IDM03"), ErrLeaseLost},
+		{sqlStateError("22023"), ErrInvalidRequest},
+		{errors.New("Error 1644: idem: key_reused: the key belongs to biz_type x"), ErrKeyReused},
+		{errors.New("Error 1644: idem: already_finished: the claim with token 3"), ErrConflict},
+		{errors.New("Error 1644: idem: fingerprint is 300 bytes, over the limit of 255"),
+			ErrInvalidRequest},
+	} {
+		if err := apiError(c.err); !errors.Is(err, c.want) || !errors.Is(err, c.err) {
+			t.Errorf("apiError(%v) = %v; want it to match %v", c.err, err, c.want)
+		}
+	}
+	if err := apiError(sqlStateError("23505")); err != sqlStateError("23505") {
+		t.Errorf("another SQLSTATE is changed: %v", err)
 	}
 }
 

@@ -113,9 +113,8 @@ func IsTransient(err error) bool {
 		errors.Is(err, net.ErrClosed) {
 		return true
 	}
-	var stated interface{ SQLState() string }
-	if errors.As(err, &stated) && transientSQLState(stated.SQLState()) {
-		return true
+	if state := sqlState(err); state != "" {
+		return transientSQLState(state)
 	}
 	if n, ok := mysqlErrorNumber(err); ok {
 		return transientMySQLErrors[n]
@@ -134,6 +133,46 @@ func IsTransient(err error) bool {
 		}
 	}
 	return false
+}
+
+// sqlState is the SQLSTATE of a driver error in err's chain, "" when unknown: from a
+// SQLState() method (lib/pq, pgx), a SQLState [5]byte field (go-sql-driver/mysql
+// 1.7+), or, for go-sql-driver/mysql versions that drop it, from what the SQL API's
+// SIGNALs (MySQL error 1644) say.
+func sqlState(err error) string {
+	var stated interface{ SQLState() string }
+	if errors.As(err, &stated) {
+		return stated.SQLState()
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		v := reflect.ValueOf(e)
+		if v.Kind() == reflect.Pointer && !v.IsNil() {
+			v = v.Elem()
+		}
+		if v.Kind() == reflect.Struct {
+			if f := v.FieldByName("SQLState"); f.IsValid() && f.Kind() == reflect.Array &&
+				f.Len() == 5 && f.Type().Elem().Kind() == reflect.Uint8 {
+				b := make([]byte, 5)
+				reflect.Copy(reflect.ValueOf(b), f)
+				if b[0] != 0 {
+					return string(b)
+				}
+			}
+		}
+	}
+	if n, ok := mysqlErrorNumber(err); ok && n == 1644 {
+		msg := err.Error()
+		for _, m := range []struct{ text, state string }{
+			{"idem: not_found:", "IDM01"}, {"idem: key_reused:", "IDM02"},
+			{"idem: lease_lost:", "IDM03"}, {"idem: already_finished:", "IDM04"},
+			{"idem: the record of the key vanished", "40001"}, {"idem: ", "22023"},
+		} {
+			if strings.Contains(msg, m.text) {
+				return m.state
+			}
+		}
+	}
+	return ""
 }
 
 // mysqlErrorNumber finds a driver error struct with an unsigned `Number` field

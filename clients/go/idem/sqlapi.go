@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -222,11 +221,8 @@ var apiStates = map[string]error{
 // apiError makes an error the SQL API raised match its sentinel (errors.Is) while
 // errors.As still reaches the driver's error.
 func apiError(err error) error {
-	var stated interface{ SQLState() string }
-	if err != nil && errors.As(err, &stated) {
-		if s, ok := apiStates[stated.SQLState()]; ok {
-			return &sqlAPIError{err: err, sentinel: s}
-		}
+	if s, ok := apiStates[sqlState(err)]; ok && err != nil {
+		return &sqlAPIError{err: err, sentinel: s}
 	}
 	return err
 }

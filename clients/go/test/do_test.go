@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -230,4 +231,23 @@ func TestDoAnswersInProgressAsAValueWhileAnotherHoldsTheKey(t *testing.T) {
 			t.Fatalf("the handler ran %d times", runs)
 		}
 	})
+}
+
+// A value the store refuses (MySQL/MariaDB keep fingerprints of up to 255 bytes)
+// is ErrInvalidRequest with the store's words, and nothing is run or kept.
+// (PostgreSQL keeps up to 1024, as Do checks before.)
+func TestDoReportsTheStoresRefusalAsInvalidRequest(t *testing.T) {
+	func(t *testing.T, d *testDB) {
+		d.createLedger(t)
+		var runs int32
+		res, err := idem.Do(context.Background(), d.db, idem.Request{BizType: "refund", Key: "R-8",
+			Fingerprint: strings.Repeat("f", 300)}, refund(d, "R-8", &runs))
+		if !errors.Is(err, idem.ErrInvalidRequest) || !strings.Contains(err.Error(), "fingerprint is 300 bytes") ||
+			res.Attempts != 1 || runs != 0 {
+			t.Fatalf("Do = %+v, %v", res, err)
+		}
+		if n := d.count(t, "SELECT COUNT(*) FROM idem_records"); n != 0 {
+			t.Fatalf("%d records", n)
+		}
+	}(t, openTestDB(t, "IDEM_TEST_MYSQL_URL"))
 }
