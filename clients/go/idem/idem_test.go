@@ -168,6 +168,9 @@ func TestSQLAPIErrorsMatchTheirSentinels(t *testing.T) {
 			t.Errorf("apiError(%v) = %v; want it to match %v", c.err, err, c.want)
 		}
 	}
+	if err := apiError(nil); err != nil {
+		t.Errorf("apiError(nil) = %v", err)
+	}
 	if err := apiError(sqlStateError("23505")); err != sqlStateError("23505") {
 		t.Errorf("another SQLSTATE is changed: %v", err)
 	}
@@ -211,26 +214,36 @@ func TestProblemErrorMatchesItsOutcome(t *testing.T) {
 // The problem bodies the middleware writes before it needs a store, as idem proxy
 // writes them.
 func TestMiddlewareRefusesBadKeysAndBodiesBeforeTheStore(t *testing.T) {
-	h := Middleware(nil, MiddlewareOptions{MaxBodyBytes: 8})(http.HandlerFunc(
+	h := Middleware(nil, MiddlewareOptions{MaxBodyBytes: 8, ClientHeader: "X-Client"})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) }))
 	for _, c := range []struct {
 		method, key, body string
+		clients           []string
 		status            int
 		want              string
 	}{
-		{"GET", "", "", 299, ""}, // not a guarded method: passed through
-		{"POST", "", "{}", 400, `{"type":"urn:idem:problem:missing_idempotency_key","title":"Bad Request",` +
+		{"GET", "", "", nil, 299, ""}, // not a guarded method: passed through
+		{"POST", "k", "{}", nil, 400, `{"type":"urn:idem:problem:missing_client_identity",` +
+			`"title":"Bad Request","status":400,"detail":"keys are kept per client here, and the ` +
+			`request has no X-Client header"}`},
+		{"POST", "k", "{}", []string{"a", "b"}, 400, `{"type":"urn:idem:problem:` +
+			`ambiguous_client_identity","title":"Bad Request","status":400,"detail":"keys are kept ` +
+			`per client here, and the X-Client header is given more than once; send it once"}`},
+		{"POST", "", "{}", []string{"a"}, 400, `{"type":"urn:idem:problem:missing_idempotency_key","title":"Bad Request",` +
 			`"status":400,"detail":"POST needs an Idempotency-Key header here (a unique value per ` +
 			`operation, the same on every retry)"}`},
-		{"POST", "a b", "{}", 400, `{"type":"urn:idem:problem:invalid_idempotency_key","title":"Bad Request",` +
+		{"POST", "a b", "{}", []string{"a"}, 400, `{"type":"urn:idem:problem:invalid_idempotency_key","title":"Bad Request",` +
 			`"status":400,"detail":"the Idempotency-Key must be a quoted string (\"...\") or a token of ` +
 			`letters, digits and !#$%&'*+-.^_` + "`" + `|~:/"}`},
-		{"PATCH", "k", "123456789", 413, `{"type":"about:blank","title":"Content Too Large",` +
+		{"PATCH", "k", "123456789", []string{"a"}, 413, `{"type":"about:blank","title":"Content Too Large",` +
 			`"status":413,"detail":"the request body is larger than 8 bytes"}`},
 	} {
 		req := httptest.NewRequest(c.method, "/refunds", strings.NewReader(c.body))
 		if c.key != "" {
 			req.Header.Set("Idempotency-Key", c.key)
+		}
+		for _, client := range c.clients {
+			req.Header.Add("X-Client", client)
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)

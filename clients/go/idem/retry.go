@@ -140,6 +140,9 @@ func IsTransient(err error) bool {
 // 1.7+), or, for go-sql-driver/mysql versions that drop it, from what the SQL API's
 // SIGNALs (MySQL error 1644) say.
 func sqlState(err error) string {
+	if err == nil {
+		return ""
+	}
 	var stated interface{ SQLState() string }
 	if errors.As(err, &stated) {
 		return stated.SQLState()

@@ -221,7 +221,7 @@ var apiStates = map[string]error{
 // apiError makes an error the SQL API raised match its sentinel (errors.Is) while
 // errors.As still reaches the driver's error.
 func apiError(err error) error {
-	if s, ok := apiStates[sqlState(err)]; ok && err != nil {
+	if s, ok := apiStates[sqlState(err)]; ok {
 		return &sqlAPIError{err: err, sentinel: s}
 	}
 	return err

@@ -157,3 +157,44 @@ func TestMiddlewareConcurrentDuplicatesGetTheFirstAnswer(t *testing.T) {
 		}
 	})
 }
+
+// CanonicalJSON: the same JSON with other spacing and member order is the same
+// request. ClientHeader: one key of two clients is two keys.
+func TestMiddlewareCanonicalJSONAndKeysPerClient(t *testing.T) {
+	forEachDB(t, func(t *testing.T, d *testDB) {
+		var runs int32
+		srv := httptest.NewServer(idem.Middleware(d.db, idem.MiddlewareOptions{CanonicalJSON: true,
+			ClientHeader: "Authorization"})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "run %d", atomic.AddInt32(&runs, 1))
+		})))
+		defer srv.Close()
+		send := func(client, body string) answer {
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/refunds", strings.NewReader(body))
+			req.Header.Set("Idempotency-Key", "K-11")
+			req.Header.Set("Authorization", client)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return answer{resp.StatusCode, resp.Header, string(b)}
+		}
+		if a := send("Bearer A", `{"amount": 1, "to": "x"}`); a.status != 200 || a.body != "run 1" {
+			t.Fatalf("A first: %+v", a)
+		}
+		if a := send("Bearer A", `{"to":"x","amount":1}`); a.body != "run 1" ||
+			a.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("A, the same JSON written otherwise: %+v", a)
+		}
+		if a := send("Bearer A", `{"to":"x","amount":2}`); a.status != 422 {
+			t.Fatalf("A, another amount: %+v", a)
+		}
+		if a := send("Bearer B", `{"to":"x","amount":2}`); a.status != 200 || a.body != "run 2" {
+			t.Fatalf("B, the same key: %+v", a)
+		}
+		if n := d.count(t, "SELECT COUNT(DISTINCT tenant) FROM idem_records"); n != 2 {
+			t.Fatalf("%d tenants; want one per client", n)
+		}
+	})
+}
