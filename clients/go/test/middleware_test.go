@@ -20,7 +20,8 @@ type answer struct {
 	body   string
 }
 
-func post(t *testing.T, url, key, body string) answer {
+// post sends body with the key ("" for none) and the headers given as name, value pairs.
+func post(t *testing.T, url, key, body string, headers ...string) answer {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
@@ -28,6 +29,9 @@ func post(t *testing.T, url, key, body string) answer {
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -169,16 +173,7 @@ func TestMiddlewareCanonicalJSONAndKeysPerClient(t *testing.T) {
 		})))
 		defer srv.Close()
 		send := func(client, body string) answer {
-			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/refunds", strings.NewReader(body))
-			req.Header.Set("Idempotency-Key", "K-11")
-			req.Header.Set("Authorization", client)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			return answer{resp.StatusCode, resp.Header, string(b)}
+			return post(t, srv.URL+"/refunds", "K-11", body, "Authorization", client)
 		}
 		if a := send("Bearer A", `{"amount": 1, "to": "x"}`); a.status != 200 || a.body != "run 1" {
 			t.Fatalf("A first: %+v", a)
