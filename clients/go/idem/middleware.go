@@ -99,14 +99,33 @@ type middleware struct {
 	methods map[string]bool
 }
 
-// writeProblem writes an RFC 9457 body shaped as idem serve and idem proxy write theirs.
-func writeProblem(w http.ResponseWriter, status int, slug, title, detail, outcome string) {
+// requestID is the request's X-Request-Id when it is 1-128 of [A-Za-z0-9._:-] (as
+// idem serve takes it), else a new one.
+func requestID(r *http.Request) string {
+	id := r.Header.Get("X-Request-Id")
+	ok := id != "" && len(id) <= 128
+	for i := 0; ok && i < len(id); i++ {
+		c := id[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.IndexByte("._:-", c) >= 0
+	}
+	if ok {
+		return id
+	}
+	return newRequestID()
+}
+
+// writeProblem writes an RFC 9457 body shaped as idem serve and idem proxy write
+// theirs, the request's id in X-Request-Id and as request_id.
+func writeProblem(w http.ResponseWriter, r *http.Request, status int, slug, title, detail,
+	outcome string) {
 	type body struct {
-		Type    string `json:"type"`
-		Title   string `json:"title"`
-		Status  int    `json:"status"`
-		Detail  string `json:"detail"`
-		Outcome string `json:"outcome,omitempty"`
+		Type      string `json:"type"`
+		Title     string `json:"title"`
+		Status    int    `json:"status"`
+		Detail    string `json:"detail"`
+		Outcome   string `json:"outcome,omitempty"`
+		RequestID string `json:"request_id"`
 	}
 	typ := "about:blank"
 	if slug != "" {
@@ -118,9 +137,12 @@ func writeProblem(w http.ResponseWriter, status int, slug, title, detail, outcom
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false) // as idem writes it: '&' stays '&'
-	_ = enc.Encode(body{Type: typ, Title: title, Status: status, Detail: detail, Outcome: outcome})
+	id := requestID(r)
+	_ = enc.Encode(body{Type: typ, Title: title, Status: status, Detail: detail, Outcome: outcome,
+		RequestID: id})
 	b.Truncate(b.Len() - 1) // Encode's newline
 	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Request-Id", id)
 	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
 	w.WriteHeader(status)
 	_, _ = w.Write(b.Bytes())
@@ -197,7 +219,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	values := r.Header.Values("Idempotency-Key")
 	if len(values) > 1 {
-		writeProblem(w, 400, "invalid_idempotency_key", "Bad Request",
+		writeProblem(w, r, 400, "invalid_idempotency_key", "Bad Request",
 			"the Idempotency-Key header is given more than once", "")
 		return
 	}
@@ -208,27 +230,27 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				return
 			}
 		}
-		writeProblem(w, 400, "missing_idempotency_key", "Bad Request", r.Method+
+		writeProblem(w, r, 400, "missing_idempotency_key", "Bad Request", r.Method+
 			" needs an Idempotency-Key header here (a unique value per operation, the same on "+
 			"every retry)", "")
 		return
 	}
 	key, err := ParseIdempotencyKey(values[0])
 	if err != nil {
-		writeProblem(w, 400, "invalid_idempotency_key", "Bad Request", detail(err), "")
+		writeProblem(w, r, 400, "invalid_idempotency_key", "Bad Request", detail(err), "")
 		return
 	}
 	req := Request{BizType: m.o.BizType, Key: key, Tenant: m.o.Tenant}
 	if m.o.ClientHeader != "" {
 		clients := r.Header.Values(m.o.ClientHeader)
 		if len(clients) == 0 {
-			writeProblem(w, 400, "missing_client_identity", "Bad Request",
+			writeProblem(w, r, 400, "missing_client_identity", "Bad Request",
 				"keys are kept per client here, and the request has no "+m.o.ClientHeader+
 					" header", "")
 			return
 		}
 		if len(clients) > 1 {
-			writeProblem(w, 400, "ambiguous_client_identity", "Bad Request",
+			writeProblem(w, r, 400, "ambiguous_client_identity", "Bad Request",
 				"keys are kept per client here, and the "+m.o.ClientHeader+
 					" header is given more than once; send it once", "")
 			return
@@ -237,12 +259,12 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, m.o.MaxBodyBytes+1))
 	if err != nil {
-		writeProblem(w, 400, "bad_http", "Malformed HTTP request",
+		writeProblem(w, r, 400, "bad_http", "Malformed HTTP request",
 			"the request body could not be read", "")
 		return
 	}
 	if int64(len(body)) > m.o.MaxBodyBytes {
-		writeProblem(w, 413, "", "Content Too Large", fmt.Sprintf("the request body is larger than %d bytes",
+		writeProblem(w, r, 413, "", "Content Too Large", fmt.Sprintf("the request body is larger than %d bytes",
 			m.o.MaxBodyBytes), "")
 		return
 	}
@@ -267,32 +289,32 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case errors.Is(err, errNotStored):
 		live.sendTo(w)
 	case errors.Is(err, errAnswerTooLarge):
-		writeProblem(w, 500, "answer_too_large", "", fmt.Sprintf("the answer is larger than "+
+		writeProblem(w, r, 500, "answer_too_large", "", fmt.Sprintf("the answer is larger than "+
 			"%d bytes, the most that is stored for a key; nothing was kept", m.o.MaxResponseBytes), "")
 	case res.Outcome == Executed:
 		live.sendTo(w)
 	case res.Outcome == Replayed || res.Outcome == CachedFailure:
-		m.replay(w, res)
+		m.replay(w, r, res)
 	case res.Outcome == InProgress:
 		w.Header().Set("Retry-After", retryAfter(res.LeaseUntil))
-		writeProblem(w, 409, "in_progress", "Conflict",
+		writeProblem(w, r, 409, "in_progress", "Conflict",
 			"a request with this Idempotency-Key is still being processed", "in_progress")
 	case res.Outcome == FingerprintMismatch || res.Outcome == KeyReused:
-		writeProblem(w, 422, "fingerprint_mismatch", "Fingerprint mismatch",
+		writeProblem(w, r, 422, "fingerprint_mismatch", "Fingerprint mismatch",
 			"this Idempotency-Key was used for another request (the method, target or body "+
 				"differ)", "fingerprint_mismatch")
 	case res.Outcome == Expired:
-		writeProblem(w, 410, "expired", "Expired", "the answer stored for this Idempotency-Key "+
+		writeProblem(w, r, 410, "expired", "Expired", "the answer stored for this Idempotency-Key "+
 			"was purged after its retention; a request this late is not sent again", "expired")
 	case errors.Is(err, ErrInvalidRequest):
-		writeProblem(w, 400, "invalid_idempotency_key", "Bad Request", detail(err), "")
+		writeProblem(w, r, 400, "invalid_idempotency_key", "Bad Request", detail(err), "")
 	case r.Context().Err() != nil:
 		// The client went away; no answer is read.
 	default:
 		m.o.Logf("idem: %s %s: store unavailable, the handler's work was not kept: %v",
 			r.Method, r.URL.Path, err)
 		w.Header().Set("Retry-After", "1")
-		writeProblem(w, 503, "store_unavailable", "Store unavailable",
+		writeProblem(w, r, 503, "store_unavailable", "Store unavailable",
 			"store unavailable; nothing was kept, retry later", "")
 	}
 }
@@ -344,7 +366,7 @@ type storedAnswer struct {
 	BodyBase64 string      `json:"body_base64"`
 }
 
-func (m *middleware) replay(w http.ResponseWriter, res Result) {
+func (m *middleware) replay(w http.ResponseWriter, r *http.Request, res Result) {
 	stored := []byte(res.Result)
 	if res.Outcome == CachedFailure {
 		stored = []byte(res.Error)
@@ -356,7 +378,7 @@ func (m *middleware) replay(w http.ResponseWriter, res Result) {
 	}
 	if err != nil || a.Status < 100 || a.Status > 999 {
 		m.o.Logf("idem: a key's record is not an answer this middleware can replay: %v", err)
-		writeProblem(w, 500, "internal", "Internal error",
+		writeProblem(w, r, 500, "internal", "Internal error",
 			"the stored answer cannot be replayed; see the log", "")
 		return
 	}

@@ -88,10 +88,10 @@ func TestMiddlewareStoresTheFirstAnswerAndReplaysIt(t *testing.T) {
 			strings.Join(again.header.Values("X-Refund"), ",") != "a,b" || again.header.Get("Set-Cookie") != "" {
 			t.Fatalf("replay: %+v", again)
 		}
-		mismatch := post(t, srv.URL+"/refunds?x=1", "K-1", `{"amount":2}`)
+		mismatch := post(t, srv.URL+"/refunds?x=1", "K-1", `{"amount":2}`, "X-Request-Id", "m-1")
 		if mismatch.status != 422 || mismatch.body != `{"type":"urn:idem:problem:fingerprint_mismatch",`+
 			`"title":"Fingerprint mismatch","status":422,"detail":"this Idempotency-Key was used for `+
-			`another request (the method, target or body differ)","outcome":"fingerprint_mismatch"}` {
+			`another request (the method, target or body differ)","outcome":"fingerprint_mismatch","request_id":"m-1"}` {
 			t.Fatalf("other body: %+v", mismatch)
 		}
 		// A 5xx is not stored: the key stays free and the next try runs.
@@ -118,10 +118,10 @@ func TestMiddlewareAnswers409WhileAnotherHoldsTheKey(t *testing.T) {
 		srv := httptest.NewServer(idem.Middleware(d.db, idem.MiddlewareOptions{})(http.HandlerFunc(
 			func(w http.ResponseWriter, r *http.Request) { atomic.AddInt32(&runs, 1) })))
 		defer srv.Close()
-		got := post(t, srv.URL+"/refunds", "K-9", `{}`)
+		got := post(t, srv.URL+"/refunds", "K-9", `{}`, "X-Request-Id", "m-2")
 		if got.status != 409 || got.body != `{"type":"urn:idem:problem:in_progress","title":"Conflict",`+
 			`"status":409,"detail":"a request with this Idempotency-Key is still being processed",`+
-			`"outcome":"in_progress"}` || got.header.Get("Content-Type") != "application/problem+json" {
+			`"outcome":"in_progress","request_id":"m-2"}` || got.header.Get("Content-Type") != "application/problem+json" {
 			t.Fatalf("%+v", got)
 		}
 		if ra, err := strconv.Atoi(got.header.Get("Retry-After")); err != nil || ra < 50 || ra > 60 ||
