@@ -100,6 +100,9 @@ func Do(ctx context.Context, db *sql.DB, req Request, fn Handler, opts ...Option
 	if err := req.Validate(); err != nil {
 		return Result{}, err
 	}
+	if db == nil || fn == nil {
+		return Result{}, errors.New("idem: Do needs a *sql.DB and a handler")
+	}
 	c := newConfig(opts)
 	if c.dialect == DialectAuto {
 		d, err := DetectDialect(db)

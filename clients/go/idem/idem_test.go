@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
@@ -181,6 +182,18 @@ type declined struct{}
 func (declined) Error() string                { return "declined" }
 func (declined) FailureJSON() json.RawMessage { return json.RawMessage(`{"code": "DECLINED"}`) }
 func (declined) Permanent() bool              { return true }
+
+func TestDoChecksItsArgumentsBeforeTheStore(t *testing.T) {
+	ok := func(context.Context, *sql.Tx) (json.RawMessage, error) { return nil, nil }
+	if _, err := Do(context.Background(), nil, Request{BizType: "b"}, ok); !errors.Is(err, ErrInvalidRequest) ||
+		!strings.Contains(err.Error(), "key is empty") {
+		t.Errorf("empty key: %v", err)
+	}
+	if _, err := Do(context.Background(), nil, Request{BizType: "b", Key: "k"}, ok); err == nil ||
+		err.Error() != "idem: Do needs a *sql.DB and a handler" {
+		t.Errorf("nil db: %v", err)
+	}
+}
 
 func TestRequestIDIsTheClientsWhenValid(t *testing.T) {
 	for id, kept := range map[string]bool{"abc-1.2:3_4": true, strings.Repeat("a", 128): true,
