@@ -18,6 +18,8 @@ test_pkgs=(
   postgresql-15 mariadb-server redis-server
   galera-4 rsync iproute2
   python3 python3-pytest python3-jsonschema python3-yaml
+  # clients/go: the Go toolchain and the drivers its tests use (built offline)
+  golang-go golang-github-lib-pq-dev golang-github-go-sql-driver-mysql-dev
   chromium spin
   clang-14 libclang-rt-14-dev  # tests/fuzz: clang, libFuzzer and the sanitizer runtimes
   ccache  # scripts/test.sh: the dist tests' tree reuses the main tree's objects

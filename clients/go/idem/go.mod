@@ -1,0 +1,3 @@
+module github.com/idem-io/idem/clients/go/idem
+
+go 1.19
