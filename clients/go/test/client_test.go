@@ -40,11 +40,15 @@ func tokenHash(token string) string {
 
 func startServe(t *testing.T) *server {
 	t.Helper()
+	return startServeOn(t, "sqlite://"+filepath.Join(t.TempDir(), "idem.db"))
+}
+
+// startServeOn is startServe on the store `store`.
+func startServeOn(t *testing.T, store string) *server {
+	t.Helper()
 	bin := idemBinary(t)
-	dir := t.TempDir()
 	s := &server{token1: randomToken(t), token2: randomToken(t)}
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0",
-		"--store", "sqlite://"+filepath.Join(dir, "idem.db"),
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--store", store,
 		"--tenant", "t1:"+tokenHash(s.token1), "--tenant", "t2:"+tokenHash(s.token2))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

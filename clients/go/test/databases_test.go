@@ -26,6 +26,7 @@ type testDB struct {
 	dialect idem.Dialect //
 	db      *sql.DB      // the test's pool
 	admin   *sql.DB      // a second pool: kills connections, reads records
+	store   string       // the database as an idem store URL (idem serve --store)
 }
 
 // The driver logs every connection the tests kill ("unexpected EOF"); Do's retries
@@ -133,7 +134,8 @@ func openTestDB(t *testing.T, env string) *testDB {
 			t.Fatal(err)
 		}
 	}
-	out, err := exec.Command(bin, "migrate", "--store", withDatabase(base, name)).CombinedOutput()
+	d.store = withDatabase(base, name)
+	out, err := exec.Command(bin, "migrate", "--store", d.store).CombinedOutput()
 	if err != nil {
 		t.Fatalf("idem migrate: %v\n%s", err, out)
 	}
