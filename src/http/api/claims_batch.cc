@@ -18,11 +18,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/absl_compat.h"
@@ -191,7 +191,7 @@ void Api::DecideBatchStarted(const std::string& tenant, std::vector<BatchSlot>& 
   std::vector<size_t> wave(slots.size(), 0);
   size_t waves = 0;
   {
-    absl::flat_hash_map<std::string_view, size_t> seen;
+    std::unordered_map<std::string_view, size_t> seen;
     for (size_t i = 0; i < slots.size(); ++i) {
       if (slots[i].reply.has_value()) continue;
       wave[i] = seen[BatchItemKey(*slots[i].body)]++;
