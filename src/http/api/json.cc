@@ -440,37 +440,34 @@ absl::StatusOr<FailBody> ParseFailJson(std::string_view body, bool item) {
 }
 
 // The "op" of a batch's item (which ParseBatchItem then parses as that call's
-// body), or what is wrong with it. The envelope was checked as JSON as a whole, so
-// the members skipped here are read in full by the parse that follows.
+// body), or what is wrong with it. The members other than "op" are skipped here:
+// the parse that follows reads each of them in full.
 absl::StatusOr<std::string> BatchItemOp(std::string_view item) {
+  static constexpr std::string_view kItemFields[] = {
+      "op", "biz_type", "key", "fingerprint", "lease_ms", "wait_ms",
+      "token", "result", "retryable", "error"};
   const size_t first = item.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos || item[first] != '{') {
     return absl::InvalidArgumentError(
         "must be a JSON object with \"op\": \"claim\", \"complete\" or \"fail\"");
   }
-  const PaddedBody padded(item);
-  thread_local od::parser kept;
-  std::optional<od::parser> own;
-  od::parser& parser = ParserFor(item.size(), kept, own);
-  od::document doc;
-  od::object object;
-  if (auto e = parser.iterate(padded.view()).get(doc)) return NotJson(e);
-  if (auto e = doc.get_object().get(object)) return NotJson(e);
-  for (auto field_result : object) {
-    od::field field;
-    std::string_view name;
-    if (auto e = std::move(field_result).get(field)) return NotJson(e);
-    if (auto e = field.unescaped_key().get(name)) return NotJson(e);
-    if (name != "op") continue;
-    od::value v = field.value();
-    return GetString(v, "op");
-  }
-  return FieldError("op", "is required");
+  std::string op;
+  FieldSet present = 0;
+  absl::Status s = ForEachField(item, kItemFields, &present,
+                                [&](std::string_view name, od::value v) -> absl::Status {
+                                  if (name == "op") IDEM_ASSIGN_FIELD(op, GetString(v, name));
+                                  return absl::OkStatus();
+                                });
+  if (!s.ok()) return s;
+  if (absl::Status r = Require(present, kItemFields, 1); !r.ok()) return r;
+  return op;
 }
 
 }  // namespace
 
-absl::StatusOr<ClaimBody> ParseClaimBody(std::string_view body) { return ParseClaimJson(body, false); }
+absl::StatusOr<ClaimBody> ParseClaimBody(std::string_view body) {
+  return ParseClaimJson(body, false);
+}
 
 absl::StatusOr<CompleteBody> ParseCompleteBody(std::string_view body) {
   return ParseCompleteJson(body, false);
