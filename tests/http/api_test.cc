@@ -120,10 +120,12 @@ class ApiTest : public ::testing::Test {
     EXPECT_EQ(metrics_.outcomes("other"), 0u) << "an outcome missing from metrics.cc";
   }
 
-  void Build(Store& store, absl::Duration retry_after_max = kDefaultRetryAfterMax) {
+  void Build(Store& store, absl::Duration retry_after_max = kDefaultRetryAfterMax,
+             size_t max_batch_answer_bytes = ApiOptions().max_batch_answer_bytes) {
     guard_ = std::make_unique<Guard>(store, GuardOptions{.clock = &clock_});
     ApiOptions o;
     o.retry_after_max = retry_after_max;
+    o.max_batch_answer_bytes = max_batch_answer_bytes;
     o.tenants = {Tenant::WithToken("acme", "tok-a"), Tenant::WithToken("beta", "tok-b")};
     o.clock = &clock_;
     o.max_body_bytes = 4096;
@@ -634,6 +636,52 @@ TEST_F(ApiTest, StoreDownIs503FailClosed) {
   EXPECT_EQ(metrics.status, 200);
   EXPECT_THAT(metrics.body, HasSubstr("\nidem_store_up 0\n"));
   EXPECT_EQ(metrics_.store_errors(), 4u);
+}
+
+// A batch's answers are bounded: once they reach max_batch_answer_bytes (here
+// 300, two replays of a 200-byte result), the items after are answered 413 and
+// not decided.
+TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecided) {
+  Build(*store_, kDefaultRetryAfterMax, /*max_batch_answer_bytes=*/300);
+  ASSERT_EQ(Claim("R").status, 201);
+  const std::string result = "\"" + std::string(200, 'r') + "\"";
+  ASSERT_EQ(Complete("R", 1, result).status, 200);
+  HttpResponse r = Post("/v1/claims/batch", R"({"requests":[)"
+                                            R"({"op":"claim","biz_type":"refund","key":"R"},)"
+                                            R"({"op":"claim","biz_type":"refund","key":"R"},)"
+                                            R"({"op":"claim","biz_type":"refund","key":"N"},)"
+                                            R"({"op":"claim","biz_type":"refund","key":"R"}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json responses = J(r)["responses"];
+  ASSERT_EQ(responses.size(), 4u);
+  EXPECT_EQ(responses[0]["outcome"], "replayed");
+  EXPECT_EQ(responses[1]["outcome"], "replayed");
+  for (size_t i : {2, 3}) {
+    EXPECT_EQ(responses[i]["status"], 413) << i;
+    EXPECT_EQ(responses[i]["type"], "urn:idem:problem:batch_answer_too_large") << i;
+    EXPECT_THAT(responses[i]["detail"].get<std::string>(), HasSubstr("300 bytes")) << i;
+  }
+  ExpectProblem(Call("GET", "/v1/records/refund/N"), 404, "not_found");  // not decided
+  EXPECT_EQ(metrics_.outcomes("replayed"), 2u);
+  EXPECT_EQ(metrics_.batch_items(Route::kClaims), 4u);
+}
+
+// Store down: each item is its single call's 503 (fail closed), in a 200.
+TEST_F(ApiTest, BatchItemsOnADownStoreAre503) {
+  DownStore down;
+  Build(down);
+  HttpResponse r = Post("/v1/claims/batch", R"({"requests":[)"
+                                            R"({"op":"claim","biz_type":"refund","key":"A"},)"
+                                            R"({"op":"fail","biz_type":"refund","key":"A",)"
+                                            R"("token":1,"retryable":true,"error":null}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json responses = J(r)["responses"];
+  ASSERT_EQ(responses.size(), 2u);
+  for (const json& item : responses) {
+    EXPECT_EQ(item["status"], 503) << item;
+    EXPECT_EQ(item["outcome"], "unavailable") << item;
+  }
+  EXPECT_EQ(metrics_.outcomes("unavailable"), 2u);
 }
 
 // A full disk: pings answer, every write fails. /readyz and idem_store_up used to

@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -235,6 +239,86 @@ TEST(ParseBodies, NameTheMissingMemberAndKeepBigBodiesExactly) {
                          ParseCompleteBody(R"({"biz_type":"r","key":"k","token":1,"result":7})"));
     EXPECT_EQ(small.result, "7");
   }
+}
+
+TEST(ParseBatchEnvelope, GivesEachItemAsItsBytesInTheBody) {
+  const std::string body =
+      R"( {"requests": [ {"op":"claim","key":"a"} , 7, [1, {}], "s" ,{"result":{"n":1e400}}]} )";
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string_view> items, ParseBatchEnvelope(body, 5));
+  ASSERT_EQ(items.size(), 5u);
+  EXPECT_EQ(items[0], R"({"op":"claim","key":"a"})");
+  EXPECT_EQ(items[1], "7");
+  EXPECT_EQ(items[2], "[1, {}]");
+  EXPECT_EQ(items[3], R"("s")");
+  EXPECT_EQ(items[4], R"({"result":{"n":1e400}})");
+  // Views into the body itself, not a copy.
+  EXPECT_GE(items[0].data(), body.data());
+  EXPECT_LE(items[4].data() + items[4].size(), body.data() + body.size());
+}
+
+TEST(ParseBatchEnvelope, RefusesTheWholeBatchNamingWhatIsWrong) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "request body is empty"},
+      {"{", "request body is not valid JSON"},
+      {R"({"requests":[{"key":"\x"}]})", "request body is not valid JSON"},
+      {R"({"requests":[1]} {})", "request body is not valid JSON"},
+      {"[]", R"(must be a JSON object with a "requests" array)"},
+      {"{}", R"(field "requests" is required)"},
+      {R"({"requests":{}})", R"(field "requests" must be an array)"},
+      {R"({"requests":[]})", R"(field "requests" must have at least one item)"},
+      {R"({"requests":[1,2,3]})", R"(field "requests" has more than 2 items)"},
+      {R"({"requests":[1],"x":2})", R"(field "x" is not a known field)"},
+      {R"({"requests":[1],"requests":[2]})", R"(field "requests" appears more than once)"},
+  };
+  for (const auto& [body, message] : cases) {
+    const auto parsed = ParseBatchEnvelope(body, 2);
+    EXPECT_THAT(parsed, StatusIs(absl::StatusCode::kInvalidArgument)) << body;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(message)) << body;
+  }
+}
+
+TEST(ParseBatchItem, ParsesTheBodyOfTheCallItsOpNames) {
+  ASSERT_OK_AND_ASSIGN(BatchItemBody claim,
+                       ParseBatchItem(R"({"biz_type":"r","key":"k","op":"claim","lease_ms":100})"));
+  ASSERT_TRUE(std::holds_alternative<ClaimBody>(claim));
+  EXPECT_EQ(std::get<ClaimBody>(claim).key, "k");
+  EXPECT_EQ(std::get<ClaimBody>(claim).lease_ms, 100);
+  ASSERT_OK_AND_ASSIGN(
+      BatchItemBody complete,
+      ParseBatchItem(R"({"op":"complete","biz_type":"r","key":"k","token":2,"result":[1.50]})"));
+  ASSERT_TRUE(std::holds_alternative<CompleteBody>(complete));
+  EXPECT_EQ(std::get<CompleteBody>(complete).result, "[1.50]");
+  ASSERT_OK_AND_ASSIGN(BatchItemBody fail,
+                       ParseBatchItem(R"({"op":"fail","biz_type":"r","key":"k","token":2,)"
+                                      R"("retryable":true,"error":"e"})"));
+  ASSERT_TRUE(std::holds_alternative<FailBody>(fail));
+  EXPECT_TRUE(std::get<FailBody>(fail).retryable);
+}
+
+TEST(ParseBatchItem, NamesTheFieldOfABadItem) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"7", R"(must be a JSON object with "op")"},
+      {R"({"key":"k"})", R"(field "op" is required)"},
+      {R"({"op":1,"key":"k"})", R"(field "op" must be a string)"},
+      {R"({"op":"claims"})", R"(field "op" must be "claim", "complete" or "fail", got "claims")"},
+      {R"({"op":"claim","biz_type":"r"})", R"(field "key" is required)"},
+      {R"({"op":"claim","biz_type":"r","key":"k","wait_ms":0})",
+       R"(field "wait_ms" is not taken in a batch)"},
+      {R"({"op":"claim","biz_type":"r","key":"k","token":1})", R"(field "token" is not a known)"},
+      {R"({"op":"complete","biz_type":"r","key":"k","token":1})", R"(field "result" is required)"},
+      {R"({"op":"fail","biz_type":"r","key":"k","token":-1,"retryable":true,"error":1})",
+       R"(field "token" must be between 0)"},
+      {R"({"op":"claim","op":"claim","biz_type":"r","key":"k"})", R"(field "op" appears more)"},
+  };
+  for (const auto& [item, message] : cases) {
+    const absl::StatusOr<BatchItemBody> parsed = ParseBatchItem(item);
+    EXPECT_THAT(parsed, StatusIs(absl::StatusCode::kInvalidArgument)) << item;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(message)) << item;
+  }
+  // The single calls still refuse "op".
+  const absl::StatusOr<ClaimBody> single =
+      ParseClaimBody(R"({"op":"claim","biz_type":"r","key":"k"})");
+  EXPECT_THAT(std::string(single.status().message()), HasSubstr(R"(field "op" is not a)"));
 }
 
 TEST(FormatRfc3339, Rfc3339WithMillis) {

@@ -29,20 +29,26 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
-from .models import CachedFailure, Claim, Outcome, Record, Replayed
+from .models import (BatchItem, BatchResult, CachedFailure, Claim, ClaimItem, CompleteItem,
+                     FailItem, Outcome, Record, Replayed)
 from .operation import DEFAULT_RETRYABLE, Operation, current_claim
 from .retry import RetryPolicy
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchItem",
+    "BatchResult",
     "CachedFailure",
     "CachedFailureError",
     "Claim",
+    "ClaimItem",
     "Client",
+    "CompleteItem",
     "Conflict",
     "DEFAULT_RETRYABLE",
     "Expired",
+    "FailItem",
     "FingerprintMismatch",
     "IdemError",
     "InProgress",

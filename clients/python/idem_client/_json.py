@@ -87,6 +87,28 @@ def member_spans(text: str) -> dict[str, tuple[int, int]]:
         raise ValueError("expected ',' or '}'")
 
 
+def element_spans(text: str) -> list[tuple[int, int]]:
+    """Returns the [start, end) span of each element's text in the JSON array
+    ``text``. Raises ValueError when ``text`` is not one JSON array."""
+    spans: list[tuple[int, int]] = []
+    i = _WS.match(text, 0).end()
+    if not text.startswith("[", i):
+        raise ValueError("not a JSON array")
+    i = _WS.match(text, i + 1).end()
+    if text.startswith("]", i):
+        return spans
+    while True:
+        _, end = _DECODER.raw_decode(text, i)
+        spans.append((i, end))
+        i = _WS.match(text, end).end()
+        if text.startswith(",", i):
+            i = _WS.match(text, i + 1).end()
+            continue
+        if text.startswith("]", i):
+            return spans
+        raise ValueError("expected ',' or ']'")
+
+
 def raw_member(text: str, name: str) -> bytes | None:
     """The exact UTF-8 bytes of member ``name``'s value in the JSON object ``text``,
     or None when it is absent."""

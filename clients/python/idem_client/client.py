@@ -33,16 +33,20 @@ import threading
 import uuid
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import quote, urlsplit
 
 from . import _json
 from .errors import ServerError, Unavailable, error_from_response
-from .models import CachedFailure, Claim, Outcome, Record, Replayed
+from .models import (BatchItem, BatchResult, CachedFailure, Claim, ClaimItem, CompleteItem,
+                     FailItem, Outcome, Record, Replayed)
 from .operation import DEFAULT_RETRYABLE, Operation
 from .retry import RetryPolicy
 
-__all__ = ["Client"]
+__all__ = ["Client", "MAX_BATCH_ITEMS"]
+
+#: The most items one batch may hold (the server refuses more).
+MAX_BATCH_ITEMS = 1000
 
 _USER_AGENT = "idem-python/0.1"
 # Errors that mean the server closed a kept-alive connection before reading our
@@ -204,6 +208,32 @@ class Client:
                    {"biz_type": biz_type, "key": key, "token": token,
                     "retryable": bool(retryable), "error": error})
 
+    def batch(self, items: Sequence[BatchItem]) -> list[BatchResult]:
+        """Sends up to 1,000 claims, completes and fails in one request
+        (POST /v1/claims/batch) and returns one :class:`BatchResult` per item, in
+        their order.
+
+        Each item is decided as its single call would be (items of one key in their
+        order: a second :class:`ClaimItem` of a key the batch just acquired is
+        ``in_progress``); an item's error is in its result, never raised, and the
+        other items are decided all the same. Every item's write is durable when
+        this returns.
+
+        Raises ValueError for no items or more than 1,000 (nothing is sent),
+        TypeError for an item of another type; InvalidRequest (400) for a batch
+        the server refuses whole, Unauthorized, Unavailable (503 or no answer,
+        after retries: the batch is sent again whole, which every item repeats
+        harmlessly, as the single calls do).
+        """
+        items = list(items)
+        if not 1 <= len(items) <= MAX_BATCH_ITEMS:
+            raise ValueError(f"a batch holds 1 to {MAX_BATCH_ITEMS} items, got {len(items)}")
+        # Each item encoded as a single call's body is (RawJSON results kept exact).
+        members = b",".join(_json.encode_object(_batch_member(i)) for i in items)
+        body = {"requests": _json.RawJSON(b"[" + members + b"]")}
+        answer = self._call("POST", "/v1/claims/batch", body)
+        return _batch_results(answer, items)
+
     def get(self, biz_type: str, key: str) -> Record:
         """Returns the caller's record of ``key`` (GET /v1/records/{biz_type}/{key}).
 
@@ -324,8 +354,12 @@ class Client:
 
 
 def _claim_outcome(answer: _Answer) -> Outcome:
-    text = answer.text()
-    obj = answer.json()
+    return _claim_value(answer.text(), answer.json(), answer)
+
+
+def _claim_value(text: str, obj: dict[str, Any], answer: _Answer) -> Outcome:
+    """The claim outcome of the JSON object ``obj`` (whose text is ``text``), part
+    of ``answer``."""
     outcome = obj.get("outcome")
     if outcome == "acquired":
         if not isinstance(obj.get("token"), int):
@@ -344,6 +378,55 @@ def _claim_outcome(answer: _Answer) -> Outcome:
         return CachedFailure(error=obj.get("error"),
                              raw=_json.raw_member(text, "error") or b"null")
     raise answer.malformed(f"unknown claim outcome {outcome!r}")
+
+
+def _batch_member(item: BatchItem) -> dict[str, Any]:
+    """The request object of one batch item."""
+    if isinstance(item, ClaimItem):
+        member: dict[str, Any] = {"op": "claim", "biz_type": item.biz_type, "key": item.key}
+        if item.fingerprint is not None:
+            member["fingerprint"] = item.fingerprint
+        if item.lease_ms is not None:
+            member["lease_ms"] = item.lease_ms
+        return member
+    if isinstance(item, CompleteItem):
+        return {"op": "complete", "biz_type": item.biz_type, "key": item.key,
+                "token": item.token, "result": item.result}
+    if isinstance(item, FailItem):
+        return {"op": "fail", "biz_type": item.biz_type, "key": item.key, "token": item.token,
+                "retryable": bool(item.retryable), "error": item.error}
+    raise TypeError(f"a batch item is a ClaimItem, CompleteItem or FailItem, got {item!r}")
+
+
+def _batch_results(answer: _Answer, items: list[BatchItem]) -> list[BatchResult]:
+    text = answer.text()
+    obj = answer.json()
+    responses = obj.get("responses")
+    span = _json.member_spans(text).get("responses")
+    if not isinstance(responses, list) or span is None:
+        raise answer.malformed("no responses array")
+    if len(responses) != len(items):
+        raise answer.malformed(f"{len(responses)} responses for {len(items)} items")
+    # Each item's own text, for the exact bytes of a replayed result or error.
+    spans = _json.element_spans(text[span[0]:span[1]])
+    results = []
+    for item, response, (start, end) in zip(items, responses, spans):
+        if not isinstance(response, dict) or not isinstance(response.get("status"), int):
+            raise answer.malformed(f"a response without a status: {response!r}")
+        item_text = text[span[0] + start:span[0] + end]
+        status = response["status"]
+        outcome = response.get("outcome")
+        if status >= 400:
+            error = error_from_response(status, {}, item_text.encode("utf-8"),
+                                        reason=http.client.responses.get(status, ""),
+                                        request_id=answer.request_id)
+            results.append(BatchResult(status=status, outcome=outcome, error=error))
+        elif isinstance(item, ClaimItem):
+            results.append(BatchResult(status=status, outcome=outcome,
+                                       value=_claim_value(item_text, response, answer)))
+        else:
+            results.append(BatchResult(status=status, outcome=outcome))
+    return results
 
 
 def _record(answer: _Answer) -> Record:

@@ -17,6 +17,10 @@ exact, e.g. ``json.loads(r.raw, parse_float=decimal.Decimal)``).
 Times are RFC 3339 strings in UTC as the server sends them
 ("2024-06-18T07:13:00.123Z"), or None.
 
+The items of a batch (``Client.batch``) are :class:`ClaimItem`,
+:class:`CompleteItem` and :class:`FailItem`, each answered by a
+:class:`BatchResult` at the same index.
+
 Thread safety: immutable values.
 """
 
@@ -98,3 +102,67 @@ class Record:
 
 
 Outcome = Claim | Replayed | CachedFailure
+
+
+@dataclass(frozen=True)
+class ClaimItem:
+    """A claim in a batch: ``Client.claim``'s arguments but ``wait_ms`` (the claims of
+    a batch never wait)."""
+
+    biz_type: str
+    key: str
+    fingerprint: str | None = None
+    lease_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class CompleteItem:
+    """A complete in a batch: ``Client.complete``'s arguments."""
+
+    biz_type: str
+    key: str
+    token: int
+    result: Any
+
+
+@dataclass(frozen=True)
+class FailItem:
+    """A fail in a batch: ``Client.fail``'s arguments."""
+
+    biz_type: str
+    key: str
+    token: int
+    retryable: bool
+    error: Any
+
+
+BatchItem = ClaimItem | CompleteItem | FailItem
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One item's answer in a batch: what its single call would have answered.
+
+    ``status`` is that call's HTTP status. ``outcome`` its outcome ("acquired",
+    "replayed", "completed", "released", "failed", "in_progress", ...; None for an
+    invalid item). ``value`` is a claim's :class:`Claim`, :class:`Replayed` or
+    :class:`CachedFailure` (None for a complete or fail, and for an error).
+    ``error`` is the :class:`IdemError` the single call would have raised (an
+    :class:`InProgress` has ``lease_until`` but no ``retry_after``), else None.
+    """
+
+    status: int
+    outcome: str | None
+    value: Outcome | None = None
+    error: Exception | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the item succeeded (no ``error``)."""
+        return self.error is None
+
+    def unwrap(self) -> Outcome | None:
+        """Returns ``value``, or raises ``error`` as the single call would."""
+        if self.error is not None:
+            raise self.error
+        return self.value

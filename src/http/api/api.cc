@@ -210,7 +210,7 @@ void Api::RouteCall(ApiCall& call) const {
   if (!absl::StartsWith(AV(path), "/v1/")) return;  // no route: 404
   call.tenant = Authenticate(call.request().authorization);
   if (path == RouteName(Route::kClaims) || path == RouteName(Route::kComplete) ||
-      path == RouteName(Route::kFail)) {
+      path == RouteName(Route::kFail) || path == RouteName(Route::kClaimsBatch)) {
     call.route = RouteNamed(path);
     call.allow = "POST";
   } else if (path == RouteName(Route::kRecords) || path == RouteName(Route::kKeyMismatches)) {
@@ -313,6 +313,9 @@ Reply Api::Answer(ApiCall& call) {
         break;
       case Route::kFail:
         reply = Fail(call);
+        break;
+      case Route::kClaimsBatch:
+        reply = Batch(call);
         break;
       case Route::kRecords:
         reply = ListRecords(call.query.value_or(""), tenant->name);

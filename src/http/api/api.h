@@ -12,6 +12,8 @@
 //                                                     cached_failure | 409 | 422
 //   POST /v1/claims/complete           Guard::Complete
 //   POST /v1/claims/fail               Guard::Fail
+//   POST /v1/claims/batch              up to 1,000 of the three above, each decided as
+//                                      its single call would be (claims_batch.cc)
 //   GET  /v1/records/{biz_type}/{key}  Guard::Get (percent-decoded segments); 410 once purged
 //   GET  /v1/records?biz_type=&state=&limit=&cursor=
 //                                      Store::ListRecords, the caller's tenant only
@@ -70,6 +72,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -110,6 +113,10 @@ struct Tenant {
 struct ApiOptions {
   std::vector<Tenant> tenants;
   size_t max_body_bytes = 1 << 20;  // larger bodies are 413
+  // POST /v1/claims/batch: the items after the answers reach this many bytes (a
+  // replayed claim carries its stored result) are answered 413 undecided, so that
+  // a batch's answer stays bounded.
+  size_t max_batch_answer_bytes = 16 << 20;
   // A claim that waits (wait_ms) re-reads its record after wait_poll_min, then
   // twice as long each time up to wait_poll_max: one plain read (no locking
   // transaction) per waiter per wait_poll_max at most while the holder's lease
@@ -135,6 +142,7 @@ struct ApiOptions {
 };
 
 class Api;
+struct BatchSlot;  // claims_batch.cc
 
 // A claim that met a live lease and is waiting for it (wait_ms), polled through
 // the Api that answered it (Api::Poll, Api::Watch).
@@ -245,6 +253,41 @@ class Api : public Handler {
   Reply Claims(ApiCall& call);    // claims.cc
   Reply Complete(ApiCall& call);  // claims.cc
   Reply Fail(ApiCall& call);      // claims.cc
+  Reply Batch(ApiCall& call);     // claims_batch.cc: POST /v1/claims/batch
+  // The batch's items decided on this thread in their order (a store whose calls
+  // block), or started without blocking, a wave of distinct keys at a time, this
+  // thread waiting for each wave's writes to be durable (rocksdb://). An item past
+  // ApiOptions::max_batch_answer_bytes of answers is not decided (413).
+  void DecideBatchInOrder(const std::string& tenant, std::vector<BatchSlot>& slots);
+  void DecideBatchStarted(const std::string& tenant, std::vector<BatchSlot>& slots);
+  // One valid item decided by its single call's part (Claim, Complete or Fail).
+  Reply DecideBatchItem(const std::string& tenant, const BatchItemBody& body);
+
+  // The single calls' parts after their body is parsed and its ids checked
+  // (CheckIds), which POST /v1/claims and the items of a batch share (claims.cc).
+  // Claim, Complete and Fail decide on the calling thread (blocking on the store).
+  Reply Claim(const std::string& tenant, const ClaimBody& body);
+  Reply Complete(const std::string& tenant, const CompleteBody& body);
+  Reply Fail(const std::string& tenant, const FailBody& body);
+  // A claim's answer when the store holds its key's final record in memory
+  // (ClaimIfKnown); nullopt otherwise. Does not block.
+  std::optional<Reply> KnownClaim(const std::string& tenant, const ClaimBody& body);
+  // Where a call started without blocking hands the function that builds its
+  // Reply, called on the store's writer thread once the write is durable (or on the
+  // starting thread when nothing was written): it must be quick.
+  using Started = std::function<void(std::function<Reply()>)>;
+  // Start the call on a transaction that never waits (ClaimNonBlocking, ...):
+  // true when `started` will be called once; false when nothing was done (the
+  // store blocks, the key is locked this instant, token 0), and the blocking call
+  // above decides it.
+  bool StartClaim(const std::string& tenant, const ClaimBody& body, Started started);
+  bool StartComplete(const std::string& tenant, const CompleteBody& body, Started started);
+  bool StartFail(const std::string& tenant, const FailBody& body, Started started);
+  // `body` with its biz_type, key (and a claim's fingerprint) checked (ValidateIds).
+  template <typename Body>
+  absl::StatusOr<Body> CheckIds(absl::StatusOr<Body> body) const;
+  static Request RequestOf(const std::string& tenant, std::string_view biz_type,
+                           std::string_view key, std::string_view fingerprint = {});
   Reply GetRecord(std::string_view biz_type_enc, std::string_view key_enc,
                   const std::string& tenant);                             // records.cc
   Reply ListRecords(std::string_view params, const std::string& tenant);  // records.cc

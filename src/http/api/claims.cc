@@ -104,35 +104,48 @@ Reply Api::DegradedFinish(Route route, std::string_view biz_type) {
 }
 
 template <typename Body>
+absl::StatusOr<Body> Api::CheckIds(absl::StatusOr<Body> body) const {
+  if (!body.ok()) return body;
+  absl::Status valid;
+  if constexpr (std::is_same_v<Body, ClaimBody>) {
+    valid = ValidateIds(body->biz_type, body->key, body->fingerprint);
+  } else {
+    valid = ValidateIds(body->biz_type, body->key);
+  }
+  if (!valid.ok()) return valid;
+  return body;
+}
+
+template <typename Body>
 const absl::StatusOr<Body>& Api::BodyOf(ApiCall& call,
                                         absl::StatusOr<Body> (*parse)(std::string_view)) const {
   if (const auto* parsed = std::get_if<absl::StatusOr<Body>>(&call.body)) return *parsed;
-  absl::StatusOr<Body> body = parse(call.request().body);
-  if (body.ok()) {
-    absl::Status valid;
-    if constexpr (std::is_same_v<Body, ClaimBody>) {
-      valid = ValidateIds(body->biz_type, body->key, body->fingerprint);
-    } else {
-      valid = ValidateIds(body->biz_type, body->key);
-    }
-    if (!valid.ok()) body = std::move(valid);
-  }
-  return call.body.template emplace<absl::StatusOr<Body>>(std::move(body));
+  return call.body.template emplace<absl::StatusOr<Body>>(CheckIds(parse(call.request().body)));
+}
+
+Request Api::RequestOf(const std::string& tenant, std::string_view biz_type, std::string_view key,
+                       std::string_view fingerprint) {
+  Request req;
+  req.tenant = tenant;
+  req.biz_type = std::string(biz_type);
+  req.key = std::string(key);
+  req.fingerprint = std::string(fingerprint);
+  return req;
 }
 
 Reply Api::Claims(ApiCall& call) {
   // Parsed once: on the network thread already when it found the key unknown.
   const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
   if (!body.ok()) return BadRequest(Route::kClaims, body.status());
-  Request req;
-  req.tenant = call.tenant->name;
-  req.biz_type = body->biz_type;
-  req.key = body->key;
-  req.fingerprint = body->fingerprint;
-  absl::Time deadline = body->wait_ms > 0
-                            ? options_.clock->Now() + absl::Milliseconds(body->wait_ms)
+  return Claim(call.tenant->name, *body);
+}
+
+Reply Api::Claim(const std::string& tenant, const ClaimBody& body) {
+  const Request req = RequestOf(tenant, body.biz_type, body.key, body.fingerprint);
+  absl::Time deadline = body.wait_ms > 0
+                            ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
                             : absl::InfinitePast();
-  Reply reply = ClaimAnswer(req, absl::Milliseconds(body->lease_ms), deadline,
+  Reply reply = ClaimAnswer(req, absl::Milliseconds(body.lease_ms), deadline,
                             options_.wait_poll_min, watch_.Epoch());
   if (reply.waiting != nullptr) metrics_.CountWait();
   return reply;
@@ -323,17 +336,17 @@ std::optional<Reply> Api::AnswerWithoutBlocking(ApiCall& call) {
   if (tenant == nullptr) return std::nullopt;
   const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
   if (!body.ok()) return std::nullopt;
-  Request req;
-  req.tenant = tenant->name;
-  req.biz_type = body->biz_type;
-  req.key = body->key;
-  req.fingerprint = body->fingerprint;
+  std::optional<Reply> reply = KnownClaim(tenant->name, *body);
+  if (reply.has_value()) reply->tenant = tenant->name;
+  return reply;
+}
+
+std::optional<Reply> Api::KnownClaim(const std::string& tenant, const ClaimBody& body) {
+  const Request req = RequestOf(tenant, body.biz_type, body.key, body.fingerprint);
   std::optional<Result> known = ClaimIfKnown(guard_, req);
   if (!known.has_value()) return std::nullopt;
   TrackKeyHealth(req, *known);
-  Reply reply = DecidedClaim(*known);
-  reply.tenant = tenant->name;
-  return reply;
+  return DecidedClaim(*known);
 }
 
 void Api::TrackKeyHealth(const Request& req, const Result& result) {
@@ -352,12 +365,13 @@ void Api::TrackKeyHealth(const Request& req, const Result& result) {
 Reply Api::Complete(ApiCall& call) {
   const absl::StatusOr<CompleteBody>& body = BodyOf(call, ParseCompleteBody);
   if (!body.ok()) return BadRequest(Route::kComplete, body.status());
-  if (body->token == 0) return DegradedFinish(Route::kComplete, body->biz_type);
-  Request req;
-  req.tenant = call.tenant->name;
-  req.biz_type = body->biz_type;
-  req.key = body->key;
-  return AnswerFinish(Route::kComplete, req, guard_.Complete(req, body->token, body->result),
+  return Complete(call.tenant->name, *body);
+}
+
+Reply Api::Complete(const std::string& tenant, const CompleteBody& body) {
+  if (body.token == 0) return DegradedFinish(Route::kComplete, body.biz_type);
+  const Request req = RequestOf(tenant, body.biz_type, body.key);
+  return AnswerFinish(Route::kComplete, req, guard_.Complete(req, body.token, body.result),
                       "completed");
 }
 
@@ -377,14 +391,14 @@ Reply Api::AnswerFinish(Route route, const Request& req, const absl::Status& sta
 Reply Api::Fail(ApiCall& call) {
   const absl::StatusOr<FailBody>& body = BodyOf(call, ParseFailBody);
   if (!body.ok()) return BadRequest(Route::kFail, body.status());
-  if (body->token == 0) return DegradedFinish(Route::kFail, body->biz_type);
-  Request req;
-  req.tenant = call.tenant->name;
-  req.biz_type = body->biz_type;
-  req.key = body->key;
-  return AnswerFinish(Route::kFail, req,
-                      guard_.Fail(req, body->token, body->retryable, body->error),
-                      body->retryable ? "released" : "failed");
+  return Fail(call.tenant->name, *body);
+}
+
+Reply Api::Fail(const std::string& tenant, const FailBody& body) {
+  if (body.token == 0) return DegradedFinish(Route::kFail, body.biz_type);
+  const Request req = RequestOf(tenant, body.biz_type, body.key);
+  return AnswerFinish(Route::kFail, req, guard_.Fail(req, body.token, body.retryable, body.error),
+                      body.retryable ? "released" : "failed");
 }
 
 bool Api::StartAsync(ApiCall& call, const Resume& resume) {
@@ -396,74 +410,88 @@ bool Api::StartAsync(ApiCall& call, const Resume& resume) {
       request.body.size() > options_.max_body_bytes) {
     return false;
   }
-  const bool claim = call.route == Route::kClaims;
-  const bool complete = call.route == Route::kComplete;
-  if (!claim && !complete && call.route != Route::kFail) return false;
-  try {
-    const Tenant* tenant = call.tenant;
-    if (tenant == nullptr) return false;
-    // The rest runs on the network thread `resume` hands it to; a throw there is
-    // answered as Answer() answers one.
-    auto finish = [this, tenant = tenant->name](std::function<Reply()> answer) {
-      return [this, tenant, answer = std::move(answer)]() -> Reply {
-        try {
-          return Answered(answer(), tenant);
-        } catch (const std::exception& e) {
-          return Internal("request", e.what());
-        }
-      };
-    };
-    Request req;
-    req.tenant = tenant->name;
-    if (claim) {
+  const Tenant* tenant = call.tenant;
+  if (tenant == nullptr) return false;
+  // The rest runs on the network thread `resume` hands it to; a throw there is
+  // answered as Answer() answers one.
+  Started started = [this, resume, tenant = tenant->name](std::function<Reply()> answer) {
+    resume([this, tenant, answer = std::move(answer)]() -> Reply {
+      try {
+        return Answered(answer(), tenant);
+      } catch (const std::exception& e) {
+        return Internal("request", e.what());
+      }
+    });
+  };
+  switch (call.route) {
+    case Route::kClaims: {
       // Parsed and validated by AnswerWithoutBlocking, which found the key unknown.
-      const absl::StatusOr<ClaimBody>& parsed = BodyOf(call, ParseClaimBody);
-      if (!parsed.ok()) return false;
-      const ClaimBody& body = *parsed;
-      req.biz_type = body.biz_type;
-      req.key = body.key;
-      req.fingerprint = body.fingerprint;
-      const absl::Duration lease = absl::Milliseconds(body.lease_ms);
-      const absl::Time deadline = body.wait_ms > 0
-                                      ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
-                                      : absl::InfinitePast();
-      const uint64_t epoch = watch_.Epoch();
-      return ClaimNonBlocking(
-          guard_, req, lease,
-          [this, req, lease, deadline, epoch, finish, resume](absl::StatusOr<Result> result) {
-            resume(finish([this, req, lease, deadline, epoch, result = std::move(result)] {
-              Reply reply =
-                  AnswerClaim(req, lease, deadline, options_.wait_poll_min, epoch, result);
-              if (reply.waiting != nullptr) metrics_.CountWait();
-              return reply;
-            }));
-          });
+      const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
+      return body.ok() && StartClaim(tenant->name, *body, std::move(started));
     }
-    if (complete) {
+    case Route::kComplete: {
       const absl::StatusOr<CompleteBody>& body = BodyOf(call, ParseCompleteBody);
-      if (!body.ok() || body->token == 0) return false;
-      req.biz_type = body->biz_type;
-      req.key = body->key;
-      return CompleteNonBlocking(
-          guard_, req, body->token, body->result, [this, req, finish, resume](absl::Status status) {
-            resume(finish([this, req, status = std::move(status)] {
-              return AnswerFinish(Route::kComplete, req, status, "completed");
-            }));
-          });
+      return body.ok() && StartComplete(tenant->name, *body, std::move(started));
     }
-    const absl::StatusOr<FailBody>& body = BodyOf(call, ParseFailBody);
-    if (!body.ok() || body->token == 0) return false;
-    req.biz_type = body->biz_type;
-    req.key = body->key;
-    const std::string_view outcome = body->retryable ? "released" : "failed";
-    return FailNonBlocking(guard_, req, body->token, body->retryable, body->error,
-                           [this, req, outcome, finish, resume](absl::Status status) {
-                             resume(finish([this, req, outcome, status = std::move(status)] {
+    case Route::kFail: {
+      const absl::StatusOr<FailBody>& body = BodyOf(call, ParseFailBody);
+      return body.ok() && StartFail(tenant->name, *body, std::move(started));
+    }
+    default:
+      return false;
+  }
+}
+
+bool Api::StartClaim(const std::string& tenant, const ClaimBody& body, Started started) {
+  try {
+    const Request req = RequestOf(tenant, body.biz_type, body.key, body.fingerprint);
+    const absl::Duration lease = absl::Milliseconds(body.lease_ms);
+    const absl::Time deadline = body.wait_ms > 0
+                                    ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
+                                    : absl::InfinitePast();
+    const uint64_t epoch = watch_.Epoch();
+    return ClaimNonBlocking(
+        guard_, req, lease,
+        [this, req, lease, deadline, epoch, started](absl::StatusOr<Result> result) {
+          started([this, req, lease, deadline, epoch, result = std::move(result)] {
+            Reply reply = AnswerClaim(req, lease, deadline, options_.wait_poll_min, epoch, result);
+            if (reply.waiting != nullptr) metrics_.CountWait();
+            return reply;
+          });
+        });
+  } catch (const std::exception&) {
+    return false;  // the blocking call answers it
+  }
+}
+
+bool Api::StartComplete(const std::string& tenant, const CompleteBody& body, Started started) {
+  if (body.token == 0) return false;
+  try {
+    const Request req = RequestOf(tenant, body.biz_type, body.key);
+    return CompleteNonBlocking(guard_, req, body.token, body.result,
+                               [this, req, started](absl::Status status) {
+                                 started([this, req, status = std::move(status)] {
+                                   return AnswerFinish(Route::kComplete, req, status, "completed");
+                                 });
+                               });
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+bool Api::StartFail(const std::string& tenant, const FailBody& body, Started started) {
+  if (body.token == 0) return false;
+  try {
+    const Request req = RequestOf(tenant, body.biz_type, body.key);
+    const std::string_view outcome = body.retryable ? "released" : "failed";
+    return FailNonBlocking(guard_, req, body.token, body.retryable, body.error,
+                           [this, req, outcome, started](absl::Status status) {
+                             started([this, req, outcome, status = std::move(status)] {
                                return AnswerFinish(Route::kFail, req, status, outcome);
-                             }));
+                             });
                            });
   } catch (const std::exception&) {
-    return false;  // Answer() on the pool answers it
+    return false;
   }
 }
 

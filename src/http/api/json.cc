@@ -344,40 +344,57 @@ absl::Status Require(FieldSet present, std::span<const std::string_view> allowed
     lhs = std::move(*_v);             \
   } while (0)
 
-}  // namespace
 
-absl::StatusOr<ClaimBody> ParseClaimBody(std::string_view body) {
-  static constexpr std::string_view kClaimFields[] = {
-      "biz_type", "key", "fingerprint", "lease_ms", "wait_ms"};
+// The members of each call's body, the required ones first, then "op", which only
+// an item of a batch has (the span without the last name is the single call's).
+constexpr std::string_view kClaimFields[] = {"biz_type", "key",     "fingerprint",
+                                             "lease_ms", "wait_ms", "op"};
+constexpr std::string_view kCompleteFields[] = {"biz_type", "key", "token", "result", "op"};
+constexpr std::string_view kFailFields[] = {"biz_type", "key",   "token",
+                                            "retryable", "error", "op"};
+
+// The members a body of `fields` may have: "op" only in a batch's item.
+std::span<const std::string_view> FieldsOf(std::span<const std::string_view> fields, bool item) {
+  return item ? fields : fields.first(fields.size() - 1);
+}
+
+// An item's "op", read in full like every other member (which call it names was
+// found before, by BatchItemOp).
+absl::Status ReadItemOp(od::value& v) { return GetString(v, "op").status(); }
+
+absl::StatusOr<ClaimBody> ParseClaimJson(std::string_view body, bool item) {
   ClaimBody out;
   FieldSet present = 0;
-  absl::Status s =
-      ForEachField(body, kClaimFields, &present,
-                   [&](std::string_view name, od::value v) -> absl::Status {
-                     if (name == "biz_type") {
-                       IDEM_ASSIGN_FIELD(out.biz_type, GetString(v, name));
-                     } else if (name == "key") {
-                       IDEM_ASSIGN_FIELD(out.key, GetString(v, name));
-                     } else if (name == "fingerprint") {
-                       IDEM_ASSIGN_FIELD(out.fingerprint, GetString(v, name));
-                     } else if (name == "lease_ms") {
-                       IDEM_ASSIGN_FIELD(out.lease_ms, GetInt(v, name, kMinLeaseMs, kMaxLeaseMs));
-                     } else if (name == "wait_ms") {
-                       IDEM_ASSIGN_FIELD(out.wait_ms, GetInt(v, name, 0, kMaxWaitMs));
-                     }
-                     return absl::OkStatus();
-                   });
+  absl::Status s = ForEachField(
+      body, FieldsOf(kClaimFields, item), &present,
+      [&](std::string_view name, od::value v) -> absl::Status {
+        if (name == "biz_type") {
+          IDEM_ASSIGN_FIELD(out.biz_type, GetString(v, name));
+        } else if (name == "key") {
+          IDEM_ASSIGN_FIELD(out.key, GetString(v, name));
+        } else if (name == "fingerprint") {
+          IDEM_ASSIGN_FIELD(out.fingerprint, GetString(v, name));
+        } else if (name == "lease_ms") {
+          IDEM_ASSIGN_FIELD(out.lease_ms, GetInt(v, name, kMinLeaseMs, kMaxLeaseMs));
+        } else if (name == "wait_ms") {
+          // A batch is answered once, when its last item is decided: a claim in it
+          // that waited would hold every other item's answer.
+          if (item) return FieldError(name, "is not taken in a batch (its claims never wait)");
+          IDEM_ASSIGN_FIELD(out.wait_ms, GetInt(v, name, 0, kMaxWaitMs));
+        } else if (name == "op") {
+          return ReadItemOp(v);
+        }
+        return absl::OkStatus();
+      });
   if (!s.ok()) return s;
   if (absl::Status r = Require(present, kClaimFields, 2); !r.ok()) return r;  // biz_type, key
   return out;
 }
 
-absl::StatusOr<CompleteBody> ParseCompleteBody(std::string_view body) {
-  static constexpr std::string_view kCompleteFields[] = {
-      "biz_type", "key", "token", "result"};
+absl::StatusOr<CompleteBody> ParseCompleteJson(std::string_view body, bool item) {
   CompleteBody out;
   FieldSet present = 0;
-  absl::Status s = ForEachField(body, kCompleteFields, &present,
+  absl::Status s = ForEachField(body, FieldsOf(kCompleteFields, item), &present,
                                 [&](std::string_view name, od::value v) -> absl::Status {
                                   if (name == "biz_type") {
                                     IDEM_ASSIGN_FIELD(out.biz_type, GetString(v, name));
@@ -387,22 +404,20 @@ absl::StatusOr<CompleteBody> ParseCompleteBody(std::string_view body) {
                                     IDEM_ASSIGN_FIELD(out.token, GetInt(v, name, 0, INT64_MAX));
                                   } else if (name == "result") {
                                     IDEM_ASSIGN_FIELD(out.result, GetRaw(v, name));
+                                  } else if (name == "op") {
+                                    return ReadItemOp(v);
                                   }
                                   return absl::OkStatus();
                                 });
   if (!s.ok()) return s;
-  if (absl::Status r = Require(present, kCompleteFields, std::size(kCompleteFields)); !r.ok()) {
-    return r;
-  }
+  if (absl::Status r = Require(present, kCompleteFields, 4); !r.ok()) return r;
   return out;
 }
 
-absl::StatusOr<FailBody> ParseFailBody(std::string_view body) {
-  static constexpr std::string_view kFailFields[] = {
-      "biz_type", "key", "token", "retryable", "error"};
+absl::StatusOr<FailBody> ParseFailJson(std::string_view body, bool item) {
   FailBody out;
   FieldSet present = 0;
-  absl::Status s = ForEachField(body, kFailFields, &present,
+  absl::Status s = ForEachField(body, FieldsOf(kFailFields, item), &present,
                                 [&](std::string_view name, od::value v) -> absl::Status {
                                   if (name == "biz_type") {
                                     IDEM_ASSIGN_FIELD(out.biz_type, GetString(v, name));
@@ -414,15 +429,119 @@ absl::StatusOr<FailBody> ParseFailBody(std::string_view body) {
                                     IDEM_ASSIGN_FIELD(out.retryable, GetBool(v, name));
                                   } else if (name == "error") {
                                     IDEM_ASSIGN_FIELD(out.error, GetRaw(v, name));
+                                  } else if (name == "op") {
+                                    return ReadItemOp(v);
                                   }
                                   return absl::OkStatus();
                                 });
   if (!s.ok()) return s;
-  if (absl::Status r = Require(present, kFailFields, std::size(kFailFields));
-      !r.ok()) {
-    return r;
-  }
+  if (absl::Status r = Require(present, kFailFields, 5); !r.ok()) return r;
   return out;
+}
+
+// The "op" of a batch's item (which ParseBatchItem then parses as that call's
+// body), or what is wrong with it. The members other than "op" are skipped here:
+// the parse that follows reads each of them in full.
+absl::StatusOr<std::string> BatchItemOp(std::string_view item) {
+  static constexpr std::string_view kItemFields[] = {
+      "op", "biz_type", "key", "fingerprint", "lease_ms", "wait_ms",
+      "token", "result", "retryable", "error"};
+  const size_t first = item.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos || item[first] != '{') {
+    return absl::InvalidArgumentError(
+        "must be a JSON object with \"op\": \"claim\", \"complete\" or \"fail\"");
+  }
+  std::string op;
+  FieldSet present = 0;
+  absl::Status s = ForEachField(item, kItemFields, &present,
+                                [&](std::string_view name, od::value v) -> absl::Status {
+                                  if (name == "op") IDEM_ASSIGN_FIELD(op, GetString(v, name));
+                                  return absl::OkStatus();
+                                });
+  if (!s.ok()) return s;
+  if (absl::Status r = Require(present, kItemFields, 1); !r.ok()) return r;
+  return op;
+}
+
+}  // namespace
+
+absl::StatusOr<ClaimBody> ParseClaimBody(std::string_view body) {
+  return ParseClaimJson(body, false);
+}
+
+absl::StatusOr<CompleteBody> ParseCompleteBody(std::string_view body) {
+  return ParseCompleteJson(body, false);
+}
+
+absl::StatusOr<FailBody> ParseFailBody(std::string_view body) { return ParseFailJson(body, false); }
+
+absl::StatusOr<BatchItemBody> ParseBatchItem(std::string_view item) {
+  absl::StatusOr<std::string> op = BatchItemOp(item);
+  if (!op.ok()) return op.status();
+  if (*op == "claim") return ParseClaimJson(item, true);
+  if (*op == "complete") return ParseCompleteJson(item, true);
+  if (*op == "fail") return ParseFailJson(item, true);
+  return FieldError("op", absl::StrCat("must be \"claim\", \"complete\" or \"fail\", got ",
+                                       JsonString(*op)));
+}
+
+absl::StatusOr<std::vector<std::string_view>> ParseBatchEnvelope(std::string_view body,
+                                                                 size_t max_items) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    return absl::InvalidArgumentError("request body is empty; expected a JSON object");
+  }
+  // The whole envelope first: a body that is not JSON decides nothing.
+  if (!IsValidJson(body)) return absl::InvalidArgumentError("request body is not valid JSON");
+  const PaddedBody padded(body);
+  thread_local od::parser kept;
+  std::optional<od::parser> own;
+  od::parser& parser = ParserFor(body.size(), kept, own);
+  od::document doc;
+  od::object object;
+  if (auto e = parser.iterate(padded.view()).get(doc)) return NotJson(e);
+  if (doc.get_object().get(object)) {
+    return absl::InvalidArgumentError(
+        "request body must be a JSON object with a \"requests\" array");
+  }
+  std::optional<std::vector<std::string_view>> items;
+  const char* base = padded.view().data();
+  for (auto field_result : object) {
+    od::field field;
+    std::string_view name;
+    if (auto e = std::move(field_result).get(field)) return NotJson(e);
+    if (auto e = field.unescaped_key().get(name)) return NotJson(e);
+    if (name != "requests") return FieldError(name, "is not a known field");
+    if (items.has_value()) return FieldError(name, "appears more than once");
+    od::array array;
+    if (field.value().get_array().get(array)) return FieldError(name, "must be an array");
+    items.emplace();
+    for (auto element : array) {
+      od::value v;
+      if (auto e = std::move(element).get(v)) return NotJson(e);
+      if (items->size() == max_items) {
+        return FieldError(name, absl::StrCat("has more than ", max_items, " items"));
+      }
+      od::json_type type;
+      if (auto e = v.type().get(type)) return NotJson(e);
+      std::string_view raw;
+      if (type == od::json_type::object) {
+        od::object o;
+        if (auto e = v.get_object().get(o)) return NotJson(e);
+        if (auto e = o.raw_json().get(raw)) return NotJson(e);
+      } else if (type == od::json_type::array) {
+        od::array a;
+        if (auto e = v.get_array().get(a)) return NotJson(e);
+        if (auto e = a.raw_json().get(raw)) return NotJson(e);
+      } else {
+        raw = v.raw_json_token();
+      }
+      // The same bytes in `body` (the parse ran on a padded copy).
+      items->push_back(body.substr(static_cast<size_t>(raw.data() - base), TrimRight(raw).size()));
+    }
+  }
+  if (!items.has_value()) return FieldError("requests", "is required");
+  if (items->empty()) return FieldError("requests", "must have at least one item");
+  return *std::move(items);
 }
 
 #undef IDEM_ASSIGN_FIELD

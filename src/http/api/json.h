@@ -12,9 +12,12 @@
 // Thread safety: safe from any thread (each thread reuses parsers of its own).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <variant>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -62,6 +65,26 @@ struct FailBody {
 absl::StatusOr<ClaimBody> ParseClaimBody(std::string_view body);
 absl::StatusOr<CompleteBody> ParseCompleteBody(std::string_view body);
 absl::StatusOr<FailBody> ParseFailBody(std::string_view body);
+
+// POST /v1/claims/batch holds at most this many items.
+inline constexpr size_t kMaxBatchItems = 1000;
+
+// One item of POST /v1/claims/batch: the body of the call its "op" names.
+using BatchItemBody = std::variant<ClaimBody, CompleteBody, FailBody>;
+
+// The items of a batch's body, {"requests":[item, ...]} with 1 to `max_items`
+// items, each as its bytes in `body` (views into it). kInvalidArgument, naming what
+// is wrong, for a body that is not JSON, has another member, or whose "requests" is
+// missing, not an array, empty or longer than `max_items`; an item that is not an
+// object is not an error here (ParseBatchItem words it).
+absl::StatusOr<std::vector<std::string_view>> ParseBatchEnvelope(std::string_view body,
+                                                                 size_t max_items);
+
+// Parses one item of a batch: an object whose "op" ("claim", "complete" or "fail")
+// names the call, and whose other members are that call's body, parsed and checked
+// as Parse*Body does. A claim in a batch takes no wait_ms. kInvalidArgument naming
+// the field otherwise.
+absl::StatusOr<BatchItemBody> ParseBatchItem(std::string_view item);
 
 // Returns true when `bytes` is one complete, valid JSON value (UTF-8 checked).
 bool IsValidJson(std::string_view bytes);

@@ -22,6 +22,21 @@ constexpr std::array<std::string_view, 19> kOutcomeNames = {
 };
 constexpr std::string_view kOtherOutcome = "other";
 
+constexpr std::array<std::string_view, 4> kBatchOpNames = {"claim", "complete", "fail", "invalid"};
+
+size_t BatchOpSlot(Route op) {
+  switch (op) {
+    case Route::kClaims:
+      return 0;
+    case Route::kComplete:
+      return 1;
+    case Route::kFail:
+      return 2;
+    default:
+      return 3;
+  }
+}
+
 constexpr std::array<std::string_view, 2> kRefusalNames = {"max_connections", "fd_exhausted"};
 
 size_t OutcomeSlot(std::string_view outcome) {
@@ -61,6 +76,7 @@ std::string EscapeLabel(std::string_view v) {
 Metrics::Metrics(BuildInfo build) : build_(std::move(build)) {
   static_assert(kOutcomeNames.size() + 1 == kOutcomeSlots);
   static_assert(kRefusalNames.size() == std::tuple_size_v<decltype(refused_)>);
+  static_assert(kBatchOpNames.size() == std::tuple_size_v<decltype(batch_items_)>);
 }
 
 void Metrics::CountRequest(Route route, int status, std::string_view outcome,
@@ -78,6 +94,11 @@ void Metrics::CountRequest(Route route, int status, std::string_view outcome,
 }
 
 void Metrics::CountStoreError() { Add(store_errors_); }
+
+void Metrics::CountBatchItem(Route op, std::string_view outcome) {
+  Add(batch_items_[BatchOpSlot(op)]);
+  if (!outcome.empty()) Add(outcomes_[OutcomeSlot(outcome)]);
+}
 
 void Metrics::CountWait() { Add(waits_); }
 
@@ -195,7 +216,14 @@ void Metrics::AppendGuardSeries(std::string* out) const {
       "share a read).\n"
       "# TYPE idem_claim_polls_total counter\n"
       "idem_claim_polls_total ",
-      Load(polls_), "\n");
+      Load(polls_), "\n",
+      "# HELP idem_batch_items_total Items of POST /v1/claims/batch answered, by the call "
+      "they named (invalid: refused before it was known).\n"
+      "# TYPE idem_batch_items_total counter\n");
+  for (size_t i = 0; i < kBatchOpNames.size(); ++i) {
+    absl::StrAppend(out, "idem_batch_items_total{op=\"", AV(kBatchOpNames[i]), "\"} ",
+                    Load(batch_items_[i]), "\n");
+  }
   absl::StrAppend(out,
                   "# HELP idem_http_pool_requests_total Requests the network threads handed to "
                   "the worker pool: all on a store whose calls block (sqlite, postgres, mysql) and "
@@ -244,6 +272,8 @@ void Metrics::AddSection(std::function<std::string()> section) {
   absl::MutexLock lock(&mu_);
   sections_.push_back(std::move(section));
 }
+
+uint64_t Metrics::batch_items(Route op) const { return Load(batch_items_[BatchOpSlot(op)]); }
 
 uint64_t Metrics::requests(std::string_view route, int status) const {
   if (status < kMinStatus || status > kMaxStatus) return 0;

@@ -12,6 +12,10 @@
 //   idem_store_errors_total                           counter    store calls that failed
 //   idem_claim_waits_total                            counter    claims that waited (wait_ms)
 //   idem_claim_polls_total                            counter    record reads by waiting claims
+//   idem_batch_items_total{op}                        counter    items of POST /v1/claims/batch
+//                                                                decided, op="claim|complete|
+//                                                                fail|invalid" (their outcomes
+//                                                                count in idem_outcomes_total)
 //   idem_http_pool_requests_total                     counter    requests the network threads
 //                                                                handed to the worker pool
 //   idem_fail_open_total{biz_type}                    counter    claims let through unrecorded
@@ -113,6 +117,12 @@ class Metrics {
   // Counts one failed store call (unavailable, internal, ...).
   void CountStoreError();
 
+  // Counts one item of a batch (POST /v1/claims/batch) answered: `op` is the call it
+  // named (kClaims, kComplete or kFail; any other route counts as "invalid", an item
+  // refused before its call was known), `outcome` its guard outcome when not empty.
+  // The batch itself is counted by CountRequest, with no outcome.
+  void CountBatchItem(Route op, std::string_view outcome);
+
   // Counts one claim that met a live lease and started waiting.
   void CountWait();
 
@@ -152,6 +162,7 @@ class Metrics {
   uint64_t latency_count(std::string_view route) const;
   uint64_t outcomes(std::string_view outcome) const;
   uint64_t store_errors() const;
+  uint64_t batch_items(Route op) const;
   uint64_t fail_open(std::string_view biz_type) const;
   int64_t connections_open() const;
   uint64_t refused(Refusal why) const;
@@ -185,6 +196,7 @@ class Metrics {
   std::atomic<uint64_t> store_errors_{0};
   std::atomic<uint64_t> waits_{0};
   std::atomic<uint64_t> polls_{0};
+  std::array<std::atomic<uint64_t>, 4> batch_items_{};  // claim, complete, fail, invalid
   std::atomic<uint64_t> pool_requests_{0};
   std::atomic<int64_t> connections_open_{0};
   std::array<std::atomic<uint64_t>, 2> refused_{};

@@ -18,6 +18,7 @@ enum class Route : uint8_t {
   kClaims,    // POST /v1/claims
   kComplete,  // POST /v1/claims/complete
   kFail,      // POST /v1/claims/fail
+  kClaimsBatch,  // POST /v1/claims/batch (claims, completes and fails, up to 1,000 at once)
   kRecord,    // GET /v1/records/{biz_type}/{key}
   kRecords,   // GET /v1/records (a page of the caller's records)
   kKeyMismatches,  // GET /v1/keys/mismatches (the caller's keys met with several fingerprints)
@@ -33,7 +34,7 @@ inline constexpr size_t kRouteCount = static_cast<size_t>(Route::kOther) + 1;
 
 inline constexpr std::array<std::string_view, kRouteCount> kRouteNames = {
     "/v1/claims",      "/v1/claims/complete",
-    "/v1/claims/fail", "/v1/records/{biz_type}/{key}",
+    "/v1/claims/fail", "/v1/claims/batch", "/v1/records/{biz_type}/{key}",
     "/v1/records",     "/v1/keys/mismatches", "/healthz",        "/readyz",
     "/metrics",        "proxy",
     "passthrough",     "other",
