@@ -93,8 +93,13 @@ void PrintStatements(const sql::SqlApi& api, const std::vector<std::string>& sta
 std::string RoutineList(const sql::SqlApi& api) {
   std::string out = absl::StrCat("v", sql::kSqlApiVersion, ": ");
   bool first = true;
-  for (const std::string& r : api.routines) {
-    // The routines a caller calls; the helpers (_core, checks) stay unnamed.
+  std::string last;
+  for (const std::string& identity : api.routines) {
+    // The routines a caller calls, by name (PostgreSQL's overloads once); the
+    // helpers (_core, checks) stay unnamed.
+    const std::string r = identity.substr(0, identity.find('('));
+    if (r == last) continue;
+    last = r;
     if (r.find("core") != std::string::npos || !r.ends_with("_v1")) continue;
     if (r.find("claim") == std::string::npos && r.find("complete") == std::string::npos &&
         r.find("fail") == std::string::npos) {

@@ -29,19 +29,27 @@ constexpr std::string_view kMysqlApi[] = {
 constexpr std::string_view kPostgresFunctions[] = {
     "claim(text, text, text, text, interval)",
     "complete(text, text, json, text)",
+    "complete(text, text, text, text)",
     "fail(text, text, boolean, json, text)",
+    "fail(text, text, boolean, text, text)",
     "lease_claim(text, text, text, text, interval, interval)",
     "lease_complete(text, text, bigint, json, text)",
+    "lease_complete(text, text, bigint, text, text)",
     "lease_fail(text, text, bigint, boolean, json, text)",
+    "lease_fail(text, text, bigint, boolean, text, text)",
     "claim_v1(text, text, text, text, interval)",
     "complete_v1(text, text, json, text)",
+    "complete_v1(text, text, text, text)",
     "fail_v1(text, text, boolean, json, text)",
+    "fail_v1(text, text, boolean, text, text)",
     "lease_claim_v1(text, text, text, text, interval, interval)",
     "lease_complete_v1(text, text, bigint, json, text)",
+    "lease_complete_v1(text, text, bigint, text, text)",
     "lease_fail_v1(text, text, bigint, boolean, json, text)",
+    "lease_fail_v1(text, text, bigint, boolean, text, text)",
     "claim_core_v1(text, text, text, text, interval, interval, boolean)",
     "finish_core_v1(text, text, text, bigint, boolean, smallint, bytea)",
-    "json_bytes_v1(text, json)",
+    "json_bytes_v1(text, text)",
     "held_v1(text, bytea, bigint)",
     "json_v1(text, bytea)",
     "name_v1(text, text, integer)",
@@ -71,10 +79,6 @@ uint64_t Digest(const std::vector<std::string>& statements) {
   return h;
 }
 
-std::string NameOf(std::string_view identity) {
-  return std::string(identity.substr(0, identity.find('(')));
-}
-
 // Fills install (from `statements`) and marker.
 template <size_t N>
 void Build(const std::string_view (&statements)[N], SqlApi* api) {
@@ -91,7 +95,7 @@ SqlApi PostgresApi() {
     api.install.push_back(
         absl::StrCat("COMMENT ON FUNCTION idem.", AV(f), " IS '", api.marker, "'"));
     api.drop.push_back(absl::StrCat("DROP FUNCTION IF EXISTS idem.", AV(f)));
-    api.routines.push_back(NameOf(f));
+    api.routines.push_back(std::string(f));  // by identity: overloads share a name
   }
   api.drop.push_back("DROP TYPE IF EXISTS idem.result_v1");
   // The schema goes only when nothing else lives in it (the store's own tables may).
@@ -104,7 +108,8 @@ SqlApi PostgresApi() {
       "SCHEMA idem; END IF; END $idem$");
   std::sort(api.routines.begin(), api.routines.end());
   api.list =
-      "SELECT p.proname::text, coalesce(obj_description(p.oid, 'pg_proc'), '') FROM pg_proc p "
+      "SELECT p.proname || '(' || oidvectortypes(p.proargtypes) || ')', "
+      "coalesce(obj_description(p.oid, 'pg_proc'), '') FROM pg_proc p "
       "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'idem' ORDER BY 1";
   return api;
 }

@@ -28,9 +28,10 @@ struct SqlApi {
   std::vector<std::string> install;
   // Removes every routine of the API (the records stay).
   std::vector<std::string> drop;
-  // The routines a complete install has, sorted.
+  // The routines a complete install has, sorted: MySQL's by name, PostgreSQL's by
+  // identity (`complete_v1(text, text, json, text)`: overloads share a name).
   std::vector<std::string> routines;
-  // Answers (name, comment) of the API's routines in the database.
+  // Answers (routine as in `routines`, comment) of the API's routines in the database.
   std::string list;
   // The comment every routine of this install carries: the API version and a
   // digest of its statements, so a later migrate tells current from outdated.
