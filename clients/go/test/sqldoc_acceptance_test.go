@@ -82,13 +82,13 @@ func (d *testDB) injectLedgerRollbacks(t *testing.T, percent int) {
 		SET MESSAGE_TEXT = 'injected rollback'; END IF; END`, percent))
 }
 
-// killConnectionsUntil kills, every few milliseconds until ctx ends, a random
-// connection of the test database with an open transaction (PostgreSQL) or any
-// connection of it but the killer's (MariaDB: a transaction between statements
-// shows as Sleep), from the admin pool. It answers the number killed when ctx ends.
+// killConnectionsUntil kills, every 5-25 ms until ctx ends, a random connection of
+// the test database in a transaction (PostgreSQL) or running a statement (MariaDB,
+// whose processlist shows a transaction between statements as a pooled connection,
+// Sleep), from the admin pool. It answers the number killed when ctx ends.
 func (d *testDB) killConnectionsUntil(ctx context.Context) <-chan int64 {
 	q := "SELECT id FROM information_schema.processlist WHERE db = DATABASE() " +
-		"AND id <> CONNECTION_ID() ORDER BY RAND() LIMIT 1"
+		"AND id <> CONNECTION_ID() AND command <> 'Sleep' ORDER BY RAND() LIMIT 1"
 	if d.dialect == idem.Postgres {
 		q = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() " +
 			"AND backend_type = 'client backend' AND pid <> pg_backend_pid() " +
