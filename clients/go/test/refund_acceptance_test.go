@@ -39,7 +39,7 @@ func TestRefundExactlyOnceUnderDuplicatesRollbacksAndKills(t *testing.T) {
 			MaxDelay: 100 * time.Millisecond})
 
 		var runs, rollbacks, kills, executed int64
-		answers := make([][]string, acceptanceRefunds) // per key, what each delivery got
+		answers := newAnswers() // per key, what each delivery got
 		deliver := func(k, dup int, rng *rand.Rand) error {
 			key := fmt.Sprintf("R-%04d", k)
 			handler := func(ctx context.Context, tx *sql.Tx) (json.RawMessage, error) {
@@ -96,39 +96,7 @@ func TestRefundExactlyOnceUnderDuplicatesRollbacksAndKills(t *testing.T) {
 		}
 
 		start := time.Now()
-		keys := make(chan int)
-		errs := make(chan error, acceptanceRefunds*acceptanceDuplicates)
-		var wg sync.WaitGroup
-		for w := 0; w < acceptanceKeysAtOnce; w++ {
-			wg.Add(1)
-			go func(seed int64) {
-				defer wg.Done()
-				for k := range keys {
-					answers[k] = make([]string, acceptanceDuplicates)
-					var dups sync.WaitGroup
-					for dup := 0; dup < acceptanceDuplicates; dup++ {
-						dups.Add(1)
-						go func(dup int) {
-							defer dups.Done()
-							rng := rand.New(rand.NewSource(seed*1e6 + int64(k*acceptanceDuplicates+dup)))
-							if err := deliver(k, dup, rng); err != nil {
-								errs <- err
-							}
-						}(dup)
-					}
-					dups.Wait()
-				}
-			}(int64(w))
-		}
-		for k := 0; k < acceptanceRefunds; k++ {
-			keys <- k
-		}
-		close(keys)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
+		deliverConcurrently(t, deliver)
 		t.Logf("%s: %d handler runs, %d injected rollbacks, %d connections killed, %d executed "+
 			"answers, %s", d.name, runs, rollbacks, kills, executed, time.Since(start).Round(time.Millisecond))
 		if t.Failed() {
@@ -138,44 +106,100 @@ func TestRefundExactlyOnceUnderDuplicatesRollbacksAndKills(t *testing.T) {
 			t.Fatalf("no faults injected (rollbacks %d, kills %d)", rollbacks, kills)
 		}
 
-		ledger := map[string]string{}
-		rows, err := d.admin.Query("SELECT refund_key, refund_id FROM ledger")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var key, id string
-			if err := rows.Scan(&key, &id); err != nil {
-				t.Fatal(err)
-			}
-			if other, dup := ledger[key]; dup {
-				t.Errorf("%s has two ledger rows: %s and %s", key, other, id)
-			}
-			ledger[key] = id
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		if len(ledger) != acceptanceRefunds {
-			t.Errorf("%d keys have a ledger row; want %d", len(ledger), acceptanceRefunds)
-		}
-		for k, got := range answers {
-			key := fmt.Sprintf("R-%04d", k)
-			for dup, id := range got {
-				if id != ledger[key] {
-					t.Errorf("%s delivery %d was answered %q; the ledger holds %q", key, dup, id, ledger[key])
-				}
-			}
-		}
-		if n := d.processing(t); n != 0 {
-			t.Errorf("%d records left PROCESSING", n)
-		}
-		if n := d.count(t, "SELECT COUNT(*) FROM idem_records WHERE state = 1"); n != acceptanceRefunds {
-			t.Errorf("%d records SUCCEEDED; want %d", n, acceptanceRefunds)
-		}
+		d.checkRefundedOnce(t, answers)
 		if executed > acceptanceRefunds {
 			t.Errorf("%d deliveries were answered executed; at most one per key", executed)
 		}
 	})
+}
+
+// newAnswers holds, per key and delivery, the refund id the delivery was answered.
+func newAnswers() [][]string {
+	answers := make([][]string, acceptanceRefunds)
+	for k := range answers {
+		answers[k] = make([]string, acceptanceDuplicates)
+	}
+	return answers
+}
+
+// deliverConcurrently delivers each of the acceptanceRefunds keys acceptanceDuplicates
+// times at once, acceptanceKeysAtOnce keys at a time: deliver(k, dup, rng) is one
+// delivery of key k, which must end with an answer (its error fails the test).
+func deliverConcurrently(t *testing.T, deliver func(k, dup int, rng *rand.Rand) error) {
+	t.Helper()
+	keys := make(chan int)
+	errs := make(chan error, acceptanceRefunds*acceptanceDuplicates)
+	var wg sync.WaitGroup
+	for w := 0; w < acceptanceKeysAtOnce; w++ {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			for k := range keys {
+				var dups sync.WaitGroup
+				for dup := 0; dup < acceptanceDuplicates; dup++ {
+					dups.Add(1)
+					go func(dup int) {
+						defer dups.Done()
+						rng := rand.New(rand.NewSource(seed*1e6 + int64(k*acceptanceDuplicates+dup)))
+						if err := deliver(k, dup, rng); err != nil {
+							errs <- err
+						}
+					}(dup)
+				}
+				dups.Wait()
+			}
+		}(int64(w))
+	}
+	for k := 0; k < acceptanceRefunds; k++ {
+		keys <- k
+	}
+	close(keys)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// checkRefundedOnce checks the end of a refund run: one ledger row per key, every
+// delivery answered that row's refund id (answers[k][dup]), every record SUCCEEDED
+// and none left PROCESSING.
+func (d *testDB) checkRefundedOnce(t *testing.T, answers [][]string) {
+	t.Helper()
+	ledger := map[string]string{}
+	rows, err := d.admin.Query("SELECT refund_key, refund_id FROM ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key, id string
+		if err := rows.Scan(&key, &id); err != nil {
+			t.Fatal(err)
+		}
+		if other, dup := ledger[key]; dup {
+			t.Errorf("%s has two ledger rows: %s and %s", key, other, id)
+		}
+		ledger[key] = id
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(ledger) != acceptanceRefunds {
+		t.Errorf("%d keys have a ledger row; want %d", len(ledger), acceptanceRefunds)
+	}
+	for k, got := range answers {
+		key := fmt.Sprintf("R-%04d", k)
+		for dup, id := range got {
+			if id != ledger[key] {
+				t.Errorf("%s delivery %d was answered %q; the ledger holds %q", key, dup, id, ledger[key])
+			}
+		}
+	}
+	if n := d.processing(t); n != 0 {
+		t.Errorf("%d records left PROCESSING", n)
+	}
+	if n := d.count(t, "SELECT COUNT(*) FROM idem_records WHERE state = 1"); n != acceptanceRefunds {
+		t.Errorf("%d records SUCCEEDED; want %d", n, acceptanceRefunds)
+	}
 }
