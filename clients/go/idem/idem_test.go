@@ -105,6 +105,7 @@ func TestIsTransientKnowsTheStoresFaults(t *testing.T) {
 		errors.New("Error 1213: Deadlock found when trying to get lock"),
 		errors.New("Error 1927 (70100): Connection was killed"),
 		errors.New("Error 1644: idem: the record of the key vanished three times during the claim"),
+		errors.New("pq: unexpected message 'E'; expected ReadyForQuery"),
 	} {
 		if !IsTransient(err) {
 			t.Errorf("IsTransient(%v) = false", err)

@@ -124,10 +124,12 @@ func IsTransient(err error) bool {
 		return true
 	}
 	// Drivers that report a lost connection only in words (go-sql-driver/mysql's
-	// ErrInvalidConn, "sql: connection is already closed").
+	// ErrInvalidConn, "sql: connection is already closed", lib/pq 1.10's protocol
+	// error when the server ends a session in the middle of an answer).
 	msg := err.Error()
 	for _, s := range []string{"invalid connection", "bad connection", "connection reset",
-		"broken pipe", "connection is already closed", "server closed the connection"} {
+		"broken pipe", "connection is already closed", "server closed the connection",
+		"pq: unexpected message"} {
 		if strings.Contains(msg, s) {
 			return true
 		}
