@@ -103,7 +103,15 @@ void AddServerFlags(CLI::App& root, CLI::App* sub, ServerFlags* flags) {
   sub->add_option("--threads", flags->threads,
                   "Worker threads running the blocking calls (store, upstream)")
       ->capture_default_str();
-  sub->add_option("--io-threads", flags->io_threads, "Threads running network I/O")
+  flags->io_threads_option =
+      sub->add_option("--io-threads", flags->io_threads,
+                      "Threads running network I/O (with --http lean, default: one per core)")
+          ->capture_default_str();
+  sub->add_option("--http", flags->http,
+                  "HTTP engine: beast (Boost.Beast, a few I/O threads handing requests to the "
+                  "workers) or lean (one epoll loop per I/O thread that parses, answers and "
+                  "writes each request it can on that thread) (also IDEM_HTTP)")
+      ->envname("IDEM_HTTP")
       ->capture_default_str();
   sub->add_option("--max-connections", flags->max_connections,
                   "Connections served at once; past it new ones are answered 503 and closed "
@@ -147,9 +155,18 @@ absl::StatusOr<http::ServerOptions> ServerOptionsOf(const ServerFlags& flags) {
     return absl::InvalidArgumentError("--header-timeout '" + flags.header_timeout +
                                       "' must be a duration from 1ms to 1h (e.g. 10s, 500ms)");
   }
+  if (flags.http == "lean") {
+    options.engine = http::HttpEngine::kLean;
+  } else if (flags.http != "beast") {
+    return absl::InvalidArgumentError("--http '" + flags.http + "' must be beast or lean");
+  }
   options.max_body_bytes = flags.max_body;
   options.worker_threads = flags.threads;
   options.io_threads = flags.io_threads;
+  const bool io_threads_given = flags.io_threads_option != nullptr && flags.io_threads_option->count() > 0;
+  if (options.engine == http::HttpEngine::kLean && !io_threads_given) {
+    options.io_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 256u));
+  }
   options.header_timeout = *header_timeout;
   options.max_connections = ConnectionCap(flags.max_connections);
   LimitMallocArenas();

@@ -42,7 +42,14 @@
 
 namespace idem::http {
 
+// The HTTP/1.1 engine a Server runs on (`idem serve --http`).
+enum class HttpEngine {
+  kBeast,  // Boost.Beast: io_threads io_contexts, accepted connections dealt in turn
+  kLean,   // one epoll loop per io_thread, http_parser, answers written once per turn
+};
+
 struct ServerOptions {
+  HttpEngine engine = HttpEngine::kBeast;
   std::string host = "127.0.0.1";  // an IP address or a resolvable name
   uint16_t port = 7070;            // 0: the kernel picks one; see port()
   int io_threads = 2;              // each runs an io_context of its own
@@ -63,7 +70,7 @@ struct ServerOptions {
   int max_connections = 0;
 };
 
-class ServerImpl;
+class ServerEngine;
 
 class Server {
  public:
@@ -90,7 +97,7 @@ class Server {
   void Wait();
 
  private:
-  std::unique_ptr<ServerImpl> impl_;
+  std::unique_ptr<ServerEngine> impl_;
 };
 
 }  // namespace idem::http
