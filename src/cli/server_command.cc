@@ -105,12 +105,13 @@ void AddServerFlags(CLI::App& root, CLI::App* sub, ServerFlags* flags) {
       ->capture_default_str();
   flags->io_threads_option =
       sub->add_option("--io-threads", flags->io_threads,
-                      "Threads running network I/O (with --http lean, default: one per core)")
+                      "Threads running network I/O: lean's event loops (unless given: one per core) "
+                      "or beast's io_contexts")
           ->capture_default_str();
   sub->add_option("--http", flags->http,
-                  "HTTP engine: beast (Boost.Beast, a few I/O threads handing requests to the "
-                  "workers) or lean (one epoll loop per I/O thread that parses, answers and "
-                  "writes each request it can on that thread) (also IDEM_HTTP)")
+                  "HTTP engine: lean (one epoll loop per I/O thread that parses, answers and "
+                  "writes each request it can on that thread) or beast (Boost.Beast, the "
+                  "engine before lean) (also IDEM_HTTP)")
       ->envname("IDEM_HTTP")
       ->capture_default_str();
   sub->add_option("--max-connections", flags->max_connections,
@@ -155,10 +156,12 @@ absl::StatusOr<http::ServerOptions> ServerOptionsOf(const ServerFlags& flags) {
     return absl::InvalidArgumentError("--header-timeout '" + flags.header_timeout +
                                       "' must be a duration from 1ms to 1h (e.g. 10s, 500ms)");
   }
-  if (flags.http == "lean") {
+  if (flags.http == "beast") {
+    options.engine = http::HttpEngine::kBeast;
+  } else if (flags.http == "lean") {
     options.engine = http::HttpEngine::kLean;
-  } else if (flags.http != "beast") {
-    return absl::InvalidArgumentError("--http '" + flags.http + "' must be beast or lean");
+  } else {
+    return absl::InvalidArgumentError("--http '" + flags.http + "' must be lean or beast");
   }
   options.max_body_bytes = flags.max_body;
   options.worker_threads = flags.threads;

@@ -31,7 +31,7 @@ struct ServerFlags {
   uint64_t max_body = 1 << 20;
   int threads = 16;
   int io_threads = 2;  // beast's; lean runs one loop per core unless --io-threads is given
-  std::string http = "beast";  // --http: the engine, beast or lean
+  std::string http = "lean";  // --http: the engine, lean or beast
   int max_connections = 0;  // 0: sized from the descriptor limit
   std::string header_timeout = "10s";
   // The longest Retry-After of a 409 in_progress, in seconds (RetryAfterMaxOf).

@@ -39,12 +39,12 @@ using ::idem::testing::kGenerousDeadline;
 using ::idem::testing::WaitUntil;
 using ::testing::HasSubstr;
 
-// The engine under test: lean when IDEM_HTTP=lean (the suite's second ctest run,
-// as `idem serve` reads it), else Beast.
+// The engine under test: Beast when IDEM_HTTP=beast (the suite's second ctest
+// run, as `idem serve` reads it), else lean, the default.
 HttpEngine EngineUnderTest() {
   const char* http = std::getenv("IDEM_HTTP");
-  return http != nullptr && std::string_view(http) == "lean" ? HttpEngine::kLean
-                                                              : HttpEngine::kBeast;
+  return http != nullptr && std::string_view(http) == "beast" ? HttpEngine::kBeast
+                                                               : HttpEngine::kLean;
 }
 
 // An Api on `guard` and `store` with `options` (tenant acme, token tok-a, unless

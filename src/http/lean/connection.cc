@@ -143,6 +143,9 @@ bool LeanConnection::Parse() {
     const http_errno error = HTTP_PARSER_ERRNO(&parser_);
     if (in_header && in_request_ && header_bytes_ > core_.options.max_header_bytes &&
         error != HPE_CB_body) {
+      // Refused even when its end is in this window: the header was not taken in
+      // (not routed), so the answer gets an id and method of its own.
+      header_done_ = false;
       OnParseError(HPE_HEADER_OVERFLOW);
       return false;
     }
