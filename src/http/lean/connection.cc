@@ -501,16 +501,22 @@ Clock::time_point LeanConnection::deadline() const {
 void LeanConnection::OnDeadline() {
   if (phase_ == Phase::kClosed) return;
   const Clock::time_point now = loop_.now();
+  constexpr Clock::time_point kNever = Clock::time_point::max();
+  // Each deadline is cleared as it fires (what it leads to sets the next), so a
+  // passed one never keeps the loop scanning.
   if (write_deadline_ <= now) {
+    write_deadline_ = kNever;
     Close();
   } else if (other_deadline_ <= now) {
+    other_deadline_ = kNever;
     if (phase_ == Phase::kWaiting) {
       PollAgain();
     } else {
       Close();  // the drain's time is up
     }
-  } else if (read_deadline_ <= now && phase_ == Phase::kRead) {
-    read_deadline_ = Clock::time_point::max();
+  } else if (read_deadline_ <= now) {
+    read_deadline_ = kNever;
+    if (phase_ != Phase::kRead) return;
     if (read_deadline_is_header_ && in_request_ && !header_done_) {
       // A header begun and not finished in time (RFC 9110 §15.5.9).
       request_id_ = RequestIdFrom("");
@@ -541,6 +547,7 @@ void LeanConnection::Close() {
   if (phase_ == Phase::kClosed) return;
   phase_ = Phase::kClosed;
   watch_.reset();
+  read_deadline_ = write_deadline_ = other_deadline_ = Clock::time_point::max();
   ::close(fd_);  // also leaves the loop's epoll set
   if (!refused_) {
     core_.live.fetch_sub(1);
