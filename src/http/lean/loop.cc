@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -39,23 +38,7 @@ Core::Core(Handler& h, ServerOptions o)
 
 void Core::ShedPending() {
   absl::MutexLock lock(&mu);
-  if (spare_fd < 0) return;
-  ::close(spare_fd);
-  spare_fd = -1;
-  for (int i = 0; i < 256; ++i) {
-    pollfd p{listener, POLLIN, 0};
-    if (::poll(&p, 1, 0) <= 0) break;
-    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) break;
-    const std::string answer = BusyAnswer();
-    // Best effort: a full send buffer or a gone client only loses this answer.
-    (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    ::shutdown(fd, SHUT_WR);
-    ::close(fd);
-    ++refused.count;
-    handler.metrics().CountRefused(Refusal::kFdExhausted);
-  }
-  spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  refused.count += ShedBacklog(listener, &spare_fd, handler.metrics());
 }
 
 void Core::Note(Repeat which, const std::string& what) {

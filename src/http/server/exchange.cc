@@ -1,5 +1,10 @@
 #include "http/server/exchange.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <random>
 #include <string>
@@ -88,6 +93,27 @@ std::string BusyAnswer() {
       "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
       "Retry-After: 1\r\nConnection: close\r\nX-Request-Id: ", id, "\r\nContent-Length: ",
       body.size(), "\r\n\r\n", body);
+}
+
+int ShedBacklog(int listener, int* spare_fd, Metrics& metrics) {
+  if (*spare_fd < 0) return 0;
+  ::close(*spare_fd);
+  *spare_fd = -1;
+  int shed = 0;
+  for (; shed < 256; ++shed) {
+    pollfd p{listener, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) break;
+    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) break;
+    const std::string answer = BusyAnswer();
+    // Best effort: a full send buffer or a gone client only loses this answer.
+    (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::shutdown(fd, SHUT_WR);
+    ::close(fd);
+    metrics.CountRefused(Refusal::kFdExhausted);
+  }
+  *spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  return shed;
 }
 
 void CountAndLogAnswer(Metrics& metrics, const Reply& reply, std::string_view method,

@@ -38,6 +38,13 @@ std::optional<HttpResponse> RefuseHeader(int hosts, std::string_view transfer_en
 // request id of its own (the request is never read).
 std::string BusyAnswer();
 
+// Out of descriptors: answers the connections waiting in `listener`'s backlog
+// (up to 256) with BusyAnswer and closes them, through the descriptor kept in
+// reserve (`*spare_fd`, given up for one accept at a time and taken back after;
+// nothing is done when it is -1). Each is counted in `metrics` as
+// Refusal::kFdExhausted; returns how many.
+int ShedBacklog(int listener, int* spare_fd, Metrics& metrics);
+
 // Counts `reply` in the Handler's Metrics (its route, status, outcome and the
 // latency since `started`) and writes its access-log line: one per answer, never
 // the token or the body.

@@ -233,24 +233,7 @@ class ServerImpl final : public ServerEngine {
   // the reserve descriptor is given up for one accept at a time, each gets the 503
   // and is closed, then the reserve is taken back.
   void ShedPending() {
-    if (spare_fd_ < 0) return;
-    ::close(spare_fd_);
-    spare_fd_ = -1;
-    const int listener = acceptor_.native_handle();
-    for (int i = 0; i < 256; ++i) {
-      pollfd p{listener, POLLIN, 0};
-      if (::poll(&p, 1, 0) <= 0) break;
-      const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) break;
-      const std::string answer = BusyAnswer();
-      // Best effort: a full send buffer or a gone client only loses this answer.
-      (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      ::shutdown(fd, SHUT_WR);
-      ::close(fd);
-      ++refused_.count;
-      api_.metrics().CountRefused(Refusal::kFdExhausted);
-    }
-    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    refused_.count += ShedBacklog(acceptor_.native_handle(), &spare_fd_, api_.metrics());
   }
 
   // A condition that repeats under load (accept failures, refusals): counted, and
