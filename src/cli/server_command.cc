@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -105,7 +106,7 @@ void AddServerFlags(CLI::App& root, CLI::App* sub, ServerFlags* flags) {
       ->capture_default_str();
   flags->io_threads_option =
       sub->add_option("--io-threads", flags->io_threads,
-                      "Threads running network I/O: lean's event loops (unless given: one per core) "
+                      "Threads running network I/O: lean's event loops (unless given: one per core it may run on) "
                       "or beast's io_contexts")
           ->capture_default_str();
   sub->add_option("--http", flags->http,
@@ -168,7 +169,14 @@ absl::StatusOr<http::ServerOptions> ServerOptionsOf(const ServerFlags& flags) {
   options.io_threads = flags.io_threads;
   const bool io_threads_given = flags.io_threads_option != nullptr && flags.io_threads_option->count() > 0;
   if (options.engine == http::HttpEngine::kLean && !io_threads_given) {
-    options.io_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 256u));
+    // One loop per core this process may run on (taskset, a cgroup's cpuset), not
+    // per core of the machine: two loops on one core only take turns.
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int usable = sched_getaffinity(0, sizeof cpus, &cpus) == 0
+                           ? CPU_COUNT(&cpus)
+                           : static_cast<int>(std::thread::hardware_concurrency());
+    options.io_threads = std::clamp(usable, 1, 256);
   }
   options.header_timeout = *header_timeout;
   options.max_connections = ConnectionCap(flags.max_connections);
