@@ -106,8 +106,8 @@ void AddServerFlags(CLI::App& root, CLI::App* sub, ServerFlags* flags) {
       ->capture_default_str();
   flags->io_threads_option =
       sub->add_option("--io-threads", flags->io_threads,
-                      "Threads running network I/O: lean's event loops (unless given: one per core it may run on) "
-                      "or beast's io_contexts")
+                      "Threads running network I/O: lean's event loops (unless given: one "
+                      "per core it may run on) or beast's io_contexts")
           ->capture_default_str();
   sub->add_option("--http", flags->http,
                   "HTTP engine: lean (one epoll loop per I/O thread that parses, answers and "
@@ -167,7 +167,8 @@ absl::StatusOr<http::ServerOptions> ServerOptionsOf(const ServerFlags& flags) {
   options.max_body_bytes = flags.max_body;
   options.worker_threads = flags.threads;
   options.io_threads = flags.io_threads;
-  const bool io_threads_given = flags.io_threads_option != nullptr && flags.io_threads_option->count() > 0;
+  const bool io_threads_given =
+      flags.io_threads_option != nullptr && flags.io_threads_option->count() > 0;
   if (options.engine == http::HttpEngine::kLean && !io_threads_given) {
     // One loop per core this process may run on (taskset, a cgroup's cpuset), not
     // per core of the machine: two loops on one core only take turns.

@@ -355,10 +355,9 @@ void LeanConnection::Dispatch() {
   }
   // A write the store makes without blocking (rocksdb://) starts here; its answer
   // is built back on this loop once the write is durable.
-  const bool started = call_->StartAsync(
-      [loop = &loop_, id = id_](std::function<Reply()> answer) {
-        loop->Post(id, [answer = std::move(answer)](LeanConnection& c) { c.OnReply(answer()); });
-      });
+  const bool started = call_->StartAsync([loop = &loop_, id = id_](std::function<Reply()> answer) {
+    loop->Post(id, [answer = std::move(answer)](LeanConnection& c) { c.OnReply(answer()); });
+  });
   if (started) {
     ++outstanding_;
     return;
@@ -372,13 +371,13 @@ void LeanConnection::RunOnPool(std::shared_ptr<const Waiting> waiting) {
   phase_ = Phase::kHandling;
   // call_ stays until the answer is given (Answer), and this connection until
   // outstanding_ is back to 0.
-  boost::asio::post(core_.pool, [loop = &loop_, id = id_, waiting = std::move(waiting),
-                                 call = call_.get()] {
-    Reply reply = waiting ? waiting->Poll() : call->Answer();
-    loop->Post(id, [reply = std::move(reply)](LeanConnection& c) mutable {
-      c.OnReply(std::move(reply));
-    });
-  });
+  boost::asio::post(core_.pool,
+                    [loop = &loop_, id = id_, waiting = std::move(waiting), call = call_.get()] {
+                      Reply reply = waiting ? waiting->Poll() : call->Answer();
+                      loop->Post(id, [reply = std::move(reply)](LeanConnection& c) mutable {
+                        c.OnReply(std::move(reply));
+                      });
+                    });
 }
 
 void LeanConnection::OnReply(Reply reply) {
@@ -390,9 +389,8 @@ void LeanConnection::OnReply(Reply reply) {
   if (reply.waiting != nullptr && !core_.stopping.load()) {
     phase_ = Phase::kWaiting;
     // Woken early when the key is finished through this process (Waiting::Watch).
-    watch_ = reply.waiting->Watch([loop = &loop_, id = id_] {
-      loop->Post(id, [](LeanConnection& c) { c.OnWake(); });
-    });
+    watch_ = reply.waiting->Watch(
+        [loop = &loop_, id = id_] { loop->Post(id, [](LeanConnection& c) { c.OnWake(); }); });
     other_deadline_ = loop_.now() + LeanChrono(reply.poll_after);
     loop_.Arm(other_deadline_);
     waiting_reply_ = std::move(reply);
@@ -424,10 +422,9 @@ void LeanConnection::Answer(const Reply& reply, bool force_close) {
   call_.reset();  // answered: nothing runs it any more, and its body is let go
   CountAndLogAnswer(core_.handler.metrics(), reply, method_, request_id_, started_);
   const bool close = force_close || !keep_alive_ || core_.stopping.load();
-  AppendResponse(reply.response,
-                 {.version = version_, .keep_alive = !close, .head = head_,
-                  .request_id = request_id_},
-                 out_);
+  AppendResponse(
+      reply.response,
+      {.version = version_, .keep_alive = !close, .head = head_, .request_id = request_id_}, out_);
   phase_ = Phase::kRead;
   in_request_ = false;
   header_done_ = false;

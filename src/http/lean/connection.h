@@ -136,7 +136,7 @@ class LeanConnection {
   std::optional<Reply> waiting_reply_;
   std::shared_ptr<void> watch_;
 
-  Clock::time_point read_deadline_ = Clock::time_point::max();   // idle, header, body
+  Clock::time_point read_deadline_ = Clock::time_point::max();  // idle, header, body
   bool read_deadline_is_header_ = false;
   Clock::time_point write_deadline_ = Clock::time_point::max();  // out_ blocked
   Clock::time_point other_deadline_ = Clock::time_point::max();  // poll, drain

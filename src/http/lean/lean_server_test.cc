@@ -150,15 +150,15 @@ class LeanServerTest : public ::testing::Test {
 
 std::string Post(const std::string& target, const std::string& body, bool close = false) {
   return "POST " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n" +
-         (close ? "Connection: close\r\n" : "") +
-         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+         (close ? "Connection: close\r\n" : "") + "Content-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
 }
 
 // Pipelined requests answered each its own way come back in the order sent.
 TEST_F(LeanServerTest, PipelinedRequestsAreAnsweredInOrder) {
   const int fd = Connect();
-  Write(fd, Post("/pool", "a") + Post("/async", "b") + Post("/sync", "c") +
-                Post("/pool", "d") + Post("/sync", "e", /*close=*/true));
+  Write(fd, Post("/pool", "a") + Post("/async", "b") + Post("/sync", "c") + Post("/pool", "d") +
+                Post("/sync", "e", /*close=*/true));
   const std::string got = Read(fd);
   ::close(fd);
   const size_t a = got.find("pool:a"), b = got.find("async:b"), c = got.find("sync:c"),
@@ -185,8 +185,8 @@ TEST_F(LeanServerTest, AChunkedBodyOverTheLimitIs413) {
   const int fd = Connect();
   Write(fd,
         "POST /sync HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n"
-        "Transfer-Encoding: chunked\r\n\r\n50\r\n" + std::string(80, 'x') + "\r\n50\r\n" +
-            std::string(80, 'y') + "\r\n0\r\n\r\n");
+        "Transfer-Encoding: chunked\r\n\r\n50\r\n" +
+            std::string(80, 'x') + "\r\n50\r\n" + std::string(80, 'y') + "\r\n0\r\n\r\n");
   const std::string got = Read(fd);
   ::close(fd);
   EXPECT_THAT(got, HasSubstr("HTTP/1.1 413 "));

@@ -65,13 +65,15 @@ absl::Status Loop::Init() {
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   event_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (epoll_ < 0 || event_ < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot create an event loop: ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot create an event loop: ", std::strerror(errno)));
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.ptr = &event_tag;
   if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, event_, &ev) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot create an event loop: ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot create an event loop: ", std::strerror(errno)));
   }
   ResumeAccepting();
   return absl::OkStatus();

@@ -39,8 +39,8 @@ struct Core {
   const ServerOptions options;
   boost::asio::thread_pool pool;
   std::atomic<bool> stopping{false};
-  int listener = -1;                 // non-blocking; in every loop's epoll set
-  std::atomic<int> live{0};          // connections served (not those refused)
+  int listener = -1;         // non-blocking; in every loop's epoll set
+  std::atomic<int> live{0};  // connections served (not those refused)
   // Loops that still have the listener in their epoll set: the last to take it out
   // at shutdown closes it, so no new connection waits in its backlog.
   std::atomic<int> listening{0};

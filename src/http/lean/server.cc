@@ -50,15 +50,14 @@ class LeanServer final : public ServerEngine {
     std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> results(found, &::freeaddrinfo);
     const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     const int one = 1;
-    const bool ok = fd >= 0 &&
-                    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+    const bool ok = fd >= 0 && ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
                     ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 &&
                     ::listen(fd, SOMAXCONN) == 0;
     if (!ok) {
       const int error = errno;
       if (fd >= 0) ::close(fd);
-      return absl::UnavailableError(absl::StrCat("cannot listen on ", o.host, ":", o.port, ": ",
-                                                 std::strerror(error)));
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", o.host, ":", o.port, ": ", std::strerror(error)));
     }
     sockaddr_storage bound{};
     socklen_t len = sizeof bound;

@@ -24,7 +24,8 @@ namespace {
 // The first transfer-coding of a Transfer-Encoding value other than chunked
 // (lower case), or "" when there is none.
 std::string UnsupportedCoding(std::string_view value) {
-  for (absl::string_view coding : absl::StrSplit(absl::string_view(value.data(), value.size()), ',')) {
+  for (absl::string_view coding :
+       absl::StrSplit(absl::string_view(value.data(), value.size()), ',')) {
     std::string c = absl::AsciiStrToLower(absl::StripAsciiWhitespace(coding));
     if (const size_t semi = c.find(';'); semi != std::string::npos) c = c.substr(0, semi);
     if (!c.empty() && c != "chunked") return c;
@@ -88,11 +89,12 @@ std::string BusyAnswer() {
   const std::string body = absl::StrCat(
       "{\"type\":\"about:blank\",\"title\":\"Too many connections\",\"status\":503,"
       "\"detail\":\"the server has as many connections open as it serves; retry shortly\","
-      "\"request_id\":\"", id, "\"}");
+      "\"request_id\":\"",
+      id, "\"}");
   return absl::StrCat(
       "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
-      "Retry-After: 1\r\nConnection: close\r\nX-Request-Id: ", id, "\r\nContent-Length: ",
-      body.size(), "\r\n\r\n", body);
+      "Retry-After: 1\r\nConnection: close\r\nX-Request-Id: ",
+      id, "\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
 }
 
 int ShedBacklog(int listener, int* spare_fd, Metrics& metrics) {
@@ -117,8 +119,7 @@ int ShedBacklog(int listener, int* spare_fd, Metrics& metrics) {
 }
 
 void CountAndLogAnswer(Metrics& metrics, const Reply& reply, std::string_view method,
-                       std::string_view request_id,
-                       std::chrono::steady_clock::time_point started) {
+                       std::string_view request_id, std::chrono::steady_clock::time_point started) {
   // Counted when the answer is handed to the socket, not when the write completes:
   // a client that has read it and asks /metrics next finds it counted.
   const auto latency = std::chrono::steady_clock::now() - started;

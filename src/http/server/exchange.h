@@ -49,7 +49,6 @@ int ShedBacklog(int listener, int* spare_fd, Metrics& metrics);
 // latency since `started`) and writes its access-log line: one per answer, never
 // the token or the body.
 void CountAndLogAnswer(Metrics& metrics, const Reply& reply, std::string_view method,
-                       std::string_view request_id,
-                       std::chrono::steady_clock::time_point started);
+                       std::string_view request_id, std::chrono::steady_clock::time_point started);
 
 }  // namespace idem::http
