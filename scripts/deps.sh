@@ -11,6 +11,7 @@ build_pkgs=(
   libabsl-dev libsqlite3-dev libssl-dev libboost-dev libpq-dev libmariadb-dev libhiredis-dev
   libsimdjson-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libtomlplusplus-dev
   librocksdb-dev librdkafka-dev
+  libhttp-parser-dev  # the lean HTTP engine's request parser (idem serve --http lean)
 )
 package_pkgs=(help2man dpkg-dev file)
 test_pkgs=(

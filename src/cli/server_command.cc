@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -103,7 +104,16 @@ void AddServerFlags(CLI::App& root, CLI::App* sub, ServerFlags* flags) {
   sub->add_option("--threads", flags->threads,
                   "Worker threads running the blocking calls (store, upstream)")
       ->capture_default_str();
-  sub->add_option("--io-threads", flags->io_threads, "Threads running network I/O")
+  flags->io_threads_option =
+      sub->add_option("--io-threads", flags->io_threads,
+                      "Threads running network I/O: lean's event loops (unless given: one "
+                      "per core it may run on) or beast's io_contexts")
+          ->capture_default_str();
+  sub->add_option("--http", flags->http,
+                  "HTTP engine: lean (one epoll loop per I/O thread that parses, answers and "
+                  "writes each request it can on that thread) or beast (Boost.Beast, the "
+                  "engine before lean) (also IDEM_HTTP)")
+      ->envname("IDEM_HTTP")
       ->capture_default_str();
   sub->add_option("--max-connections", flags->max_connections,
                   "Connections served at once; past it new ones are answered 503 and closed "
@@ -147,9 +157,28 @@ absl::StatusOr<http::ServerOptions> ServerOptionsOf(const ServerFlags& flags) {
     return absl::InvalidArgumentError("--header-timeout '" + flags.header_timeout +
                                       "' must be a duration from 1ms to 1h (e.g. 10s, 500ms)");
   }
+  if (flags.http == "beast") {
+    options.engine = http::HttpEngine::kBeast;
+  } else if (flags.http == "lean") {
+    options.engine = http::HttpEngine::kLean;
+  } else {
+    return absl::InvalidArgumentError("--http '" + flags.http + "' must be lean or beast");
+  }
   options.max_body_bytes = flags.max_body;
   options.worker_threads = flags.threads;
   options.io_threads = flags.io_threads;
+  const bool io_threads_given =
+      flags.io_threads_option != nullptr && flags.io_threads_option->count() > 0;
+  if (options.engine == http::HttpEngine::kLean && !io_threads_given) {
+    // One loop per core this process may run on (taskset, a cgroup's cpuset), not
+    // per core of the machine: two loops on one core only take turns.
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int usable = sched_getaffinity(0, sizeof cpus, &cpus) == 0
+                           ? CPU_COUNT(&cpus)
+                           : static_cast<int>(std::thread::hardware_concurrency());
+    options.io_threads = std::clamp(usable, 1, 256);
+  }
   options.header_timeout = *header_timeout;
   options.max_connections = ConnectionCap(flags.max_connections);
   LimitMallocArenas();

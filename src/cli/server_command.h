@@ -30,7 +30,8 @@ struct ServerFlags {
   std::string listen;  // the default is the command's
   uint64_t max_body = 1 << 20;
   int threads = 16;
-  int io_threads = 2;
+  int io_threads = 2;  // beast's; lean runs one loop per core unless --io-threads is given
+  std::string http = "lean";  // --http: the engine, lean or beast
   int max_connections = 0;  // 0: sized from the descriptor limit
   std::string header_timeout = "10s";
   // The longest Retry-After of a 409 in_progress, in seconds (RetryAfterMaxOf).
@@ -41,9 +42,10 @@ struct ServerFlags {
   bool require_store_at_start = false;
   const CLI::Option* config = nullptr;  // the root's --config, for the file's name
   const CLI::Option* store_option = nullptr;  // --store, to tell a default from a choice
+  const CLI::Option* io_threads_option = nullptr;  // --io-threads, likewise
 };
 
-// Adds --listen, --max-body, --threads, --io-threads, --max-connections,
+// Adds --listen, --http (also IDEM_HTTP), --max-body, --threads, --io-threads, --max-connections,
 // --header-timeout, --retry-after-max, --store (also IDEM_STORE),
 // --store-password-file and --require-store-at-start to `sub`; `flags` keeps the values (and their defaults).
 void AddServerFlags(CLI::App& root, CLI::App* sub, ServerFlags* flags);

@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <future>
 #include <memory>
 #include <string>
@@ -37,6 +39,14 @@ using ::idem::testing::kGenerousDeadline;
 using ::idem::testing::WaitUntil;
 using ::testing::HasSubstr;
 
+// The engine under test: Beast when IDEM_HTTP=beast (the suite's second ctest
+// run, as `idem serve` reads it), else lean, the default.
+HttpEngine EngineUnderTest() {
+  const char* http = std::getenv("IDEM_HTTP");
+  return http != nullptr && std::string_view(http) == "beast" ? HttpEngine::kBeast
+                                                               : HttpEngine::kLean;
+}
+
 // An Api on `guard` and `store` with `options` (tenant acme, token tok-a, unless
 // they name tenants), served by a started Server on one I/O thread and `workers`
 // worker threads; stopped when it goes.
@@ -44,6 +54,7 @@ struct StartedServer {
   StartedServer(Guard& guard, Store& store, ApiOptions options, int workers)
       : api(guard, store, metrics, WithTenant(std::move(options))) {
     ServerOptions so;
+    so.engine = EngineUnderTest();
     so.port = 0;
     so.io_threads = 1;
     so.worker_threads = workers;
@@ -87,6 +98,7 @@ class ServerTest : public ::testing::Test {
     o.clock = &clock_;
     api_ = std::make_unique<Api>(*guard_, *store_, metrics_, o);
     ServerOptions so;
+    so.engine = EngineUnderTest();
     so.port = 0;
     so.io_threads = 1;
     so.worker_threads = 4;

@@ -15,6 +15,7 @@
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/post.hpp"
 #include "boost/asio/write.hpp"
+#include "http/server/exchange.h"
 #include "http/server/problem.h"
 #include "http/server/render.h"
 #include "spdlog/spdlog.h"
@@ -28,36 +29,6 @@ namespace bhttp = boost::beast::http;
 
 std::chrono::steady_clock::duration Chrono(absl::Duration d) {
   return absl::ToChronoNanoseconds(d);
-}
-
-// The origin-form of a request target: an absolute-form one
-// ("http://host:port/v1/claims?x", RFC 9112 §3.2.2, which a server MUST accept) has
-// its scheme and authority dropped; others are returned as they are.
-std::string OriginForm(std::string_view target) {
-  for (std::string_view scheme : {"http://", "https://"}) {
-    if (target.size() < scheme.size() ||
-        !absl::EqualsIgnoreCase(absl::string_view(target.data(), scheme.size()),
-                                absl::string_view(scheme.data(), scheme.size()))) {
-      continue;
-    }
-    const size_t path = target.find_first_of("/?", scheme.size());
-    if (path == std::string_view::npos) return "/";
-    std::string out(target.substr(path));
-    if (out.front() == '?') out.insert(0, "/");
-    return out;
-  }
-  return std::string(target);
-}
-
-// The first transfer-coding of a Transfer-Encoding value other than chunked
-// (lower case), or "" when there is none.
-std::string UnsupportedCoding(boost::beast::string_view value) {
-  for (absl::string_view coding : absl::StrSplit(absl::string_view(value.data(), value.size()), ',')) {
-    std::string c = absl::AsciiStrToLower(absl::StripAsciiWhitespace(coding));
-    if (const size_t semi = c.find(';'); semi != std::string::npos) c = c.substr(0, semi);
-    if (!c.empty() && c != "chunked") return c;
-  }
-  return "";
 }
 
 // The request fields OnHeader reads, found in one pass (the first of each, as
@@ -101,44 +72,7 @@ ConnectionHeaderFields ScanConnectionHeader(const bhttp::fields& req) {
   return out;
 }
 
-// The answer to a header refused before it is routed, or nullopt.
-std::optional<HttpResponse> RefuseConnectionHeader(const ConnectionHeaderFields& fields) {
-  // Two Host fields leave the request's authority ambiguous, and a server MUST
-  // answer 400 (RFC 9112 §3.2); a proxy that read one and forwarded both could be
-  // steered by whichever one the next hop reads.
-  if (fields.hosts > 1) return BadHttp("the request has more than one Host header");
-  // Only chunked is a transfer-coding this server decodes; a body in another one
-  // (gzip, deflate, …) would reach the API still encoded (RFC 9112 §6.1: 501).
-  if (std::string coding = UnsupportedCoding(fields.transfer_encoding); !coding.empty()) {
-    return MakeProblem(501, "unsupported_transfer_coding", "Not Implemented",
-                       absl::StrCat("transfer-coding \"", coding,
-                                    "\" is not supported; send the body plainly "
-                                    "(Content-Length) or chunked"));
-  }
-  return std::nullopt;
-}
-
 }  // namespace
-
-// A client's X-Request-Id is kept when it is 1-128 of [A-Za-z0-9._:-] (it goes
-// into logs and JSON unescaped); otherwise, and when absent, one is made: 32 hex
-// digits from a per-thread generator (unique, not secret).
-std::string RequestIdFrom(std::string_view given) {
-  bool ok = !given.empty() && given.size() <= 128;
-  for (char c : given) {
-    ok = ok && (absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
-                c == ':' || c == '-');
-  }
-  if (ok) return std::string(given);
-  thread_local std::mt19937_64 random(std::random_device{}());
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id(32, '0');
-  for (int half = 0; half < 2; ++half) {
-    uint64_t bits = random();
-    for (int i = 0; i < 16; ++i, bits >>= 4) id[half * 16 + i] = kHex[bits & 0xf];
-  }
-  return id;
-}
 
 Connection::Connection(ConnectionSocket&& socket, ServerShared shared)
     : shared_(shared), stream_(std::move(socket)), timer_(stream_.get_executor()) {}
@@ -243,7 +177,7 @@ void Connection::OnHeader(beast::error_code ec) {
   head_ = req.method() == bhttp::verb::head;
   method_ = std::string(req.method_string());
   started_ = std::chrono::steady_clock::now();
-  if (std::optional<HttpResponse> refused = RefuseConnectionHeader(fields)) {
+  if (std::optional<HttpResponse> refused = RefuseHeader(fields.hosts, std::string_view(fields.transfer_encoding.data(), fields.transfer_encoding.size()))) {
     Reply reply;
     reply.route = Route::kOther;
     reply.response = *std::move(refused);
@@ -429,26 +363,12 @@ void Connection::OnTimer(beast::error_code) {
 
 void Connection::Send(const Reply& reply, bool force_close) {
   call_.reset();  // answered: nothing runs it any more, and its body is let go
-  // Counted when the answer is handed to the socket, not when the write completes:
-  // a client that has read it and asks /metrics next finds it counted.
-  const auto latency = std::chrono::steady_clock::now() - started_;
-  shared_.api.metrics().CountRequest(reply.route, reply.response.status, reply.outcome,
-                                     std::chrono::duration_cast<std::chrono::nanoseconds>(latency));
+  CountAndLogAnswer(shared_.api.metrics(), reply, method_, request_id_, started_);
   const bool close = force_close || !keep_alive_ || shared_.stopping.load();
   RenderResponse(reply.response,
                  {.version = version_, .keep_alive = !close, .head = head_,
                   .request_id = request_id_},
                  out_);
-  // The access log: one line per answer, never the token or the body.
-  if (spdlog::should_log(spdlog::level::info)) {
-    const double ms = std::chrono::duration<double, std::milli>(latency).count();
-    spdlog::info(
-        "access method={} route={} status={} outcome={} latency_ms={:.3f} tenant={} "
-        "request_id={}",
-        method_, RouteName(reply.route), reply.response.status,
-        reply.outcome.empty() ? "-" : reply.outcome, ms, reply.tenant.empty() ? "-" : reply.tenant,
-        request_id_);
-  }
   stream_.expires_after(Chrono(shared_.options.io_timeout));
   asio::async_write(stream_, asio::buffer(out_),
                     [self = shared_from_this(), close](beast::error_code ec, std::size_t) {

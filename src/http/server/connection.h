@@ -19,15 +19,11 @@
 #include "boost/asio/thread_pool.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
+#include "http/server/exchange.h"
 #include "http/server/handler.h"
 #include "http/server/server.h"
 
 namespace idem::http {
-
-// A client's X-Request-Id when it is 1-128 of [A-Za-z0-9._:-] (it goes into logs
-// and JSON unescaped); otherwise, and for "", a new one: 32 hex digits from a
-// per-thread generator (unique, not secret).
-std::string RequestIdFrom(std::string_view given);
 
 // What connections share with the Server that owns them.
 struct ServerShared {

@@ -32,6 +32,12 @@ bool WithoutContentLength(int status) {
 
 void RenderResponse(const HttpResponse& response, const RenderOptions& options,
                     std::string& out) {
+  out.clear();
+  AppendResponse(response, options, out);
+}
+
+void AppendResponse(const HttpResponse& response, const RenderOptions& options,
+                    std::string& out) {
   const auto reason =
       boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(response.status));
   const bool problem = response.content_type == "application/problem+json" &&
@@ -40,7 +46,6 @@ void RenderResponse(const HttpResponse& response, const RenderOptions& options,
       problem ? absl::StrCat(",\"request_id\":\"", AV(options.request_id), "\"") : std::string();
   const size_t body_size = response.body.size() + request_id_member.size();
 
-  out.clear();
   absl::StrAppend(&out, options.version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ", response.status, " ",
                   absl::string_view(reason.data(), reason.size()), "\r\n");
   bool has_server = false;

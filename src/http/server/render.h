@@ -31,5 +31,9 @@ struct RenderOptions {
 // problem+json body gets `"request_id":"…"` as its last member.
 void RenderResponse(const HttpResponse& response, const RenderOptions& options,
                     std::string& out);
+// The same bytes appended to `out` (the lean server's write buffer gathers every
+// answer of a loop turn for one write).
+void AppendResponse(const HttpResponse& response, const RenderOptions& options,
+                    std::string& out);
 
 }  // namespace idem::http

@@ -24,28 +24,15 @@
 #include "boost/asio/thread_pool.hpp"
 #include "boost/asio/write.hpp"
 #include "core/absl_compat.h"
+#include "http/lean/server.h"
 #include "http/server/connection.h"
+#include "http/server/engine.h"
 #include "spdlog/spdlog.h"
 
 namespace idem::http {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-
-// The answer to a connection past the cap (or met while out of descriptors), with a
-// request id of its own (the request is never read) in the header and the problem
-// body, as every other answer has.
-std::string BusyAnswer() {
-  const std::string id = RequestIdFrom("");
-  const std::string body = absl::StrCat(
-      "{\"type\":\"about:blank\",\"title\":\"Too many connections\",\"status\":503,"
-      "\"detail\":\"the server has as many connections open as it serves; retry shortly\","
-      "\"request_id\":\"", id, "\"}");
-  return absl::StrCat(
-      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
-      "Retry-After: 1\r\nConnection: close\r\nX-Request-Id: ", id, "\r\nContent-Length: ",
-      body.size(), "\r\n\r\n", body);
-}
 
 // A connection refused past the cap: the answer goes out, then the socket is
 // half-closed and drained until the client closes (or 2 s), so that the client's
@@ -83,7 +70,7 @@ struct Refused : std::enable_shared_from_this<Refused> {
   char buf[512];
 };
 
-class ServerImpl {
+class ServerImpl final : public ServerEngine {
  public:
   ServerImpl(Handler& api, ServerOptions options)
       : api_(api),
@@ -93,13 +80,13 @@ class ServerImpl {
         acceptor_(*contexts_.front()),
         accept_timer_(acceptor_.get_executor()) {}
 
-  ~ServerImpl() {
+  ~ServerImpl() override {
     Shutdown();
     Wait();
     if (spare_fd_ >= 0) ::close(spare_fd_);
   }
 
-  absl::Status Start() {
+  absl::Status Start() override {
     boost::system::error_code ec;
     tcp::resolver resolver(*contexts_.front());
     auto results =
@@ -129,10 +116,10 @@ class ServerImpl {
     return absl::OkStatus();
   }
 
-  std::string address() const { return bound_.address().to_string(); }
-  uint16_t port() const { return bound_.port(); }
+  std::string address() const override { return bound_.address().to_string(); }
+  uint16_t port() const override { return bound_.port(); }
 
-  void Shutdown() {
+  void Shutdown() override {
     if (stopping_.exchange(true)) return;
     if (started_) spdlog::info("shutting down: closing the listener and idle connections");
     asio::post(acceptor_.get_executor(), [this] {
@@ -155,7 +142,7 @@ class ServerImpl {
     if (connections_.empty()) work_.clear();
   }
 
-  void Wait() {
+  void Wait() override {
     for (std::thread& t : threads_) {
       if (t.joinable()) t.join();
     }
@@ -246,24 +233,7 @@ class ServerImpl {
   // the reserve descriptor is given up for one accept at a time, each gets the 503
   // and is closed, then the reserve is taken back.
   void ShedPending() {
-    if (spare_fd_ < 0) return;
-    ::close(spare_fd_);
-    spare_fd_ = -1;
-    const int listener = acceptor_.native_handle();
-    for (int i = 0; i < 256; ++i) {
-      pollfd p{listener, POLLIN, 0};
-      if (::poll(&p, 1, 0) <= 0) break;
-      const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) break;
-      const std::string answer = BusyAnswer();
-      // Best effort: a full send buffer or a gone client only loses this answer.
-      (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      ::shutdown(fd, SHUT_WR);
-      ::close(fd);
-      ++refused_.count;
-      api_.metrics().CountRefused(Refusal::kFdExhausted);
-    }
-    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    refused_.count += ShedBacklog(acceptor_.native_handle(), &spare_fd_, api_.metrics());
   }
 
   // A condition that repeats under load (accept failures, refusals): counted, and
@@ -308,7 +278,10 @@ class ServerImpl {
 };
 
 Server::Server(Handler& handler, ServerOptions options)
-    : impl_(std::make_unique<ServerImpl>(handler, std::move(options))) {}
+    : impl_(options.engine == HttpEngine::kLean
+                ? MakeLeanServer(handler, std::move(options))
+                : std::unique_ptr<ServerEngine>(
+                      std::make_unique<ServerImpl>(handler, std::move(options)))) {}
 
 Server::~Server() = default;
 

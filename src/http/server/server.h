@@ -1,4 +1,7 @@
-// Server: the HTTP/1.1 front of `idem serve`. A few I/O threads, each running an
+// Server: the HTTP/1.1 front of `idem serve`, on one of two engines
+// (ServerOptions::engine): lean (lean/server.h: an epoll loop per core that reads,
+// decides and writes each request it can on that thread) or the Beast engine
+// described here. A few I/O threads, each running an
 // io_context of its own; connections are accepted on the first and given to them in
 // turn, so all of a connection's handlers run on one thread (no strand needed).
 // Reads requests with Boost.Beast (keep-alive, 100-continue, a body limit), has the
@@ -42,7 +45,15 @@
 
 namespace idem::http {
 
+// The HTTP/1.1 engine a Server runs on (`idem serve --http`); both keep the
+// contract below, and the HTTP suites run on both.
+enum class HttpEngine {
+  kLean,   // one epoll loop per io_thread, http_parser, answers written once per turn
+  kBeast,  // Boost.Beast: io_threads io_contexts, accepted connections dealt in turn
+};
+
 struct ServerOptions {
+  HttpEngine engine = HttpEngine::kLean;
   std::string host = "127.0.0.1";  // an IP address or a resolvable name
   uint16_t port = 7070;            // 0: the kernel picks one; see port()
   int io_threads = 2;              // each runs an io_context of its own
@@ -63,7 +74,7 @@ struct ServerOptions {
   int max_connections = 0;
 };
 
-class ServerImpl;
+class ServerEngine;
 
 class Server {
  public:
@@ -90,7 +101,7 @@ class Server {
   void Wait();
 
  private:
-  std::unique_ptr<ServerImpl> impl_;
+  std::unique_ptr<ServerEngine> impl_;
 };
 
 }  // namespace idem::http
