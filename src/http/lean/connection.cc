@@ -35,6 +35,20 @@ bool NamedLean(const std::string& name, std::string_view wanted) {
 
 LeanConnection* Of(http_parser* p) { return static_cast<LeanConnection*>(p->data); }
 
+// RFC 9110's tchar: what a field name is made of. http_parser (built without
+// HTTP_PARSER_STRICT) also takes a space, so `Transfer-Encoding : chunked` would
+// reach the Handler (and a proxy's upstream) as another field.
+bool IsTokenChar(char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  switch (c) {
+    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
+    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 const http_parser_settings LeanConnection::kSettings = [] {
@@ -107,7 +121,7 @@ void LeanConnection::Pump() {
     if (out_.size() - out_sent_ >= kOutHigh) return;  // Flush resumes
     if (in_begin_ < in_end_ && !Parse()) return;
     if (drained_) return;
-    in_begin_ = in_end_ = 0;  // Parse consumed the window
+    in_begin_ = in_end_ = scanned_ = 0;  // Parse consumed the window
     if (in_ == nullptr) in_ = std::make_unique<char[]>(kWindow);
     const ssize_t n = ::recv(fd_, in_.get(), kWindow, 0);
     if (n > 0) {
@@ -134,6 +148,7 @@ void LeanConnection::Pump() {
 
 bool LeanConnection::Parse() {
   while (in_begin_ < in_end_) {
+    if (header_scan_ && !ScanHeaderLineEnds()) return false;
     const bool in_header = !header_done_;
     paused_ = Paused::kNone;
     const size_t n =
@@ -167,12 +182,39 @@ bool LeanConnection::Parse() {
   return true;
 }
 
+bool LeanConnection::ScanHeaderLineEnds() {
+  for (size_t i = std::max(scanned_, in_begin_); i < in_end_; ++i) {
+    const char c = in_[i];
+    if (c == '\n') {
+      if (prev_ != '\r') {
+        request_id_ = RequestIdFrom("");
+        method_ = "-";
+        started_ = Clock::now();
+        header_done_ = false;
+        AnswerProblem(BadHttp("bad line ending"));
+        return false;
+      }
+      if (++crlf_pairs_ == 2) {  // the empty line: the header ends here
+        header_scan_ = false;
+        scanned_ = i + 1;
+        return true;
+      }
+    } else if (c != '\r') {
+      crlf_pairs_ = 0;
+    }
+    prev_ = c;
+  }
+  scanned_ = in_end_;
+  return true;
+}
+
 int LeanConnection::OnMessageBegin(http_parser* p) {
   LeanConnection* c = Of(p);
   c->in_request_ = true;
   c->header_done_ = false;
   c->header_bytes_ = 0;
   c->body_too_large_ = false;
+  c->bad_field_ = false;
   c->url_.clear();
   c->field_.clear();
   c->value_.clear();
@@ -201,6 +243,12 @@ int LeanConnection::OnUrl(http_parser* p, const char* at, size_t n) {
 
 int LeanConnection::OnHeaderField(http_parser* p, const char* at, size_t n) {
   LeanConnection* c = Of(p);
+  for (size_t i = 0; i < n; ++i) {
+    if (!IsTokenChar(at[i])) {
+      c->bad_field_ = true;
+      return 1;  // HPE_CB_header_field: OnParseError answers 400 "bad field"
+    }
+  }
   if (c->in_value_) c->EndHeaderField();
   c->field_.append(at, n);
   return 0;
@@ -311,6 +359,11 @@ void LeanConnection::OnHeader() {
 }
 
 void LeanConnection::OnMessage() {
+  // The next request's header is checked from the byte after this one's end.
+  header_scan_ = true;
+  scanned_ = in_begin_;
+  prev_ = 0;
+  crlf_pairs_ = 0;
   read_deadline_ = Clock::time_point::max();
   keep_alive_ = http_should_keep_alive(&parser_) != 0;
   HttpRequest& request = call_->request();
@@ -332,6 +385,8 @@ void LeanConnection::OnParseError(http_errno error) {
     AnswerProblem(BodyTooLarge(core_.options.max_body_bytes));
   } else if (error == HPE_HEADER_OVERFLOW) {
     AnswerProblem(HeaderTooLarge());
+  } else if (error == HPE_CB_header_field && bad_field_) {
+    AnswerProblem(BadHttp("bad field"));
   } else if (std::optional<HttpResponse> refused = RefuseHeader(hosts_, transfer_encoding_);
              refused.has_value() && error == HPE_INVALID_TRANSFER_ENCODING) {
     AnswerProblem(*std::move(refused));

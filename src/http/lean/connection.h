@@ -82,6 +82,10 @@ class LeanConnection {
   // Parses what in_ holds; false when parsing must stop here (a request was
   // dispatched, or answered with close).
   bool Parse();
+  // False, having answered 400 "bad line ending", when the header holds a line
+  // ended by LF alone (http_parser takes it; a proxy behind idem might not agree
+  // on where the header ends). Scans only the header, once.
+  bool ScanHeaderLineEnds();
   void EndHeaderField();
   void OnHeader();
   void OnMessage();
@@ -109,6 +113,14 @@ class LeanConnection {
   std::unique_ptr<char[]> in_;  // the read window
   size_t in_begin_ = 0, in_end_ = 0;
   bool drained_ = false;  // the last read found no more bytes (edge-triggered epoll)
+  // Line endings of the header still to be checked (ScanHeaderLineEnds): the
+  // window is scanned from scanned_ while header_scan_; prev_ is the byte before
+  // it, crlf_pairs_ the CRLFs that end there in a row (two: the header's end).
+  bool header_scan_ = true;
+  size_t scanned_ = 0;
+  char prev_ = 0;
+  int crlf_pairs_ = 0;
+  bool bad_field_ = false;  // a field name with a byte that is no token character
   std::string out_;       // answers not yet written
   size_t out_sent_ = 0;
   bool dirty_ = false;
