@@ -24,7 +24,7 @@
 #include "idem/idem.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
-#include "rocksdb/utilities/transaction_db_mutex.h"
+#include "rocksdb/utilities/transaction_db.h"
 #include "store/backend.h"
 #include "store/record_codec.h"
 #include "store/rocksdb/batch_writer.h"
@@ -100,7 +100,8 @@ TEST(RocksdbStoreTest, ADeletedOrReplacedDirectoryIsAStoreFault) {
 }
 
 // A file system whose appends fail with NoSpace while `full` is set, as a full
-// disk's do, and which reports room enough for RocksDB's recovery otherwise.
+// disk's do, and which reports room enough for RocksDB's recovery otherwise; while
+// syncs are held (HoldSyncs), a sync waits until ReleaseSyncs, as a slow disk's does.
 class FullDiskFs final : public rocksdb::FileSystemWrapper {
  public:
   explicit FullDiskFs(std::shared_ptr<rocksdb::FileSystem> base) : FileSystemWrapper(base) {}
@@ -121,7 +122,34 @@ class FullDiskFs final : public rocksdb::FileSystemWrapper {
 
   std::atomic<bool> full{false};
 
+  void HoldSyncs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = true;
+  }
+  void ReleaseSyncs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = false;
+    released_.notify_all();
+  }
+  // How many syncs wait now.
+  int held() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_;
+  }
+
  private:
+  void MaybeHold() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++held_;
+    released_.wait(lock, [this] { return !hold_; });
+    --held_;
+  }
+
+  std::mutex mu_;
+  std::condition_variable released_;
+  bool hold_ = false;
+  int held_ = 0;
+
   class File final : public rocksdb::FSWritableFileOwnerWrapper {
    public:
     File(std::unique_ptr<rocksdb::FSWritableFile> file, FullDiskFs* fs)
@@ -136,6 +164,16 @@ class FullDiskFs final : public rocksdb::FileSystemWrapper {
                              rocksdb::IODebugContext* debug) override {
       if (fs_->full) return rocksdb::IOStatus::NoSpace("injected: the disk is full");
       return target()->Append(data, options, info, debug);
+    }
+    rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
+                           rocksdb::IODebugContext* debug) override {
+      fs_->MaybeHold();
+      return target()->Sync(options, debug);
+    }
+    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
+                            rocksdb::IODebugContext* debug) override {
+      fs_->MaybeHold();
+      return target()->Fsync(options, debug);
     }
 
    private:
@@ -222,26 +260,43 @@ TEST(RocksdbStoreTest, AcknowledgedWritesSurviveAReopen) {
   }
 }
 
-// writer=queue's BatchWriter: the batches of 16 concurrent committers are all
-// written (in groups: never more writes than batches), and a batch it cannot
-// write (a Merge) fails alone while the rest of its group is written.
+// A commit for the BatchWriter: puts `key` (a Merge too when `bad`, which AddTo
+// refuses as a record transaction's writes never hold one), and calls `written`.
+class TestCommit final : public rocksdbstore::BatchWriter::Commit {
+ public:
+  TestCommit() = default;
+  TestCommit(std::string key, bool bad) : key_(std::move(key)), bad_(bad) {}
+  rocksdb::Status AddTo(rocksdb::WriteBatch& group) const override {
+    rocksdb::Status s = group.Put(key_, "v");
+    if (s.ok() && bad_) s = rocksdb::Status::NotSupported("writes Put and Delete only, not Merge");
+    return s;
+  }
+  void Written(const rocksdb::Status& status) override { written(status); }
+  std::function<void(const rocksdb::Status&)> written = [](const rocksdb::Status&) {};
+
+ private:
+  std::string key_;
+  bool bad_ = false;
+};
+
+// writer=queue's BatchWriter: the commits of 16 concurrent committers are all
+// written (in groups: never more writes than commits), and a commit whose writes
+// it cannot add fails alone while the rest of its group is written (a part of the
+// refused one it had added already is not).
 TEST(RocksdbStoreTest, TheQueueWriterWritesEveryBatchAndFailsABadOneAlone) {
   testing::TempDir dir;
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> db,
                        rocksdbstore::OpenSharedDb({.path = dir.file("db")}, false));
   {
-    rocksdbstore::BatchWriter writer(db->db->GetBaseDB(), /*sync=*/true);
+    rocksdbstore::BatchWriter writer(db->db.get(), /*sync=*/true);
     std::vector<std::thread> threads;
     std::vector<absl::Status> results(16 * 10);
     for (int t = 0; t < 16; ++t) {
       threads.emplace_back([&, t] {
         for (int i = 0; i < 10; ++i) {
-          rocksdb::WriteBatch batch;
-          ASSERT_TRUE(batch.Put("rk" + std::to_string(t * 10 + i), "v").ok());
-          if (t == 3 && i == 5) {
-            ASSERT_TRUE(batch.Merge("rk35", "x").ok());
-          }
-          results[t * 10 + i] = writer.Write(batch, "commit");
+          const int k = t * 10 + i;
+          TestCommit commit("rk" + std::to_string(k), /*bad=*/k == 35);
+          results[k] = writer.Write(commit, "commit");
         }
       });
     }
@@ -254,8 +309,8 @@ TEST(RocksdbStoreTest, TheQueueWriterWritesEveryBatchAndFailsABadOneAlone) {
           db->db->Get(rocksdb::ReadOptions(), "rk" + std::to_string(k), &value);
       if (k == 35) {
         EXPECT_EQ(results[k].code(), absl::StatusCode::kInternal) << results[k];
-        EXPECT_THAT(Message(results[k]), HasSubstr("Put and Delete only, not: Merge"));
-        EXPECT_TRUE(got.IsNotFound()) << "a refused batch is not written in part";
+        EXPECT_THAT(Message(results[k]), HasSubstr("Put and Delete only, not Merge"));
+        EXPECT_TRUE(got.IsNotFound()) << "a refused commit is not written in part";
       } else {
         EXPECT_OK(results[k]);
         EXPECT_TRUE(got.ok()) << k;
@@ -277,36 +332,33 @@ absl::Status Await(const std::function<bool(std::function<void(absl::Status)>)>&
   return status;
 }
 
-// WriteAsync: every callback comes once, from the writer thread, after its batch is
-// written (readable), with the batch's own status; a refused batch fails alone;
-// Write and WriteAsync share groups.
+// WriteAsync: every callback comes once, from the writer thread, after its commit
+// is written (readable), with the commit's own status; a refused commit fails
+// alone; Write and WriteAsync share groups.
 TEST(RocksdbStoreTest, TheQueueWritersAsyncWritesCallBackOnceAfterTheWrite) {
   testing::TempDir dir;
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> db,
                        rocksdbstore::OpenSharedDb({.path = dir.file("db")}, false));
   constexpr int kBatches = 200;
-  std::vector<rocksdb::WriteBatch> batches(kBatches);
-  std::vector<absl::Status> results(kBatches, absl::UnknownError("not called"));
+  std::vector<TestCommit> commits;
+  std::vector<rocksdb::Status> results(kBatches, rocksdb::Status::Aborted("not called"));
   std::vector<int> calls(kBatches, 0);
   std::vector<bool> readable(kBatches, false);
   std::vector<std::thread::id> callers(kBatches);
+  for (int k = 0; k < kBatches; ++k) commits.emplace_back("ak" + std::to_string(k), k == 7);
   {
-    rocksdbstore::BatchWriter writer(db->db->GetBaseDB(), /*sync=*/true);
+    rocksdbstore::BatchWriter writer(db->db.get(), /*sync=*/true);
     for (int k = 0; k < kBatches; ++k) {
-      ASSERT_TRUE(batches[k].Put("ak" + std::to_string(k), "v").ok());
-      if (k == 7) {
-        ASSERT_TRUE(batches[k].Merge("ak7", "x").ok());
-      }
-      writer.WriteAsync(batches[k], "commit " + std::to_string(k), [&, k](absl::Status s) {
+      commits[k].written = [&, k](const rocksdb::Status& s) {
         ++calls[k];
-        results[k] = std::move(s);
+        results[k] = s;
         callers[k] = std::this_thread::get_id();
         std::string value;
         readable[k] = db->db->Get(rocksdb::ReadOptions(), "ak" + std::to_string(k), &value).ok();
-      });
+      };
+      writer.WriteAsync(&commits[k]);
     }
-    rocksdb::WriteBatch blocking;
-    ASSERT_TRUE(blocking.Put("ak-blocking", "v").ok());
+    TestCommit blocking("ak-blocking", false);
     EXPECT_OK(writer.Write(blocking, "commit"));
     EXPECT_EQ(writer.batches(), static_cast<uint64_t>(kBatches + 1));
   }  // the destructor writes what is queued, then stops
@@ -315,11 +367,10 @@ TEST(RocksdbStoreTest, TheQueueWritersAsyncWritesCallBackOnceAfterTheWrite) {
     EXPECT_EQ(calls[k], 1);
     EXPECT_NE(callers[k], std::this_thread::get_id()) << "called back on the writer thread";
     if (k == 7) {
-      EXPECT_EQ(results[k].code(), absl::StatusCode::kInternal) << results[k];
-      EXPECT_THAT(Message(results[k]), HasSubstr("commit 7: "));
+      EXPECT_TRUE(results[k].IsNotSupported()) << results[k].ToString();
       EXPECT_FALSE(readable[k]);
     } else {
-      EXPECT_OK(results[k]);
+      EXPECT_TRUE(results[k].ok()) << results[k].ToString();
       EXPECT_TRUE(readable[k]) << "the callback comes after the write";
     }
   }
@@ -426,117 +477,120 @@ TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter
                                 absl::Seconds(1), [](absl::StatusOr<Result>) {}));
 }
 
-// RocksDB's lock manager, as idem opens it: its stripes' mutexes, of which a
-// try-lock (what a lock timeout of 0 does) fails while `busy` is above 0, counting
-// it down, as it fails while another thread holds the stripe for a moment (the
-// writer thread releasing a committed claim's key takes it).
-class BusyStripes final : public rocksdb::TransactionDBMutexFactory {
- public:
-  std::atomic<int> busy{0};
-  std::atomic<int> failed{0};
-
-  std::shared_ptr<rocksdb::TransactionDBMutex> AllocateMutex() override {
-    return std::make_shared<Mutex>(this);
-  }
-  std::shared_ptr<rocksdb::TransactionDBCondVar> AllocateCondVar() override {
-    return std::make_shared<CondVar>();
-  }
-
- private:
-  class Mutex final : public rocksdb::TransactionDBMutex {
-   public:
-    explicit Mutex(BusyStripes* owner) : owner_(owner) {}
-    rocksdb::Status Lock() override {
-      mu.lock();
-      return rocksdb::Status::OK();
-    }
-    rocksdb::Status TryLockFor(int64_t timeout_time) override {
-      if (timeout_time == 0) {
-        int left = owner_->busy.load();
-        while (left > 0 && !owner_->busy.compare_exchange_weak(left, left - 1)) {
-        }
-        if (left > 0 || !mu.try_lock()) {
-          ++owner_->failed;
-          return rocksdb::Status::TimedOut(rocksdb::Status::SubCode::kMutexTimeout);
-        }
-        return rocksdb::Status::OK();
-      }
-      return Lock();
-    }
-    void UnLock() override { mu.unlock(); }
-    std::mutex mu;
-
-   private:
-    BusyStripes* const owner_;
-  };
-  class CondVar final : public rocksdb::TransactionDBCondVar {
-   public:
-    rocksdb::Status Wait(std::shared_ptr<rocksdb::TransactionDBMutex> mutex) override {
-      std::unique_lock<std::mutex> lock(static_cast<Mutex*>(mutex.get())->mu, std::adopt_lock);
-      cv_.wait(lock);
-      lock.release();
-      return rocksdb::Status::OK();
-    }
-    rocksdb::Status WaitFor(std::shared_ptr<rocksdb::TransactionDBMutex> mutex,
-                            int64_t timeout_time) override {
-      std::unique_lock<std::mutex> lock(static_cast<Mutex*>(mutex.get())->mu, std::adopt_lock);
-      const bool woken =
-          cv_.wait_for(lock, std::chrono::microseconds(timeout_time)) == std::cv_status::no_timeout;
-      lock.release();
-      return woken ? rocksdb::Status::OK() : rocksdb::Status::TimedOut();
-    }
-    void Notify() override { cv_.notify_one(); }
-    void NotifyAll() override { cv_.notify_all(); }
-
-   private:
-    std::condition_variable cv_;
-  };
-};
-
-// A lock stripe busy for a moment is not a key another transaction holds: the
-// non-blocking claim tries again instead of going to the worker pool (a claim of a
-// new key went there whenever the writer thread was releasing another key of the
-// same stripe, more often the busier the server). A stripe that stays busy still
-// goes to the pool, where the blocking claim waits for it.
-TEST(RocksdbStoreTest, ABusyLockStripeIsNotAHeldKey) {
+// Nothing is read before it is durable: while a claim's write waits for its sync,
+// the record is not in the store, a non-blocking duplicate is left to the
+// blocking call (kWouldBlock), and the blocking duplicate waits for that sync and
+// then answers from the durable record (kInProgress, never a second kAcquired).
+TEST(RocksdbStoreTest, ADuplicateOfAClaimBeingWrittenWaitsForItsSync) {
   testing::TempDir dir;
   const std::string path = dir.file("db");
-  auto stripes = std::make_shared<BusyStripes>();
-  // The store below shares this open of the directory, and with it the mutexes.
+  auto fs = std::make_shared<FullDiskFs>(rocksdb::FileSystem::Default());
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> shared,
-                       rocksdbstore::OpenSharedDb({.path = path, .mutex_factory = stripes}, false));
+                       rocksdbstore::OpenSharedDb({.path = path, .env = env.get()}, false));
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
+    Guard guard(*store);
+    const Request r{.tenant = "t", .biz_type = "pay", .key = "k"};
+    fs->HoldSyncs();
+    absl::Notification claimed;
+    absl::StatusOr<Result> first = absl::UnknownError("not called");
+    ASSERT_TRUE(ClaimNonBlocking(guard, r, absl::Seconds(30), [&](absl::StatusOr<Result> got) {
+      first = std::move(got);
+      claimed.Notify();
+    }));
+    for (int i = 0; i < 3000 && fs->held() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
+    ASSERT_EQ(fs->held(), 1) << "the claim's write waits for its sync";
+    EXPECT_FALSE(claimed.HasBeenNotified());
+    ASSERT_OK_AND_ASSIGN(std::optional<Record> unsynced, store->Get(r.tenant, r.key));
+    EXPECT_FALSE(unsynced.has_value()) << "a record was readable before its sync";
+    EXPECT_FALSE(ClaimNonBlocking(guard, r, absl::Seconds(30), [](absl::StatusOr<Result>) {}))
+        << "a duplicate met the pending claim without waiting";
+    absl::StatusOr<Result> duplicate = absl::UnknownError("not answered");
+    absl::Notification answered;
+    std::thread blocking([&] {
+      duplicate = guard.Claim(r);
+      answered.Notify();
+    });
+    EXPECT_FALSE(answered.WaitForNotificationWithTimeout(absl::Milliseconds(200)))
+        << "the duplicate answered before the first claim was durable";
+    fs->ReleaseSyncs();
+    blocking.join();
+    ASSERT_TRUE(claimed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    ASSERT_OK(first.status());
+    EXPECT_EQ(first->outcome, Outcome::kAcquired);
+    ASSERT_OK(duplicate.status());
+    EXPECT_EQ(duplicate->outcome, Outcome::kInProgress);
+    EXPECT_EQ(shared->locks.size(), 0u) << "a key stayed locked";
+  }
+  shared.reset();  // closes the database before its Env goes
+}
+
+// The per-key locks: a transaction waits up to lock_timeout_ms for a key another
+// holds (then kInProgress's ClaimContendedError), and two transactions that each
+// hold a key the other wants (purge locks several) do not deadlock: the second to
+// wait is told to retry at once (kAborted) while the first gets its key.
+TEST(RocksdbStoreTest, KeyLocksTimeOutAndNeverDeadlock) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store,
+                       OpenStore("rocksdb://" + dir.file("db") + "?lock_timeout_ms=300"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordTransaction> a, BeginRecords(*store));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordTransaction> b, BeginRecords(*store));
+  ASSERT_OK(a->Load("t", "x").status());
+  ASSERT_OK(b->Load("t", "y").status());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::optional<Record>> timed_out = b->Load("t", "x");
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(290));
+  EXPECT_TRUE(IsClaimContended(timed_out.status())) << timed_out.status();
+
+  absl::StatusOr<std::optional<Record>> a_got_y = absl::UnknownError("not read");
+  std::thread waiter([&] { a_got_y = a->Load("t", "y"); });  // waits for b
+  absl::SleepFor(absl::Milliseconds(50));
+  const absl::Time cycle = absl::Now();
+  absl::StatusOr<std::optional<Record>> b_got_x = b->Load("t", "x");
+  EXPECT_LT(absl::Now() - cycle, absl::Milliseconds(200)) << "waited inside a cycle";
+  EXPECT_THAT(b_got_x, StatusIs(absl::StatusCode::kAborted));
+  b->Rollback();
+  waiter.join();
+  EXPECT_OK(a_got_y.status());
+  a->Rollback();
+}
+
+// A directory written by an idem whose rocksdb:// store was a TransactionDB opens
+// and reads as it is: those commits were plain batches (no prepare markers).
+TEST(RocksdbStoreTest, ADirectoryATransactionDbWroteOpens) {
+  testing::TempDir dir;
+  const std::string path = dir.file("db");
+  Record done{.tenant = "t", .biz_type = "pay", .key = "done"};
+  done.state = RecordState::kSucceeded;
+  done.token = 1;
+  done.result = R"({"ok":1})";
+  done.created_at = done.updated_at = absl::Now();
+  {
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    rocksdb::TransactionDB* raw = nullptr;
+    ASSERT_TRUE(
+        rocksdb::TransactionDB::Open(options, rocksdb::TransactionDBOptions(), path, &raw).ok());
+    std::unique_ptr<rocksdb::TransactionDB> db(raw);
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    std::unique_ptr<rocksdb::Transaction> txn(db->BeginTransaction(sync));
+    ASSERT_TRUE(txn->Put(std::string(rocksdbstore::kFormatKey),
+                         std::to_string(rocksdbstore::kFormatVersion)).ok());
+    ASSERT_TRUE(txn->Put(rocksdbstore::RecordDbKey("t", "done"), store::EncodeRecord(done)).ok());
+    ASSERT_TRUE(txn->Commit().ok());
+    txn.reset();
+    // Left in the WAL, not flushed: the reopen replays the transaction's batch.
+    ASSERT_TRUE(db->Close().ok());
+  }
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
-  ASSERT_TRUE(Backend(*store).non_blocking());
   Guard guard(*store);
-
-  stripes->busy = 3;
-  absl::Notification claimed;
-  absl::StatusOr<Result> claim = absl::UnknownError("not called");
-  ASSERT_TRUE(ClaimNonBlocking(guard, {.tenant = "t", .biz_type = "pay", .key = "new"},
-                               absl::Seconds(30),
-                               [&](absl::StatusOr<Result> r) {
-                                 claim = std::move(r);
-                                 claimed.Notify();
-                               }))
-      << "a new key went to the pool because its lock stripe was busy for a moment";
-  ASSERT_TRUE(claimed.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  ASSERT_OK(claim.status());
-  EXPECT_EQ(claim->outcome, Outcome::kAcquired);
-  EXPECT_EQ(stripes->failed, 3);
-  EXPECT_EQ(stripes->busy, 0);
-
-  // Busy for good: left to the blocking claim, which waits for the stripe.
-  stripes->busy = 1 << 30;
-  bool called = false;
-  EXPECT_FALSE(ClaimNonBlocking(guard, {.tenant = "t", .biz_type = "pay", .key = "busy"},
-                                absl::Seconds(30), [&](absl::StatusOr<Result>) { called = true; }));
-  EXPECT_FALSE(called);
-  ASSERT_OK_AND_ASSIGN(Result blocking,
-                       guard.Claim({.tenant = "t", .biz_type = "pay", .key = "busy"}));
-  EXPECT_EQ(blocking.outcome, Outcome::kAcquired);
-  stripes->busy = 0;
-  store.reset();
-  shared.reset();  // closes the database before its mutex factory goes
+  ASSERT_OK_AND_ASSIGN(Result replay, guard.Claim({.tenant = "t", .biz_type = "pay", .key = "done"}));
+  EXPECT_EQ(replay.outcome, Outcome::kReplayed);
+  EXPECT_EQ(replay.value, R"({"ok":1})");
+  ASSERT_OK_AND_ASSIGN(Result fresh, guard.Claim({.tenant = "t", .biz_type = "pay", .key = "new"}));
+  EXPECT_EQ(fresh.outcome, Outcome::kAcquired);
 }
 
 // The cache decorator passes non-blocking transactions through with an L1 only (its

@@ -157,10 +157,12 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
     fs::create_directories(dir, mk);  // RocksDB makes only the last component
     shared->no_resume = std::make_shared<NoResumeAfterAFailedWalWrite>();
     options.listeners.push_back(shared->no_resume);
-    rocksdb::TransactionDBOptions txn_options;
-    txn_options.custom_mutex_factory = o.mutex_factory;
-    rocksdb::TransactionDB* db = nullptr;
-    const rocksdb::Status s = rocksdb::TransactionDB::Open(options, txn_options, dir, &db);
+    // A plain DB: this process is the directory's only writer (LOCK), so the keys
+    // its transactions hold are locked in memory (key_locks.h). A directory an older
+    // idem wrote through a TransactionDB opens as it is: its commits were plain
+    // batches in the WAL and the table files.
+    rocksdb::DB* db = nullptr;
+    const rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
     if (IsLockHeld(s)) {
       return StoreFaultError(absl::StrCat(
           "another process has this database open: ", where,
@@ -177,7 +179,23 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
 }  // namespace
 
 std::string RecordDbKey(std::string_view tenant, std::string_view key) {
-  return absl::StrCat("r", store::RecordKey(tenant, key));
+  std::string out;
+  SetRecordDbKey(out, tenant, key);
+  return out;
+}
+
+void SetRecordDbKey(std::string& out, std::string_view tenant, std::string_view key) {
+  // "r" + store::RecordKey(tenant, key), without its temporaries.
+  char digits[24];
+  auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), tenant.size());
+  (void)ec;  // 24 digits hold any size_t
+  out.clear();
+  out.reserve(2 + (end - digits) + tenant.size() + key.size());
+  out.push_back('r');
+  out.append(digits, end);
+  out.push_back(':');
+  out.append(tenant);
+  out.append(key);
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
