@@ -480,8 +480,8 @@ class RocksdbStore final : public StoreBackend {
 
   // No LookupDecided: the Guard's read before its transaction saves a SQL store a
   // locking transaction, but here it is the same point read the transaction makes
-  // (GetForUpdate), so for a new key it was paid twice. Decided keys are answered
-  // from the cache decorator's L1 before either.
+  // (after taking the key's lock), so for a new key it was paid twice. Decided keys
+  // are answered from the cache decorator's L1 before either.
 
   // Ready while the database takes writes. After a failed write (a full disk, EIO,
   // a file size limit) RocksDB keeps the error and refuses every write, while reads
