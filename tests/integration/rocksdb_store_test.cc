@@ -477,6 +477,25 @@ TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter
                                 absl::Seconds(1), [](absl::StatusOr<Result>) {}));
 }
 
+// The record key is "r" + store::RecordKey, built in place; IsRecordDbKeyOf
+// tells it apart from the keys of pairs that share its bytes.
+TEST(RocksdbStoreTest, RecordDbKeysAreRecordKeysAndMatchOnlyTheirOwnPair) {
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {"", "k"}, {"ab", "c"}, {"a", "bc"}, {"", "1:ab"}, {"1", "ab"}, {"t", ""},
+      {std::string("a\0", 2), "b"}, {"a", std::string("\0b", 2)}, {std::string(12, 't'), "k"}};
+  for (const auto& [tenant, key] : pairs) {
+    const std::string db_key = rocksdbstore::RecordDbKey(tenant, key);
+    EXPECT_EQ(db_key, "r" + store::RecordKey(tenant, key));
+    for (const auto& [other_tenant, other_key] : pairs) {
+      EXPECT_EQ(rocksdbstore::IsRecordDbKeyOf(db_key, other_tenant, other_key),
+                tenant == other_tenant && key == other_key)
+          << db_key << " against (" << other_tenant << ", " << other_key << ")";
+    }
+  }
+  EXPECT_FALSE(rocksdbstore::IsRecordDbKeyOf("", "", ""));
+  EXPECT_FALSE(rocksdbstore::IsRecordDbKeyOf("mformat", "", "ormat"));
+}
+
 // Nothing is read before it is durable: while a claim's write waits for its sync,
 // the record is not in the store, a non-blocking duplicate is left to the
 // blocking call (kWouldBlock), and the blocking duplicate waits for that sync and

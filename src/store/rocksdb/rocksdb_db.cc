@@ -184,18 +184,37 @@ std::string RecordDbKey(std::string_view tenant, std::string_view key) {
   return out;
 }
 
+namespace {
+
+// The decimal length of the tenant in a record's key.
+std::string_view TenantSize(std::string_view tenant, char (&digits)[24]) {
+  auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), tenant.size());
+  (void)ec;  // 24 digits hold any size_t
+  return std::string_view(digits, end - digits);
+}
+
+}  // namespace
+
 void SetRecordDbKey(std::string& out, std::string_view tenant, std::string_view key) {
   // "r" + store::RecordKey(tenant, key), without its temporaries.
   char digits[24];
-  auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), tenant.size());
-  (void)ec;  // 24 digits hold any size_t
+  const std::string_view size = TenantSize(tenant, digits);
   out.clear();
-  out.reserve(2 + (end - digits) + tenant.size() + key.size());
+  out.reserve(2 + size.size() + tenant.size() + key.size());
   out.push_back('r');
-  out.append(digits, end);
+  out.append(size);
   out.push_back(':');
   out.append(tenant);
   out.append(key);
+}
+
+bool IsRecordDbKeyOf(std::string_view db_key, std::string_view tenant, std::string_view key) {
+  char digits[24];
+  const std::string_view size = TenantSize(tenant, digits);
+  const size_t head = 2 + size.size();
+  return db_key.size() == head + tenant.size() + key.size() && db_key[0] == 'r' &&
+         db_key.substr(1, size.size()) == size && db_key[head - 1] == ':' &&
+         db_key.substr(head, tenant.size()) == tenant && db_key.substr(head + tenant.size()) == key;
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {

@@ -40,6 +40,8 @@ inline constexpr int kFormatVersion = 2;
 std::string RecordDbKey(std::string_view tenant, std::string_view key);
 // The same, into `out` (replacing what it held; its buffer is reused).
 void SetRecordDbKey(std::string& out, std::string_view tenant, std::string_view key);
+// True when `db_key` is RecordDbKey(tenant, key), without making that.
+bool IsRecordDbKeyOf(std::string_view db_key, std::string_view tenant, std::string_view key);
 
 // The meta key holding the format version.
 inline constexpr std::string_view kFormatKey = "mformat";

@@ -317,6 +317,8 @@ class RocksdbTransaction final : public RecordTransaction,
   // held by another transaction at this instant.
   absl::StatusOr<const std::string*> Hold(std::string_view tenant, std::string_view key,
                                           bool* busy) {
+    // Most transactions touch one key, TryLock's and then InsertOrLoad's or Load's.
+    if (holds_first_ && rocksdbstore::IsRecordDbKeyOf(first_, tenant, key)) return &first_;
     rocksdbstore::SetRecordDbKey(scratch_, tenant, key);
     if (const std::string* held = Held(scratch_)) return held;
     rocksdbstore::KeyLocks& locks = store_.db->locks;
