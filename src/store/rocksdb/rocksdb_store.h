@@ -33,8 +33,9 @@
 // share) until the transaction's writes are durable, or until Rollback. A wait past
 // lock_timeout_ms answers a ClaimContendedError, as a row lock of the server stores
 // does. The Guard's transactions touch one key each (a claim, a complete, a fail);
-// a transaction that holds keys (purge) and would wait inside a cycle of waits
-// answers kAborted at once (retry the transaction), so nothing deadlocks.
+// a transaction that holds keys (purge) and would wait for one whose holder is
+// itself waiting answers kAborted at once (retry the transaction), so no cycle of
+// waits, no deadlock, can form.
 //
 // Nothing is visible before it is durable. A transaction's writes stay in it
 // (its own reads see them) until the commit writes them as one WriteBatch with
