@@ -3,6 +3,7 @@
 // contract every backend keeps is tests/conformance.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -657,6 +658,161 @@ TEST(RocksdbStoreTest, BlockingStoresHaveNoNonBlockingTransactions) {
     Guard guard(*store);
     EXPECT_FALSE(ClaimNonBlocking(guard, Request{.tenant = "t", .biz_type = "b", .key = "k"},
                                   absl::Seconds(1), [](absl::StatusOr<Result>) {}));
+  }
+}
+
+// A file system that SIGKILLs the process at the Nth write to a WAL file, or at
+// its Nth WAL sync before or after the sync: the places of a commit's write path
+// between the batch being decided and the reply.
+class KillingFs final : public rocksdb::FileSystemWrapper {
+ public:
+  enum class At { kWalWrite, kBeforeSync, kAfterSync };
+  KillingFs(std::shared_ptr<rocksdb::FileSystem> base, At at, int hit)
+      : FileSystemWrapper(base), at_(at), hit_(hit) {}
+  const char* Name() const override { return "KillingFs"; }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* file,
+                                    rocksdb::IODebugContext* debug) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(name, options, file, debug);
+    if (s.ok() && name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0) {
+      *file = std::make_unique<File>(std::move(*file), this);
+    }
+    return s;
+  }
+
+ private:
+  void Reached(At at) {
+    if (at == at_ && ++count_ == hit_) kill(getpid(), SIGKILL);
+  }
+
+  class File final : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> file, KillingFs* fs)
+        : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             rocksdb::IODebugContext* debug) override {
+      fs_->Reached(At::kWalWrite);
+      return target()->Append(data, options, debug);
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             const rocksdb::DataVerificationInfo& info,
+                             rocksdb::IODebugContext* debug) override {
+      fs_->Reached(At::kWalWrite);
+      return target()->Append(data, options, info, debug);
+    }
+    rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
+                           rocksdb::IODebugContext* debug) override {
+      fs_->Reached(At::kBeforeSync);
+      rocksdb::IOStatus s = target()->Sync(options, debug);
+      fs_->Reached(At::kAfterSync);
+      return s;
+    }
+    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
+                            rocksdb::IODebugContext* debug) override {
+      fs_->Reached(At::kBeforeSync);
+      rocksdb::IOStatus s = target()->Fsync(options, debug);
+      fs_->Reached(At::kAfterSync);
+      return s;
+    }
+
+   private:
+    KillingFs* const fs_;
+  };
+
+  const At at_;
+  const int hit_;
+  std::atomic<int> count_{0};
+};
+
+// kill -9 on the write path of the non-blocking claims and completes (what `idem
+// serve` runs): a child claims and completes keys through the writer thread and
+// reports each complete once acknowledged; it is killed at a WAL write, before a
+// WAL sync or after one (before the acknowledgement). After a reopen every
+// acknowledged complete is there, SUCCEEDED with its result, and every other key
+// is absent or still at its first token: nothing acknowledged was lost, nothing
+// was claimed twice.
+TEST(RocksdbStoreTest, AKillOnTheWritePathLosesNoAcknowledgedComplete) {
+  constexpr int kKeysPerChild = 40;
+  for (KillingFs::At at :
+       {KillingFs::At::kWalWrite, KillingFs::At::kBeforeSync, KillingFs::At::kAfterSync}) {
+    for (int hit : {2, 9, 24}) {
+      SCOPED_TRACE(::testing::Message() << "at " << static_cast<int>(at) << ", hit " << hit);
+      testing::TempDir dir;
+      const std::string path = dir.file("db");
+      {
+        // Made before the child so that its first WAL write is a claim's.
+        ASSERT_OK(OpenStore("rocksdb://" + path).status());
+      }
+      int acks[2];
+      ASSERT_EQ(pipe(acks), 0);
+      const pid_t pid = fork();
+      if (pid == 0) {
+        close(acks[0]);
+        auto fs = std::make_shared<KillingFs>(rocksdb::FileSystem::Default(), at, hit);
+        std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+        absl::StatusOr<std::shared_ptr<rocksdbstore::SharedDb>> shared =
+            rocksdbstore::OpenSharedDb({.path = path, .env = env.get()}, false);
+        if (!shared.ok()) _exit(10);
+        absl::StatusOr<std::unique_ptr<Store>> store = OpenStore("rocksdb://" + path);
+        if (!store.ok()) _exit(11);
+        Guard guard(**store);
+        for (int i = 0; i < kKeysPerChild; ++i) {
+          const Request r{.tenant = "t", .biz_type = "pay", .key = "k" + std::to_string(i)};
+          absl::Notification claimed;
+          absl::StatusOr<Result> claim = absl::UnknownError("not called");
+          if (!ClaimNonBlocking(guard, r, absl::Seconds(30), [&](absl::StatusOr<Result> c) {
+                claim = std::move(c);
+                claimed.Notify();
+              })) {
+            _exit(12);
+          }
+          claimed.WaitForNotification();
+          if (!claim.ok() || claim->outcome != Outcome::kAcquired) _exit(13);
+          absl::Notification completed;
+          absl::Status done = absl::UnknownError("not called");
+          if (!CompleteNonBlocking(guard, r, claim->token, "{\"k\":" + std::to_string(i) + "}",
+                                   [&](absl::Status s) {
+                                     done = std::move(s);
+                                     completed.Notify();
+                                   })) {
+            _exit(14);
+          }
+          completed.WaitForNotification();
+          if (!done.ok()) _exit(15);
+          if (write(acks[1], &i, sizeof(i)) != sizeof(i)) _exit(16);
+        }
+        _exit(0);  // not killed: fewer writes than `hit`
+      }
+      close(acks[1]);
+      std::vector<int> acknowledged;
+      int i = 0;
+      while (read(acks[0], &i, sizeof(i)) == sizeof(i)) acknowledged.push_back(i);
+      close(acks[0]);
+      int status = 0;
+      ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+          << "the child was not killed; exit status " << WEXITSTATUS(status);
+      EXPECT_LT(acknowledged.size(), static_cast<size_t>(kKeysPerChild));
+
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
+      for (int k = 0; k < kKeysPerChild; ++k) {
+        ASSERT_OK_AND_ASSIGN(std::optional<Record> r, store->Get("t", "k" + std::to_string(k)));
+        const bool acked = k < static_cast<int>(acknowledged.size());
+        if (acked) {
+          ASSERT_EQ(acknowledged[k], k);
+          ASSERT_TRUE(r.has_value()) << "acknowledged complete lost: k" << k;
+          EXPECT_EQ(r->state, RecordState::kSucceeded);
+          EXPECT_EQ(r->result, "{\"k\":" + std::to_string(k) + "}");
+        }
+        if (r.has_value()) {
+          EXPECT_EQ(r->token, 1) << "k" << k;
+        }
+        if (k > static_cast<int>(acknowledged.size())) {
+          EXPECT_FALSE(r.has_value()) << "a key after the kill was written: k" << k;
+        }
+      }
+    }
   }
 }
 
