@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,19 +101,25 @@ TEST(RocksdbStoreTest, ADeletedOrReplacedDirectoryIsAStoreFault) {
   }
 }
 
-// A file system whose appends fail with NoSpace while `full` is set, as a full
-// disk's do, and which reports room enough for RocksDB's recovery otherwise; while
-// syncs are held (HoldSyncs), a sync waits until ReleaseSyncs, as a slow disk's does.
-class FullDiskFs final : public rocksdb::FileSystemWrapper {
+// A file system with the faults the tests inject: while `full` is set appends fail
+// with NoSpace, as a full disk's do (it reports room enough for RocksDB's recovery
+// otherwise); while syncs are held (HoldSyncs), a sync waits until ReleaseSyncs, as
+// a slow disk's does; KillAt SIGKILLs the process at the Nth write to a WAL file,
+// or at its Nth WAL sync before or after the sync (the places of a commit's write
+// path between the batch being decided and the reply).
+class FaultyFs final : public rocksdb::FileSystemWrapper {
  public:
-  explicit FullDiskFs(std::shared_ptr<rocksdb::FileSystem> base) : FileSystemWrapper(base) {}
-  const char* Name() const override { return "FullDiskFs"; }
+  enum class At { kNever, kWalWrite, kBeforeSync, kAfterSync };
+
+  explicit FaultyFs(std::shared_ptr<rocksdb::FileSystem> base) : FileSystemWrapper(base) {}
+  const char* Name() const override { return "FaultyFs"; }
 
   rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
                                     std::unique_ptr<rocksdb::FSWritableFile>* file,
                                     rocksdb::IODebugContext* debug) override {
     rocksdb::IOStatus s = target()->NewWritableFile(name, options, file, debug);
-    if (s.ok()) *file = std::make_unique<File>(std::move(*file), this);
+    const bool wal = name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0;
+    if (s.ok()) *file = std::make_unique<File>(std::move(*file), this, wal);
     return s;
   }
   rocksdb::IOStatus GetFreeSpace(const std::string&, const rocksdb::IOOptions&, uint64_t* free,
@@ -138,6 +145,11 @@ class FullDiskFs final : public rocksdb::FileSystemWrapper {
     return held_;
   }
 
+  void KillAt(At at, int hit) {
+    kill_at_ = at;
+    kill_hit_ = hit;
+  }
+
  private:
   void MaybeHold() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -145,41 +157,83 @@ class FullDiskFs final : public rocksdb::FileSystemWrapper {
     released_.wait(lock, [this] { return !hold_; });
     --held_;
   }
-
-  std::mutex mu_;
-  std::condition_variable released_;
-  bool hold_ = false;
-  int held_ = 0;
+  void Reached(At at) {
+    if (at == kill_at_ && ++kill_count_ == kill_hit_) kill(getpid(), SIGKILL);
+  }
 
   class File final : public rocksdb::FSWritableFileOwnerWrapper {
    public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> file, FullDiskFs* fs)
-        : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs) {}
+    File(std::unique_ptr<rocksdb::FSWritableFile> file, FaultyFs* fs, bool wal)
+        : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs), wal_(wal) {}
     rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
                              rocksdb::IODebugContext* debug) override {
-      if (fs_->full) return rocksdb::IOStatus::NoSpace("injected: the disk is full");
+      if (std::optional<rocksdb::IOStatus> refused = BeforeAppend()) return *refused;
       return target()->Append(data, options, debug);
     }
     rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
                              const rocksdb::DataVerificationInfo& info,
                              rocksdb::IODebugContext* debug) override {
-      if (fs_->full) return rocksdb::IOStatus::NoSpace("injected: the disk is full");
+      if (std::optional<rocksdb::IOStatus> refused = BeforeAppend()) return *refused;
       return target()->Append(data, options, info, debug);
     }
     rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
                            rocksdb::IODebugContext* debug) override {
-      fs_->MaybeHold();
-      return target()->Sync(options, debug);
+      return Synced([&] { return target()->Sync(options, debug); });
     }
     rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
                             rocksdb::IODebugContext* debug) override {
-      fs_->MaybeHold();
-      return target()->Fsync(options, debug);
+      return Synced([&] { return target()->Fsync(options, debug); });
     }
 
    private:
-    FullDiskFs* const fs_;
+    std::optional<rocksdb::IOStatus> BeforeAppend() {
+      if (fs_->full) return rocksdb::IOStatus::NoSpace("injected: the disk is full");
+      if (wal_) fs_->Reached(At::kWalWrite);
+      return std::nullopt;
+    }
+    template <typename SyncFn>
+    rocksdb::IOStatus Synced(SyncFn sync) {
+      fs_->MaybeHold();
+      if (wal_) fs_->Reached(At::kBeforeSync);
+      rocksdb::IOStatus s = sync();
+      if (wal_) fs_->Reached(At::kAfterSync);
+      return s;
+    }
+
+    FaultyFs* const fs_;
+    const bool wal_;
   };
+
+  std::mutex mu_;
+  std::condition_variable released_;
+  bool hold_ = false;
+  int held_ = 0;
+  At kill_at_ = At::kNever;
+  int kill_hit_ = 0;
+  std::atomic<int> kill_count_{0};
+};
+
+// A store on `path` whose database does its I/O through `fs`: the Env, the open of
+// the directory the store shares (and with it the Env), the store; each ends
+// before the one above it (the database closes before its Env goes).
+struct StoreOverFs {
+  std::unique_ptr<rocksdb::Env> env;
+  std::shared_ptr<rocksdbstore::SharedDb> shared;
+  std::unique_ptr<Store> store;
+
+  static absl::StatusOr<std::unique_ptr<StoreOverFs>> Open(
+      const std::string& path, std::shared_ptr<rocksdb::FileSystem> fs) {
+    auto opened = std::make_unique<StoreOverFs>();
+    opened->env = rocksdb::NewCompositeEnv(std::move(fs));
+    absl::StatusOr<std::shared_ptr<rocksdbstore::SharedDb>> shared =
+        rocksdbstore::OpenSharedDb({.path = path, .env = opened->env.get()}, false);
+    if (!shared.ok()) return shared.status();
+    opened->shared = *std::move(shared);
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore("rocksdb://" + path);
+    if (!store.ok()) return store.status();
+    opened->store = *std::move(store);
+    return opened;
+  }
 };
 
 // A WAL write that failed on a full disk stops every write until a restart, also
@@ -191,12 +245,10 @@ TEST(RocksdbStoreTest, AFailedWalWriteStopsWritesUntilARestart) {
   testing::TempDir dir;
   const std::string path = dir.file("db");
   {
-    auto fs = std::make_shared<FullDiskFs>(rocksdb::FileSystem::Default());
-    std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-    // The store below shares this open of the directory, and with it the faulty Env.
-    ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> shared,
-                         rocksdbstore::OpenSharedDb({.path = path, .env = env.get()}, false));
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
+    auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> faulty, StoreOverFs::Open(path, fs));
+    std::unique_ptr<Store>& store = faulty->store;
+    const std::shared_ptr<rocksdbstore::SharedDb>& shared = faulty->shared;
     Guard guard(*store);
     ASSERT_OK(guard.Claim({.biz_type = "pay", .key = "before"}).status());
     ASSERT_OK(store->Ping());
@@ -213,8 +265,6 @@ TEST(RocksdbStoreTest, AFailedWalWriteStopsWritesUntilARestart) {
     absl::Status ping = store->Ping();
     EXPECT_THAT(ping, StatusIs(absl::StatusCode::kUnavailable));
     EXPECT_THAT(Message(ping), HasSubstr("restart idem"));
-    store.reset();
-    shared.reset();  // closes the database before its Env goes
   }
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
   ASSERT_OK(store->Ping());
@@ -504,12 +554,11 @@ TEST(RocksdbStoreTest, RecordDbKeysAreRecordKeysAndMatchOnlyTheirOwnPair) {
 TEST(RocksdbStoreTest, ADuplicateOfAClaimBeingWrittenWaitsForItsSync) {
   testing::TempDir dir;
   const std::string path = dir.file("db");
-  auto fs = std::make_shared<FullDiskFs>(rocksdb::FileSystem::Default());
-  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> shared,
-                       rocksdbstore::OpenSharedDb({.path = path, .env = env.get()}, false));
+  auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> slow, StoreOverFs::Open(path, fs));
   {
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
+    Store* store = slow->store.get();
+    const std::shared_ptr<rocksdbstore::SharedDb>& shared = slow->shared;
     Guard guard(*store);
     const Request r{.tenant = "t", .biz_type = "pay", .key = "k"};
     fs->HoldSyncs();
@@ -543,7 +592,6 @@ TEST(RocksdbStoreTest, ADuplicateOfAClaimBeingWrittenWaitsForItsSync) {
     EXPECT_EQ(duplicate->outcome, Outcome::kInProgress);
     EXPECT_EQ(shared->locks.size(), 0u) << "a key stayed locked";
   }
-  shared.reset();  // closes the database before its Env goes
 }
 
 // The per-key locks: a transaction waits up to lock_timeout_ms for a key another
@@ -661,70 +709,6 @@ TEST(RocksdbStoreTest, BlockingStoresHaveNoNonBlockingTransactions) {
   }
 }
 
-// A file system that SIGKILLs the process at the Nth write to a WAL file, or at
-// its Nth WAL sync before or after the sync: the places of a commit's write path
-// between the batch being decided and the reply.
-class KillingFs final : public rocksdb::FileSystemWrapper {
- public:
-  enum class At { kWalWrite, kBeforeSync, kAfterSync };
-  KillingFs(std::shared_ptr<rocksdb::FileSystem> base, At at, int hit)
-      : FileSystemWrapper(base), at_(at), hit_(hit) {}
-  const char* Name() const override { return "KillingFs"; }
-
-  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
-                                    std::unique_ptr<rocksdb::FSWritableFile>* file,
-                                    rocksdb::IODebugContext* debug) override {
-    rocksdb::IOStatus s = target()->NewWritableFile(name, options, file, debug);
-    if (s.ok() && name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0) {
-      *file = std::make_unique<File>(std::move(*file), this);
-    }
-    return s;
-  }
-
- private:
-  void Reached(At at) {
-    if (at == at_ && ++count_ == hit_) kill(getpid(), SIGKILL);
-  }
-
-  class File final : public rocksdb::FSWritableFileOwnerWrapper {
-   public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> file, KillingFs* fs)
-        : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs) {}
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
-                             rocksdb::IODebugContext* debug) override {
-      fs_->Reached(At::kWalWrite);
-      return target()->Append(data, options, debug);
-    }
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
-                             const rocksdb::DataVerificationInfo& info,
-                             rocksdb::IODebugContext* debug) override {
-      fs_->Reached(At::kWalWrite);
-      return target()->Append(data, options, info, debug);
-    }
-    rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
-                           rocksdb::IODebugContext* debug) override {
-      fs_->Reached(At::kBeforeSync);
-      rocksdb::IOStatus s = target()->Sync(options, debug);
-      fs_->Reached(At::kAfterSync);
-      return s;
-    }
-    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
-                            rocksdb::IODebugContext* debug) override {
-      fs_->Reached(At::kBeforeSync);
-      rocksdb::IOStatus s = target()->Fsync(options, debug);
-      fs_->Reached(At::kAfterSync);
-      return s;
-    }
-
-   private:
-    KillingFs* const fs_;
-  };
-
-  const At at_;
-  const int hit_;
-  std::atomic<int> count_{0};
-};
-
 // kill -9 on the write path of the non-blocking claims and completes (what `idem
 // serve` runs): a child claims and completes keys through the writer thread and
 // reports each complete once acknowledged; it is killed at a WAL write, before a
@@ -734,8 +718,8 @@ class KillingFs final : public rocksdb::FileSystemWrapper {
 // was claimed twice.
 TEST(RocksdbStoreTest, AKillOnTheWritePathLosesNoAcknowledgedComplete) {
   constexpr int kKeysPerChild = 40;
-  for (KillingFs::At at :
-       {KillingFs::At::kWalWrite, KillingFs::At::kBeforeSync, KillingFs::At::kAfterSync}) {
+  for (FaultyFs::At at :
+       {FaultyFs::At::kWalWrite, FaultyFs::At::kBeforeSync, FaultyFs::At::kAfterSync}) {
     for (int hit : {2, 9, 24}) {
       SCOPED_TRACE(::testing::Message() << "at " << static_cast<int>(at) << ", hit " << hit);
       testing::TempDir dir;
@@ -749,14 +733,11 @@ TEST(RocksdbStoreTest, AKillOnTheWritePathLosesNoAcknowledgedComplete) {
       const pid_t pid = fork();
       if (pid == 0) {
         close(acks[0]);
-        auto fs = std::make_shared<KillingFs>(rocksdb::FileSystem::Default(), at, hit);
-        std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-        absl::StatusOr<std::shared_ptr<rocksdbstore::SharedDb>> shared =
-            rocksdbstore::OpenSharedDb({.path = path, .env = env.get()}, false);
-        if (!shared.ok()) _exit(10);
-        absl::StatusOr<std::unique_ptr<Store>> store = OpenStore("rocksdb://" + path);
-        if (!store.ok()) _exit(11);
-        Guard guard(**store);
+        auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
+        fs->KillAt(at, hit);
+        absl::StatusOr<std::unique_ptr<StoreOverFs>> killing = StoreOverFs::Open(path, fs);
+        if (!killing.ok()) _exit(10);
+        Guard guard(*(*killing)->store);
         for (int i = 0; i < kKeysPerChild; ++i) {
           const Request r{.tenant = "t", .biz_type = "pay", .key = "k" + std::to_string(i)};
           absl::Notification claimed;
