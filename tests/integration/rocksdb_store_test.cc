@@ -3,6 +3,7 @@
 // contract every backend keeps is tests/conformance.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,7 +26,7 @@
 #include "idem/idem.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
-#include "rocksdb/utilities/transaction_db_mutex.h"
+#include "rocksdb/utilities/transaction_db.h"
 #include "store/backend.h"
 #include "store/record_codec.h"
 #include "store/rocksdb/batch_writer.h"
@@ -99,18 +101,25 @@ TEST(RocksdbStoreTest, ADeletedOrReplacedDirectoryIsAStoreFault) {
   }
 }
 
-// A file system whose appends fail with NoSpace while `full` is set, as a full
-// disk's do, and which reports room enough for RocksDB's recovery otherwise.
-class FullDiskFs final : public rocksdb::FileSystemWrapper {
+// A file system with the faults the tests inject: while `full` is set appends fail
+// with NoSpace, as a full disk's do (it reports room enough for RocksDB's recovery
+// otherwise); while syncs are held (HoldSyncs), a sync waits until ReleaseSyncs, as
+// a slow disk's does; KillAt SIGKILLs the process at the Nth write to a WAL file,
+// or at its Nth WAL sync before or after the sync (the places of a commit's write
+// path between the batch being decided and the reply).
+class FaultyFs final : public rocksdb::FileSystemWrapper {
  public:
-  explicit FullDiskFs(std::shared_ptr<rocksdb::FileSystem> base) : FileSystemWrapper(base) {}
-  const char* Name() const override { return "FullDiskFs"; }
+  enum class At { kNever, kWalWrite, kBeforeSync, kAfterSync };
+
+  explicit FaultyFs(std::shared_ptr<rocksdb::FileSystem> base) : FileSystemWrapper(base) {}
+  const char* Name() const override { return "FaultyFs"; }
 
   rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
                                     std::unique_ptr<rocksdb::FSWritableFile>* file,
                                     rocksdb::IODebugContext* debug) override {
     rocksdb::IOStatus s = target()->NewWritableFile(name, options, file, debug);
-    if (s.ok()) *file = std::make_unique<File>(std::move(*file), this);
+    const bool wal = name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0;
+    if (s.ok()) *file = std::make_unique<File>(std::move(*file), this, wal);
     return s;
   }
   rocksdb::IOStatus GetFreeSpace(const std::string&, const rocksdb::IOOptions&, uint64_t* free,
@@ -121,26 +130,110 @@ class FullDiskFs final : public rocksdb::FileSystemWrapper {
 
   std::atomic<bool> full{false};
 
+  void HoldSyncs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = true;
+  }
+  void ReleaseSyncs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = false;
+    released_.notify_all();
+  }
+  // How many syncs wait now.
+  int held() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_;
+  }
+
+  void KillAt(At at, int hit) {
+    kill_at_ = at;
+    kill_hit_ = hit;
+  }
+
  private:
+  void MaybeHold() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++held_;
+    released_.wait(lock, [this] { return !hold_; });
+    --held_;
+  }
+  void Reached(At at) {
+    if (at == kill_at_ && ++kill_count_ == kill_hit_) kill(getpid(), SIGKILL);
+  }
+
   class File final : public rocksdb::FSWritableFileOwnerWrapper {
    public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> file, FullDiskFs* fs)
-        : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs) {}
+    File(std::unique_ptr<rocksdb::FSWritableFile> file, FaultyFs* fs, bool wal)
+        : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs), wal_(wal) {}
     rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
                              rocksdb::IODebugContext* debug) override {
-      if (fs_->full) return rocksdb::IOStatus::NoSpace("injected: the disk is full");
+      if (std::optional<rocksdb::IOStatus> refused = BeforeAppend()) return *refused;
       return target()->Append(data, options, debug);
     }
     rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
                              const rocksdb::DataVerificationInfo& info,
                              rocksdb::IODebugContext* debug) override {
-      if (fs_->full) return rocksdb::IOStatus::NoSpace("injected: the disk is full");
+      if (std::optional<rocksdb::IOStatus> refused = BeforeAppend()) return *refused;
       return target()->Append(data, options, info, debug);
+    }
+    rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
+                           rocksdb::IODebugContext* debug) override {
+      return Synced([&] { return target()->Sync(options, debug); });
+    }
+    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
+                            rocksdb::IODebugContext* debug) override {
+      return Synced([&] { return target()->Fsync(options, debug); });
     }
 
    private:
-    FullDiskFs* const fs_;
+    std::optional<rocksdb::IOStatus> BeforeAppend() {
+      if (fs_->full) return rocksdb::IOStatus::NoSpace("injected: the disk is full");
+      if (wal_) fs_->Reached(At::kWalWrite);
+      return std::nullopt;
+    }
+    template <typename SyncFn>
+    rocksdb::IOStatus Synced(SyncFn sync) {
+      fs_->MaybeHold();
+      if (wal_) fs_->Reached(At::kBeforeSync);
+      rocksdb::IOStatus s = sync();
+      if (wal_) fs_->Reached(At::kAfterSync);
+      return s;
+    }
+
+    FaultyFs* const fs_;
+    const bool wal_;
   };
+
+  std::mutex mu_;
+  std::condition_variable released_;
+  bool hold_ = false;
+  int held_ = 0;
+  At kill_at_ = At::kNever;
+  int kill_hit_ = 0;
+  std::atomic<int> kill_count_{0};
+};
+
+// A store on `path` whose database does its I/O through `fs`: the Env, the open of
+// the directory the store shares (and with it the Env), the store; each ends
+// before the one above it (the database closes before its Env goes).
+struct StoreOverFs {
+  std::unique_ptr<rocksdb::Env> env;
+  std::shared_ptr<rocksdbstore::SharedDb> shared;
+  std::unique_ptr<Store> store;
+
+  static absl::StatusOr<std::unique_ptr<StoreOverFs>> Open(
+      const std::string& path, std::shared_ptr<rocksdb::FileSystem> fs) {
+    auto opened = std::make_unique<StoreOverFs>();
+    opened->env = rocksdb::NewCompositeEnv(std::move(fs));
+    absl::StatusOr<std::shared_ptr<rocksdbstore::SharedDb>> shared =
+        rocksdbstore::OpenSharedDb({.path = path, .env = opened->env.get()}, false);
+    if (!shared.ok()) return shared.status();
+    opened->shared = *std::move(shared);
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore("rocksdb://" + path);
+    if (!store.ok()) return store.status();
+    opened->store = *std::move(store);
+    return opened;
+  }
 };
 
 // A WAL write that failed on a full disk stops every write until a restart, also
@@ -152,12 +245,10 @@ TEST(RocksdbStoreTest, AFailedWalWriteStopsWritesUntilARestart) {
   testing::TempDir dir;
   const std::string path = dir.file("db");
   {
-    auto fs = std::make_shared<FullDiskFs>(rocksdb::FileSystem::Default());
-    std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-    // The store below shares this open of the directory, and with it the faulty Env.
-    ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> shared,
-                         rocksdbstore::OpenSharedDb({.path = path, .env = env.get()}, false));
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
+    auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> faulty, StoreOverFs::Open(path, fs));
+    std::unique_ptr<Store>& store = faulty->store;
+    const std::shared_ptr<rocksdbstore::SharedDb>& shared = faulty->shared;
     Guard guard(*store);
     ASSERT_OK(guard.Claim({.biz_type = "pay", .key = "before"}).status());
     ASSERT_OK(store->Ping());
@@ -174,8 +265,6 @@ TEST(RocksdbStoreTest, AFailedWalWriteStopsWritesUntilARestart) {
     absl::Status ping = store->Ping();
     EXPECT_THAT(ping, StatusIs(absl::StatusCode::kUnavailable));
     EXPECT_THAT(Message(ping), HasSubstr("restart idem"));
-    store.reset();
-    shared.reset();  // closes the database before its Env goes
   }
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
   ASSERT_OK(store->Ping());
@@ -222,26 +311,43 @@ TEST(RocksdbStoreTest, AcknowledgedWritesSurviveAReopen) {
   }
 }
 
-// writer=queue's BatchWriter: the batches of 16 concurrent committers are all
-// written (in groups: never more writes than batches), and a batch it cannot
-// write (a Merge) fails alone while the rest of its group is written.
+// A commit for the BatchWriter: puts `key` (a Merge too when `bad`, which AddTo
+// refuses as a record transaction's writes never hold one), and calls `written`.
+class TestCommit final : public rocksdbstore::BatchWriter::Commit {
+ public:
+  TestCommit() = default;
+  TestCommit(std::string key, bool bad) : key_(std::move(key)), bad_(bad) {}
+  rocksdb::Status AddTo(rocksdb::WriteBatch& group) const override {
+    rocksdb::Status s = group.Put(key_, "v");
+    if (s.ok() && bad_) s = rocksdb::Status::NotSupported("writes Put and Delete only, not Merge");
+    return s;
+  }
+  void Written(const rocksdb::Status& status) override { written(status); }
+  std::function<void(const rocksdb::Status&)> written = [](const rocksdb::Status&) {};
+
+ private:
+  std::string key_;
+  bool bad_ = false;
+};
+
+// writer=queue's BatchWriter: the commits of 16 concurrent committers are all
+// written (in groups: never more writes than commits), and a commit whose writes
+// it cannot add fails alone while the rest of its group is written (a part of the
+// refused one it had added already is not).
 TEST(RocksdbStoreTest, TheQueueWriterWritesEveryBatchAndFailsABadOneAlone) {
   testing::TempDir dir;
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> db,
                        rocksdbstore::OpenSharedDb({.path = dir.file("db")}, false));
   {
-    rocksdbstore::BatchWriter writer(db->db->GetBaseDB(), /*sync=*/true);
+    rocksdbstore::BatchWriter writer(db->db.get(), /*sync=*/true);
     std::vector<std::thread> threads;
     std::vector<absl::Status> results(16 * 10);
     for (int t = 0; t < 16; ++t) {
       threads.emplace_back([&, t] {
         for (int i = 0; i < 10; ++i) {
-          rocksdb::WriteBatch batch;
-          ASSERT_TRUE(batch.Put("rk" + std::to_string(t * 10 + i), "v").ok());
-          if (t == 3 && i == 5) {
-            ASSERT_TRUE(batch.Merge("rk35", "x").ok());
-          }
-          results[t * 10 + i] = writer.Write(batch, "commit");
+          const int k = t * 10 + i;
+          TestCommit commit("rk" + std::to_string(k), /*bad=*/k == 35);
+          results[k] = writer.Write(commit, "commit");
         }
       });
     }
@@ -254,8 +360,8 @@ TEST(RocksdbStoreTest, TheQueueWriterWritesEveryBatchAndFailsABadOneAlone) {
           db->db->Get(rocksdb::ReadOptions(), "rk" + std::to_string(k), &value);
       if (k == 35) {
         EXPECT_EQ(results[k].code(), absl::StatusCode::kInternal) << results[k];
-        EXPECT_THAT(Message(results[k]), HasSubstr("Put and Delete only, not: Merge"));
-        EXPECT_TRUE(got.IsNotFound()) << "a refused batch is not written in part";
+        EXPECT_THAT(Message(results[k]), HasSubstr("Put and Delete only, not Merge"));
+        EXPECT_TRUE(got.IsNotFound()) << "a refused commit is not written in part";
       } else {
         EXPECT_OK(results[k]);
         EXPECT_TRUE(got.ok()) << k;
@@ -277,36 +383,33 @@ absl::Status Await(const std::function<bool(std::function<void(absl::Status)>)>&
   return status;
 }
 
-// WriteAsync: every callback comes once, from the writer thread, after its batch is
-// written (readable), with the batch's own status; a refused batch fails alone;
-// Write and WriteAsync share groups.
+// WriteAsync: every callback comes once, from the writer thread, after its commit
+// is written (readable), with the commit's own status; a refused commit fails
+// alone; Write and WriteAsync share groups.
 TEST(RocksdbStoreTest, TheQueueWritersAsyncWritesCallBackOnceAfterTheWrite) {
   testing::TempDir dir;
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> db,
                        rocksdbstore::OpenSharedDb({.path = dir.file("db")}, false));
   constexpr int kBatches = 200;
-  std::vector<rocksdb::WriteBatch> batches(kBatches);
-  std::vector<absl::Status> results(kBatches, absl::UnknownError("not called"));
+  std::vector<TestCommit> commits;
+  std::vector<rocksdb::Status> results(kBatches, rocksdb::Status::Aborted("not called"));
   std::vector<int> calls(kBatches, 0);
   std::vector<bool> readable(kBatches, false);
   std::vector<std::thread::id> callers(kBatches);
+  for (int k = 0; k < kBatches; ++k) commits.emplace_back("ak" + std::to_string(k), k == 7);
   {
-    rocksdbstore::BatchWriter writer(db->db->GetBaseDB(), /*sync=*/true);
+    rocksdbstore::BatchWriter writer(db->db.get(), /*sync=*/true);
     for (int k = 0; k < kBatches; ++k) {
-      ASSERT_TRUE(batches[k].Put("ak" + std::to_string(k), "v").ok());
-      if (k == 7) {
-        ASSERT_TRUE(batches[k].Merge("ak7", "x").ok());
-      }
-      writer.WriteAsync(batches[k], "commit " + std::to_string(k), [&, k](absl::Status s) {
+      commits[k].written = [&, k](const rocksdb::Status& s) {
         ++calls[k];
-        results[k] = std::move(s);
+        results[k] = s;
         callers[k] = std::this_thread::get_id();
         std::string value;
         readable[k] = db->db->Get(rocksdb::ReadOptions(), "ak" + std::to_string(k), &value).ok();
-      });
+      };
+      writer.WriteAsync(&commits[k]);
     }
-    rocksdb::WriteBatch blocking;
-    ASSERT_TRUE(blocking.Put("ak-blocking", "v").ok());
+    TestCommit blocking("ak-blocking", false);
     EXPECT_OK(writer.Write(blocking, "commit"));
     EXPECT_EQ(writer.batches(), static_cast<uint64_t>(kBatches + 1));
   }  // the destructor writes what is queued, then stops
@@ -315,11 +418,10 @@ TEST(RocksdbStoreTest, TheQueueWritersAsyncWritesCallBackOnceAfterTheWrite) {
     EXPECT_EQ(calls[k], 1);
     EXPECT_NE(callers[k], std::this_thread::get_id()) << "called back on the writer thread";
     if (k == 7) {
-      EXPECT_EQ(results[k].code(), absl::StatusCode::kInternal) << results[k];
-      EXPECT_THAT(Message(results[k]), HasSubstr("commit 7: "));
+      EXPECT_TRUE(results[k].IsNotSupported()) << results[k].ToString();
       EXPECT_FALSE(readable[k]);
     } else {
-      EXPECT_OK(results[k]);
+      EXPECT_TRUE(results[k].ok()) << results[k].ToString();
       EXPECT_TRUE(readable[k]) << "the callback comes after the write";
     }
   }
@@ -426,117 +528,137 @@ TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter
                                 absl::Seconds(1), [](absl::StatusOr<Result>) {}));
 }
 
-// RocksDB's lock manager, as idem opens it: its stripes' mutexes, of which a
-// try-lock (what a lock timeout of 0 does) fails while `busy` is above 0, counting
-// it down, as it fails while another thread holds the stripe for a moment (the
-// writer thread releasing a committed claim's key takes it).
-class BusyStripes final : public rocksdb::TransactionDBMutexFactory {
- public:
-  std::atomic<int> busy{0};
-  std::atomic<int> failed{0};
-
-  std::shared_ptr<rocksdb::TransactionDBMutex> AllocateMutex() override {
-    return std::make_shared<Mutex>(this);
+// The record key is "r" + store::RecordKey, built in place; IsRecordDbKeyOf
+// tells it apart from the keys of pairs that share its bytes.
+TEST(RocksdbStoreTest, RecordDbKeysAreRecordKeysAndMatchOnlyTheirOwnPair) {
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {"", "k"}, {"ab", "c"}, {"a", "bc"}, {"", "1:ab"}, {"1", "ab"}, {"t", ""},
+      {std::string("a\0", 2), "b"}, {"a", std::string("\0b", 2)}, {std::string(12, 't'), "k"}};
+  for (const auto& [tenant, key] : pairs) {
+    const std::string db_key = rocksdbstore::RecordDbKey(tenant, key);
+    EXPECT_EQ(db_key, "r" + store::RecordKey(tenant, key));
+    for (const auto& [other_tenant, other_key] : pairs) {
+      EXPECT_EQ(rocksdbstore::IsRecordDbKeyOf(db_key, other_tenant, other_key),
+                tenant == other_tenant && key == other_key)
+          << db_key << " against (" << other_tenant << ", " << other_key << ")";
+    }
   }
-  std::shared_ptr<rocksdb::TransactionDBCondVar> AllocateCondVar() override {
-    return std::make_shared<CondVar>();
-  }
+  EXPECT_FALSE(rocksdbstore::IsRecordDbKeyOf("", "", ""));
+  EXPECT_FALSE(rocksdbstore::IsRecordDbKeyOf("mformat", "", "ormat"));
+}
 
- private:
-  class Mutex final : public rocksdb::TransactionDBMutex {
-   public:
-    explicit Mutex(BusyStripes* owner) : owner_(owner) {}
-    rocksdb::Status Lock() override {
-      mu.lock();
-      return rocksdb::Status::OK();
-    }
-    rocksdb::Status TryLockFor(int64_t timeout_time) override {
-      if (timeout_time == 0) {
-        int left = owner_->busy.load();
-        while (left > 0 && !owner_->busy.compare_exchange_weak(left, left - 1)) {
-        }
-        if (left > 0 || !mu.try_lock()) {
-          ++owner_->failed;
-          return rocksdb::Status::TimedOut(rocksdb::Status::SubCode::kMutexTimeout);
-        }
-        return rocksdb::Status::OK();
-      }
-      return Lock();
-    }
-    void UnLock() override { mu.unlock(); }
-    std::mutex mu;
-
-   private:
-    BusyStripes* const owner_;
-  };
-  class CondVar final : public rocksdb::TransactionDBCondVar {
-   public:
-    rocksdb::Status Wait(std::shared_ptr<rocksdb::TransactionDBMutex> mutex) override {
-      std::unique_lock<std::mutex> lock(static_cast<Mutex*>(mutex.get())->mu, std::adopt_lock);
-      cv_.wait(lock);
-      lock.release();
-      return rocksdb::Status::OK();
-    }
-    rocksdb::Status WaitFor(std::shared_ptr<rocksdb::TransactionDBMutex> mutex,
-                            int64_t timeout_time) override {
-      std::unique_lock<std::mutex> lock(static_cast<Mutex*>(mutex.get())->mu, std::adopt_lock);
-      const bool woken =
-          cv_.wait_for(lock, std::chrono::microseconds(timeout_time)) == std::cv_status::no_timeout;
-      lock.release();
-      return woken ? rocksdb::Status::OK() : rocksdb::Status::TimedOut();
-    }
-    void Notify() override { cv_.notify_one(); }
-    void NotifyAll() override { cv_.notify_all(); }
-
-   private:
-    std::condition_variable cv_;
-  };
-};
-
-// A lock stripe busy for a moment is not a key another transaction holds: the
-// non-blocking claim tries again instead of going to the worker pool (a claim of a
-// new key went there whenever the writer thread was releasing another key of the
-// same stripe, more often the busier the server). A stripe that stays busy still
-// goes to the pool, where the blocking claim waits for it.
-TEST(RocksdbStoreTest, ABusyLockStripeIsNotAHeldKey) {
+// Nothing is read before it is durable: while a claim's write waits for its sync,
+// the record is not in the store, a non-blocking duplicate is left to the
+// blocking call (kWouldBlock), and the blocking duplicate waits for that sync and
+// then answers from the durable record (kInProgress, never a second kAcquired).
+TEST(RocksdbStoreTest, ADuplicateOfAClaimBeingWrittenWaitsForItsSync) {
   testing::TempDir dir;
   const std::string path = dir.file("db");
-  auto stripes = std::make_shared<BusyStripes>();
-  // The store below shares this open of the directory, and with it the mutexes.
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> shared,
-                       rocksdbstore::OpenSharedDb({.path = path, .mutex_factory = stripes}, false));
+  auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> slow, StoreOverFs::Open(path, fs));
+  {
+    Store* store = slow->store.get();
+    const std::shared_ptr<rocksdbstore::SharedDb>& shared = slow->shared;
+    Guard guard(*store);
+    const Request r{.tenant = "t", .biz_type = "pay", .key = "k"};
+    fs->HoldSyncs();
+    absl::Notification claimed;
+    absl::StatusOr<Result> first = absl::UnknownError("not called");
+    ASSERT_TRUE(ClaimNonBlocking(guard, r, absl::Seconds(30), [&](absl::StatusOr<Result> got) {
+      first = std::move(got);
+      claimed.Notify();
+    }));
+    for (int i = 0; i < 3000 && fs->held() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
+    ASSERT_EQ(fs->held(), 1) << "the claim's write waits for its sync";
+    EXPECT_FALSE(claimed.HasBeenNotified());
+    ASSERT_OK_AND_ASSIGN(std::optional<Record> unsynced, store->Get(r.tenant, r.key));
+    EXPECT_FALSE(unsynced.has_value()) << "a record was readable before its sync";
+    EXPECT_FALSE(ClaimNonBlocking(guard, r, absl::Seconds(30), [](absl::StatusOr<Result>) {}))
+        << "a duplicate met the pending claim without waiting";
+    absl::StatusOr<Result> duplicate = absl::UnknownError("not answered");
+    absl::Notification answered;
+    std::thread blocking([&] {
+      duplicate = guard.Claim(r);
+      answered.Notify();
+    });
+    EXPECT_FALSE(answered.WaitForNotificationWithTimeout(absl::Milliseconds(200)))
+        << "the duplicate answered before the first claim was durable";
+    fs->ReleaseSyncs();
+    blocking.join();
+    ASSERT_TRUE(claimed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    ASSERT_OK(first.status());
+    EXPECT_EQ(first->outcome, Outcome::kAcquired);
+    ASSERT_OK(duplicate.status());
+    EXPECT_EQ(duplicate->outcome, Outcome::kInProgress);
+    EXPECT_EQ(shared->locks.size(), 0u) << "a key stayed locked";
+  }
+}
+
+// The per-key locks: a transaction waits up to lock_timeout_ms for a key another
+// holds (then kInProgress's ClaimContendedError), and two transactions that each
+// hold a key the other wants (purge locks several) do not deadlock: the second to
+// wait is told to retry at once (kAborted) while the first gets its key.
+TEST(RocksdbStoreTest, KeyLocksTimeOutAndNeverDeadlock) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store,
+                       OpenStore("rocksdb://" + dir.file("db") + "?lock_timeout_ms=300"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordTransaction> a, BeginRecords(*store));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordTransaction> b, BeginRecords(*store));
+  ASSERT_OK(a->Load("t", "x").status());
+  ASSERT_OK(b->Load("t", "y").status());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::optional<Record>> timed_out = b->Load("t", "x");
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(290));
+  EXPECT_TRUE(IsClaimContended(timed_out.status())) << timed_out.status();
+
+  absl::StatusOr<std::optional<Record>> a_got_y = absl::UnknownError("not read");
+  std::thread waiter([&] { a_got_y = a->Load("t", "y"); });  // waits for b
+  absl::SleepFor(absl::Milliseconds(50));
+  const absl::Time cycle = absl::Now();
+  absl::StatusOr<std::optional<Record>> b_got_x = b->Load("t", "x");
+  EXPECT_LT(absl::Now() - cycle, absl::Milliseconds(200)) << "waited inside a cycle";
+  EXPECT_THAT(b_got_x, StatusIs(absl::StatusCode::kAborted));
+  b->Rollback();
+  waiter.join();
+  EXPECT_OK(a_got_y.status());
+  a->Rollback();
+}
+
+// A directory written by an idem whose rocksdb:// store was a TransactionDB opens
+// and reads as it is: those commits were plain batches (no prepare markers).
+TEST(RocksdbStoreTest, ADirectoryATransactionDbWroteOpens) {
+  testing::TempDir dir;
+  const std::string path = dir.file("db");
+  Record done{.tenant = "t", .biz_type = "pay", .key = "done"};
+  done.state = RecordState::kSucceeded;
+  done.token = 1;
+  done.result = R"({"ok":1})";
+  done.created_at = done.updated_at = absl::Now();
+  {
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    rocksdb::TransactionDB* raw = nullptr;
+    ASSERT_TRUE(
+        rocksdb::TransactionDB::Open(options, rocksdb::TransactionDBOptions(), path, &raw).ok());
+    std::unique_ptr<rocksdb::TransactionDB> db(raw);
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    std::unique_ptr<rocksdb::Transaction> txn(db->BeginTransaction(sync));
+    ASSERT_TRUE(txn->Put(std::string(rocksdbstore::kFormatKey),
+                         std::to_string(rocksdbstore::kFormatVersion)).ok());
+    ASSERT_TRUE(txn->Put(rocksdbstore::RecordDbKey("t", "done"), store::EncodeRecord(done)).ok());
+    ASSERT_TRUE(txn->Commit().ok());
+    txn.reset();
+    // Left in the WAL, not flushed: the reopen replays the transaction's batch.
+    ASSERT_TRUE(db->Close().ok());
+  }
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
-  ASSERT_TRUE(Backend(*store).non_blocking());
   Guard guard(*store);
-
-  stripes->busy = 3;
-  absl::Notification claimed;
-  absl::StatusOr<Result> claim = absl::UnknownError("not called");
-  ASSERT_TRUE(ClaimNonBlocking(guard, {.tenant = "t", .biz_type = "pay", .key = "new"},
-                               absl::Seconds(30),
-                               [&](absl::StatusOr<Result> r) {
-                                 claim = std::move(r);
-                                 claimed.Notify();
-                               }))
-      << "a new key went to the pool because its lock stripe was busy for a moment";
-  ASSERT_TRUE(claimed.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  ASSERT_OK(claim.status());
-  EXPECT_EQ(claim->outcome, Outcome::kAcquired);
-  EXPECT_EQ(stripes->failed, 3);
-  EXPECT_EQ(stripes->busy, 0);
-
-  // Busy for good: left to the blocking claim, which waits for the stripe.
-  stripes->busy = 1 << 30;
-  bool called = false;
-  EXPECT_FALSE(ClaimNonBlocking(guard, {.tenant = "t", .biz_type = "pay", .key = "busy"},
-                                absl::Seconds(30), [&](absl::StatusOr<Result>) { called = true; }));
-  EXPECT_FALSE(called);
-  ASSERT_OK_AND_ASSIGN(Result blocking,
-                       guard.Claim({.tenant = "t", .biz_type = "pay", .key = "busy"}));
-  EXPECT_EQ(blocking.outcome, Outcome::kAcquired);
-  stripes->busy = 0;
-  store.reset();
-  shared.reset();  // closes the database before its mutex factory goes
+  ASSERT_OK_AND_ASSIGN(Result replay, guard.Claim({.tenant = "t", .biz_type = "pay", .key = "done"}));
+  EXPECT_EQ(replay.outcome, Outcome::kReplayed);
+  EXPECT_EQ(replay.value, R"({"ok":1})");
+  ASSERT_OK_AND_ASSIGN(Result fresh, guard.Claim({.tenant = "t", .biz_type = "pay", .key = "new"}));
+  EXPECT_EQ(fresh.outcome, Outcome::kAcquired);
 }
 
 // The cache decorator passes non-blocking transactions through with an L1 only (its
@@ -584,6 +706,94 @@ TEST(RocksdbStoreTest, BlockingStoresHaveNoNonBlockingTransactions) {
     Guard guard(*store);
     EXPECT_FALSE(ClaimNonBlocking(guard, Request{.tenant = "t", .biz_type = "b", .key = "k"},
                                   absl::Seconds(1), [](absl::StatusOr<Result>) {}));
+  }
+}
+
+// kill -9 on the write path of the non-blocking claims and completes (what `idem
+// serve` runs): a child claims and completes keys through the writer thread and
+// reports each complete once acknowledged; it is killed at a WAL write, before a
+// WAL sync or after one (before the acknowledgement). After a reopen every
+// acknowledged complete is there, SUCCEEDED with its result, and every other key
+// is absent or still at its first token: nothing acknowledged was lost, nothing
+// was claimed twice.
+TEST(RocksdbStoreTest, AKillOnTheWritePathLosesNoAcknowledgedComplete) {
+  constexpr int kKeysPerChild = 40;
+  for (FaultyFs::At at :
+       {FaultyFs::At::kWalWrite, FaultyFs::At::kBeforeSync, FaultyFs::At::kAfterSync}) {
+    for (int hit : {2, 9, 24}) {
+      SCOPED_TRACE(::testing::Message() << "at " << static_cast<int>(at) << ", hit " << hit);
+      testing::TempDir dir;
+      const std::string path = dir.file("db");
+      {
+        // Made before the child so that its first WAL write is a claim's.
+        ASSERT_OK(OpenStore("rocksdb://" + path).status());
+      }
+      int acks[2];
+      ASSERT_EQ(pipe(acks), 0);
+      const pid_t pid = fork();
+      if (pid == 0) {
+        close(acks[0]);
+        auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
+        fs->KillAt(at, hit);
+        absl::StatusOr<std::unique_ptr<StoreOverFs>> killing = StoreOverFs::Open(path, fs);
+        if (!killing.ok()) _exit(10);
+        Guard guard(*(*killing)->store);
+        for (int i = 0; i < kKeysPerChild; ++i) {
+          const Request r{.tenant = "t", .biz_type = "pay", .key = "k" + std::to_string(i)};
+          absl::Notification claimed;
+          absl::StatusOr<Result> claim = absl::UnknownError("not called");
+          if (!ClaimNonBlocking(guard, r, absl::Seconds(30), [&](absl::StatusOr<Result> c) {
+                claim = std::move(c);
+                claimed.Notify();
+              })) {
+            _exit(12);
+          }
+          claimed.WaitForNotification();
+          if (!claim.ok() || claim->outcome != Outcome::kAcquired) _exit(13);
+          absl::Notification completed;
+          absl::Status done = absl::UnknownError("not called");
+          if (!CompleteNonBlocking(guard, r, claim->token, "{\"k\":" + std::to_string(i) + "}",
+                                   [&](absl::Status s) {
+                                     done = std::move(s);
+                                     completed.Notify();
+                                   })) {
+            _exit(14);
+          }
+          completed.WaitForNotification();
+          if (!done.ok()) _exit(15);
+          if (write(acks[1], &i, sizeof(i)) != sizeof(i)) _exit(16);
+        }
+        _exit(0);  // not killed: fewer writes than `hit`
+      }
+      close(acks[1]);
+      std::vector<int> acknowledged;
+      int i = 0;
+      while (read(acks[0], &i, sizeof(i)) == sizeof(i)) acknowledged.push_back(i);
+      close(acks[0]);
+      int status = 0;
+      ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+          << "the child was not killed; exit status " << WEXITSTATUS(status);
+      EXPECT_LT(acknowledged.size(), static_cast<size_t>(kKeysPerChild));
+
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("rocksdb://" + path));
+      for (int k = 0; k < kKeysPerChild; ++k) {
+        ASSERT_OK_AND_ASSIGN(std::optional<Record> r, store->Get("t", "k" + std::to_string(k)));
+        const bool acked = k < static_cast<int>(acknowledged.size());
+        if (acked) {
+          ASSERT_EQ(acknowledged[k], k);
+          ASSERT_TRUE(r.has_value()) << "acknowledged complete lost: k" << k;
+          EXPECT_EQ(r->state, RecordState::kSucceeded);
+          EXPECT_EQ(r->result, "{\"k\":" + std::to_string(k) + "}");
+        }
+        if (r.has_value()) {
+          EXPECT_EQ(r->token, 1) << "k" << k;
+        }
+        if (k > static_cast<int>(acknowledged.size())) {
+          EXPECT_FALSE(r.has_value()) << "a key after the kill was written: k" << k;
+        }
+      }
+    }
   }
 }
 

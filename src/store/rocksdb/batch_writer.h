@@ -1,26 +1,27 @@
 // BatchWriter: how rocksdb:// groups commits by default (the URL parameter writer=queue; measured
 // against RocksDB's own write grouping, writer=group). One thread drains a queue of the committing
-// transactions' write batches into one WriteBatch and writes it with one WAL write and, with
-// `sync`, one fsync; each committer blocks until the write that holds its batch is durable, then
-// gets that write's status. The default (writer=group) is RocksDB's own write grouping: the
-// committing threads elect a leader that writes the group's batches together. docs/benchmarks.md
-// compares the two: through `idem serve` the queue took 1.6-1.9x the new-key claims per second.
+// transactions into one WriteBatch and writes it with one WAL write and, with `sync`, one fsync;
+// each commit hears of it once that write is durable, with the write's status. The alternative
+// (writer=group) is RocksDB's own write grouping: the committing threads elect a leader that
+// writes the group's batches together. docs/benchmarks.md compares the two.
 //
 // Nothing is visible before it is durable: the merged batch goes through one
-// DB::Write with WriteOptions::sync, as a transaction's commit would.
+// DB::Write with WriteOptions::sync, and RocksDB applies a write to its memtable
+// (where reads find it) only after the WAL holding it is synced.
 //
-//   BatchWriter writer(txn_db->GetBaseDB(), /*sync=*/true);  // not the TransactionDB
-//   absl::Status s = writer.Write(*txn->GetWriteBatch()->GetWriteBatch(), "commit");
+//   class Claim final : public BatchWriter::Commit { ... };  // AddTo, Written
+//   writer.WriteAsync(&claim);        // Written(status) on the writer thread
+//   absl::Status s = writer.Write(claim, "commit");  // or wait for it here
 //
-// WriteAsync queues the same way without blocking: the writer thread calls the
-// committer back once the group is written, so a server's network thread hands
-// it a claim and goes on serving (no thread hop to a worker pool).
+// WriteAsync queues without blocking or allocating: the writer thread calls the
+// commit back once the group is written, so a server's network thread hands it a
+// claim and goes on serving (no thread hop to a worker pool).
 //
-// Thread safety: Write is safe for concurrent use; the DB must outlive the writer.
+// Thread safety: Write and WriteAsync are safe for concurrent use; the DB must
+// outlive the writer.
 #pragma once
 
-#include <functional>
-#include <string>
+#include <cstdint>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -35,51 +36,55 @@ namespace idem::rocksdbstore {
 
 class BatchWriter {
  public:
+  // One commit handed to the writer: its writes, and what happens once they are
+  // durable. Owned by the caller; it must stay alive until Written is called.
+  class Commit {
+   public:
+    // Adds the commit's writes (Put and Delete) to the group's batch. Called on the
+    // writer thread; a commit whose writes cannot be added fails alone.
+    virtual rocksdb::Status AddTo(rocksdb::WriteBatch& group) const = 0;
+    // Called once on the writer thread with the status of the write that held the
+    // commit (its own, when AddTo failed), once that write is durable or failed.
+    // Must be quick (the next group waits for it); it may destroy the commit.
+    virtual void Written(const rocksdb::Status& status) = 0;
+
+   protected:
+    ~Commit() = default;
+  };
+
   BatchWriter(rocksdb::DB* db, bool sync);
   ~BatchWriter();  // writes what is queued, then stops the thread
   BatchWriter(const BatchWriter&) = delete;
   BatchWriter& operator=(const BatchWriter&) = delete;
 
-  // Writes `batch` (Put and Delete of the default column family only, what a
-  // record transaction holds) in the next group. Blocks until that group is
-  // written (and synced). Errors as FromRocks(…, what); kInternal for a batch
-  // holding anything else.
-  absl::Status Write(const rocksdb::WriteBatch& batch, std::string_view what);
+  // Queues `commit` for the next group without blocking: its Written comes on the
+  // writer thread.
+  void WriteAsync(Commit* commit);
 
-  // As Write without blocking: `done` gets Write's status on the writer thread once
-  // the group holding `batch` is written (and synced), and must be quick: the next
-  // group waits for it. `batch` must stay alive until then.
-  void WriteAsync(const rocksdb::WriteBatch& batch, std::string what,
-                  std::function<void(absl::Status)> done);
+  // Writes `writes` in the next group and blocks until that group is written (and
+  // synced). Errors as FromRocks(…, what); kInternal for writes AddTo refused.
+  absl::Status Write(const Commit& writes, std::string_view what);
 
-  // For tests and the benchmark: how many writes (groups) and batches so far.
+  // For tests and the benchmark: how many writes (groups) and commits so far.
   uint64_t groups() const;
   uint64_t batches() const;
 
  private:
-  struct Pending {
-    const rocksdb::WriteBatch* batch;
-    rocksdb::Status status;
-    bool done = false;
-    // WriteAsync's: the writer calls it, then deletes this Pending. Write's
-    // Pending lives on its caller's stack, which waits for `done`.
-    std::function<void(absl::Status)> then;
-    std::string what;
-  };
-
-  void Enqueue(Pending* pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run();
 
   rocksdb::DB* const db_;
   rocksdb::WriteOptions options_;
   mutable absl::Mutex mu_;
   absl::CondVar queued_;
-  absl::CondVar written_;
-  std::vector<Pending*> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<Commit*> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t groups_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t batches_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last: starts after everything it reads
 };
+
+// A queued commit's status as the committer reports it: FromRocks(status, what),
+// and kInternal for writes the writer refused (AddTo's NotSupported).
+absl::Status WriteOutcome(const rocksdb::Status& status, std::string_view what);
 
 }  // namespace idem::rocksdbstore

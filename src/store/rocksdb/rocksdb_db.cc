@@ -157,10 +157,12 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
     fs::create_directories(dir, mk);  // RocksDB makes only the last component
     shared->no_resume = std::make_shared<NoResumeAfterAFailedWalWrite>();
     options.listeners.push_back(shared->no_resume);
-    rocksdb::TransactionDBOptions txn_options;
-    txn_options.custom_mutex_factory = o.mutex_factory;
-    rocksdb::TransactionDB* db = nullptr;
-    const rocksdb::Status s = rocksdb::TransactionDB::Open(options, txn_options, dir, &db);
+    // A plain DB: this process is the directory's only writer (LOCK), so the keys
+    // its transactions hold are locked in memory (key_locks.h). A directory an older
+    // idem wrote through a TransactionDB opens as it is: its commits were plain
+    // batches in the WAL and the table files.
+    rocksdb::DB* db = nullptr;
+    const rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
     if (IsLockHeld(s)) {
       return StoreFaultError(absl::StrCat(
           "another process has this database open: ", where,
@@ -177,7 +179,42 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
 }  // namespace
 
 std::string RecordDbKey(std::string_view tenant, std::string_view key) {
-  return absl::StrCat("r", store::RecordKey(tenant, key));
+  std::string out;
+  SetRecordDbKey(out, tenant, key);
+  return out;
+}
+
+namespace {
+
+// The decimal length of the tenant in a record's key.
+std::string_view TenantSize(std::string_view tenant, char (&digits)[24]) {
+  auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), tenant.size());
+  (void)ec;  // 24 digits hold any size_t
+  return std::string_view(digits, end - digits);
+}
+
+}  // namespace
+
+void SetRecordDbKey(std::string& out, std::string_view tenant, std::string_view key) {
+  // "r" + store::RecordKey(tenant, key), without its temporaries.
+  char digits[24];
+  const std::string_view size = TenantSize(tenant, digits);
+  out.clear();
+  out.reserve(2 + size.size() + tenant.size() + key.size());
+  out.push_back('r');
+  out.append(size);
+  out.push_back(':');
+  out.append(tenant);
+  out.append(key);
+}
+
+bool IsRecordDbKeyOf(std::string_view db_key, std::string_view tenant, std::string_view key) {
+  char digits[24];
+  const std::string_view size = TenantSize(tenant, digits);
+  const size_t head = 2 + size.size();
+  return db_key.size() == head + tenant.size() + key.size() && db_key[0] == 'r' &&
+         db_key.substr(1, size.size()) == size && db_key[head - 1] == ':' &&
+         db_key.substr(head, tenant.size()) == tenant && db_key.substr(head + tenant.size()) == key;
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {

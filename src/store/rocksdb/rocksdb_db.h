@@ -26,8 +26,8 @@
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "rocksdb/listener.h"
-#include "rocksdb/utilities/transaction_db.h"
 #include "store/file_identity.h"
+#include "store/rocksdb/key_locks.h"
 
 namespace idem::rocksdbstore {
 
@@ -38,6 +38,10 @@ inline constexpr int kFormatVersion = 2;
 
 // The RocksDB key of the record of (tenant, key).
 std::string RecordDbKey(std::string_view tenant, std::string_view key);
+// The same, into `out` (replacing what it held; its buffer is reused).
+void SetRecordDbKey(std::string& out, std::string_view tenant, std::string_view key);
+// True when `db_key` is RecordDbKey(tenant, key), without making that.
+bool IsRecordDbKeyOf(std::string_view db_key, std::string_view tenant, std::string_view key);
 
 // The meta key holding the format version.
 inline constexpr std::string_view kFormatKey = "mformat";
@@ -106,13 +110,15 @@ struct SharedDb {
   std::optional<absl::Duration> ttl;      // the filter's fallback retention (ttl=)
   bool tombstones = true;                 // the filter leaves tombstones (tombstones=)
   std::unique_ptr<RetentionFilter> filter;  // outlives `db` (declared first)
-  std::unique_ptr<rocksdb::TransactionDB> db;       // read-write opens
+  std::unique_ptr<rocksdb::DB> db;                  // read-write opens
   std::unique_ptr<rocksdb::DB> read_only_db;        // read-only opens (no LOCK)
   // The directory opened read-write, checked before every commit and ping: RocksDB
   // would go on writing into a deleted directory's unlinked files.
   store::FileIdentity identity;
   // Read-write opens: RocksDB's listener (above), shared with its options.
   std::shared_ptr<NoResumeAfterAFailedWalWrite> no_resume;
+  // The keys the transactions of every Store on this directory hold.
+  KeyLocks locks;
 
   rocksdb::DB* base() const { return db != nullptr ? db.get() : read_only_db.get(); }
 };
@@ -127,9 +133,6 @@ struct OpenOptions {
   // The Env RocksDB does its I/O through (not owned; it must outlive the SharedDb);
   // null: the default. Tests inject file system faults with it.
   rocksdb::Env* env = nullptr;
-  // The mutexes of RocksDB's lock manager (TransactionDBOptions::custom_mutex_factory);
-  // null: RocksDB's own. Tests make a lock stripe look busy with it.
-  std::shared_ptr<rocksdb::TransactionDBMutexFactory> mutex_factory;
 };
 
 // Opens `options.path` (creating it when missing, unless read-only) or returns the

@@ -3,17 +3,15 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
+#include <functional>
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "store/absl_compat.h"
 #include "idem/status.h"
 #include "idem/ttl.h"
-#include "rocksdb/utilities/transaction.h"
-#include "rocksdb/utilities/transaction_db.h"
-#include "rocksdb/utilities/write_batch_with_index.h"
 #include "store/record_codec.h"
 #include "store/record_query.h"
 #include "store/rocksdb/batch_writer.h"
@@ -26,15 +24,6 @@ namespace {
 using rocksdbstore::FromRocks;
 using rocksdbstore::RecordDbKey;
 using rocksdbstore::SharedDb;
-
-// How often a non-blocking transaction tries a key again whose lock stripe was busy
-// (RocksdbTransaction::Locked), the first kBusyStripeSpins at once, the rest after
-// yielding the core. Measured with `wrk -c64` of new keys on two cores
-// (idem_http_pool_requests_total): without retries 0.40 % of the claims went to the
-// worker pool, with 16 immediate retries still 0.40 % (the holder had been
-// preempted), with the yields 0.08-0.11 %.
-constexpr int kBusyStripeSpins = 4;
-constexpr int kBusyStripeRetries = 16;
 
 constexpr std::string_view kNoSql =
     "rocksdb:// has no SQL: Transaction::Exec/Query need a SQL store (sqlite://, postgres://, "
@@ -93,28 +82,41 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
   return o;
 }
 
-absl::StatusOr<std::optional<Record>> Decoded(const rocksdb::Status& s, const std::string& value,
-                                              std::string_view what) {
+absl::StatusOr<std::optional<Record>> Decoded(const rocksdb::Status& s, std::string_view value,
+                                              std::string_view url, std::string_view op) {
   if (s.IsNotFound()) return std::nullopt;
-  IDEM_RETURN_IF_ERROR(FromRocks(s, what));
+  if (!s.ok()) return FromRocks(s, absl::StrCat("rocksdb store ", AV(url), ": ", AV(op)));
   IDEM_ASSIGN_OR_RETURN(Record r, store::DecodeRecord(value));
   return r;
 }
 
-// A pessimistic RocksDB transaction (read-write stores) or plain reads of the
-// database (read-only stores: `txn_` is null and every write is refused).
-class RocksdbTransaction final : public RecordTransaction {
+// What a store's transactions share with it; the store outlives them.
+struct StoreShared {
+  std::string url;
+  SharedDb* db = nullptr;                      // null: read-only, no database there yet
+  bool writable = false;                       // false: a read-only open
+  rocksdbstore::BatchWriter* writer = nullptr;  // writer=queue (null: writer=group)
+  rocksdb::WriteOptions write_options;         // writer=group's
+  rocksdb::ReadOptions read_options;
+  absl::Duration lock_timeout;
+};
+
+// A transaction of a rocksdb:// store. Read-write: every record it reads or writes
+// is locked first in the directory's KeyLocks (waiting up to lock_timeout_ms; a
+// non-blocking transaction never waits), read from the database (or from its own
+// writes), and its writes go to the database in one batch at the commit, after
+// which (once they are durable) its keys are released. Since a key stays locked
+// until its writes are durable and every read of it takes the lock first, nothing
+// reads a record before it is durable: a duplicate claim that meets a claim being
+// written waits for that write, then reads it. Read-only (a read-only open): plain
+// reads, and every write refused.
+class RocksdbTransaction final : public RecordTransaction,
+                                 private rocksdbstore::BatchWriter::Commit {
  public:
-  // `non_blocking`: `txn` was begun with lock_timeout 0 (BeginNonBlocking), so a
-  // key another transaction holds is TryLock's kWouldBlock, not a wait.
-  RocksdbTransaction(std::shared_ptr<SharedDb> db, std::unique_ptr<rocksdb::Transaction> txn,
-                     const std::string& url, rocksdbstore::BatchWriter* writer,
-                     bool non_blocking = false)
-      : db_(std::move(db)),
-        txn_(std::move(txn)),
-        url_(url),
-        writer_(writer),
-        non_blocking_(non_blocking) {}
+  // `non_blocking`: a key another transaction holds is TryLock's kWouldBlock (and an
+  // error for a read without TryLock), never a wait (BeginNonBlocking).
+  RocksdbTransaction(const StoreShared& store, bool non_blocking)
+      : store_(store), non_blocking_(non_blocking) {}
   ~RocksdbTransaction() override { Rollback(); }
 
   absl::StatusOr<int64_t> Exec(std::string_view, absl::Span<const Value>) override {
@@ -126,29 +128,29 @@ class RocksdbTransaction final : public RecordTransaction {
 
   absl::StatusOr<std::optional<Record>> InsertOrLoad(const Record& record) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    const std::string key = RecordDbKey(record.tenant, record.key);
-    IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, Locked(key));
+    IDEM_ASSIGN_OR_RETURN(const std::string* key, Hold(record.tenant, record.key, nullptr));
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, Read(key));
     if (existing.has_value()) return existing;
-    IDEM_RETURN_IF_ERROR(FromRocks(txn_->Put(key, store::EncodeRecord(record)), What("claim")));
+    Put(key, store::EncodeRecord(record));
     return std::nullopt;
   }
 
-  // Locks the key with the read InsertOrLoad or Load would make, kept for it. On a
-  // blocking transaction as well: the read waits there.
+  // Locks the key for the reads and writes that follow. On a blocking transaction
+  // it waits there (up to lock_timeout_ms).
   absl::StatusOr<KeyLock> TryLock(std::string_view tenant, std::string_view key) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    Tried tried{.key = RecordDbKey(tenant, key)};
-    tried.status = ReadForUpdate(tried.key, &tried.value);
-    if (non_blocking_ && tried.status.IsTimedOut()) return KeyLock::kWouldBlock;
-    tried_ = std::move(tried);
+    bool busy = false;
+    absl::StatusOr<const std::string*> held = Hold(tenant, key, &busy);
+    if (busy) return KeyLock::kWouldBlock;
+    IDEM_RETURN_IF_ERROR(held.status());
     return KeyLock::kHeld;
   }
 
   absl::StatusOr<bool> Replace(const Record& record, int64_t expected_token,
                                RecordState expected_state) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    const std::string key = RecordDbKey(record.tenant, record.key);
-    IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, Locked(key));
+    IDEM_ASSIGN_OR_RETURN(const std::string* key, Hold(record.tenant, record.key, nullptr));
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, Read(key));
     if (!existing.has_value() || existing->token != expected_token ||
         existing->state != expected_state) {
       return false;
@@ -158,21 +160,21 @@ class RocksdbTransaction final : public RecordTransaction {
     next.created_at = existing->created_at;
     next.expires_at = existing->expires_at;
     next.purged_at = existing->purged_at;
-    IDEM_RETURN_IF_ERROR(FromRocks(txn_->Put(key, store::EncodeRecord(next)), What("update")));
+    Put(key, store::EncodeRecord(next));
     return true;
   }
 
   absl::StatusOr<bool> Retire(const Record& expected, absl::Time now,
                               std::optional<absl::Time> tombstone_until) override {
     IDEM_RETURN_IF_ERROR(CheckWritable());
-    const std::string key = RecordDbKey(expected.tenant, expected.key);
-    IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, Locked(key));
+    IDEM_ASSIGN_OR_RETURN(const std::string* key, Hold(expected.tenant, expected.key, nullptr));
+    IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, Read(key));
     if (!existing.has_value() || existing->token != expected.token ||
         existing->state != expected.state || existing->purged_at != expected.purged_at) {
       return false;
     }
     if (!tombstone_until.has_value()) {
-      IDEM_RETURN_IF_ERROR(FromRocks(txn_->Delete(key), What("purge")));
+      Put(key, std::nullopt);
       return true;
     }
     Record tombstone = *std::move(existing);
@@ -181,40 +183,47 @@ class RocksdbTransaction final : public RecordTransaction {
     tombstone.purged_at = now;
     tombstone.updated_at = now;
     tombstone.expires_at = *tombstone_until;
-    IDEM_RETURN_IF_ERROR(
-        FromRocks(txn_->Put(key, store::EncodeRecord(tombstone)), What("purge")));
+    Put(key, store::EncodeRecord(tombstone));
     return true;
   }
 
   absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,
                                              std::string_view key) override {
     IDEM_RETURN_IF_ERROR(CheckOpen());
-    const std::string db_key = RecordDbKey(tenant, key);
-    if (txn_ != nullptr) return Locked(db_key);
-    if (db_ == nullptr) return std::nullopt;  // read-only, no database yet
-    std::string value;
-    return Decoded(db_->base()->Get(rocksdb::ReadOptions(), db_key, &value), value, What("read"));
+    if (store_.writable) {
+      IDEM_ASSIGN_OR_RETURN(const std::string* held, Hold(tenant, key, nullptr));
+      return Read(held);
+    }
+    if (store_.db == nullptr) return std::nullopt;  // read-only, no database yet
+    rocksdbstore::SetRecordDbKey(scratch_, tenant, key);
+    rocksdb::Status s = store_.db->base()->Get(store_.read_options, scratch_, &value_);
+    return Decoded(s, value_, store_.url, "read");
   }
 
   absl::Status Commit() override {
     if (std::optional<absl::Status> ended = StartCommit()) return *ended;
-    // With WriteOptions::sync the WAL is fsynced before this returns (grouped with
-    // the commits of other threads). A failed WAL write or sync applies nothing and
-    // puts the database in its error state: every later write fails too.
-    if (writer_ == nullptr) return FromRocks(txn_->Commit(), What("commit"));
-    // writer=queue: the batch goes out in the writer's next group while this
-    // transaction still holds its keys' locks; the rollback after it only releases
-    // them (the batch is written by then, or failed as a whole).
-    absl::Status written = writer_->Write(*txn_->GetWriteBatch()->GetWriteBatch(), What("commit"));
-    txn_->Rollback().PermitUncheckedError();
+    absl::Status written;
+    if (store_.writer != nullptr) {
+      // writer=queue: the batch goes out in the writer's next group.
+      written = store_.writer->Write(*this, What("commit"));
+    } else {
+      // With WriteOptions::sync the WAL is fsynced before this returns (grouped
+      // with the commits of other threads). A failed WAL write or sync applies
+      // nothing and puts the database in its error state: every later write fails.
+      rocksdb::WriteBatch batch;
+      rocksdb::Status s = AddTo(batch);
+      if (s.ok()) s = store_.db->db->Write(store_.write_options, &batch);
+      written = rocksdbstore::WriteOutcome(s, What("commit"));
+    }
+    Release();  // durable (or failed as a whole): the keys are free
     return written;
   }
 
-  // writer=queue: the writer thread calls back once the batch is durable, releases
-  // the keys' locks, then answers `done`. Otherwise (writer=group, whose commit
+  // writer=queue: the writer thread calls Written once the batch is durable, which
+  // releases the keys, then answers `done`. Otherwise (writer=group, whose commit
   // blocks; or nothing to write) as Commit().
   void CommitAsync(std::function<void(absl::Status)> done) override {
-    if (writer_ == nullptr) {
+    if (store_.writer == nullptr) {
       done(Commit());
       return;
     }
@@ -222,34 +231,56 @@ class RocksdbTransaction final : public RecordTransaction {
       done(*ended);
       return;
     }
-    writer_->WriteAsync(*txn_->GetWriteBatch()->GetWriteBatch(), What("commit"),
-                        [this, done = std::move(done)](absl::Status written) {
-                          txn_->Rollback().PermitUncheckedError();
-                          done(std::move(written));  // may destroy *this: nothing after it
-                        });
+    committed_ = std::move(done);
+    store_.writer->WriteAsync(this);
   }
 
   void Rollback() override {
     if (done_) return;
     done_ = true;
-    // Rollback of a pessimistic transaction only drops its batch and locks.
-    if (txn_ != nullptr) txn_->Rollback().PermitUncheckedError();
+    Release();
   }
 
  private:
+  // One write of the commit: a record's new bytes, or its deletion.
+  struct Write {
+    const std::string* key;            // a key this transaction holds
+    std::optional<std::string> value;  // std::nullopt: delete
+  };
+
+  // BatchWriter::Commit
+  rocksdb::Status AddTo(rocksdb::WriteBatch& group) const override {
+    for (const Write& w : writes_) {
+      rocksdb::Status s = w.value.has_value() ? group.Put(*w.key, *w.value) : group.Delete(*w.key);
+      if (!s.ok()) return s;
+    }
+    return rocksdb::Status::OK();
+  }
+
+  void Written(const rocksdb::Status& status) override {
+    Release();
+    std::function<void(absl::Status)> done = std::move(committed_);
+    // May destroy *this: nothing after it.
+    done(status.ok() ? absl::OkStatus() : rocksdbstore::WriteOutcome(status, What("commit")));
+  }
+
   std::string What(std::string_view op) const {
-    return absl::StrCat("rocksdb store ", url_, ": ", AV(op));
+    return absl::StrCat("rocksdb store ", AV(store_.url), ": ", AV(op));
   }
 
   // The start of every commit: ends the transaction, and returns its status when
-  // nothing is left to write (an error, or a read-only transaction's OK).
+  // nothing is left to write (an error, or a transaction that wrote nothing: its
+  // keys are released at once).
   std::optional<absl::Status> StartCommit() {
     if (absl::Status s = CheckOpen(); !s.ok()) return s;
     done_ = true;
-    if (txn_ == nullptr) return absl::OkStatus();
+    if (writes_.empty()) {
+      Release();
+      return absl::OkStatus();
+    }
     // Nothing is acknowledged into a directory that was deleted or replaced.
-    if (absl::Status s = db_->identity.Check(); !s.ok()) {
-      txn_->Rollback().PermitUncheckedError();
+    if (absl::Status s = store_.db->identity.Check(); !s.ok()) {
+      Release();
       return s;
     }
     return std::nullopt;
@@ -262,103 +293,148 @@ class RocksdbTransaction final : public RecordTransaction {
 
   absl::Status CheckWritable() const {
     IDEM_RETURN_IF_ERROR(CheckOpen());
-    if (txn_ == nullptr) {
+    if (!store_.writable) {
       return absl::FailedPreconditionError(
-          absl::StrCat("rocksdb store ", url_, " was opened read-only"));
+          absl::StrCat("rocksdb store ", AV(store_.url), " was opened read-only"));
     }
     return absl::OkStatus();
   }
 
-  // The record under `key`, read through the transaction (its own writes first)
-  // with the key locked until the transaction ends. A non-blocking transaction's
-  // read of a key another one holds is an error: TryLock comes first.
-  absl::StatusOr<std::optional<Record>> Locked(const std::string& key) {
-    if (tried_.has_value() && tried_->key == key) {
-      // TryLock's read, still what the transaction holds: nothing was written since.
-      Tried tried = *std::move(tried_);
-      tried_.reset();
-      return Decoded(tried.status, tried.value, What("read for update"));
+  // The held key equal to `db_key`, or null.
+  const std::string* Held(const std::string& db_key) const {
+    if (holds_first_ && first_ == db_key) return &first_;
+    for (const std::unique_ptr<std::string>& k : more_) {
+      if (*k == db_key) return k.get();
     }
-    tried_.reset();
-    std::string value;
-    rocksdb::Status s = ReadForUpdate(key, &value);
-    if (non_blocking_ && s.IsTimedOut()) {
-      return absl::UnavailableError(
-          What("read for update: the key is held by another transaction"));
-    }
-    return Decoded(s, value, What("read for update"));
+    return nullptr;
   }
 
-  // GetForUpdate of `key`.
-  rocksdb::Status ReadForUpdate(const std::string& key, std::string* value) {
-    rocksdb::Status s = txn_->GetForUpdate(rocksdb::ReadOptions(), key, value);
-    // With a lock timeout of 0 RocksDB only try-locks the mutex of the key's lock
-    // stripe, which another thread holds while it locks or releases a key of the
-    // same stripe (the writer thread releasing committed claims does, all the time
-    // under load): kMutexTimeout, not the key held (kLockTimeout). Tried again; after
-    // the first few tries this thread yields its core, since on a busy machine the
-    // holder may be a thread that was preempted holding it. A stripe still busy
-    // after kBusyStripeRetries goes to the pool as a held key.
-    for (int retry = 0; retry < kBusyStripeRetries && non_blocking_ && s.IsTimedOut() &&
-                        s.subcode() == rocksdb::Status::kMutexTimeout;
-         ++retry) {
-      if (retry >= kBusyStripeSpins) std::this_thread::yield();
-      s = txn_->GetForUpdate(rocksdb::ReadOptions(), key, value);
+  // Locks the record key of (tenant, key) for this transaction unless it holds it
+  // already, and returns this transaction's copy of it (in place until Release).
+  // A blocking transaction waits up to lock_timeout_ms (then a
+  // ClaimContendedError), or gets kAborted where waiting could deadlock. A
+  // non-blocking one sets `*busy` (when given, else it is an error) if the key is
+  // held by another transaction at this instant.
+  absl::StatusOr<const std::string*> Hold(std::string_view tenant, std::string_view key,
+                                          bool* busy) {
+    // Most transactions touch one key, TryLock's and then InsertOrLoad's or Load's.
+    if (holds_first_ && rocksdbstore::IsRecordDbKeyOf(first_, tenant, key)) return &first_;
+    rocksdbstore::SetRecordDbKey(scratch_, tenant, key);
+    if (const std::string* held = Held(scratch_)) return held;
+    rocksdbstore::KeyLocks& locks = store_.db->locks;
+    if (owner_ == 0) owner_ = locks.NewOwner();
+    const bool holds_others = holds_first_;
+    std::string* slot = holds_first_ ? more_.emplace_back(std::make_unique<std::string>()).get()
+                                     : &first_;
+    slot->swap(scratch_);
+    const rocksdbstore::KeyLocks::Got got =
+        non_blocking_ ? locks.TryLock(*slot, owner_)
+                      : locks.Lock(*slot, owner_, absl::Now() + store_.lock_timeout, holds_others);
+    if (got == rocksdbstore::KeyLocks::Got::kLocked) {
+      if (slot == &first_) holds_first_ = true;
+      return slot;
     }
-    return s;
+    slot->swap(scratch_);
+    if (slot != &first_) more_.pop_back();
+    switch (got) {
+      case rocksdbstore::KeyLocks::Got::kBusy:
+        if (busy != nullptr) {
+          *busy = true;
+          return nullptr;
+        }
+        return absl::UnavailableError(
+            What("read for update: the key is held by another transaction"));
+      case rocksdbstore::KeyLocks::Got::kDie:
+        return absl::AbortedError(
+            What("read for update: waiting for the key could deadlock with the transaction "
+                 "that holds it; retry the transaction"));
+      default:
+        return ClaimContendedError(absl::StrCat(
+            What("read for update"), ": the key stayed held by another open transaction for "
+            "lock_timeout_ms (",
+            absl::ToInt64Milliseconds(store_.lock_timeout), " ms)"));
+    }
   }
 
-  const std::shared_ptr<SharedDb> db_;
-  const std::unique_ptr<rocksdb::Transaction> txn_;
-  const std::string& url_;                   // the store's, which outlives this
-  rocksdbstore::BatchWriter* const writer_;  // the store's (writer=queue) or null
+  // The record under `key` (held): this transaction's own write of it, else the
+  // database's durable one.
+  absl::StatusOr<std::optional<Record>> Read(const std::string* key) {
+    for (const Write& w : writes_) {
+      if (w.key != key) continue;
+      if (!w.value.has_value()) return std::nullopt;
+      IDEM_ASSIGN_OR_RETURN(Record r, store::DecodeRecord(*w.value));
+      return r;
+    }
+    rocksdb::Status s = store_.db->db->Get(store_.read_options, *key, &value_);
+    return Decoded(s, value_, store_.url, "read for update");
+  }
+
+  // Sets the commit's write of `key` (held), replacing an earlier one.
+  void Put(const std::string* key, std::optional<std::string> value) {
+    for (Write& w : writes_) {
+      if (w.key == key) {
+        w.value = std::move(value);
+        return;
+      }
+    }
+    writes_.push_back(Write{.key = key, .value = std::move(value)});
+  }
+
+  // Releases every key this transaction holds and drops its writes.
+  void Release() {
+    if (owner_ == 0) return;
+    rocksdbstore::KeyLocks& locks = store_.db->locks;
+    if (holds_first_) locks.Unlock(first_, owner_);
+    for (const std::unique_ptr<std::string>& k : more_) locks.Unlock(*k, owner_);
+    holds_first_ = false;
+    more_.clear();
+    writes_.clear();
+  }
+
+  const StoreShared& store_;
   const bool non_blocking_;
   bool done_ = false;
-  // TryLock's read of the key it locked, for the next Locked() of that key.
-  struct Tried {
-    std::string key;
-    rocksdb::Status status;
-    std::string value;
-  };
-  std::optional<Tried> tried_;
+  uint64_t owner_ = 0;  // in the KeyLocks, from the first key held
+  // The keys held: the first (most transactions hold one) and the rest, each in
+  // place until released (the KeyLocks keeps views of them).
+  std::string first_;
+  bool holds_first_ = false;
+  std::vector<std::unique_ptr<std::string>> more_;
+  absl::InlinedVector<Write, 1> writes_;
+  std::string scratch_;  // a key being looked up
+  std::string value_;    // the last value read
+  std::function<void(absl::Status)> committed_;  // CommitAsync's `done`
 };
 
 class RocksdbStore final : public StoreBackend {
  public:
   RocksdbStore(std::string url, const Options& options, std::shared_ptr<SharedDb> db,
                bool read_only)
-      : url_(std::move(url)), db_(std::move(db)), read_only_(read_only) {
-    write_options_.sync = options.sync;
-    txn_options_.lock_timeout = options.lock_timeout_ms;
-    txn_options_.deadlock_detect = true;
-    // 0: a lock another transaction holds fails at once (Status::TimedOut).
-    non_blocking_options_.lock_timeout = 0;
-    if (options.queue_writer && !read_only_ && db_ != nullptr) {
-      // The base DB: TransactionDB::Write would lock the keys again, which this
-      // transaction holds until the batch is written.
-      writer_ = std::make_unique<rocksdbstore::BatchWriter>(db_->db->GetBaseDB(), options.sync);
+      : db_(std::move(db)), read_only_(read_only) {
+    shared_.url = std::move(url);
+    shared_.db = db_.get();
+    shared_.writable = !read_only_ && db_ != nullptr;
+    shared_.write_options.sync = options.sync;
+    shared_.lock_timeout = absl::Milliseconds(options.lock_timeout_ms);
+    if (options.queue_writer && shared_.writable) {
+      writer_ = std::make_unique<rocksdbstore::BatchWriter>(db_->db.get(), options.sync);
+      shared_.writer = writer_.get();
     }
   }
 
   absl::StatusOr<std::unique_ptr<StoreTransaction>> Begin() override {
     IDEM_RETURN_IF_ERROR(CheckIdentity());
-    std::unique_ptr<rocksdb::Transaction> txn;
-    if (!read_only_) txn.reset(db_->db->BeginTransaction(write_options_, txn_options_));
-    return std::make_unique<RocksdbTransaction>(db_, std::move(txn), url_, writer_.get());
+    return std::make_unique<RocksdbTransaction>(shared_, /*non_blocking=*/false);
   }
 
-  // The queue writer's transactions: their reads never wait for a lock (a held key
-  // is TryLock's kWouldBlock; a lock stripe busy for a moment is tried again, Locked)
-  // and CommitAsync hands the batch to the writer thread.
+  // The queue writer's transactions: they never wait for a key (a held key is
+  // TryLock's kWouldBlock) and CommitAsync hands the batch to the writer thread.
   // A read may still reach RocksDB's files through the page cache, as a new key's
   // point read does when its bloom filters cannot rule it out.
   absl::StatusOr<std::unique_ptr<RecordTransaction>> BeginNonBlocking() override {
     if (!non_blocking()) return nullptr;
     IDEM_RETURN_IF_ERROR(CheckIdentity());
-    std::unique_ptr<rocksdb::Transaction> txn(
-        db_->db->BeginTransaction(write_options_, non_blocking_options_));
-    return std::make_unique<RocksdbTransaction>(db_, std::move(txn), url_, writer_.get(),
-                                                /*non_blocking=*/true);
+    return std::make_unique<RocksdbTransaction>(shared_, /*non_blocking=*/true);
   }
 
   bool non_blocking() const override { return writer_ != nullptr; }
@@ -368,8 +444,8 @@ class RocksdbStore final : public StoreBackend {
     if (db_ == nullptr) return std::nullopt;
     IDEM_RETURN_IF_ERROR(CheckIdentity());
     std::string value;
-    return Decoded(db_->base()->Get(rocksdb::ReadOptions(), RecordDbKey(tenant, key), &value),
-                   value, absl::StrCat("rocksdb store ", url_, ": read"));
+    const rocksdb::Status s = db_->base()->Get(shared_.read_options, RecordDbKey(tenant, key), &value);
+    return Decoded(s, value, shared_.url, "read");
   }
 
   // In key order ("r" + RecordKey: tenants by length, then bytes; each tenant's
@@ -400,14 +476,14 @@ class RocksdbStore final : public StoreBackend {
       r.error.clear();
       out.push_back(std::move(r));
     }
-    IDEM_RETURN_IF_ERROR(FromRocks(it->status(), absl::StrCat("rocksdb store ", url_, ": list")));
+    IDEM_RETURN_IF_ERROR(FromRocks(it->status(), absl::StrCat("rocksdb store ", shared_.url, ": list")));
     return out;
   }
 
   // No LookupDecided: the Guard's read before its transaction saves a SQL store a
   // locking transaction, but here it is the same point read the transaction makes
-  // (GetForUpdate), so for a new key it was paid twice. Decided keys are answered
-  // from the cache decorator's L1 before either.
+  // (after taking the key's lock), so for a new key it was paid twice. Decided keys
+  // are answered from the cache decorator's L1 before either.
 
   // Ready while the database takes writes. After a failed write (a full disk, EIO,
   // a file size limit) RocksDB keeps the error and refuses every write, while reads
@@ -429,11 +505,11 @@ class RocksdbStore final : public StoreBackend {
       s = db_->base()->Put(probe, key, value);
       if (!s.ok()) {
         return StoreFaultError(absl::StrCat(
-            "rocksdb store ", url_, ": writes are refused after a failed one (", s.ToString(),
+            "rocksdb store ", shared_.url, ": writes are refused after a failed one (", s.ToString(),
             "): fix the cause (a full disk: make room), then restart idem"));
       }
     }
-    return AsStoreFault(FromRocks(s, absl::StrCat("rocksdb store ", url_, ": ping")));
+    return AsStoreFault(FromRocks(s, absl::StrCat("rocksdb store ", shared_.url, ": ping")));
   }
 
   bool SupportsSql() const override { return false; }
@@ -446,7 +522,7 @@ class RocksdbStore final : public StoreBackend {
   }
 
   bool read_only() const override { return read_only_; }
-  std::string_view url() const override { return url_; }
+  std::string_view url() const override { return shared_.url; }
 
  private:
   // Nothing is read from a directory that was deleted or replaced either (as
@@ -457,12 +533,9 @@ class RocksdbStore final : public StoreBackend {
     return db_ == nullptr ? absl::OkStatus() : db_->identity.Check();
   }
 
-  const std::string url_;
   const std::shared_ptr<SharedDb> db_;  // null: read-only, no database there yet
   const bool read_only_;
-  rocksdb::WriteOptions write_options_;
-  rocksdb::TransactionOptions txn_options_;
-  rocksdb::TransactionOptions non_blocking_options_;
+  StoreShared shared_;
   std::unique_ptr<rocksdbstore::BatchWriter> writer_;  // writer=queue; ends before db_
 };
 

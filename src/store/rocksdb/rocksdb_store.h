@@ -12,6 +12,9 @@
 //   lock_timeout_ms=N   (default 5000: how long a transaction waits for a key another
 //                        open transaction holds before kUnavailable, a claim in
 //                        progress)
+//   writer=queue|group  (default queue: one writer thread groups the commits, and
+//                        `idem serve` commits without blocking its network threads;
+//                        group: RocksDB's own write grouping, commits block)
 //   ttl=DURATION        (e.g. 90d, as `idem ttl` prints it; default none) the
 //                        retention of records that carry no expires_at of their own
 //                        (written before format 2, or of a biz_type without a
@@ -23,28 +26,41 @@
 //                        its tombstone (a very late duplicate is answered expired),
 //                        or nothing
 //
-// Locking. The store opens the directory as a rocksdb::TransactionDB and every
-// transaction is a pessimistic RocksDB transaction: InsertOrLoad, Replace and Load
-// read with GetForUpdate, which locks the key (exactly that key: RocksDB's lock
-// manager keeps a map of locked keys, not hashed stripes that unrelated keys would
-// share) until Commit or Rollback. A wait past lock_timeout_ms answers a
-// ClaimContendedError, as a row lock of the server stores does; deadlock detection
-// is on, and a deadlock answers kAborted at once. The Guard's transactions touch one
-// key each (a claim, a complete, a fail), so they cannot deadlock. Chosen over a
-// lock table of idem's own: RocksDB's is exact per key, bounded, and tested, and
-// the transaction's writes become one WriteBatch at Commit.
+// Locking. The process owns the directory (RocksDB's LOCK file admits one), so
+// the store opens it as a plain rocksdb::DB and locks keys in memory
+// (key_locks.h): InsertOrLoad, Replace, Retire and Load lock exactly the key they
+// touch (a table of the keys in flight, not hashed stripes that unrelated keys would
+// share) until the transaction's writes are durable, or until Rollback. A wait past
+// lock_timeout_ms answers a ClaimContendedError, as a row lock of the server stores
+// does. The Guard's transactions touch one key each (a claim, a complete, a fail);
+// a transaction that holds keys (purge) and would wait for one whose holder is
+// itself waiting answers kAborted at once (retry the transaction), so no cycle of
+// waits, no deadlock, can form.
 //
-// Durability. Commit writes the transaction's WriteBatch with WriteOptions::sync:
-// the WAL record and its fsync are done before Commit returns, so a reply that
-// follows it follows the sync that covers it. Concurrent commits are grouped by
-// RocksDB's write path: the first writer to arrive leads a write group, appends
-// every queued batch to the WAL in one write and fsyncs once for the group
-// (docs/operations.md has the measurement).
+// Nothing is visible before it is durable. A transaction's writes stay in it
+// (its own reads see them) until the commit writes them as one WriteBatch with
+// WriteOptions::sync; RocksDB applies a batch to what reads see only after its WAL
+// record is synced, and the keys stay locked until then. So a read outside any
+// transaction (Store::Get, ListRecords) sees the last durable record, and a
+// duplicate claim that meets a claim being written waits for that write (a
+// non-blocking transaction gets TryLock's kWouldBlock instead) and then reads the
+// durable record: no reply is ever made from a record that is not yet synced.
+//
+// Durability. With writer=queue (the default) one writer thread (batch_writer.h)
+// gathers the commits waiting for it into one WriteBatch, one WAL write and one
+// fsync; each commit hears of it after that sync. writer=group leaves the grouping
+// to RocksDB's write path: the first committing thread to arrive leads a write
+// group, appends every queued batch to the WAL in one write and fsyncs once for the
+// group (docs/operations.md has the measurement). Either way a commit returns (or
+// calls back) after the sync that covers it, so a reply that follows it does too.
+//
+// A directory an older idem wrote (through a rocksdb::TransactionDB) opens as it
+// is: its commits were plain batches.
 //
 // One process per directory: RocksDB's LOCK file admits one opener, and a second
 // process gets kUnavailable "another process has this database open". Inside one
 // process, every Store opened on the same directory shares one database (and so
-// one lock manager): each keeps its own lock_timeout_ms and sync. A read-only open
+// one table of locked keys): each keeps its own lock_timeout_ms, sync and writer. A read-only open
 // (StoreOptions::read_only: `idem inspect`) takes no lock and sees the database as
 // it was when opened.
 //
