@@ -51,11 +51,13 @@ while [[ $# -gt 0 ]]; do
        exit 2 ;;
   esac
 done
-[[ $seconds =~ ^[1-9][0-9]*$ ]] || { echo "bench/claims.sh: --seconds must be a whole number ≥ 1, not '$seconds'" >&2; exit 2; }
-declare -A store_url
+[[ $seconds =~ ^[1-9][0-9]*$ ]] || {
+  echo "bench/claims.sh: --seconds must be a whole number ≥ 1, not '$seconds'" >&2
+  exit 2
+}
 for name in $stores; do
   case $name in
-    sqlite|rocksdb|rocksdb-group) store_url[$name]= ;;
+    sqlite|rocksdb|rocksdb-group) ;;
     *) echo "bench/claims.sh: --stores: unknown store '$name' (sqlite, rocksdb, rocksdb-group)" >&2
        exit 2 ;;
   esac
@@ -79,7 +81,8 @@ fi
 echo "bench/claims.sh: load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 scripts/deps.sh --bench
-IDEM_CMAKE_ARGS="${IDEM_CMAKE_ARGS:-} -DIDEM_BUILD_BENCH=ON" scripts/build.sh idem http_ceiling pair_load
+IDEM_CMAKE_ARGS="${IDEM_CMAKE_ARGS:-} -DIDEM_BUILD_BENCH=ON" \
+  scripts/build.sh idem http_ceiling pair_load
 
 work="$root/build/bench-claims"
 rm -rf "$work"
@@ -139,6 +142,7 @@ psql "$pg_url" -q -c "DROP TABLE IF EXISTS bench_keys; CREATE TABLE bench_keys (
 
 export IDEM_TOKEN=bench IDEM_TENANTS="bench:bench"
 declare -A idem_port
+declare -A store_url
 store_url[sqlite]="sqlite://$work/idem.db"
 store_url[rocksdb]="rocksdb://$work/idem-rocksdb"
 store_url[rocksdb-group]="rocksdb://$work/idem-rocksdb-group?writer=group"
@@ -165,7 +169,8 @@ export IDEM_BENCH_KEY=$dup_key
 first_store=${!idem_port[*]}
 first_store=${first_store%% *}
 dup_size=$(curl -s -o /dev/null -w '%{size_download}' -X POST -H "Authorization: Bearer bench" \
-  -d "{\"biz_type\":\"bench\",\"key\":\"$dup_key\"}" "http://127.0.0.1:${idem_port[$first_store]}/v1/claims")
+  -d "{\"biz_type\":\"bench\",\"key\":\"$dup_key\"}" \
+  "http://127.0.0.1:${idem_port[$first_store]}/v1/claims")
 [[ $dup_size =~ ^[1-9][0-9]*$ ]] || {
   echo "bench/claims.sh: the duplicate claim of $dup_key on idem-$first_store got no body" >&2
   exit 1
@@ -208,9 +213,12 @@ fi
   -c "$nginx_dir/nginx.conf" >"$work/nginx.out" 2>&1 &
 pids+=($!)
 server_pid[nginx]=$!
-for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$nginx_port/" && break; sleep 0.1; done
+for _ in $(seq 1 100); do
+  curl -s -o /dev/null "http://127.0.0.1:$nginx_port/" && break
+  sleep 0.1
+done
 curl -s -o /dev/null "http://127.0.0.1:$nginx_port/" || {
-  echo "bench/claims.sh: nginx did not start: $(tail -2 "$work/nginx.out" "$nginx_dir/error.log")" >&2
+  echo "bench/claims.sh: nginx did not start: $(cat "$work/nginx.out" "$nginx_dir/error.log")" >&2
   exit 1
 }
 
@@ -423,7 +431,8 @@ ratio durable_claims/redis_setnx "$(value "$best_idem" "new keys" 64)" \
   "$(value "redis no persistence" "SET NX" 64)" ">=" 1.0
 ratio claim_cpu/redis_aof_setnx_cpu "$(value "$best_idem" "new keys" 64 7)" \
   "$(value "redis appendfsync always" "SET NX" 64 7)" "<=" 1.0
-ratio duplicates/nginx "$(value "$best_idem" "duplicates" 64)" "$(value nginx "fixed body" 64)" ">=" 1.0
+ratio duplicates/nginx "$(value "$best_idem" "duplicates" 64)" "$(value nginx "fixed body" 64)" \
+  ">=" 1.0
 if [[ $batch == 1 ]]; then
   ratio batch_keys/redis_setnx "$(value "$best_idem" "$batch_workload" 64)" \
     "$(value "redis no persistence" "SET NX" 64)" ">=" 10
@@ -441,7 +450,8 @@ ratio duplicates/http_ceiling "$(value "$best_idem" "duplicates" 64)" \
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Throughput by system and connections, as clustered bars (the fdatasync row has none).
-awk -F'\t' '$1 !~ /^fdatasync/ {printf "\"%s, %s\"\t%s\t%s\n", $1, $2, $3, $4}' "$results" >"$work/plot.tsv"
+awk -F'\t' '$1 !~ /^fdatasync/ {printf "\"%s, %s\"\t%s\t%s\n", $1, $2, $3, $4}' "$results" \
+  >"$work/plot.tsv"
 gnuplot <<GNUPLOT
 set terminal pngcairo size 1200,600 noenhanced
 set output "$work/claims.png"
