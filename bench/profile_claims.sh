@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# bench/profile_claims.sh: instructions per request of `idem serve` on rocksdb://,
-# counted by callgrind (repeatable whatever else the machine runs, unlike a
-# throughput number), for the duplicate path and the new-key path.
+# bench/profile_claims.sh: instructions and heap allocations per request of `idem
+# serve` on rocksdb://, counted by callgrind (repeatable whatever else the machine
+# runs, unlike a throughput number), for the duplicate path and the new-key path.
 #
 #   bench/profile_claims.sh [--seconds N] [--connections C]
 #
 # Starts `idem serve` under valgrind --tool=callgrind on a fresh store in
 # build/bench-profile/, completes one key, drives it with wrk (bench/claims/*.lua)
 # for N seconds (default 20) at C connections (default 8), stops it, and prints
-# requests, instructions and instructions per request for each workload (counted
-# from the end of the setup to the end of the load only), then the
+# requests, instructions and instructions per request, and the calls to malloc,
+# calloc, realloc and the aligned allocators (operator new's included: it calls
+# malloc) per request, for each workload (counted from the end of the setup to the
+# end of the load only), then the
 # ten most expensive functions (inclusive) of idem's own code. The callgrind files
 # stay in build/bench-profile/ for callgrind_annotate or kcachegrind.
 set -euo pipefail
@@ -39,8 +41,32 @@ serve_setup bench-profile
 pid=
 cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null || true; }
 trap cleanup EXIT
+trap 'exit 130' INT TERM  # runs the EXIT trap
 
-printf '%-12s %10s %16s %14s\n' workload requests instructions "instr/request"
+# mallocs FILE: the calls to the C allocators a callgrind file records. Function
+# names are compressed: "(id) name" the first time, "(id)" after; a call is a
+# "cfn=" line (the callee) followed by "calls=COUNT …".
+mallocs() {
+  awk '
+    function fn_name(spec,   id, rest) {
+      if (!match(spec, /^\([0-9]+\)/)) return spec
+      id = substr(spec, 2, RLENGTH - 2)
+      rest = substr(spec, RLENGTH + 2)
+      if (rest != "") names[id] = rest
+      return names[id]
+    }
+    /^fn=/ { fn_name(substr($0, 4)) }
+    /^cfn=/ { callee = fn_name(substr($0, 5)) }
+    /^calls=/ {
+      split(substr($0, 7), count, " ")
+      if (callee ~ /^(malloc|calloc|realloc|memalign|aligned_alloc|posix_memalign)(\x27[0-9]+)?$/)
+        total += count[1]
+    }
+    END { print total + 0 }' "$1"
+}
+
+printf '%-12s %10s %16s %14s %12s %14s\n' workload requests instructions "instr/request" mallocs \
+  "mallocs/request"
 for workload in duplicates new_keys; do
   out="$work/$workload"
   valgrind --tool=callgrind --callgrind-out-file="$out.callgrind" build/src/cli/idem \
@@ -68,7 +94,10 @@ for workload in duplicates new_keys; do
   [[ -n $requests ]] || { echo "wrk printed no request count: $summary" >&2; exit 1; }
   mv "$out.callgrind.1" "$out.callgrind"
   total=$(callgrind_annotate "$out.callgrind" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)
-  printf '%-12s %10d %16d %14d\n' "$workload" "$requests" "$total" $((total / (requests > 0 ? requests : 1)))
+  allocs=$(mallocs "$out.callgrind")
+  printf '%-12s %10d %16d %14d %12d %14.1f\n' "$workload" "$requests" "$total" \
+    $((total / (requests > 0 ? requests : 1))) "$allocs" \
+    "$(awk -v a="$allocs" -v r="$requests" 'BEGIN {print (r > 0 ? a / r : 0)}')"
 done
 for workload in duplicates new_keys; do
   echo

@@ -4,6 +4,7 @@
 #   scripts/deps.sh          build + test dependencies (compiler, libraries, servers)
 #   scripts/deps.sh --build  only what building and running `idem` needs
 #   scripts/deps.sh --package  that, and what building the Debian package needs
+#   scripts/deps.sh --bench    the build's, and what bench/claims.sh and profile_claims.sh run
 set -euo pipefail
 
 build_pkgs=(
@@ -14,6 +15,12 @@ build_pkgs=(
   libhttp-parser-dev  # the lean HTTP engine's request parser (idem serve --http lean)
 )
 package_pkgs=(help2man dpkg-dev file)
+# bench/claims.sh's peers and load generators (pgbench comes with postgresql-15),
+# its plot, and profile_claims.sh's callgrind.
+bench_pkgs=(
+  libbenchmark-dev postgresql-15 redis-server redis-tools nginx-light wrk gnuplot-nox python3
+  valgrind util-linux  # util-linux: taskset, setpriv
+)
 test_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   postgresql-15 mariadb-server redis-server
@@ -32,8 +39,9 @@ pkgs=("${build_pkgs[@]}")
 case "${1:-}" in
   --build) ;;
   --package) pkgs+=("${package_pkgs[@]}") ;;
+  --bench) pkgs+=("${bench_pkgs[@]}") ;;
   "") pkgs+=("${test_pkgs[@]}") ;;
-  *) echo "deps.sh: unknown option '$1' (use --build, --package or nothing)" >&2; exit 2 ;;
+  *) echo "deps.sh: unknown option '$1' (use --build, --package, --bench or nothing)" >&2; exit 2 ;;
 esac
 
 missing=()
