@@ -15,13 +15,21 @@
 //
 // WriteAsync queues without blocking or allocating: the writer thread calls the
 // commit back once the group is written, so a server's network thread hands it a
-// claim and goes on serving (no thread hop to a worker pool).
+// claim and goes on serving (no thread hop to a worker pool). On a thread with a
+// current event-loop turn (store/turn.h: the lean engine's loops) the commit joins
+// that turn's group instead, which the loop's thread itself writes at the turn's
+// end, with one DB::Write, before it sends the turn's replies; the commits are
+// called back there, in the order they came (Redis's appendfsync always: one
+// write and fsync per loop turn, no hand-off to another thread and back).
 //
 // Thread safety: Write and WriteAsync are safe for concurrent use; the DB must
 // outlive the writer.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -57,20 +65,43 @@ class BatchWriter {
   BatchWriter(const BatchWriter&) = delete;
   BatchWriter& operator=(const BatchWriter&) = delete;
 
-  // Queues `commit` for the next group without blocking: its Written comes on the
-  // writer thread.
+  // Without blocking: on a thread with a current store::Turn, adds `commit` to that
+  // turn's group, written on this thread at the turn's end (Written comes there);
+  // elsewhere queues it for the writer thread's next group (Written comes on it).
   void WriteAsync(Commit* commit);
 
-  // Writes `writes` in the next group and blocks until that group is written (and
-  // synced). Errors as FromRocks(…, what); kInternal for writes AddTo refused.
+  // Writes `writes` in the writer thread's next group and blocks until that group
+  // is written (and synced); never through a turn, whose end would wait for this.
+  // Errors as FromRocks(…, what); kInternal for writes AddTo refused.
   absl::Status Write(const Commit& writes, std::string_view what);
 
   // For tests and the benchmark: how many writes (groups) and commits so far.
   uint64_t groups() const;
   uint64_t batches() const;
 
+  // The upper bounds (le) of idem_store_write_batch_records' buckets: records
+  // (Puts and Deletes) per durable write; a last bucket, +Inf, takes the rest.
+  static constexpr std::array<uint64_t, 10> kRecordBounds = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+  // The histogram idem_store_write_batch_records in the Prometheus text format.
+  std::string RenderMetrics() const;
+
  private:
+  // One group's commits and what writing them needs, kept across groups: the
+  // batch's buffer stays allocated at the size of the largest group.
+  struct Group {
+    std::vector<Commit*> commits;
+    std::vector<rocksdb::Status> added;
+    rocksdb::WriteBatch merged;
+  };
+  class TurnGroup;
+
   void Run();
+  // Writes the group's commits with one DB::Write and calls each back, in order.
+  void WriteGroup(Group& group);
+  void Enqueue(Commit* commit);
+  // A turn's group from the free list (or a new one), and back to it once written.
+  TurnGroup* TakeTurnGroup();
+  void ReturnTurnGroup(TurnGroup* group);
 
   rocksdb::DB* const db_;
   rocksdb::WriteOptions options_;
@@ -80,6 +111,12 @@ class BatchWriter {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t groups_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t batches_ ABSL_GUARDED_BY(mu_) = 0;
+  // idem_store_write_batch_records: per bucket (not cumulative), and the sum.
+  std::array<uint64_t, kRecordBounds.size() + 1> record_buckets_ ABSL_GUARDED_BY(mu_) = {};
+  uint64_t records_ ABSL_GUARDED_BY(mu_) = 0;
+  // The turns' groups: one per loop thread with a turn being gathered or written.
+  std::vector<std::unique_ptr<TurnGroup>> turn_groups_ ABSL_GUARDED_BY(mu_);
+  std::vector<TurnGroup*> free_turn_groups_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: starts after everything it reads
 };
 

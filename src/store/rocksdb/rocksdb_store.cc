@@ -439,6 +439,10 @@ class RocksdbStore final : public StoreBackend {
 
   bool non_blocking() const override { return writer_ != nullptr; }
 
+  std::string RenderMetrics() const override {
+    return writer_ != nullptr ? writer_->RenderMetrics() : std::string();
+  }
+
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
                                             std::string_view key) override {
     if (db_ == nullptr) return std::nullopt;
