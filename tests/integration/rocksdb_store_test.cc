@@ -31,6 +31,7 @@
 #include "store/record_codec.h"
 #include "store/rocksdb/batch_writer.h"
 #include "store/rocksdb/rocksdb_db.h"
+#include "store/turn.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -551,6 +552,79 @@ TEST(RocksdbStoreTest, RecordDbKeysAreRecordKeysAndMatchOnlyTheirOwnPair) {
 // the record is not in the store, a non-blocking duplicate is left to the
 // blocking call (kWouldBlock), and the blocking duplicate waits for that sync and
 // then answers from the durable record (kInProgress, never a second kAcquired).
+// On a thread with a current event-loop turn (the lean engine's loops) the
+// non-blocking claims of the turn are written together at its end, with one
+// durable write, on that thread: before it none is answered or visible, and a
+// duplicate of a key pending in the turn is left to the blocking call; after it
+// every claim is answered, in order; a failed write fails every claim of the turn.
+TEST(RocksdbStoreTest, ATurnsClaimsAreWrittenWithOneDurableWriteAtItsEnd) {
+  testing::TempDir dir;
+  const std::string path = dir.file("db");
+  auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> faulty, StoreOverFs::Open(path, fs));
+  Store& store = *faulty->store;
+  ASSERT_TRUE(Backend(store).non_blocking());
+  Guard guard(store);
+  constexpr int kClaims = 5;
+  std::vector<int> answered;
+  std::vector<absl::StatusOr<Result>> results(kClaims, absl::UnknownError("not called"));
+  store::Turn turn;
+  {
+    const store::Turn::Scope current(turn);
+    for (int i = 0; i < kClaims; ++i) {
+      const Request r{.tenant = "t", .biz_type = "pay", .key = "k" + std::to_string(i)};
+      ASSERT_TRUE(ClaimNonBlocking(guard, r, absl::Seconds(30), [&, i](absl::StatusOr<Result> got) {
+        EXPECT_EQ(store::Turn::Current(), &turn) << "answered on the turn's thread";
+        answered.push_back(i);
+        results[i] = std::move(got);
+      }));
+    }
+    EXPECT_TRUE(answered.empty()) << "answered before the turn's write";
+    ASSERT_OK_AND_ASSIGN(std::optional<Record> early, store.Get("t", "k0"));
+    EXPECT_FALSE(early.has_value()) << "visible before the turn's write";
+    bool called = false;
+    EXPECT_FALSE(ClaimNonBlocking(guard, {.tenant = "t", .biz_type = "pay", .key = "k0"},
+                                  absl::Seconds(30), [&](absl::StatusOr<Result>) { called = true; }))
+        << "a duplicate of a key pending in the turn is left to the blocking call";
+    EXPECT_FALSE(called);
+    EXPECT_THAT(Backend(store).RenderMetrics(),
+                HasSubstr("idem_store_write_batch_records_count 0\n"));
+    EXPECT_TRUE(turn.RunDeferred());
+    EXPECT_TRUE(turn.empty());
+  }
+  EXPECT_EQ(answered, (std::vector<int>{0, 1, 2, 3, 4}));
+  for (int i = 0; i < kClaims; ++i) {
+    ASSERT_OK(results[i].status());
+    EXPECT_EQ(results[i]->outcome, Outcome::kAcquired) << i;
+    ASSERT_OK_AND_ASSIGN(std::optional<Record> stored, store.Get("t", "k" + std::to_string(i)));
+    EXPECT_TRUE(stored.has_value()) << i;
+  }
+  const std::string metrics = Backend(store).RenderMetrics();
+  EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_bucket{le=\"4\"} 0\n"));
+  EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_bucket{le=\"8\"} 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_sum 5\n"));
+  EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_count 1\n"));
+
+  // The turn's write fails: every claim of the turn hears of it, none is written.
+  std::vector<absl::Status> failed;
+  {
+    const store::Turn::Scope current(turn);
+    for (int i = 0; i < 3; ++i) {
+      const Request r{.tenant = "t", .biz_type = "pay", .key = "f" + std::to_string(i)};
+      ASSERT_TRUE(ClaimNonBlocking(guard, r, absl::Seconds(30), [&](absl::StatusOr<Result> got) {
+        failed.push_back(got.status());
+      }));
+    }
+    fs->full = true;
+    EXPECT_TRUE(turn.RunDeferred());
+    fs->full = false;
+  }
+  ASSERT_EQ(failed.size(), 3u);
+  for (const absl::Status& s : failed) EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Backend(store).RenderMetrics(),
+              HasSubstr("idem_store_write_batch_records_count 2\n"));
+}
+
 TEST(RocksdbStoreTest, ADuplicateOfAClaimBeingWrittenWaitsForItsSync) {
   testing::TempDir dir;
   const std::string path = dir.file("db");
