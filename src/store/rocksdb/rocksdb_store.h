@@ -48,7 +48,10 @@
 //
 // Durability. With writer=queue (the default) one writer thread (batch_writer.h)
 // gathers the commits waiting for it into one WriteBatch, one WAL write and one
-// fsync; each commit hears of it after that sync. writer=group leaves the grouping
+// fsync; each commit hears of it after that sync. A non-blocking commit made on a
+// thread with a current event-loop turn (store/turn.h: the lean engine's loops)
+// joins the turn's group instead, which that thread writes the same way at the
+// turn's end, before the turn's replies are sent. writer=group leaves the grouping
 // to RocksDB's write path: the first committing thread to arrive leads a write
 // group, appends every queued batch to the WAL in one write and fsyncs once for the
 // group (docs/operations.md has the measurement). Either way a commit returns (or
