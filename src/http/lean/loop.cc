@@ -159,10 +159,7 @@ void Loop::EndTurn() {
 void Loop::DrainLocal() {
   while (!local_.empty()) {
     local_running_.swap(local_);
-    for (Task& task : local_running_) {
-      if (auto it = connections_.find(task.id); it != connections_.end()) task.run(*it->second);
-    }
-    local_running_.clear();
+    RunTasks(local_running_);
   }
 }
 
@@ -171,10 +168,14 @@ void Loop::DrainQueue() {
     absl::MutexLock lock(&queue_mu_);
     running_.swap(queue_);
   }
-  for (Task& task : running_) {
+  RunTasks(running_);
+}
+
+void Loop::RunTasks(std::vector<Task>& tasks) {
+  for (Task& task : tasks) {
     if (auto it = connections_.find(task.id); it != connections_.end()) task.run(*it->second);
   }
-  running_.clear();
+  tasks.clear();
 }
 
 void Loop::Scan() {

@@ -134,6 +134,8 @@ class Loop {
     uint64_t id;
     std::function<void(LeanConnection&)> run;
   };
+  // Runs each task with its connection, if it is still there, and empties `tasks`.
+  void RunTasks(std::vector<Task>& tasks);
   absl::Mutex queue_mu_;
   std::vector<Task> queue_ ABSL_GUARDED_BY(queue_mu_);
   std::vector<Task> running_;  // the loop's thread: the queue, swapped out
