@@ -16,11 +16,16 @@ absl::Status WriteOutcome(const rocksdb::Status& status, std::string_view what) 
   return FromRocks(status, what);
 }
 
-// A turn's group: deferred to the turn's end, where the loop's thread writes it.
+// A turn's group: deferred to the turn's end, where the loop's thread hands it to
+// the writer thread (TurnWrite::kStage) or writes it itself (kInline).
 class BatchWriter::TurnGroup final : public store::Turn::Work {
  public:
   explicit TurnGroup(BatchWriter& writer) : writer_(writer) {}
   void AtTurnEnd() override {
+    if (writer_.turn_write_ == TurnWrite::kStage) {
+      writer_.HandOver(this);
+      return;
+    }
     writer_.WriteGroup(group);
     writer_.ReturnTurnGroup(this);
   }
@@ -30,7 +35,8 @@ class BatchWriter::TurnGroup final : public store::Turn::Work {
   BatchWriter& writer_;
 };
 
-BatchWriter::BatchWriter(rocksdb::DB* db, bool sync) : db_(db) {
+BatchWriter::BatchWriter(rocksdb::DB* db, bool sync, TurnWrite turn_write)
+    : db_(db), turn_write_(turn_write) {
   options_.sync = sync;
   thread_ = std::thread([this] { Run(); });
 }
@@ -72,6 +78,20 @@ BatchWriter::TurnGroup* BatchWriter::TakeTurnGroup() {
 void BatchWriter::ReturnTurnGroup(TurnGroup* group) {
   absl::MutexLock lock(&mu_);
   free_turn_groups_.push_back(group);
+}
+
+void BatchWriter::HandOver(TurnGroup* turn) {
+  std::vector<Commit*>& commits = turn->group.commits;
+  absl::MutexLock lock(&mu_);
+  const bool was_empty = queue_.empty();
+  if (was_empty) {
+    queue_.swap(commits);  // the writer is idle or writing: no copy
+  } else {
+    queue_.insert(queue_.end(), commits.begin(), commits.end());
+    commits.clear();
+  }
+  free_turn_groups_.push_back(turn);
+  if (was_empty) queued_.Signal();
 }
 
 void BatchWriter::Enqueue(Commit* commit) {
