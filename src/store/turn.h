@@ -2,8 +2,8 @@
 // (a store's non-blocking commit) can defer work to the turn's end: the lean HTTP
 // engine (http/lean/loop.h) installs one for its thread, and at the end of every
 // turn, before it writes the turn's replies, runs what was deferred. The rocksdb://
-// store defers its writes so that a turn's claims go to disk in one durable write
-// (Redis's appendfsync always: read every ready client, apply, fsync once, reply).
+// store defers its writes so that a turn's claims go to its writer thread as one
+// unit, and to disk in one durable write, answered once it is synced.
 //
 // With no current turn (the Beast engine, a library user's thread, a worker
 // pool's) Current() is null and the callers do what they do without one.

@@ -52,7 +52,7 @@ class LeanTestWaiting : public Waiting {
   std::atomic<bool>& ready_;
 };
 
-// A store's commit deferred to the turn's end (as rocksdb:// defers its write):
+// A store's commits deferred to the turn's end (as rocksdb:// defers its commits there):
 // the turn's /turn requests, resumed together there, each told how many they were.
 class LeanTestTurnWork : public store::Turn::Work {
  public:
@@ -203,7 +203,7 @@ TEST_F(LeanServerTest, PipelinedRequestsAreAnsweredInOrder) {
 }
 
 // Requests that arrive while the loop is busy are read in one turn; work their
-// calls defer to the turn (a store's one write of the turn's commits) runs once, at
+// calls defer to the turn (a store's hand-over of the turn's commits) runs once, at
 // the turn's end, for all of them, and their answers, posted from the loop's own
 // thread, are sent then.
 TEST_F(LeanOneLoopTest, WorkDeferredToATurnRunsOnceAtItsEndForAllItsRequests) {
