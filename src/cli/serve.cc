@@ -49,6 +49,7 @@
 #include "http/api/api.h"
 #include "http/server/metrics.h"
 #include "recon/tables.h"
+#include "store/backend.h"
 #include "http/server/server.h"
 #include "idem/idem.h"
 #include "spdlog/spdlog.h"
@@ -278,6 +279,7 @@ int RunServe(const ServeFlags& flags) {
   Guard guard(*store, GuardOptions{.retention = retention->policy});
   http::Metrics metrics(http::BuildInfo{.version = std::string(Version())});
   metrics.AddSection([&store] { return recon::RenderReconMetrics(*store); });
+  metrics.AddSection([&store] { return Backend(*store).RenderMetrics(); });
 
   http::Api api(guard, *store, metrics, *api_options);
   http::Server server(api, *server_options);

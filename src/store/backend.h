@@ -259,6 +259,10 @@ class StoreBackend : public Store {
   // writer=queue).
   virtual bool non_blocking() const { return false; }
 
+  // The store's own series in the Prometheus text format, for a server's /metrics
+  // (rocksdb://: idem_store_write_batch_records); empty when it has none (the default).
+  virtual std::string RenderMetrics() const { return {}; }
+
   // The duplicate fast path: returns the record of (tenant, key) only
   // when the store already knows its final state (SUCCEEDED or FAILED), which no
   // later claim can change; std::nullopt when it does not know (the default: ask

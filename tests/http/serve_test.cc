@@ -671,6 +671,18 @@ TEST(ServeRocksdbTest, ClaimsSurviveARestartAndTheDirectoryHasOneServer) {
                              "tok-a");
     ASSERT_EQ(c.status, 200) << c.body;
     EXPECT_EQ(Fetch(serve.port(), "GET", "/readyz").status, 200);
+    // The claim, the complete and the readiness checks' write probes: durable writes
+    // of one record each.
+    ClientResponse metrics = Fetch(serve.port(), "GET", "/metrics", "", "tok-a");
+    const auto series = [&](const std::string& name) -> long {
+      const size_t at = metrics.body.find("\n" + name + " ");
+      if (at == std::string::npos) return -1;
+      return std::stol(metrics.body.substr(at + name.size() + 2));
+    };
+    const long writes = series("idem_store_write_batch_records_count");
+    EXPECT_GE(writes, 2) << metrics.body;
+    EXPECT_EQ(series("idem_store_write_batch_records_bucket{le=\"1\"}"), writes);
+    EXPECT_EQ(series("idem_store_write_batch_records_sum"), writes);
 
     IdemProcess second(dir.file("second.txt"));
     EXPECT_EQ(second.Start(args), "");

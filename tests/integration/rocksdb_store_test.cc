@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "core/guard_nonblocking.h"
 #include "idem/cache.h"
@@ -31,6 +32,7 @@
 #include "store/record_codec.h"
 #include "store/rocksdb/batch_writer.h"
 #include "store/rocksdb/rocksdb_db.h"
+#include "store/turn.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -61,6 +63,10 @@ TEST(RocksdbStoreTest, UrlErrorsNameWhatIsWrong) {
   absl::Status writer = OpenStore(url + "?writer=single").status();
   EXPECT_THAT(writer, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Message(writer), HasSubstr("writer='single' must be group or queue"));
+  EXPECT_OK(OpenStore(url + "?turn_write=inline"));
+  absl::Status turn_write = OpenStore(url + "?turn_write=later").status();
+  EXPECT_THAT(turn_write, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Message(turn_write), HasSubstr("turn_write='later' must be stage or inline"));
 }
 
 TEST(RocksdbStoreTest, NoSqlAndNoSchemaSaySo) {
@@ -221,15 +227,17 @@ struct StoreOverFs {
   std::shared_ptr<rocksdbstore::SharedDb> shared;
   std::unique_ptr<Store> store;
 
+  // `params`: the store URL's query ("?turn_write=inline"), or empty.
   static absl::StatusOr<std::unique_ptr<StoreOverFs>> Open(
-      const std::string& path, std::shared_ptr<rocksdb::FileSystem> fs) {
+      const std::string& path, std::shared_ptr<rocksdb::FileSystem> fs,
+      const std::string& params = "") {
     auto opened = std::make_unique<StoreOverFs>();
     opened->env = rocksdb::NewCompositeEnv(std::move(fs));
     absl::StatusOr<std::shared_ptr<rocksdbstore::SharedDb>> shared =
         rocksdbstore::OpenSharedDb({.path = path, .env = opened->env.get()}, false);
     if (!shared.ok()) return shared.status();
     opened->shared = *std::move(shared);
-    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore("rocksdb://" + path);
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore("rocksdb://" + path + params);
     if (!store.ok()) return store.status();
     opened->store = *std::move(store);
     return opened;
@@ -551,6 +559,187 @@ TEST(RocksdbStoreTest, RecordDbKeysAreRecordKeysAndMatchOnlyTheirOwnPair) {
 // the record is not in the store, a non-blocking duplicate is left to the
 // blocking call (kWouldBlock), and the blocking duplicate waits for that sync and
 // then answers from the durable record (kInProgress, never a second kAcquired).
+// The answers of a turn's non-blocking claims, as they come, from whichever thread.
+class TurnAnswersForTest {
+ public:
+  // The callback of claim `i`.
+  std::function<void(absl::StatusOr<Result>)> For(int i) {
+    return [this, i](absl::StatusOr<Result> got) {
+      absl::MutexLock lock(&mu_);
+      order_.push_back(i);
+      on_claimer_ = on_claimer_ || std::this_thread::get_id() == claimer_;
+      statuses_.push_back(got.status());
+      if (got.ok()) outcomes_.push_back(got->outcome);
+    };
+  }
+  // Waits up to 30 s for `n` answers; their order.
+  std::vector<int> Wait(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return order_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30));
+    return order_;
+  }
+  size_t count() {
+    absl::MutexLock lock(&mu_);
+    return order_.size();
+  }
+  bool on_claimer() {
+    absl::MutexLock lock(&mu_);
+    return on_claimer_;
+  }
+  std::vector<absl::Status> statuses() {
+    absl::MutexLock lock(&mu_);
+    return statuses_;
+  }
+  std::vector<Outcome> outcomes() {
+    absl::MutexLock lock(&mu_);
+    return outcomes_;
+  }
+
+ private:
+  const std::thread::id claimer_ = std::this_thread::get_id();
+  absl::Mutex mu_;
+  std::vector<int> order_ ABSL_GUARDED_BY(mu_);
+  bool on_claimer_ ABSL_GUARDED_BY(mu_) = false;  // an answer came on the claiming thread
+  std::vector<absl::Status> statuses_ ABSL_GUARDED_BY(mu_);
+  std::vector<Outcome> outcomes_ ABSL_GUARDED_BY(mu_);
+};
+
+// On a thread with a current event-loop turn (the lean engine's loops) the
+// non-blocking claims of the turn are gathered until its end: before it none is
+// written, answered or visible, and a duplicate of a key pending in the turn is
+// left to the blocking call. The turn's end hands them to the writer thread
+// (turn_write=stage, the default), which writes them with one durable write
+// (nothing else was queued) and then answers them there, in order; with
+// turn_write=inline the turn's thread writes them and answers them before the
+// turn's end returns. A failed write fails every claim of the turn.
+TEST(RocksdbStoreTest, ATurnsClaimsAreWrittenWithOneDurableWriteAtItsEnd) {
+  for (const std::string turn_write : {"stage", "inline"}) {
+    SCOPED_TRACE(turn_write);
+    const bool staged = turn_write == "stage";
+    testing::TempDir dir;
+    const std::string path = dir.file("db");
+    auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> faulty,
+                         StoreOverFs::Open(path, fs, "?turn_write=" + turn_write));
+    Store& store = *faulty->store;
+    ASSERT_TRUE(Backend(store).non_blocking());
+    Guard guard(store);
+    constexpr int kClaims = 5;
+    TurnAnswersForTest answers;
+    store::Turn turn;
+    {
+      const store::Turn::Scope current(turn);
+      for (int i = 0; i < kClaims; ++i) {
+        const Request r{.tenant = "t", .biz_type = "pay", .key = "k" + std::to_string(i)};
+        ASSERT_TRUE(ClaimNonBlocking(guard, r, absl::Seconds(30), answers.For(i)));
+      }
+      EXPECT_EQ(answers.count(), 0u) << "answered before the turn's end";
+      ASSERT_OK_AND_ASSIGN(std::optional<Record> early, store.Get("t", "k0"));
+      EXPECT_FALSE(early.has_value()) << "visible before the turn's end";
+      bool called = false;
+      EXPECT_FALSE(ClaimNonBlocking(guard, {.tenant = "t", .biz_type = "pay", .key = "k0"},
+                                    absl::Seconds(30),
+                                    [&](absl::StatusOr<Result>) { called = true; }))
+          << "a duplicate of a key pending in the turn is left to the blocking call";
+      EXPECT_FALSE(called);
+      EXPECT_THAT(Backend(store).RenderMetrics(),
+                  HasSubstr("idem_store_write_batch_records_count 0\n"));
+      EXPECT_TRUE(turn.RunDeferred());
+      EXPECT_TRUE(turn.empty());
+      if (!staged) {
+        EXPECT_EQ(answers.count(), size_t{kClaims}) << "inline: answered at the turn's end";
+      }
+    }
+    EXPECT_EQ(answers.Wait(kClaims), (std::vector<int>{0, 1, 2, 3, 4}));
+    EXPECT_EQ(answers.on_claimer(), !staged) << "answered on the writer thread when staged";
+    EXPECT_EQ(answers.outcomes(), std::vector<Outcome>(kClaims, Outcome::kAcquired));
+    for (int i = 0; i < kClaims; ++i) {
+      ASSERT_OK_AND_ASSIGN(std::optional<Record> stored, store.Get("t", "k" + std::to_string(i)));
+      EXPECT_TRUE(stored.has_value()) << i;
+    }
+    const std::string metrics = Backend(store).RenderMetrics();
+    EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_bucket{le=\"4\"} 0\n"));
+    EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_bucket{le=\"8\"} 1\n"));
+    EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_sum 5\n"));
+    EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_count 1\n"));
+
+    // The turn's write fails: every claim of the turn hears of it, none is written.
+    TurnAnswersForTest failed;
+    {
+      const store::Turn::Scope current(turn);
+      for (int i = 0; i < 3; ++i) {
+        const Request r{.tenant = "t", .biz_type = "pay", .key = "f" + std::to_string(i)};
+        ASSERT_TRUE(ClaimNonBlocking(guard, r, absl::Seconds(30), failed.For(i)));
+      }
+      fs->full = true;
+      EXPECT_TRUE(turn.RunDeferred());
+    }
+    EXPECT_EQ(failed.Wait(3), (std::vector<int>{0, 1, 2}));
+    fs->full = false;
+    for (const absl::Status& s : failed.statuses()) {
+      EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
+    }
+    EXPECT_THAT(Backend(store).RenderMetrics(),
+                HasSubstr("idem_store_write_batch_records_count 2\n"));
+    EXPECT_EQ(faulty->shared->locks.size(), 0u) << "a key stayed locked";
+  }
+}
+
+// turn_write=stage: a turn's end does not wait for the sync of its claims, so the
+// loop reads and decides its next turn meanwhile; the claims stay locked and
+// unanswered until their sync, and the next turn's claims, queued meanwhile, go in
+// the writer's next durable write. The answers come in the order of the claims.
+TEST(RocksdbStoreTest, ATurnsEndDoesNotWaitForItsSync) {
+  testing::TempDir dir;
+  const std::string path = dir.file("db");
+  auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> slow, StoreOverFs::Open(path, fs));
+  Store& store = *slow->store;
+  Guard guard(store);
+  fs->HoldSyncs();
+  // Releases the syncs when told, or after 2 s (a turn's end that waited for its
+  // sync would otherwise wait forever): `timed_out` says which.
+  absl::Notification release;
+  std::atomic<bool> timed_out{false};
+  std::thread releaser([&] {
+    timed_out = !release.WaitForNotificationWithTimeout(absl::Seconds(2));
+    fs->ReleaseSyncs();
+  });
+  TurnAnswersForTest answers;
+  store::Turn turn;
+  {
+    const store::Turn::Scope current(turn);
+    const auto claim_turn = [&](int from, int to) {
+      for (int i = from; i < to; ++i) {
+        const Request r{.tenant = "t", .biz_type = "pay", .key = "k" + std::to_string(i)};
+        EXPECT_TRUE(ClaimNonBlocking(guard, r, absl::Seconds(30), answers.For(i)));
+      }
+      EXPECT_TRUE(turn.RunDeferred());
+    };
+    claim_turn(0, 5);
+    EXPECT_FALSE(timed_out) << "the turn's end waited for its sync";
+    for (int i = 0; i < 3000 && fs->held() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
+    EXPECT_EQ(fs->held(), 1) << "the first turn's write waits for its sync";
+    claim_turn(5, 8);  // the next turn, while the first one's sync runs
+    EXPECT_FALSE(timed_out) << "the next turn's end waited for a sync";
+    EXPECT_EQ(answers.count(), 0u) << "answered before the sync";
+    EXPECT_EQ(slow->shared->locks.size(), 8u) << "a key was released before its sync";
+  }
+  release.Notify();
+  releaser.join();
+  EXPECT_EQ(answers.Wait(8), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(answers.outcomes(), std::vector<Outcome>(8, Outcome::kAcquired));
+  EXPECT_FALSE(answers.on_claimer());
+  EXPECT_EQ(slow->shared->locks.size(), 0u) << "a key stayed locked";
+  // Two durable writes: the first turn's 5 records, then the second's 3.
+  const std::string metrics = Backend(store).RenderMetrics();
+  EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_bucket{le=\"2\"} 0\n"));
+  EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_bucket{le=\"4\"} 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_bucket{le=\"8\"} 2\n"));
+  EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_sum 8\n"));
+}
+
 TEST(RocksdbStoreTest, ADuplicateOfAClaimBeingWrittenWaitsForItsSync) {
   testing::TempDir dir;
   const std::string path = dir.file("db");

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "http/server/server.h"
+#include "store/turn.h"
 #include "testing/status_matchers.h"
 
 namespace idem::http {
@@ -51,9 +52,24 @@ class LeanTestWaiting : public Waiting {
   std::atomic<bool>& ready_;
 };
 
-// /sync answers on the loop, /async through StartAsync (from a thread of its
-// own), /wait waits until `ready`, anything else on the worker pool; each body
-// names the way and the request's body.
+// A store's commits deferred to the turn's end (as rocksdb:// defers its commits there):
+// the turn's /turn requests, resumed together there, each told how many they were.
+class LeanTestTurnWork : public store::Turn::Work {
+ public:
+  void AtTurnEnd() override {
+    const size_t n = resumes.size();
+    for (const Handler::Resume& resume : resumes) {
+      resume([n] { return LeanTextReply("turn:" + std::to_string(n)); });
+    }
+    resumes.clear();
+  }
+  std::vector<Handler::Resume> resumes;
+};
+
+// /sync answers on the loop (/block too, after 300 ms: the loop stands still), /async
+// through StartAsync (from a thread of its own), /turn through StartAsync at the
+// loop turn's end, /wait waits until `ready`, anything else on the worker pool;
+// each body names the way and the request's body.
 class LeanTestHandler : public Handler {
  public:
   class TestCall : public Call {
@@ -65,9 +81,20 @@ class LeanTestHandler : public Handler {
     }
     std::optional<Reply> AnswerWithoutBlocking() override {
       if (request_.target == "/sync") return LeanTextReply("sync:" + request_.body);
+      if (request_.target == "/block") {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        return LeanTextReply("block");
+      }
       return std::nullopt;
     }
     bool StartAsync(const Resume& resume) override {
+      if (request_.target == "/turn") {
+        store::Turn* turn = store::Turn::Current();
+        if (turn == nullptr) return false;  // the pool answers "pool:", and the test fails
+        if (turn->Find(&h_) == nullptr) turn->Defer(&h_, &h_.turn_work_);
+        h_.turn_work_.resumes.push_back(resume);
+        return true;
+      }
       if (request_.target != "/async") return false;
       std::thread([resume, body = request_.body] {
         std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -94,6 +121,7 @@ class LeanTestHandler : public Handler {
 
  private:
   Metrics metrics_;
+  LeanTestTurnWork turn_work_;  // one loop's (LeanOneLoopTest)
 };
 
 class LeanServerTest : public ::testing::Test {
@@ -102,7 +130,7 @@ class LeanServerTest : public ::testing::Test {
     ServerOptions so;
     so.engine = HttpEngine::kLean;
     so.port = 0;
-    so.io_threads = 2;
+    so.io_threads = io_threads_;
     so.worker_threads = 2;
     so.max_body_bytes = 100;
     so.header_timeout = absl::Milliseconds(300);
@@ -144,8 +172,14 @@ class LeanServerTest : public ::testing::Test {
     return got;
   }
 
+  int io_threads_ = 2;
   LeanTestHandler handler_;
   std::unique_ptr<Server> server_;
+};
+
+class LeanOneLoopTest : public LeanServerTest {
+ protected:
+  LeanOneLoopTest() { io_threads_ = 1; }
 };
 
 std::string Post(const std::string& target, const std::string& body, bool close = false) {
@@ -166,6 +200,31 @@ TEST_F(LeanServerTest, PipelinedRequestsAreAnsweredInOrder) {
   ASSERT_NE(e, std::string::npos) << got;
   EXPECT_TRUE(a < b && b < c && c < d && d < e) << got;
   EXPECT_THAT(got, HasSubstr("Connection: close\r\n"));
+}
+
+// Requests that arrive while the loop is busy are read in one turn; work their
+// calls defer to the turn (a store's hand-over of the turn's commits) runs once, at
+// the turn's end, for all of them, and their answers, posted from the loop's own
+// thread, are sent then.
+TEST_F(LeanOneLoopTest, WorkDeferredToATurnRunsOnceAtItsEndForAllItsRequests) {
+  const int blocker = Connect();
+  Write(blocker, Post("/block", ""));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the loop is in /block
+  constexpr int kClients = 4;
+  int fds[kClients];
+  for (int& fd : fds) {
+    fd = Connect();
+    Write(fd, Post("/turn", ""));
+  }
+  EXPECT_THAT(Read(blocker, "block"), HasSubstr("block"));
+  for (int fd : fds) {
+    EXPECT_THAT(Read(fd, "turn:"), HasSubstr("turn:4"));
+    // The next turn's request is a group of its own.
+    Write(fd, Post("/turn", ""));
+    EXPECT_THAT(Read(fd, "turn:"), HasSubstr("turn:1"));
+    ::close(fd);
+  }
+  ::close(blocker);
 }
 
 // A header and a body that arrive a few bytes at a time are put together.

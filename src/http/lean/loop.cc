@@ -29,6 +29,9 @@ constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 char listener_tag;
 char event_tag;
 
+// The Loop whose Run is on this thread, or null.
+thread_local Loop* loop_of_thread = nullptr;
+
 }  // namespace
 
 Core::Core(Handler& h, ServerOptions o)
@@ -85,6 +88,12 @@ void Loop::Wake() {
 }
 
 void Loop::Post(uint64_t id, std::function<void(LeanConnection&)> task) {
+  if (loop_of_thread == this) {
+    // From this loop's own thread (a commit written at the turn's end, or one
+    // that failed at once): run at the turn's end, not inside the caller.
+    local_.push_back(Task{id, std::move(task)});
+    return;
+  }
   bool was_empty;
   {
     absl::MutexLock lock(&queue_mu_);
@@ -101,6 +110,8 @@ void Loop::Retire(LeanConnection* c) { retired_.push_back(c); }
 
 void Loop::Run() {
   epoll_event events[kEvents];
+  const store::Turn::Scope turn(turn_);
+  loop_of_thread = this;
   now_ = Clock::now();
   while (!(shutting_down_ && connections_.empty())) {
     int timeout_ms = 1000;
@@ -128,9 +139,27 @@ void Loop::Run() {
     if (core_.stopping.load() && !shutting_down_) BeginShutdown();
     if (now_ >= accept_again_) ResumeAccepting();
     if (now_ >= next_scan_) Scan();
-    FlushDirty();
+    EndTurn();
     for (LeanConnection* c : retired_) connections_.erase(c->id());
     retired_.clear();
+  }
+  loop_of_thread = nullptr;
+}
+
+void Loop::EndTurn() {
+  // A flush can dispatch a pipelined request (parsed once the buffer drained),
+  // whose commit defers more: round again.
+  do {
+    turn_.RunDeferred();
+    DrainLocal();
+    FlushDirty();
+  } while (!turn_.empty() || !local_.empty());
+}
+
+void Loop::DrainLocal() {
+  while (!local_.empty()) {
+    local_running_.swap(local_);
+    RunTasks(local_running_);
   }
 }
 
@@ -139,10 +168,14 @@ void Loop::DrainQueue() {
     absl::MutexLock lock(&queue_mu_);
     running_.swap(queue_);
   }
-  for (Task& task : running_) {
+  RunTasks(running_);
+}
+
+void Loop::RunTasks(std::vector<Task>& tasks) {
+  for (Task& task : tasks) {
     if (auto it = connections_.find(task.id); it != connections_.end()) task.run(*it->second);
   }
-  running_.clear();
+  tasks.clear();
 }
 
 void Loop::Scan() {

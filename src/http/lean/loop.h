@@ -2,7 +2,18 @@
 // share (Core). A Loop owns the connections it accepted: each is read, parsed,
 // answered and written on the loop's thread only. Other threads reach a
 // connection through Post (the worker pool's answers, StartAsync's resume, a
-// waiting claim's wake-up), which queues a task and wakes the loop's eventfd.
+// waiting claim's wake-up), which queues a task and wakes the loop's eventfd; a
+// Post from the loop's own thread queues it for the turn's end, without either.
+//
+// A turn: epoll_wait returns, the ready connections are read and their requests
+// decided, then the turn ends: the work deferred to it runs (store/turn.h: the
+// loop's thread has the loop's Turn as its current one; the rocksdb:// store hands
+// the turn's commits to its writer thread there, as one unit, or with
+// turn_write=inline writes them itself), the answers posted from this thread come
+// in, and then the connections' write buffers are sent. The commits' answers come
+// back through Post once their sync is done, and are sent at the end of the turn
+// that takes them in: no answer leaves before the write that holds it is durable,
+// a turn's claims share one WAL write and sync, and the loop reads on meanwhile.
 //
 // Thread safety: Post and Wake from any thread; everything else on the loop's
 // thread (Run).
@@ -24,6 +35,7 @@
 #include "boost/asio/thread_pool.hpp"
 #include "http/server/handler.h"
 #include "http/server/server.h"
+#include "store/turn.h"
 
 namespace idem::http::lean {
 
@@ -100,6 +112,10 @@ class Loop {
   void DrainQueue();
   void Scan();
   void FlushDirty();
+  // The turn's end: the deferred work, the answers posted from this thread, the
+  // flushes, until none of them is left.
+  void EndTurn();
+  void DrainLocal();
   void BeginShutdown();
   void PauseAccepting();
   void ResumeAccepting();
@@ -120,9 +136,16 @@ class Loop {
     uint64_t id;
     std::function<void(LeanConnection&)> run;
   };
+  // Runs each task with its connection, if it is still there, and empties `tasks`.
+  void RunTasks(std::vector<Task>& tasks);
   absl::Mutex queue_mu_;
   std::vector<Task> queue_ ABSL_GUARDED_BY(queue_mu_);
   std::vector<Task> running_;  // the loop's thread: the queue, swapped out
+  // The loop's thread only: Post's from it, run at the turn's end (local_running_:
+  // swapped out).
+  std::vector<Task> local_;
+  std::vector<Task> local_running_;
+  store::Turn turn_;
 };
 
 }  // namespace idem::http::lean

@@ -32,6 +32,10 @@
 //                                                                recon_watermark (a section
 //                                                                idem serve adds; recon/tables.h)
 //   idem_recon_open_tickets{source,class}             gauge      recon_ticket rows not done
+//   idem_store_write_batch_records                    histogram  records per durable write of
+//                                                                the store (a section idem
+//                                                                serve adds: StoreBackend::
+//                                                                RenderMetrics; rocksdb:// only)
 //   idem_key_*_total{tenant[,biz_type][,shape]}       counter    key health: the Api's
 //                                                                KeyHealthTracker
 //                                                                (http/key_health.h), 16

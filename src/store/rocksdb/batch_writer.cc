@@ -3,7 +3,9 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "store/rocksdb/rocksdb_db.h"
+#include "store/turn.h"
 
 namespace idem::rocksdbstore {
 
@@ -14,7 +16,27 @@ absl::Status WriteOutcome(const rocksdb::Status& status, std::string_view what) 
   return FromRocks(status, what);
 }
 
-BatchWriter::BatchWriter(rocksdb::DB* db, bool sync) : db_(db) {
+// A turn's group: deferred to the turn's end, where the loop's thread hands it to
+// the writer thread (TurnWrite::kStage) or writes it itself (kInline).
+class BatchWriter::TurnGroup final : public store::Turn::Work {
+ public:
+  explicit TurnGroup(BatchWriter& writer) : writer_(writer) {}
+  void AtTurnEnd() override {
+    if (writer_.turn_write_ == TurnWrite::kStage) {
+      writer_.HandOver(this);
+      return;
+    }
+    writer_.WriteGroup(group);
+    writer_.ReturnTurnGroup(this);
+  }
+  Group group;
+
+ private:
+  BatchWriter& writer_;
+};
+
+BatchWriter::BatchWriter(rocksdb::DB* db, bool sync, TurnWrite turn_write)
+    : db_(db), turn_write_(turn_write) {
   options_.sync = sync;
   thread_ = std::thread([this] { Run(); });
 }
@@ -29,6 +51,50 @@ BatchWriter::~BatchWriter() {
 }
 
 void BatchWriter::WriteAsync(Commit* commit) {
+  if (store::Turn* turn = store::Turn::Current()) {
+    // The turn's group is found while it gathers; once its write starts it is no
+    // longer in the turn, and a commit made meanwhile (a callback's) starts another.
+    auto* group = static_cast<TurnGroup*>(turn->Find(this));
+    if (group == nullptr) {
+      group = TakeTurnGroup();
+      turn->Defer(this, group);
+    }
+    group->group.commits.push_back(commit);
+    return;
+  }
+  Enqueue(commit);
+}
+
+BatchWriter::TurnGroup* BatchWriter::TakeTurnGroup() {
+  absl::MutexLock lock(&mu_);
+  if (free_turn_groups_.empty()) {
+    return turn_groups_.emplace_back(std::make_unique<TurnGroup>(*this)).get();
+  }
+  TurnGroup* group = free_turn_groups_.back();
+  free_turn_groups_.pop_back();
+  return group;
+}
+
+void BatchWriter::ReturnTurnGroup(TurnGroup* group) {
+  absl::MutexLock lock(&mu_);
+  free_turn_groups_.push_back(group);
+}
+
+void BatchWriter::HandOver(TurnGroup* turn) {
+  std::vector<Commit*>& commits = turn->group.commits;
+  absl::MutexLock lock(&mu_);
+  const bool was_empty = queue_.empty();
+  if (was_empty) {
+    queue_.swap(commits);  // the writer is idle or writing: no copy
+  } else {
+    queue_.insert(queue_.end(), commits.begin(), commits.end());
+    commits.clear();
+  }
+  free_turn_groups_.push_back(turn);
+  if (was_empty) queued_.Signal();
+}
+
+void BatchWriter::Enqueue(Commit* commit) {
   absl::MutexLock lock(&mu_);
   queue_.push_back(commit);
   // The writer waits only on an empty queue: one signal for the first commit of a group.
@@ -61,49 +127,59 @@ absl::Status BatchWriter::Write(const Commit& writes, std::string_view what) {
     rocksdb::Status status_ ABSL_GUARDED_BY(mu_);
   };
   Waiting waiting(writes);
-  WriteAsync(&waiting);
+  Enqueue(&waiting);
   return WriteOutcome(waiting.Wait(), what);
 }
 
 void BatchWriter::Run() {
-  std::vector<Commit*> group;
-  std::vector<rocksdb::Status> added;
-  // Kept across groups: its buffer stays allocated at the size of the largest group.
-  rocksdb::WriteBatch merged;
+  Group group;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
       while (queue_.empty() && !stop_) queued_.Wait(&mu_);
       if (queue_.empty()) return;  // stopping, nothing left
-      group.swap(queue_);
+      group.commits.swap(queue_);
     }
-    merged.Clear();
-    added.resize(group.size());
-    bool refused = false;
-    for (size_t i = 0; i < group.size(); ++i) {
-      added[i] = group[i]->AddTo(merged);
-      refused = refused || !added[i].ok();
-    }
-    if (refused) {
-      // A commit whose writes could not be added fails alone: the batch is made
-      // again without it (rare: a commit's writes are the store's own Puts).
-      merged.Clear();
-      for (size_t i = 0; i < group.size(); ++i) {
-        if (added[i].ok()) added[i] = group[i]->AddTo(merged);
-      }
-    }
-    const rocksdb::Status s =
-        merged.Count() == 0 ? rocksdb::Status::OK() : db_->Write(options_, &merged);
-    {
-      absl::MutexLock lock(&mu_);
-      ++groups_;
-      batches_ += group.size();
-    }
-    for (size_t i = 0; i < group.size(); ++i) {
-      group[i]->Written(added[i].ok() ? s : added[i]);  // may destroy the commit
-    }
-    group.clear();
+    WriteGroup(group);
   }
+}
+
+void BatchWriter::WriteGroup(Group& group) {
+  std::vector<Commit*>& commits = group.commits;
+  std::vector<rocksdb::Status>& added = group.added;
+  rocksdb::WriteBatch& merged = group.merged;
+  merged.Clear();
+  added.resize(commits.size());
+  bool refused = false;
+  for (size_t i = 0; i < commits.size(); ++i) {
+    added[i] = commits[i]->AddTo(merged);
+    refused = refused || !added[i].ok();
+  }
+  if (refused) {
+    // A commit whose writes could not be added fails alone: the batch is made
+    // again without it (rare: a commit's writes are the store's own Puts).
+    merged.Clear();
+    for (size_t i = 0; i < commits.size(); ++i) {
+      if (added[i].ok()) added[i] = commits[i]->AddTo(merged);
+    }
+  }
+  const uint64_t records = merged.Count();
+  const rocksdb::Status s = records == 0 ? rocksdb::Status::OK() : db_->Write(options_, &merged);
+  {
+    absl::MutexLock lock(&mu_);
+    ++groups_;
+    batches_ += commits.size();
+    if (records > 0) {
+      size_t bucket = 0;
+      while (bucket < kRecordBounds.size() && records > kRecordBounds[bucket]) ++bucket;
+      ++record_buckets_[bucket];
+      records_ += records;
+    }
+  }
+  for (size_t i = 0; i < commits.size(); ++i) {
+    commits[i]->Written(added[i].ok() ? s : added[i]);  // may destroy the commit
+  }
+  commits.clear();
 }
 
 uint64_t BatchWriter::groups() const {
@@ -114,6 +190,25 @@ uint64_t BatchWriter::groups() const {
 uint64_t BatchWriter::batches() const {
   absl::MutexLock lock(&mu_);
   return batches_;
+}
+
+
+std::string BatchWriter::RenderMetrics() const {
+  std::string out =
+      "# HELP idem_store_write_batch_records Records (puts and deletes) per durable write of "
+      "the store: one WAL write and, with sync=full, one fsync.\n"
+      "# TYPE idem_store_write_batch_records histogram\n";
+  absl::MutexLock lock(&mu_);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < record_buckets_.size(); ++i) {
+    cumulative += record_buckets_[i];
+    const std::string le = i < kRecordBounds.size() ? absl::StrCat(kRecordBounds[i]) : "+Inf";
+    absl::StrAppend(&out, "idem_store_write_batch_records_bucket{le=\"", le, "\"} ", cumulative,
+                    "\n");
+  }
+  absl::StrAppend(&out, "idem_store_write_batch_records_sum ", records_, "\n",
+                  "idem_store_write_batch_records_count ", cumulative, "\n");
+  return out;
 }
 
 }  // namespace idem::rocksdbstore

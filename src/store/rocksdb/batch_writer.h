@@ -15,13 +15,25 @@
 //
 // WriteAsync queues without blocking or allocating: the writer thread calls the
 // commit back once the group is written, so a server's network thread hands it a
-// claim and goes on serving (no thread hop to a worker pool).
+// claim and goes on serving (no thread hop to a worker pool). On a thread with a
+// current event-loop turn (store/turn.h: the lean engine's loops) the commit joins
+// that turn's group instead, which the turn's end hands to the writer thread as one
+// unit (TurnWrite::kStage, the default: one lock and at most one wake-up per turn,
+// not per commit); the writer writes it, with whatever else is queued, in one
+// DB::Write and calls its commits back in the order they came, so while the sync
+// runs the loop goes on reading and deciding its next turn. TurnWrite::kInline
+// (rocksdb://…?turn_write=inline) writes the group on the loop's thread itself at
+// the turn's end and calls the commits back there (Redis's appendfsync always: the
+// loop waits for the fsync).
 //
 // Thread safety: Write and WriteAsync are safe for concurrent use; the DB must
 // outlive the writer.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -41,9 +53,10 @@ class BatchWriter {
   class Commit {
    public:
     // Adds the commit's writes (Put and Delete) to the group's batch. Called on the
-    // writer thread; a commit whose writes cannot be added fails alone.
+    // thread that writes the group (the writer thread; an inline turn's own); a
+    // commit whose writes cannot be added fails alone.
     virtual rocksdb::Status AddTo(rocksdb::WriteBatch& group) const = 0;
-    // Called once on the writer thread with the status of the write that held the
+    // Called once on that thread with the status of the write that held the
     // commit (its own, when AddTo failed), once that write is durable or failed.
     // Must be quick (the next group waits for it); it may destroy the commit.
     virtual void Written(const rocksdb::Status& status) = 0;
@@ -52,27 +65,61 @@ class BatchWriter {
     ~Commit() = default;
   };
 
-  BatchWriter(rocksdb::DB* db, bool sync);
+  // Where a turn's group is written (rocksdb:// URL parameter turn_write).
+  enum class TurnWrite {
+    kStage,   // on the writer thread, handed over at the turn's end
+    kInline,  // on the turn's thread, at its end
+  };
+
+  BatchWriter(rocksdb::DB* db, bool sync, TurnWrite turn_write = TurnWrite::kStage);
   ~BatchWriter();  // writes what is queued, then stops the thread
   BatchWriter(const BatchWriter&) = delete;
   BatchWriter& operator=(const BatchWriter&) = delete;
 
-  // Queues `commit` for the next group without blocking: its Written comes on the
-  // writer thread.
+  // Without blocking: on a thread with a current store::Turn, adds `commit` to that
+  // turn's group, which the turn's end hands to the writer thread (Written comes on
+  // it) or, with TurnWrite::kInline, writes on this thread (Written comes there);
+  // elsewhere queues it for the writer thread's next group (Written comes on it).
   void WriteAsync(Commit* commit);
 
-  // Writes `writes` in the next group and blocks until that group is written (and
-  // synced). Errors as FromRocks(…, what); kInternal for writes AddTo refused.
+  // Writes `writes` in the writer thread's next group and blocks until that group
+  // is written (and synced); never through a turn, whose end would wait for this.
+  // Errors as FromRocks(…, what); kInternal for writes AddTo refused.
   absl::Status Write(const Commit& writes, std::string_view what);
 
   // For tests and the benchmark: how many writes (groups) and commits so far.
   uint64_t groups() const;
   uint64_t batches() const;
 
+  // The upper bounds (le) of idem_store_write_batch_records' buckets: records
+  // (Puts and Deletes) per durable write; a last bucket, +Inf, takes the rest.
+  static constexpr std::array<uint64_t, 10> kRecordBounds = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+  // The histogram idem_store_write_batch_records in the Prometheus text format.
+  std::string RenderMetrics() const;
+
  private:
+  // One group's commits and what writing them needs, kept across groups: the
+  // batch's buffer stays allocated at the size of the largest group.
+  struct Group {
+    std::vector<Commit*> commits;
+    std::vector<rocksdb::Status> added;
+    rocksdb::WriteBatch merged;
+  };
+  class TurnGroup;
+
   void Run();
+  // Writes the group's commits with one DB::Write and calls each back, in order.
+  void WriteGroup(Group& group);
+  void Enqueue(Commit* commit);
+  // A turn's end (kStage): queues the turn's commits for the writer and returns the
+  // group to the free list, under one lock, waking the writer if it was idle.
+  void HandOver(TurnGroup* turn);
+  // A turn's group from the free list (or a new one), and back to it once written.
+  TurnGroup* TakeTurnGroup();
+  void ReturnTurnGroup(TurnGroup* group);
 
   rocksdb::DB* const db_;
+  const TurnWrite turn_write_;
   rocksdb::WriteOptions options_;
   mutable absl::Mutex mu_;
   absl::CondVar queued_;
@@ -80,6 +127,13 @@ class BatchWriter {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t groups_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t batches_ ABSL_GUARDED_BY(mu_) = 0;
+  // idem_store_write_batch_records: per bucket (not cumulative), and the sum.
+  std::array<uint64_t, kRecordBounds.size() + 1> record_buckets_ ABSL_GUARDED_BY(mu_) = {};
+  uint64_t records_ ABSL_GUARDED_BY(mu_) = 0;
+  // The turns' groups: one per loop thread with a turn being gathered (or, inline,
+  // written).
+  std::vector<std::unique_ptr<TurnGroup>> turn_groups_ ABSL_GUARDED_BY(mu_);
+  std::vector<TurnGroup*> free_turn_groups_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: starts after everything it reads
 };
 

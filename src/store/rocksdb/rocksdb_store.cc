@@ -39,6 +39,9 @@ struct Options {
   // grouping. bench/claims.sh measured the queue 1.6-1.9x faster through idem serve
   // (docs/benchmarks.md).
   bool queue_writer = true;
+  // turn_write=stage (the default): a lean loop's turn hands its commits to the
+  // writer thread; inline: the loop's thread writes them and waits for the sync.
+  rocksdbstore::BatchWriter::TurnWrite turn_write = rocksdbstore::BatchWriter::TurnWrite::kStage;
 };
 
 absl::StatusOr<Options> ParseUrl(std::string_view url) {
@@ -47,7 +50,8 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
     return absl::InvalidArgumentError(
         "rocksdb URL has no directory; use rocksdb://./idem-db or rocksdb:///var/lib/idem/db");
   }
-  IDEM_RETURN_IF_ERROR(u.OnlyParams({"sync", "lock_timeout_ms", "ttl", "tombstones", "writer"}));
+  IDEM_RETURN_IF_ERROR(u.OnlyParams(
+      {"sync", "lock_timeout_ms", "ttl", "tombstones", "writer", "turn_write"}));
   Options o;
   o.path = u.path;
   if (const std::string* v = u.Param("sync"); v != nullptr) {
@@ -63,6 +67,13 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
           absl::StrCat("rocksdb URL parameter writer='", *v, "' must be group or queue"));
     }
     o.queue_writer = *v == "queue";
+  }
+  if (const std::string* v = u.Param("turn_write"); v != nullptr) {
+    if (*v != "stage" && *v != "inline") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rocksdb URL parameter turn_write='", *v, "' must be stage or inline"));
+    }
+    if (*v == "inline") o.turn_write = rocksdbstore::BatchWriter::TurnWrite::kInline;
   }
   if (const std::string* v = u.Param("tombstones"); v != nullptr) {
     if (*v != "on" && *v != "off") {
@@ -417,7 +428,8 @@ class RocksdbStore final : public StoreBackend {
     shared_.write_options.sync = options.sync;
     shared_.lock_timeout = absl::Milliseconds(options.lock_timeout_ms);
     if (options.queue_writer && shared_.writable) {
-      writer_ = std::make_unique<rocksdbstore::BatchWriter>(db_->db.get(), options.sync);
+      writer_ = std::make_unique<rocksdbstore::BatchWriter>(db_->db.get(), options.sync,
+                                                            options.turn_write);
       shared_.writer = writer_.get();
     }
   }
@@ -438,6 +450,10 @@ class RocksdbStore final : public StoreBackend {
   }
 
   bool non_blocking() const override { return writer_ != nullptr; }
+
+  std::string RenderMetrics() const override {
+    return writer_ != nullptr ? writer_->RenderMetrics() : std::string();
+  }
 
   absl::StatusOr<std::optional<Record>> Get(std::string_view tenant,
                                             std::string_view key) override {

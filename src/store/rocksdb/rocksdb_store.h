@@ -15,6 +15,10 @@
 //   writer=queue|group  (default queue: one writer thread groups the commits, and
 //                        `idem serve` commits without blocking its network threads;
 //                        group: RocksDB's own write grouping, commits block)
+//   turn_write=stage|inline (writer=queue; default stage: a lean event loop hands
+//                        its turn's commits to the writer thread at the turn's end
+//                        and reads on while they sync. inline: the loop's thread
+//                        writes them itself and waits for the sync)
 //   ttl=DURATION        (e.g. 90d, as `idem ttl` prints it; default none) the
 //                        retention of records that carry no expires_at of their own
 //                        (written before format 2, or of a biz_type without a
@@ -48,7 +52,14 @@
 //
 // Durability. With writer=queue (the default) one writer thread (batch_writer.h)
 // gathers the commits waiting for it into one WriteBatch, one WAL write and one
-// fsync; each commit hears of it after that sync. writer=group leaves the grouping
+// fsync; each commit hears of it after that sync. A non-blocking commit made on a
+// thread with a current event-loop turn (store/turn.h: the lean engine's loops)
+// joins the turn's group instead, which the turn's end hands to the writer thread
+// as one unit (one lock, one wake-up per turn; the writer may write it with other
+// queued commits in the same WriteBatch): the loop reads and decides its next turn
+// while the sync runs, and each commit's answer comes back to it, in order, once
+// that sync is done. With turn_write=inline the loop's thread writes the turn's
+// group itself at the turn's end, waiting for the sync. writer=group leaves the grouping
 // to RocksDB's write path: the first committing thread to arrive leads a write
 // group, appends every queued batch to the WAL in one write and fsyncs once for the
 // group (docs/operations.md has the measurement). Either way a commit returns (or
