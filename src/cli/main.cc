@@ -19,6 +19,8 @@
 #include "cli/external.h"
 #include "cli/reason.h"
 #include "core/absl_compat.h"
+#include "core/failpoint.h"
+#include "store/write_stage.h"
 
 namespace idem::cli {
 namespace {
@@ -118,6 +120,11 @@ int Main(int argc, char** argv) {
   // which a store reports (503, nothing acknowledged), instead of SIGXFSZ ending the
   // process in the middle of a request.
   std::signal(SIGXFSZ, SIG_IGN);
+  // In a build made for the tests the store's write stages are failpoints too
+  // (IDEM_FAILPOINTS=rocksdb.wal.before_sync=kill@N, ...).
+  if (internal::g_failpoints_active.load(std::memory_order_relaxed)) {
+    store::SetWriteStageHook([](const char* stage) { IDEM_FAILPOINT(stage); });
+  }
   return RunCommandLine(argc, argv,
                         {&AddServeCommand, &AddInspectCommand, &AddTtlCommand, &AddMigrateCommand,
                          &AddStuckCommand, &AddTokenCommand, &AddProxyCommand,

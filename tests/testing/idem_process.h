@@ -24,6 +24,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -200,6 +202,25 @@ class ServeProcess {
   // Starts `argv` without reading its output (a program that announces nothing,
   // e.g. `idem worker`). False when it could not be started.
   bool Spawn(std::vector<std::string> argv_s) {
+    // Everything the child needs is made before fork(): the test's other threads
+    // may hold malloc's lock at the fork, so the child must not allocate.
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view entry(*e);
+      bool replaced = false;
+      for (const auto& [name, value] : env_) {
+        replaced = replaced || (entry.starts_with(name) && entry.size() > name.size() &&
+                                entry[name.size()] == '=');
+      }
+      if (!replaced) env_s.emplace_back(entry);
+    }
+    for (const auto& [name, value] : env_) env_s.push_back(name + "=" + value);
+    std::vector<char*> envp;
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return false;
     pid_ = fork();
@@ -213,10 +234,7 @@ class ServeProcess {
       dup2(fds[1], STDOUT_FILENO);
       int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(err, STDERR_FILENO);
-      std::vector<char*> argv;
-      for (auto& a : argv_s) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
+      execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
     close(fds[1]);
@@ -265,9 +283,15 @@ class ServeProcess {
 
   // Before Start(): the server runs with RLIMIT_NOFILE = n (soft and hard).
   void set_nofile_limit(rlim_t n) { nofile_limit_ = n; }
+  // Before Start(): the server's environment also has `name`=`value` (e.g.
+  // IDEM_FAILPOINTS), the test's own is left alone.
+  void set_env(std::string name, std::string value) {
+    env_.emplace_back(std::move(name), std::move(value));
+  }
 
  private:
   rlim_t nofile_limit_ = 0;
+  std::vector<std::pair<std::string, std::string>> env_;
   std::string stderr_path_;
   pid_t pid_ = -1;
   int stdout_fd_ = -1;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "store/rocksdb/rocksdb_db.h"
 #include "store/turn.h"
+#include "store/write_stage.h"
 
 namespace idem::rocksdbstore {
 
@@ -51,6 +52,7 @@ BatchWriter::~BatchWriter() {
 }
 
 void BatchWriter::WriteAsync(Commit* commit) {
+  store::AtWriteStage("rocksdb.after_decide");
   if (store::Turn* turn = store::Turn::Current()) {
     // The turn's group is found while it gathers; once its write starts it is no
     // longer in the turn, and a commit made meanwhile (a callback's) starts another.
@@ -127,6 +129,7 @@ absl::Status BatchWriter::Write(const Commit& writes, std::string_view what) {
     rocksdb::Status status_ ABSL_GUARDED_BY(mu_);
   };
   Waiting waiting(writes);
+  store::AtWriteStage("rocksdb.after_decide");
   Enqueue(&waiting);
   return WriteOutcome(waiting.Wait(), what);
 }
@@ -164,7 +167,9 @@ void BatchWriter::WriteGroup(Group& group) {
     }
   }
   const uint64_t records = merged.Count();
+  store::AtWriteStage("rocksdb.before_write");
   const rocksdb::Status s = records == 0 ? rocksdb::Status::OK() : db_->Write(options_, &merged);
+  store::AtWriteStage("rocksdb.after_write");
   {
     absl::MutexLock lock(&mu_);
     ++groups_;

@@ -12,12 +12,15 @@
 #include "idem/status.h"
 #include "idem/store.h"
 #include "idem/ttl.h"
+#include "rocksdb/env.h"
+#include "rocksdb/file_system.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
 #include "store/absl_compat.h"
 #include "store/backend.h"
 #include "store/record_codec.h"
+#include "store/write_stage.h"
 
 namespace idem::rocksdbstore {
 namespace {
@@ -50,6 +53,42 @@ bool IsLockHeld(const rocksdb::Status& s) {
   // DIR/LOCK: Resource temporarily unavailable".
   return s.IsIOError() && absl::StrContains(s.ToString(), "lock file");
 }
+
+// A WAL file that reports its syncs as write stages (rocksdb.wal.before_sync, after
+// the batch reached the file; rocksdb.wal.after_sync).
+class StageReportingWal final : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  using FSWritableFileOwnerWrapper::FSWritableFileOwnerWrapper;
+  rocksdb::IOStatus Sync(const rocksdb::IOOptions& options, rocksdb::IODebugContext* dbg) override {
+    store::AtWriteStage("rocksdb.wal.before_sync");
+    rocksdb::IOStatus s = target()->Sync(options, dbg);
+    store::AtWriteStage("rocksdb.wal.after_sync");
+    return s;
+  }
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
+                          rocksdb::IODebugContext* dbg) override {
+    store::AtWriteStage("rocksdb.wal.before_sync");
+    rocksdb::IOStatus s = target()->Fsync(options, dbg);
+    store::AtWriteStage("rocksdb.wal.after_sync");
+    return s;
+  }
+};
+
+class StageReportingFileSystem final : public rocksdb::FileSystemWrapper {
+ public:
+  explicit StageReportingFileSystem(const std::shared_ptr<rocksdb::FileSystem>& target)
+      : FileSystemWrapper(target) {}
+  const char* Name() const override { return "IdemStageReportingFileSystem"; }
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                    rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(name, options, result, dbg);
+    if (s.ok() && absl::EndsWith(name, ".log")) {
+      *result = std::make_unique<StageReportingWal>(std::move(*result));
+    }
+    return s;
+  }
+};
 
 // Reads or (on a fresh database) writes the format version; refuses a newer one
 // and a database that holds keys of something other than idem.
@@ -124,7 +163,13 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
   }
 
   rocksdb::Options options;
-  if (o.env != nullptr) options.env = o.env;
+  if (o.env != nullptr) {
+    options.env = o.env;
+  } else if (store::WriteStageHookSet() && !o.read_only) {
+    shared->stage_env = rocksdb::NewCompositeEnv(
+        std::make_shared<StageReportingFileSystem>(rocksdb::FileSystem::Default()));
+    options.env = shared->stage_env.get();
+  }
   options.create_if_missing = true;
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   options.keep_log_file_num = 4;
@@ -147,6 +192,9 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
   // Files nothing else rewrites are compacted (and filtered) at least daily, so
   // retention also happens on a store that takes few writes.
   options.periodic_compaction_seconds = 24 * 3600;
+  // A crash may tear the WAL's tail past its last sync (nothing there was answered):
+  // recovery keeps every record before the first torn or corrupt one and opens.
+  options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
   if (o.read_only) {
     rocksdb::DB* db = nullptr;
     IDEM_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(options, dir, &db),

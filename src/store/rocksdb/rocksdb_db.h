@@ -110,6 +110,9 @@ struct SharedDb {
   std::optional<absl::Duration> ttl;      // the filter's fallback retention (ttl=)
   bool tombstones = true;                 // the filter leaves tombstones (tombstones=)
   std::unique_ptr<RetentionFilter> filter;  // outlives `db` (declared first)
+  // With a write stage hook (store/write_stage.h): the Env whose WAL files report
+  // their syncs; outlives `db`.
+  std::unique_ptr<rocksdb::Env> stage_env;
   std::unique_ptr<rocksdb::DB> db;                  // read-write opens
   std::unique_ptr<rocksdb::DB> read_only_db;        // read-only opens (no LOCK)
   // The directory opened read-write, checked before every commit and ping: RocksDB
