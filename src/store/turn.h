@@ -15,6 +15,7 @@
 // Thread safety: a Turn is used by the thread it is current on only.
 #pragma once
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -65,6 +66,11 @@ class Turn {
 
   bool empty() const { return work_.empty(); }
 
+  // Which turn this is: the loop calls Next() at the start of each, so what a turn
+  // checked once (a store's directory) is known to be checked in this turn only.
+  uint64_t number() const { return number_; }
+  void Next() { ++number_; }
+
   // The loop, at the turn's end: runs the deferred work, in order, and what it
   // defers in turn, until none is left. False when there was none.
   bool RunDeferred();
@@ -72,6 +78,7 @@ class Turn {
  private:
   std::vector<std::pair<const void*, Work*>> work_;
   std::vector<std::pair<const void*, Work*>> running_;
+  uint64_t number_ = 1;
 };
 
 }  // namespace idem::store

@@ -122,6 +122,7 @@ void Loop::Run() {
     }
     const int n = ::epoll_wait(epoll_, events, kEvents, timeout_ms);
     now_ = Clock::now();
+    turn_.Next();
     for (int i = 0; i < n; ++i) {
       void* const tag = events[i].data.ptr;
       if (tag == &listener_tag) {

@@ -36,8 +36,9 @@ class BatchWriter::TurnGroup final : public store::Turn::Work {
   BatchWriter& writer_;
 };
 
-BatchWriter::BatchWriter(rocksdb::DB* db, bool sync, TurnWrite turn_write)
-    : db_(db), turn_write_(turn_write) {
+BatchWriter::BatchWriter(rocksdb::DB* db, bool sync, TurnWrite turn_write,
+                         const store::FileIdentity* identity)
+    : db_(db), turn_write_(turn_write), identity_(identity) {
   options_.sync = sync;
   thread_ = std::thread([this] { Run(); });
 }
@@ -168,7 +169,17 @@ void BatchWriter::WriteGroup(Group& group) {
   }
   const uint64_t records = merged.Count();
   store::AtWriteStage("rocksdb.before_write");
-  const rocksdb::Status s = records == 0 ? rocksdb::Status::OK() : db_->Write(options_, &merged);
+  rocksdb::Status s;
+  if (records > 0) {
+    // Nothing is acknowledged into a directory that was deleted or replaced:
+    // checked once per durable write, right before it.
+    if (absl::Status moved = identity_ != nullptr ? identity_->Check() : absl::OkStatus();
+        !moved.ok()) {
+      s = rocksdb::Status::IOError(std::string(moved.message()));
+    } else {
+      s = db_->Write(options_, &merged);
+    }
+  }
   store::AtWriteStage("rocksdb.after_write");
   {
     absl::MutexLock lock(&mu_);

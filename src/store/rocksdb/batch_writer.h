@@ -43,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
+#include "store/file_identity.h"
 
 namespace idem::rocksdbstore {
 
@@ -71,7 +72,11 @@ class BatchWriter {
     kInline,  // on the turn's thread, at its end
   };
 
-  BatchWriter(rocksdb::DB* db, bool sync, TurnWrite turn_write = TurnWrite::kStage);
+  // `identity` (not owned; may be null) is checked once before every durable write:
+  // a write into a directory that was deleted or replaced fails as a whole, each of
+  // its commits with that fault.
+  BatchWriter(rocksdb::DB* db, bool sync, TurnWrite turn_write = TurnWrite::kStage,
+              const store::FileIdentity* identity = nullptr);
   ~BatchWriter();  // writes what is queued, then stops the thread
   BatchWriter(const BatchWriter&) = delete;
   BatchWriter& operator=(const BatchWriter&) = delete;
@@ -120,6 +125,7 @@ class BatchWriter {
 
   rocksdb::DB* const db_;
   const TurnWrite turn_write_;
+  const store::FileIdentity* const identity_;
   rocksdb::WriteOptions options_;
   mutable absl::Mutex mu_;
   absl::CondVar queued_;

@@ -17,6 +17,7 @@
 #include "store/rocksdb/batch_writer.h"
 #include "store/rocksdb/rocksdb_db.h"
 #include "store/store_url.h"
+#include "store/turn.h"
 
 namespace idem {
 namespace {
@@ -289,10 +290,13 @@ class RocksdbTransaction final : public RecordTransaction,
       Release();
       return absl::OkStatus();
     }
-    // Nothing is acknowledged into a directory that was deleted or replaced.
-    if (absl::Status s = store_.db->identity.Check(); !s.ok()) {
-      Release();
-      return s;
+    // Nothing is acknowledged into a directory that was deleted or replaced (the
+    // writer checks it before each of its durable writes).
+    if (store_.writer == nullptr) {
+      if (absl::Status s = store_.db->identity.Check(); !s.ok()) {
+        Release();
+        return s;
+      }
     }
     return std::nullopt;
   }
@@ -429,7 +433,7 @@ class RocksdbStore final : public StoreBackend {
     shared_.lock_timeout = absl::Milliseconds(options.lock_timeout_ms);
     if (options.queue_writer && shared_.writable) {
       writer_ = std::make_unique<rocksdbstore::BatchWriter>(db_->db.get(), options.sync,
-                                                            options.turn_write);
+                                                            options.turn_write, &db_->identity);
       shared_.writer = writer_.get();
     }
   }
@@ -545,8 +549,22 @@ class RocksdbStore final : public StoreBackend {
   // sqlite:// checks its file before every transaction): what RocksDB still holds
   // in memory and in open files of it vanishes at the next start. Checked again
   // before a commit (StartCommit).
+  // On an event loop's turn the directory is checked once per turn (the requests a
+  // turn reads arrived together), else at every call.
   absl::Status CheckIdentity() const {
-    return db_ == nullptr ? absl::OkStatus() : db_->identity.Check();
+    if (db_ == nullptr) return absl::OkStatus();
+    store::Turn* const turn = store::Turn::Current();
+    thread_local const SharedDb* checked_db = nullptr;
+    thread_local uint64_t checked_turn = 0;
+    if (turn != nullptr && checked_db == db_.get() && checked_turn == turn->number()) {
+      return absl::OkStatus();
+    }
+    IDEM_RETURN_IF_ERROR(db_->identity.Check());
+    if (turn != nullptr) {
+      checked_db = db_.get();
+      checked_turn = turn->number();
+    }
+    return absl::OkStatus();
   }
 
   const std::shared_ptr<SharedDb> db_;  // null: read-only, no database there yet
