@@ -274,21 +274,20 @@ def _cases(section: str) -> list[Any]:
     return [pytest.param(case, id=case["name"]) for case in TABLE[section] if _for_python(case)]
 
 
-@pytest.mark.parametrize("case", _cases("decorator"))
-def test_decorator_case(cases_server, case):
-    run = Run(cases_server, case["name"])
+def _run_case(server, case: dict[str, Any], step_fn) -> None:
+    run = Run(server, case["name"])
     try:
         for step in case["steps"]:
-            _decorator_step(run, step)
+            step_fn(run, step)
     finally:
         run.client.close()
+
+
+@pytest.mark.parametrize("case", _cases("decorator"))
+def test_decorator_case(cases_server, case):
+    _run_case(cases_server, case, _decorator_step)
 
 
 @pytest.mark.parametrize("case", _cases("http"))
 def test_http_case(cases_server, case):
-    run = Run(cases_server, case["name"])
-    try:
-        for step in case["steps"]:
-            _http_step(run, step)
-    finally:
-        run.client.close()
+    _run_case(cases_server, case, _http_step)
