@@ -531,7 +531,7 @@ BITES = [
     ("an HTTP status", "# → 201 ", "# → 200 ", "the README shows status 200"),
     ("a response header", "Idempotent-Replayed: true", "Idempotent-Replayed: false",
      "the README shows Idempotent-Replayed: false"),
-    ("a Python value", "# → 'SUCCEEDED'", "# → 'FAILED'", "the README shows 'FAILED'"),
+    ("a Python value", "# → ['R-20240618-000900']", "# → []", "the README shows []"),
     ("the C++ block", "kExecuted &&", "kReplayed &&", "the block is not the one built"),
     ("a block without a marker", "```python test:run", "```python", "needs test:run or test:skip"),
 ]

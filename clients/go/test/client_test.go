@@ -46,10 +46,18 @@ func startServe(t *testing.T) *server {
 // startServeOn is startServe on the store `store`.
 func startServeOn(t *testing.T, store string) *server {
 	t.Helper()
+	return startServeWith(t, store, nil, nil)
+}
+
+// startServeWith is startServeOn with idem's global options (--config) and more of
+// serve's.
+func startServeWith(t *testing.T, store string, global, serve []string) *server {
+	t.Helper()
 	bin := idemBinary(t)
 	s := &server{token1: randomToken(t), token2: randomToken(t)}
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--store", store,
-		"--tenant", "t1:"+tokenHash(s.token1), "--tenant", "t2:"+tokenHash(s.token2))
+	args := append(append([]string{}, global...), "serve", "--listen", "127.0.0.1:0",
+		"--store", store, "--tenant", "t1:"+tokenHash(s.token1), "--tenant", "t2:"+tokenHash(s.token2))
+	cmd := exec.Command(bin, append(args, serve...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import quote, urlsplit
 
 from . import _json
-from .errors import ServerError, Unavailable, error_from_response
+from .errors import PROBLEM_PREFIX, InvalidRequest, ServerError, Unavailable, error_from_response
 from .models import (BatchItem, BatchResult, CachedFailure, Claim, ClaimItem, CompleteItem,
                      FailItem, Outcome, Record, Replayed)
 from .operation import DEFAULT_RETRYABLE, Operation
@@ -47,6 +47,9 @@ __all__ = ["Client", "MAX_BATCH_ITEMS"]
 
 #: The most items one batch may hold (the server refuses more).
 MAX_BATCH_ITEMS = 1000
+#: The bounds of a biz_type or key and of a fingerprint, in UTF-8 bytes (the server's).
+MAX_NAME_BYTES = 255
+MAX_FINGERPRINT_BYTES = 1024
 
 _USER_AGENT = "idem-python/0.1"
 # Errors that mean the server closed a kept-alive connection before reading our
@@ -168,9 +171,12 @@ class Client:
         holder's result instead of raising InProgress (it blocks that long).
 
         Raises InProgress (409, not retried), KeyReused (409), FingerprintMismatch
-        (422), Expired (410), InvalidRequest (400), Unauthorized (401/403),
-        Unavailable (503 or no answer, after retries).
+        (422), Expired (410), InvalidRequest (400; or ``status`` None: refused before
+        sending, for an empty, over-long or NUL-holding biz_type or key or an over-long
+        fingerprint), Unauthorized (401/403), Unavailable (503 or no answer, after
+        retries).
         """
+        _check_request(biz_type, key, fingerprint)
         body: dict[str, Any] = {"biz_type": biz_type, "key": key}
         if fingerprint is not None:
             body["fingerprint"] = fingerprint
@@ -192,6 +198,7 @@ class Client:
         NotFound (404: no record), InvalidRequest, Unauthorized, Unavailable;
         TypeError/ValueError for a result JSON cannot hold.
         """
+        _check_request(biz_type, key)
         self._call("POST", "/v1/claims/complete",
                    {"biz_type": biz_type, "key": key, "token": token, "result": result})
 
@@ -204,6 +211,7 @@ class Client:
 
         Raises the same errors as :meth:`complete`.
         """
+        _check_request(biz_type, key)
         self._call("POST", "/v1/claims/fail",
                    {"biz_type": biz_type, "key": key, "token": token,
                     "retryable": bool(retryable), "error": error})
@@ -240,6 +248,7 @@ class Client:
         Raises NotFound (404: no such record in this tenant), InvalidRequest,
         Unauthorized, Unavailable.
         """
+        _check_request(biz_type, key)
         path = f"/v1/records/{quote(biz_type, safe='')}/{quote(key, safe='')}"
         answer = self._call("GET", path, None)
         return _record(answer)
@@ -351,6 +360,37 @@ class Client:
             conn.close()
         return _Answer(response.status, response.headers, body,
                        response.headers.get("X-Request-Id") or request_id)
+
+
+def _name_problem(what: str, value: Any, limit: int, *, name: bool = True) -> str | None:
+    """What is wrong with a biz_type or key (``name``: 1 byte or more, no NUL) or a
+    fingerprint, None when nothing."""
+    if not isinstance(value, str):
+        return f"{what} is a {type(value).__name__}, not a str"
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        return f"{what} is not UTF-8 (a lone surrogate at character {exc.start})"
+    if name and size == 0:
+        return f"{what} is empty"
+    if size > limit:
+        return f"{what} is {size} bytes, over the limit of {limit}"
+    if name and "\x00" in value:
+        return f"{what} holds a NUL byte at character {value.index(chr(0))}"
+    return None
+
+
+def _check_request(biz_type: Any, key: Any, fingerprint: Any = None) -> None:
+    """Refuses, before anything is sent, what the server would refuse: InvalidRequest
+    with ``status`` None naming the field."""
+    problem = (_name_problem("biz_type", biz_type, MAX_NAME_BYTES)
+               or _name_problem("key", key, MAX_NAME_BYTES)
+               or (None if fingerprint is None
+                   else _name_problem("fingerprint", fingerprint, MAX_FINGERPRINT_BYTES,
+                                     name=False)))
+    if problem is not None:
+        raise InvalidRequest(problem, type=PROBLEM_PREFIX + "invalid_request",
+                             title="Invalid request")
 
 
 def _claim_outcome(answer: _Answer) -> Outcome:

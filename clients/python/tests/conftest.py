@@ -66,13 +66,16 @@ class Server:
             time.sleep(0.01)
 
 
-def _start(binary: str, workdir: Path) -> tuple[subprocess.Popen, threading.Thread, Server]:
+def _start(binary: str, workdir: Path, global_args: tuple[str, ...] = (),
+           serve_args: tuple[str, ...] = ()
+           ) -> tuple[subprocess.Popen, threading.Thread, Server]:
     token1, token2 = secrets.token_hex(16), secrets.token_hex(16)
     log = workdir / "serve.log"
     log_file = open(log, "wb")
     proc = subprocess.Popen(
-        [binary, "serve", "--listen", "127.0.0.1:0", "--store", f"sqlite://{workdir}/idem.db",
-         "--tenant", f"t1:{token1}", "--tenant", f"t2:{token2}"],
+        [binary, *global_args, "serve", "--listen", "127.0.0.1:0",
+         "--store", f"sqlite://{workdir}/idem.db",
+         "--tenant", f"t1:{token1}", "--tenant", f"t2:{token2}", *serve_args],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_file)
     log_file.close()
     lines: queue.Queue[bytes] = queue.Queue()
@@ -99,8 +102,7 @@ def _start(binary: str, workdir: Path) -> tuple[subprocess.Popen, threading.Thre
     return proc, drainer, Server(f"http://{first[len(prefix):]}", token1, token2, log)
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory) -> Server:
+def _idem_binary() -> str:
     binary = os.environ.get("IDEM_BIN")
     if binary is None:
         binary = DEFAULT_BIN
@@ -108,7 +110,12 @@ def server(tmp_path_factory) -> Server:
             pytest.skip(f"no idem binary at {binary}; set IDEM_BIN")
     elif not os.access(binary, os.X_OK):
         pytest.fail(f"IDEM_BIN={binary} is not an executable")
-    proc, drainer, srv = _start(binary, tmp_path_factory.mktemp("idem"))
+    return binary
+
+
+def _serve(workdir: Path, global_args: tuple[str, ...] = (), serve_args: tuple[str, ...] = ()):
+    """Runs an idem serve for the fixture's life, then checks it stops cleanly."""
+    proc, drainer, srv = _start(_idem_binary(), workdir, global_args, serve_args)
     yield srv
     proc.send_signal(signal.SIGTERM)
     try:
@@ -119,6 +126,31 @@ def server(tmp_path_factory) -> Server:
         code = "killed after SIGTERM was ignored for 15 s"
     drainer.join(timeout=10)
     assert code == 0, f"idem serve exit status on SIGTERM: {code}"  # a graceful stop exits 0
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Server:
+    yield from _serve(tmp_path_factory.mktemp("idem"))
+
+
+#: The config of the case table's server (clients/CASES.md): biz_type `expiring` is
+#: kept 1 s; its tombstones stay an hour, so a purged key answers `expired` for the run.
+CASES_CONFIG = """[retention.expiring]
+redelivery = "1s"
+recon_cycle = "0s"
+confirm_window = "0s"
+margin = "0s"
+tombstone = "1h"
+"""
+
+
+@pytest.fixture(scope="session")
+def cases_server(tmp_path_factory) -> Server:
+    """An idem serve for clients/cases.json: the config above, purging every second."""
+    workdir = tmp_path_factory.mktemp("idem-cases")
+    config = workdir / "idem.toml"
+    config.write_text(CASES_CONFIG)
+    yield from _serve(workdir, ("--config", str(config)), ("--purge-every", "1s"))
 
 
 @pytest.fixture

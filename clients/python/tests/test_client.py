@@ -184,10 +184,29 @@ def test_bad_input_is_400(client, key):
         client.claim("refund", key, lease_ms=5)
     assert (info.value.status, info.value.type) == (400, "urn:idem:problem:invalid_request")
     assert "lease_ms" in info.value.detail
-    with pytest.raises(InvalidRequest):
-        client.claim("refund", "")
-    with pytest.raises(InvalidRequest):
-        client.claim("refund", "a\x00b")
+
+
+def test_bad_names_are_refused_before_sending(server, key):
+    sent = []
+    c = server.client(request_id=lambda: sent.append(1) or "rid")
+    refusals = {
+        lambda: c.claim("refund", ""): "key is empty",
+        lambda: c.claim("refund", "a\x00b"): "key holds a NUL byte at character 1",
+        lambda: c.claim("", key): "biz_type is empty",
+        lambda: c.claim("refund", "k" * 256): "key is 256 bytes, over the limit of 255",
+        lambda: c.claim("refund", "\ud800"): "key is not UTF-8",
+        lambda: c.claim("refund", key, "f" * 1025): "fingerprint is 1025 bytes",
+        lambda: c.complete("refund", "", 1, "x"): "key is empty",
+        lambda: c.fail("x" * 256, key, 1, False, "x"): "biz_type is 256 bytes",
+        lambda: c.get("refund", 7): "key is a int, not a str",
+    }
+    for call, detail in refusals.items():
+        with pytest.raises(InvalidRequest) as info:
+            call()
+        assert info.value.status is None
+        assert info.value.detail.startswith(detail), info.value.detail
+        assert info.value.slug == "invalid_request"
+    assert sent == []  # nothing was sent
 
 
 def test_wait_ms_attaches_to_a_holder_that_completes(server, client, key):
