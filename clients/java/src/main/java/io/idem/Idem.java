@@ -126,6 +126,9 @@ public final class Idem {
     boolean exhausted();
   }
 
+  /** How long a connection's check after a transient fault may take. */
+  private static final int VALID_TIMEOUT_S = 2;
+
   private static final class Single implements Source {
     final Connection c;
 
@@ -137,7 +140,7 @@ public final class Idem {
 
     public boolean exhausted() {
       try {
-        return c.isClosed();
+        return c.isClosed() || !c.isValid(VALID_TIMEOUT_S);
       } catch (SQLException e) {
         return true;
       }

@@ -139,7 +139,10 @@ public final class Json {
   /**
    * The canonical form of one JSON text: object members sorted by the bytes of their
    * UTF-8 names, no insignificant white space, numbers as written, strings escaped as
-   * Go's encoding/json escapes them (the form idem's Go client fingerprints).
+   * Go's encoding/json (1.19, Debian 12's) escapes them: newline, return, tab as
+   * two-character escapes, other control
+   * characters and U+2028/U+2029 as a 4-digit escape, nothing else (the form idem's Go client
+   * fingerprints).
    */
   public static String canonical(String text) {
     StringBuilder b = new StringBuilder();
@@ -239,8 +242,6 @@ public final class Json {
         case '\n' -> b.append("\\n");
         case '\r' -> b.append("\\r");
         case '\t' -> b.append("\\t");
-        case '\b' -> b.append("\\b");
-        case '\f' -> b.append("\\f");
         default -> {
           if (c < 0x20 || c == '\u2028' || c == '\u2029') {
             b.append(String.format("\\u%04x", (int) c));
@@ -447,11 +448,15 @@ public final class Json {
             if (pos + 4 > s.length()) {
               throw error("short \\u escape");
             }
-            try {
-              b.append((char) Integer.parseInt(s.substring(pos, pos + 4), 16));
-            } catch (NumberFormatException x) {
-              throw error("bad \\u escape");
+            int u = 0;
+            for (int i = 0; i < 4; i++) {
+              int h = Character.digit(s.charAt(pos + i), 16);
+              if (h < 0) {
+                throw error("bad \\u escape");
+              }
+              u = u * 16 + h;
             }
+            b.append((char) u);
             pos += 4;
           }
           default -> {
