@@ -34,12 +34,17 @@ final class Serve implements AutoCloseable {
       "");
 
   Serve() throws IOException, InterruptedException {
+    this(null);
+  }
+
+  /** A server on store (null: an SQLite store of its own). */
+  Serve(String store) throws IOException, InterruptedException {
     dir = Files.createTempDirectory("idem-java-serve");
     log = dir.resolve("serve.log");
     Path config = dir.resolve("idem.toml");
     Files.writeString(config, CONFIG);
     List<String> cmd = new ArrayList<>(List.of(TestDb.idemBin(), "--config", config.toString(),
-        "serve", "--listen", "127.0.0.1:0", "--store", "sqlite://" + dir.resolve("idem.db"),
+        "serve", "--listen", "127.0.0.1:0", "--store", store != null ? store : "sqlite://" + dir.resolve("idem.db"),
         "--purge-every", "1s", // idem serve refuses less than 1s
         "--tenant", "t1:sha256:" + Idem.fingerprint(token1.getBytes(StandardCharsets.UTF_8)),
         "--tenant", "t2:sha256:" + Idem.fingerprint(token2.getBytes(StandardCharsets.UTF_8))));
@@ -69,7 +74,13 @@ final class Serve implements AutoCloseable {
   }
 
   Client client() {
-    return new Client(url, token1);
+    return client(token1);
+  }
+
+  /** A client with a bearer token that makes one attempt per call. */
+  Client client(String token) {
+    return new Client(url, token, java.net.http.HttpClient.newHttpClient(), Retry.NONE,
+        java.time.Duration.ofSeconds(30), 16L << 20);
   }
 
   @Override
