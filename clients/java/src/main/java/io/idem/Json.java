@@ -56,10 +56,7 @@ public final class Json {
     Reader r = new Reader(text);
     r.space();
     Object v = r.value();
-    r.space();
-    if (r.pos != text.length()) {
-      throw r.error("more than one value");
-    }
+    r.end();
     return v;
   }
 
@@ -71,34 +68,8 @@ public final class Json {
       throw r.error("not an object");
     }
     Map<String, String> out = new LinkedHashMap<>();
-    r.pos++;
-    r.space();
-    if (r.peek() == '}') {
-      r.pos++;
-    } else {
-      while (true) {
-        r.space();
-        String name = r.string();
-        r.space();
-        r.expect(':');
-        r.space();
-        int start = r.pos;
-        r.value();
-        out.put(name, text.substring(start, r.pos));
-        r.space();
-        char c = r.next();
-        if (c == '}') {
-          break;
-        }
-        if (c != ',') {
-          throw r.error("expected ',' or '}'");
-        }
-      }
-    }
-    r.space();
-    if (r.pos != text.length()) {
-      throw r.error("more than one value");
-    }
+    r.object(out);
+    r.end();
     return out;
   }
 
@@ -106,27 +77,13 @@ public final class Json {
   public static List<String> rawElements(String text) {
     Reader r = new Reader(text);
     r.space();
-    r.expect('[');
+    if (r.peek() != '[') {
+      throw r.error("not an array");
+    }
     List<String> out = new ArrayList<>();
-    r.space();
-    if (r.peek() == ']') {
-      r.pos++;
-      return out;
-    }
-    while (true) {
-      r.space();
-      int start = r.pos;
-      r.value();
-      out.add(text.substring(start, r.pos));
-      r.space();
-      char c = r.next();
-      if (c == ']') {
-        return out;
-      }
-      if (c != ',') {
-        throw r.error("expected ',' or ']'");
-      }
-    }
+    r.array(out);
+    r.end();
+    return out;
   }
 
   /** Writes a value (Map, List, String, Number, Boolean, null or NULL) as compact JSON. */
@@ -290,6 +247,14 @@ public final class Json {
       }
     }
 
+    /** Only white space may follow the value. */
+    void end() {
+      space();
+      if (pos != s.length()) {
+        throw error("more than one value");
+      }
+    }
+
     void space() {
       while (pos < s.length()) {
         char c = s.charAt(pos);
@@ -307,8 +272,8 @@ public final class Json {
       try {
         char c = peek();
         switch (c) {
-          case '{': return object();
-          case '[': return array();
+          case '{': return object(null);
+          case '[': return array(null);
           case '"': return string();
           case 't': return word("true", Boolean.TRUE);
           case 'f': return word("false", Boolean.FALSE);
@@ -332,7 +297,8 @@ public final class Json {
       return v;
     }
 
-    Map<String, Object> object() {
+    /** An object; raws, when given, gets each member's exact text. */
+    Map<String, Object> object(Map<String, String> raws) {
       expect('{');
       Map<String, Object> m = new LinkedHashMap<>();
       space();
@@ -346,7 +312,11 @@ public final class Json {
         space();
         expect(':');
         space();
+        int start = pos;
         m.put(name, value());
+        if (raws != null) {
+          raws.put(name, s.substring(start, pos));
+        }
         space();
         char c = next();
         if (c == '}') {
@@ -359,7 +329,8 @@ public final class Json {
       }
     }
 
-    List<Object> array() {
+    /** An array; raws, when given, gets each element's exact text. */
+    List<Object> array(List<String> raws) {
       expect('[');
       List<Object> l = new ArrayList<>();
       space();
@@ -369,7 +340,11 @@ public final class Json {
       }
       while (true) {
         space();
+        int start = pos;
         l.add(value());
+        if (raws != null) {
+          raws.add(s.substring(start, pos));
+        }
         space();
         char c = next();
         if (c == ']') {

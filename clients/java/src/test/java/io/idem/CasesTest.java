@@ -16,6 +16,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.UUID;
+import java.util.concurrent.Callable;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -122,6 +123,18 @@ class CasesTest {
     return cases.stream();
   }
 
+  /** Polls purged every 100 ms until it answers true; fails after 10 s. */
+  private static void pollPurged(String where, String key, Callable<Boolean> purged)
+      throws Exception {
+    long deadline = System.currentTimeMillis() + 10_000;
+    while (!purged.call()) {
+      if (System.currentTimeMillis() > deadline) {
+        fail(where + ": the record of " + key + " was not purged within 10 s");
+      }
+      Thread.sleep(100);
+    }
+  }
+
   /** Maps a case's key aliases to keys of its own, new for every run. */
   private static final class Keys {
     final String prefix;
@@ -201,25 +214,18 @@ class CasesTest {
       if (wait > 0) {
         Thread.sleep(wait);
       }
-      long deadline = System.currentTimeMillis() + 10_000;
-      while (true) {
+      String biz = p.get("biz_type").str();
+      pollPurged(where, key, () -> {
         db.purge();
         // Purged when a claim (rolled back) meets the key's tombstone.
-        String seen;
         try (Connection conn = db.connect()) {
           conn.setAutoCommit(false);
-          seen = new SqlApi(db.dialect).claim(conn, new Request(p.get("biz_type").str(), key),
-              "default", null).outcome();
+          String seen = new SqlApi(db.dialect).claim(conn, new Request(biz, key), "default", null)
+              .outcome();
           conn.rollback();
+          return seen.equals("expired");
         }
-        if (seen.equals("expired")) {
-          return;
-        }
-        if (System.currentTimeMillis() > deadline) {
-          fail(where + ": " + key + " not purged within 10 s (a claim answers " + seen + ")");
-        }
-        Thread.sleep(200);
-      }
+      });
     }
 
     private TxBody handler(Node h, String key, String where) {
@@ -377,21 +383,17 @@ class CasesTest {
     private void purge(Node p, String where) throws Exception {
       p.only(where, "key", "key_literal", "biz_type");
       String key = keys.of(p);
-      long deadline = System.currentTimeMillis() + 10_000;
-      while (true) {
+      pollPurged(where, key, () -> {
         try {
           client.getRecord(p.get("biz_type").str(), key);
+          return false;
         } catch (ProblemException e) {
           if (e.kind() == IdemException.Kind.EXPIRED || e.kind() == IdemException.Kind.NOT_FOUND) {
-            return;
+            return true;
           }
           throw e;
         }
-        if (System.currentTimeMillis() > deadline) {
-          fail(where + ": the record of " + key + " was not purged within 10 s");
-        }
-        Thread.sleep(100);
-      }
+      });
     }
 
     private long token(Node call, String where) {
