@@ -212,7 +212,10 @@ public final class Idem {
           if (cause instanceof Exception e) {
             throw e;
           }
-          throw (Error) cause;
+          if (cause instanceof Error e) {
+            throw e;
+          }
+          throw new IllegalStateException(cause);
         }
         return storeFailure(p, lastAttempts);
       }

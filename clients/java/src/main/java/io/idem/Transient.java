@@ -5,7 +5,6 @@ import java.sql.SQLException;
 import java.sql.SQLRecoverableException;
 import java.sql.SQLTimeoutException;
 import java.sql.SQLTransientConnectionException;
-import java.sql.SQLNonTransientConnectionException;
 import java.util.Set;
 
 /** Which store faults pass on their own, after which the failed attempt committed nothing. */
@@ -43,7 +42,6 @@ public final class Transient {
         String state = s.getSQLState();
         if (isTransientSqlState(state) || MYSQL_ERRORS.contains(s.getErrorCode())
             || s instanceof SQLTransientConnectionException
-            || s instanceof SQLNonTransientConnectionException
             || s instanceof SQLRecoverableException) {
           return true;
         }
