@@ -28,6 +28,8 @@ test_pkgs=(
   python3 python3-pytest python3-jsonschema python3-yaml
   # clients/go: the Go toolchain and the drivers its tests use (built offline)
   golang-go golang-github-lib-pq-dev golang-github-go-sql-driver-mysql-dev
+  # clients/java: the JDK, JUnit 5's console launcher and the JDBC drivers its tests use
+  openjdk-17-jdk-headless junit5 libpostgresql-jdbc-java libmariadb-java
   chromium spin
   clang-14 libclang-rt-14-dev  # tests/fuzz: clang, libFuzzer and the sanitizer runtimes
   ccache  # scripts/test.sh: the dist tests' tree reuses the main tree's objects
