@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "cli/commands.h"
 #include "cli/external.h"
 #include "cli/reason.h"
@@ -90,6 +91,12 @@ void BoundMallocRetention() { mallopt(M_MMAP_THRESHOLD, 128 * 1024); }
 int Main(int argc, char** argv) {
   ProtectSecretsInMemory();
   BoundMallocRetention();
+#ifdef NDEBUG
+  // Debian's abseil is built with its debug checks on: every absl::Mutex lock would
+  // record lock order in a global graph (a lock of its own, ~1,000 instructions a
+  // claim). Debug builds and the tests keep the check.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+#endif
   // The subcommand is the first argument that is not the root's --config FILE.
   int i = 1;
   while (i < argc) {
