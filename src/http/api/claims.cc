@@ -452,8 +452,11 @@ bool Api::StartClaim(const std::string& tenant, const ClaimBody& body, Started s
     const uint64_t epoch = watch_.Epoch();
     return ClaimNonBlocking(
         guard_, req, lease,
-        [this, req, lease, deadline, epoch, started](absl::StatusOr<Result> result) {
-          started([this, req, lease, deadline, epoch, result = std::move(result)] {
+        // Called once: what it holds moves on into the answer.
+        [this, req, lease, deadline, epoch, started = std::move(started)](
+            absl::StatusOr<Result> result) mutable {
+          started([this, req = std::move(req), lease, deadline, epoch,
+                   result = std::move(result)] {
             Reply reply = AnswerClaim(req, lease, deadline, options_.wait_poll_min, epoch, result);
             if (reply.waiting != nullptr) metrics_.CountWait();
             return reply;
@@ -469,8 +472,9 @@ bool Api::StartComplete(const std::string& tenant, const CompleteBody& body, Sta
   try {
     const Request req = RequestOf(tenant, body.biz_type, body.key);
     return CompleteNonBlocking(guard_, req, body.token, body.result,
-                               [this, req, started](absl::Status status) {
-                                 started([this, req, status = std::move(status)] {
+                               [this, req, started = std::move(started)](
+                                   absl::Status status) mutable {
+                                 started([this, req = std::move(req), status = std::move(status)] {
                                    return AnswerFinish(Route::kComplete, req, status, "completed");
                                  });
                                });
@@ -485,8 +489,10 @@ bool Api::StartFail(const std::string& tenant, const FailBody& body, Started sta
     const Request req = RequestOf(tenant, body.biz_type, body.key);
     const std::string_view outcome = body.retryable ? "released" : "failed";
     return FailNonBlocking(guard_, req, body.token, body.retryable, body.error,
-                           [this, req, outcome, started](absl::Status status) {
-                             started([this, req, outcome, status = std::move(status)] {
+                           [this, req, outcome, started = std::move(started)](
+                               absl::Status status) mutable {
+                             started([this, req = std::move(req), outcome,
+                                      status = std::move(status)] {
                                return AnswerFinish(Route::kFail, req, status, outcome);
                              });
                            });
