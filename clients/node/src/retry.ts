@@ -90,7 +90,7 @@ const transientNodeCodes = new Set([
 const transientWords = [
   "connection terminated", "client was closed", "not queryable", "connection is in closed state",
   "connection lost", "connection reset", "broken pipe", "server closed the connection",
-  "connection ended", "socket hang up",
+  "connection ended", "socket hang up", "ended by the other party",
 ];
 
 /** The SQLSTATE of a driver error: pg's `code`, mysql2's `sqlState`; "" when unknown. */
@@ -114,6 +114,7 @@ export function isTransient(err: unknown): boolean {
   if (err === null || typeof err !== "object") return false;
   const e = err as { code?: unknown; errno?: unknown; message?: unknown; name?: unknown };
   if (e.name === "AbortError") return false;
+  if (typeof e.code === "string" && transientNodeCodes.has(e.code)) return true; // EPIPE before SQLSTATEs
   const state = sqlStateOf(err);
   if (state !== "" && state !== "HY000" && state !== "45000") return transientSQLState(state);
   if (typeof e.errno === "number" && e.errno > 0 && transientMySQLErrors.has(e.errno)) return true;
