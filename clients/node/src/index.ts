@@ -9,7 +9,7 @@ export { DefaultRetry, isTransient, retryDelay } from "./retry.js";
 export type { Retry } from "./retry.js";
 export { detectDialect } from "./sqlapi.js";
 export type { Dialect } from "./sqlapi.js";
-export { run } from "./run.js";
+export { outcomeError, run } from "./run.js";
 export type { RunOptions, RunOutcome, RunRequest, RunResult } from "./run.js";
 export { Client } from "./client.js";
 export type {

@@ -1,0 +1,125 @@
+// The middleware (Express-style and the node:http wrapper) through the SQL API, served
+// by node:http: the first answer of a key is stored and replayed, refusals as idem proxy's.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer, IncomingMessage, Server, ServerResponse } from "node:http";
+import { AddressInfo } from "node:net";
+import * as idem from "../src/index.js";
+import { TestDB, createLedger, dbEnvs, insertLedger, openTestDB, skipReason } from "./helpers.js";
+
+async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ url: string; server: Server }> {
+  const server = createServer(handler);
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server };
+}
+
+for (const { env, name } of dbEnvs) {
+  describe(`middleware on ${name}`, { skip: skipReason(env) || undefined }, () => {
+    let d: TestDB;
+    let runs = 0;
+    const servers: Server[] = [];
+    let plainUrl = "", expressUrl = "";
+    before(async () => {
+      d = await openTestDB(env, 8);
+      await createLedger(d);
+      // The node:http wrapper: a refund route writing its ledger row through req.idem.tx.
+      const plain = await listen(idem.wrap(d.pool, async (req, res) => {
+        runs++;
+        const chunks: Buffer[] = [];
+        for await (const c of req) chunks.push(c as Buffer);
+        const body = JSON.parse(Buffer.concat(chunks).toString() || "{}");
+        if (body.fail === "teapot") { res.writeHead(418, { "Content-Type": "text/plain" }); res.end("no"); return; }
+        if (body.fail === "busy") { res.writeHead(503); res.end("busy"); return; }
+        await insertLedger(d, req.idem!.tx, String(body.key), `F-${runs}`);
+        res.setHeader("Content-Type", "application/json");
+        res.setHeader("Set-Cookie", "s=1");
+        res.writeHead(201);
+        res.end(JSON.stringify({ refund_id: `F-${runs}`, amount: "12.50" }));
+      }));
+      // The (req, res, next) form, then a route, as Express chains them.
+      const mw = idem.middleware(d.pool, { bizType: "http-express" });
+      const express = await listen((req, res) => mw(req, res, (err?: unknown) => {
+        if (err) { res.writeHead(500); res.end(String(err)); return; }
+        runs++;
+        const body = (req as unknown as { body: { key: string } }).body;
+        res.statusCode = 200;
+        res.setHeader("Content-Type", "application/json");
+        res.end(JSON.stringify({ got: body.key, run: runs }));
+      }));
+      servers.push(plain.server, express.server);
+      plainUrl = plain.url;
+      expressUrl = express.url;
+    });
+    after(async () => {
+      for (const s of servers) s.close();
+      await d?.close();
+    });
+
+    const post = (url: string, key: string | undefined, body: unknown, headers: Record<string, string> = {}) =>
+      fetch(url + "/refunds", { method: "POST", body: JSON.stringify(body),
+        headers: { "Content-Type": "application/json", ...(key ? { "Idempotency-Key": key } : {}), ...headers } });
+
+    test("the first answer is stored and replayed; another body is 422", async () => {
+      const key = `mw-${Date.now()}`;
+      const first = await post(plainUrl, key, { key });
+      assert.equal(first.status, 201);
+      assert.equal(first.headers.get("set-cookie"), "s=1");
+      const text = await first.text();
+      const before = runs;
+      const again = await post(plainUrl, key, { key });
+      assert.equal(again.status, 201);
+      assert.equal(again.headers.get("idempotent-replayed"), "true");
+      assert.equal(again.headers.get("content-type"), "application/json");
+      assert.equal(again.headers.get("set-cookie"), null, "Set-Cookie is not replayed");
+      assert.equal(await again.text(), text);
+      assert.equal(runs, before);
+      const other = await post(plainUrl, key, { key, amount: 2 }, { "X-Request-Id": "req-1" });
+      assert.equal(other.status, 422);
+      assert.equal(other.headers.get("content-type"), "application/problem+json");
+      assert.equal(other.headers.get("x-request-id"), "req-1");
+      const p = await other.json() as any;
+      assert.equal(p.type, "urn:idem:problem:fingerprint_mismatch");
+      assert.equal(p.outcome, "fingerprint_mismatch");
+      assert.equal(p.request_id, "req-1");
+      const rows = await d.query(`SELECT COUNT(*) AS n FROM ledger WHERE refund_key = ${d.ph(1)}`, [key]);
+      assert.equal(Number(rows[0].n), 1);
+    });
+
+    test("refusals: no key, a bad key, a large body", async () => {
+      const none = await post(plainUrl, undefined, {});
+      assert.equal(none.status, 400);
+      assert.equal((await none.json() as any).type, "urn:idem:problem:missing_idempotency_key");
+      const bad = await post(plainUrl, '"unclosed', {});
+      assert.equal(bad.status, 400);
+      assert.equal((await bad.json() as any).type, "urn:idem:problem:invalid_idempotency_key");
+      const big = await post(plainUrl, "big-1", { pad: "x".repeat((1 << 20) + 10) });
+      assert.equal(big.status, 413);
+      const get = await fetch(plainUrl); // GET passes through, no key needed
+      assert.notEqual(get.status, 400);
+      await get.text();
+    });
+
+    test("a 4xx is stored, a 5xx leaves the key free", async () => {
+      const key = `mw-4xx-${Date.now()}`;
+      assert.equal((await post(plainUrl, key, { fail: "teapot" })).status, 418);
+      const again = await post(plainUrl, key, { fail: "teapot" });
+      assert.equal(again.status, 418);
+      assert.equal(again.headers.get("idempotent-replayed"), "true");
+      const key5 = `mw-5xx-${Date.now()}`;
+      assert.equal((await post(plainUrl, key5, { fail: "busy" })).status, 503);
+      const later = await post(plainUrl, key5, { fail: "busy" });
+      assert.equal(later.headers.get("idempotent-replayed"), null);
+    });
+
+    test("the (req, res, next) form stores and replays the route's answer", async () => {
+      const key = `mw-x-${Date.now()}`;
+      const first = await post(expressUrl, key, { key });
+      assert.equal(first.status, 200);
+      const body = await first.json() as any;
+      assert.equal(body.got, key);
+      const again = await post(expressUrl, key, { key });
+      assert.equal(again.headers.get("idempotent-replayed"), "true");
+      assert.deepEqual(await again.json(), body);
+    });
+  });
+}
