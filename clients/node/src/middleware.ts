@@ -7,6 +7,7 @@ import { InvalidRequestError, invalid } from "./errors.js";
 import { canonicalJSON, fingerprint, rawJSON } from "./json.js";
 import { MaxKeyBytes, checkInteger, checkName, nameProblem } from "./request.js";
 import { RunOptions, run } from "./run.js";
+import { isTransient } from "./retry.js";
 
 export interface MiddlewareOptions {
   /** Every key's biz_type; default "http". */
@@ -292,7 +293,8 @@ function settings(db: unknown, o: MiddlewareOptions): Settings {
  * transaction (its answer captured); done(err) ends it with an error.
  */
 async function serve(s: Settings, req: Req, res: ServerResponse, pass: () => void,
-                     inner: (req: Req, body: Buffer, done: (err?: unknown) => void) => void): Promise<void> {
+                     inner: (req: Req, body: Buffer, done: (err?: unknown) => void) => void,
+                     runsOnce: boolean): Promise<void> {
   if (!s.methods.has((req.method ?? "").toUpperCase())) return pass();
   const values = headerValues(req, "Idempotency-Key");
   if (values.length > 1) {
@@ -346,6 +348,11 @@ async function serve(s: Settings, req: Req, res: ServerResponse, pass: () => voi
   let result;
   try {
     result = await run(s.db, { bizType: s.bizType, key, fingerprint: fp }, async (tx) => {
+      if (runsOnce && live !== null) {
+        // Express's next() cannot run the rest of the chain a second time: a transient
+        // store fault after the route ran answers 503 instead of rerunning it.
+        throw new Error("idem: a transient store fault after the route ran; the (req, res, next) form does not rerun it");
+      }
       live?.restore();
       const c = new Capture(res, s.maxResponse);
       live = c;
@@ -358,7 +365,12 @@ async function serve(s: Settings, req: Req, res: ServerResponse, pass: () => voi
       });
       await ended;
       c.restore();
-      if (failed) throw new RouteError(routeError);
+      if (failed) {
+        // A store fault under the route (a serialization failure, a killed connection)
+        // reruns it in a new transaction, as run reruns a body.
+        if (!runsOnce && (s.o.runOptions?.isTransient ?? isTransient)(routeError)) throw routeError;
+        throw new RouteError(routeError);
+      }
       if (c.overflow) throw new TooLarge();
       if (!storable(c.finalStatus())) throw new NotStored();
       return rawJSON(c.encode(s.o.keepSetCookie === true));
@@ -465,7 +477,7 @@ export function middleware(db: unknown, options: MiddlewareOptions = {}) {
       // next(err) of a later middleware reaches Express's error handler, not us: an
       // answer it writes is captured like any other.
       void done;
-    }).catch((err) => next(err));
+    }, true).catch((err) => next(err));
   };
 }
 
@@ -488,7 +500,7 @@ export function wrap(db: unknown,
           httpVersion: rq.httpVersion, socket: rq.socket, rawBody: body, idem: rq.idem,
         }) as unknown as IncomingMessage;
         Promise.resolve().then(() => handler(inner, res)).catch(done);
-      }).catch((err) => fail(s, req, res, err));
+      }, false).catch((err) => fail(s, req, res, err));
   };
 }
 

@@ -250,11 +250,13 @@ async function storeFailure<T>(p: Plan, cause: unknown, before: number): Promise
     }))).value;
   } catch (e) {
     const { err, attempts } = e as RetryExhausted;
-    const stored = !(err instanceof IdemError) && p.transient(err) ? unavailable(err, attempts) : err;
-    const m = stored instanceof Error ? stored.message : String(stored);
+    const m = err instanceof Error ? err.message : String(err);
     const c = cause instanceof Error ? cause.message : String(cause);
-    throw new UnavailableError(`idem: the body failed permanently (${c}) and the failure could not be stored: ${m}`,
-                               { cause: stored, attempts: before + attempts });
+    const message = `idem: the body failed permanently (${c}) and the failure could not be stored: ${m}`;
+    if (!(err instanceof IdemError) && p.transient(err)) {
+      throw new UnavailableError(message, { cause: err, attempts: before + attempts });
+    }
+    throw new Error(message, { cause: err });
   }
   // Our own failure, committed by an attempt whose answer was lost.
   if (res.outcome === "cached_failure" && res.errorText === failure) {

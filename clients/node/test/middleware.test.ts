@@ -3,7 +3,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, IncomingMessage, Server, ServerResponse } from "node:http";
-import { AddressInfo } from "node:net";
+import { AddressInfo, connect } from "node:net";
 import * as idem from "../src/index.js";
 import { TestDB, createLedger, dbEnvs, insertLedger, openTestDB, skipReason } from "./helpers.js";
 
@@ -17,6 +17,7 @@ for (const { env, name } of dbEnvs) {
   describe(`middleware on ${name}`, { skip: skipReason(env) || undefined }, () => {
     let d: TestDB;
     let runs = 0;
+    const faulted = new Set<string>();
     const servers: Server[] = [];
     let plainUrl = "", expressUrl = "";
     before(async () => {
@@ -31,6 +32,12 @@ for (const { env, name } of dbEnvs) {
         if (body.fail === "teapot") { res.writeHead(418, { "Content-Type": "text/plain" }); res.end("no"); return; }
         if (body.fail === "busy") { res.writeHead(503); res.end("busy"); return; }
         await insertLedger(d, req.idem!.tx, String(body.key), `F-${runs}`);
+        if (body.fail === "transient-once" && !faulted.has(body.key)) {
+          faulted.add(body.key); // a serialization failure: the transaction reruns, the route with it
+          await (req.idem!.tx as any).query(d.name === "postgres"
+            ? "DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '40001'; END $$"
+            : "SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT = 'injected'");
+        }
         res.setHeader("Content-Type", "application/json");
         res.setHeader("Set-Cookie", "s=1");
         res.writeHead(201);
@@ -92,6 +99,19 @@ for (const { env, name } of dbEnvs) {
       const bad = await post(plainUrl, '"unclosed', {});
       assert.equal(bad.status, 400);
       assert.equal((await bad.json() as any).type, "urn:idem:problem:invalid_idempotency_key");
+      // fetch joins a repeated header; a raw request sends each line.
+      const u = new URL(plainUrl);
+      const raw = await new Promise<string>((resolve, reject) => {
+        const sock = connect(Number(u.port), u.hostname, () => sock.end(
+          "POST /refunds HTTP/1.1\r\nHost: x\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\n" +
+          "Content-Length: 2\r\nConnection: close\r\n\r\n{}"));
+        let t = "";
+        sock.on("data", (c) => (t += c));
+        sock.on("end", () => resolve(t));
+        sock.on("error", reject);
+      });
+      assert.match(raw, /^HTTP\/1\.1 400 /);
+      assert.match(raw, /given more than once/);
       const big = await post(plainUrl, "big-1", { pad: "x".repeat((1 << 20) + 10) });
       assert.equal(big.status, 413);
       const get = await fetch(plainUrl); // GET passes through, no key needed
@@ -109,6 +129,16 @@ for (const { env, name } of dbEnvs) {
       assert.equal((await post(plainUrl, key5, { fail: "busy" })).status, 503);
       const later = await post(plainUrl, key5, { fail: "busy" });
       assert.equal(later.headers.get("idempotent-replayed"), null);
+    });
+
+    test("a transient store fault under the route reruns it in a new transaction", async () => {
+      const key = `mw-t-${Date.now()}`;
+      const before = runs;
+      const first = await post(plainUrl, key, { key, fail: "transient-once" });
+      assert.equal(first.status, 201);
+      assert.equal(runs, before + 2);
+      const rows = await d.query(`SELECT COUNT(*) AS n FROM ledger WHERE refund_key = ${d.ph(1)}`, [key]);
+      assert.equal(Number(rows[0].n), 1);
     });
 
     test("the (req, res, next) form stores and replays the route's answer", async () => {
