@@ -69,57 +69,39 @@ export class InvalidRequestError extends IdemError {
     this.field = field;
   }
 }
+/** An IdemError class of one code, with its default message. */
+function coded(code: ErrorCode, fallback: string) {
+  return class extends IdemError {
+    constructor(message = fallback, d: ProblemDetails = {}) {
+      super(code, message, d);
+    }
+  };
+}
+
 /** The key belongs to another biz_type. Do not retry. */
-export class KeyReusedError extends IdemError {
-  constructor(message = "idem: key_reused: the key belongs to another biz_type", d: ProblemDetails = {}) {
-    super("key_reused", message, d);
-  }
-}
+export class KeyReusedError extends coded("key_reused",
+  "idem: key_reused: the key belongs to another biz_type") {}
 /** The key was first used with another request. Do not retry. */
-export class FingerprintMismatchError extends IdemError {
-  constructor(message = "idem: fingerprint_mismatch: the key was first used with another request",
-              d: ProblemDetails = {}) {
-    super("fingerprint_mismatch", message, d);
-  }
-}
+export class FingerprintMismatchError extends coded("fingerprint_mismatch",
+  "idem: fingerprint_mismatch: the key was first used with another request") {}
 /** The key's record was purged after its retention; a request this late is not run again. */
-export class ExpiredError extends IdemError {
-  constructor(message = "idem: expired: the key's record was purged after its retention",
-              d: ProblemDetails = {}) {
-    super("expired", message, d);
-  }
-}
+export class ExpiredError extends coded("expired",
+  "idem: expired: the key's record was purged after its retention") {}
 /** Another holder's lease on the key is live (HTTP client; idem.run answers it as an outcome). */
-export class InProgressError extends IdemError {
-  constructor(message = "idem: in_progress: another holder's lease on the key is live",
-              d: ProblemDetails = {}) {
-    super("in_progress", message, d);
-  }
-}
+export class InProgressError extends coded("in_progress",
+  "idem: in_progress: another holder's lease on the key is live") {}
 /** The token is not the current holder's (taken over or released). */
-export class LeaseLostError extends IdemError {
-  constructor(message = "idem: lease_lost: the token is not the current holder's", d: ProblemDetails = {}) {
-    super("lease_lost", message, d);
-  }
-}
+export class LeaseLostError extends coded("lease_lost",
+  "idem: lease_lost: the token is not the current holder's") {}
 /** The claim already ended with other content. */
-export class ConflictError extends IdemError {
-  constructor(message = "idem: conflict: the claim already ended with other content", d: ProblemDetails = {}) {
-    super("conflict", message, d);
-  }
-}
+export class ConflictError extends coded("conflict",
+  "idem: conflict: the claim already ended with other content") {}
 /** No record of the key (in the caller's tenant). */
-export class NotFoundError extends IdemError {
-  constructor(message = "idem: not_found: no record of the key", d: ProblemDetails = {}) {
-    super("not_found", message, d);
-  }
-}
+export class NotFoundError extends coded("not_found",
+  "idem: not_found: no record of the key") {}
 /** The store could not be reached or kept failing transiently; nothing was recorded. Retry later. */
-export class UnavailableError extends IdemError {
-  constructor(message = "idem: unavailable: the store could not be reached", d: ProblemDetails = {}) {
-    super("unavailable", message, d);
-  }
-}
+export class UnavailableError extends coded("unavailable",
+  "idem: unavailable: the store could not be reached") {}
 
 /** The class of each code, for answers that name one. */
 const byCode: Record<string, new (message?: string, d?: ProblemDetails) => IdemError> = {

@@ -104,6 +104,21 @@ test("permanent marks an error; its failure is stored as JSON", () => {
   assert.equal(idem.failureJSON(new idem.PermanentError("x", { failure: { code: "DECLINED" } })), '{"code":"DECLINED"}');
 });
 
+test("errors are IdemErrors of their code, by class and by answer", () => {
+  const e = new idem.KeyReusedError();
+  assert.ok(e instanceof idem.IdemError && e instanceof Error);
+  assert.equal(e.name, "KeyReusedError");
+  assert.equal(e.code, "key_reused");
+  assert.match(e.message, /belongs to another biz_type/);
+  const cases: Array<[string, new (...a: any[]) => idem.IdemError]> = [
+    ["in_progress", idem.InProgressError], ["lease_lost", idem.LeaseLostError], ["conflict", idem.ConflictError],
+    ["not_found", idem.NotFoundError], ["expired", idem.ExpiredError], ["store_unavailable", idem.UnavailableError],
+    ["fingerprint_mismatch", idem.FingerprintMismatchError], ["invalid_request", idem.InvalidRequestError],
+  ];
+  for (const [slug, cls] of cases) assert.ok(idem.errorOf(slug, "m", { status: 409 }) instanceof cls, slug);
+  assert.equal(idem.errorOf("other", "m").code, "problem");
+});
+
 test("transient store faults are told from the rest", () => {
   const t = (o: object) => idem.isTransient(Object.assign(new Error((o as any).message ?? "x"), o));
   assert.ok(t({ code: "40001" }));
