@@ -4,6 +4,8 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, IncomingMessage, Server, ServerResponse } from "node:http";
 import { AddressInfo, connect } from "node:net";
+import createApp from "express";
+import type { NextFunction, Request, Response } from "express";
 import * as idem from "../src/index.js";
 import { TestDB, createLedger, dbEnvs, insertLedger, openTestDB, skipReason } from "./helpers.js";
 
@@ -19,7 +21,7 @@ for (const { env, name } of dbEnvs) {
     let runs = 0;
     const faulted = new Set<string>();
     const servers: Server[] = [];
-    let plainUrl = "", expressUrl = "";
+    let plainUrl = "", expressUrl = "", appUrl = "";
     before(async () => {
       d = await openTestDB(env, 8);
       await createLedger(d);
@@ -53,7 +55,26 @@ for (const { env, name } of dbEnvs) {
         res.setHeader("Content-Type", "application/json");
         res.end(JSON.stringify({ got: body.key, run: runs }));
       }));
-      servers.push(plain.server, express.server);
+      // Express itself: the middleware before express.json(), which then leaves req.body alone.
+      const app = createApp();
+      app.use(idem.middleware(d.pool, { bizType: "http-app" }));
+      app.use(createApp.json());
+      app.post("/refunds", async (req, res, next) => {
+        try {
+          runs++;
+          if (req.body.fail) throw new Error("route failed");
+          await insertLedger(d, (req as any).idem.tx, req.body.key, `A-${runs}`);
+          res.status(201).set("X-Refund", `A-${runs}`).json({ refund_id: `A-${runs}`, amount: 12.5 });
+        } catch (err) {
+          next(err);
+        }
+      });
+      app.use((err: Error, _req: Request, res: Response, _next: NextFunction) => {
+        res.status(500).json({ error: err.message });
+      });
+      const appServer = await new Promise<Server>((r) => { const srv = app.listen(0, "127.0.0.1", () => r(srv)); });
+      appUrl = `http://127.0.0.1:${(appServer.address() as AddressInfo).port}`;
+      servers.push(plain.server, express.server, appServer);
       plainUrl = plain.url;
       expressUrl = express.url;
     });
@@ -139,6 +160,27 @@ for (const { env, name } of dbEnvs) {
       assert.equal(runs, before + 2);
       const rows = await d.query(`SELECT COUNT(*) AS n FROM ledger WHERE refund_key = ${d.ph(1)}`, [key]);
       assert.equal(Number(rows[0].n), 1);
+    });
+
+    test("under Express, the route's answer is stored and replayed; an error answer leaves the key free", async () => {
+      const key = `mw-app-${Date.now()}`;
+      const first = await post(appUrl, key, { key });
+      assert.equal(first.status, 201);
+      const body = await first.json() as any;
+      const before = runs;
+      const again = await post(appUrl, key, { key });
+      assert.equal(again.status, 201);
+      assert.equal(again.headers.get("idempotent-replayed"), "true");
+      assert.equal(again.headers.get("x-refund"), body.refund_id);
+      assert.deepEqual(await again.json(), body);
+      assert.equal(runs, before);
+      const rows = await d.query(`SELECT COUNT(*) AS n FROM ledger WHERE refund_key = ${d.ph(1)}`, [key]);
+      assert.equal(Number(rows[0].n), 1);
+      const failKey = `mw-app-f-${Date.now()}`;
+      assert.equal((await post(appUrl, failKey, { key: failKey, fail: true })).status, 500);
+      const retried = await post(appUrl, failKey, { key: failKey });
+      assert.equal(retried.status, 201);
+      assert.equal(retried.headers.get("idempotent-replayed"), null);
     });
 
     test("the (req, res, next) form stores and replays the route's answer", async () => {
