@@ -183,6 +183,61 @@ for (const { env, name } of dbEnvs) {
       assert.equal(retried.headers.get("idempotent-replayed"), null);
     });
 
+    test("409 in_progress while a lease holds the key, Retry-After its end", async () => {
+      const key = `mw-held-${Date.now()}`;
+      await d.query(d.name === "postgres" ? "SELECT * FROM idem.lease_claim_v1($1, $2, NULL, lease => '60 seconds')"
+        : "CALL idem_sql_lease_claim_v1(?, ?, NULL, 'default', NULL, 60)", ["http", key]);
+      const before = runs;
+      const got = await post(plainUrl, key, {}, { "X-Request-Id": "m-2" });
+      assert.equal(got.status, 409);
+      assert.equal(got.headers.get("content-type"), "application/problem+json");
+      assert.equal(await got.text(), '{"type":"urn:idem:problem:in_progress","title":"Conflict","status":409,' +
+        '"detail":"a request with this Idempotency-Key is still being processed","outcome":"in_progress","request_id":"m-2"}');
+      const ra = Number(got.headers.get("retry-after"));
+      assert.ok(ra >= 50 && ra <= 60, `Retry-After ${ra}, want the lease's ~60 s`);
+      assert.equal(runs, before);
+    });
+
+    test("duplicates sent at once: one runs, the others get its answer", async () => {
+      let n = 0;
+      const { url, server } = await listen(idem.wrap(d.pool, async (_req, res) => {
+        const run = ++n;
+        await new Promise((r) => setTimeout(r, 50));
+        res.end(`run ${run}`);
+      }));
+      const key = `mw-dup-${Date.now()}`;
+      const answers = await Promise.all(Array.from({ length: 8 }, async () => {
+        const r = await post(url, key, {});
+        return { status: r.status, body: await r.text(), replayed: r.headers.get("idempotent-replayed") === "true" };
+      }));
+      server.close();
+      for (const a of answers) assert.deepEqual([a.status, a.body], [200, "run 1"]);
+      assert.equal(n, 1);
+      assert.equal(answers.filter((a) => a.replayed).length, 7);
+    });
+
+    test("canonicalJSON: the same JSON written otherwise is the same request; clientHeader keeps keys per client", async () => {
+      let n = 0;
+      const { url, server } = await listen(idem.wrap(d.pool, (_req, res) => { res.end(`run ${++n}`); },
+                                                     { canonicalJSON: true, clientHeader: "Authorization" }));
+      const key = `mw-c-${Date.now()}`;
+      const send = async (client: string, body: string) => {
+        const r = await fetch(url + "/refunds", { method: "POST", body,
+          headers: { "Idempotency-Key": key, Authorization: client } });
+        return { status: r.status, body: await r.text(), replayed: r.headers.get("idempotent-replayed") === "true" };
+      };
+      assert.deepEqual(await send("Bearer A", '{"amount": 1, "to": "x"}'), { status: 200, body: "run 1", replayed: false });
+      assert.deepEqual(await send("Bearer A", '{"to":"x","amount":1}'), { status: 200, body: "run 1", replayed: true });
+      assert.equal((await send("Bearer A", '{"to":"x","amount":2}')).status, 422);
+      assert.deepEqual(await send("Bearer B", '{"to":"x","amount":2}'), { status: 200, body: "run 2", replayed: false });
+      const none = await fetch(url + "/refunds", { method: "POST", body: "{}", headers: { "Idempotency-Key": key } });
+      assert.equal(none.status, 400);
+      assert.equal((await none.json() as any).type, "urn:idem:problem:missing_client_identity");
+      const rows = await d.query(`SELECT COUNT(DISTINCT tenant) AS n FROM idem_records WHERE idem_key = ${d.ph(1)}`, [key]);
+      assert.equal(Number(rows[0].n), 2);
+      server.close();
+    });
+
     test("the (req, res, next) form stores and replays the route's answer", async () => {
       const key = `mw-x-${Date.now()}`;
       const first = await post(expressUrl, key, { key });

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import pg from "pg";
 import mysql from "mysql2/promise";
 import * as idem from "../src/index.js";
-import { TestDB, dbEnvs, openTestDB, skipReason } from "./helpers.js";
+import { TestDB, dbEnvs, openTestDB, skipReason, startServe } from "./helpers.js";
 
 for (const { env, name } of dbEnvs) {
   describe(`run with one connection on ${name}`, { skip: skipReason(env) || undefined }, () => {
@@ -47,6 +47,32 @@ for (const { env, name } of dbEnvs) {
       const other = await idem.run(conn, { bizType: "payout", key: "free-1" }, () => 3);
       assert.equal(other.outcome, "key_reused");
       assert.ok(idem.outcomeError(other) instanceof idem.KeyReusedError);
+    });
+
+    test("idem.run and idem serve on the same database see one record per key", async () => {
+      const serve = await startServe("", [], d.store);
+      try {
+        const c = new idem.Client({ baseUrl: serve.url, token: serve.token1 });
+        const opts = { tenant: "t1" };
+        const stored = await idem.run(conn, { bizType: "refund", key: "S-1", fingerprint: "fp-1" },
+                                      () => idem.rawJSON('{"refund_id": "F-1", "amount": 12.50}'), opts);
+        assert.equal(stored.outcome, "executed");
+        const again = await c.claim({ bizType: "refund", key: "S-1", fingerprint: "fp-1" });
+        assert.equal(again.outcome, "replayed");
+        assert.equal(again.resultText, '{"refund_id": "F-1", "amount": 12.50}');
+        await assert.rejects(c.claim({ bizType: "refund", key: "S-1", fingerprint: "fp-2" }), idem.FingerprintMismatchError);
+        const claim = await c.claim({ bizType: "refund", key: "H-1", fingerprint: "fp-h" });
+        assert.equal(await c.complete("refund", "H-1", claim.token, { refund_id: "F-2" }), "completed");
+        const replayed = await idem.run(conn, { bizType: "refund", key: "H-1", fingerprint: "fp-h" },
+                                        () => assert.fail("ran"), opts);
+        assert.equal(replayed.outcome === "replayed" && replayed.resultText, '{"refund_id":"F-2"}');
+        const held = await c.claim({ bizType: "refund", key: "H-2", fingerprint: "fp", leaseMs: 60000 });
+        const busy = await idem.run(conn, { bizType: "refund", key: "H-2", fingerprint: "fp" }, () => assert.fail("ran"), opts);
+        assert.equal(busy.outcome, "in_progress");
+        assert.equal(busy.token, held.token);
+      } finally {
+        await serve.stop();
+      }
     });
 
     test("tenants keep keys apart", async () => {
