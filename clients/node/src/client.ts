@@ -1,7 +1,7 @@
 // The HTTP client of `idem serve` (docs/openapi.yaml) on the built-in fetch.
 import { randomBytes } from "node:crypto";
 import { IdemError, InvalidRequestError, errorOf, invalid } from "./errors.js";
-import { RawJSON, jsonTextOf, rawJSON, rawMembers } from "./json.js";
+import { RawJSON, jsonTextOf, rawItems, rawJSON, rawMembers } from "./json.js";
 import { MaxBizTypeBytes, MaxFingerprintBytes, MaxKeyBytes, checkFingerprint, checkInteger, checkName } from "./request.js";
 import { DefaultRetry, Retry, RetryExhausted, checkRetry, withRetry } from "./retry.js";
 
@@ -268,12 +268,12 @@ export class Client {
     const answers = rawMembers(text).get("responses");
     if (answers === undefined) throw new Error("idem: the batch answer has no responses");
     const list = JSON.parse(answers) as Array<Record<string, any>>;
-    const rawItems = splitArray(answers); // each item's exact text, to keep results exact
+    const texts = rawItems(answers); // each answer's exact text, to keep results exact
     return list.map((a, i) => {
       const status = Number(a.status ?? 0);
-      if (status >= 400) return { status, error: problemOf(status, rawItems[i] ?? JSON.stringify(a), null, id) };
+      if (status >= 400) return { status, error: problemOf(status, texts[i] ?? JSON.stringify(a), null, id) };
       if (items[i].op === "claim") {
-        return { status, value: claimOf(rawItems[i] ?? JSON.stringify(a), a.outcome !== "acquired") };
+        return { status, value: claimOf(texts[i] ?? JSON.stringify(a), a.outcome !== "acquired") };
       }
       return { status, value: { outcome: String(a.outcome) } };
     });
@@ -377,34 +377,4 @@ export class Client {
     }
     return Buffer.concat(chunks).toString("utf8");
   }
-}
-
-/** The raw text of each item of a JSON array's text. */
-function splitArray(text: string): string[] {
-  const out: string[] = [];
-  let depth = 0, start = -1, inStr = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i];
-    if (inStr) {
-      if (c === "\\") i++;
-      else if (c === '"') inStr = false;
-      continue;
-    }
-    if (c === '"') { inStr = true; if (depth === 1 && start < 0) start = i; continue; }
-    if (c === "[" || c === "{") {
-      if (depth === 1 && start < 0) start = i;
-      depth++;
-      continue;
-    }
-    if (c === "]" || c === "}") {
-      depth--;
-      if (depth === 0 && start >= 0) { out.push(text.slice(start, i).trim()); start = -1; }
-      continue;
-    }
-    if (depth === 1) {
-      if (c === ",") { out.push(text.slice(start, i).trim()); start = -1; }
-      else if (start < 0 && !/\s/.test(c)) start = i;
-    }
-  }
-  return out;
 }

@@ -35,7 +35,7 @@ const numberAt = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y;
 
 class Parser {
   pos = 0;
-  /** Start and end of each member of the outermost object, when asked for. */
+  /** Start and end of each member (or item) of the outermost object (or array), when asked for. */
   spans: Array<[string, number, number]> | null = null;
   constructor(readonly s: string) {}
   fail(what: string): never {
@@ -74,7 +74,10 @@ class Parser {
       this.skip();
       if (this.s[this.pos] === "]") { this.pos++; return { t: "arr", items }; }
       for (;;) {
+        this.skip();
+        const start = this.pos;
         items.push(this.value(depth + 1));
+        if (depth === 0 && this.spans) this.spans.push([String(items.length - 1), start, this.pos]);
         this.skip();
         const d = this.s[this.pos++];
         if (d === "]") return { t: "arr", items };
@@ -130,6 +133,12 @@ function parseJSON(text: string, spans?: Array<[string, number, number]>): Node 
 /** Whether text is one JSON value. */
 export function isJSON(text: string): boolean {
   try { parseJSON(text); return true; } catch { return false; }
+}
+
+/** The items of a JSON array's text, each as its exact text ([] for another value). */
+export function rawItems(text: string): string[] {
+  const spans: Array<[string, number, number]> = [];
+  return parseJSON(text, spans).t === "arr" ? spans.map(([, start, end]) => text.slice(start, end)) : [];
 }
 
 /** The members of a JSON object's text, each as the exact text of its value. */
