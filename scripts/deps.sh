@@ -30,6 +30,7 @@ test_pkgs=(
   golang-go golang-github-lib-pq-dev golang-github-go-sql-driver-mysql-dev
   # clients/java: the JDK, JUnit 5's console launcher and the JDBC drivers its tests use
   openjdk-17-jdk-headless junit5 libpostgresql-jdbc-java libmariadb-java
+  nodejs  # clients/node: Node >= 18 (npm is added below when none is on PATH)
   chromium spin
   clang-14 libclang-rt-14-dev  # tests/fuzz: clang, libFuzzer and the sanitizer runtimes
   ccache  # scripts/test.sh: the dist tests' tree reuses the main tree's objects
@@ -42,7 +43,10 @@ case "${1:-}" in
   --build) ;;
   --package) pkgs+=("${package_pkgs[@]}") ;;
   --bench) pkgs+=("${bench_pkgs[@]}") ;;
-  "") pkgs+=("${test_pkgs[@]}") ;;
+  "") pkgs+=("${test_pkgs[@]}")
+      # NodeSource's nodejs bundles npm and conflicts with Debian's npm package: add
+      # npm only when no npm is on PATH.
+      command -v npm >/dev/null 2>&1 || pkgs+=(npm) ;;
   *) echo "deps.sh: unknown option '$1' (use --build, --package, --bench or nothing)" >&2; exit 2 ;;
 esac
 
