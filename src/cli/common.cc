@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <system_error>
 
 #include "absl/strings/escaping.h"
@@ -69,20 +70,41 @@ bool JsonSafeToEmbed(std::string_view bytes, int limit) {
 
 }  // namespace
 
-void PutStored(nlohmann::json& j, const std::string& name, std::string_view bytes, bool present) {
+RawJsonValues::RawJsonValues() {
+  std::random_device random;
+  for (int i = 0; i < 4; ++i) absl::StrAppend(&nonce_, absl::Hex(random(), absl::kZeroPad8));
+}
+
+std::string RawJsonValues::Add(std::string_view bytes) {
+  values_.emplace_back(bytes);
+  return absl::StrCat("\x01idem-raw-json-", nonce_, "-", values_.size() - 1, "\x01");
+}
+
+std::string RawJsonValues::Dump(const nlohmann::json& j, int indent) const {
+  std::string out = j.dump(indent);
+  for (size_t i = 0; i < values_.size(); ++i) {
+    // As json::dump writes the placeholder: quoted, \x01 as \u0001.
+    const std::string quoted =
+        absl::StrCat("\"\\u0001idem-raw-json-", nonce_, "-", i, "\\u0001\"");
+    if (const size_t at = out.find(quoted); at != std::string::npos) {
+      out.replace(at, quoted.size(), values_[i]);
+    }
+  }
+  return out;
+}
+
+void PutStored(nlohmann::json& j, const std::string& name, std::string_view bytes, bool present,
+               RawJsonValues& raw) {
   const std::string encoding = name + "_encoding";
   if (!present) {
     j[name] = nullptr;
     j[encoding] = nullptr;
     return;
   }
-  if (IsUtf8(bytes) && JsonSafeToEmbed(bytes, 256)) {
-    nlohmann::json value = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-    if (!value.is_discarded()) {
-      j[name] = std::move(value);
-      j[encoding] = "json";
-      return;
-    }
+  if (IsUtf8(bytes) && JsonSafeToEmbed(bytes, 256) && nlohmann::json::accept(bytes)) {
+    j[name] = raw.Add(bytes);
+    j[encoding] = "json";
+    return;
   }
   if (IsUtf8(bytes)) {
     j[name] = std::string(bytes);

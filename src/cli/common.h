@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -34,7 +35,24 @@ void PutBytes(nlohmann::json& j, const std::string& name, std::string_view bytes
 // record that has not succeeded has no result), both are null. JSON that would not
 // print back as the same value (nested deeper than 256 levels, or a number of more
 // than 19 digits, which would be rounded) is given as text.
-void PutStored(nlohmann::json& j, const std::string& name, std::string_view bytes, bool present);
+//
+// A JSON value goes into `j` as a placeholder that `raw` keeps; raw.Dump(j) prints
+// `j` with the stored bytes themselves in its place, so a result prints exactly as
+// it was stored (its members in their order, 12.50 as 12.50), not as re-encoded.
+class RawJsonValues {
+ public:
+  RawJsonValues();
+  // A placeholder for `bytes` (one JSON value) to put into a json value.
+  std::string Add(std::string_view bytes);
+  // j.dump(indent) with every placeholder replaced by its bytes.
+  std::string Dump(const nlohmann::json& j, int indent = -1) const;
+
+ private:
+  std::string nonce_;  // random: a stored key or value cannot forge a placeholder
+  std::vector<std::string> values_;
+};
+void PutStored(nlohmann::json& j, const std::string& name, std::string_view bytes, bool present,
+               RawJsonValues& raw);
 
 // PutBytes, or null for empty bytes (an absent identifier or message).
 void PutBytesOrNull(nlohmann::json& j, const std::string& name, std::string_view bytes);

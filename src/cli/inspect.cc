@@ -75,12 +75,13 @@ std::string Human(std::string_view store, const Record& r, absl::Time now) {
   return out;
 }
 
-nlohmann::json Json(std::string_view store, const Record& r, absl::Time now) {
+nlohmann::json Json(std::string_view store, const Record& r, absl::Time now,
+                    RawJsonValues& raw) {
   nlohmann::json j = RecordJson(r);
   j["store"] = RedactStoreUrl(store);
   j["lease_live"] = r.lease_until != absl::InfinitePast() && r.lease_until > now;
-  PutStored(j, "result", r.result, r.state == RecordState::kSucceeded || !r.result.empty());
-  PutStored(j, "error", r.error, r.state == RecordState::kFailed || !r.error.empty());
+  PutStored(j, "result", r.result, r.state == RecordState::kSucceeded || !r.result.empty(), raw);
+  PutStored(j, "error", r.error, r.state == RecordState::kFailed || !r.error.empty(), raw);
   return j;
 }
 
@@ -190,15 +191,16 @@ int InspectEveryTenant(const InspectFlags& flags, Store& store, Guard& guard) {
   }
   const absl::Time now = guard.options().clock->Now();
   if (flags.json) {
+    RawJsonValues raw;
     nlohmann::json records = nlohmann::json::array();
     for (const Record& r : found) {
-      nlohmann::json j = Json(store.url(), r, now);
+      nlohmann::json j = Json(store.url(), r, now, raw);
       j.erase("store");
       records.push_back(std::move(j));
     }
     nlohmann::json out = {{"store", RedactStoreUrl(store.url())}, {"records", std::move(records)}};
     if (more) out["tenants_searched"] = tenants->size();
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", raw.Dump(out, 2).c_str());
   } else {
     for (size_t i = 0; i < found.size(); ++i) {
       if (i > 0) std::fputs("\n", stdout);
@@ -240,7 +242,8 @@ int RunInspect(const InspectFlags& flags) {
   }
   const absl::Time now = guard.options().clock->Now();
   if (flags.json) {
-    std::printf("%s\n", Json((*store)->url(), **record, now).dump(2).c_str());
+    RawJsonValues raw;
+    std::printf("%s\n", raw.Dump(Json((*store)->url(), **record, now, raw), 2).c_str());
   } else {
     std::fputs(Human((*store)->url(), **record, now).c_str(), stdout);
   }

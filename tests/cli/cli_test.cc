@@ -684,6 +684,30 @@ TEST_F(CliInspectRecordTest, PrintsJson) {
   EXPECT_EQ(j["lease_live"], false);
 }
 
+// The stored result is printed as stored: its members in their order and its
+// numbers as written (it was re-encoded: sorted members, 12.50 as 12.5).
+TEST_F(CliInspectRecordTest, PrintsTheStoredResultByteForByte) {
+  const std::string stored = R"({"refund_id":"F-3","amount":12.50,"big":123456789012345678,"a":[1.0,"x"]})";
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(url_);
+    ASSERT_OK(store);
+    Guard guard(**store);
+    ASSERT_OK(guard.Run({.tenant = "acme", .biz_type = "refund", .key = "R-3"},
+                        [&](Transaction&) -> absl::StatusOr<std::string> { return stored; }));
+  }
+  RunResult r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "R-3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"result\": " + stored + ",")) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["result_encoding"], "json");
+  EXPECT_EQ(j["key"], "R-3");
+  // Every tenant searched (no --tenant): a list of records, the same bytes.
+  r = Idem({"inspect", "--store", url_, "--key", "R-3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"result\": " + stored + ",")) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["records"].size(), 1u);
+}
+
 TEST_F(CliInspectRecordTest, PrintsACachedFailure) {
   RunResult r = Idem({"inspect", "--store", url_, "--tenant", "acme", "--key", "R-2", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
