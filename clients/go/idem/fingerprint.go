@@ -165,6 +165,16 @@ func (p *canonParser) space() {
 	}
 }
 
+// take skips white space, then c when it comes next, saying whether it did.
+func (p *canonParser) take(c byte) bool {
+	p.space()
+	if p.pos < len(p.in) && p.in[p.pos] == c {
+		p.pos++
+		return true
+	}
+	return false
+}
+
 func (p *canonParser) value(depth int) (canonValue, error) {
 	if depth > canonMaxDepth {
 		return canonValue{}, p.fail(fmt.Sprintf("nesting deeper than %d", canonMaxDepth))
@@ -196,9 +206,7 @@ func (p *canonParser) object(depth int) (canonValue, error) {
 	p.pos++ // {
 	index := map[string]int{}
 	v := canonValue{kind: '{'}
-	p.space()
-	if p.pos < len(p.in) && p.in[p.pos] == '}' {
-		p.pos++
+	if p.take('}') {
 		return v, nil
 	}
 	for {
@@ -210,11 +218,9 @@ func (p *canonParser) object(depth int) (canonValue, error) {
 		if err != nil {
 			return v, err
 		}
-		p.space()
-		if p.pos >= len(p.in) || p.in[p.pos] != ':' {
+		if !p.take(':') {
 			return v, p.fail("expected ':'")
 		}
-		p.pos++
 		p.space()
 		member, err := p.value(depth + 1)
 		if err != nil {
@@ -226,27 +232,22 @@ func (p *canonParser) object(depth int) (canonValue, error) {
 			index[name] = len(v.members)
 			v.members = append(v.members, canonMember{name, member})
 		}
-		p.space()
-		if p.pos < len(p.in) && p.in[p.pos] == ',' {
-			p.pos++
+		if p.take(',') {
 			continue
 		}
-		if p.pos < len(p.in) && p.in[p.pos] == '}' {
-			p.pos++
-			// Go strings compare as UTF-8 bytes: code point order.
-			sort.Slice(v.members, func(i, j int) bool { return v.members[i].name < v.members[j].name })
-			return v, nil
+		if !p.take('}') {
+			return v, p.fail("expected ',' or '}'")
 		}
-		return v, p.fail("expected ',' or '}'")
+		// Go strings compare as UTF-8 bytes: code point order.
+		sort.Slice(v.members, func(i, j int) bool { return v.members[i].name < v.members[j].name })
+		return v, nil
 	}
 }
 
 func (p *canonParser) array(depth int) (canonValue, error) {
 	p.pos++ // [
 	v := canonValue{kind: '['}
-	p.space()
-	if p.pos < len(p.in) && p.in[p.pos] == ']' {
-		p.pos++
+	if p.take(']') {
 		return v, nil
 	}
 	for {
@@ -256,16 +257,13 @@ func (p *canonParser) array(depth int) (canonValue, error) {
 			return v, err
 		}
 		v.items = append(v.items, item)
-		p.space()
-		if p.pos < len(p.in) && p.in[p.pos] == ',' {
-			p.pos++
+		if p.take(',') {
 			continue
 		}
-		if p.pos < len(p.in) && p.in[p.pos] == ']' {
-			p.pos++
-			return v, nil
+		if !p.take(']') {
+			return v, p.fail("expected ',' or ']'")
 		}
-		return v, p.fail("expected ',' or ']'")
+		return v, nil
 	}
 }
 
