@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -89,6 +90,61 @@ func TestFingerprintJSONIgnoresSpacingAndMemberOrder(t *testing.T) {
 	// The SHA-256 of "abc".
 	if got := Fingerprint([]byte("abc")); got != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
 		t.Fatal(got)
+	}
+}
+
+// The canonical_json cases of the shared table, clients/cases.json (CASES.md gives
+// the canonical form every client writes).
+func TestCanonicalJSONAnswersTheSharedCases(t *testing.T) {
+	data, err := os.ReadFile("../../cases.json") // from clients/go/idem, where go test runs
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table struct {
+		CanonicalJSON []struct {
+			Name      string `json:"name"`
+			JSON      string `json:"json"`
+			Canonical string `json:"canonical"`
+			SHA256    string `json:"sha256"`
+			Error     bool   `json:"error"`
+		} `json:"canonical_json"`
+	}
+	if err := json.Unmarshal(data, &table); err != nil {
+		t.Fatal(err)
+	}
+	if len(table.CanonicalJSON) == 0 {
+		t.Fatal("cases.json has no canonical_json cases")
+	}
+	for _, c := range table.CanonicalJSON {
+		got, err := CanonicalJSON([]byte(c.JSON))
+		fp, fpErr := FingerprintJSON([]byte(c.JSON))
+		switch {
+		case c.Error && (err == nil || fpErr == nil):
+			t.Errorf("%s: %q accepted as %q", c.Name, c.JSON, got)
+		case c.Error:
+		case err != nil || fpErr != nil:
+			t.Errorf("%s: %q: %v %v", c.Name, c.JSON, err, fpErr)
+		case string(got) != c.Canonical || fp != c.SHA256:
+			t.Errorf("%s: %q gave %q (%s), want %q (%s)", c.Name, c.JSON, got, fp, c.Canonical, c.SHA256)
+		}
+	}
+}
+
+func TestCanonicalJSONRefusesWhatIsNotUTF8(t *testing.T) {
+	for _, in := range []string{`"\ud800"`, "\"\xff\"", `{"\udc00":1}`} {
+		_, err := CanonicalJSON([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), "at offset") {
+			t.Errorf("%q: %v", in, err)
+		}
+	}
+	if _, err := CanonicalJSON([]byte(`"\ud800"`)); err == nil || !strings.Contains(err.Error(), "lone surrogate \\ud800") {
+		t.Errorf("lone surrogate: %v", err)
+	}
+	// A Go value is written as encoding/json writes it, then made canonical.
+	got, err := FingerprintJSON(map[string]any{"s": "a\u2028\b", "n": 12.5, "\U0001F600": 1, "\ue000": 2})
+	want := Fingerprint([]byte("{\"n\":12.5,\"s\":\"a\u2028\\b\",\"\ue000\":2,\"\U0001F600\":1}"))
+	if err != nil || got != want {
+		t.Errorf("%s %v, want %s", got, err, want)
 	}
 }
 

@@ -35,6 +35,8 @@ type caseTable struct {
 	Version   int        `json:"version"`
 	Decorator []caseSpec `json:"decorator"`
 	HTTP      []caseSpec `json:"http"`
+	// The canonical_json cases run in the idem package's own tests (go.unit).
+	CanonicalJSON json.RawMessage `json:"canonical_json"`
 }
 
 type caseSpec struct {

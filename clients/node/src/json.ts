@@ -37,6 +37,8 @@ class Parser {
   pos = 0;
   /** Start and end of each member (or item) of the outermost object (or array), when asked for. */
   spans: Array<[string, number, number]> | null = null;
+  /** Refuse a string holding a lone surrogate (the canonical form's strings are UTF-8). */
+  canonical = false;
   constructor(readonly s: string) {}
   fail(what: string): never {
     throw new SyntaxError(`idem: not JSON: ${what} at position ${this.pos}`);
@@ -116,14 +118,21 @@ class Parser {
       this.pos++;
     }
     this.pos++;
-    return JSON.parse(this.s.slice(start, this.pos)) as string;
+    const v = JSON.parse(this.s.slice(start, this.pos)) as string;
+    const lone = this.canonical ? loneSurrogate.exec(v) : null;
+    if (lone) {
+      this.pos = start;
+      this.fail(`a lone surrogate \\u${lone[0].charCodeAt(0).toString(16)} in the string`);
+    }
+    return v;
   }
 }
 
 /** Parses one JSON value (white space around it allowed); throws a SyntaxError otherwise. */
-function parseJSON(text: string, spans?: Array<[string, number, number]>): Node {
+function parseJSON(text: string, spans?: Array<[string, number, number]>, canonical = false): Node {
   const p = new Parser(text);
   if (spans) p.spans = spans;
+  p.canonical = canonical;
   const v = p.value(0);
   p.skip();
   if (p.pos !== text.length) p.fail("more than one value");
@@ -153,10 +162,10 @@ export function rawMembers(text: string): Map<string, string> {
 
 const byUTF8 = (a: string, b: string) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
 
-function quote(s: string): string {
-  // As Go's encoding/json writes strings (HTML characters unescaped): U+2028 and U+2029 escaped.
-  return JSON.stringify(s).replace(/\u2028/g, "\\u2028").replace(/\u2029/g, "\\u2029");
-}
+const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** A string of the canonical form: as JSON.stringify writes it (a lone surrogate is refused when read). */
+const quote = (s: string) => JSON.stringify(s);
 
 function canonical(n: Node): string {
   switch (n.t) {
@@ -173,12 +182,14 @@ function canonical(n: Node): string {
 }
 
 /**
- * One JSON value re-encoded with object members sorted by name (UTF-8 byte order) and no
- * insignificant white space; numbers keep their digits. Throws a SyntaxError on text
- * that is not one JSON value.
+ * One JSON value in the canonical form every idem client fingerprints (clients/CASES.md):
+ * object members sorted by the code points of their names (UTF-8 byte order, not
+ * UTF-16's), a name given twice keeping its last value; no white space; numbers as
+ * written; strings as JSON.stringify writes them. Throws a SyntaxError on text that is
+ * not one JSON value or holds a lone surrogate.
  */
 export function canonicalJSON(text: string): string {
-  return canonical(parseJSON(text));
+  return canonical(parseJSON(text, undefined, true));
 }
 
 /** The lowercase hex SHA-256 of data (a string is its UTF-8 bytes), as idem's tools make it. */

@@ -95,6 +95,32 @@ test("fingerprints are hex SHA-256, of canonical JSON with numbers as written", 
   assert.throws(() => idem.rawJSON("{x"), SyntaxError);
 });
 
+// The canonical_json cases of the shared table (clients/cases.json, read at test time;
+// clients/CASES.md gives the canonical form). .test-out/test -> clients/cases.json
+test("canonicalJSON answers the shared canonical_json cases", () => {
+  const casesPath = process.env.IDEM_CASES ?? join(here, "..", "..", "..", "cases.json");
+  const cases = JSON.parse(readFileSync(casesPath, "utf8")).canonical_json as
+    Array<{ name: string; json: string; canonical?: string; sha256?: string; error?: boolean }>;
+  assert.ok(cases.length > 0, "cases.json has no canonical_json cases");
+  for (const c of cases) {
+    if (c.error) {
+      assert.throws(() => idem.canonicalJSON(c.json), /lone surrogate/, c.name);
+      assert.throws(() => idem.fingerprintJSON(c.json, true), /lone surrogate/, c.name);
+      continue;
+    }
+    assert.equal(idem.canonicalJSON(c.json), c.canonical, c.name);
+    assert.equal(idem.fingerprintJSON(c.json, true), c.sha256, c.name);
+  }
+});
+
+test("fingerprintJSON of a value: code point order, and a lone surrogate refused", () => {
+  // UTF-16 order would put U+1F600 (a surrogate pair) before U+E000.
+  assert.equal(idem.canonicalJSON(JSON.stringify({ "\u{1F600}": 1, "\uE000": 2, s: "a\u2028\b" })),
+               '{"s":"a\u2028\\b","\uE000":2,"\u{1F600}":1}');
+  assert.throws(() => idem.fingerprintJSON({ a: "x\uD800" }),
+                /not JSON: a lone surrogate \\ud800 in the string at position 5/);
+});
+
 test("permanent marks an error; its failure is stored as JSON", () => {
   const e = idem.permanent(new Error("card declined"));
   assert.ok(idem.isPermanent(e));

@@ -118,14 +118,79 @@ def raw_member(text: str, name: str) -> bytes | None:
     return text[span[0]:span[1]].encode("utf-8")
 
 
+class _Number(str):
+    """A JSON number kept as its text (``12.50`` stays 12.50)."""
+
+
+class _Members(list):  # type: ignore[type-arg]
+    """A JSON object's (name, value) pairs in order; a name may come twice."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"not JSON: {name}")
+
+
+_CANONICAL_DECODER = json.JSONDecoder(object_pairs_hook=_Members, parse_float=_Number,
+                                      parse_int=_Number, parse_constant=_refuse_constant)
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n",
+                  "\r": "\\r", "\t": "\\t"}
+_TO_ESCAPE = re.compile(r'["\\\x00-\x1f]')
+# A str holding a surrogate code point has no UTF-8 (JSON's escaped pairs are read
+# as the one code point they stand for).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _quote(s: str) -> str:
+    lone = _SURROGATE.search(s)
+    if lone:
+        raise ValueError(f"not JSON: a lone surrogate \\u{ord(lone.group()):04x} "
+                         f"in the string {s[:40]!r}")
+    return '"' + _TO_ESCAPE.sub(
+        lambda m: _SHORT_ESCAPES.get(m.group()) or f"\\u{ord(m.group()):04x}", s) + '"'
+
+
+def _write_canonical(v: Any, out: list[str]) -> None:
+    if isinstance(v, _Number):
+        out.append(v)
+    elif isinstance(v, str):
+        out.append(_quote(v))
+    elif v is True or v is False or v is None:
+        out.append({True: "true", False: "false", None: "null"}[v])
+    elif isinstance(v, _Members):
+        last = dict(v)  # a name given twice: the last value
+        out.append("{")
+        for i, name in enumerate(sorted(last)):  # str order is code point order
+            out.append("," if i else "")
+            out.append(_quote(name))
+            out.append(":")
+            _write_canonical(last[name], out)
+        out.append("}")
+    else:
+        out.append("[")
+        for i, item in enumerate(v):
+            out.append("," if i else "")
+            _write_canonical(item, out)
+        out.append("]")
+
+
 def canonical_json(value: Any) -> str:
-    """Canonical JSON: sorted keys, compact separators, UTF-8 kept, NaN refused."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False,
-                      separators=(",", ":"))
+    """The canonical JSON every idem client fingerprints (clients/CASES.md): members
+    sorted by the code points of their names, the last of a repeated name kept, no
+    white space, strings as JSON.stringify writes them, numbers as written.
+
+    ``value`` is a :class:`RawJSON` (its text, numbers kept as written) or any value
+    :func:`json.dumps` encodes (numbers as it writes them). Raises TypeError for a value
+    JSON cannot hold, ValueError for text that is not one JSON value, NaN, or a string
+    holding a lone surrogate.
+    """
+    text = value.text if isinstance(value, RawJSON) else dumps(value)
+    out: list[str] = []
+    _write_canonical(_CANONICAL_DECODER.decode(text), out)
+    return "".join(out)
 
 
 def fingerprint_of(value: Any) -> str:
     """The request fingerprint of a JSON-serialisable value: ``"sha256:<hex>"`` of its
-    canonical JSON in UTF-8. Raises TypeError for a value JSON cannot hold."""
+    canonical JSON in UTF-8 (:func:`canonical_json`; its errors)."""
     digest = hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
     return f"sha256:{digest}"

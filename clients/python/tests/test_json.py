@@ -1,6 +1,8 @@
 """Unit tests of the exact-bytes helpers and the default fingerprint."""
 
 import hashlib
+import json
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +48,33 @@ def test_fingerprint_is_sha256_of_canonical_json():
     reordered = {"a": "\u00e9", "b": [1, {"y": True, "z": None}]}
     assert fingerprint_of(reordered) == fingerprint_of(value)
     assert fingerprint_of({"a": 1}) != fingerprint_of({"a": 2})
+
+
+CASES_FILE = Path(__file__).resolve().parents[2] / "cases.json"
+
+
+def test_canonical_json_answers_the_shared_cases():
+    """The canonical_json cases of clients/cases.json (CASES.md gives the form): the
+    input text given as RawJSON, so its numbers keep their digits."""
+    cases = json.loads(CASES_FILE.read_text(encoding="utf-8"))["canonical_json"]
+    assert cases, "cases.json has no canonical_json cases"
+    for case in cases:
+        name, text = case["name"], case["json"]
+        if case.get("error"):
+            with pytest.raises(ValueError, match="lone surrogate"):
+                canonical_json(RawJSON(text))
+            with pytest.raises(ValueError, match="lone surrogate"):
+                fingerprint_of(RawJSON(text))
+            continue
+        assert canonical_json(RawJSON(text)) == case["canonical"], name
+        assert fingerprint_of(RawJSON(text)) == "sha256:" + case["sha256"], name
+
+
+def test_canonical_json_of_values_and_a_lone_surrogate():
+    # Code point order: U+E000 before U+1F600 (UTF-16 order would swap them).
+    value = {"\U0001F600": 1, "\ue000": 2.5, "s": "a\u2028\b\x7f"}
+    assert canonical_json(value) == '{"s":"a\u2028\\b\x7f","\ue000":2.5,"\U0001F600":1}'
+    with pytest.raises(ValueError, match=r"a lone surrogate \\ud800 in the string 'x\\ud800'"):
+        fingerprint_of({"a": "x\ud800"})
+    with pytest.raises(ValueError, match="NaN"):
+        canonical_json(RawJSON('{"a": NaN}'))

@@ -106,9 +106,10 @@ public final class Idem {
   }
 
   /**
-   * The {@link #fingerprint} of the canonical form of one JSON text (members sorted
-   * by name, no insignificant white space, numbers as written): two encodings of the
-   * same value have the same fingerprint, the one Go's FingerprintJSON makes.
+   * The {@link #fingerprint} of the canonical form of one JSON text ({@link
+   * Json#canonical}: members sorted by name, no insignificant white space, numbers as
+   * written): two encodings of the same value have the same fingerprint, the one every
+   * idem client makes of it (clients/CASES.md).
    */
   public static String fingerprintJson(String json) {
     return fingerprint(Json.canonical(json).getBytes(StandardCharsets.UTF_8));

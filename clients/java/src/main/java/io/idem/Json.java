@@ -94,16 +94,20 @@ public final class Json {
   }
 
   /**
-   * The canonical form of one JSON text: object members sorted by the bytes of their
-   * UTF-8 names, no insignificant white space, numbers as written, strings escaped as
-   * Go's encoding/json (1.19, Debian 12's) escapes them: newline, return, tab as
-   * two-character escapes, other control
-   * characters and U+2028/U+2029 as a 4-digit escape, nothing else (the form idem's Go client
-   * fingerprints).
+   * The canonical form of one JSON text, the one every idem client fingerprints
+   * (clients/CASES.md): object members sorted by the code points of their names (their
+   * UTF-8 bytes, not String.compareTo's UTF-16 order), a name given twice keeping its
+   * last value; no white space; numbers as written; strings as {@link #quote} writes
+   * them. A lone surrogate (escaped or not) is a SyntaxException naming it.
    */
   public static String canonical(String text) {
+    Reader r = new Reader(text);
+    r.wellFormed = true;
+    r.space();
+    Object v = r.value();
+    r.end();
     StringBuilder b = new StringBuilder();
-    write(b, parse(text), true);
+    write(b, v, true);
     return b.toString();
   }
 
@@ -188,7 +192,27 @@ public final class Json {
         b.getBytes(StandardCharsets.UTF_8));
   }
 
-  /** Appends s as a JSON string. */
+  /** The index of s's first lone surrogate (one not in a high-low pair), or -1. */
+  static int loneSurrogate(String s) {
+    for (int i = 0; i < s.length(); i++) {
+      char c = s.charAt(i);
+      if (Character.isHighSurrogate(c) && i + 1 < s.length()
+          && Character.isLowSurrogate(s.charAt(i + 1))) {
+        i++;
+      } else if (Character.isSurrogate(c)) {
+        return i;
+      }
+    }
+    return -1;
+  }
+
+  /**
+   * Appends s as a JSON string, as JSON.stringify writes it (the canonical form's
+   * strings): the short escapes of quote, backslash, backspace, form feed, newline,
+   * return and tab; other characters below U+0020 as 4-digit escapes with lowercase
+   * hex; every other character as itself (a lone surrogate, which UTF-8 cannot hold, as
+   * U+FFFD; {@link #canonical} refuses it instead).
+   */
   public static void quote(StringBuilder b, String s) {
     b.append('"');
     for (int i = 0; i < s.length(); i++) {
@@ -196,11 +220,13 @@ public final class Json {
       switch (c) {
         case '"' -> b.append("\\\"");
         case '\\' -> b.append("\\\\");
+        case '\b' -> b.append("\\b");
+        case '\f' -> b.append("\\f");
         case '\n' -> b.append("\\n");
         case '\r' -> b.append("\\r");
         case '\t' -> b.append("\\t");
         default -> {
-          if (c < 0x20 || c == '\u2028' || c == '\u2029') {
+          if (c < 0x20) {
             b.append(String.format("\\u%04x", (int) c));
           } else if (Character.isSurrogate(c)
               && !(Character.isHighSurrogate(c) && i + 1 < s.length()
@@ -224,6 +250,8 @@ public final class Json {
     final String s;
     int pos;
     int depth;
+    /** Refuse a string holding a lone surrogate (canonical JSON). */
+    boolean wellFormed;
 
     Reader(String s) { this.s = s; }
 
@@ -396,11 +424,17 @@ public final class Json {
     }
 
     String string() {
+      int start = pos;
       expect('"');
       StringBuilder b = new StringBuilder();
       while (true) {
         char c = next();
         if (c == '"') {
+          int lone = wellFormed ? loneSurrogate(b.toString()) : -1;
+          if (lone >= 0) {
+            pos = start;
+            throw error(String.format("a lone surrogate \\u%04x in the string", (int) b.charAt(lone)));
+          }
           return b.toString();
         }
         if (c < 0x20) {

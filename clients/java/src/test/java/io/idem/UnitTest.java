@@ -126,19 +126,47 @@ class UnitTest {
   }
 
   @Test
-  void fingerprintJsonIsGosCanonicalForm() {
-    // The input, canonical form and fingerprint Go's idem.CanonicalJSON and
-    // FingerprintJSON answer for it (Go 1.19): names sorted by their UTF-8 bytes,
-    // numbers as written, backspace and U+2028 escaped as 4-digit escapes.
+  void fingerprintJsonIsTheCanonicalForm() {
+    // The canonical form of clients/CASES.md: names sorted by code point (U+FFFF before
+    // U+1F600, unlike UTF-16 order), numbers as written, \b as itself, U+2028 unescaped.
     String in = "{\"b\": [1, 2.50, {\"z\": null, \"a\": true}], \"a\": \"x\u00e9\\u2028\\b\\u0001<\","
         + " \"\u00e9\": 1, \"z\": 2, \"\uD83D\uDE00\": 3, \"\uffff\": 4}";
-    assertEquals("{\"a\":\"x\u00e9\\u2028\\u0008\\u0001<\",\"b\":[1,2.50,{\"a\":true,\"z\":null}],"
+    assertEquals("{\"a\":\"x\u00e9\u2028\\b\\u0001<\",\"b\":[1,2.50,{\"a\":true,\"z\":null}],"
         + "\"z\":2,\"\u00e9\":1,\"\uffff\":4,\"\uD83D\uDE00\":3}", Json.canonical(in));
-    assertEquals("6eed74de7ee81b877dbc8c5768c7eb8a3231b85f2974fd986176796e8cea9784",
+    assertEquals("65e1b4571da3a649c9e80b635e76f247dc4ef000198f592f769fea2a1cd44a05",
         Idem.fingerprintJson(in));
     assertEquals(Idem.fingerprintJson("{\"a\":1,\"b\":2}"),
         Idem.fingerprintJson(" { \"b\" : 2 ,\n\"a\":1 } "));
     assertThrows(Json.SyntaxException.class, () -> Idem.fingerprintJson("{\"a\":1} {}"));
+  }
+
+  /** The canonical_json cases of the shared table (clients/cases.json, $IDEM_CASES). */
+  @Test
+  void canonicalJsonAnswersTheSharedCases() throws Exception {
+    List<Node> cases = CasesTest.table().get("canonical_json").items();
+    assertFalse(cases.isEmpty(), "cases.json has no canonical_json cases");
+    for (Node c : cases) {
+      String name = c.get("name").str();
+      String in = c.get("json").str();
+      if (c.has("error")) {
+        assertTrue(c.get("error").bool(), name);
+        Json.SyntaxException e = assertThrows(Json.SyntaxException.class, () -> Json.canonical(in),
+            name);
+        assertThrows(Json.SyntaxException.class, () -> Idem.fingerprintJson(in), name);
+        assertTrue(e.getMessage().contains("lone surrogate"), name + ": " + e.getMessage());
+        continue;
+      }
+      assertEquals(c.get("canonical").str(), Json.canonical(in), name);
+      assertEquals(c.get("sha256").str(), Idem.fingerprintJson(in), name);
+    }
+  }
+
+  @Test
+  void canonicalJsonRefusesALoneSurrogateInTheText() {
+    // A Java string may hold a lone surrogate as itself, not only as an escape.
+    Json.SyntaxException e = assertThrows(Json.SyntaxException.class,
+        () -> Json.canonical("{\"a\": [\"x\uD800\"]}"));
+    assertEquals("not JSON: a lone surrogate \\ud800 in the string at offset 7", e.getMessage());
   }
 
   @Test
