@@ -56,13 +56,13 @@ class Parser {
       this.skip();
       if (this.s[this.pos] === "}") { this.pos++; return { t: "obj", members }; }
       this.rfc8785Depth(depth);
-      const names = new Set<string>();
+      const names = this.rfc8785 ? new Set<string>() : null; // RFC 8785 refuses a name given twice
       for (;;) {
         this.skip();
         if (this.s[this.pos] !== '"') this.fail("expected a member name");
         const name = this.string();
-        if (this.rfc8785 && names.has(name)) this.fail(`the member name ${JSON.stringify(name)} given twice`);
-        names.add(name);
+        if (names?.has(name)) this.fail(`the member name ${JSON.stringify(name)} given twice`);
+        names?.add(name);
         this.skip();
         if (this.s[this.pos] !== ":") this.fail("expected ':'");
         this.pos++;
