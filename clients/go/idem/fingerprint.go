@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -53,7 +56,13 @@ func FingerprintJSON(v any) (string, error) {
 // encoding/json's string escaping, which differs between Go versions. Errors: not one
 // JSON value, text that is not UTF-8, a lone surrogate escape (each naming the offset).
 func CanonicalJSON(raw []byte) ([]byte, error) {
-	p := canonParser{in: raw}
+	return canonicalize(raw, false)
+}
+
+// canonicalize writes raw's one JSON value in the clients' canonical form, or in RFC
+// 8785's (rfc8785JSON).
+func canonicalize(raw []byte, rfc8785 bool) ([]byte, error) {
+	p := canonParser{in: raw, rfc8785: rfc8785}
 	p.space()
 	v, err := p.value(0)
 	if err != nil {
@@ -70,6 +79,22 @@ func CanonicalJSON(raw []byte) ([]byte, error) {
 
 // canonMaxDepth bounds the nesting CanonicalJSON follows (the stack it may use).
 const canonMaxDepth = 512
+
+// rfc8785JSON is raw's RFC 8785 form (JSON Canonicalization Scheme), the one idem
+// proxy --fingerprint json digests a request body by, so the middleware's fingerprints
+// are the proxy's: members sorted by the UTF-16 code units of their names, numbers as
+// ECMAScript prints the IEEE 754 double (12.50 is 12.5, 1e21 is 1e+21), strings as
+// CanonicalJSON writes them. It refuses what the proxy does not canonicalise: not one
+// JSON value, text that is not UTF-8, a lone surrogate, a member name given twice, a
+// number past a double's range or an integer past 64 bits, a non-empty array or object
+// nested 1024 deep.
+func rfc8785JSON(raw []byte) ([]byte, error) {
+	return canonicalize(raw, true)
+}
+
+// rfc8785MaxDepth: the proxy's parser (simdjson) refuses a non-empty array or object
+// this deep (the outermost is 1).
+const rfc8785MaxDepth = 1024
 
 // canonValue is a parsed JSON value: an object (members, names unique and sorted),
 // an array, a string, or a number/literal kept as its text.
@@ -146,8 +171,9 @@ func canonQuote(b *bytes.Buffer, s string) {
 }
 
 type canonParser struct {
-	in  []byte
-	pos int
+	in      []byte
+	pos     int
+	rfc8785 bool // RFC 8785's numbers, member order and refusals (rfc8785JSON)
 }
 
 func (p *canonParser) fail(what string) error {
@@ -176,7 +202,7 @@ func (p *canonParser) take(c byte) bool {
 }
 
 func (p *canonParser) value(depth int) (canonValue, error) {
-	if depth > canonMaxDepth {
+	if depth > canonMaxDepth && !p.rfc8785 {
 		return canonValue{}, p.fail(fmt.Sprintf("nesting deeper than %d", canonMaxDepth))
 	}
 	if p.pos >= len(p.in) {
@@ -209,6 +235,9 @@ func (p *canonParser) object(depth int) (canonValue, error) {
 	if p.take('}') {
 		return v, nil
 	}
+	if err := p.rfc8785Depth(depth); err != nil {
+		return v, err
+	}
 	for {
 		p.space()
 		if p.pos >= len(p.in) || p.in[p.pos] != '"' {
@@ -226,7 +255,9 @@ func (p *canonParser) object(depth int) (canonValue, error) {
 		if err != nil {
 			return v, err
 		}
-		if i, seen := index[name]; seen {
+		if i, seen := index[name]; seen && p.rfc8785 {
+			return v, p.fail(fmt.Sprintf("the member name %q given twice", name))
+		} else if seen {
 			v.members[i].value = member // a name given twice: the last value
 		} else {
 			index[name] = len(v.members)
@@ -237,6 +268,12 @@ func (p *canonParser) object(depth int) (canonValue, error) {
 		}
 		if !p.take('}') {
 			return v, p.fail("expected ',' or '}'")
+		}
+		if p.rfc8785 {
+			sort.Slice(v.members, func(i, j int) bool {
+				return utf16Less(v.members[i].name, v.members[j].name)
+			})
+			return v, nil
 		}
 		// Go strings compare as UTF-8 bytes: code point order.
 		sort.Slice(v.members, func(i, j int) bool { return v.members[i].name < v.members[j].name })
@@ -249,6 +286,9 @@ func (p *canonParser) array(depth int) (canonValue, error) {
 	v := canonValue{kind: '['}
 	if p.take(']') {
 		return v, nil
+	}
+	if err := p.rfc8785Depth(depth); err != nil {
+		return v, err
 	}
 	for {
 		p.space()
@@ -301,7 +341,89 @@ func (p *canonParser) number() (canonValue, error) {
 			return canonValue{}, p.fail("bad number")
 		}
 	}
-	return canonValue{kind: 'l', text: string(p.in[start:p.pos])}, nil
+	text := string(p.in[start:p.pos])
+	if p.rfc8785 {
+		var err error
+		if text, err = ecmaNumber(text); err != nil {
+			p.pos = start
+			return canonValue{}, p.fail(err.Error())
+		}
+	}
+	return canonValue{kind: 'l', text: text}, nil
+}
+
+// rfc8785Depth refuses a non-empty array or object at depth (its parent's depth + 1,
+// the outermost 0) that the proxy's parser refuses.
+func (p *canonParser) rfc8785Depth(depth int) error {
+	if p.rfc8785 && depth+1 >= rfc8785MaxDepth {
+		return p.fail(fmt.Sprintf("nesting %d deep", rfc8785MaxDepth))
+	}
+	return nil
+}
+
+// utf16Less orders a before b by their UTF-16 code units (RFC 8785's member order:
+// U+1F600, a surrogate pair, before U+E000).
+func utf16Less(a, b string) bool {
+	ua, ub := utf16.Encode([]rune(a)), utf16.Encode([]rune(b))
+	for i := 0; i < len(ua) && i < len(ub); i++ {
+		if ua[i] != ub[i] {
+			return ua[i] < ub[i]
+		}
+	}
+	return len(ua) < len(ub)
+}
+
+// ecmaNumber is a JSON number (valid RFC 8259 text) as ECMAScript's Number::toString
+// prints the nearest IEEE 754 double, as RFC 8785 prescribes: the shortest digits that
+// round-trip, fixed notation for decimal exponents -7 < e < 21, else d.ddde±n; -0 is 0.
+// Refused as the proxy's parser refuses them: past a double's range, and an integer
+// (no fraction, no exponent) outside int64 and uint64.
+func ecmaNumber(text string) (string, error) {
+	if !strings.ContainsAny(text, ".eE") {
+		_, errSigned := strconv.ParseInt(text, 10, 64)
+		_, errUnsigned := strconv.ParseUint(text, 10, 64)
+		if errSigned != nil && errUnsigned != nil {
+			return "", fmt.Errorf("the integer %s past 64 bits", text)
+		}
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if math.IsInf(f, 0) {
+		return "", fmt.Errorf("the number %s past a double's range", text)
+	} else if err != nil && !errors.Is(err, strconv.ErrRange) { // an underflow is 0
+		return "", err
+	}
+	if f == 0 {
+		return "0", nil
+	}
+	sign := ""
+	if f < 0 {
+		sign, f = "-", -f
+	}
+	// d.ddde±x: the digits and the exponent n of f = 0.digits × 10^n.
+	sci := strconv.FormatFloat(f, 'e', -1, 64)
+	mark := strings.IndexByte(sci, 'e')
+	digits := strings.Replace(sci[:mark], ".", "", 1)
+	exp, err := strconv.Atoi(sci[mark+1:])
+	if err != nil {
+		return "", err
+	}
+	k, n := len(digits), exp+1
+	switch {
+	case k <= n && n <= 21:
+		return sign + digits + strings.Repeat("0", n-k), nil
+	case 0 < n && n <= 21:
+		return sign + digits[:n] + "." + digits[n:], nil
+	case -6 < n && n <= 0:
+		return sign + "0." + strings.Repeat("0", -n) + digits, nil
+	}
+	mantissa := digits[:1]
+	if k > 1 {
+		mantissa += "." + digits[1:]
+	}
+	if n-1 < 0 {
+		return sign + mantissa + "e" + strconv.Itoa(n-1), nil // 1e-7
+	}
+	return sign + mantissa + "e+" + strconv.Itoa(n-1), nil // 1e+21
 }
 
 // hex4 reads the 4 hex digits of a \u escape at p.pos.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -126,6 +127,55 @@ func TestCanonicalJSONAnswersTheSharedCases(t *testing.T) {
 			t.Errorf("%s: %q: %v %v", c.Name, c.JSON, err, fpErr)
 		case string(got) != c.Canonical || fp != c.SHA256:
 			t.Errorf("%s: %q gave %q (%s), want %q (%s)", c.Name, c.JSON, got, fp, c.Canonical, c.SHA256)
+		}
+	}
+}
+
+// tests/jcs_vectors.json, the RFC 8785 forms idem proxy --fingerprint json digests
+// bodies by (its canonicalizer is checked against the same file): the middleware's
+// fingerprint of each body is the proxy's, "jcs:" and the digest of the expected form,
+// or of the body's bytes when the proxy refuses it.
+func TestMiddlewareFingerprintsJSONBodiesAsIdemProxy(t *testing.T) {
+	data, err := os.ReadFile("../../../tests/jcs_vectors.json") // from clients/go/idem
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table struct {
+		Vectors []struct {
+			Name      string  `json:"name"`
+			JSON      *string `json:"json"`
+			JSONHex   string  `json:"json_hex"`
+			Canonical *string `json:"canonical"`
+			Refused   bool    `json:"refused"`
+		} `json:"vectors"`
+	}
+	if err := json.Unmarshal(data, &table); err != nil {
+		t.Fatal(err)
+	}
+	if len(table.Vectors) == 0 {
+		t.Fatal("jcs_vectors.json has no vectors")
+	}
+	m := &middleware{o: MiddlewareOptions{CanonicalJSON: true}}
+	r := httptest.NewRequest("POST", "/pay?x=1", nil)
+	for _, v := range table.Vectors {
+		body := []byte{}
+		if v.JSON != nil {
+			body = []byte(*v.JSON)
+		} else if body, err = hex.DecodeString(v.JSONHex); err != nil {
+			t.Fatalf("%s: %v", v.Name, err)
+		}
+		if (v.Canonical == nil) != v.Refused {
+			t.Fatalf("%s: give one of canonical, refused", v.Name)
+		}
+		digest := Fingerprint(body)
+		if !v.Refused {
+			digest = "jcs:" + Fingerprint([]byte(*v.Canonical))
+		}
+		want := Fingerprint([]byte("POST\n/pay?x=1\n" + digest))
+		if got := m.fingerprint(r, body); got != want {
+			canonical, err := rfc8785JSON(body)
+			t.Errorf("%s: the fingerprint of %.80q is not the proxy's: RFC 8785 form %.80q (%v), want %.80q",
+				v.Name, body, canonical, err, digest)
 		}
 	}
 }

@@ -30,8 +30,10 @@ type MiddlewareOptions struct {
 	// header's value is the tenant (a request without it is 400). Without it keys are
 	// global: a client sending another's key gets the other's stored answer.
 	ClientHeader string
-	// CanonicalJSON fingerprints a JSON body by its canonical form, so the same
-	// value with other spacing or member order is the same request.
+	// CanonicalJSON fingerprints a JSON body by its RFC 8785 form, as idem proxy
+	// --fingerprint json does, so the same value with other spacing, member order or
+	// number spelling (12.50, 12.5) is the same request. A body that is not JSON, or
+	// that RFC 8785 leaves out (a member name given twice), is fingerprinted by its bytes.
 	CanonicalJSON    bool
 	MaxBodyBytes     int64 // request bodies larger than this are 413; default 1 MiB
 	MaxResponseBytes int64 // answers larger than this are not stored (500); default 1 MiB
@@ -343,20 +345,24 @@ func storable(status int) bool {
 }
 
 func (m *middleware) fingerprint(r *http.Request, body []byte) string {
-	digest := ""
-	if m.o.CanonicalJSON {
-		if c, err := CanonicalJSON(body); err == nil {
-			digest = "jcs:" + Fingerprint(c)
-		}
-	}
-	if digest == "" {
-		digest = Fingerprint(body)
-	}
+	digest := bodyDigest(body, m.o.CanonicalJSON)
 	target := r.RequestURI
 	if target == "" {
 		target = r.URL.RequestURI()
 	}
 	return Fingerprint([]byte(r.Method + "\n" + target + "\n" + digest))
+}
+
+// bodyDigest is the digest of a request body in a fingerprint, as idem proxy makes it:
+// with canonicalJSON, "jcs:" and the Fingerprint of its RFC 8785 form (rfc8785JSON)
+// when it has one, else the Fingerprint of its bytes.
+func bodyDigest(body []byte, canonicalJSON bool) string {
+	if canonicalJSON {
+		if c, err := rfc8785JSON(body); err == nil {
+			return "jcs:" + Fingerprint(c)
+		}
+	}
+	return Fingerprint(body)
 }
 
 // storedAnswer is the form idem proxy stores an answer in, so either replays the other's.

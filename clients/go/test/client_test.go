@@ -53,11 +53,20 @@ func startServeOn(t *testing.T, store string) *server {
 // serve's.
 func startServeWith(t *testing.T, store string, global, serve []string) *server {
 	t.Helper()
-	bin := idemBinary(t)
 	s := &server{token1: randomToken(t), token2: randomToken(t)}
-	args := append(append([]string{}, global...), "serve", "--listen", "127.0.0.1:0",
-		"--store", store, "--tenant", "t1:"+tokenHash(s.token1), "--tenant", "t2:"+tokenHash(s.token2))
-	cmd := exec.Command(bin, append(args, serve...)...)
+	args := []string{"--listen", "127.0.0.1:0", "--store", store,
+		"--tenant", "t1:" + tokenHash(s.token1), "--tenant", "t2:" + tokenHash(s.token2)}
+	s.url = startListening(t, global, "serve", append(args, serve...)...)
+	return s
+}
+
+// startListening runs the built idem's command (serve, proxy: one that listens where
+// args say, port 0, and says "listening on ADDR" first) after its global options, and
+// answers http://ADDR; it is stopped with SIGTERM when the test ends, and must then
+// exit cleanly.
+func startListening(t *testing.T, global []string, command string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(idemBinary(t), append(append(append([]string{}, global...), command), args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -82,16 +91,15 @@ func startServeWith(t *testing.T, store string, global, serve []string) *server 
 	if !strings.HasPrefix(line, "listening on ") {
 		cmd.Process.Kill() //nolint:errcheck
 		cmd.Wait()         //nolint:errcheck
-		t.Fatalf("idem serve did not start (first line %q); log:\n%s", line, log.String())
+		t.Fatalf("idem %s did not start (first line %q); log:\n%s", command, line, log.String())
 	}
-	s.url = "http://" + strings.TrimPrefix(line, "listening on ")
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
 		if err := cmd.Wait(); err != nil {
-			t.Errorf("idem serve on SIGTERM: %v; log:\n%s", err, log.String())
+			t.Errorf("idem %s on SIGTERM: %v; log:\n%s", command, err, log.String())
 		}
 	})
-	return s
+	return "http://" + strings.TrimPrefix(line, "listening on ")
 }
 
 func (s *server) client(t *testing.T, token string) *idem.Client {

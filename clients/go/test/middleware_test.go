@@ -193,3 +193,49 @@ func TestMiddlewareCanonicalJSONAndKeysPerClient(t *testing.T) {
 		}
 	})
 }
+
+// CanonicalJSON fingerprints a body as idem proxy --fingerprint json does (RFC 8785:
+// 12.50 is 12.5), so on one store a retry that moves between the proxy and the
+// middleware is replayed, not 422 fingerprint_mismatch.
+func TestMiddlewareAndIdemProxyReplayEachOthersJSONBodies(t *testing.T) {
+	forEachDB(t, func(t *testing.T, d *testDB) {
+		var upstreamRuns, middlewareRuns int32
+		upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "upstream run %d", atomic.AddInt32(&upstreamRuns, 1))
+		}))
+		defer upstream.Close()
+		proxy := startListening(t, nil, "proxy", "--listen", "127.0.0.1:0", "--upstream", upstream.URL,
+			"--store", d.store, "--fingerprint", "json")
+		// The proxy's records: biz_type http, tenant proxy (no --client-header).
+		mw := httptest.NewServer(idem.Middleware(d.db, idem.MiddlewareOptions{BizType: "http",
+			Tenant: "proxy", CanonicalJSON: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "middleware run %d", atomic.AddInt32(&middlewareRuns, 1))
+		})))
+		defer mw.Close()
+
+		if a := post(t, proxy+"/pay", "J-1", `{"amount":12.50,"to":"x"}`); a.status != 201 || a.body != "upstream run 1" {
+			t.Fatalf("through idem proxy: %+v", a)
+		}
+		for _, body := range []string{`{"amount":12.50,"to":"x"}`, `{"to":"x","amount":12.5}`} {
+			if a := post(t, mw.URL+"/pay", "J-1", body); a.status != 201 || a.body != "upstream run 1" ||
+				a.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("the proxy's key through the middleware, %s: %+v", body, a)
+			}
+		}
+		if a := post(t, mw.URL+"/pay", "J-2", `{"n":1.0,"e":1e3}`); a.status != 201 || a.body != "middleware run 1" {
+			t.Fatalf("through the middleware: %+v", a)
+		}
+		if a := post(t, proxy+"/pay", "J-2", `{"e":1000,"n":1}`); a.status != 201 || a.body != "middleware run 1" ||
+			a.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("the middleware's key through idem proxy: %+v", a)
+		}
+		if a := post(t, mw.URL+"/pay", "J-1", `{"amount":12.51,"to":"x"}`); a.status != 422 {
+			t.Fatalf("another amount: %+v", a)
+		}
+		if upstreamRuns != 1 || middlewareRuns != 1 {
+			t.Fatalf("upstream ran %d times, the middleware's handler %d; want 1, 1", upstreamRuns, middlewareRuns)
+		}
+	})
+}

@@ -39,13 +39,15 @@ class Parser {
   spans: Array<[string, number, number]> | null = null;
   /** Refuse a string holding a lone surrogate (the canonical form's strings are UTF-8). */
   canonical = false;
+  /** RFC 8785's numbers and refusals (rfc8785JSON). */
+  rfc8785 = false;
   constructor(readonly s: string) {}
   fail(what: string): never {
     throw new SyntaxError(`idem: not JSON: ${what} at position ${this.pos}`);
   }
   skip(): void { while (this.pos < this.s.length && ws(this.s.charCodeAt(this.pos))) this.pos++; }
   value(depth: number): Node {
-    if (depth > 512) this.fail("nesting deeper than 512");
+    if (depth > 512 && !this.rfc8785) this.fail("nesting deeper than 512");
     this.skip();
     const c = this.s[this.pos];
     if (c === "{") {
@@ -53,10 +55,14 @@ class Parser {
       const members: Array<[string, Node]> = [];
       this.skip();
       if (this.s[this.pos] === "}") { this.pos++; return { t: "obj", members }; }
+      this.rfc8785Depth(depth);
+      const names = this.rfc8785 ? new Set<string>() : null; // RFC 8785 refuses a name given twice
       for (;;) {
         this.skip();
         if (this.s[this.pos] !== '"') this.fail("expected a member name");
         const name = this.string();
+        if (names?.has(name)) this.fail(`the member name ${JSON.stringify(name)} given twice`);
+        names?.add(name);
         this.skip();
         if (this.s[this.pos] !== ":") this.fail("expected ':'");
         this.pos++;
@@ -75,6 +81,7 @@ class Parser {
       const items: Node[] = [];
       this.skip();
       if (this.s[this.pos] === "]") { this.pos++; return { t: "arr", items }; }
+      this.rfc8785Depth(depth);
       for (;;) {
         this.skip();
         const start = this.pos;
@@ -93,8 +100,27 @@ class Parser {
     numberAt.lastIndex = this.pos;
     const m = numberAt.exec(this.s);
     if (!m) this.fail(this.pos >= this.s.length ? "unexpected end" : "unexpected character");
+    const text = this.rfc8785 ? this.ecmaNumber(m[0]) : m[0];
     this.pos += m[0].length;
-    return { t: "lit", text: m[0] };
+    return { t: "lit", text };
+  }
+  /** The proxy's parser (simdjson) refuses a non-empty array or object 1024 deep (the outermost is 1). */
+  rfc8785Depth(depth: number): void {
+    if (this.rfc8785 && depth + 1 >= 1024) this.fail("nesting 1024 deep");
+  }
+  /**
+   * A number as ECMAScript prints the nearest double (RFC 8785: 12.50 is 12.5, 1e21 is
+   * 1e+21, -0 is 0); refused as the proxy's parser refuses it: past a double's range, or
+   * an integer (no fraction, no exponent) outside int64 and uint64.
+   */
+  ecmaNumber(text: string): string {
+    if (!/[.eE]/.test(text)) {
+      const n = BigInt(text);
+      if (n < -(2n ** 63n) || n >= 2n ** 64n) this.fail(`the integer ${text} past 64 bits`);
+    }
+    const v = Number(text);
+    if (!Number.isFinite(v)) this.fail(`the number ${text} past a double's range`);
+    return String(v);
   }
   string(): string {
     const start = this.pos;
@@ -129,10 +155,12 @@ class Parser {
 }
 
 /** Parses one JSON value (white space around it allowed); throws a SyntaxError otherwise. */
-function parseJSON(text: string, spans?: Array<[string, number, number]>, canonical = false): Node {
+function parseJSON(text: string, spans?: Array<[string, number, number]>, canonical = false,
+                   rfc8785 = false): Node {
   const p = new Parser(text);
   if (spans) p.spans = spans;
   p.canonical = canonical;
+  p.rfc8785 = rfc8785;
   const v = p.value(0);
   p.skip();
   if (p.pos !== text.length) p.fail("more than one value");
@@ -167,16 +195,19 @@ const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\
 /** A string of the canonical form: as JSON.stringify writes it (a lone surrogate is refused when read). */
 const quote = (s: string) => JSON.stringify(s);
 
-function canonical(n: Node): string {
+/** UTF-16 code unit order, RFC 8785's (JavaScript's own string order). */
+const byUTF16 = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+
+function canonical(n: Node, order: (a: string, b: string) => number = byUTF8): string {
   switch (n.t) {
     case "lit": return n.text;
     case "str": return quote(n.v);
-    case "arr": return "[" + n.items.map(canonical).join(",") + "]";
+    case "arr": return "[" + n.items.map((item) => canonical(item, order)).join(",") + "]";
     case "obj": {
       const last = new Map<string, Node>(); // a name given twice: the last value, as Go's
       for (const [k, v] of n.members) last.set(k, v);
-      const names = [...last.keys()].sort(byUTF8);
-      return "{" + names.map((k) => quote(k) + ":" + canonical(last.get(k)!)).join(",") + "}";
+      const names = [...last.keys()].sort(order);
+      return "{" + names.map((k) => quote(k) + ":" + canonical(last.get(k)!, order)).join(",") + "}";
     }
   }
 }
@@ -190,6 +221,18 @@ function canonical(n: Node): string {
  */
 export function canonicalJSON(text: string): string {
   return canonical(parseJSON(text, undefined, true));
+}
+
+/**
+ * The RFC 8785 form (JSON Canonicalization Scheme) of one JSON value, the form idem proxy
+ * --fingerprint json digests a request body by: members sorted by the UTF-16 code units
+ * of their names, numbers as ECMAScript prints the double, strings as canonicalJSON
+ * writes them. Throws a SyntaxError on what the proxy does not canonicalise: not one
+ * JSON value, a lone surrogate, a member name given twice, a number past a double's
+ * range or an integer past 64 bits, a non-empty array or object nested 1024 deep.
+ */
+export function rfc8785JSON(text: string): string {
+  return canonical(parseJSON(text, undefined, true, true), byUTF16);
 }
 
 /** The lowercase hex SHA-256 of data (a string is its UTF-8 bytes), as idem's tools make it. */

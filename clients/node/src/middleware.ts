@@ -4,7 +4,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { randomBytes } from "node:crypto";
 import { Readable } from "node:stream";
 import { InvalidRequestError, invalid } from "./errors.js";
-import { canonicalJSON, fingerprint, rawJSON } from "./json.js";
+import { fingerprint, rawJSON, rfc8785JSON } from "./json.js";
 import { MaxKeyBytes, checkInteger, checkName, nameProblem } from "./request.js";
 import { RunOptions, run } from "./run.js";
 import { isTransient } from "./retry.js";
@@ -20,7 +20,11 @@ export interface MiddlewareOptions {
   optionalPrefixes?: string[];
   /** Keys kept per client: the digest of this request header's value is the tenant (400 without it). */
   clientHeader?: string;
-  /** Fingerprint a JSON body by its canonical form. */
+  /**
+   * Fingerprint a JSON body by its RFC 8785 form, as idem proxy --fingerprint json does
+   * (other spacing, member order or number spelling, 12.50 and 12.5, is the same request);
+   * a body that is not JSON, or that RFC 8785 leaves out (a member name given twice), by its bytes.
+   */
   canonicalJSON?: boolean;
   /** Request bodies larger than this are 413; default 1 MiB. */
   maxBodyBytes?: number;
@@ -273,6 +277,20 @@ interface Settings {
   log: (m: string) => void;
 }
 
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }); // a BOM is kept, and refused
+
+/**
+ * The digest of a request body in a fingerprint, as idem proxy makes it: with
+ * canonicalJSON, "jcs:" and the fingerprint of its RFC 8785 form when it has one (not
+ * for text that is not UTF-8), else the fingerprint of its bytes.
+ */
+export function bodyDigest(body: Uint8Array, canonicalJSON: boolean): string {
+  if (canonicalJSON) {
+    try { return "jcs:" + fingerprint(rfc8785JSON(utf8.decode(body))); } catch { /* its bytes */ }
+  }
+  return fingerprint(body);
+}
+
 function settings(db: unknown, o: MiddlewareOptions): Settings {
   if (o === null || typeof o !== "object") throw invalid("options", "the middleware's options must be an object");
   const bizType = o.bizType ?? "http";
@@ -335,13 +353,8 @@ async function serve(s: Settings, req: Req, res: ServerResponse, pass: () => voi
   if (body === null) {
     return writeProblem(req, res, 413, "", "Content Too Large", `the request body is larger than ${s.maxBody} bytes`);
   }
-  let digest = "";
-  if (s.o.canonicalJSON) {
-    try { digest = "jcs:" + fingerprint(canonicalJSON(body.toString("utf8"))); } catch { digest = ""; }
-  }
-  if (digest === "") digest = fingerprint(body);
   const target = req.originalUrl ?? req.url ?? "/";
-  const fp = fingerprint(`${req.method}\n${target}\n${digest}`);
+  const fp = fingerprint(`${req.method}\n${target}\n${bodyDigest(body, s.o.canonicalJSON ?? false)}`);
 
   let live: Capture | null = null;
   let failure: unknown;

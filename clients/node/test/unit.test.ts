@@ -6,6 +6,7 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as idem from "../src/index.js";
+import { bodyDigest } from "../src/middleware.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -111,6 +112,24 @@ test("canonicalJSON answers the shared canonical_json cases", () => {
     assert.equal(idem.canonicalJSON(c.json), c.canonical, c.name);
     assert.equal(idem.fingerprintJSON(c.json, true), c.sha256, c.name);
   }
+});
+
+// tests/jcs_vectors.json, the RFC 8785 forms idem proxy --fingerprint json digests bodies
+// by (its canonicalizer is checked against the same file): the middleware's digest of each
+// body is the proxy's, "jcs:" and the digest of the expected form, or of the body's bytes
+// when the proxy refuses it. .test-out/test -> tests/jcs_vectors.json
+test("the middleware digests a JSON body as idem proxy does", () => {
+  const vectorsPath = join(here, "..", "..", "..", "..", "tests", "jcs_vectors.json");
+  const vectors = JSON.parse(readFileSync(vectorsPath, "utf8")).vectors as
+    Array<{ name: string; json?: string; json_hex?: string; canonical?: string; refused?: boolean }>;
+  assert.ok(vectors.length > 0, "jcs_vectors.json has no vectors");
+  for (const v of vectors) {
+    assert.equal(v.canonical === undefined, v.refused === true, `${v.name}: give one of canonical, refused`);
+    const body = v.json !== undefined ? Buffer.from(v.json, "utf8") : Buffer.from(v.json_hex!, "hex");
+    const want = v.refused ? idem.fingerprint(body) : "jcs:" + idem.fingerprint(v.canonical!);
+    assert.equal(bodyDigest(body, true), want, `${v.name}: ${body.toString("utf8").slice(0, 80)}`);
+  }
+  assert.equal(bodyDigest(Buffer.from('{"n":1.0}'), false), idem.fingerprint('{"n":1.0}'));
 });
 
 test("fingerprintJSON of a value: code point order, and a lone surrogate refused", () => {
