@@ -3,8 +3,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -183,26 +185,39 @@ bool LeanConnection::Parse() {
 }
 
 bool LeanConnection::ScanHeaderLineEnds() {
-  for (size_t i = std::max(scanned_, in_begin_); i < in_end_; ++i) {
-    const char c = in_[i];
-    if (c == '\n') {
-      if (prev_ != '\r') {
-        request_id_ = RequestIdFrom("");
-        method_ = "-";
-        started_ = Clock::now();
-        header_done_ = false;
-        AnswerProblem(BadHttp("bad line ending"));
-        return false;
+  // Line by line (memchr finds each LF): every LF must follow a CR, and two CRLFs
+  // with nothing but CRs between them end the header.
+  size_t i = std::max(scanned_, in_begin_);
+  while (i < in_end_) {
+    const void* found = std::memchr(in_.get() + i, '\n', in_end_ - i);
+    const size_t lf = found != nullptr ? static_cast<const char*>(found) - in_.get() : in_end_;
+    if (lf > i) {
+      // A byte other than CR before this LF ends a run of CRLFs (a header line's
+      // first byte, almost always).
+      for (size_t k = i; k < lf; ++k) {
+        if (in_[k] != '\r') {
+          crlf_pairs_ = 0;
+          break;
+        }
       }
-      if (++crlf_pairs_ == 2) {  // the empty line: the header ends here
-        header_scan_ = false;
-        scanned_ = i + 1;
-        return true;
-      }
-    } else if (c != '\r') {
-      crlf_pairs_ = 0;
+      prev_ = in_[lf - 1];
     }
-    prev_ = c;
+    if (lf == in_end_) break;
+    if (prev_ != '\r') {
+      request_id_ = RequestIdFrom("");
+      method_ = "-";
+      started_ = Clock::now();
+      header_done_ = false;
+      AnswerProblem(BadHttp("bad line ending"));
+      return false;
+    }
+    if (++crlf_pairs_ == 2) {  // the empty line: the header ends here
+      header_scan_ = false;
+      scanned_ = lf + 1;
+      return true;
+    }
+    prev_ = '\n';
+    i = lf + 1;
   }
   scanned_ = in_end_;
   return true;
