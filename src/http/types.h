@@ -32,7 +32,9 @@ struct HttpRequest {
 
 struct HttpResponse {
   int status = 200;
-  std::string content_type = "application/json";  // "": no Content-Type header
+  // A string literal ("": no Content-Type header); a view, so that a response makes
+  // no allocation for it.
+  std::string_view content_type = "application/json";
   // Extra headers (Retry-After, Idempotent-Replayed, WWW-Authenticate, Allow, ...).
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;

@@ -114,7 +114,7 @@ absl::StatusOr<HttpResponse> Decode(std::string_view stored) {
   }
   HttpResponse out;
   out.status = static_cast<int>(status);
-  out.content_type.clear();  // it is among the stored headers, if the upstream sent one
+  out.content_type = {};  // it is among the stored headers, if the upstream sent one
   for (simdjson::dom::element pair : headers) {
     std::string_view name, value;
     if (pair.at(0).get_string().get(name) != simdjson::SUCCESS ||
@@ -330,7 +330,7 @@ std::string Proxy::FingerprintOf(const HttpRequest& request) const {
 HttpResponse Proxy::Relay(UpstreamResponse&& answer) const {
   HttpResponse out;
   out.status = answer.status;
-  out.content_type.clear();
+  out.content_type = {};
   std::string_view connection;
   for (const auto& [name, value] : answer.headers) {
     if (absl::EqualsIgnoreCase(AV(name), "connection")) connection = value;
