@@ -1,5 +1,6 @@
 #include "store/record_codec.h"
 
+#include <charconv>
 #include <cstdint>
 #include <limits>
 
@@ -74,8 +75,21 @@ class Reader {
 
 }  // namespace
 
+void AppendRecordKey(std::string& out, std::string_view tenant, std::string_view key) {
+  char digits[24];
+  auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), tenant.size());
+  (void)ec;  // 24 digits hold any size_t
+  out.reserve(out.size() + (end - digits) + 1 + tenant.size() + key.size());
+  out.append(digits, end);
+  out.push_back(':');
+  out.append(tenant);
+  out.append(key);
+}
+
 std::string RecordKey(std::string_view tenant, std::string_view key) {
-  return absl::StrCat(tenant.size(), ":", AV(tenant), AV(key));
+  std::string out;
+  AppendRecordKey(out, tenant, key);
+  return out;
 }
 
 std::string EncodeRecord(const Record& r) {

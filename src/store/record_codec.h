@@ -25,6 +25,9 @@ inline constexpr uint8_t kRecordFormatVersion = 2;
 // "<len(tenant)>:<tenant><key>": no two (tenant, key) pairs share a name, whatever
 // bytes they hold ("ab","c" and "a","bc" differ).
 std::string RecordKey(std::string_view tenant, std::string_view key);
+// Appends RecordKey(tenant, key) to `out` without a temporary (a reused buffer then
+// allocates nothing).
+void AppendRecordKey(std::string& out, std::string_view tenant, std::string_view key);
 
 // Every field of `record`, binary-safe. Times keep whole microseconds (as the SQL
 // stores do); infinite times are kept as such.

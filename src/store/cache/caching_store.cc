@@ -24,7 +24,7 @@ namespace {
 const std::string& CacheNameInBuffer(std::string_view tenant, std::string_view key) {
   thread_local std::string buffer;
   buffer.clear();
-  absl::StrAppend(&buffer, tenant.size(), ":", AV(tenant), AV(key));
+  store::AppendRecordKey(buffer, tenant, key);
   return buffer;
 }
 

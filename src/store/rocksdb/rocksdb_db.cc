@@ -60,15 +60,18 @@ class StageReportingWal final : public rocksdb::FSWritableFileOwnerWrapper {
  public:
   using FSWritableFileOwnerWrapper::FSWritableFileOwnerWrapper;
   rocksdb::IOStatus Sync(const rocksdb::IOOptions& options, rocksdb::IODebugContext* dbg) override {
-    store::AtWriteStage("rocksdb.wal.before_sync");
-    rocksdb::IOStatus s = target()->Sync(options, dbg);
-    store::AtWriteStage("rocksdb.wal.after_sync");
-    return s;
+    return Reported([&] { return target()->Sync(options, dbg); });
   }
   rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
                           rocksdb::IODebugContext* dbg) override {
+    return Reported([&] { return target()->Fsync(options, dbg); });
+  }
+
+ private:
+  template <typename SyncCall>
+  static rocksdb::IOStatus Reported(SyncCall sync) {
     store::AtWriteStage("rocksdb.wal.before_sync");
-    rocksdb::IOStatus s = target()->Fsync(options, dbg);
+    rocksdb::IOStatus s = sync();
     store::AtWriteStage("rocksdb.wal.after_sync");
     return s;
   }
@@ -244,16 +247,8 @@ std::string_view TenantSize(std::string_view tenant, char (&digits)[24]) {
 }  // namespace
 
 void SetRecordDbKey(std::string& out, std::string_view tenant, std::string_view key) {
-  // "r" + store::RecordKey(tenant, key), without its temporaries.
-  char digits[24];
-  const std::string_view size = TenantSize(tenant, digits);
-  out.clear();
-  out.reserve(2 + size.size() + tenant.size() + key.size());
-  out.push_back('r');
-  out.append(size);
-  out.push_back(':');
-  out.append(tenant);
-  out.append(key);
+  out.assign(1, 'r');  // "r" + store::RecordKey(tenant, key)
+  store::AppendRecordKey(out, tenant, key);
 }
 
 bool IsRecordDbKeyOf(std::string_view db_key, std::string_view tenant, std::string_view key) {
