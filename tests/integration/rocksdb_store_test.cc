@@ -726,6 +726,7 @@ TEST(RocksdbStoreTest, ATurnsEndDoesNotWaitForItsSync) {
     EXPECT_EQ(answers.count(), 0u) << "answered before the sync";
     EXPECT_EQ(slow->shared->locks.size(), 8u) << "a key was released before its sync";
   }
+  absl::SleepFor(absl::Milliseconds(60));  // a sync of at least 60 ms
   release.Notify();
   releaser.join();
   EXPECT_EQ(answers.Wait(8), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
@@ -738,6 +739,19 @@ TEST(RocksdbStoreTest, ATurnsEndDoesNotWaitForItsSync) {
   EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_bucket{le=\"4\"} 1\n"));
   EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_bucket{le=\"8\"} 2\n"));
   EXPECT_THAT(metrics, HasSubstr("idem_store_write_batch_records_sum 8\n"));
+  // The stages' times: the first write took its held sync (over 50 ms); the second
+  // turn's group waited behind it in the writer's queue as long.
+  const auto series = [&](const std::string& name) -> double {
+    const size_t at = metrics.find("\n" + name + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(metrics.substr(at + name.size() + 2));
+  };
+  EXPECT_EQ(series("idem_store_write_seconds_count"), 2);
+  EXPECT_LE(series("idem_store_write_seconds_bucket{le=\"0.05\"}"), 1);
+  EXPECT_GE(series("idem_store_write_seconds_sum"), 0.06);
+  EXPECT_EQ(series("idem_store_write_queue_seconds_count"), 2);
+  EXPECT_LE(series("idem_store_write_queue_seconds_bucket{le=\"0.05\"}"), 1);
+  EXPECT_EQ(series("idem_store_write_queue_seconds_bucket{le=\"+Inf\"}"), 2);
 }
 
 TEST(RocksdbStoreTest, ADuplicateOfAClaimBeingWrittenWaitsForItsSync) {

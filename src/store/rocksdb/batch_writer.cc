@@ -27,7 +27,7 @@ class BatchWriter::TurnGroup final : public store::Turn::Work {
       writer_.HandOver(this);
       return;
     }
-    writer_.WriteGroup(group);
+    writer_.WriteGroup(group, nullptr);
     writer_.ReturnTurnGroup(this);
   }
   Group group;
@@ -88,6 +88,7 @@ void BatchWriter::HandOver(TurnGroup* turn) {
   absl::MutexLock lock(&mu_);
   const bool was_empty = queue_.empty();
   if (was_empty) {
+    queued_at_ = Clock::now();
     queue_.swap(commits);  // the writer is idle or writing: no copy
   } else {
     queue_.insert(queue_.end(), commits.begin(), commits.end());
@@ -101,7 +102,10 @@ void BatchWriter::Enqueue(Commit* commit) {
   absl::MutexLock lock(&mu_);
   queue_.push_back(commit);
   // The writer waits only on an empty queue: one signal for the first commit of a group.
-  if (queue_.size() == 1) queued_.Signal();
+  if (queue_.size() == 1) {
+    queued_at_ = Clock::now();
+    queued_.Signal();
+  }
 }
 
 absl::Status BatchWriter::Write(const Commit& writes, std::string_view what) {
@@ -138,17 +142,20 @@ absl::Status BatchWriter::Write(const Commit& writes, std::string_view what) {
 void BatchWriter::Run() {
   Group group;
   while (true) {
+    Clock::time_point queued_at;
     {
       absl::MutexLock lock(&mu_);
       while (queue_.empty() && !stop_) queued_.Wait(&mu_);
       if (queue_.empty()) return;  // stopping, nothing left
       group.commits.swap(queue_);
+      queued_at = queued_at_;
     }
-    WriteGroup(group);
+    WriteGroup(group, &queued_at);
   }
 }
 
-void BatchWriter::WriteGroup(Group& group) {
+void BatchWriter::WriteGroup(Group& group, const Clock::time_point* queued_at) {
+  const Clock::time_point started = Clock::now();
   std::vector<Commit*>& commits = group.commits;
   std::vector<rocksdb::Status>& added = group.added;
   rocksdb::WriteBatch& merged = group.merged;
@@ -181,8 +188,11 @@ void BatchWriter::WriteGroup(Group& group) {
     }
   }
   store::AtWriteStage("rocksdb.after_write");
+  const Clock::time_point written = Clock::now();
   {
     absl::MutexLock lock(&mu_);
+    if (queued_at != nullptr) queue_time_.Add(started - *queued_at);
+    if (records > 0) write_time_.Add(written - started);
     ++groups_;
     batches_ += commits.size();
     if (records > 0) {
@@ -224,7 +234,36 @@ std::string BatchWriter::RenderMetrics() const {
   }
   absl::StrAppend(&out, "idem_store_write_batch_records_sum ", records_, "\n",
                   "idem_store_write_batch_records_count ", cumulative, "\n");
+  absl::StrAppend(&out,
+                  "# HELP idem_store_write_queue_seconds Time from a durable write's first "
+                  "commit handed to the store's writer thread to the write's start.\n"
+                  "# TYPE idem_store_write_queue_seconds histogram\n");
+  queue_time_.Render("idem_store_write_queue_seconds", &out);
+  absl::StrAppend(&out,
+                  "# HELP idem_store_write_seconds Time of a durable write of the store: its "
+                  "WAL write, fsync and memtable insert.\n"
+                  "# TYPE idem_store_write_seconds histogram\n");
+  write_time_.Render("idem_store_write_seconds", &out);
   return out;
+}
+
+void BatchWriter::TimeHistogram::Add(Clock::duration d) {
+  const double seconds = std::chrono::duration<double>(d).count();
+  size_t bucket = 0;
+  while (bucket < kSecondBounds.size() && seconds > kSecondBounds[bucket]) ++bucket;
+  ++buckets[bucket];
+  sum_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+void BatchWriter::TimeHistogram::Render(const char* name, std::string* out) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    cumulative += buckets[i];
+    const std::string le = i < kSecondBounds.size() ? absl::StrCat(kSecondBounds[i]) : "+Inf";
+    absl::StrAppend(out, name, "_bucket{le=\"", le, "\"} ", cumulative, "\n");
+  }
+  absl::StrAppend(out, name, "_sum ", static_cast<double>(sum_ns) / 1e9, "\n", name, "_count ",
+                  cumulative, "\n");
 }
 
 }  // namespace idem::rocksdbstore

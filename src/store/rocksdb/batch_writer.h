@@ -31,6 +31,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -99,7 +100,14 @@ class BatchWriter {
   // The upper bounds (le) of idem_store_write_batch_records' buckets: records
   // (Puts and Deletes) per durable write; a last bucket, +Inf, takes the rest.
   static constexpr std::array<uint64_t, 10> kRecordBounds = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
-  // The histogram idem_store_write_batch_records in the Prometheus text format.
+  // The upper bounds (le) of the two write-time histograms, in seconds; +Inf last.
+  static constexpr std::array<double, 14> kSecondBounds = {
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+      0.01,    0.025,  0.05,    0.1,    0.25,  0.5,    1.0};
+  // The histograms in the Prometheus text format: idem_store_write_batch_records,
+  // idem_store_write_queue_seconds (from a write's first commit handed to the
+  // writer thread to the write's start: the wait behind the write before it) and
+  // idem_store_write_seconds (the durable write itself: WAL write, fsync, memtable).
   std::string RenderMetrics() const;
 
  private:
@@ -112,9 +120,20 @@ class BatchWriter {
   };
   class TurnGroup;
 
+  using Clock = std::chrono::steady_clock;
+  // Per bucket (not cumulative), and the sum in nanoseconds.
+  struct TimeHistogram {
+    void Add(Clock::duration d);
+    void Render(const char* name, std::string* out) const;
+    std::array<uint64_t, kSecondBounds.size() + 1> buckets = {};
+    uint64_t sum_ns = 0;
+  };
+
   void Run();
-  // Writes the group's commits with one DB::Write and calls each back, in order.
-  void WriteGroup(Group& group);
+  // Writes the group's commits with one DB::Write and calls each back, in order;
+  // `queued_at` is when its first commit was handed to the writer thread (null for
+  // a group written where it was gathered).
+  void WriteGroup(Group& group, const Clock::time_point* queued_at);
   void Enqueue(Commit* commit);
   // A turn's end (kStage): queues the turn's commits for the writer and returns the
   // group to the free list, under one lock, waking the writer if it was idle.
@@ -136,6 +155,10 @@ class BatchWriter {
   // idem_store_write_batch_records: per bucket (not cumulative), and the sum.
   std::array<uint64_t, kRecordBounds.size() + 1> record_buckets_ ABSL_GUARDED_BY(mu_) = {};
   uint64_t records_ ABSL_GUARDED_BY(mu_) = 0;
+  // When queue_ last went from empty to not.
+  Clock::time_point queued_at_ ABSL_GUARDED_BY(mu_);
+  TimeHistogram queue_time_ ABSL_GUARDED_BY(mu_);
+  TimeHistogram write_time_ ABSL_GUARDED_BY(mu_);
   // The turns' groups: one per loop thread with a turn being gathered (or, inline,
   // written).
   std::vector<std::unique_ptr<TurnGroup>> turn_groups_ ABSL_GUARDED_BY(mu_);

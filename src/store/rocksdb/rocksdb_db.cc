@@ -173,6 +173,13 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
         std::make_shared<StageReportingFileSystem>(rocksdb::FileSystem::Default()));
     options.env = shared->stage_env.get();
   }
+  // Flushes and compactions share the cores with the server's network loops: they
+  // run at the lowest CPU priority (nice 19), so a flush takes a loop's core only
+  // when the loop has nothing to do, and a claim's latency does not wait behind it.
+  // A flush that falls behind stalls the writes, which frees the core for it.
+  rocksdb::Env* env = options.env != nullptr ? options.env : rocksdb::Env::Default();
+  env->LowerThreadPoolCPUPriority(rocksdb::Env::Priority::HIGH, rocksdb::CpuPriority::kLow);
+  env->LowerThreadPoolCPUPriority(rocksdb::Env::Priority::LOW, rocksdb::CpuPriority::kLow);
   options.create_if_missing = true;
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   options.keep_log_file_num = 4;
