@@ -386,12 +386,54 @@ best_idem=$(awk -F'\t' '$1 ~ /^idem / && $2 == "new keys" && $3 == 64 {print $4 
 # (pair_load --rate, latency from each request's due time) at 64 connections.
 half_workload="new keys @ half peak"
 half=$(awk -v p="$(value "$best_idem" "new keys" 64)" 'BEGIN {printf "%d", p / 2}')
+# Where that latency goes, from the server's own histograms over the same run: a
+# durable write's time (WAL write, fsync, memtable), its wait for the writer
+# thread, and a claim's time from its header to its answer.
+metrics_of() {  # port
+  curl -s -H "Authorization: Bearer bench" "http://127.0.0.1:$1/metrics"
+}
+# stage_quantiles BEFORE AFTER PREFIX: "p50 p99" in ms of the histogram whose
+# bucket lines start with PREFIX, between two scrapes, each the upper bound of its
+# bucket; nothing when the run added no observation.
+stage_quantiles() {
+  awk -v prefix="$3" '
+    function le_of(line) { sub(/.*le="/, "", line); sub(/".*/, "", line); return line }
+    index($0, prefix) == 1 {
+      le = le_of($1)
+      if (FILENAME == ARGV[1]) { if (!(le in before)) before[le] = $2; next }
+      if (le in after) next
+      after[le] = $2; order[++n] = le
+    }
+    END {
+      total = after[order[n]] - before[order[n]]
+      if (total <= 0) exit
+      for (i = 1; i <= n; ++i) {
+        c = after[order[i]] - before[order[i]]
+        ms = order[i] == "+Inf" ? "inf" : sprintf("%.3f", order[i] * 1000)
+        if (p50 == "" && c >= 0.5 * total) p50 = ms
+        if (p99 == "" && c >= 0.99 * total) p99 = ms
+      }
+      print p50, p99
+    }' "$1" "$2"
+}
 if [[ -n $best_idem && $half -gt 0 ]]; then
   echo "bench/claims.sh: $best_idem, new keys at $half/s (half of its peak)" >&2
+  half_port=${idem_port[${best_idem#idem }]}
+  metrics_of "$half_port" >"$work/half-before.metrics"
   cpu_start "$(server_of "$best_idem")"
   record_result "$best_idem" "$half_workload" 64 "$("${on_load[@]}" build/bench/pair_load \
-    --port "${idem_port[${best_idem#idem }]}" --token bench --connections 64 \
+    --port "$half_port" --token bench --connections 64 \
     --seconds "$seconds" --claims-only --rate "$half" --threads "$threads" || true)"
+  metrics_of "$half_port" >"$work/half-after.metrics"
+  for stage in "claim, header to answer:idem_http_request_duration_seconds_bucket{route=\"/v1/claims\"," \
+               "durable write:idem_store_write_seconds_bucket{" \
+               "wait for the writer:idem_store_write_queue_seconds_bucket{"; do
+    read -r p50 p99 <<<"$(stage_quantiles "$work/half-before.metrics" \
+      "$work/half-after.metrics" "${stage#*:}")"
+    [[ -n ${p99:-} ]] || continue
+    record "$best_idem" "@ half peak: ${stage%%:*} (server, bucket bound)" 64 - "${p50/inf/0}" \
+      "${p99/inf/0}" 0
+  done
 fi
 # The floor under that p99: a bare 4 KiB append + fdatasync on the store's disk, on
 # the server's CPU, with nothing else of this script running.
