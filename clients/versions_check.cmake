@@ -1,9 +1,10 @@
 # cmake -DROOT=<source dir> -P versions_check.cmake
 # The clients are released with idem and carry its version: the `version` of
-# clients/python/pyproject.toml, idem_client.__version__ and, when the file exists,
-# the `version` of clients/node/package.json each equal `project(idem VERSION ...)` of
-# the top-level CMakeLists.txt. (The Go module has no version field: it is tagged
-# with idem's version.) Fails naming each file that differs and what it holds.
+# clients/python/pyproject.toml, idem_client.__version__, the Go package's Version
+# (the module is tagged with idem's version) and, when the files exist, the
+# `version` of clients/node/package.json and the Node client's VERSION each equal
+# `project(idem VERSION ...)` of the top-level CMakeLists.txt: the clients send it in
+# their User-Agent. Fails naming each file that differs and what it holds.
 cmake_minimum_required(VERSION 3.20)
 if(NOT EXISTS "${ROOT}/CMakeLists.txt" OR NOT IS_DIRECTORY "${ROOT}/clients")
   message(FATAL_ERROR "ROOT is not idem's source directory: '${ROOT}'")
@@ -32,6 +33,10 @@ endfunction()
 
 check(clients/python/pyproject.toml "\n\\[project\\][^[]*\nversion = \"([^\"]*)\"")
 check(clients/python/idem_client/__init__.py "\n__version__ = \"([^\"]*)\"")
+check(clients/go/idem/version.go "\nconst Version = \"([^\"]*)\"")
+if(EXISTS "${ROOT}/clients/node/src/version.ts")
+  check(clients/node/src/version.ts "\nexport const VERSION = \"([^\"]*)\"")
+endif()
 if(EXISTS "${ROOT}/clients/node/package.json")
   file(READ "${ROOT}/clients/node/package.json" package)
   string(JSON node_version ERROR_VARIABLE json_error GET "${package}" version)

@@ -278,7 +278,7 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte, id 
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("X-Request-Id", id)
-	req.Header.Set("User-Agent", "idem-go/0.1")
+	req.Header.Set("User-Agent", "idem-go/"+Version)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

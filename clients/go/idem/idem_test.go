@@ -393,3 +393,24 @@ func TestMiddlewareRefusesBadKeysAndBodiesBeforeTheStore(t *testing.T) {
 		}
 	}
 }
+
+func TestTheClientSendsItsVersion(t *testing.T) {
+	var agent string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		agent = r.Header.Get("User-Agent")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"outcome":"acquired","token":7,"lease_until":"2030-01-01T00:00:00Z","takeover":false,"expires_at":null}`)
+	}))
+	defer srv.Close()
+	c, err := NewClient(srv.URL, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Claim(context.Background(), ClaimRequest{BizType: "b", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if agent != "idem-go/"+Version || Version == "" {
+		t.Fatalf("User-Agent %q", agent)
+	}
+}

@@ -4,6 +4,7 @@ import { IdemError, InvalidRequestError, errorOf, invalid } from "./errors.js";
 import { RawJSON, jsonTextOf, rawItems, rawJSON, rawMembers } from "./json.js";
 import { MaxBizTypeBytes, MaxFingerprintBytes, MaxKeyBytes, checkFingerprint, checkInteger, checkName } from "./request.js";
 import { DefaultRetry, Retry, RetryExhausted, checkRetry, withRetry } from "./retry.js";
+import { VERSION } from "./version.js";
 
 export interface ClientOptions {
   /** The server, "http://127.0.0.1:7070" (a path prefix is kept). */
@@ -341,7 +342,7 @@ export class Client {
   private async send(method: string, path: string, body: string | undefined, id: string, extraMs: number,
   ): Promise<{ text: string; headers: Headers; id: string }> {
     const headers: Record<string, string> = {
-      Authorization: `Bearer ${this.token}`, "X-Request-Id": id, "User-Agent": "idem-node/0.1",
+      Authorization: `Bearer ${this.token}`, "X-Request-Id": id, "User-Agent": `idem-node/${VERSION}`,
     };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     let res: Response;

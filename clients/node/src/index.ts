@@ -12,6 +12,7 @@ export type { Dialect } from "./sqlapi.js";
 export { outcomeError, run } from "./run.js";
 export type { RunOptions, RunOutcome, RunRequest, RunResult } from "./run.js";
 export { Client } from "./client.js";
+export { VERSION } from "./version.js";
 export type {
   BatchAnswer, BatchItem, Claim, ClaimRequest, ClientOptions, RecordPage, RecordQuery, RecordView,
 } from "./client.js";

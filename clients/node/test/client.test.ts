@@ -52,6 +52,7 @@ test("503 and no answer are sent again, honouring Retry-After", async () => {
   let calls = 0;
   const flaky = createServer((req, res) => {
     calls++;
+    assert.equal(req.headers["user-agent"], `idem-node/${idem.VERSION}`);
     if (calls === 1) { res.writeHead(503, { "Retry-After": "1", "Content-Type": "application/problem+json" });
                        res.end('{"type":"urn:idem:problem:store_unavailable","title":"x","status":503,"detail":"down"}'); return; }
     res.writeHead(201, { "Content-Type": "application/json" });

@@ -200,4 +200,5 @@ test("the package's version is idem's", () => {
   assert.ok(want, "IDEM_PROJECT_VERSION is not set (ctest passes CMake's PROJECT_VERSION)");
   const pkg = JSON.parse(readFileSync(join(here, "..", "..", "package.json"), "utf8"));
   assert.equal(pkg.version, want);
+  assert.equal(idem.VERSION, want, "src/version.ts");
 });

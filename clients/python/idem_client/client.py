@@ -51,7 +51,13 @@ MAX_BATCH_ITEMS = 1000
 MAX_NAME_BYTES = 255
 MAX_FINGERPRINT_BYTES = 1024
 
-_USER_AGENT = "idem-python/0.1"
+
+def _user_agent() -> str:
+    """The User-Agent header: the package's version, which is idem's."""
+    from . import __version__  # at call time: the package imports this module first
+    return f"idem-python/{__version__}"
+
+
 # Errors that mean the server closed a kept-alive connection before reading our
 # request; the request is then sent once more on a fresh connection.
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
@@ -319,7 +325,7 @@ class Client:
         headers = {
             "Authorization": self._auth,
             "Accept": "application/json",
-            "User-Agent": _USER_AGENT,
+            "User-Agent": _user_agent(),
             "X-Request-Id": request_id,
         }
         if payload is not None:

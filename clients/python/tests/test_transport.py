@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+import idem_client
 from idem_client import Claim, Client, RetryPolicy, ServerError, Unavailable
 
 
@@ -129,6 +130,7 @@ def test_what_a_claim_sends(fake):
     assert seen.headers["authorization"] == "Bearer s3cret"
     assert seen.headers["content-type"] == "application/json"
     assert seen.headers["x-request-id"] == "rid-1"
+    assert seen.headers["user-agent"] == f"idem-python/{idem_client.__version__}"
     assert json.loads(seen.body) == {"biz_type": "refund", "key": "R-\u00e9",
                                      "fingerprint": "sha256:ab", "lease_ms": 500, "wait_ms": 100}
 
