@@ -194,10 +194,12 @@ class Client:
         answer = self._call("POST", "/v1/claims", body, extra_timeout=extra)
         return _claim_outcome(answer)
 
-    def complete(self, biz_type: str, key: str, token: int, result: Any) -> None:
+    def complete(self, biz_type: str, key: str, token: int, result: Any) -> str:
         """Stores ``result`` (any JSON value, or :class:`RawJSON` for exact bytes) as
-        the key's result under ``token`` (POST /v1/claims/complete). Repeating it with
-        the same token and result succeeds again.
+        the key's result under ``token`` (POST /v1/claims/complete) and returns the
+        server's outcome: ``"completed"``, or ``"degraded"`` for a degraded claim of a
+        fail-open biz_type (token 0: nothing was stored). Repeating it with the same
+        token and result succeeds again.
 
         Raises LeaseLost (409: the token is stale, another holder took over),
         Conflict (409: already finished with another value), KeyReused (409),
@@ -205,11 +207,14 @@ class Client:
         TypeError/ValueError for a result JSON cannot hold.
         """
         _check_request(biz_type, key)
-        self._call("POST", "/v1/claims/complete",
-                   {"biz_type": biz_type, "key": key, "token": token, "result": result})
+        return _outcome_of(self._call(
+            "POST", "/v1/claims/complete",
+            {"biz_type": biz_type, "key": key, "token": token, "result": result}))
 
-    def fail(self, biz_type: str, key: str, token: int, retryable: bool, error: Any) -> None:
-        """Reports that the holder of ``token`` failed (POST /v1/claims/fail).
+    def fail(self, biz_type: str, key: str, token: int, retryable: bool, error: Any) -> str:
+        """Reports that the holder of ``token`` failed (POST /v1/claims/fail) and
+        returns the server's outcome: ``"released"`` (retryable), ``"failed"`` (the
+        failure is cached) or ``"degraded"`` (a degraded claim: nothing to finish).
 
         ``retryable=True`` releases the key: the next claim acquires it with a higher
         token. ``retryable=False`` caches the failure: later claims get
@@ -218,9 +223,10 @@ class Client:
         Raises the same errors as :meth:`complete`.
         """
         _check_request(biz_type, key)
-        self._call("POST", "/v1/claims/fail",
-                   {"biz_type": biz_type, "key": key, "token": token,
-                    "retryable": bool(retryable), "error": error})
+        return _outcome_of(self._call(
+            "POST", "/v1/claims/fail",
+            {"biz_type": biz_type, "key": key, "token": token,
+             "retryable": bool(retryable), "error": error}))
 
     def batch(self, items: Sequence[BatchItem]) -> list[BatchResult]:
         """Sends up to 1,000 claims, completes and fails in one request
@@ -397,6 +403,14 @@ def _check_request(biz_type: Any, key: Any, fingerprint: Any = None) -> None:
     if problem is not None:
         raise InvalidRequest(problem, type=PROBLEM_PREFIX + "invalid_request",
                              title="Invalid request")
+
+
+def _outcome_of(answer: _Answer) -> str:
+    """The ``outcome`` of a complete's or a fail's answer."""
+    outcome = answer.json().get("outcome")
+    if not isinstance(outcome, str) or not outcome:
+        raise answer.malformed("no outcome")
+    return outcome
 
 
 def _claim_outcome(answer: _Answer) -> Outcome:

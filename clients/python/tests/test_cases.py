@@ -225,13 +225,12 @@ def _http_step(run: Run, step: dict[str, Any]) -> None:
                             lease_ms=spec.get("lease_ms"))
         elif verb == "complete":
             _check_fields("complete", spec, {"key", "biz_type", "token", "result"})
-            c.complete(spec["biz_type"], key, run.tokens[spec["token"]], spec["result"])
-            value = "completed"
+            value = c.complete(spec["biz_type"], key, run.tokens[spec["token"]],
+                               spec["result"])
         elif verb == "fail":
             _check_fields("fail", spec, {"key", "biz_type", "token", "retryable", "error"})
-            c.fail(spec["biz_type"], key, run.tokens[spec["token"]], spec["retryable"],
-                   spec["error"])
-            value = "released" if spec["retryable"] else "failed"
+            value = c.fail(spec["biz_type"], key, run.tokens[spec["token"]], spec["retryable"],
+                           spec["error"])
         else:
             raise AssertionError(f"this runner does not know the step {verb!r}")
     except IdemError as exc:

@@ -90,13 +90,13 @@ def test_a_live_lease_is_in_progress_and_not_retried(client, key, fake_sleep):
 
 def test_a_stale_token_loses_the_lease(client, key):
     first = client.claim("refund", key)
-    client.fail("refund", key, first.token, True, "try again")
+    assert client.fail("refund", key, first.token, True, "try again") == "released"
     second = client.claim("refund", key)
     assert second.token > first.token
     with pytest.raises(LeaseLost) as info:
         client.complete("refund", key, first.token, {"late": True})
     assert (info.value.status, info.value.outcome) == (409, "lease_lost")
-    client.complete("refund", key, second.token, {"ok": True})
+    assert client.complete("refund", key, second.token, {"ok": True}) == "completed"
     assert client.claim("refund", key).result == {"ok": True}
 
 
