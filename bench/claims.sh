@@ -4,7 +4,8 @@
 #   - idem serve, new keys (POST /v1/claims, a fresh key each), duplicates (the
 #     same completed key) and claim+complete pairs (bench/pair_load), on its
 #     embedded stores with durable settings (rocksdb://; --stores adds sqlite://
-#     with synchronous=full and rocksdb-group, RocksDB's own write groups);
+#     with synchronous=full, rocksdb-group, RocksDB's own write groups, and
+#     rocksdb-inline, each turn's write made on the loop's thread: turn_write=inline);
 #   - POST /v1/claims/batch with 100 new-key claims a request (keys/s), when the
 #     server answers it (else the row says "not available");
 #   - Redis 7 SET k NX EX 86400 with no persistence, and with appendfsync always;
@@ -26,7 +27,7 @@
 # is not in it), then one line per target, `ratio NAME = X.XX (target ≥ Y)`,
 # writes claims.png (gnuplot) and stops everything it started by pid.
 #
-#   bench/claims.sh [--seconds N] [--quick] [--stores "rocksdb sqlite rocksdb-group"]
+#   bench/claims.sh [--seconds N] [--quick] [--stores "rocksdb sqlite rocksdb-group rocksdb-inline"]
 #                   [--no-pin]
 #
 # Installs what it needs (scripts/deps.sh --bench), builds into build/, works in
@@ -57,8 +58,8 @@ done
 }
 for name in $stores; do
   case $name in
-    sqlite|rocksdb|rocksdb-group) ;;
-    *) echo "bench/claims.sh: --stores: unknown store '$name' (sqlite, rocksdb, rocksdb-group)" >&2
+    sqlite|rocksdb|rocksdb-group|rocksdb-inline) ;;
+    *) echo "bench/claims.sh: --stores: unknown store '$name' (sqlite, rocksdb, rocksdb-group, rocksdb-inline)" >&2
        exit 2 ;;
   esac
 done
@@ -146,6 +147,7 @@ declare -A store_url
 store_url[sqlite]="sqlite://$work/idem.db"
 store_url[rocksdb]="rocksdb://$work/idem-rocksdb"
 store_url[rocksdb-group]="rocksdb://$work/idem-rocksdb-group?writer=group"
+store_url[rocksdb-inline]="rocksdb://$work/idem-rocksdb-inline?turn_write=inline"
 # A store this build lacks (rocksdb://) is refused by `idem serve` and left out.
 for name in $stores; do
   if start_listening "idem-$name" "${on_server[@]}" build/src/cli/idem --log-level warn serve \
