@@ -443,7 +443,11 @@ echo "bench/claims.sh: fdatasync of 4 KiB appends in $work" >&2
 fsync_line=$("${on_server[@]}" bench/fsync_probe.py "$work" --count $((seconds * 300)) --size 4096)
 fsync_p50=$(sed -n 's/.*p50_ms=\([0-9.]*\).*/\1/p' <<<"$fsync_line")
 fsync_p99=$(sed -n 's/.*p99_ms=\([0-9.]*\).*/\1/p' <<<"$fsync_line")
-record "fdatasync 4 KiB append" "bare, alone" 1 - "$fsync_p50" "$fsync_p99" 0
+fsync_cpu=$(sed -n 's/.*cpu_us=\([0-9.]*\).*/\1/p' <<<"$fsync_line")
+# Its cpu column is the prober's own CPU per append + fdatasync: what one durable
+# write costs its caller on this disk, spread over the records a write holds.
+printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "fdatasync 4 KiB append" "bare, alone" 1 - "$fsync_p50" \
+  "$fsync_p99" "$fsync_cpu" >>"$results"
 
 printf '\n%-26s %-22s %6s %12s %9s %9s %11s\n' system workload conns "ops/s" "p50 ms" "p99 ms" \
   "cpu us/op"
@@ -491,6 +495,18 @@ ratio durable_claims/postgres_insert "$(value "$best_idem" "new keys" 64)" \
   "$(value "postgres durable" "INSERT ON CONFLICT" 64)" ">=" 3.0
 ratio duplicates/http_ceiling "$(value "$best_idem" "duplicates" 64)" \
   "$(value "http ceiling" "fixed body" 64)" ">=" 1.0
+# What the best of each part would allow a durable HTTP claim on one core: nginx's
+# CPU for an HTTP answer plus one fdatasync's CPU shared by the 64 claims a write
+# can hold at most, against Redis's CPU per SET NX without persistence (claims/s
+# are the inverse of CPU per claim when the server's core is the limit).
+awk -v nginx="$(value nginx "fixed body" 64 7)" -v fsync="$fsync_cpu" \
+    -v redis="$(value "redis no persistence" "SET NX" 64 7)" 'BEGIN {
+  if (nginx == "" || fsync == "" || redis == "" || nginx + 0 == 0) exit
+  floor = nginx + fsync / 64
+  printf "floor: nginx %.1f + fdatasync %.1f / 64 = %.1f us of CPU a durable claim; " \
+         "at most %.2fx Redis without persistence (%.1f us/op)\n", nginx, fsync, floor,
+         redis / floor, redis
+}'
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Throughput by system and connections, as clustered bars (the fdatasync row has none).

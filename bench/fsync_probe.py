@@ -3,7 +3,10 @@
 under a durable claim's latency. Appends SIZE bytes to a fresh file in DIR and
 fdatasync()s it, COUNT times, timing each append + fdatasync, and prints one line:
 
-  RESULT count=… size=… p50_ms=… p99_ms=… max_ms=…
+  RESULT count=… size=… p50_ms=… p99_ms=… max_ms=… cpu_us=…
+
+cpu_us is this process's CPU time (user + system) per append + fdatasync: what the
+kernel charges the caller for a durable write on this disk, whatever it holds.
 
 bench/claims.sh runs it in the same run as the claims, on the same disk as the
 store, and checks the claim p99 at half of peak against twice this p99.
@@ -12,6 +15,7 @@ store, and checks the claim p99 at half of peak against twice this p99.
 """
 import argparse
 import os
+import resource
 import sys
 import time
 
@@ -40,6 +44,7 @@ def main():
     block = b"x" * args.size
     latencies = []
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+    before = resource.getrusage(resource.RUSAGE_SELF)
     try:
         for _ in range(args.count):
             start = time.perf_counter()
@@ -51,9 +56,12 @@ def main():
     finally:
         os.close(fd)
         os.unlink(path)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     latencies.sort()
     print(f"RESULT count={args.count} size={args.size} p50_ms={percentile(latencies, 0.50):.3f} "
-          f"p99_ms={percentile(latencies, 0.99):.3f} max_ms={latencies[-1]:.3f}")
+          f"p99_ms={percentile(latencies, 0.99):.3f} max_ms={latencies[-1]:.3f} "
+          f"cpu_us={cpu * 1e6 / args.count:.1f}")
 
 
 if __name__ == "__main__":
