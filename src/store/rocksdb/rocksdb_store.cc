@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "store/absl_compat.h"
@@ -318,8 +319,46 @@ class RocksdbTransaction final : public RecordTransaction,
   // The held key equal to `db_key`, or null.
   const std::string* Held(const std::string& db_key) const {
     if (holds_first_ && first_ == db_key) return &first_;
+    if (!index_.empty()) {
+      auto it = index_.find(db_key);
+      return it == index_.end() ? nullptr : it->second.key;
+    }
     for (const std::unique_ptr<std::string>& k : more_) {
       if (*k == db_key) return k.get();
+    }
+    return nullptr;
+  }
+
+  // A transaction holding many keys (a batch) finds them and their writes by this
+  // index instead of a walk of them all.
+  static constexpr size_t kIndexFrom = 8;
+  static constexpr size_t kNoWrite = static_cast<size_t>(-1);
+  struct Indexed {
+    const std::string* key;
+    size_t write = kNoWrite;  // its Write in writes_
+  };
+
+  // Adds the held `key` to the index, building it once the transaction holds
+  // kIndexFrom keys.
+  void Index(const std::string* key) {
+    if (index_.empty()) {
+      if (more_.size() + 1 < kIndexFrom) return;
+      index_.emplace(first_, Indexed{.key = &first_});
+      for (const std::unique_ptr<std::string>& k : more_) index_.emplace(*k, Indexed{.key = k.get()});
+      for (size_t i = 0; i < writes_.size(); ++i) index_.at(*writes_[i].key).write = i;
+      return;
+    }
+    index_.emplace(*key, Indexed{.key = key});
+  }
+
+  // The commit's write of `key` (held), or null.
+  Write* WriteOf(const std::string* key) {
+    if (!index_.empty()) {
+      const size_t i = index_.at(*key).write;
+      return i == kNoWrite ? nullptr : &writes_[i];
+    }
+    for (Write& w : writes_) {
+      if (w.key == key) return &w;
     }
     return nullptr;
   }
@@ -346,7 +385,11 @@ class RocksdbTransaction final : public RecordTransaction,
         non_blocking_ ? locks.TryLock(*slot, owner_)
                       : locks.Lock(*slot, owner_, absl::Now() + store_.lock_timeout, holds_others);
     if (got == rocksdbstore::KeyLocks::Got::kLocked) {
-      if (slot == &first_) holds_first_ = true;
+      if (slot == &first_) {
+        holds_first_ = true;
+      } else {
+        Index(slot);
+      }
       return slot;
     }
     slot->swap(scratch_);
@@ -374,10 +417,9 @@ class RocksdbTransaction final : public RecordTransaction,
   // The record under `key` (held): this transaction's own write of it, else the
   // database's durable one.
   absl::StatusOr<std::optional<Record>> Read(const std::string* key) {
-    for (const Write& w : writes_) {
-      if (w.key != key) continue;
-      if (!w.value.has_value()) return std::nullopt;
-      IDEM_ASSIGN_OR_RETURN(Record r, store::DecodeRecord(*w.value));
+    if (const Write* w = WriteOf(key)) {
+      if (!w->value.has_value()) return std::nullopt;
+      IDEM_ASSIGN_OR_RETURN(Record r, store::DecodeRecord(*w->value));
       return r;
     }
     rocksdb::Status s = store_.db->db->Get(store_.read_options, *key, &value_);
@@ -386,12 +428,11 @@ class RocksdbTransaction final : public RecordTransaction,
 
   // Sets the commit's write of `key` (held), replacing an earlier one.
   void Put(const std::string* key, std::optional<std::string> value) {
-    for (Write& w : writes_) {
-      if (w.key == key) {
-        w.value = std::move(value);
-        return;
-      }
+    if (Write* w = WriteOf(key)) {
+      w->value = std::move(value);
+      return;
     }
+    if (!index_.empty()) index_.at(*key).write = writes_.size();
     writes_.push_back(Write{.key = key, .value = std::move(value)});
   }
 
@@ -402,6 +443,7 @@ class RocksdbTransaction final : public RecordTransaction,
     if (holds_first_) locks.Unlock(first_, owner_);
     for (const std::unique_ptr<std::string>& k : more_) locks.Unlock(*k, owner_);
     holds_first_ = false;
+    index_.clear();
     more_.clear();
     writes_.clear();
   }
@@ -415,6 +457,7 @@ class RocksdbTransaction final : public RecordTransaction,
   std::string first_;
   bool holds_first_ = false;
   std::vector<std::unique_ptr<std::string>> more_;
+  absl::flat_hash_map<std::string_view, Indexed> index_;  // empty below kIndexFrom keys
   absl::InlinedVector<Write, 1> writes_;
   std::string scratch_;  // a key being looked up
   std::string value_;    // the last value read
