@@ -65,6 +65,15 @@ bool Guard::Impl::DecideBatchNonBlocking(absl::Span<const BatchCall> calls, bool
     }
   }
 
+  {
+    // Their records read together, not one read each.
+    std::vector<Key> held;
+    held.reserve(calls.size());
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (in_tx[i]) held.push_back(key_of(calls[i]));
+    }
+    tx->Prefetch(held);
+  }
   const absl::Time now = options_.clock->Now();
   size_t spent = 0;
   std::vector<std::pair<size_t, Acquisition>> acquired;
