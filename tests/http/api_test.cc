@@ -166,6 +166,8 @@ class ApiTest : public ::testing::Test {
                                        (retryable ? "true" : "false") + R"(,"error":)" + error +
                                        "}");
   }
+  // The bound of a batch's answers, on the store of the last Build.
+  void ExpectTheBatchAnswerBound();
   static json J(const HttpResponse& r) { return json::parse(r.body); }
   static void ExpectProblem(const HttpResponse& r, int status, std::string_view outcome) {
     EXPECT_EQ(r.status, status) << r.body;
@@ -640,9 +642,8 @@ TEST_F(ApiTest, StoreDownIs503FailClosed) {
 
 // A batch's answers are bounded: once they reach max_batch_answer_bytes (here
 // 300, two replays of a 200-byte result), the items after are answered 413 and
-// not decided.
-TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecided) {
-  Build(*store_, kDefaultRetryAfterMax, /*max_batch_answer_bytes=*/300);
+// not decided. Call after Build(store, ..., 300).
+void ApiTest::ExpectTheBatchAnswerBound() {
   ASSERT_EQ(Claim("R").status, 201);
   const std::string result = "\"" + std::string(200, 'r') + "\"";
   ASSERT_EQ(Complete("R", 1, result).status, 200);
@@ -664,6 +665,22 @@ TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecided) {
   ExpectProblem(Call("GET", "/v1/records/refund/N"), 404, "not_found");  // not decided
   EXPECT_EQ(metrics_.outcomes("replayed"), 2u);
   EXPECT_EQ(metrics_.batch_items(Route::kClaims), 4u);
+}
+
+TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecided) {
+  Build(*store_, kDefaultRetryAfterMax, /*max_batch_answer_bytes=*/300);
+  ExpectTheBatchAnswerBound();
+}
+
+// The same on rocksdb://, whose batch is decided in one pass (one transaction).
+TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecidedInOnePass) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> rocksdb, OpenStore("rocksdb://" + dir.file("db")));
+  ASSERT_TRUE(Backend(*rocksdb).non_blocking());
+  Build(*rocksdb, kDefaultRetryAfterMax, /*max_batch_answer_bytes=*/300);
+  ExpectTheBatchAnswerBound();
+  api_.reset();  // before the store
+  guard_.reset();
 }
 
 // Store down: each item is its single call's 503 (fail closed), in a 200.
