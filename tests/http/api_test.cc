@@ -683,6 +683,18 @@ TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecidedInOnePass) {
   guard_.reset();
 }
 
+// And behind the cache tier, as idem serve opens it, whose memory answers the
+// replays before the transaction: they count against the bound as well.
+TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecidedWhenTheCacheAnswers) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> rocksdb, OpenStore("rocksdb://" + dir.file("db")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> cached, NewCachingStore(std::move(rocksdb)));
+  Build(*cached, kDefaultRetryAfterMax, /*max_batch_answer_bytes=*/300);
+  ExpectTheBatchAnswerBound();
+  api_.reset();
+  guard_.reset();
+}
+
 // Store down: each item is its single call's 503 (fail closed), in a 200.
 TEST_F(ApiTest, BatchItemsOnADownStoreAre503) {
   DownStore down;

@@ -35,8 +35,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "core/guard_nonblocking.h"
 #include "core/absl_compat.h"
+#include "core/guard_nonblocking.h"
 #include "http/api/api.h"
 #include "http/api/json.h"
 #include "http/server/problem.h"
@@ -226,6 +226,10 @@ bool Api::StartBatchPass(const std::string& tenant, const std::shared_ptr<BatchP
   for (size_t i = 0; i < pass->slots.size(); ++i) {
     BatchSlot& slot = pass->slots[i];
     if (slot.reply.has_value()) continue;
+    if (answered >= options_.max_batch_answer_bytes) {
+      slot.reply = NotDecided(options_.max_batch_answer_bytes);
+      continue;
+    }
     BatchCall call;
     if (const auto* claim = std::get_if<ClaimBody>(&*slot.body)) {
       // As the single call: a decided duplicate from memory first.
