@@ -401,6 +401,37 @@ TEST_P(ServeBatch, ItemsOfOneKeySeeTheItemsBeforeThem) {
   EXPECT_EQ(record["token"], 2);
 }
 
+// Many keys, each claimed, completed and claimed again in one batch, then claimed
+// again with new keys in the next: each item sees its key's items before it, and
+// the next batch reads what the first wrote.
+TEST_P(ServeBatch, ManyKeysEachRepeatedInOneBatch) {
+  BatchServer server(StoreUrl(), dir_.path());
+  constexpr int kKeys = 30;
+  json first = json::array(), second = json::array();
+  for (int i = 0; i < kKeys; ++i) first.push_back(ClaimItem("m" + std::to_string(i)));
+  for (int i = 0; i < kKeys; ++i) first.push_back(CompleteItem("m" + std::to_string(i), 1, i));
+  for (int i = 0; i < kKeys; ++i) first.push_back(ClaimItem("m" + std::to_string(i)));
+  const json answers = server.Batch(first);
+  ASSERT_EQ(answers.size(), size_t{3 * kKeys});
+  for (int i = 0; i < kKeys; ++i) {
+    EXPECT_EQ(answers[i]["outcome"], "acquired") << i;
+    EXPECT_EQ(answers[kKeys + i]["outcome"], "completed") << i;
+    EXPECT_EQ(answers[2 * kKeys + i]["outcome"], "replayed") << i;
+    EXPECT_EQ(answers[2 * kKeys + i]["result"], i) << i;
+  }
+  for (int i = 0; i < kKeys; ++i) {
+    second.push_back(ClaimItem("m" + std::to_string(i)));
+    second.push_back(ClaimItem("n" + std::to_string(i)));
+  }
+  const json again = server.Batch(second);
+  ASSERT_EQ(again.size(), size_t{2 * kKeys});
+  for (int i = 0; i < kKeys; ++i) {
+    EXPECT_EQ(again[2 * i]["outcome"], "replayed") << i;
+    EXPECT_EQ(again[2 * i]["result"], i) << i;
+    EXPECT_EQ(again[2 * i + 1]["outcome"], "acquired") << i;
+  }
+}
+
 // A bad item between two items of a key is its own 400; the key's items around it
 // are decided in order as if it were not there.
 TEST_P(ServeBatch, ABadItemAmongGoodOnesStopsNothing) {
