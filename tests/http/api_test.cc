@@ -695,6 +695,42 @@ TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecidedWhenTheCacheAnswers) {
   guard_.reset();
 }
 
+// A batch started on the network thread that meets a key another transaction holds
+// goes to the pool whole, and the items it answered from memory there (a 422 from
+// the cache tier) are answered and counted once.
+TEST_F(ApiTest, ABatchLeftToThePoolCountsWhatTheNetworkThreadAnsweredOnce) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> rocksdb, OpenStore("rocksdb://" + dir.file("db")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> cached, NewCachingStore(std::move(rocksdb)));
+  Build(*cached);
+  ASSERT_EQ(Claim("M", R"(,"fingerprint":"f1")").status, 201);
+  ASSERT_EQ(Complete("M", 1, "1").status, 200);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordTransaction> holder,
+                       Backend(*cached).BeginNonBlocking());
+  ASSERT_OK_AND_ASSIGN(RecordTransaction::KeyLock held, holder->TryLock("acme", "X"));
+  ASSERT_EQ(held, RecordTransaction::KeyLock::kHeld);
+
+  std::unique_ptr<Handler::Call> call = api_->Begin(
+      HttpRequest{"POST", "/v1/claims/batch", "Bearer tok-a",
+                  R"({"requests":[{"op":"claim","biz_type":"refund","key":"M","fingerprint":"f2"},)"
+                  R"({"op":"claim","biz_type":"refund","key":"X"}]})"});
+  EXPECT_FALSE(call->StartAsync([](std::function<Reply()>) { ADD_FAILURE() << "resumed"; }));
+  holder->Rollback();  // X is free for the pool
+  const Reply reply = call->Answer();
+  ASSERT_EQ(reply.response.status, 200) << reply.response.body;
+  const json responses = json::parse(reply.response.body)["responses"];
+  ASSERT_EQ(responses.size(), 2u);
+  EXPECT_EQ(responses[0]["outcome"], "fingerprint_mismatch");
+  EXPECT_EQ(responses[1]["outcome"], "acquired");
+  const json keys = J(Call("GET", "/v1/keys/mismatches"))["keys"];
+  ASSERT_EQ(keys.size(), 1u) << keys;
+  EXPECT_EQ(keys[0]["key"], "M");
+  EXPECT_EQ(keys[0]["mismatches"], 1);
+  holder.reset();
+  api_.reset();
+  guard_.reset();
+}
+
 // Store down: each item is its single call's 503 (fail closed), in a 200.
 TEST_F(ApiTest, BatchItemsOnADownStoreAre503) {
   DownStore down;

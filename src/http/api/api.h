@@ -209,6 +209,9 @@ class ApiCall final : public Handler::Call {
   std::variant<std::monostate, absl::StatusOr<ClaimBody>, absl::StatusOr<CompleteBody>,
                absl::StatusOr<FailBody>>
       body;
+  // A batch that StartAsync parsed and left to the pool (a key of it was held): its
+  // items, those answered already (from memory) with their replies, for Answer.
+  std::shared_ptr<BatchPass> batch;
 
  private:
   Api& api_;

@@ -172,7 +172,11 @@ Reply Api::BatchAnswer(const std::vector<BatchSlot>& slots) {
 
 Reply Api::Batch(ApiCall& call) {
   std::vector<BatchSlot> slots;
-  if (std::optional<Reply> bad = ParseBatch(call.request().body, &slots)) return *std::move(bad);
+  if (call.batch != nullptr) {
+    slots = std::move(call.batch->slots);  // parsed by StartBatch, some items answered
+  } else if (std::optional<Reply> bad = ParseBatch(call.request().body, &slots)) {
+    return *std::move(bad);
+  }
   const std::string& tenant = call.tenant->name;
   if (Backend(store_).non_blocking()) {
     // One pass for the items whose keys are free; this thread waits for its sync.
@@ -204,17 +208,26 @@ bool Api::StartBatch(ApiCall& call, const Resume& resume) {
     // A malformed envelope is the pool's to word (Batch).
     if (ParseBatch(request.body, &pass->slots).has_value()) return false;
     // All or nothing: with a key held by another transaction, the pool decides it.
-    return StartBatchPass(tenant->name, pass, /*all=*/true,
-                          [this, pass, resume, tenant = tenant->name] {
-                            resume([this, pass, tenant]() -> Reply {
-                              try {
-                                AnswerBatchPass(*pass);
-                                return Answered(BatchAnswer(pass->slots), tenant);
-                              } catch (const std::exception& e) {
-                                return Internal("request", e.what());
-                              }
-                            });
-                          });
+    if (StartBatchPass(tenant->name, pass, /*all=*/true,
+                       [this, pass, resume, tenant = tenant->name] {
+                         resume([this, pass, tenant]() -> Reply {
+                           try {
+                             AnswerBatchPass(*pass);
+                             return Answered(BatchAnswer(pass->slots), tenant);
+                           } catch (const std::exception& e) {
+                             return Internal("request", e.what());
+                           }
+                         });
+                       })) {
+      return true;
+    }
+    // The items answered here (a duplicate from memory) keep their answers: they
+    // are counted once.
+    pass->calls.clear();
+    pass->slot_of.clear();
+    pass->decisions.clear();
+    call.batch = std::move(pass);
+    return false;
   } catch (const std::exception&) {
     return false;  // the pool answers it
   }
@@ -223,6 +236,9 @@ bool Api::StartBatch(ApiCall& call, const Resume& resume) {
 bool Api::StartBatchPass(const std::string& tenant, const std::shared_ptr<BatchPass>& pass,
                          bool all, std::function<void()> decided) {
   size_t answered = 0;
+  for (const BatchSlot& slot : pass->slots) {
+    if (slot.reply.has_value()) answered += slot.reply->response.body.size();
+  }
   for (size_t i = 0; i < pass->slots.size(); ++i) {
     BatchSlot& slot = pass->slots[i];
     if (slot.reply.has_value()) continue;
