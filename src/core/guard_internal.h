@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/guard_batch.h"
+#include "core/guard_nonblocking.h"
 #include "idem/guard.h"
 #include "store/backend.h"
 
@@ -55,6 +56,8 @@ struct Guard::Impl {
                         std::function<void(absl::StatusOr<Result>)> done);
   bool FinishNonBlocking(const Request& request, int64_t token, RecordState final_state,
                          std::string_view bytes, std::function<void(absl::Status)> done);
+  bool DecideBatchNonBlocking(absl::Span<const BatchCall> calls, bool all, size_t value_budget,
+                              std::vector<BatchDecision>* decisions, std::function<void()> done);
 
   // A transaction of StoreBackend::BeginNonBlocking that holds `request`'s key
   // (RecordTransaction::TryLock), or nullptr when there is none to be had without

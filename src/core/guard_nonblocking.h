@@ -3,14 +3,17 @@
 // idem.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "idem/guard.h"
 
 namespace idem {
@@ -38,5 +41,49 @@ bool CompleteNonBlocking(Guard& guard, const Request& request, int64_t token,
                          std::string_view result, std::function<void(absl::Status)> done);
 bool FailNonBlocking(Guard& guard, const Request& request, int64_t token, bool retryable,
                      std::string_view error, std::function<void(absl::Status)> done);
+
+// One item of DecideBatchNonBlocking: a claim (Guard::Claim(request, lease)), a
+// complete (Guard::Complete(request, token, bytes)) or a fail (Guard::Fail(request,
+// token, retryable, bytes)).
+struct BatchCall {
+  enum class Op { kClaim, kComplete, kFail };
+  Op op = Op::kClaim;
+  Request request;
+  absl::Duration lease;    // kClaim
+  int64_t token = 0;       // kComplete, kFail
+  bool retryable = false;  // kFail
+  std::string_view bytes;  // kComplete's result, kFail's error; must outlive the call
+};
+
+// What DecideBatchNonBlocking made of one item.
+struct BatchDecision {
+  enum class State {
+    kDecided,     // `claim` (kClaim) or `finish` is the single call's answer
+    kBusy,        // its key is held by another transaction: make the single call
+    kOverBudget,  // not decided: the answers before it reached the byte budget
+  };
+  State state = State::kBusy;
+  absl::StatusOr<Result> claim = absl::UnknownError("not decided");
+  absl::Status finish;
+};
+
+// The items of `calls` decided in their order in ONE transaction of
+// StoreBackend::BeginNonBlocking() and made durable by its one commit, each with the
+// answer its single call (Claim, Complete, Fail) would give, and an item of a key
+// seeing the effects of the items of that key before it. An item whose key another
+// transaction holds at this instant is left kBusy, and so is every later item of
+// that key (the caller makes their single calls after `done`, in order); once the
+// stored values (result, error) of the answers reach `value_budget` bytes, the rest
+// are left kOverBudget. With `all`, a kBusy item ends it all instead: nothing is
+// done and false returned. False as well, having done nothing, when the store has
+// no such transactions. Otherwise true, and `done` is called once, with
+// `*decisions` (one per item, in order) filled in: on this thread before the return
+// when nothing was written, else on the store's writer thread once the write is
+// durable, where it must be quick. When that write fails, every item decided in the
+// transaction answers its error. `*decisions` must stay alive until then. Never
+// blocks: for a network thread.
+bool DecideBatchNonBlocking(Guard& guard, absl::Span<const BatchCall> calls, bool all,
+                            size_t value_budget, std::vector<BatchDecision>* decisions,
+                            std::function<void()> done);
 
 }  // namespace idem

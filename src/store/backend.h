@@ -153,6 +153,15 @@ class RecordTransaction : public StoreTransaction {
     return KeyLock::kHeld;
   }
 
+  // A hint before the InsertOrLoad, Load or Replace of many keys, (tenant, key)
+  // each, that this transaction holds (TryLock): the store may read their records
+  // together now, so that those calls need no read of their own. Keys it does not
+  // hold are ignored; a read that fails here is made again by the call. The
+  // default does nothing.
+  virtual void Prefetch(absl::Span<const std::pair<std::string_view, std::string_view>> keys) {
+    (void)keys;
+  }
+
   // Commit() without blocking the calling thread, for a transaction of
   // StoreBackend::BeginNonBlocking: `done` is called once with what Commit() would
   // return, once the commit is durable, on a thread of the store's (it must be

@@ -17,7 +17,9 @@ constexpr uint8_t kVersion = kRecordFormatVersion;
 constexpr uint8_t kVersionWithoutRetention = 1;
 
 void PutU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  char bytes[8];
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out.append(bytes, sizeof(bytes));
 }
 
 void PutBytes(std::string& out, std::string_view s) {
@@ -94,7 +96,8 @@ std::string RecordKey(std::string_view tenant, std::string_view key) {
 
 std::string EncodeRecord(const Record& r) {
   std::string out;
-  out.reserve(64 + r.tenant.size() + r.biz_type.size() + r.key.size() + r.fingerprint.size() +
+  // The version and state bytes, six numbers, six lengths, then the bytes.
+  out.reserve(2 + 12 * 8 + r.tenant.size() + r.biz_type.size() + r.key.size() + r.fingerprint.size() +
               r.result.size() + r.error.size());
   out.push_back(static_cast<char>(kVersion));
   out.push_back(static_cast<char>(static_cast<int>(r.state)));

@@ -166,6 +166,8 @@ class ApiTest : public ::testing::Test {
                                        (retryable ? "true" : "false") + R"(,"error":)" + error +
                                        "}");
   }
+  // The bound of a batch's answers, on the store of the last Build.
+  void ExpectTheBatchAnswerBound();
   static json J(const HttpResponse& r) { return json::parse(r.body); }
   static void ExpectProblem(const HttpResponse& r, int status, std::string_view outcome) {
     EXPECT_EQ(r.status, status) << r.body;
@@ -640,9 +642,8 @@ TEST_F(ApiTest, StoreDownIs503FailClosed) {
 
 // A batch's answers are bounded: once they reach max_batch_answer_bytes (here
 // 300, two replays of a 200-byte result), the items after are answered 413 and
-// not decided.
-TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecided) {
-  Build(*store_, kDefaultRetryAfterMax, /*max_batch_answer_bytes=*/300);
+// not decided. Call after Build(store, ..., 300).
+void ApiTest::ExpectTheBatchAnswerBound() {
   ASSERT_EQ(Claim("R").status, 201);
   const std::string result = "\"" + std::string(200, 'r') + "\"";
   ASSERT_EQ(Complete("R", 1, result).status, 200);
@@ -664,6 +665,70 @@ TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecided) {
   ExpectProblem(Call("GET", "/v1/records/refund/N"), 404, "not_found");  // not decided
   EXPECT_EQ(metrics_.outcomes("replayed"), 2u);
   EXPECT_EQ(metrics_.batch_items(Route::kClaims), 4u);
+}
+
+TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecided) {
+  Build(*store_, kDefaultRetryAfterMax, /*max_batch_answer_bytes=*/300);
+  ExpectTheBatchAnswerBound();
+}
+
+// The same on rocksdb://, whose batch is decided in one pass (one transaction).
+TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecidedInOnePass) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> rocksdb, OpenStore("rocksdb://" + dir.file("db")));
+  ASSERT_TRUE(Backend(*rocksdb).non_blocking());
+  Build(*rocksdb, kDefaultRetryAfterMax, /*max_batch_answer_bytes=*/300);
+  ExpectTheBatchAnswerBound();
+  api_.reset();  // before the store
+  guard_.reset();
+}
+
+// And behind the cache tier, as idem serve opens it, whose memory answers the
+// replays before the transaction: they count against the bound as well.
+TEST_F(ApiTest, BatchItemsPastTheAnswerBoundAreNotDecidedWhenTheCacheAnswers) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> rocksdb, OpenStore("rocksdb://" + dir.file("db")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> cached, NewCachingStore(std::move(rocksdb)));
+  Build(*cached, kDefaultRetryAfterMax, /*max_batch_answer_bytes=*/300);
+  ExpectTheBatchAnswerBound();
+  api_.reset();
+  guard_.reset();
+}
+
+// A batch started on the network thread that meets a key another transaction holds
+// goes to the pool whole, and the items it answered from memory there (a 422 from
+// the cache tier) are answered and counted once.
+TEST_F(ApiTest, ABatchLeftToThePoolCountsWhatTheNetworkThreadAnsweredOnce) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> rocksdb, OpenStore("rocksdb://" + dir.file("db")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> cached, NewCachingStore(std::move(rocksdb)));
+  Build(*cached);
+  ASSERT_EQ(Claim("M", R"(,"fingerprint":"f1")").status, 201);
+  ASSERT_EQ(Complete("M", 1, "1").status, 200);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordTransaction> holder,
+                       Backend(*cached).BeginNonBlocking());
+  ASSERT_OK_AND_ASSIGN(RecordTransaction::KeyLock held, holder->TryLock("acme", "X"));
+  ASSERT_EQ(held, RecordTransaction::KeyLock::kHeld);
+
+  std::unique_ptr<Handler::Call> call = api_->Begin(
+      HttpRequest{"POST", "/v1/claims/batch", "Bearer tok-a",
+                  R"({"requests":[{"op":"claim","biz_type":"refund","key":"M","fingerprint":"f2"},)"
+                  R"({"op":"claim","biz_type":"refund","key":"X"}]})"});
+  EXPECT_FALSE(call->StartAsync([](std::function<Reply()>) { ADD_FAILURE() << "resumed"; }));
+  holder->Rollback();  // X is free for the pool
+  const Reply reply = call->Answer();
+  ASSERT_EQ(reply.response.status, 200) << reply.response.body;
+  const json responses = json::parse(reply.response.body)["responses"];
+  ASSERT_EQ(responses.size(), 2u);
+  EXPECT_EQ(responses[0]["outcome"], "fingerprint_mismatch");
+  EXPECT_EQ(responses[1]["outcome"], "acquired");
+  const json keys = J(Call("GET", "/v1/keys/mismatches"))["keys"];
+  ASSERT_EQ(keys.size(), 1u) << keys;
+  EXPECT_EQ(keys[0]["key"], "M");
+  EXPECT_EQ(keys[0]["mismatches"], 1);
+  holder.reset();
+  api_.reset();
+  guard_.reset();
 }
 
 // Store down: each item is its single call's 503 (fail closed), in a 200.

@@ -11,8 +11,11 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "http/client.h"
@@ -38,6 +41,7 @@ class BatchServer {
 
   void Start() {
     serve_ = std::make_unique<ServeProcess>(dir_ + "/serve" + std::to_string(starts_++) + ".err");
+    for (const auto& [name, value] : env_) serve_->set_env(name, value);
     std::vector<std::string> args = idem::testing::StoreArgs(store_, dir_);
     for (const char* a : {"--listen", "127.0.0.1:0", "--tenant", "t1:tok1", "--tenant",
                                  "t2:tok2", "--log-level", "warn"}) {
@@ -52,6 +56,17 @@ class BatchServer {
     serve_->Stop(SIGKILL);
     Start();
   }
+
+  // A new process on the same store, without `env`, once this one has killed
+  // itself (at a failpoint).
+  void RestartAfterItDied() {
+    EXPECT_EQ(serve_->Stop(0, std::chrono::seconds(60)), -1) << "the server did not die";
+    env_.clear();
+    Start();
+  }
+
+  // The environment of the processes started from now on (failpoints).
+  void SetEnv(std::vector<std::pair<std::string, std::string>> env) { env_ = std::move(env); }
 
   testing::ClientResponse Post(const std::string& target, const std::string& body,
                                const std::string& token = "tok1") {
@@ -77,6 +92,7 @@ class BatchServer {
  private:
   std::string dir_, store_;
   std::vector<std::string> extra_;
+  std::vector<std::pair<std::string, std::string>> env_;
   int starts_ = 0;
   std::unique_ptr<ServeProcess> serve_;
 };
@@ -346,8 +362,268 @@ TEST_P(ServeBatch, EveryItemOfAnAnsweredBatchSurvivesKillNine) {
   EXPECT_EQ(server.process().Stop(), 0);
 }
 
+
+// Items of one key see each other in order, whatever they do to it: the one
+// transaction's reads see its own writes on rocksdb://.
+TEST_P(ServeBatch, ItemsOfOneKeySeeTheItemsBeforeThem) {
+  BatchServer server(StoreUrl(), dir_.path());
+  json claim = ClaimItem("same"), other = ClaimItem("same");
+  claim["fingerprint"] = "f1";
+  other["fingerprint"] = "f2";
+  const json responses = server.Batch(json::array({
+      claim,                                   // 0: acquired, token 1
+      claim,                                   // 1: in_progress (the claim of item 0)
+      other,                                   // 2: fingerprint_mismatch
+      FailItem("same", 1, true, "retry"),      // 3: released
+      claim,                                   // 4: acquired again, token 2
+      CompleteItem("same", 1, "stale"),        // 5: lease_lost (token 1 is not the holder)
+      CompleteItem("same", 2, {{"ok", true}}),  // 6: completed
+      claim,                                   // 7: replayed
+  }));
+  ASSERT_EQ(responses.size(), 8u);
+  EXPECT_EQ(responses[0]["outcome"], "acquired");
+  EXPECT_EQ(responses[0]["token"], 1);
+  EXPECT_EQ(responses[1]["status"], 409);
+  EXPECT_EQ(responses[1]["outcome"], "in_progress");
+  EXPECT_EQ(responses[1]["lease_until"], responses[0]["lease_until"]);
+  EXPECT_EQ(responses[2]["status"], 422);
+  EXPECT_EQ(responses[2]["outcome"], "fingerprint_mismatch");
+  EXPECT_EQ(responses[3], json::parse(R"({"status":200,"outcome":"released"})"));
+  EXPECT_EQ(responses[4]["status"], 201);
+  EXPECT_EQ(responses[4]["token"], 2);
+  EXPECT_EQ(responses[5]["status"], 409);
+  EXPECT_EQ(responses[5]["outcome"], "lease_lost");
+  EXPECT_EQ(responses[6], json::parse(R"({"status":200,"outcome":"completed"})"));
+  EXPECT_EQ(responses[7], json::parse(R"({"status":200,"outcome":"replayed","expires_at":null,)"
+                                      R"("result":{"ok":true}})"));
+  const json record = json::parse(server.Get("/v1/records/pay/same").body);
+  EXPECT_EQ(record["state"], "SUCCEEDED");
+  EXPECT_EQ(record["token"], 2);
+}
+
+// Many keys, each claimed, completed and claimed again in one batch, then claimed
+// again with new keys in the next: each item sees its key's items before it, and
+// the next batch reads what the first wrote.
+TEST_P(ServeBatch, ManyKeysEachRepeatedInOneBatch) {
+  BatchServer server(StoreUrl(), dir_.path());
+  constexpr int kKeys = 30;
+  json first = json::array(), second = json::array();
+  for (int i = 0; i < kKeys; ++i) first.push_back(ClaimItem("m" + std::to_string(i)));
+  for (int i = 0; i < kKeys; ++i) first.push_back(CompleteItem("m" + std::to_string(i), 1, i));
+  for (int i = 0; i < kKeys; ++i) first.push_back(ClaimItem("m" + std::to_string(i)));
+  const json answers = server.Batch(first);
+  ASSERT_EQ(answers.size(), size_t{3 * kKeys});
+  for (int i = 0; i < kKeys; ++i) {
+    EXPECT_EQ(answers[i]["outcome"], "acquired") << i;
+    EXPECT_EQ(answers[kKeys + i]["outcome"], "completed") << i;
+    EXPECT_EQ(answers[2 * kKeys + i]["outcome"], "replayed") << i;
+    EXPECT_EQ(answers[2 * kKeys + i]["result"], i) << i;
+  }
+  for (int i = 0; i < kKeys; ++i) {
+    second.push_back(ClaimItem("m" + std::to_string(i)));
+    second.push_back(ClaimItem("n" + std::to_string(i)));
+  }
+  const json again = server.Batch(second);
+  ASSERT_EQ(again.size(), size_t{2 * kKeys});
+  for (int i = 0; i < kKeys; ++i) {
+    EXPECT_EQ(again[2 * i]["outcome"], "replayed") << i;
+    EXPECT_EQ(again[2 * i]["result"], i) << i;
+    EXPECT_EQ(again[2 * i + 1]["outcome"], "acquired") << i;
+  }
+}
+
+// A bad item between two items of a key is its own 400; the key's items around it
+// are decided in order as if it were not there.
+TEST_P(ServeBatch, ABadItemAmongGoodOnesStopsNothing) {
+  BatchServer server(StoreUrl(), dir_.path());
+  const json responses = server.Batch(json::array({
+      ClaimItem("g1"),
+      {{"op", "complete"}, {"biz_type", "pay"}, {"key", "g1"}, {"result", 1}},  // no token
+      ClaimItem("g2"),
+      CompleteItem("g1", 1, 5),
+      {{"op", "claim"}, {"biz_type", "pay"}, {"key", "g2"}, {"lease_ms", 1}},  // too short
+      ClaimItem("g1"),
+  }));
+  ASSERT_EQ(responses.size(), 6u);
+  EXPECT_EQ(responses[0]["outcome"], "acquired");
+  EXPECT_EQ(responses[1]["status"], 400);
+  EXPECT_THAT(responses[1]["detail"].get<std::string>(), StartsWith("requests[1]: field \"token\""));
+  EXPECT_EQ(responses[2]["outcome"], "acquired");
+  EXPECT_EQ(responses[3]["outcome"], "completed");
+  EXPECT_EQ(responses[4]["status"], 400);
+  EXPECT_THAT(responses[4]["detail"].get<std::string>(), StartsWith("requests[4]: field \"lease_ms\""));
+  EXPECT_EQ(responses[5]["outcome"], "replayed");
+  EXPECT_EQ(responses[5]["result"], 5);
+}
+
+// Batches and single calls from other connections claim and complete the same keys
+// at once: each key is acquired exactly once, and every other answer is the one
+// its key's state gave: in_progress with the winner's lease, or the winner's result
+// replayed. On rocksdb:// a batch meeting a key a single call holds leaves that key's
+// items to the per-item path; none is decided twice.
+TEST_P(ServeBatch, BatchesRacingSingleCallsDecideEveryKeyOnce) {
+  BatchServer server(StoreUrl(), dir_.path());
+  constexpr int kRounds = 15;
+  constexpr int kKeys = 40;
+  std::mutex mu;
+  std::map<std::string, std::vector<json>> answers;  // key → every claim's answer
+  std::map<std::string, int> completed;              // key → completes answered 200
+  auto record = [&](const std::string& key, const json& answer) {
+    std::lock_guard<std::mutex> lock(mu);
+    answers[key].push_back(answer);
+  };
+  auto key_of = [](int round, int i) { return "race" + std::to_string(round) + "-" + std::to_string(i); };
+  auto single = [&](bool reverse) {
+    for (int round = 0; round < kRounds; ++round) {
+      for (int n = 0; n < kKeys; ++n) {
+        const std::string key = key_of(round, reverse ? kKeys - 1 - n : n);
+        testing::ClientResponse r =
+            server.Post("/v1/claims", json{{"biz_type", "pay"}, {"key", key}}.dump());
+        json answer = json::parse(r.body, nullptr, false);
+        if (answer.is_object()) answer["status"] = r.status;
+        record(key, answer);
+        if (r.status != 201) continue;
+        testing::ClientResponse done = server.Post(
+            "/v1/claims/complete",
+            json{{"biz_type", "pay"}, {"key", key}, {"token", 1}, {"result", key}}.dump());
+        std::lock_guard<std::mutex> lock(mu);
+        if (done.status == 200) ++completed[key];
+      }
+    }
+  };
+  auto batch = [&](bool reverse) {
+    for (int round = 0; round < kRounds; ++round) {
+      json items = json::array();
+      std::vector<std::string> keys;
+      for (int n = 0; n < kKeys; ++n) {
+        keys.push_back(key_of(round, reverse ? kKeys - 1 - n : n));
+        items.push_back(ClaimItem(keys.back()));
+      }
+      const json responses = server.Batch(items);
+      json completes = json::array();
+      std::vector<std::string> won;
+      for (size_t i = 0; i < responses.size(); ++i) {
+        record(keys[i], responses[i]);
+        if (responses[i]["status"] == 201) {
+          won.push_back(keys[i]);
+          completes.push_back(CompleteItem(keys[i], 1, keys[i]));
+        }
+      }
+      if (completes.empty()) continue;
+      const json done = server.Batch(completes);
+      std::lock_guard<std::mutex> lock(mu);
+      for (size_t i = 0; i < done.size(); ++i) {
+        if (done[i]["status"] == 200) ++completed[won[i]];
+      }
+    }
+  };
+  {
+    std::vector<std::thread> racers;
+    racers.emplace_back(single, false);
+    racers.emplace_back(single, true);
+    racers.emplace_back(batch, false);
+    racers.emplace_back(batch, true);
+    for (std::thread& t : racers) t.join();
+  }
+  ASSERT_EQ(answers.size(), size_t{kRounds * kKeys});
+  for (const auto& [key, list] : answers) {
+    ASSERT_EQ(list.size(), 4u) << key;
+    const json* winner = nullptr;
+    for (const json& a : list) {
+      if (a["status"] == 201) {
+        EXPECT_EQ(winner, nullptr) << key << " acquired twice: " << json(list);
+        winner = &a;
+      }
+    }
+    ASSERT_NE(winner, nullptr) << key << ": " << json(list);
+    EXPECT_EQ((*winner)["token"], 1) << key;
+    EXPECT_EQ(completed[key], 1) << key;
+    for (const json& a : list) {
+      if (&a == winner) continue;
+      if (a["status"] == 409) {
+        EXPECT_EQ(a["outcome"], "in_progress") << key << ": " << a;
+        EXPECT_EQ(a["lease_until"], (*winner)["lease_until"]) << key << ": " << a;
+      } else {
+        EXPECT_EQ(a, json::parse(R"({"status":200,"outcome":"replayed","expires_at":null,)"
+                                 R"("result":")" + key + R"("})"))
+            << key;
+      }
+    }
+    const json stored = json::parse(server.Get("/v1/records/pay/" + key).body);
+    EXPECT_EQ(stored["state"], "SUCCEEDED") << key;
+    EXPECT_EQ(stored["token"], 1) << key;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, ServeBatch, ::testing::Values("rocksdb", "sqlite"),
                          [](const auto& info) { return info.param; });
+
+
+// The server kills itself at a stage of its durable write while batches claim fresh
+// keys and complete the keys the batch before claimed: after a restart every item
+// answered acquired or completed is there, and the batch whose answer never came
+// is there whole or not at all (its one WriteBatch).
+TEST(ServeBatchKill, EveryAcknowledgedItemSurvivesAKillAtEachWriteStage) {
+  for (const std::string stage :
+       {"rocksdb.after_decide", "rocksdb.wal.before_sync", "rocksdb.after_write"}) {
+    SCOPED_TRACE(stage);
+    idem::testing::TempDir dir;
+    BatchServer server("rocksdb://" + dir.file("db"), dir.path());
+    // Started again with the failpoint armed; the restart after the kill without.
+    server.SetEnv({{"IDEM_FAILPOINTS", stage + "=kill@6"}});
+    server.KillAndRestart();
+    std::map<std::string, int> acquired;  // key → token acknowledged
+    std::map<std::string, int> finished;  // key → result acknowledged
+    std::vector<std::string> unanswered;  // the claims of the batch never answered
+    std::vector<std::string> previous;
+    for (int batch = 0; batch < 100; ++batch) {
+      json items = json::array();
+      std::vector<std::string> keys;
+      for (int i = 0; i < 50; ++i) {
+        keys.push_back("b" + std::to_string(batch) + "-" + std::to_string(i));
+        items.push_back(ClaimItem(keys.back()));
+      }
+      for (size_t i = 0; i < previous.size(); ++i) {
+        items.push_back(CompleteItem(previous[i], 1, static_cast<int>(i)));
+      }
+      testing::ClientResponse r =
+          server.Post("/v1/claims/batch", json{{"requests", items}}.dump());
+      if (r.status != 200) {
+        unanswered = keys;
+        break;
+      }
+      const json responses = json::parse(r.body)["responses"];
+      ASSERT_EQ(responses.size(), items.size());
+      for (size_t i = 0; i < keys.size(); ++i) {
+        ASSERT_EQ(responses[i]["outcome"], "acquired") << responses[i];
+        acquired[keys[i]] = responses[i]["token"];
+      }
+      for (size_t i = 0; i < previous.size(); ++i) {
+        ASSERT_EQ(responses[keys.size() + i]["outcome"], "completed");
+        finished[previous[i]] = static_cast<int>(i);
+      }
+      previous = keys;
+    }
+    ASSERT_FALSE(unanswered.empty()) << "the server never died at the stage";
+    server.RestartAfterItDied();
+    for (const auto& [key, token] : acquired) {
+      testing::ClientResponse rec = server.Get("/v1/records/pay/" + key);
+      ASSERT_EQ(rec.status, 200) << key << ": " << rec.body;
+      const json stored = json::parse(rec.body);
+      EXPECT_EQ(stored["token"], token) << key;
+      if (finished.contains(key)) {
+        EXPECT_EQ(stored["state"], "SUCCEEDED") << key;
+        EXPECT_EQ(stored["result"], finished[key]) << key;
+      }
+    }
+    size_t there = 0;
+    for (const std::string& key : unanswered) {
+      there += server.Get("/v1/records/pay/" + key).status == 200 ? 1 : 0;
+    }
+    EXPECT_TRUE(there == 0 || there == unanswered.size()) << there << " of the lost batch";
+    EXPECT_EQ(server.process().Stop(), 0);
+  }
+}
 
 #else  // IDEM_BATCH_POSTGRES
 

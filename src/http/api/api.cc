@@ -179,7 +179,10 @@ ApiCall::ApiCall(Api& api, HttpRequest request) : Call(std::move(request)), api_
 
 std::optional<Reply> ApiCall::BeforeBody() const { return api_.BeforeBody(*this); }
 std::optional<Reply> ApiCall::AnswerWithoutBlocking() { return api_.AnswerWithoutBlocking(*this); }
-bool ApiCall::StartAsync(const Handler::Resume& resume) { return api_.StartAsync(*this, resume); }
+bool ApiCall::StartAsync(const Handler::Resume& resume) {
+  if (route == Route::kClaimsBatch) return api_.StartBatch(*this, resume);
+  return api_.StartAsync(*this, resume);
+}
 Reply ApiCall::Answer() { return api_.Answer(*this); }
 
 std::unique_ptr<Handler::Call> Api::Begin(HttpRequest request) {

@@ -143,6 +143,7 @@ struct ApiOptions {
 
 class Api;
 struct BatchSlot;  // claims_batch.cc
+struct BatchPass;  // claims_batch.cc
 
 // A claim that met a live lease and is waiting for it (wait_ms), polled through
 // the Api that answered it (Api::Poll, Api::Watch).
@@ -208,6 +209,9 @@ class ApiCall final : public Handler::Call {
   std::variant<std::monostate, absl::StatusOr<ClaimBody>, absl::StatusOr<CompleteBody>,
                absl::StatusOr<FailBody>>
       body;
+  // A batch that StartAsync parsed and left to the pool (a key of it was held): its
+  // items, those answered already (from memory) with their replies, for Answer.
+  std::shared_ptr<BatchPass> batch;
 
  private:
   Api& api_;
@@ -254,6 +258,26 @@ class Api : public Handler {
   Reply Complete(ApiCall& call);  // claims.cc
   Reply Fail(ApiCall& call);      // claims.cc
   Reply Batch(ApiCall& call);     // claims_batch.cc: POST /v1/claims/batch
+  // The batch of `call` decided in one pass on this network thread, on a store
+  // with non-blocking transactions, its answer built by `resume`'s function once
+  // its one write is durable; false, having decided nothing, for anything else or
+  // when a key of it is held by another transaction this instant (Batch then
+  // answers it on the pool).
+  bool StartBatch(ApiCall& call, const Resume& resume);
+  // The items of a batch's `body` into `*slots`, each parsed and its ids checked
+  // (a bad one has its 400 reply already); the 400 of a malformed envelope.
+  std::optional<Reply> ParseBatch(std::string_view body, std::vector<BatchSlot>* slots) const;
+  // The 200 of a batch whose every slot has its reply; counts the items.
+  Reply BatchAnswer(const std::vector<BatchSlot>& slots);
+  // The slots of `pass` still without a reply handed to DecideBatchNonBlocking
+  // (all: all or nothing), `decided` called as it says; a decided duplicate the
+  // store holds in memory, and a finish with token 0, are answered here. Returns
+  // its answer.
+  bool StartBatchPass(const std::string& tenant, const std::shared_ptr<BatchPass>& pass,
+                      bool all, std::function<void()> decided);
+  // The replies of what the pass decided (once `decided` was called); items left
+  // to the per-item path stay without one.
+  void AnswerBatchPass(BatchPass& pass);
   // The batch's items decided on this thread in their order (a store whose calls
   // block), or started without blocking, a wave of distinct keys at a time, this
   // thread waiting for each wave's writes to be durable (rocksdb://). An item past

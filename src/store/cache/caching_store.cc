@@ -122,6 +122,11 @@ class CachingTransaction final : public RecordTransaction {
     return inner_->TryLock(tenant, key);
   }
 
+  // Forwarded: the reads it saves are the inner store's.
+  void Prefetch(absl::Span<const std::pair<std::string_view, std::string_view>> keys) override {
+    inner_->Prefetch(keys);
+  }
+
   absl::StatusOr<std::optional<Record>> Load(std::string_view tenant,
                                              std::string_view key) override {
     absl::StatusOr<std::optional<Record>> r = inner_->Load(tenant, key);

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "store/absl_compat.h"
@@ -145,6 +146,41 @@ class RocksdbTransaction final : public RecordTransaction,
     if (existing.has_value()) return existing;
     Put(key, store::EncodeRecord(record));
     return std::nullopt;
+  }
+
+  // The held keys' durable records in one MultiGet, for Read. Only a transaction
+  // holding many keys (with an index) prefetches.
+  void Prefetch(absl::Span<const std::pair<std::string_view, std::string_view>> keys) override {
+    if (!CheckWritable().ok() || index_.empty()) return;
+    std::vector<rocksdb::Slice> slices;
+    std::vector<Indexed*> targets;
+    slices.reserve(keys.size());
+    targets.reserve(keys.size());
+    for (const auto& [tenant, key] : keys) {
+      rocksdbstore::SetRecordDbKey(scratch_, tenant, key);
+      auto it = index_.find(scratch_);
+      if (it == index_.end() || it->second.write != kNoWrite ||
+          it->second.fetched != kNotFetched) {
+        continue;
+      }
+      it->second.fetched = kAbsent;  // until the answer: a key named twice is read once
+      slices.emplace_back(*it->second.key);
+      targets.push_back(&it->second);
+    }
+    if (slices.empty()) return;
+    std::vector<rocksdb::PinnableSlice> values(slices.size());
+    std::vector<rocksdb::Status> statuses(slices.size());
+    rocksdb::DB* db = store_.db->db.get();
+    db->MultiGet(store_.read_options, db->DefaultColumnFamily(), slices.size(), slices.data(),
+                 values.data(), statuses.data());
+    for (size_t i = 0; i < slices.size(); ++i) {
+      if (statuses[i].ok()) {
+        targets[i]->fetched = fetched_.size();
+        fetched_.emplace_back(values[i].data(), values[i].size());
+      } else if (!statuses[i].IsNotFound()) {
+        targets[i]->fetched = kNotFetched;  // Read reads it again and words the error
+      }
+    }
   }
 
   // Locks the key for the reads and writes that follow. On a blocking transaction
@@ -318,8 +354,49 @@ class RocksdbTransaction final : public RecordTransaction,
   // The held key equal to `db_key`, or null.
   const std::string* Held(const std::string& db_key) const {
     if (holds_first_ && first_ == db_key) return &first_;
+    if (!index_.empty()) {
+      auto it = index_.find(db_key);
+      return it == index_.end() ? nullptr : it->second.key;
+    }
     for (const std::unique_ptr<std::string>& k : more_) {
       if (*k == db_key) return k.get();
+    }
+    return nullptr;
+  }
+
+  // A transaction holding many keys (a batch) finds them and their writes by this
+  // index instead of a walk of them all.
+  static constexpr size_t kIndexFrom = 8;
+  static constexpr size_t kNoWrite = static_cast<size_t>(-1);
+  static constexpr size_t kNotFetched = static_cast<size_t>(-1);
+  static constexpr size_t kAbsent = static_cast<size_t>(-2);
+  struct Indexed {
+    const std::string* key;
+    size_t write = kNoWrite;        // its Write in writes_
+    size_t fetched = kNotFetched;   // its stored value in fetched_ (Prefetch), or kAbsent
+  };
+
+  // Adds the held `key` to the index, building it once the transaction holds
+  // kIndexFrom keys.
+  void Index(const std::string* key) {
+    if (index_.empty()) {
+      if (more_.size() + 1 < kIndexFrom) return;
+      index_.emplace(first_, Indexed{.key = &first_});
+      for (const std::unique_ptr<std::string>& k : more_) index_.emplace(*k, Indexed{.key = k.get()});
+      for (size_t i = 0; i < writes_.size(); ++i) index_.at(*writes_[i].key).write = i;
+      return;
+    }
+    index_.emplace(*key, Indexed{.key = key});
+  }
+
+  // The commit's write of `key` (held), or null.
+  Write* WriteOf(const std::string* key) {
+    if (!index_.empty()) {
+      const size_t i = index_.at(*key).write;
+      return i == kNoWrite ? nullptr : &writes_[i];
+    }
+    for (Write& w : writes_) {
+      if (w.key == key) return &w;
     }
     return nullptr;
   }
@@ -346,7 +423,11 @@ class RocksdbTransaction final : public RecordTransaction,
         non_blocking_ ? locks.TryLock(*slot, owner_)
                       : locks.Lock(*slot, owner_, absl::Now() + store_.lock_timeout, holds_others);
     if (got == rocksdbstore::KeyLocks::Got::kLocked) {
-      if (slot == &first_) holds_first_ = true;
+      if (slot == &first_) {
+        holds_first_ = true;
+      } else {
+        Index(slot);
+      }
       return slot;
     }
     slot->swap(scratch_);
@@ -374,11 +455,17 @@ class RocksdbTransaction final : public RecordTransaction,
   // The record under `key` (held): this transaction's own write of it, else the
   // database's durable one.
   absl::StatusOr<std::optional<Record>> Read(const std::string* key) {
-    for (const Write& w : writes_) {
-      if (w.key != key) continue;
-      if (!w.value.has_value()) return std::nullopt;
-      IDEM_ASSIGN_OR_RETURN(Record r, store::DecodeRecord(*w.value));
+    if (const Write* w = WriteOf(key)) {
+      if (!w->value.has_value()) return std::nullopt;
+      IDEM_ASSIGN_OR_RETURN(Record r, store::DecodeRecord(*w->value));
       return r;
+    }
+    if (!index_.empty()) {
+      const size_t fetched = index_.at(*key).fetched;
+      if (fetched == kAbsent) return std::nullopt;
+      if (fetched != kNotFetched) {
+        return Decoded(rocksdb::Status::OK(), fetched_[fetched], store_.url, "read for update");
+      }
     }
     rocksdb::Status s = store_.db->db->Get(store_.read_options, *key, &value_);
     return Decoded(s, value_, store_.url, "read for update");
@@ -386,12 +473,11 @@ class RocksdbTransaction final : public RecordTransaction,
 
   // Sets the commit's write of `key` (held), replacing an earlier one.
   void Put(const std::string* key, std::optional<std::string> value) {
-    for (Write& w : writes_) {
-      if (w.key == key) {
-        w.value = std::move(value);
-        return;
-      }
+    if (Write* w = WriteOf(key)) {
+      w->value = std::move(value);
+      return;
     }
+    if (!index_.empty()) index_.at(*key).write = writes_.size();
     writes_.push_back(Write{.key = key, .value = std::move(value)});
   }
 
@@ -402,6 +488,8 @@ class RocksdbTransaction final : public RecordTransaction,
     if (holds_first_) locks.Unlock(first_, owner_);
     for (const std::unique_ptr<std::string>& k : more_) locks.Unlock(*k, owner_);
     holds_first_ = false;
+    index_.clear();
+    fetched_.clear();
     more_.clear();
     writes_.clear();
   }
@@ -415,6 +503,8 @@ class RocksdbTransaction final : public RecordTransaction,
   std::string first_;
   bool holds_first_ = false;
   std::vector<std::unique_ptr<std::string>> more_;
+  absl::flat_hash_map<std::string_view, Indexed> index_;  // empty below kIndexFrom keys
+  std::vector<std::string> fetched_;                       // Prefetch's values
   absl::InlinedVector<Write, 1> writes_;
   std::string scratch_;  // a key being looked up
   std::string value_;    // the last value read
