@@ -1,6 +1,8 @@
 #include "idem/guard.h"
 
+#include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -289,6 +291,10 @@ absl::StatusOr<Result> Guard::Impl::Claim(const Request& request, absl::Duration
 
 Result Guard::Impl::Acquired(const Acquisition& a) {
   IDEM_FAILPOINT("guard.after_claim_commit");
+  return AcquiredResult(a);
+}
+
+Result Guard::Impl::AcquiredResult(const Acquisition& a) {
   return Result{.outcome = Outcome::kAcquired,
                 .token = a.claim.token,
                 .lease_until = a.claim.lease_until,
@@ -310,39 +316,49 @@ absl::StatusOr<std::unique_ptr<RecordTransaction>> Guard::Impl::HoldNonBlocking(
 }
 
 bool Guard::Impl::ClaimNonBlocking(const Request& request, absl::Duration lease,
-                                   std::function<void(absl::StatusOr<Result>)> done) {
+                                   NonBlockingCall& call) {
   absl::StatusOr<std::unique_ptr<RecordTransaction>> held = HoldNonBlocking(request);
   if (held.ok() && *held == nullptr) return false;
   if (!held.ok()) {
-    done(held.status());
+    call.Done(held.status());
     return true;
   }
-  // Shared: it rides in the commit's callback, which the store's writer owns.
-  std::shared_ptr<RecordTransaction> tx = *std::move(held);
+  std::unique_ptr<RecordTransaction>& tx = GuardAccess::TransactionOf(call);
+  tx = *std::move(held);
   if (lease <= absl::ZeroDuration()) lease = options_.lease;
   absl::StatusOr<Acquisition> a = Acquire(*tx, request, lease, options_.clock->Now());
   // kAborted (a race on the record): nothing is written, and the blocking path's
   // caller repeats the claim (the Api does).
-  if (!a.ok() && a.status().code() == absl::StatusCode::kAborted) return false;
+  if (!a.ok() && a.status().code() == absl::StatusCode::kAborted) {
+    tx.reset();
+    return false;
+  }
   if (!a.ok()) {
-    done(a.status());
+    tx.reset();  // rolled back: its key is free before the answer
+    call.Done(a.status());
     return true;
   }
   if (a->final.has_value()) {
     tx->Rollback();
-    done(*std::move(a->final));
+    call.Done(*std::move(a->final));
     return true;
   }
-  RecordTransaction* committing = tx.get();
-  committing->CommitAsync(
-      [tx = std::move(tx), a = *std::move(a), done = std::move(done)](absl::Status s) {
-        if (!s.ok()) {
-          done(AsStoreFault(s));
-        } else {
-          done(Acquired(a));
-        }
-      });
+  GuardAccess::AcquiredOf(call) = AcquiredResult(*a);
+  GuardAccess::CommitAsync(call);  // NonBlockingCall::Committed
   return true;
+}
+
+void NonBlockingCall::Committed(absl::Status status) {
+  std::optional<Result> acquired = std::move(acquired_);
+  acquired_.reset();
+  if (!status.ok()) {
+    Done(AsStoreFault(status));
+  } else if (acquired.has_value()) {
+    IDEM_FAILPOINT("guard.after_claim_commit");
+    Done(*std::move(acquired));
+  } else {
+    Done(Result{});
+  }
 }
 
 absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler) {
@@ -467,23 +483,27 @@ absl::Status Guard::Impl::Finish(const Request& request, int64_t token, RecordSt
 }
 
 bool Guard::Impl::FinishNonBlocking(const Request& request, int64_t token, RecordState final_state,
-                                    std::string_view bytes,
-                                    std::function<void(absl::Status)> done) {
+                                    std::string_view bytes, NonBlockingCall& call) {
   absl::StatusOr<std::unique_ptr<RecordTransaction>> held = HoldNonBlocking(request);
   if (held.ok() && *held == nullptr) return false;
   if (!held.ok()) {
-    done(held.status());
+    call.Done(held.status());
     return true;
   }
-  std::shared_ptr<RecordTransaction> tx = *std::move(held);
+  std::unique_ptr<RecordTransaction>& tx = GuardAccess::TransactionOf(call);
+  tx = *std::move(held);
+  GuardAccess::AcquiredOf(call).reset();
   absl::StatusOr<bool> write = FinishIn(*tx, request, token, final_state, bytes);
   if (!write.ok() || !*write) {
-    done(write.status());
+    tx.reset();  // rolled back: its key is free before the answer
+    if (!write.ok()) {
+      call.Done(write.status());
+    } else {
+      call.Done(Result{});
+    }
     return true;
   }
-  RecordTransaction* committing = tx.get();
-  committing->CommitAsync(
-      [tx = std::move(tx), done = std::move(done)](absl::Status s) { done(AsStoreFault(s)); });
+  GuardAccess::CommitAsync(call);  // NonBlockingCall::Committed
   return true;
 }
 
@@ -557,21 +577,73 @@ std::optional<Result> ClaimIfKnown(Guard& guard, const Request& request) {
 }
 
 bool ClaimNonBlocking(Guard& guard, const Request& request, absl::Duration lease,
+                      NonBlockingCall& call) {
+  return GuardAccess::Of(guard).ClaimNonBlocking(request, lease, call);
+}
+
+bool CompleteNonBlocking(Guard& guard, const Request& request, int64_t token,
+                         std::string_view result, NonBlockingCall& call) {
+  return GuardAccess::Of(guard).FinishNonBlocking(request, token, RecordState::kSucceeded, result,
+                                                  call);
+}
+
+bool FailNonBlocking(Guard& guard, const Request& request, int64_t token, bool retryable,
+                     std::string_view error, NonBlockingCall& call) {
+  return GuardAccess::Of(guard).FinishNonBlocking(
+      request, token, retryable ? RecordState::kReleased : RecordState::kFailed, error, call);
+}
+
+namespace {
+
+// The function forms' call: made per call, it deletes itself once answered.
+template <typename Answer>
+class FunctionCall final : public NonBlockingCall {
+ public:
+  explicit FunctionCall(std::function<void(Answer)> done) : done_(std::move(done)) {}
+
+  void Done(absl::StatusOr<Result> answer) override {
+    std::unique_ptr<FunctionCall> self(this);
+    if constexpr (std::is_same_v<Answer, absl::Status>) {
+      done_(answer.status());
+    } else {
+      done_(std::move(answer));
+    }
+  }
+
+  // Starts it with `start`; false (nothing started) deletes it.
+  static bool Start(std::function<void(Answer)> done,
+                    const std::function<bool(NonBlockingCall&)>& start) {
+    auto call = std::make_unique<FunctionCall>(std::move(done));
+    if (!start(*call)) return false;
+    call.release();  // Done deletes it (it may have already)
+    return true;
+  }
+
+ private:
+  std::function<void(Answer)> done_;
+};
+
+}  // namespace
+
+bool ClaimNonBlocking(Guard& guard, const Request& request, absl::Duration lease,
                       std::function<void(absl::StatusOr<Result>)> done) {
-  return GuardAccess::Of(guard).ClaimNonBlocking(request, lease, std::move(done));
+  return FunctionCall<absl::StatusOr<Result>>::Start(std::move(done), [&](NonBlockingCall& call) {
+    return ClaimNonBlocking(guard, request, lease, call);
+  });
 }
 
 bool CompleteNonBlocking(Guard& guard, const Request& request, int64_t token,
                          std::string_view result, std::function<void(absl::Status)> done) {
-  return GuardAccess::Of(guard).FinishNonBlocking(request, token, RecordState::kSucceeded, result,
-                                                  std::move(done));
+  return FunctionCall<absl::Status>::Start(std::move(done), [&](NonBlockingCall& call) {
+    return CompleteNonBlocking(guard, request, token, result, call);
+  });
 }
 
 bool FailNonBlocking(Guard& guard, const Request& request, int64_t token, bool retryable,
                      std::string_view error, std::function<void(absl::Status)> done) {
-  return GuardAccess::Of(guard).FinishNonBlocking(
-      request, token, retryable ? RecordState::kReleased : RecordState::kFailed, error,
-      std::move(done));
+  return FunctionCall<absl::Status>::Start(std::move(done), [&](NonBlockingCall& call) {
+    return FailNonBlocking(guard, request, token, retryable, error, call);
+  });
 }
 
 absl::StatusOr<Record> Guard::Impl::Get(const Request& request) {

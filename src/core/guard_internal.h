@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/guard_batch.h"
+#include "core/guard_nonblocking.h"
 #include "idem/guard.h"
 #include "store/backend.h"
 
@@ -51,10 +52,9 @@ struct Guard::Impl {
 
   // The entry points of guard_nonblocking.h.
   std::optional<Result> ClaimIfKnown(const Request& request);
-  bool ClaimNonBlocking(const Request& request, absl::Duration lease,
-                        std::function<void(absl::StatusOr<Result>)> done);
+  bool ClaimNonBlocking(const Request& request, absl::Duration lease, NonBlockingCall& call);
   bool FinishNonBlocking(const Request& request, int64_t token, RecordState final_state,
-                         std::string_view bytes, std::function<void(absl::Status)> done);
+                         std::string_view bytes, NonBlockingCall& call);
 
   // A transaction of StoreBackend::BeginNonBlocking that holds `request`'s key
   // (RecordTransaction::TryLock), or nullptr when there is none to be had without
@@ -103,8 +103,10 @@ struct Guard::Impl {
   // commit, false when the answer is OK without one (the same call again).
   absl::StatusOr<bool> FinishIn(RecordTransaction& tx, const Request& request, int64_t token,
                                 RecordState final_state, std::string_view bytes);
-  // The answer of a claim whose acquisition `a` is committed.
+  // The answer of a claim whose acquisition `a` is committed (AcquiredResult, after
+  // the failpoint guard.after_claim_commit).
   static Result Acquired(const Acquisition& a);
+  static Result AcquiredResult(const Acquisition& a);
 
   StoreBackend& store_;
   GuardOptions options_;
@@ -114,6 +116,12 @@ struct Guard::Impl {
 // guard_nonblocking.h.
 struct GuardAccess {
   static Guard::Impl& Of(Guard& guard) { return *guard.impl_; }
+  // A NonBlockingCall's transaction, and a claim's answer once it is durable.
+  static std::unique_ptr<RecordTransaction>& TransactionOf(NonBlockingCall& call) {
+    return call.tx_;
+  }
+  static std::optional<Result>& AcquiredOf(NonBlockingCall& call) { return call.acquired_; }
+  static void CommitAsync(NonBlockingCall& call) { call.tx_->CommitAsync(call); }
 };
 
 }  // namespace idem

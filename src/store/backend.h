@@ -153,14 +153,25 @@ class RecordTransaction : public StoreTransaction {
     return KeyLock::kHeld;
   }
 
+  // What CommitAsync tells when the commit has ended: an object of the caller's
+  // (the Guard's per-request call), so a commit allocates nothing to be answered.
+  class CommitDone {
+   public:
+    // Called once with what Commit() would return. May destroy the transaction.
+    virtual void Committed(absl::Status status) = 0;
+
+   protected:
+    ~CommitDone() = default;
+  };
+
   // Commit() without blocking the calling thread, for a transaction of
-  // StoreBackend::BeginNonBlocking: `done` is called once with what Commit() would
+  // StoreBackend::BeginNonBlocking: `done` is told once what Commit() would
   // return, once the commit is durable, on a thread of the store's (it must be
   // quick: other commits wait behind it), or on this thread before this returns
-  // when the commit ended at once. This transaction must stay alive until `done`
-  // has been called, and `done` may destroy it. The default calls Commit(), then
-  // `done`.
-  virtual void CommitAsync(std::function<void(absl::Status)> done) { done(Commit()); }
+  // when the commit ended at once. This transaction and `done` must stay alive
+  // until then, and `done` may destroy the transaction. The default calls Commit(),
+  // then `done`.
+  virtual void CommitAsync(CommitDone& done) { done.Committed(Commit()); }
 
   // Replace, then Commit only if it moved the record: the Guard's final write,
   // which a backend may do in one round trip (PostgreSQL pipelines the UPDATE with

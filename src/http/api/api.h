@@ -82,6 +82,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "core/guard_nonblocking.h"
 #include "http/api/json.h"
 #include "http/api/key_health.h"
 #include "http/api/key_watch.h"
@@ -171,7 +172,7 @@ struct WaitingClaim final : Waiting {
 // tenant found here, once, and its body parsed at most once, whichever step
 // (AnswerWithoutBlocking, StartAsync, Answer) comes to it first; the steps after
 // read these. The views point into request().target, which must not change.
-class ApiCall final : public Handler::Call {
+class ApiCall final : public Handler::Call, private NonBlockingCall {
  public:
   ApiCall(Api& api, HttpRequest request);
 
@@ -210,7 +211,20 @@ class ApiCall final : public Handler::Call {
       body;
 
  private:
+  friend class Api;
+  // The Guard's answer to the call StartAsync started: handed to resume_.
+  void Done(absl::StatusOr<Result> answer) override;
+
   Api& api_;
+  // A claim's, complete's or fail's Request for the Guard, made once (a claim's
+  // takes the strings of its parsed body: Api::ClaimRequestOf).
+  std::optional<Request> guard_request_;
+  // StartAsync's: where its answer goes, and what that is built from.
+  Handler::Resume resume_;
+  absl::StatusOr<Result> answer_;
+  absl::Duration lease_;
+  absl::Time deadline_;
+  uint64_t epoch_ = 0;
 };
 
 class Api : public Handler {
@@ -267,11 +281,19 @@ class Api : public Handler {
   // (CheckIds), which POST /v1/claims and the items of a batch share (claims.cc).
   // Claim, Complete and Fail decide on the calling thread (blocking on the store).
   Reply Claim(const std::string& tenant, const ClaimBody& body);
+  Reply Claim(const Request& request, const ClaimBody& body);
+  // A claim's Request, made on first use from its parsed body (whose strings it
+  // takes: the call's other steps read this, never the body's ids), or nullptr
+  // for a body that is not valid.
+  const Request* ClaimRequestOf(ApiCall& call) const;
+  // StartAsync's answer, on the network thread its resume runs it on.
+  Reply Resumed(ApiCall& call);
   Reply Complete(const std::string& tenant, const CompleteBody& body);
   Reply Fail(const std::string& tenant, const FailBody& body);
   // A claim's answer when the store holds its key's final record in memory
   // (ClaimIfKnown); nullopt otherwise. Does not block.
   std::optional<Reply> KnownClaim(const std::string& tenant, const ClaimBody& body);
+  std::optional<Reply> KnownClaim(const Request& request);
   // Where a call started without blocking hands the function that builds its
   // Reply, called on the store's writer thread once the write is durable (or on the
   // starting thread when nothing was written): it must be quick.

@@ -133,15 +133,31 @@ Request Api::RequestOf(const std::string& tenant, std::string_view biz_type, std
   return req;
 }
 
+const Request* Api::ClaimRequestOf(ApiCall& call) const {
+  if (call.guard_request_.has_value()) return &*call.guard_request_;
+  BodyOf(call, ParseClaimBody);
+  auto& body = std::get<absl::StatusOr<ClaimBody>>(call.body);
+  if (!body.ok()) return nullptr;
+  Request& req = call.guard_request_.emplace();
+  req.tenant = call.tenant->name;
+  req.biz_type = std::move(body->biz_type);
+  req.key = std::move(body->key);
+  req.fingerprint = std::move(body->fingerprint);
+  return &req;
+}
+
 Reply Api::Claims(ApiCall& call) {
   // Parsed once: on the network thread already when it found the key unknown.
   const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
   if (!body.ok()) return BadRequest(Route::kClaims, body.status());
-  return Claim(call.tenant->name, *body);
+  return Claim(*ClaimRequestOf(call), *body);
 }
 
 Reply Api::Claim(const std::string& tenant, const ClaimBody& body) {
-  const Request req = RequestOf(tenant, body.biz_type, body.key, body.fingerprint);
+  return Claim(RequestOf(tenant, body.biz_type, body.key, body.fingerprint), body);
+}
+
+Reply Api::Claim(const Request& req, const ClaimBody& body) {
   absl::Time deadline = body.wait_ms > 0
                             ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
                             : absl::InfinitePast();
@@ -334,15 +350,18 @@ std::optional<Reply> Api::AnswerWithoutBlocking(ApiCall& call) {
   if (call.route != Route::kClaims) return std::nullopt;
   const Tenant* tenant = call.tenant;
   if (tenant == nullptr) return std::nullopt;
-  const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
-  if (!body.ok()) return std::nullopt;
-  std::optional<Reply> reply = KnownClaim(tenant->name, *body);
+  const Request* req = ClaimRequestOf(call);
+  if (req == nullptr) return std::nullopt;
+  std::optional<Reply> reply = KnownClaim(*req);
   if (reply.has_value()) reply->tenant = tenant->name;
   return reply;
 }
 
 std::optional<Reply> Api::KnownClaim(const std::string& tenant, const ClaimBody& body) {
-  const Request req = RequestOf(tenant, body.biz_type, body.key, body.fingerprint);
+  return KnownClaim(RequestOf(tenant, body.biz_type, body.key, body.fingerprint));
+}
+
+std::optional<Reply> Api::KnownClaim(const Request& req) {
   std::optional<Result> known = ClaimIfKnown(guard_, req);
   if (!known.has_value()) return std::nullopt;
   TrackKeyHealth(req, *known);
@@ -412,33 +431,79 @@ bool Api::StartAsync(ApiCall& call, const Resume& resume) {
   }
   const Tenant* tenant = call.tenant;
   if (tenant == nullptr) return false;
-  // The rest runs on the network thread `resume` hands it to; a throw there is
-  // answered as Answer() answers one.
-  Started started = [this, resume, tenant = tenant->name](std::function<Reply()> answer) {
-    resume([this, tenant, answer = std::move(answer)]() -> Reply {
-      try {
-        return Answered(answer(), tenant);
-      } catch (const std::exception& e) {
-        return Internal("request", e.what());
+  // The call itself is the Guard's NonBlockingCall: its Done hands Resumed to
+  // `resume`, which runs it on the network thread.
+  try {
+    switch (call.route) {
+      case Route::kClaims: {
+        // Parsed and validated by AnswerWithoutBlocking, which found the key unknown.
+        const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
+        const Request* req = ClaimRequestOf(call);
+        if (req == nullptr) return false;
+        call.lease_ = absl::Milliseconds(body->lease_ms);
+        call.deadline_ = body->wait_ms > 0
+                             ? options_.clock->Now() + absl::Milliseconds(body->wait_ms)
+                             : absl::InfinitePast();
+        call.epoch_ = watch_.Epoch();
+        call.resume_ = resume;
+        return ClaimNonBlocking(guard_, *req, call.lease_, call);
       }
-    });
-  };
-  switch (call.route) {
-    case Route::kClaims: {
-      // Parsed and validated by AnswerWithoutBlocking, which found the key unknown.
-      const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
-      return body.ok() && StartClaim(tenant->name, *body, std::move(started));
+      case Route::kComplete: {
+        const absl::StatusOr<CompleteBody>& body = BodyOf(call, ParseCompleteBody);
+        if (!body.ok() || body->token == 0) return false;
+        const Request& req =
+            call.guard_request_.emplace(RequestOf(tenant->name, body->biz_type, body->key));
+        call.resume_ = resume;
+        return CompleteNonBlocking(guard_, req, body->token, body->result, call);
+      }
+      case Route::kFail: {
+        const absl::StatusOr<FailBody>& body = BodyOf(call, ParseFailBody);
+        if (!body.ok() || body->token == 0) return false;
+        const Request& req =
+            call.guard_request_.emplace(RequestOf(tenant->name, body->biz_type, body->key));
+        call.resume_ = resume;
+        return FailNonBlocking(guard_, req, body->token, body->retryable, body->error, call);
+      }
+      default:
+        return false;
     }
-    case Route::kComplete: {
-      const absl::StatusOr<CompleteBody>& body = BodyOf(call, ParseCompleteBody);
-      return body.ok() && StartComplete(tenant->name, *body, std::move(started));
+  } catch (const std::exception&) {
+    return false;  // the blocking call answers it
+  }
+}
+
+void ApiCall::Done(absl::StatusOr<Result> answer) {
+  answer_ = std::move(answer);
+  // Let go once called: what the server's resume holds (its connection) must not
+  // stay with the call the connection holds.
+  const Handler::Resume resume = std::move(resume_);
+  resume_ = nullptr;
+  resume([this] { return api_.Resumed(*this); });
+}
+
+Reply Api::Resumed(ApiCall& call) {
+  // A throw here is answered as Answer() answers one.
+  try {
+    Reply reply;
+    const Request& req = *call.guard_request_;
+    switch (call.route) {
+      case Route::kClaims:
+        reply = AnswerClaim(req, call.lease_, call.deadline_, options_.wait_poll_min, call.epoch_,
+                            std::move(call.answer_));
+        if (reply.waiting != nullptr) metrics_.CountWait();
+        break;
+      case Route::kComplete:
+        reply = AnswerFinish(Route::kComplete, req, call.answer_.status(), "completed");
+        break;
+      default:
+        reply = AnswerFinish(
+            Route::kFail, req, call.answer_.status(),
+            std::get<absl::StatusOr<FailBody>>(call.body)->retryable ? "released" : "failed");
+        break;
     }
-    case Route::kFail: {
-      const absl::StatusOr<FailBody>& body = BodyOf(call, ParseFailBody);
-      return body.ok() && StartFail(tenant->name, *body, std::move(started));
-    }
-    default:
-      return false;
+    return Answered(std::move(reply), call.tenant->name);
+  } catch (const std::exception& e) {
+    return Internal("request", e.what());
   }
 }
 

@@ -426,7 +426,7 @@ void LeanConnection::Dispatch() {
   // A write the store makes without blocking (rocksdb://) starts here; its answer
   // is built back on this loop once the write is durable.
   const bool started = call_->StartAsync([loop = &loop_, id = id_](std::function<Reply()> answer) {
-    loop->Post(id, [answer = std::move(answer)](LeanConnection& c) { c.OnReply(answer()); });
+    loop->PostAnswer(id, std::move(answer));
   });
   if (started) {
     ++outstanding_;

@@ -38,7 +38,8 @@ bool IsFinal(const Record& r) {
 // its Commit succeeded (a rolled-back write must never be answered), a read of an
 // already-final record at any end (it was committed before this transaction began).
 // Filling after the end also keeps Redis round trips out of the database's locks.
-class CachingTransaction final : public RecordTransaction {
+class CachingTransaction final : public RecordTransaction,
+                                 private RecordTransaction::CommitDone {
  public:
   CachingTransaction(CachingStore& store, std::unique_ptr<RecordTransaction> inner)
       : store_(store), inner_(std::move(inner)) {}
@@ -160,11 +161,9 @@ class CachingTransaction final : public RecordTransaction {
 
   // The tiers learn what it wrote once the inner commit is durable (L1 only: see
   // CachingStore::BeginNonBlocking), before `done` hears of it.
-  void CommitAsync(std::function<void(absl::Status)> done) override {
-    inner_->CommitAsync([this, done = std::move(done)](absl::Status s) {
-      Ended(s.ok());
-      done(std::move(s));  // may destroy *this: nothing after it
-    });
+  void CommitAsync(RecordTransaction::CommitDone& done) override {
+    committed_ = &done;
+    inner_->CommitAsync(*this);
   }
 
   void Rollback() override {
@@ -173,6 +172,12 @@ class CachingTransaction final : public RecordTransaction {
   }
 
  private:
+  // The inner transaction's CommitAsync has ended.
+  void Committed(absl::Status status) override {
+    Ended(status.ok());
+    committed_->Committed(std::move(status));  // may destroy *this: nothing after it
+  }
+
   // The transaction has ended. When it committed, the tiers learn what it wrote
   // (final records are filled, the others forgotten); either way what it read
   // final before it is filled.
@@ -212,6 +217,7 @@ class CachingTransaction final : public RecordTransaction {
   std::unique_ptr<RecordTransaction> inner_;
   std::map<std::string, Record> written_;  // by CacheKey; the last write wins
   std::vector<Record> read_;
+  RecordTransaction::CommitDone* committed_ = nullptr;  // CommitAsync's `done`
 };
 
 }  // namespace

@@ -234,16 +234,16 @@ class RocksdbTransaction final : public RecordTransaction,
   // writer=queue: the writer thread calls Written once the batch is durable, which
   // releases the keys, then answers `done`. Otherwise (writer=group, whose commit
   // blocks; or nothing to write) as Commit().
-  void CommitAsync(std::function<void(absl::Status)> done) override {
+  void CommitAsync(CommitDone& done) override {
     if (store_.writer == nullptr) {
-      done(Commit());
+      done.Committed(Commit());
       return;
     }
     if (std::optional<absl::Status> ended = StartCommit()) {
-      done(*ended);
+      done.Committed(*ended);
       return;
     }
-    committed_ = std::move(done);
+    committed_ = &done;
     store_.writer->WriteAsync(this);
   }
 
@@ -271,9 +271,9 @@ class RocksdbTransaction final : public RecordTransaction,
 
   void Written(const rocksdb::Status& status) override {
     Release();
-    std::function<void(absl::Status)> done = std::move(committed_);
     // May destroy *this: nothing after it.
-    done(status.ok() ? absl::OkStatus() : rocksdbstore::WriteOutcome(status, What("commit")));
+    committed_->Committed(status.ok() ? absl::OkStatus()
+                                      : rocksdbstore::WriteOutcome(status, What("commit")));
   }
 
   std::string What(std::string_view op) const {
@@ -418,7 +418,7 @@ class RocksdbTransaction final : public RecordTransaction,
   absl::InlinedVector<Write, 1> writes_;
   std::string scratch_;  // a key being looked up
   std::string value_;    // the last value read
-  std::function<void(absl::Status)> committed_;  // CommitAsync's `done`
+  CommitDone* committed_ = nullptr;  // CommitAsync's `done`
 };
 
 class RocksdbStore final : public StoreBackend {
