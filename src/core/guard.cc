@@ -4,6 +4,7 @@
 #include <optional>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
@@ -185,18 +186,28 @@ absl::Status Guard::Impl::Validate(const Request& request) const {
   return ValidateKey(request.key, options_.limits);
 }
 
+void Guard::Impl::SetFreshClaim(Record& claim, const Request& request, absl::Duration lease,
+                                absl::Time now) const {
+  claim.tenant = request.tenant;
+  claim.biz_type = request.biz_type;
+  claim.key = request.key;
+  claim.fingerprint = request.fingerprint;
+  claim.state = RecordState::kProcessing;
+  claim.result.clear();
+  claim.error.clear();
+  claim.token = 1;
+  claim.lease_until = now + lease;
+  claim.created_at = now;
+  claim.updated_at = now;
+  claim.expires_at = options_.retention.ExpiresAt(request.biz_type, now);
+  claim.purged_at = absl::InfinitePast();
+}
+
 // The PROCESSING record that claims `request` afresh (token 1) at `now`.
 Record Guard::Impl::FreshClaim(const Request& request, absl::Duration lease, absl::Time now) const {
-  return Record{.tenant = request.tenant,
-                .biz_type = request.biz_type,
-                .key = request.key,
-                .fingerprint = request.fingerprint,
-                .state = RecordState::kProcessing,
-                .token = 1,
-                .lease_until = now + lease,
-                .created_at = now,
-                .updated_at = now,
-                .expires_at = options_.retention.ExpiresAt(request.biz_type, now)};
+  Record claim;
+  SetFreshClaim(claim, request, lease, now);
+  return claim;
 }
 
 // Claims the key inside `tx`: inserts a fresh PROCESSING record, or decides on the
@@ -303,10 +314,32 @@ Result Guard::Impl::AcquiredResult(const Acquisition& a) {
                 .expires_at = a.claim.expires_at};
 }
 
+namespace {
+
+// The transactions NonBlockingCalls ended on this thread, for the next ones to
+// renew (StoreBackend::RenewNonBlocking): a server's claims then allocate nothing
+// for theirs. Bounded: past kSpareTransactions they are let go.
+constexpr size_t kSpareTransactions = 64;
+thread_local std::vector<std::unique_ptr<RecordTransaction>> spare_transactions;
+
+}  // namespace
+
+NonBlockingCall::~NonBlockingCall() {
+  if (tx_ != nullptr && spare_transactions.size() < kSpareTransactions) {
+    spare_transactions.push_back(std::move(tx_));
+  }
+}
+
 absl::StatusOr<std::unique_ptr<RecordTransaction>> Guard::Impl::HoldNonBlocking(
     const Request& request) {
   if (!Validate(request).ok()) return nullptr;
-  absl::StatusOr<std::unique_ptr<RecordTransaction>> begun = store_.BeginNonBlocking();
+  std::unique_ptr<RecordTransaction> spare;
+  if (!spare_transactions.empty()) {
+    spare = std::move(spare_transactions.back());
+    spare_transactions.pop_back();
+  }
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> begun =
+      store_.RenewNonBlocking(std::move(spare));
   if (!begun.ok() || *begun == nullptr) return nullptr;
   // A key another open transaction holds: a wait, left to the blocking call.
   IDEM_ASSIGN_OR_RETURN(RecordTransaction::KeyLock lock,
@@ -326,7 +359,21 @@ bool Guard::Impl::ClaimNonBlocking(const Request& request, absl::Duration lease,
   std::unique_ptr<RecordTransaction>& tx = GuardAccess::TransactionOf(call);
   tx = *std::move(held);
   if (lease <= absl::ZeroDuration()) lease = options_.lease;
-  absl::StatusOr<Acquisition> a = Acquire(*tx, request, lease, options_.clock->Now());
+  const absl::Time now = options_.clock->Now();
+  // Acquire's insert, its claim record written into one this thread reuses: a new
+  // key is acquired without a copy of its strings.
+  thread_local Record claim;
+  SetFreshClaim(claim, request, lease, now);
+  absl::StatusOr<std::optional<Record>> loaded = AsStoreFault(tx->InsertOrLoad(claim));
+  if (loaded.ok() && !loaded->has_value()) {
+    GuardAccess::AcquiredOf(call) = Result{.outcome = Outcome::kAcquired,
+                                           .token = claim.token,
+                                           .lease_until = claim.lease_until,
+                                           .expires_at = claim.expires_at};
+    GuardAccess::CommitAsync(call);  // NonBlockingCall::Committed
+    return true;
+  }
+  absl::StatusOr<Acquisition> a = Settle(*tx, request, claim, std::move(loaded), lease, now);
   // kAborted (a race on the record): nothing is written, and the blocking path's
   // caller repeats the claim (the Api does).
   if (!a.ok() && a.status().code() == absl::StatusCode::kAborted) {

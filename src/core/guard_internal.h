@@ -76,8 +76,11 @@ struct Guard::Impl {
       RecordTransaction& tx, const Request& request, absl::Duration lease, absl::Time now,
       const Statement* first = nullptr,
       std::optional<absl::StatusOr<int64_t>>* first_result = nullptr);
-  // The fresh PROCESSING record (token 1) that claims `request` at `now`.
+  // The fresh PROCESSING record (token 1) that claims `request` at `now`; or
+  // written into `claim`, whose buffers are reused.
   Record FreshClaim(const Request& request, absl::Duration lease, absl::Time now) const;
+  void SetFreshClaim(Record& claim, const Request& request, absl::Duration lease,
+                     absl::Time now) const;
   // Decides the claim `claim` of `request` from the store's answer to inserting it
   // (`loaded`, from InsertOrLoad or InsertOrLoadMany), taking the existing record
   // over in `tx` when it may be.

@@ -33,7 +33,8 @@ class NonBlockingCall : private RecordTransaction::CommitDone {
   virtual void Done(absl::StatusOr<Result> answer) = 0;
 
  protected:
-  ~NonBlockingCall() = default;
+  // Leaves its ended transaction to this thread's next call (RenewNonBlocking).
+  ~NonBlockingCall();
 
  private:
   friend struct GuardAccess;

@@ -266,6 +266,16 @@ class StoreBackend : public Store {
   // beforehand.
   virtual absl::StatusOr<std::unique_ptr<RecordTransaction>> BeginNonBlocking() { return nullptr; }
 
+  // BeginNonBlocking(), made of `ended` (a transaction that has ended, of any
+  // store, or null) when it is one of this store's: what it allocated (its
+  // objects, its buffers) serves again, so a server's claim allocates nothing for
+  // its transaction. The default lets `ended` go and begins another.
+  virtual absl::StatusOr<std::unique_ptr<RecordTransaction>> RenewNonBlocking(
+      std::unique_ptr<RecordTransaction> ended) {
+    ended.reset();
+    return BeginNonBlocking();
+  }
+
   // True when BeginNonBlocking() gives transactions (rocksdb:// with its default
   // writer=queue).
   virtual bool non_blocking() const { return false; }

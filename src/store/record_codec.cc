@@ -94,7 +94,14 @@ std::string RecordKey(std::string_view tenant, std::string_view key) {
 
 std::string EncodeRecord(const Record& r) {
   std::string out;
-  out.reserve(64 + r.tenant.size() + r.biz_type.size() + r.key.size() + r.fingerprint.size() +
+  EncodeRecordInto(out, r);
+  return out;
+}
+
+void EncodeRecordInto(std::string& out, const Record& r) {
+  out.clear();
+  // The version and state, six times and six lengths before the bytes: 2 + 6 * 8 + 6 * 8.
+  out.reserve(98 + r.tenant.size() + r.biz_type.size() + r.key.size() + r.fingerprint.size() +
               r.result.size() + r.error.size());
   out.push_back(static_cast<char>(kVersion));
   out.push_back(static_cast<char>(static_cast<int>(r.state)));
@@ -108,7 +115,6 @@ std::string EncodeRecord(const Record& r) {
        {&r.tenant, &r.biz_type, &r.key, &r.fingerprint, &r.result, &r.error}) {
     PutBytes(out, *s);
   }
-  return out;
 }
 
 namespace {
