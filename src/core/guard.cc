@@ -325,7 +325,9 @@ thread_local std::vector<std::unique_ptr<RecordTransaction>> spare_transactions;
 }  // namespace
 
 NonBlockingCall::~NonBlockingCall() {
-  if (tx_ != nullptr && spare_transactions.size() < kSpareTransactions) {
+  if (tx_ == nullptr) return;
+  tx_->Rollback();  // ended already (Done came): nothing; else its keys go now
+  if (spare_transactions.size() < kSpareTransactions) {
     spare_transactions.push_back(std::move(tx_));
   }
 }
@@ -650,6 +652,8 @@ class FunctionCall final : public NonBlockingCall {
 
   void Done(absl::StatusOr<Result> answer) override {
     std::unique_ptr<FunctionCall> self(this);
+    // Let go here: this may be the store's writer thread, which begins none.
+    GuardAccess::TransactionOf(*this).reset();
     if constexpr (std::is_same_v<Answer, absl::Status>) {
       done_(answer.status());
     } else {

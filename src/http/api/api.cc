@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -171,6 +172,38 @@ Reply WaitingClaim::Poll() const { return api.Poll(*this); }
 
 std::shared_ptr<void> WaitingClaim::Watch(std::function<void()> wake) const {
   return api.Watch(*this, std::move(wake));
+}
+
+namespace {
+
+// The memory of the ApiCalls let go on this thread (ApiCall::operator delete), up
+// to kSpareCalls of them, freed with the thread.
+constexpr size_t kSpareCalls = 64;
+struct SpareCalls {
+  ~SpareCalls() {
+    for (void* block : blocks) ::operator delete(block);
+  }
+  std::vector<void*> blocks;
+};
+thread_local SpareCalls spare_calls;
+
+}  // namespace
+
+void* ApiCall::operator new(size_t size) {
+  std::vector<void*>& blocks = spare_calls.blocks;
+  if (size != sizeof(ApiCall) || blocks.empty()) return ::operator new(size);
+  void* block = blocks.back();
+  blocks.pop_back();
+  return block;
+}
+
+void ApiCall::operator delete(void* call, size_t size) {
+  std::vector<void*>& blocks = spare_calls.blocks;
+  if (size != sizeof(ApiCall) || blocks.size() >= kSpareCalls) {
+    ::operator delete(call);
+    return;
+  }
+  blocks.push_back(call);
 }
 
 ApiCall::ApiCall(Api& api, HttpRequest request) : Call(std::move(request)), api_(api) {

@@ -176,6 +176,10 @@ class ApiCall final : public Handler::Call, private NonBlockingCall {
  public:
   ApiCall(Api& api, HttpRequest request);
 
+  // One a request: the memory of one let go is kept for the next on its thread.
+  static void* operator new(size_t size);
+  static void operator delete(void* call, size_t size);
+
   // 401 for a /v1/ path without a valid bearer token, so an unauthenticated
   // client cannot make the server hold its body; nullopt otherwise.
   std::optional<Reply> BeforeBody() const override;

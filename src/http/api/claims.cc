@@ -51,13 +51,20 @@ Reply BadRequest(Route route, const absl::Status& status) {
   return Make(route, MakeProblem(400, "invalid_request", "Invalid request", SV(status.message())));
 }
 
-// An RFC 3339 time as JSON text, or null for none, appended to `*out` (the claim
-// answers, built without a json).
+// An RFC 3339 time as a JSON string (FormatRfc3339's text needs no escapes),
+// appended to `*out` (the claim answers, built without a json).
+void AppendTimeString(std::string* out, absl::Time t) {
+  out->push_back('"');
+  AppendRfc3339(out, t);
+  out->push_back('"');
+}
+
+// The same, or null for none.
 void AppendTimeOrNull(std::string* out, absl::Time t) {
-  if (const std::string s = FormatRfc3339(t); s.empty()) {
+  if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) {
     out->append("null");
   } else {
-    AppendJsonString(out, s);
+    AppendTimeString(out, t);
   }
 }
 
@@ -279,7 +286,7 @@ Reply Api::AnswerClaim(const Request& req, absl::Duration lease, absl::Time dead
       body.reserve(160);
       absl::StrAppend(&body, R"({"outcome":"acquired","token":)", result->token,
                       R"(,"lease_until":)");
-      AppendJsonString(&body, FormatRfc3339(result->lease_until));
+      AppendTimeString(&body, result->lease_until);
       body.append(result->takeover ? R"(,"takeover":true)" : R"(,"takeover":false)");
       if (result->takeover) absl::StrAppend(&body, R"(,"previous_token":)", result->previous_token);
       body.append(R"(,"expires_at":)");

@@ -204,7 +204,7 @@ bool LeanConnection::ScanHeaderLineEnds() {
     }
     if (lf == in_end_) break;
     if (prev_ != '\r') {
-      request_id_ = RequestIdFrom("");
+      SetRequestIdFrom(request_id_, "");
       method_ = "-";
       started_ = Clock::now();
       header_done_ = false;
@@ -336,7 +336,7 @@ void LeanConnection::OnHeader() {
   version_ = parser_.http_major == 1 && parser_.http_minor == 0 ? 10 : 11;
   method_ = http_method_str(static_cast<http_method>(parser_.method));
   head_ = parser_.method == HTTP_HEAD;
-  request_id_ = RequestIdFrom(request_id_given_);
+  SetRequestIdFrom(request_id_, request_id_given_);
   started_ = Clock::now();
   if (std::optional<HttpResponse> refused = RefuseHeader(hosts_, transfer_encoding_)) {
     AnswerProblem(*std::move(refused));
@@ -392,7 +392,7 @@ void LeanConnection::OnMessage() {
 void LeanConnection::OnParseError(http_errno error) {
   if (!header_done_) {  // nothing of the request was taken in
     if (in_value_) EndHeaderField();
-    request_id_ = RequestIdFrom("");
+    SetRequestIdFrom(request_id_, "");
     method_ = "-";
     started_ = Clock::now();
   }
@@ -586,7 +586,7 @@ void LeanConnection::OnDeadline() {
     if (phase_ != Phase::kRead) return;
     if (read_deadline_is_header_ && in_request_ && !header_done_) {
       // A header begun and not finished in time (RFC 9110 §15.5.9).
-      request_id_ = RequestIdFrom("");
+      SetRequestIdFrom(request_id_, "");
       method_ = "-";
       started_ = Clock::now();
       AnswerProblem(MakeProblem(408, "request_timeout", "Request Timeout",

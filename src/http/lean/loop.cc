@@ -205,11 +205,10 @@ void Loop::Scan() {
 void Loop::FlushDirty() {
   // A flush can make more to write (a pipelined request parsed once the buffer
   // drained): round again until nothing is left.
-  std::vector<LeanConnection*> batch;
   while (!dirty_.empty()) {
-    batch.swap(dirty_);
-    for (LeanConnection* c : batch) c->Flush();
-    batch.clear();
+    flushing_.swap(dirty_);
+    for (LeanConnection* c : flushing_) c->Flush();
+    flushing_.clear();
   }
 }
 

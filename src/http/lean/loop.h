@@ -134,6 +134,7 @@ class Loop {
   Clock::time_point accept_again_ = Clock::time_point::max();  // after EMFILE
   std::unordered_map<uint64_t, std::unique_ptr<LeanConnection>> connections_;
   std::vector<LeanConnection*> dirty_;
+  std::vector<LeanConnection*> flushing_;  // FlushDirty's: dirty_, swapped out
   std::vector<LeanConnection*> retired_;
 
   struct Task {
