@@ -1,5 +1,6 @@
 #include "store/record_codec.h"
 
+#include <bit>
 #include <charconv>
 #include <cstring>
 #include <initializer_list>
@@ -22,7 +23,12 @@ constexpr uint8_t kVersionWithoutRetention = 1;
 // the whole record first: byte by byte push_backs cost a new key ~1,500
 // instructions, callgrind).
 void PutU64(char*& at, uint64_t v) {
-  for (int i = 0; i < 8; ++i) *at++ = static_cast<char>((v >> (8 * i)) & 0xff);
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(at, &v, sizeof v);
+    at += sizeof v;
+  } else {
+    for (int i = 0; i < 8; ++i) *at++ = static_cast<char>((v >> (8 * i)) & 0xff);
+  }
 }
 
 void PutBytes(char*& at, std::string_view s) {
