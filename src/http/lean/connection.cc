@@ -26,6 +26,8 @@ constexpr size_t kWindow = 8 << 10;
 constexpr size_t kOutHigh = 256 << 10;
 // A write buffer grown past this by a large answer is given back once written.
 constexpr size_t kOutKeep = 64 << 10;
+// A request body's buffer is kept for the next request up to this size.
+constexpr size_t kKeepBody = 16 << 10;
 // How long an answered-with-close connection is drained (the Beast engine's too).
 constexpr auto kDrainTime = std::chrono::seconds(2);
 
@@ -348,7 +350,8 @@ void LeanConnection::OnHeader() {
   head.method = method_;
   head.target = OriginForm(url_);
   head.authorization = authorization_;
-  head.request_id = request_id_;
+  head.request_id.swap(spare_request_id_);  // a buffer the last request gave back (Answer)
+  head.request_id.assign(request_id_);
   head.received = started_;
   call_ = core_.handler.Begin(std::move(head));
   const bool chunked = (parser_.flags & F_CHUNKED) != 0;
@@ -383,8 +386,8 @@ void LeanConnection::OnMessage() {
   keep_alive_ = http_should_keep_alive(&parser_) != 0;
   HttpRequest& request = call_->request();
   if (core_.handler.wants_headers()) request.headers = std::move(headers_);
-  request.body = std::move(body_);
-  body_ = std::string();
+  request.body.swap(body_);  // body_ gets the buffer the last request gave back (Answer)
+  body_.clear();
   phase_ = Phase::kHandling;
   Dispatch();
 }
@@ -489,6 +492,16 @@ void LeanConnection::PollAgain() {
 }
 
 void LeanConnection::Answer(const Reply& reply, bool force_close) {
+  if (call_ != nullptr) {
+    // The request's buffers serve the next request (OnHeader, OnMessage), a body's
+    // up to kKeepBody.
+    HttpRequest& answered = call_->request();
+    if (body_.empty() && answered.body.capacity() <= kKeepBody) {
+      body_.swap(answered.body);
+      body_.clear();
+    }
+    spare_request_id_.swap(answered.request_id);
+  }
   call_.reset();  // answered: nothing runs it any more, and its body is let go
   CountAndLogAnswer(core_.handler.metrics(), reply, method_, request_id_, started_);
   const bool close = force_close || !keep_alive_ || core_.stopping.load();
