@@ -286,6 +286,8 @@ class Api : public Handler {
   // Claim, Complete and Fail decide on the calling thread (blocking on the store).
   Reply Claim(const std::string& tenant, const ClaimBody& body);
   Reply Claim(const Request& request, const ClaimBody& body);
+  // Until when a claim with `body` waits for a live lease (wait_ms); the past for none.
+  absl::Time WaitDeadline(const ClaimBody& body) const;
   // A claim's Request, made on first use from its parsed body (whose strings it
   // takes: the call's other steps read this, never the body's ids), or nullptr
   // for a body that is not valid.

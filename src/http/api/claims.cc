@@ -164,10 +164,13 @@ Reply Api::Claim(const std::string& tenant, const ClaimBody& body) {
   return Claim(RequestOf(tenant, body.biz_type, body.key, body.fingerprint), body);
 }
 
+absl::Time Api::WaitDeadline(const ClaimBody& body) const {
+  return body.wait_ms > 0 ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
+                          : absl::InfinitePast();
+}
+
 Reply Api::Claim(const Request& req, const ClaimBody& body) {
-  absl::Time deadline = body.wait_ms > 0
-                            ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
-                            : absl::InfinitePast();
+  const absl::Time deadline = WaitDeadline(body);
   Reply reply = ClaimAnswer(req, absl::Milliseconds(body.lease_ms), deadline,
                             options_.wait_poll_min, watch_.Epoch());
   if (reply.waiting != nullptr) metrics_.CountWait();
@@ -448,9 +451,7 @@ bool Api::StartAsync(ApiCall& call, const Resume& resume) {
         const Request* req = ClaimRequestOf(call);
         if (req == nullptr) return false;
         call.lease_ = absl::Milliseconds(body->lease_ms);
-        call.deadline_ = body->wait_ms > 0
-                             ? options_.clock->Now() + absl::Milliseconds(body->wait_ms)
-                             : absl::InfinitePast();
+        call.deadline_ = WaitDeadline(*body);
         call.epoch_ = watch_.Epoch();
         call.resume_ = resume;
         return ClaimNonBlocking(guard_, *req, call.lease_, call);
@@ -518,9 +519,7 @@ bool Api::StartClaim(const std::string& tenant, const ClaimBody& body, Started s
   try {
     const Request req = RequestOf(tenant, body.biz_type, body.key, body.fingerprint);
     const absl::Duration lease = absl::Milliseconds(body.lease_ms);
-    const absl::Time deadline = body.wait_ms > 0
-                                    ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
-                                    : absl::InfinitePast();
+    const absl::Time deadline = WaitDeadline(body);
     const uint64_t epoch = watch_.Epoch();
     return ClaimNonBlocking(
         guard_, req, lease,
