@@ -318,17 +318,17 @@ namespace {
 
 // The transactions NonBlockingCalls ended on this thread, for the next ones to
 // renew (StoreBackend::RenewNonBlocking): a server's claims then allocate nothing
-// for theirs. Bounded: past kSpareTransactions they are let go.
-constexpr size_t kSpareTransactions = 64;
-thread_local std::vector<std::unique_ptr<RecordTransaction>> spare_transactions;
+// for theirs. Bounded: past kGuardSpareTransactions they are let go.
+constexpr size_t kGuardSpareTransactions = 64;
+thread_local std::vector<std::unique_ptr<RecordTransaction>> guard_spare_transactions;
 
 }  // namespace
 
 NonBlockingCall::~NonBlockingCall() {
   if (tx_ == nullptr) return;
   tx_->Rollback();  // ended already (Done came): nothing; else its keys go now
-  if (spare_transactions.size() < kSpareTransactions) {
-    spare_transactions.push_back(std::move(tx_));
+  if (guard_spare_transactions.size() < kGuardSpareTransactions) {
+    guard_spare_transactions.push_back(std::move(tx_));
   }
 }
 
@@ -336,9 +336,9 @@ absl::StatusOr<std::unique_ptr<RecordTransaction>> Guard::Impl::HoldNonBlocking(
     const Request& request) {
   if (!Validate(request).ok()) return nullptr;
   std::unique_ptr<RecordTransaction> spare;
-  if (!spare_transactions.empty()) {
-    spare = std::move(spare_transactions.back());
-    spare_transactions.pop_back();
+  if (!guard_spare_transactions.empty()) {
+    spare = std::move(guard_spare_transactions.back());
+    guard_spare_transactions.pop_back();
   }
   absl::StatusOr<std::unique_ptr<RecordTransaction>> begun =
       store_.RenewNonBlocking(std::move(spare));
@@ -646,12 +646,12 @@ namespace {
 
 // The function forms' call: made per call, it deletes itself once answered.
 template <typename Answer>
-class FunctionCall final : public NonBlockingCall {
+class NonBlockingFunctionCall final : public NonBlockingCall {
  public:
-  explicit FunctionCall(std::function<void(Answer)> done) : done_(std::move(done)) {}
+  explicit NonBlockingFunctionCall(std::function<void(Answer)> done) : done_(std::move(done)) {}
 
   void Done(absl::StatusOr<Result> answer) override {
-    std::unique_ptr<FunctionCall> self(this);
+    std::unique_ptr<NonBlockingFunctionCall> self(this);
     // Let go here: this may be the store's writer thread, which begins none.
     GuardAccess::TransactionOf(*this).reset();
     if constexpr (std::is_same_v<Answer, absl::Status>) {
@@ -664,7 +664,7 @@ class FunctionCall final : public NonBlockingCall {
   // Starts it with `start`; false (nothing started) deletes it.
   static bool Start(std::function<void(Answer)> done,
                     const std::function<bool(NonBlockingCall&)>& start) {
-    auto call = std::make_unique<FunctionCall>(std::move(done));
+    auto call = std::make_unique<NonBlockingFunctionCall>(std::move(done));
     if (!start(*call)) return false;
     call.release();  // Done deletes it (it may have already)
     return true;
@@ -678,21 +678,21 @@ class FunctionCall final : public NonBlockingCall {
 
 bool ClaimNonBlocking(Guard& guard, const Request& request, absl::Duration lease,
                       std::function<void(absl::StatusOr<Result>)> done) {
-  return FunctionCall<absl::StatusOr<Result>>::Start(std::move(done), [&](NonBlockingCall& call) {
-    return ClaimNonBlocking(guard, request, lease, call);
-  });
+  return NonBlockingFunctionCall<absl::StatusOr<Result>>::Start(
+      std::move(done),
+      [&](NonBlockingCall& call) { return ClaimNonBlocking(guard, request, lease, call); });
 }
 
 bool CompleteNonBlocking(Guard& guard, const Request& request, int64_t token,
                          std::string_view result, std::function<void(absl::Status)> done) {
-  return FunctionCall<absl::Status>::Start(std::move(done), [&](NonBlockingCall& call) {
+  return NonBlockingFunctionCall<absl::Status>::Start(std::move(done), [&](NonBlockingCall& call) {
     return CompleteNonBlocking(guard, request, token, result, call);
   });
 }
 
 bool FailNonBlocking(Guard& guard, const Request& request, int64_t token, bool retryable,
                      std::string_view error, std::function<void(absl::Status)> done) {
-  return FunctionCall<absl::Status>::Start(std::move(done), [&](NonBlockingCall& call) {
+  return NonBlockingFunctionCall<absl::Status>::Start(std::move(done), [&](NonBlockingCall& call) {
     return FailNonBlocking(guard, request, token, retryable, error, call);
   });
 }

@@ -177,20 +177,20 @@ std::shared_ptr<void> WaitingClaim::Watch(std::function<void()> wake) const {
 namespace {
 
 // The memory of the ApiCalls let go on this thread (ApiCall::operator delete), up
-// to kSpareCalls of them, freed with the thread.
-constexpr size_t kSpareCalls = 64;
-struct SpareCalls {
-  ~SpareCalls() {
+// to kApiSpareCalls of them, freed with the thread.
+constexpr size_t kApiSpareCalls = 64;
+struct ApiSpareCalls {
+  ~ApiSpareCalls() {
     for (void* block : blocks) ::operator delete(block);
   }
   std::vector<void*> blocks;
 };
-thread_local SpareCalls spare_calls;
+thread_local ApiSpareCalls api_spare_calls;
 
 }  // namespace
 
 void* ApiCall::operator new(size_t size) {
-  std::vector<void*>& blocks = spare_calls.blocks;
+  std::vector<void*>& blocks = api_spare_calls.blocks;
   if (size != sizeof(ApiCall) || blocks.empty()) return ::operator new(size);
   void* block = blocks.back();
   blocks.pop_back();
@@ -198,8 +198,8 @@ void* ApiCall::operator new(size_t size) {
 }
 
 void ApiCall::operator delete(void* call, size_t size) {
-  std::vector<void*>& blocks = spare_calls.blocks;
-  if (size != sizeof(ApiCall) || blocks.size() >= kSpareCalls) {
+  std::vector<void*>& blocks = api_spare_calls.blocks;
+  if (size != sizeof(ApiCall) || blocks.size() >= kApiSpareCalls) {
     ::operator delete(call);
     return;
   }

@@ -424,6 +424,7 @@ void LeanConnection::Dispatch() {
   }
   if (now.has_value()) {
     Answer(*now, /*force_close=*/false);
+    KeepBodyBuffer(std::move(now->response.body));  // for the next answer's (render.h)
     return;
   }
   // A write the store makes without blocking (rocksdb://) starts here; its answer
@@ -470,6 +471,7 @@ void LeanConnection::OnReply(Reply reply) {
     return;
   }
   Answer(reply, /*force_close=*/false);
+  KeepBodyBuffer(std::move(reply.response.body));  // for the next answer's (render.h)
   Pump();  // a pipelined request may be waiting in the window
 }
 
