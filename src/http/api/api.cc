@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "http/server/buffers.h"
 #include "http/server/problem.h"
 #include "idem/cache.h"
 #include "idem/fingerprint.h"
@@ -208,6 +209,12 @@ void ApiCall::operator delete(void* call, size_t size) {
 
 ApiCall::ApiCall(Api& api, HttpRequest request) : Call(std::move(request)), api_(api) {
   api_.RouteCall(*this);
+}
+
+ApiCall::~ApiCall() {
+  if (!guard_request_.has_value()) return;
+  KeepStringBuffer(std::move(guard_request_->key));
+  KeepStringBuffer(std::move(guard_request_->fingerprint));
 }
 
 std::optional<Reply> ApiCall::BeforeBody() const { return api_.BeforeBody(*this); }

@@ -175,6 +175,9 @@ struct WaitingClaim final : Waiting {
 class ApiCall final : public Handler::Call, private NonBlockingCall {
  public:
   ApiCall(Api& api, HttpRequest request);
+  // Gives a claim's key and fingerprint buffers to the thread's next request
+  // (http/server/buffers.h).
+  ~ApiCall() override;
 
   // One a request: the memory of one let go is kept for the next on its thread.
   static void* operator new(size_t size);

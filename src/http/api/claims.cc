@@ -13,7 +13,7 @@
 #include "http/api/api.h"
 #include "http/api/json.h"
 #include "http/server/problem.h"
-#include "http/server/render.h"
+#include "http/server/buffers.h"
 #include "http/api/records.h"
 #include "store/backend.h"
 #include "nlohmann/json.hpp"
@@ -286,7 +286,7 @@ Reply Api::AnswerClaim(const Request& req, absl::Duration lease, absl::Time dead
     case Outcome::kAcquired: {
       // Written out directly, as DecidedClaim does: a JSON object built member by
       // member and dumped cost ~9,600 instructions of a new key's ~89,000 (callgrind).
-      std::string body = TakeBodyBuffer();
+      std::string body = TakeStringBuffer();
       body.reserve(160);
       absl::StrAppend(&body, R"({"outcome":"acquired","token":)", result->token,
                       R"(,"lease_until":)");
@@ -320,7 +320,7 @@ Reply Api::DecidedClaim(const Result& result) {
       const bool replayed = result.outcome == Outcome::kReplayed;
       std::string_view name = replayed ? "replayed" : "cached_failure";
       // Every duplicate's answer: reserved once, so the splice appends in place.
-      std::string body = TakeBodyBuffer();
+      std::string body = TakeStringBuffer();
       body.reserve(100 + result.value.size());
       body.append(R"({"outcome":")").append(name).append(R"(","expires_at":)");
       AppendTimeOrNull(&body, result.expires_at);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "http/server/buffers.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 
@@ -214,7 +215,11 @@ absl::StatusOr<std::string> GetString(od::value& v, std::string_view field) {
   if (s.find('\0') != std::string_view::npos) {
     return FieldError(field, "must not contain NUL (\\u0000)");
   }
-  return std::string(s);
+  // A string too long to be held in place (a key) goes into a buffer an earlier
+  // request let go (ApiCall's destructor gives its key back).
+  std::string out = s.size() > std::string().capacity() ? TakeStringBuffer() : std::string();
+  out.assign(s);
+  return out;
 }
 
 absl::StatusOr<int64_t> GetInt(od::value& v, std::string_view field, int64_t min, int64_t max) {

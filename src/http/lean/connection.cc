@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "boost/asio/post.hpp"
+#include "http/server/buffers.h"
 #include "http/server/exchange.h"
 #include "http/server/problem.h"
 #include "http/server/render.h"
@@ -424,7 +425,7 @@ void LeanConnection::Dispatch() {
   }
   if (now.has_value()) {
     Answer(*now, /*force_close=*/false);
-    KeepBodyBuffer(std::move(now->response.body));  // for the next answer's (render.h)
+    KeepStringBuffer(std::move(now->response.body));  // for the next request's (buffers.h)
     return;
   }
   // A write the store makes without blocking (rocksdb://) starts here; its answer
@@ -471,7 +472,7 @@ void LeanConnection::OnReply(Reply reply) {
     return;
   }
   Answer(reply, /*force_close=*/false);
-  KeepBodyBuffer(std::move(reply.response.body));  // for the next answer's (render.h)
+  KeepStringBuffer(std::move(reply.response.body));  // for the next request's (buffers.h)
   Pump();  // a pipelined request may be waiting in the window
 }
 

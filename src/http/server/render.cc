@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include "absl/strings/match.h"
 #include "boost/beast/http/status.hpp"
@@ -36,23 +35,7 @@ bool WithoutContentLength(int status) {
   return (status >= 100 && status < 200) || status == 204 || status == 304;
 }
 
-// KeepBodyBuffer's, for this thread's next TakeBodyBuffer.
-constexpr size_t kKeptBodyBytes = 4 << 10;
-thread_local std::string kept_body_buffer;
-
 }  // namespace
-
-std::string TakeBodyBuffer() {
-  std::string body = std::move(kept_body_buffer);
-  kept_body_buffer = std::string();
-  body.clear();
-  return body;
-}
-
-void KeepBodyBuffer(std::string&& body) {
-  if (body.capacity() > kKeptBodyBytes || body.capacity() <= kept_body_buffer.capacity()) return;
-  kept_body_buffer = std::move(body);
-}
 
 void RenderResponse(const HttpResponse& response, const RenderOptions& options,
                     std::string& out) {

@@ -4,7 +4,7 @@
 // field, a serializer of buffer views) cost a quarter of the duplicate path's
 // instructions (callgrind of `idem serve`).
 //
-// Thread safety: pure functions, but for the per-thread body buffer.
+// Thread safety: a pure function.
 #pragma once
 
 #include <string>
@@ -35,13 +35,5 @@ void RenderResponse(const HttpResponse& response, const RenderOptions& options,
 // answer of a loop turn for one write).
 void AppendResponse(const HttpResponse& response, const RenderOptions& options,
                     std::string& out);
-
-// A response body's buffer, reused by the thread: a Handler that builds a body
-// starts from TakeBodyBuffer() (empty, with the capacity an earlier answer left)
-// and a server gives the body back with KeepBodyBuffer once it rendered it (kept
-// up to 4 KiB, one a thread). On a lean loop a claim's answer then allocates
-// nothing for its body.
-std::string TakeBodyBuffer();
-void KeepBodyBuffer(std::string&& body);
 
 }  // namespace idem::http
