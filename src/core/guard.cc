@@ -1,7 +1,10 @@
 #include "idem/guard.h"
 
+#include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
@@ -183,18 +186,28 @@ absl::Status Guard::Impl::Validate(const Request& request) const {
   return ValidateKey(request.key, options_.limits);
 }
 
+void Guard::Impl::SetFreshClaim(Record& claim, const Request& request, absl::Duration lease,
+                                absl::Time now) const {
+  claim.tenant = request.tenant;
+  claim.biz_type = request.biz_type;
+  claim.key = request.key;
+  claim.fingerprint = request.fingerprint;
+  claim.state = RecordState::kProcessing;
+  claim.result.clear();
+  claim.error.clear();
+  claim.token = 1;
+  claim.lease_until = now + lease;
+  claim.created_at = now;
+  claim.updated_at = now;
+  claim.expires_at = options_.retention.ExpiresAt(request.biz_type, now);
+  claim.purged_at = absl::InfinitePast();
+}
+
 // The PROCESSING record that claims `request` afresh (token 1) at `now`.
 Record Guard::Impl::FreshClaim(const Request& request, absl::Duration lease, absl::Time now) const {
-  return Record{.tenant = request.tenant,
-                .biz_type = request.biz_type,
-                .key = request.key,
-                .fingerprint = request.fingerprint,
-                .state = RecordState::kProcessing,
-                .token = 1,
-                .lease_until = now + lease,
-                .created_at = now,
-                .updated_at = now,
-                .expires_at = options_.retention.ExpiresAt(request.biz_type, now)};
+  Record claim;
+  SetFreshClaim(claim, request, lease, now);
+  return claim;
 }
 
 // Claims the key inside `tx`: inserts a fresh PROCESSING record, or decides on the
@@ -289,6 +302,10 @@ absl::StatusOr<Result> Guard::Impl::Claim(const Request& request, absl::Duration
 
 Result Guard::Impl::Acquired(const Acquisition& a) {
   IDEM_FAILPOINT("guard.after_claim_commit");
+  return AcquiredResult(a);
+}
+
+Result Guard::Impl::AcquiredResult(const Acquisition& a) {
   return Result{.outcome = Outcome::kAcquired,
                 .token = a.claim.token,
                 .lease_until = a.claim.lease_until,
@@ -297,10 +314,34 @@ Result Guard::Impl::Acquired(const Acquisition& a) {
                 .expires_at = a.claim.expires_at};
 }
 
+namespace {
+
+// The transactions NonBlockingCalls ended on this thread, for the next ones to
+// renew (StoreBackend::RenewNonBlocking): a server's claims then allocate nothing
+// for theirs. Bounded: past kGuardSpareTransactions they are let go.
+constexpr size_t kGuardSpareTransactions = 64;
+thread_local std::vector<std::unique_ptr<RecordTransaction>> guard_spare_transactions;
+
+}  // namespace
+
+NonBlockingCall::~NonBlockingCall() {
+  if (tx_ == nullptr) return;
+  tx_->Rollback();  // ended already (Done came): nothing; else its keys go now
+  if (guard_spare_transactions.size() < kGuardSpareTransactions) {
+    guard_spare_transactions.push_back(std::move(tx_));
+  }
+}
+
 absl::StatusOr<std::unique_ptr<RecordTransaction>> Guard::Impl::HoldNonBlocking(
     const Request& request) {
   if (!Validate(request).ok()) return nullptr;
-  absl::StatusOr<std::unique_ptr<RecordTransaction>> begun = store_.BeginNonBlocking();
+  std::unique_ptr<RecordTransaction> spare;
+  if (!guard_spare_transactions.empty()) {
+    spare = std::move(guard_spare_transactions.back());
+    guard_spare_transactions.pop_back();
+  }
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> begun =
+      store_.RenewNonBlocking(std::move(spare));
   if (!begun.ok() || *begun == nullptr) return nullptr;
   // A key another open transaction holds: a wait, left to the blocking call.
   IDEM_ASSIGN_OR_RETURN(RecordTransaction::KeyLock lock,
@@ -310,39 +351,63 @@ absl::StatusOr<std::unique_ptr<RecordTransaction>> Guard::Impl::HoldNonBlocking(
 }
 
 bool Guard::Impl::ClaimNonBlocking(const Request& request, absl::Duration lease,
-                                   std::function<void(absl::StatusOr<Result>)> done) {
+                                   NonBlockingCall& call) {
   absl::StatusOr<std::unique_ptr<RecordTransaction>> held = HoldNonBlocking(request);
   if (held.ok() && *held == nullptr) return false;
   if (!held.ok()) {
-    done(held.status());
+    call.Done(held.status());
     return true;
   }
-  // Shared: it rides in the commit's callback, which the store's writer owns.
-  std::shared_ptr<RecordTransaction> tx = *std::move(held);
+  std::unique_ptr<RecordTransaction>& tx = GuardAccess::TransactionOf(call);
+  tx = *std::move(held);
   if (lease <= absl::ZeroDuration()) lease = options_.lease;
-  absl::StatusOr<Acquisition> a = Acquire(*tx, request, lease, options_.clock->Now());
+  const absl::Time now = options_.clock->Now();
+  // Acquire's insert, its claim record written into one this thread reuses: a new
+  // key is acquired without a copy of its strings.
+  thread_local Record claim;
+  SetFreshClaim(claim, request, lease, now);
+  absl::StatusOr<std::optional<Record>> loaded = AsStoreFault(tx->InsertOrLoad(claim));
+  if (loaded.ok() && !loaded->has_value()) {
+    GuardAccess::AcquiredOf(call) = Result{.outcome = Outcome::kAcquired,
+                                           .token = claim.token,
+                                           .lease_until = claim.lease_until,
+                                           .expires_at = claim.expires_at};
+    GuardAccess::CommitAsync(call);  // NonBlockingCall::Committed
+    return true;
+  }
+  absl::StatusOr<Acquisition> a = Settle(*tx, request, claim, std::move(loaded), lease, now);
   // kAborted (a race on the record): nothing is written, and the blocking path's
   // caller repeats the claim (the Api does).
-  if (!a.ok() && a.status().code() == absl::StatusCode::kAborted) return false;
+  if (!a.ok() && a.status().code() == absl::StatusCode::kAborted) {
+    tx.reset();
+    return false;
+  }
   if (!a.ok()) {
-    done(a.status());
+    tx.reset();  // rolled back: its key is free before the answer
+    call.Done(a.status());
     return true;
   }
   if (a->final.has_value()) {
     tx->Rollback();
-    done(*std::move(a->final));
+    call.Done(*std::move(a->final));
     return true;
   }
-  RecordTransaction* committing = tx.get();
-  committing->CommitAsync(
-      [tx = std::move(tx), a = *std::move(a), done = std::move(done)](absl::Status s) {
-        if (!s.ok()) {
-          done(AsStoreFault(s));
-        } else {
-          done(Acquired(a));
-        }
-      });
+  GuardAccess::AcquiredOf(call) = AcquiredResult(*a);
+  GuardAccess::CommitAsync(call);  // NonBlockingCall::Committed
   return true;
+}
+
+void NonBlockingCall::Committed(absl::Status status) {
+  std::optional<Result> acquired = std::move(acquired_);
+  acquired_.reset();
+  if (!status.ok()) {
+    Done(AsStoreFault(status));
+  } else if (acquired.has_value()) {
+    IDEM_FAILPOINT("guard.after_claim_commit");
+    Done(*std::move(acquired));
+  } else {
+    Done(Result{});
+  }
 }
 
 absl::StatusOr<Result> Guard::Run(const Request& request, const Handler& handler) {
@@ -467,23 +532,27 @@ absl::Status Guard::Impl::Finish(const Request& request, int64_t token, RecordSt
 }
 
 bool Guard::Impl::FinishNonBlocking(const Request& request, int64_t token, RecordState final_state,
-                                    std::string_view bytes,
-                                    std::function<void(absl::Status)> done) {
+                                    std::string_view bytes, NonBlockingCall& call) {
   absl::StatusOr<std::unique_ptr<RecordTransaction>> held = HoldNonBlocking(request);
   if (held.ok() && *held == nullptr) return false;
   if (!held.ok()) {
-    done(held.status());
+    call.Done(held.status());
     return true;
   }
-  std::shared_ptr<RecordTransaction> tx = *std::move(held);
+  std::unique_ptr<RecordTransaction>& tx = GuardAccess::TransactionOf(call);
+  tx = *std::move(held);
+  GuardAccess::AcquiredOf(call).reset();
   absl::StatusOr<bool> write = FinishIn(*tx, request, token, final_state, bytes);
   if (!write.ok() || !*write) {
-    done(write.status());
+    tx.reset();  // rolled back: its key is free before the answer
+    if (!write.ok()) {
+      call.Done(write.status());
+    } else {
+      call.Done(Result{});
+    }
     return true;
   }
-  RecordTransaction* committing = tx.get();
-  committing->CommitAsync(
-      [tx = std::move(tx), done = std::move(done)](absl::Status s) { done(AsStoreFault(s)); });
+  GuardAccess::CommitAsync(call);  // NonBlockingCall::Committed
   return true;
 }
 
@@ -557,21 +626,75 @@ std::optional<Result> ClaimIfKnown(Guard& guard, const Request& request) {
 }
 
 bool ClaimNonBlocking(Guard& guard, const Request& request, absl::Duration lease,
+                      NonBlockingCall& call) {
+  return GuardAccess::Of(guard).ClaimNonBlocking(request, lease, call);
+}
+
+bool CompleteNonBlocking(Guard& guard, const Request& request, int64_t token,
+                         std::string_view result, NonBlockingCall& call) {
+  return GuardAccess::Of(guard).FinishNonBlocking(request, token, RecordState::kSucceeded, result,
+                                                  call);
+}
+
+bool FailNonBlocking(Guard& guard, const Request& request, int64_t token, bool retryable,
+                     std::string_view error, NonBlockingCall& call) {
+  return GuardAccess::Of(guard).FinishNonBlocking(
+      request, token, retryable ? RecordState::kReleased : RecordState::kFailed, error, call);
+}
+
+namespace {
+
+// The function forms' call: made per call, it deletes itself once answered.
+template <typename Answer>
+class NonBlockingFunctionCall final : public NonBlockingCall {
+ public:
+  explicit NonBlockingFunctionCall(std::function<void(Answer)> done) : done_(std::move(done)) {}
+
+  void Done(absl::StatusOr<Result> answer) override {
+    std::unique_ptr<NonBlockingFunctionCall> self(this);
+    // Let go here: this may be the store's writer thread, which begins none.
+    GuardAccess::TransactionOf(*this).reset();
+    if constexpr (std::is_same_v<Answer, absl::Status>) {
+      done_(answer.status());
+    } else {
+      done_(std::move(answer));
+    }
+  }
+
+  // Starts it with `start`; false (nothing started) deletes it.
+  static bool Start(std::function<void(Answer)> done,
+                    const std::function<bool(NonBlockingCall&)>& start) {
+    auto call = std::make_unique<NonBlockingFunctionCall>(std::move(done));
+    if (!start(*call)) return false;
+    call.release();  // Done deletes it (it may have already)
+    return true;
+  }
+
+ private:
+  std::function<void(Answer)> done_;
+};
+
+}  // namespace
+
+bool ClaimNonBlocking(Guard& guard, const Request& request, absl::Duration lease,
                       std::function<void(absl::StatusOr<Result>)> done) {
-  return GuardAccess::Of(guard).ClaimNonBlocking(request, lease, std::move(done));
+  return NonBlockingFunctionCall<absl::StatusOr<Result>>::Start(
+      std::move(done),
+      [&](NonBlockingCall& call) { return ClaimNonBlocking(guard, request, lease, call); });
 }
 
 bool CompleteNonBlocking(Guard& guard, const Request& request, int64_t token,
                          std::string_view result, std::function<void(absl::Status)> done) {
-  return GuardAccess::Of(guard).FinishNonBlocking(request, token, RecordState::kSucceeded, result,
-                                                  std::move(done));
+  return NonBlockingFunctionCall<absl::Status>::Start(std::move(done), [&](NonBlockingCall& call) {
+    return CompleteNonBlocking(guard, request, token, result, call);
+  });
 }
 
 bool FailNonBlocking(Guard& guard, const Request& request, int64_t token, bool retryable,
                      std::string_view error, std::function<void(absl::Status)> done) {
-  return GuardAccess::Of(guard).FinishNonBlocking(
-      request, token, retryable ? RecordState::kReleased : RecordState::kFailed, error,
-      std::move(done));
+  return NonBlockingFunctionCall<absl::Status>::Start(std::move(done), [&](NonBlockingCall& call) {
+    return FailNonBlocking(guard, request, token, retryable, error, call);
+  });
 }
 
 absl::StatusOr<Record> Guard::Impl::Get(const Request& request) {

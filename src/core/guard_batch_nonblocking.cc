@@ -117,24 +117,47 @@ bool Guard::Impl::DecideBatchNonBlocking(absl::Span<const BatchCall> calls, bool
     }
   }
 
-  RecordTransaction* committing = tx.get();
-  committing->CommitAsync([tx = std::move(tx), decisions, in_tx = std::move(in_tx),
-                           acquired = std::move(acquired),
-                           done = std::move(done)](absl::Status s) {
-    if (s.ok()) {
-      for (const auto& [i, a] : acquired) (*decisions)[i].claim = Acquired(a);
-    } else {
-      // Nothing of the transaction is written: no item decided in it stands.
-      s = AsStoreFault(s);
-      for (size_t i = 0; i < decisions->size(); ++i) {
-        BatchDecision& d = (*decisions)[i];
-        if (!in_tx[i] || d.state != BatchDecision::State::kDecided) continue;
-        d.claim = s;
-        d.finish = s;
+  // Owns the transaction until its commit is durable, then sets the decisions
+  // the commit settles and deletes itself (and the transaction) after `done`.
+  class BatchCommitted final : public RecordTransaction::CommitDone {
+   public:
+    BatchCommitted(std::shared_ptr<RecordTransaction> tx, std::vector<BatchDecision>* decisions,
+                   std::vector<char> in_tx, std::vector<std::pair<size_t, Acquisition>> acquired,
+                   std::function<void()> done)
+        : tx_(std::move(tx)),
+          decisions_(decisions),
+          in_tx_(std::move(in_tx)),
+          acquired_(std::move(acquired)),
+          done_(std::move(done)) {}
+    void Start() { tx_->CommitAsync(*this); }
+    void Committed(absl::Status s) override {
+      if (s.ok()) {
+        for (const auto& [i, a] : acquired_) (*decisions_)[i].claim = Acquired(a);
+      } else {
+        // Nothing of the transaction is written: no item decided in it stands.
+        s = AsStoreFault(s);
+        for (size_t i = 0; i < decisions_->size(); ++i) {
+          BatchDecision& d = (*decisions_)[i];
+          if (!in_tx_[i] || d.state != BatchDecision::State::kDecided) continue;
+          d.claim = s;
+          d.finish = s;
+        }
       }
+      std::function<void()> done = std::move(done_);
+      delete this;
+      done();
     }
-    done();
-  });
+
+   private:
+    std::shared_ptr<RecordTransaction> tx_;
+    std::vector<BatchDecision>* const decisions_;
+    const std::vector<char> in_tx_;
+    const std::vector<std::pair<size_t, Acquisition>> acquired_;
+    std::function<void()> done_;
+  };
+  (new BatchCommitted(std::move(tx), decisions, std::move(in_tx), std::move(acquired),
+                      std::move(done)))
+      ->Start();
   return true;
 }
 

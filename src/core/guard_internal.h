@@ -52,10 +52,9 @@ struct Guard::Impl {
 
   // The entry points of guard_nonblocking.h.
   std::optional<Result> ClaimIfKnown(const Request& request);
-  bool ClaimNonBlocking(const Request& request, absl::Duration lease,
-                        std::function<void(absl::StatusOr<Result>)> done);
+  bool ClaimNonBlocking(const Request& request, absl::Duration lease, NonBlockingCall& call);
   bool FinishNonBlocking(const Request& request, int64_t token, RecordState final_state,
-                         std::string_view bytes, std::function<void(absl::Status)> done);
+                         std::string_view bytes, NonBlockingCall& call);
   bool DecideBatchNonBlocking(absl::Span<const BatchCall> calls, bool all, size_t value_budget,
                               std::vector<BatchDecision>* decisions, std::function<void()> done);
 
@@ -79,8 +78,11 @@ struct Guard::Impl {
       RecordTransaction& tx, const Request& request, absl::Duration lease, absl::Time now,
       const Statement* first = nullptr,
       std::optional<absl::StatusOr<int64_t>>* first_result = nullptr);
-  // The fresh PROCESSING record (token 1) that claims `request` at `now`.
+  // The fresh PROCESSING record (token 1) that claims `request` at `now`; or
+  // written into `claim`, whose buffers are reused.
   Record FreshClaim(const Request& request, absl::Duration lease, absl::Time now) const;
+  void SetFreshClaim(Record& claim, const Request& request, absl::Duration lease,
+                     absl::Time now) const;
   // Decides the claim `claim` of `request` from the store's answer to inserting it
   // (`loaded`, from InsertOrLoad or InsertOrLoadMany), taking the existing record
   // over in `tx` when it may be.
@@ -106,8 +108,10 @@ struct Guard::Impl {
   // commit, false when the answer is OK without one (the same call again).
   absl::StatusOr<bool> FinishIn(RecordTransaction& tx, const Request& request, int64_t token,
                                 RecordState final_state, std::string_view bytes);
-  // The answer of a claim whose acquisition `a` is committed.
+  // The answer of a claim whose acquisition `a` is committed (AcquiredResult, after
+  // the failpoint guard.after_claim_commit).
   static Result Acquired(const Acquisition& a);
+  static Result AcquiredResult(const Acquisition& a);
 
   StoreBackend& store_;
   GuardOptions options_;
@@ -117,6 +121,12 @@ struct Guard::Impl {
 // guard_nonblocking.h.
 struct GuardAccess {
   static Guard::Impl& Of(Guard& guard) { return *guard.impl_; }
+  // A NonBlockingCall's transaction, and a claim's answer once it is durable.
+  static std::unique_ptr<RecordTransaction>& TransactionOf(NonBlockingCall& call) {
+    return call.tx_;
+  }
+  static std::optional<Result>& AcquiredOf(NonBlockingCall& call) { return call.acquired_; }
+  static void CommitAsync(NonBlockingCall& call) { call.tx_->CommitAsync(call); }
 };
 
 }  // namespace idem

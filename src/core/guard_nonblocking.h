@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -15,8 +16,39 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "idem/guard.h"
+#include "store/backend.h"
 
 namespace idem {
+
+// One claim, complete or fail started without blocking, as the caller keeps it
+// (one per request; started again only after Done): it holds the transaction
+// until the commit has ended and is told the answer. `request` must stay alive
+// until Done too.
+class NonBlockingCall : private RecordTransaction::CommitDone {
+ public:
+  NonBlockingCall() = default;
+  NonBlockingCall(const NonBlockingCall&) = delete;
+  NonBlockingCall& operator=(const NonBlockingCall&) = delete;
+
+  // The blocking call's answer: a claim's Result, or for a complete or fail an
+  // empty Result when it is OK. Called once per started call (see ClaimNonBlocking
+  // for the thread); it may destroy this object.
+  virtual void Done(absl::StatusOr<Result> answer) = 0;
+
+ protected:
+  // Leaves its ended transaction to this thread's next call (RenewNonBlocking).
+  ~NonBlockingCall();
+
+ private:
+  friend struct GuardAccess;
+  void Committed(absl::Status status) override;
+
+  // The started call's transaction, kept (ended) until the next start or the
+  // object's end, so that it is let go on the caller's thread.
+  std::unique_ptr<RecordTransaction> tx_;
+  // A claim's answer once its write is durable; nullopt for a complete or fail.
+  std::optional<Result> acquired_;
+};
 
 // The answer Claim() would give when it needs no I/O: the store holds the key's
 // final record in memory (StoreBackend::PeekDecided), so kReplayed, kCachedFailure,
@@ -35,6 +67,16 @@ std::optional<Result> ClaimIfKnown(Guard& guard, const Request& request);
 // StoreBackend::LookupDecided, which may be a round trip): on this thread before
 // the return when nothing is written, else on the store's writer thread once the
 // write is durable, where it must be quick.
+//
+// The forms taking a NonBlockingCall allocate nothing for the call: the caller's
+// object holds the transaction until the write is durable and hears the answer
+// (NonBlockingCall::Done); those taking a function wrap it in one.
+bool ClaimNonBlocking(Guard& guard, const Request& request, absl::Duration lease,
+                      NonBlockingCall& call);
+bool CompleteNonBlocking(Guard& guard, const Request& request, int64_t token,
+                         std::string_view result, NonBlockingCall& call);
+bool FailNonBlocking(Guard& guard, const Request& request, int64_t token, bool retryable,
+                     std::string_view error, NonBlockingCall& call);
 bool ClaimNonBlocking(Guard& guard, const Request& request, absl::Duration lease,
                       std::function<void(absl::StatusOr<Result>)> done);
 bool CompleteNonBlocking(Guard& guard, const Request& request, int64_t token,

@@ -162,14 +162,25 @@ class RecordTransaction : public StoreTransaction {
     (void)keys;
   }
 
+  // What CommitAsync tells when the commit has ended: an object of the caller's
+  // (the Guard's per-request call), so a commit allocates nothing to be answered.
+  class CommitDone {
+   public:
+    // Called once with what Commit() would return. May destroy the transaction.
+    virtual void Committed(absl::Status status) = 0;
+
+   protected:
+    ~CommitDone() = default;
+  };
+
   // Commit() without blocking the calling thread, for a transaction of
-  // StoreBackend::BeginNonBlocking: `done` is called once with what Commit() would
+  // StoreBackend::BeginNonBlocking: `done` is told once what Commit() would
   // return, once the commit is durable, on a thread of the store's (it must be
   // quick: other commits wait behind it), or on this thread before this returns
-  // when the commit ended at once. This transaction must stay alive until `done`
-  // has been called, and `done` may destroy it. The default calls Commit(), then
-  // `done`.
-  virtual void CommitAsync(std::function<void(absl::Status)> done) { done(Commit()); }
+  // when the commit ended at once. This transaction and `done` must stay alive
+  // until then, and `done` may destroy the transaction. The default calls Commit(),
+  // then `done`.
+  virtual void CommitAsync(CommitDone& done) { done.Committed(Commit()); }
 
   // Replace, then Commit only if it moved the record: the Guard's final write,
   // which a backend may do in one round trip (PostgreSQL pipelines the UPDATE with
@@ -263,6 +274,16 @@ class StoreBackend : public Store {
   // cannot (the default: its calls block on a database); non_blocking() says so
   // beforehand.
   virtual absl::StatusOr<std::unique_ptr<RecordTransaction>> BeginNonBlocking() { return nullptr; }
+
+  // BeginNonBlocking(), made of `ended` (a transaction that has ended, of any
+  // store, or null) when it is one of this store's: what it allocated (its
+  // objects, its buffers) serves again, so a server's claim allocates nothing for
+  // its transaction. The default lets `ended` go and begins another.
+  virtual absl::StatusOr<std::unique_ptr<RecordTransaction>> RenewNonBlocking(
+      std::unique_ptr<RecordTransaction> ended) {
+    ended.reset();
+    return BeginNonBlocking();
+  }
 
   // True when BeginNonBlocking() gives transactions (rocksdb:// with its default
   // writer=queue).

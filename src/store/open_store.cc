@@ -105,6 +105,12 @@ class LateStore final : public StoreBackend {
     if (s == nullptr) return nullptr;
     return s->BeginNonBlocking();
   }
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> RenewNonBlocking(
+      std::unique_ptr<RecordTransaction> ended) override {
+    StoreBackend* s = ready_.load(std::memory_order_acquire);
+    if (s == nullptr) return nullptr;
+    return s->RenewNonBlocking(std::move(ended));
+  }
   bool non_blocking() const override {
     StoreBackend* s = ready_.load(std::memory_order_acquire);
     return s != nullptr && s->non_blocking();

@@ -32,6 +32,8 @@ void AppendRecordKey(std::string& out, std::string_view tenant, std::string_view
 // Every field of `record`, binary-safe. Times keep whole microseconds (as the SQL
 // stores do); infinite times are kept as such.
 std::string EncodeRecord(const Record& record);
+// The same, into `out` (replacing what it held; its buffer is reused).
+void EncodeRecordInto(std::string& out, const Record& record);
 
 // The record EncodeRecord made, of this format version or version 1 (which has
 // no retention: expires_at absl::InfiniteFuture(), not purged). kFailedPrecondition

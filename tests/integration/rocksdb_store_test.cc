@@ -536,6 +536,80 @@ TEST(RocksdbStoreTest, NonBlockingTransactionsNeverWaitAndCommitThroughTheWriter
                                 absl::Seconds(1), [](absl::StatusOr<Result>) {}));
 }
 
+// A NonBlockingCall, as a server keeps one a request: it waits for its answer.
+class AwaitedCall final : public NonBlockingCall {
+ public:
+  void Done(absl::StatusOr<Result> answer) override {
+    absl::MutexLock lock(&mu_);
+    answer_ = std::move(answer);
+  }
+  absl::StatusOr<Result> Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](std::optional<absl::StatusOr<Result>>* a) { return a->has_value(); }, &answer_));
+    return **answer_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::optional<absl::StatusOr<Result>> answer_;
+};
+
+// A call's ended transaction serves the thread's next call of the same store
+// (StoreBackend::RenewNonBlocking), with the buffers it has: claims, answers
+// without a write and finishes through renewed transactions, of three stores (one
+// behind the cache tier) in turn, each store getting its own records only.
+TEST(RocksdbStoreTest, RenewedNonBlockingTransactionsWriteOnlyTheirOwnCall) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> a, OpenStore("rocksdb://" + dir.file("a")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> b, OpenStore("rocksdb://" + dir.file("b")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> inner, OpenStore("rocksdb://" + dir.file("c")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> cached, NewCachingStore(std::move(inner)));
+  Store* stores[] = {a.get(), b.get(), cached.get()};
+  for (int round = 0; round < 3; ++round) {
+    for (int s = 0; s < 3; ++s) {
+      Guard guard(*stores[s]);
+      const Request request{.tenant = "t",
+                            .biz_type = "refund",
+                            .key = "key-" + std::to_string(s) + "-" + std::to_string(round) +
+                                   "-long-enough-to-allocate"};
+      {
+        AwaitedCall claim;
+        ASSERT_TRUE(ClaimNonBlocking(guard, request, absl::Seconds(30), claim));
+        ASSERT_OK_AND_ASSIGN(Result acquired, claim.Wait());
+        EXPECT_EQ(acquired.outcome, Outcome::kAcquired);
+        EXPECT_EQ(acquired.token, 1);
+      }
+      {
+        AwaitedCall again;  // answered without a write, its transaction rolled back
+        ASSERT_TRUE(ClaimNonBlocking(guard, request, absl::Seconds(30), again));
+        ASSERT_OK_AND_ASSIGN(Result busy, again.Wait());
+        EXPECT_EQ(busy.outcome, Outcome::kInProgress);
+      }
+      {
+        AwaitedCall complete;
+        ASSERT_TRUE(CompleteNonBlocking(guard, request, 1, R"({"round":)" +
+                                                               std::to_string(round) + "}",
+                                        complete));
+        ASSERT_OK(complete.Wait().status());
+      }
+      ASSERT_OK_AND_ASSIGN(Result replay, guard.Claim(request));
+      EXPECT_EQ(replay.outcome, Outcome::kReplayed);
+      EXPECT_EQ(replay.value, R"({"round":)" + std::to_string(round) + "}");
+    }
+  }
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Record> records,
+                         stores[s]->ListRecords(RecordQuery{.tenant = "t", .limit = 100}));
+    ASSERT_EQ(records.size(), 3u) << "store " << s;
+    for (const Record& r : records) {
+      EXPECT_THAT(r.key, ::testing::StartsWith("key-" + std::to_string(s) + "-"));
+      EXPECT_EQ(r.state, RecordState::kSucceeded);
+      EXPECT_EQ(r.token, 1);
+    }
+  }
+}
+
 // The record key is "r" + store::RecordKey, built in place; IsRecordDbKeyOf
 // tells it apart from the keys of pairs that share its bytes.
 TEST(RocksdbStoreTest, RecordDbKeysAreRecordKeysAndMatchOnlyTheirOwnPair) {

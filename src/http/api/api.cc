@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "http/server/buffers.h"
 #include "http/server/problem.h"
 #include "idem/cache.h"
 #include "idem/fingerprint.h"
@@ -173,8 +175,46 @@ std::shared_ptr<void> WaitingClaim::Watch(std::function<void()> wake) const {
   return api.Watch(*this, std::move(wake));
 }
 
+namespace {
+
+// The memory of the ApiCalls let go on this thread (ApiCall::operator delete), up
+// to kApiSpareCalls of them, freed with the thread.
+constexpr size_t kApiSpareCalls = 64;
+struct ApiSpareCalls {
+  ~ApiSpareCalls() {
+    for (void* block : blocks) ::operator delete(block);
+  }
+  std::vector<void*> blocks;
+};
+thread_local ApiSpareCalls api_spare_calls;
+
+}  // namespace
+
+void* ApiCall::operator new(size_t size) {
+  std::vector<void*>& blocks = api_spare_calls.blocks;
+  if (size != sizeof(ApiCall) || blocks.empty()) return ::operator new(size);
+  void* block = blocks.back();
+  blocks.pop_back();
+  return block;
+}
+
+void ApiCall::operator delete(void* call, size_t size) {
+  std::vector<void*>& blocks = api_spare_calls.blocks;
+  if (size != sizeof(ApiCall) || blocks.size() >= kApiSpareCalls) {
+    ::operator delete(call);
+    return;
+  }
+  blocks.push_back(call);
+}
+
 ApiCall::ApiCall(Api& api, HttpRequest request) : Call(std::move(request)), api_(api) {
   api_.RouteCall(*this);
+}
+
+ApiCall::~ApiCall() {
+  if (!guard_request_.has_value()) return;
+  KeepStringBuffer(std::move(guard_request_->key));
+  KeepStringBuffer(std::move(guard_request_->fingerprint));
 }
 
 std::optional<Reply> ApiCall::BeforeBody() const { return api_.BeforeBody(*this); }

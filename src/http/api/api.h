@@ -82,6 +82,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "core/guard_nonblocking.h"
 #include "http/api/json.h"
 #include "http/api/key_health.h"
 #include "http/api/key_watch.h"
@@ -172,9 +173,16 @@ struct WaitingClaim final : Waiting {
 // tenant found here, once, and its body parsed at most once, whichever step
 // (AnswerWithoutBlocking, StartAsync, Answer) comes to it first; the steps after
 // read these. The views point into request().target, which must not change.
-class ApiCall final : public Handler::Call {
+class ApiCall final : public Handler::Call, private NonBlockingCall {
  public:
   ApiCall(Api& api, HttpRequest request);
+  // Gives a claim's key and fingerprint buffers to the thread's next request
+  // (http/server/buffers.h).
+  ~ApiCall() override;
+
+  // One a request: the memory of one let go is kept for the next on its thread.
+  static void* operator new(size_t size);
+  static void operator delete(void* call, size_t size);
 
   // 401 for a /v1/ path without a valid bearer token, so an unauthenticated
   // client cannot make the server hold its body; nullopt otherwise.
@@ -214,7 +222,20 @@ class ApiCall final : public Handler::Call {
   std::shared_ptr<BatchPass> batch;
 
  private:
+  friend class Api;
+  // The Guard's answer to the call StartAsync started: handed to resume_.
+  void Done(absl::StatusOr<Result> answer) override;
+
   Api& api_;
+  // A claim's, complete's or fail's Request for the Guard, made once (a claim's
+  // takes the strings of its parsed body: Api::ClaimRequestOf).
+  std::optional<Request> guard_request_;
+  // StartAsync's: where its answer goes, and what that is built from.
+  Handler::Resume resume_;
+  absl::StatusOr<Result> answer_;
+  absl::Duration lease_;
+  absl::Time deadline_;
+  uint64_t epoch_ = 0;
 };
 
 class Api : public Handler {
@@ -291,11 +312,21 @@ class Api : public Handler {
   // (CheckIds), which POST /v1/claims and the items of a batch share (claims.cc).
   // Claim, Complete and Fail decide on the calling thread (blocking on the store).
   Reply Claim(const std::string& tenant, const ClaimBody& body);
+  Reply Claim(const Request& request, const ClaimBody& body);
+  // Until when a claim with `body` waits for a live lease (wait_ms); the past for none.
+  absl::Time WaitDeadline(const ClaimBody& body) const;
+  // A claim's Request, made on first use from its parsed body (whose strings it
+  // takes: the call's other steps read this, never the body's ids), or nullptr
+  // for a body that is not valid.
+  const Request* ClaimRequestOf(ApiCall& call) const;
+  // StartAsync's answer, on the network thread its resume runs it on.
+  Reply Resumed(ApiCall& call);
   Reply Complete(const std::string& tenant, const CompleteBody& body);
   Reply Fail(const std::string& tenant, const FailBody& body);
   // A claim's answer when the store holds its key's final record in memory
   // (ClaimIfKnown); nullopt otherwise. Does not block.
   std::optional<Reply> KnownClaim(const std::string& tenant, const ClaimBody& body);
+  std::optional<Reply> KnownClaim(const Request& request);
   // Where a call started without blocking hands the function that builds its
   // Reply, called on the store's writer thread once the write is durable (or on the
   // starting thread when nothing was written): it must be quick.

@@ -13,6 +13,7 @@
 #include "http/api/api.h"
 #include "http/api/json.h"
 #include "http/server/problem.h"
+#include "http/server/buffers.h"
 #include "http/api/records.h"
 #include "store/backend.h"
 #include "nlohmann/json.hpp"
@@ -51,13 +52,20 @@ Reply BadRequest(Route route, const absl::Status& status) {
   return Make(route, MakeProblem(400, "invalid_request", "Invalid request", SV(status.message())));
 }
 
-// An RFC 3339 time as JSON text, or null for none, appended to `*out` (the claim
-// answers, built without a json).
+// An RFC 3339 time as a JSON string (FormatRfc3339's text needs no escapes),
+// appended to `*out` (the claim answers, built without a json).
+void AppendTimeString(std::string* out, absl::Time t) {
+  out->push_back('"');
+  AppendRfc3339(out, t);
+  out->push_back('"');
+}
+
+// The same, or null for none.
 void AppendTimeOrNull(std::string* out, absl::Time t) {
-  if (const std::string s = FormatRfc3339(t); s.empty()) {
+  if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) {
     out->append("null");
   } else {
-    AppendJsonString(out, s);
+    AppendTimeString(out, t);
   }
 }
 
@@ -133,18 +141,37 @@ Request Api::RequestOf(const std::string& tenant, std::string_view biz_type, std
   return req;
 }
 
+const Request* Api::ClaimRequestOf(ApiCall& call) const {
+  if (call.guard_request_.has_value()) return &*call.guard_request_;
+  BodyOf(call, ParseClaimBody);
+  auto& body = std::get<absl::StatusOr<ClaimBody>>(call.body);
+  if (!body.ok()) return nullptr;
+  Request& req = call.guard_request_.emplace();
+  req.tenant = call.tenant->name;
+  req.biz_type = std::move(body->biz_type);
+  req.key = std::move(body->key);
+  req.fingerprint = std::move(body->fingerprint);
+  return &req;
+}
+
 Reply Api::Claims(ApiCall& call) {
   // Parsed once: on the network thread already when it found the key unknown.
   const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
   if (!body.ok()) return BadRequest(Route::kClaims, body.status());
-  return Claim(call.tenant->name, *body);
+  return Claim(*ClaimRequestOf(call), *body);
 }
 
 Reply Api::Claim(const std::string& tenant, const ClaimBody& body) {
-  const Request req = RequestOf(tenant, body.biz_type, body.key, body.fingerprint);
-  absl::Time deadline = body.wait_ms > 0
-                            ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
-                            : absl::InfinitePast();
+  return Claim(RequestOf(tenant, body.biz_type, body.key, body.fingerprint), body);
+}
+
+absl::Time Api::WaitDeadline(const ClaimBody& body) const {
+  return body.wait_ms > 0 ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
+                          : absl::InfinitePast();
+}
+
+Reply Api::Claim(const Request& req, const ClaimBody& body) {
+  const absl::Time deadline = WaitDeadline(body);
   Reply reply = ClaimAnswer(req, absl::Milliseconds(body.lease_ms), deadline,
                             options_.wait_poll_min, watch_.Epoch());
   if (reply.waiting != nullptr) metrics_.CountWait();
@@ -259,11 +286,11 @@ Reply Api::AnswerClaim(const Request& req, absl::Duration lease, absl::Time dead
     case Outcome::kAcquired: {
       // Written out directly, as DecidedClaim does: a JSON object built member by
       // member and dumped cost ~9,600 instructions of a new key's ~89,000 (callgrind).
-      std::string body;
+      std::string body = TakeStringBuffer();
       body.reserve(160);
       absl::StrAppend(&body, R"({"outcome":"acquired","token":)", result->token,
                       R"(,"lease_until":)");
-      AppendJsonString(&body, FormatRfc3339(result->lease_until));
+      AppendTimeString(&body, result->lease_until);
       body.append(result->takeover ? R"(,"takeover":true)" : R"(,"takeover":false)");
       if (result->takeover) absl::StrAppend(&body, R"(,"previous_token":)", result->previous_token);
       body.append(R"(,"expires_at":)");
@@ -293,7 +320,7 @@ Reply Api::DecidedClaim(const Result& result) {
       const bool replayed = result.outcome == Outcome::kReplayed;
       std::string_view name = replayed ? "replayed" : "cached_failure";
       // Every duplicate's answer: reserved once, so the splice appends in place.
-      std::string body;
+      std::string body = TakeStringBuffer();
       body.reserve(100 + result.value.size());
       body.append(R"({"outcome":")").append(name).append(R"(","expires_at":)");
       AppendTimeOrNull(&body, result.expires_at);
@@ -334,15 +361,18 @@ std::optional<Reply> Api::AnswerWithoutBlocking(ApiCall& call) {
   if (call.route != Route::kClaims) return std::nullopt;
   const Tenant* tenant = call.tenant;
   if (tenant == nullptr) return std::nullopt;
-  const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
-  if (!body.ok()) return std::nullopt;
-  std::optional<Reply> reply = KnownClaim(tenant->name, *body);
+  const Request* req = ClaimRequestOf(call);
+  if (req == nullptr) return std::nullopt;
+  std::optional<Reply> reply = KnownClaim(*req);
   if (reply.has_value()) reply->tenant = tenant->name;
   return reply;
 }
 
 std::optional<Reply> Api::KnownClaim(const std::string& tenant, const ClaimBody& body) {
-  const Request req = RequestOf(tenant, body.biz_type, body.key, body.fingerprint);
+  return KnownClaim(RequestOf(tenant, body.biz_type, body.key, body.fingerprint));
+}
+
+std::optional<Reply> Api::KnownClaim(const Request& req) {
   std::optional<Result> known = ClaimIfKnown(guard_, req);
   if (!known.has_value()) return std::nullopt;
   TrackKeyHealth(req, *known);
@@ -412,33 +442,77 @@ bool Api::StartAsync(ApiCall& call, const Resume& resume) {
   }
   const Tenant* tenant = call.tenant;
   if (tenant == nullptr) return false;
-  // The rest runs on the network thread `resume` hands it to; a throw there is
-  // answered as Answer() answers one.
-  Started started = [this, resume, tenant = tenant->name](std::function<Reply()> answer) {
-    resume([this, tenant, answer = std::move(answer)]() -> Reply {
-      try {
-        return Answered(answer(), tenant);
-      } catch (const std::exception& e) {
-        return Internal("request", e.what());
+  // The call itself is the Guard's NonBlockingCall: its Done hands Resumed to
+  // `resume`, which runs it on the network thread.
+  try {
+    switch (call.route) {
+      case Route::kClaims: {
+        // Parsed and validated by AnswerWithoutBlocking, which found the key unknown.
+        const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
+        const Request* req = ClaimRequestOf(call);
+        if (req == nullptr) return false;
+        call.lease_ = absl::Milliseconds(body->lease_ms);
+        call.deadline_ = WaitDeadline(*body);
+        call.epoch_ = watch_.Epoch();
+        call.resume_ = resume;
+        return ClaimNonBlocking(guard_, *req, call.lease_, call);
       }
-    });
-  };
-  switch (call.route) {
-    case Route::kClaims: {
-      // Parsed and validated by AnswerWithoutBlocking, which found the key unknown.
-      const absl::StatusOr<ClaimBody>& body = BodyOf(call, ParseClaimBody);
-      return body.ok() && StartClaim(tenant->name, *body, std::move(started));
+      case Route::kComplete: {
+        const absl::StatusOr<CompleteBody>& body = BodyOf(call, ParseCompleteBody);
+        if (!body.ok() || body->token == 0) return false;
+        const Request& req =
+            call.guard_request_.emplace(RequestOf(tenant->name, body->biz_type, body->key));
+        call.resume_ = resume;
+        return CompleteNonBlocking(guard_, req, body->token, body->result, call);
+      }
+      case Route::kFail: {
+        const absl::StatusOr<FailBody>& body = BodyOf(call, ParseFailBody);
+        if (!body.ok() || body->token == 0) return false;
+        const Request& req =
+            call.guard_request_.emplace(RequestOf(tenant->name, body->biz_type, body->key));
+        call.resume_ = resume;
+        return FailNonBlocking(guard_, req, body->token, body->retryable, body->error, call);
+      }
+      default:
+        return false;
     }
-    case Route::kComplete: {
-      const absl::StatusOr<CompleteBody>& body = BodyOf(call, ParseCompleteBody);
-      return body.ok() && StartComplete(tenant->name, *body, std::move(started));
+  } catch (const std::exception&) {
+    return false;  // the blocking call answers it
+  }
+}
+
+void ApiCall::Done(absl::StatusOr<Result> answer) {
+  answer_ = std::move(answer);
+  // Let go once called: what the server's resume holds (its connection) must not
+  // stay with the call the connection holds.
+  const Handler::Resume resume = std::move(resume_);
+  resume_ = nullptr;
+  resume([this] { return api_.Resumed(*this); });
+}
+
+Reply Api::Resumed(ApiCall& call) {
+  // A throw here is answered as Answer() answers one.
+  try {
+    Reply reply;
+    const Request& req = *call.guard_request_;
+    switch (call.route) {
+      case Route::kClaims:
+        reply = AnswerClaim(req, call.lease_, call.deadline_, options_.wait_poll_min, call.epoch_,
+                            std::move(call.answer_));
+        if (reply.waiting != nullptr) metrics_.CountWait();
+        break;
+      case Route::kComplete:
+        reply = AnswerFinish(Route::kComplete, req, call.answer_.status(), "completed");
+        break;
+      default:
+        reply = AnswerFinish(
+            Route::kFail, req, call.answer_.status(),
+            std::get<absl::StatusOr<FailBody>>(call.body)->retryable ? "released" : "failed");
+        break;
     }
-    case Route::kFail: {
-      const absl::StatusOr<FailBody>& body = BodyOf(call, ParseFailBody);
-      return body.ok() && StartFail(tenant->name, *body, std::move(started));
-    }
-    default:
-      return false;
+    return Answered(std::move(reply), call.tenant->name);
+  } catch (const std::exception& e) {
+    return Internal("request", e.what());
   }
 }
 
@@ -446,9 +520,7 @@ bool Api::StartClaim(const std::string& tenant, const ClaimBody& body, Started s
   try {
     const Request req = RequestOf(tenant, body.biz_type, body.key, body.fingerprint);
     const absl::Duration lease = absl::Milliseconds(body.lease_ms);
-    const absl::Time deadline = body.wait_ms > 0
-                                    ? options_.clock->Now() + absl::Milliseconds(body.wait_ms)
-                                    : absl::InfinitePast();
+    const absl::Time deadline = WaitDeadline(body);
     const uint64_t epoch = watch_.Epoch();
     return ClaimNonBlocking(
         guard_, req, lease,

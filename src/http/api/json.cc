@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "http/server/buffers.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 
@@ -214,7 +215,11 @@ absl::StatusOr<std::string> GetString(od::value& v, std::string_view field) {
   if (s.find('\0') != std::string_view::npos) {
     return FieldError(field, "must not contain NUL (\\u0000)");
   }
-  return std::string(s);
+  // A string too long to be held in place (a key) goes into a buffer an earlier
+  // request let go (ApiCall's destructor gives its key back).
+  std::string out = s.size() > std::string().capacity() ? TakeStringBuffer() : std::string();
+  out.assign(s);
+  return out;
 }
 
 absl::StatusOr<int64_t> GetInt(od::value& v, std::string_view field, int64_t min, int64_t max) {
@@ -639,22 +644,23 @@ void AppendRawJsonOrString(std::string* out, std::string_view bytes) {
   }
 }
 
-std::string FormatRfc3339(absl::Time t) {
-  if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) return "";
-  // Years 1970-9999 (every lease, claim and expiry) from std::chrono's calendar and
-  // written digit by digit: absl::FormatTime, which interprets its format and looks
-  // up the zone, was a third of a new key's answer (~2,900 instructions a call,
-  // callgrind). Other years (and the floor of a time before 1970) are its job.
+namespace {
+
+// FormatRfc3339's text of `t` in years 1970-9999 (every lease, claim and expiry),
+// into `out`; false for another time. From std::chrono's calendar and written
+// digit by digit: absl::FormatTime, which interprets its format and looks up the
+// zone, was a third of a new key's answer (~2,900 instructions a call, callgrind).
+constexpr size_t kRfc3339Bytes = 24;  // "0000-00-00T00:00:00.000Z"
+bool Rfc3339Digits(absl::Time t, char (&out)[kRfc3339Bytes]) {
   constexpr int64_t kMillisPerDay = 86'400'000;
   constexpr int64_t kYear10000 = 253'402'300'800'000;  // 10000-01-01T00:00:00Z in ms
-  const int64_t ms = absl::ToUnixMillis(t);            // rounds down, as %E3S truncates
-  if (ms < 0 || ms >= kYear10000) {
-    return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
-  }
+  if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) return false;
+  const int64_t ms = absl::ToUnixMillis(t);  // rounds down, as %E3S truncates
+  if (ms < 0 || ms >= kYear10000) return false;
   const std::chrono::year_month_day date{
       std::chrono::sys_days{std::chrono::days{ms / kMillisPerDay}}};
   const int64_t of_day = ms % kMillisPerDay;
-  std::string out = "0000-00-00T00:00:00.000Z";
+  std::memcpy(out, "0000-00-00T00:00:00.000Z", kRfc3339Bytes);
   auto put = [&out](size_t at, int64_t value, int width) {
     for (int i = width - 1; i >= 0; --i, value /= 10)
       out[at + i] = static_cast<char>('0' + value % 10);
@@ -666,7 +672,26 @@ std::string FormatRfc3339(absl::Time t) {
   put(14, of_day / 60'000 % 60, 2);
   put(17, of_day / 1'000 % 60, 2);
   put(20, of_day % 1'000, 3);
-  return out;
+  return true;
+}
+
+}  // namespace
+
+std::string FormatRfc3339(absl::Time t) {
+  if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) return "";
+  char digits[kRfc3339Bytes];
+  if (Rfc3339Digits(t, digits)) return std::string(digits, kRfc3339Bytes);
+  // Other years (and the floor of a time before 1970) are absl's job.
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
+}
+
+void AppendRfc3339(std::string* out, absl::Time t) {
+  char digits[kRfc3339Bytes];
+  if (Rfc3339Digits(t, digits)) {
+    out->append(digits, kRfc3339Bytes);
+  } else {
+    out->append(FormatRfc3339(t));
+  }
 }
 
 }  // namespace idem::http

@@ -100,5 +100,7 @@ void AppendRawJsonOrString(std::string* out, std::string_view bytes);
 
 // Formats `t` as RFC 3339 UTC with milliseconds: "2024-06-18T07:13:00.123Z".
 std::string FormatRfc3339(absl::Time t);
+// Appends FormatRfc3339(t) to `*out` (without a string of its own in 1970-9999).
+void AppendRfc3339(std::string* out, absl::Time t);
 
 }  // namespace idem::http

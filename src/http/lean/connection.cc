@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "boost/asio/post.hpp"
+#include "http/server/buffers.h"
 #include "http/server/exchange.h"
 #include "http/server/problem.h"
 #include "http/server/render.h"
@@ -26,6 +27,8 @@ constexpr size_t kWindow = 8 << 10;
 constexpr size_t kOutHigh = 256 << 10;
 // A write buffer grown past this by a large answer is given back once written.
 constexpr size_t kOutKeep = 64 << 10;
+// A request body's buffer is kept for the next request up to this size.
+constexpr size_t kKeepBody = 16 << 10;
 // How long an answered-with-close connection is drained (the Beast engine's too).
 constexpr auto kDrainTime = std::chrono::seconds(2);
 
@@ -204,7 +207,7 @@ bool LeanConnection::ScanHeaderLineEnds() {
     }
     if (lf == in_end_) break;
     if (prev_ != '\r') {
-      request_id_ = RequestIdFrom("");
+      SetRequestIdFrom(request_id_, "");
       method_ = "-";
       started_ = Clock::now();
       header_done_ = false;
@@ -336,7 +339,7 @@ void LeanConnection::OnHeader() {
   version_ = parser_.http_major == 1 && parser_.http_minor == 0 ? 10 : 11;
   method_ = http_method_str(static_cast<http_method>(parser_.method));
   head_ = parser_.method == HTTP_HEAD;
-  request_id_ = RequestIdFrom(request_id_given_);
+  SetRequestIdFrom(request_id_, request_id_given_);
   started_ = Clock::now();
   if (std::optional<HttpResponse> refused = RefuseHeader(hosts_, transfer_encoding_)) {
     AnswerProblem(*std::move(refused));
@@ -348,7 +351,8 @@ void LeanConnection::OnHeader() {
   head.method = method_;
   head.target = OriginForm(url_);
   head.authorization = authorization_;
-  head.request_id = request_id_;
+  head.request_id.swap(spare_request_id_);  // a buffer the last request gave back (Answer)
+  head.request_id.assign(request_id_);
   head.received = started_;
   call_ = core_.handler.Begin(std::move(head));
   const bool chunked = (parser_.flags & F_CHUNKED) != 0;
@@ -383,8 +387,8 @@ void LeanConnection::OnMessage() {
   keep_alive_ = http_should_keep_alive(&parser_) != 0;
   HttpRequest& request = call_->request();
   if (core_.handler.wants_headers()) request.headers = std::move(headers_);
-  request.body = std::move(body_);
-  body_ = std::string();
+  request.body.swap(body_);  // body_ gets the buffer the last request gave back (Answer)
+  body_.clear();
   phase_ = Phase::kHandling;
   Dispatch();
 }
@@ -392,7 +396,7 @@ void LeanConnection::OnMessage() {
 void LeanConnection::OnParseError(http_errno error) {
   if (!header_done_) {  // nothing of the request was taken in
     if (in_value_) EndHeaderField();
-    request_id_ = RequestIdFrom("");
+    SetRequestIdFrom(request_id_, "");
     method_ = "-";
     started_ = Clock::now();
   }
@@ -421,12 +425,13 @@ void LeanConnection::Dispatch() {
   }
   if (now.has_value()) {
     Answer(*now, /*force_close=*/false);
+    KeepStringBuffer(std::move(now->response.body));  // for the next request's (buffers.h)
     return;
   }
   // A write the store makes without blocking (rocksdb://) starts here; its answer
   // is built back on this loop once the write is durable.
   const bool started = call_->StartAsync([loop = &loop_, id = id_](std::function<Reply()> answer) {
-    loop->Post(id, [answer = std::move(answer)](LeanConnection& c) { c.OnReply(answer()); });
+    loop->PostAnswer(id, std::move(answer));
   });
   if (started) {
     ++outstanding_;
@@ -467,6 +472,7 @@ void LeanConnection::OnReply(Reply reply) {
     return;
   }
   Answer(reply, /*force_close=*/false);
+  KeepStringBuffer(std::move(reply.response.body));  // for the next request's (buffers.h)
   Pump();  // a pipelined request may be waiting in the window
 }
 
@@ -489,6 +495,16 @@ void LeanConnection::PollAgain() {
 }
 
 void LeanConnection::Answer(const Reply& reply, bool force_close) {
+  if (call_ != nullptr) {
+    // The request's buffers serve the next request (OnHeader, OnMessage), a body's
+    // up to kKeepBody.
+    HttpRequest& answered = call_->request();
+    if (body_.empty() && answered.body.capacity() <= kKeepBody) {
+      body_.swap(answered.body);
+      body_.clear();
+    }
+    spare_request_id_.swap(answered.request_id);
+  }
   call_.reset();  // answered: nothing runs it any more, and its body is let go
   CountAndLogAnswer(core_.handler.metrics(), reply, method_, request_id_, started_);
   const bool close = force_close || !keep_alive_ || core_.stopping.load();
@@ -586,7 +602,7 @@ void LeanConnection::OnDeadline() {
     if (phase_ != Phase::kRead) return;
     if (read_deadline_is_header_ && in_request_ && !header_done_) {
       // A header begun and not finished in time (RFC 9110 §15.5.9).
-      request_id_ = RequestIdFrom("");
+      SetRequestIdFrom(request_id_, "");
       method_ = "-";
       started_ = Clock::now();
       AnswerProblem(MakeProblem(408, "request_timeout", "Request Timeout",

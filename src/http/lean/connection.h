@@ -140,6 +140,7 @@ class LeanConnection {
   std::string body_;
   std::string method_ = "-";
   std::string request_id_;
+  std::string spare_request_id_;  // the last request's HttpRequest::request_id buffer
   unsigned version_ = 11;
   bool head_ = false;
   bool keep_alive_ = true;

@@ -88,17 +88,25 @@ void Loop::Wake() {
 }
 
 void Loop::Post(uint64_t id, std::function<void(LeanConnection&)> task) {
+  Push(Task{.id = id, .run = std::move(task), .answer = nullptr});
+}
+
+void Loop::PostAnswer(uint64_t id, std::function<Reply()> answer) {
+  Push(Task{.id = id, .run = nullptr, .answer = std::move(answer)});
+}
+
+void Loop::Push(Task task) {
   if (loop_of_thread == this) {
     // From this loop's own thread (a commit written at the turn's end, or one
     // that failed at once): run at the turn's end, not inside the caller.
-    local_.push_back(Task{id, std::move(task)});
+    local_.push_back(std::move(task));
     return;
   }
   bool was_empty;
   {
     absl::MutexLock lock(&queue_mu_);
     was_empty = queue_.empty();
-    queue_.push_back(Task{id, std::move(task)});
+    queue_.push_back(std::move(task));
   }
   // One wake-up for a burst: the loop takes the whole queue when it wakes.
   if (was_empty) Wake();
@@ -174,7 +182,13 @@ void Loop::DrainQueue() {
 
 void Loop::RunTasks(std::vector<Task>& tasks) {
   for (Task& task : tasks) {
-    if (auto it = connections_.find(task.id); it != connections_.end()) task.run(*it->second);
+    auto it = connections_.find(task.id);
+    if (it == connections_.end()) continue;
+    if (task.run) {
+      task.run(*it->second);
+    } else {
+      it->second->OnReply(task.answer());
+    }
   }
   tasks.clear();
 }
@@ -191,11 +205,10 @@ void Loop::Scan() {
 void Loop::FlushDirty() {
   // A flush can make more to write (a pipelined request parsed once the buffer
   // drained): round again until nothing is left.
-  std::vector<LeanConnection*> batch;
   while (!dirty_.empty()) {
-    batch.swap(dirty_);
-    for (LeanConnection* c : batch) c->Flush();
-    batch.clear();
+    flushing_.swap(dirty_);
+    for (LeanConnection* c : flushing_) c->Flush();
+    flushing_.clear();
   }
 }
 

@@ -94,6 +94,10 @@ class Loop {
   // Any thread: runs `task` on the loop's thread with connection `id`, if it is
   // still there (a closed connection stays until its pending answers came back).
   void Post(uint64_t id, std::function<void(LeanConnection&)> task);
+  // Any thread: the same for a StartAsync resume, whose Reply `answer` builds on
+  // the loop's thread for connection `id` (LeanConnection::OnReply). A function
+  // holding a pointer or two is stored in the task, without an allocation.
+  void PostAnswer(uint64_t id, std::function<Reply()> answer);
 
   // The loop's thread only.
   Clock::time_point now() const { return now_; }
@@ -130,12 +134,15 @@ class Loop {
   Clock::time_point accept_again_ = Clock::time_point::max();  // after EMFILE
   std::unordered_map<uint64_t, std::unique_ptr<LeanConnection>> connections_;
   std::vector<LeanConnection*> dirty_;
+  std::vector<LeanConnection*> flushing_;  // FlushDirty's: dirty_, swapped out
   std::vector<LeanConnection*> retired_;
 
   struct Task {
     uint64_t id;
-    std::function<void(LeanConnection&)> run;
+    std::function<void(LeanConnection&)> run;  // or, when empty:
+    std::function<Reply()> answer;             // PostAnswer's
   };
+  void Push(Task task);
   // Runs each task with its connection, if it is still there, and empties `tasks`.
   void RunTasks(std::vector<Task>& tasks);
   absl::Mutex queue_mu_;

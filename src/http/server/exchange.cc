@@ -36,20 +36,28 @@ std::string UnsupportedCoding(std::string_view value) {
 }  // namespace
 
 std::string RequestIdFrom(std::string_view given) {
+  std::string id;
+  SetRequestIdFrom(id, given);
+  return id;
+}
+
+void SetRequestIdFrom(std::string& out, std::string_view given) {
   bool ok = !given.empty() && given.size() <= 128;
   for (char c : given) {
     ok = ok && (absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
                 c == ':' || c == '-');
   }
-  if (ok) return std::string(given);
+  if (ok) {
+    out.assign(given);
+    return;
+  }
   thread_local std::mt19937_64 random(std::random_device{}());
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string id(32, '0');
+  out.assign(32, '0');
   for (int half = 0; half < 2; ++half) {
     uint64_t bits = random();
-    for (int i = 0; i < 16; ++i, bits >>= 4) id[half * 16 + i] = kHex[bits & 0xf];
+    for (int i = 0; i < 16; ++i, bits >>= 4) out[half * 16 + i] = kHex[bits & 0xf];
   }
-  return id;
 }
 
 std::string OriginForm(std::string_view target) {

@@ -22,6 +22,8 @@ namespace idem::http {
 // and JSON unescaped); otherwise, and for "", a new one: 32 hex digits from a
 // per-thread generator (unique, not secret).
 std::string RequestIdFrom(std::string_view given);
+// The same, into `out` (replacing what it held; its buffer is reused).
+void SetRequestIdFrom(std::string& out, std::string_view given);
 
 // The origin-form of a request target: an absolute-form one
 // ("http://host:port/v1/claims?x", RFC 9112 §3.2.2, which a server MUST accept) has

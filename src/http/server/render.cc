@@ -1,10 +1,11 @@
 #include "http/server/render.h"
 
+#include <charconv>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "boost/beast/http/status.hpp"
 #include "core/absl_compat.h"
 
@@ -22,6 +23,12 @@ bool HasLineBreak(std::string_view s) {
     if (c == '\r' || c == '\n') return true;
   }
   return false;
+}
+
+void AppendRenderDecimal(std::string& out, uint64_t value) {
+  char digits[20];
+  const auto end = std::to_chars(digits, digits + sizeof digits, value).ptr;
+  out.append(digits, static_cast<size_t>(end - digits));
 }
 
 bool WithoutContentLength(int status) {
@@ -42,12 +49,19 @@ void AppendResponse(const HttpResponse& response, const RenderOptions& options,
       boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(response.status));
   const bool problem = response.content_type == "application/problem+json" &&
                        absl::EndsWith(AV(response.body), "}");
-  const std::string request_id_member =
-      problem ? absl::StrCat(",\"request_id\":\"", AV(options.request_id), "\"") : std::string();
-  const size_t body_size = response.body.size() + request_id_member.size();
+  // A problem body gains the request id as its last member: ,"request_id":"…"}.
+  constexpr std::string_view kRequestIdMember = ",\"request_id\":\"";
+  const size_t body_size = response.body.size() + (problem ? kRequestIdMember.size() +
+                                                                  options.request_id.size() + 1
+                                                            : 0);
 
-  absl::StrAppend(&out, options.version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ", response.status, " ",
-                  absl::string_view(reason.data(), reason.size()), "\r\n");
+  // Piece by piece with append (absl::StrAppend's pieces and its strlen of each
+  // literal were half of this function's ~1,900 instructions, callgrind).
+  out.append(options.version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ");
+  AppendRenderDecimal(out, static_cast<uint64_t>(response.status));
+  out.push_back(' ');
+  out.append(reason.data(), reason.size());
+  out.append("\r\n");
   bool has_server = false;
   for (const auto& [name, value] : response.headers) {
     if (IsNamed(name, "content-length") || IsNamed(name, "transfer-encoding") ||
@@ -56,31 +70,32 @@ void AppendResponse(const HttpResponse& response, const RenderOptions& options,
       continue;
     }
     has_server = has_server || IsNamed(name, "server");
-    absl::StrAppend(&out, AV(name), ": ", AV(value), "\r\n");
+    out.append(name).append(": ").append(value).append("\r\n");
   }
-  if (!has_server) out += "Server: idem\r\n";
+  if (!has_server) out.append("Server: idem\r\n");
   if (!response.content_type.empty() && !HasLineBreak(response.content_type)) {
-    absl::StrAppend(&out, "Content-Type: ", AV(response.content_type), "\r\n");
+    out.append("Content-Type: ").append(response.content_type).append("\r\n");
   }
   if (!HasLineBreak(options.request_id)) {
-    absl::StrAppend(&out, "X-Request-Id: ", AV(options.request_id), "\r\n");
+    out.append("X-Request-Id: ").append(options.request_id).append("\r\n");
   }
   if (!WithoutContentLength(response.status)) {
-    absl::StrAppend(&out, "Content-Length: ", body_size, "\r\n");
+    out.append("Content-Length: ");
+    AppendRenderDecimal(out, body_size);
+    out.append("\r\n");
   }
   if (options.version == 10 && options.keep_alive) {
-    out += "Connection: keep-alive\r\n";
+    out.append("Connection: keep-alive\r\n");
   } else if (options.version != 10 && !options.keep_alive) {
-    out += "Connection: close\r\n";
+    out.append("Connection: close\r\n");
   }
-  out += "\r\n";
+  out.append("\r\n");
   if (options.head || WithoutContentLength(response.status)) return;
   if (problem) {
     out.append(response.body, 0, response.body.size() - 1);
-    out += request_id_member;
-    out += '}';
+    out.append(kRequestIdMember).append(options.request_id).append("\"}");
   } else {
-    out += response.body;
+    out.append(response.body);
   }
 }
 

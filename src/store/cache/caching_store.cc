@@ -38,10 +38,21 @@ bool IsFinal(const Record& r) {
 // its Commit succeeded (a rolled-back write must never be answered), a read of an
 // already-final record at any end (it was committed before this transaction began).
 // Filling after the end also keeps Redis round trips out of the database's locks.
-class CachingTransaction final : public RecordTransaction {
+class CachingTransaction final : public RecordTransaction,
+                                 private RecordTransaction::CommitDone {
  public:
   CachingTransaction(CachingStore& store, std::unique_ptr<RecordTransaction> inner)
       : store_(store), inner_(std::move(inner)) {}
+
+  // CachingStore::RenewNonBlocking: whether this is one of `store`'s, and its
+  // inner transaction to renew; then Renew begins it again with that (ended, so
+  // written_ and read_ are empty; their buffers stay).
+  bool Of(const CachingStore& store) const { return &store == &store_; }
+  std::unique_ptr<RecordTransaction> TakeInner() { return std::move(inner_); }
+  void Renew(std::unique_ptr<RecordTransaction> inner) {
+    inner_ = std::move(inner);
+    committed_ = nullptr;
+  }
 
   ~CachingTransaction() override {
     if (inner_ == nullptr) return;
@@ -165,11 +176,9 @@ class CachingTransaction final : public RecordTransaction {
 
   // The tiers learn what it wrote once the inner commit is durable (L1 only: see
   // CachingStore::BeginNonBlocking), before `done` hears of it.
-  void CommitAsync(std::function<void(absl::Status)> done) override {
-    inner_->CommitAsync([this, done = std::move(done)](absl::Status s) {
-      Ended(s.ok());
-      done(std::move(s));  // may destroy *this: nothing after it
-    });
+  void CommitAsync(RecordTransaction::CommitDone& done) override {
+    committed_ = &done;
+    inner_->CommitAsync(*this);
   }
 
   void Rollback() override {
@@ -178,11 +187,18 @@ class CachingTransaction final : public RecordTransaction {
   }
 
  private:
+  // The inner transaction's CommitAsync has ended.
+  void Committed(absl::Status status) override {
+    Ended(status.ok());
+    committed_->Committed(std::move(status));  // may destroy *this: nothing after it
+  }
+
   // The transaction has ended. When it committed, the tiers learn what it wrote
   // (final records are filled, the others forgotten); either way what it read
   // final before it is filled.
   void Ended(bool committed) {
-    for (auto& [name, record] : written_) {
+    for (size_t i = 0; i < written_count_; ++i) {
+      Record& record = written_[i];
       if (!committed) {
         break;
       } else if (IsFinal(record)) {
@@ -191,7 +207,15 @@ class CachingTransaction final : public RecordTransaction {
         store_.Forget(record.tenant, record.key);
       }
     }
-    written_.clear();
+    // The records' buffers serve the next transaction (CachingStore::RenewNonBlocking),
+    // unless a large result or error grew them.
+    for (size_t i = 0; i < written_count_; ++i) {
+      if (written_[i].result.capacity() + written_[i].error.capacity() > kKeptRecordBytes) {
+        written_[i] = Record();
+      }
+    }
+    written_count_ = 0;
+    written_index_.clear();
     FillReads();
   }
 
@@ -199,12 +223,37 @@ class CachingTransaction final : public RecordTransaction {
   void Wrote(const Record& record) {
     std::erase_if(
         read_, [&](const Record& r) { return r.tenant == record.tenant && r.key == record.key; });
-    written_[store::RecordKey(record.tenant, record.key)] = record;
+    if (Record* earlier = Written(record.tenant, record.key)) {
+      *earlier = record;  // the last write wins
+      return;
+    }
+    if (written_count_ == written_.size()) written_.emplace_back();
+    written_[written_count_] = record;  // into the buffers an earlier one left
+    ++written_count_;
+    if (written_count_ > kScannedWrites) {
+      if (written_index_.empty()) {
+        for (size_t i = 0; i + 1 < written_count_; ++i) {
+          written_index_[store::RecordKey(written_[i].tenant, written_[i].key)] = i;
+        }
+      }
+      written_index_[store::RecordKey(record.tenant, record.key)] = written_count_ - 1;
+    }
+  }
+  // What this transaction wrote of (tenant, key), or null.
+  Record* Written(std::string_view tenant, std::string_view key) {
+    if (written_count_ > kScannedWrites) {
+      auto it = written_index_.find(store::RecordKey(tenant, key));
+      return it != written_index_.end() ? &written_[it->second] : nullptr;
+    }
+    for (size_t i = 0; i < written_count_; ++i) {
+      if (written_[i].tenant == tenant && written_[i].key == key) return &written_[i];
+    }
+    return nullptr;
   }
   // A record this transaction wrote is not committed yet, so a read of it must not
   // be cached; only records final before this transaction are.
   void Read(const Record& record) {
-    if (IsFinal(record) && !written_.contains(store::RecordKey(record.tenant, record.key))) {
+    if (IsFinal(record) && Written(record.tenant, record.key) == nullptr) {
       read_.push_back(record);
     }
   }
@@ -215,8 +264,16 @@ class CachingTransaction final : public RecordTransaction {
 
   CachingStore& store_;
   std::unique_ptr<RecordTransaction> inner_;
-  std::map<std::string, Record> written_;  // by CacheKey; the last write wins
+  // The records written, the last write of each key (written_[0, written_count_);
+  // the elements after are buffers kept for the next writes). Found by scanning up
+  // to kScannedWrites of them, by written_index_ (by store::RecordKey) past that.
+  static constexpr size_t kScannedWrites = 16;
+  static constexpr size_t kKeptRecordBytes = 4 << 10;
+  std::vector<Record> written_;
+  size_t written_count_ = 0;
+  std::map<std::string, size_t> written_index_;
   std::vector<Record> read_;
+  RecordTransaction::CommitDone* committed_ = nullptr;  // CommitAsync's `done`
 };
 
 }  // namespace
@@ -268,6 +325,18 @@ absl::StatusOr<std::unique_ptr<RecordTransaction>> CachingStore::BeginNonBlockin
   IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> tx, Backend(*inner_).BeginNonBlocking());
   if (tx == nullptr) return nullptr;
   return std::unique_ptr<RecordTransaction>(new CachingTransaction(*this, std::move(tx)));
+}
+
+absl::StatusOr<std::unique_ptr<RecordTransaction>> CachingStore::RenewNonBlocking(
+    std::unique_ptr<RecordTransaction> ended) {
+  if (!non_blocking()) return nullptr;
+  auto* renewed = dynamic_cast<CachingTransaction*>(ended.get());
+  if (renewed == nullptr || !renewed->Of(*this)) return BeginNonBlocking();
+  IDEM_ASSIGN_OR_RETURN(std::unique_ptr<RecordTransaction> inner,
+                        Backend(*inner_).RenewNonBlocking(renewed->TakeInner()));
+  if (inner == nullptr) return nullptr;
+  renewed->Renew(std::move(inner));
+  return ended;
 }
 
 absl::StatusOr<std::optional<Record>> CachingStore::Get(std::string_view tenant,

@@ -38,6 +38,8 @@ class CachingStore final : public StoreBackend {
   // The inner store's, when the tiers are L1 only: a Redis tier's fills are round
   // trips, which the store's writer thread (where a CommitAsync ends) must not make.
   absl::StatusOr<std::unique_ptr<RecordTransaction>> BeginNonBlocking() override;
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> RenewNonBlocking(
+      std::unique_ptr<RecordTransaction> ended) override;
   std::string RenderMetrics() const override { return Backend(*inner_).RenderMetrics(); }
   bool non_blocking() const override {
     return redis_ == nullptr && Backend(*inner_).non_blocking();

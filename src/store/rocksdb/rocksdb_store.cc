@@ -144,7 +144,7 @@ class RocksdbTransaction final : public RecordTransaction,
     IDEM_ASSIGN_OR_RETURN(const std::string* key, Hold(record.tenant, record.key, nullptr));
     IDEM_ASSIGN_OR_RETURN(std::optional<Record> existing, Read(key));
     if (existing.has_value()) return existing;
-    Put(key, store::EncodeRecord(record));
+    Put(key, &record);
     return std::nullopt;
   }
 
@@ -208,7 +208,7 @@ class RocksdbTransaction final : public RecordTransaction,
     next.created_at = existing->created_at;
     next.expires_at = existing->expires_at;
     next.purged_at = existing->purged_at;
-    Put(key, store::EncodeRecord(next));
+    Put(key, &next);
     return true;
   }
 
@@ -222,7 +222,7 @@ class RocksdbTransaction final : public RecordTransaction,
       return false;
     }
     if (!tombstone_until.has_value()) {
-      Put(key, std::nullopt);
+      Put(key, nullptr);
       return true;
     }
     Record tombstone = *std::move(existing);
@@ -231,7 +231,7 @@ class RocksdbTransaction final : public RecordTransaction,
     tombstone.purged_at = now;
     tombstone.updated_at = now;
     tombstone.expires_at = *tombstone_until;
-    Put(key, store::EncodeRecord(tombstone));
+    Put(key, &tombstone);
     return true;
   }
 
@@ -270,16 +270,16 @@ class RocksdbTransaction final : public RecordTransaction,
   // writer=queue: the writer thread calls Written once the batch is durable, which
   // releases the keys, then answers `done`. Otherwise (writer=group, whose commit
   // blocks; or nothing to write) as Commit().
-  void CommitAsync(std::function<void(absl::Status)> done) override {
+  void CommitAsync(CommitDone& done) override {
     if (store_.writer == nullptr) {
-      done(Commit());
+      done.Committed(Commit());
       return;
     }
     if (std::optional<absl::Status> ended = StartCommit()) {
-      done(*ended);
+      done.Committed(*ended);
       return;
     }
-    committed_ = std::move(done);
+    committed_ = &done;
     store_.writer->WriteAsync(this);
   }
 
@@ -289,17 +289,30 @@ class RocksdbTransaction final : public RecordTransaction,
     Release();
   }
 
+  // RocksdbStore::RenewNonBlocking: this ended non-blocking transaction of
+  // `store`'s begins again, with the buffers it has. False when it is another
+  // store's (or not ended).
+  bool Renew(const StoreShared& store) {
+    if (&store != &store_ || !non_blocking_ || !done_ || owner_ != 0) return false;
+    done_ = false;
+    committed_ = nullptr;
+    return true;
+  }
+
  private:
   // One write of the commit: a record's new bytes, or its deletion.
   struct Write {
-    const std::string* key;            // a key this transaction holds
-    std::optional<std::string> value;  // std::nullopt: delete
+    const std::string* key = nullptr;  // a key this transaction holds
+    bool erase = false;                // true: delete
+    std::string value;                 // else: the record's bytes
   };
+  // The first write's buffer is kept from one commit to the next up to this size.
+  static constexpr size_t kKeptValueBytes = 4 << 10;
 
   // BatchWriter::Commit
   rocksdb::Status AddTo(rocksdb::WriteBatch& group) const override {
     for (const Write& w : writes_) {
-      rocksdb::Status s = w.value.has_value() ? group.Put(*w.key, *w.value) : group.Delete(*w.key);
+      rocksdb::Status s = w.erase ? group.Delete(*w.key) : group.Put(*w.key, w.value);
       if (!s.ok()) return s;
     }
     return rocksdb::Status::OK();
@@ -307,9 +320,9 @@ class RocksdbTransaction final : public RecordTransaction,
 
   void Written(const rocksdb::Status& status) override {
     Release();
-    std::function<void(absl::Status)> done = std::move(committed_);
     // May destroy *this: nothing after it.
-    done(status.ok() ? absl::OkStatus() : rocksdbstore::WriteOutcome(status, What("commit")));
+    committed_->Committed(status.ok() ? absl::OkStatus()
+                                      : rocksdbstore::WriteOutcome(status, What("commit")));
   }
 
   std::string What(std::string_view op) const {
@@ -456,8 +469,8 @@ class RocksdbTransaction final : public RecordTransaction,
   // database's durable one.
   absl::StatusOr<std::optional<Record>> Read(const std::string* key) {
     if (const Write* w = WriteOf(key)) {
-      if (!w->value.has_value()) return std::nullopt;
-      IDEM_ASSIGN_OR_RETURN(Record r, store::DecodeRecord(*w->value));
+      if (w->erase) return std::nullopt;
+      IDEM_ASSIGN_OR_RETURN(Record r, store::DecodeRecord(w->value));
       return r;
     }
     if (!index_.empty()) {
@@ -471,18 +484,28 @@ class RocksdbTransaction final : public RecordTransaction,
     return Decoded(s, value_, store_.url, "read for update");
   }
 
-  // Sets the commit's write of `key` (held), replacing an earlier one.
-  void Put(const std::string* key, std::optional<std::string> value) {
-    if (Write* w = WriteOf(key)) {
-      w->value = std::move(value);
-      return;
+  // Sets the commit's write of `key` (held) to `record` (null: its deletion),
+  // replacing an earlier one. The first write's bytes go into the buffer the last
+  // commit of this transaction left (RocksdbStore::RenewNonBlocking).
+  void Put(const std::string* key, const Record* record) {
+    Write* write = WriteOf(key);
+    if (write == nullptr) {
+      if (!index_.empty()) index_.at(*key).write = writes_.size();
+      write = &writes_.emplace_back();
+      write->key = key;
+      if (writes_.size() == 1) write->value.swap(value_buffer_);
     }
-    if (!index_.empty()) index_.at(*key).write = writes_.size();
-    writes_.push_back(Write{.key = key, .value = std::move(value)});
+    write->erase = record == nullptr;
+    if (record != nullptr) store::EncodeRecordInto(write->value, *record);
   }
 
-  // Releases every key this transaction holds and drops its writes.
+  // Releases every key this transaction holds and drops its writes (the first's
+  // buffer kept for the next commit, unless a large record grew it).
   void Release() {
+    if (!writes_.empty() && writes_.front().value.capacity() <= kKeptValueBytes) {
+      value_buffer_.swap(writes_.front().value);
+    }
+    writes_.clear();
     if (owner_ == 0) return;
     rocksdbstore::KeyLocks& locks = store_.db->locks;
     if (holds_first_) locks.Unlock(first_, owner_);
@@ -491,7 +514,7 @@ class RocksdbTransaction final : public RecordTransaction,
     index_.clear();
     fetched_.clear();
     more_.clear();
-    writes_.clear();
+    owner_ = 0;
   }
 
   const StoreShared& store_;
@@ -508,7 +531,8 @@ class RocksdbTransaction final : public RecordTransaction,
   absl::InlinedVector<Write, 1> writes_;
   std::string scratch_;  // a key being looked up
   std::string value_;    // the last value read
-  std::function<void(absl::Status)> committed_;  // CommitAsync's `done`
+  std::string value_buffer_;  // the first write's, kept between commits (Put)
+  CommitDone* committed_ = nullptr;  // CommitAsync's `done`
 };
 
 class RocksdbStore final : public StoreBackend {
@@ -541,6 +565,16 @@ class RocksdbStore final : public StoreBackend {
     if (!non_blocking()) return nullptr;
     IDEM_RETURN_IF_ERROR(CheckIdentity());
     return std::make_unique<RocksdbTransaction>(shared_, /*non_blocking=*/true);
+  }
+
+  // An ended transaction of this store's begins again (RocksdbTransaction::Renew).
+  absl::StatusOr<std::unique_ptr<RecordTransaction>> RenewNonBlocking(
+      std::unique_ptr<RecordTransaction> ended) override {
+    if (!non_blocking()) return nullptr;
+    auto* renewed = dynamic_cast<RocksdbTransaction*>(ended.get());
+    if (renewed == nullptr || !renewed->Renew(shared_)) return BeginNonBlocking();
+    IDEM_RETURN_IF_ERROR(CheckIdentity());
+    return ended;
   }
 
   bool non_blocking() const override { return writer_ != nullptr; }
