@@ -64,9 +64,11 @@ TEST(RocksdbStoreTest, UrlErrorsNameWhatIsWrong) {
   EXPECT_THAT(writer, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Message(writer), HasSubstr("writer='single' must be group or queue"));
   EXPECT_OK(OpenStore(url + "?turn_write=inline"));
+  EXPECT_OK(OpenStore(url + "?turn_write=stage"));
+  EXPECT_OK(OpenStore(url + "?turn_write=auto"));
   absl::Status turn_write = OpenStore(url + "?turn_write=later").status();
   EXPECT_THAT(turn_write, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(Message(turn_write), HasSubstr("turn_write='later' must be stage or inline"));
+  EXPECT_THAT(Message(turn_write), HasSubstr("turn_write='later' must be auto, stage or inline"));
 }
 
 TEST(RocksdbStoreTest, NoSqlAndNoSchemaSaySo) {
@@ -683,7 +685,7 @@ class TurnAnswersForTest {
 // non-blocking claims of the turn are gathered until its end: before it none is
 // written, answered or visible, and a duplicate of a key pending in the turn is
 // left to the blocking call. The turn's end hands them to the writer thread
-// (turn_write=stage, the default), which writes them with one durable write
+// (turn_write=stage), which writes them with one durable write
 // (nothing else was queued) and then answers them there, in order; with
 // turn_write=inline the turn's thread writes them and answers them before the
 // turn's end returns. A failed write fails every claim of the turn.
@@ -768,7 +770,8 @@ TEST(RocksdbStoreTest, ATurnsEndDoesNotWaitForItsSync) {
   testing::TempDir dir;
   const std::string path = dir.file("db");
   auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> slow, StoreOverFs::Open(path, fs));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> slow,
+                       StoreOverFs::Open(path, fs, "?turn_write=stage"));
   Store& store = *slow->store;
   Guard guard(store);
   fs->HoldSyncs();
@@ -826,6 +829,66 @@ TEST(RocksdbStoreTest, ATurnsEndDoesNotWaitForItsSync) {
   EXPECT_EQ(series("idem_store_write_queue_seconds_count"), 2);
   EXPECT_LE(series("idem_store_write_queue_seconds_bucket{le=\"0.05\"}"), 1);
   EXPECT_EQ(series("idem_store_write_queue_seconds_bucket{le=\"+Inf\"}"), 2);
+}
+
+// turn_write=auto (the default): while the durable writes are quick and the writer
+// thread idle, a turn's end writes its claims on the turn's thread and answers them
+// before it returns (as inline); once a write was slow (a sync held 60 ms), the
+// turn's end hands its claims to the writer thread and returns without waiting for
+// their sync (as stage); and once writes are quick again, it writes inline again.
+TEST(RocksdbStoreTest, ATurnWritesInlineWhileWritesAreQuickAndHandsOverWhenSlow) {
+  testing::TempDir dir;
+  const std::string path = dir.file("db");
+  auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> opened, StoreOverFs::Open(path, fs));
+  Store& store = *opened->store;
+  Guard guard(store);
+  store::Turn turn;
+  int next_key = 0;
+  // Claims `n` new keys in one turn; whether they were answered by the turn's end.
+  const auto claim_turn = [&](TurnAnswersForTest& answers, int n) {
+    const store::Turn::Scope current(turn);
+    for (int i = 0; i < n; ++i) {
+      const Request r{.tenant = "t", .biz_type = "pay", .key = "k" + std::to_string(next_key++)};
+      EXPECT_TRUE(ClaimNonBlocking(guard, r, absl::Seconds(30), answers.For(i)));
+    }
+    EXPECT_TRUE(turn.RunDeferred());
+    return answers.count() == static_cast<size_t>(n);
+  };
+
+  TurnAnswersForTest quick;
+  EXPECT_TRUE(claim_turn(quick, 3)) << "quick writes: the turn's end writes inline";
+  EXPECT_TRUE(quick.on_claimer());
+
+  // One slow durable write, by a blocking claim (the writer thread's).
+  fs->HoldSyncs();
+  std::thread slow([&] {
+    EXPECT_OK(guard.Claim({.tenant = "t", .biz_type = "pay", .key = "slow"}).status());
+  });
+  for (int i = 0; i < 3000 && fs->held() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_EQ(fs->held(), 1);
+  absl::SleepFor(absl::Milliseconds(60));
+  fs->ReleaseSyncs();
+  slow.join();
+
+  fs->HoldSyncs();
+  TurnAnswersForTest handed;
+  EXPECT_FALSE(claim_turn(handed, 3)) << "after a slow write: handed over, not waited for";
+  for (int i = 0; i < 3000 && fs->held() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(fs->held(), 1) << "the writer thread waits for the sync";
+  fs->ReleaseSyncs();
+  EXPECT_EQ(handed.Wait(3), (std::vector<int>{0, 1, 2}));
+  EXPECT_FALSE(handed.on_claimer()) << "answered on the writer thread";
+
+  // Quick writes bring the average down again (1/8 of each): inline once more.
+  bool inline_again = false;
+  for (int round = 0; round < 200 && !inline_again; ++round) {
+    TurnAnswersForTest answers;
+    inline_again = claim_turn(answers, 1) && answers.on_claimer();
+    answers.Wait(1);
+  }
+  EXPECT_TRUE(inline_again);
+  EXPECT_EQ(opened->shared->locks.size(), 0u) << "a key stayed locked";
 }
 
 TEST(RocksdbStoreTest, ADuplicateOfAClaimBeingWrittenWaitsForItsSync) {

@@ -23,7 +23,7 @@ class BatchWriter::TurnGroup final : public store::Turn::Work {
  public:
   explicit TurnGroup(BatchWriter& writer) : writer_(writer) {}
   void AtTurnEnd() override {
-    if (writer_.turn_write_ == TurnWrite::kStage) {
+    if (!writer_.WritesInline()) {
       writer_.HandOver(this);
       return;
     }
@@ -66,6 +66,23 @@ void BatchWriter::WriteAsync(Commit* commit) {
     return;
   }
   Enqueue(commit);
+}
+
+bool BatchWriter::WritesInline() {
+  switch (turn_write_) {
+    case TurnWrite::kStage:
+      return false;
+    case TurnWrite::kInline:
+      return true;
+    case TurnWrite::kAuto:
+      break;
+  }
+  if (recent_write_ns_.load(std::memory_order_relaxed) >=
+      std::chrono::nanoseconds(kInlineWritesBelow).count()) {
+    return false;
+  }
+  absl::MutexLock lock(&mu_);
+  return queue_.empty() && !writing_;
 }
 
 BatchWriter::TurnGroup* BatchWriter::TakeTurnGroup() {
@@ -145,10 +162,12 @@ void BatchWriter::Run() {
     Clock::time_point queued_at;
     {
       absl::MutexLock lock(&mu_);
+      writing_ = false;
       while (queue_.empty() && !stop_) queued_.Wait(&mu_);
       if (queue_.empty()) return;  // stopping, nothing left
       group.commits.swap(queue_);
       queued_at = queued_at_;
+      writing_ = true;
     }
     WriteGroup(group, &queued_at);
   }
@@ -189,6 +208,12 @@ void BatchWriter::WriteGroup(Group& group, const Clock::time_point* queued_at) {
   }
   store::AtWriteStage("rocksdb.after_write");
   const Clock::time_point written = Clock::now();
+  if (records > 0) {
+    // Racing updates from two threads lose one of them: an average is all it is.
+    const int64_t took = std::chrono::duration_cast<std::chrono::nanoseconds>(written - started).count();
+    const int64_t recent = recent_write_ns_.load(std::memory_order_relaxed);
+    recent_write_ns_.store(recent + (took - recent) / 8, std::memory_order_relaxed);
+  }
   {
     absl::MutexLock lock(&mu_);
     if (queued_at != nullptr) queue_time_.Add(started - *queued_at);

@@ -24,13 +24,18 @@
 // runs the loop goes on reading and deciding its next turn. TurnWrite::kInline
 // (rocksdb://…?turn_write=inline) writes the group on the loop's thread itself at
 // the turn's end and calls the commits back there (Redis's appendfsync always: the
-// loop waits for the fsync).
+// loop waits for the fsync): no hand-off between threads, and bigger writes, since
+// the next turn gathers what came in during the sync. TurnWrite::kAuto (the
+// default) writes inline while the store's recent durable writes are quick
+// (kInlineWritesBelow) and the writer thread has nothing queued or in progress, and
+// hands the group over otherwise, so a slow disk does not stop the loop reading.
 //
 // Thread safety: Write and WriteAsync are safe for concurrent use; the DB must
 // outlive the writer.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -71,12 +76,16 @@ class BatchWriter {
   enum class TurnWrite {
     kStage,   // on the writer thread, handed over at the turn's end
     kInline,  // on the turn's thread, at its end
+    kAuto,    // kInline while writes are quick and the writer is idle, else kStage
   };
+  // kAuto writes a turn's group inline while the recent durable writes (a moving
+  // average) took less than this.
+  static constexpr std::chrono::microseconds kInlineWritesBelow{2000};
 
   // `identity` (not owned; may be null) is checked once before every durable write:
   // a write into a directory that was deleted or replaced fails as a whole, each of
   // its commits with that fault.
-  BatchWriter(rocksdb::DB* db, bool sync, TurnWrite turn_write = TurnWrite::kStage,
+  BatchWriter(rocksdb::DB* db, bool sync, TurnWrite turn_write = TurnWrite::kAuto,
               const store::FileIdentity* identity = nullptr);
   ~BatchWriter();  // writes what is queued, then stops the thread
   BatchWriter(const BatchWriter&) = delete;
@@ -130,6 +139,8 @@ class BatchWriter {
   };
 
   void Run();
+  // Where a turn's group is written now: on the turn's thread (true) or the writer's.
+  bool WritesInline();
   // Writes the group's commits with one DB::Write and calls each back, in order;
   // `queued_at` is when its first commit was handed to the writer thread (null for
   // a group written where it was gathered).
@@ -157,6 +168,9 @@ class BatchWriter {
   uint64_t records_ ABSL_GUARDED_BY(mu_) = 0;
   // When queue_ last went from empty to not.
   Clock::time_point queued_at_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // the writer thread is writing a group
+  // A moving average of the durable writes' times (1/8 of each new one), in ns.
+  std::atomic<int64_t> recent_write_ns_{0};
   TimeHistogram queue_time_ ABSL_GUARDED_BY(mu_);
   TimeHistogram write_time_ ABSL_GUARDED_BY(mu_);
   // The turns' groups: one per loop thread with a turn being gathered (or, inline,

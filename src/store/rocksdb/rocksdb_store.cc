@@ -41,9 +41,10 @@ struct Options {
   // grouping. bench/claims.sh measured the queue 1.6-1.9x faster through idem serve
   // (docs/benchmarks.md).
   bool queue_writer = true;
-  // turn_write=stage (the default): a lean loop's turn hands its commits to the
-  // writer thread; inline: the loop's thread writes them and waits for the sync.
-  rocksdbstore::BatchWriter::TurnWrite turn_write = rocksdbstore::BatchWriter::TurnWrite::kStage;
+  // turn_write=auto (the default): inline while writes are quick and the writer is
+  // idle, else stage; stage: a lean loop's turn hands its commits to the writer
+  // thread; inline: the loop's thread writes them and waits for the sync.
+  rocksdbstore::BatchWriter::TurnWrite turn_write = rocksdbstore::BatchWriter::TurnWrite::kAuto;
 };
 
 absl::StatusOr<Options> ParseUrl(std::string_view url) {
@@ -71,11 +72,12 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
     o.queue_writer = *v == "queue";
   }
   if (const std::string* v = u.Param("turn_write"); v != nullptr) {
-    if (*v != "stage" && *v != "inline") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rocksdb URL parameter turn_write='", *v, "' must be stage or inline"));
+    if (*v != "auto" && *v != "stage" && *v != "inline") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rocksdb URL parameter turn_write='", *v, "' must be auto, stage or inline"));
     }
     if (*v == "inline") o.turn_write = rocksdbstore::BatchWriter::TurnWrite::kInline;
+    if (*v == "stage") o.turn_write = rocksdbstore::BatchWriter::TurnWrite::kStage;
   }
   if (const std::string* v = u.Param("tombstones"); v != nullptr) {
     if (*v != "on" && *v != "off") {
