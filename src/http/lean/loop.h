@@ -7,13 +7,13 @@
 //
 // A turn: epoll_wait returns, the ready connections are read and their requests
 // decided, then the turn ends: the work deferred to it runs (store/turn.h: the
-// loop's thread has the loop's Turn as its current one; the rocksdb:// store hands
-// the turn's commits to its writer thread there, as one unit, or with
-// turn_write=inline writes them itself), the answers posted from this thread come
-// in, and then the connections' write buffers are sent. The commits' answers come
-// back through Post once their sync is done, and are sent at the end of the turn
-// that takes them in: no answer leaves before the write that holds it is durable,
-// a turn's claims share one WAL write and sync, and the loop reads on meanwhile.
+// loop's thread has the loop's Turn as its current one; the rocksdb:// store writes
+// the turn's commits there, as one unit, or hands them to its writer thread: its
+// URL parameter turn_write), the answers posted from this thread come in, and then
+// the connections' write buffers are sent. Answers of commits handed over come back
+// through Post once their sync is done, and are sent at the end of the turn that
+// takes them in: no answer leaves before the write that holds it is durable, and a
+// turn's claims share one WAL write and sync.
 //
 // Thread safety: Post and Wake from any thread; everything else on the loop's
 // thread (Run).

@@ -18,8 +18,8 @@
 // claim and goes on serving (no thread hop to a worker pool). On a thread with a
 // current event-loop turn (store/turn.h: the lean engine's loops) the commit joins
 // that turn's group instead, which the turn's end hands to the writer thread as one
-// unit (TurnWrite::kStage, the default: one lock and at most one wake-up per turn,
-// not per commit); the writer writes it, with whatever else is queued, in one
+// unit (TurnWrite::kStage: one lock and at most one wake-up per turn, not per
+// commit); the writer writes it, with whatever else is queued, in one
 // DB::Write and calls its commits back in the order they came, so while the sync
 // runs the loop goes on reading and deciding its next turn. TurnWrite::kInline
 // (rocksdb://…?turn_write=inline) writes the group on the loop's thread itself at
