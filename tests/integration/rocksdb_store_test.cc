@@ -685,7 +685,7 @@ class TurnAnswersForTest {
 // non-blocking claims of the turn are gathered until its end: before it none is
 // written, answered or visible, and a duplicate of a key pending in the turn is
 // left to the blocking call. The turn's end hands them to the writer thread
-// (turn_write=stage), which writes them with one durable write
+// (turn_write=stage, the default), which writes them with one durable write
 // (nothing else was queued) and then answers them there, in order; with
 // turn_write=inline the turn's thread writes them and answers them before the
 // turn's end returns. A failed write fails every claim of the turn.
@@ -831,7 +831,7 @@ TEST(RocksdbStoreTest, ATurnsEndDoesNotWaitForItsSync) {
   EXPECT_EQ(series("idem_store_write_queue_seconds_bucket{le=\"+Inf\"}"), 2);
 }
 
-// turn_write=auto (the default): while the durable writes are quick and the writer
+// turn_write=auto: while the durable writes are quick and the writer
 // thread idle, a turn's end writes its claims on the turn's thread and answers them
 // before it returns (as inline); once a write was slow (a sync held 60 ms), the
 // turn's end hands its claims to the writer thread and returns without waiting for
@@ -840,7 +840,8 @@ TEST(RocksdbStoreTest, ATurnWritesInlineWhileWritesAreQuickAndHandsOverWhenSlow)
   testing::TempDir dir;
   const std::string path = dir.file("db");
   auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> opened, StoreOverFs::Open(path, fs));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> opened,
+                       StoreOverFs::Open(path, fs, "?turn_write=auto"));
   Store& store = *opened->store;
   Guard guard(store);
   store::Turn turn;

@@ -18,15 +18,15 @@
 // claim and goes on serving (no thread hop to a worker pool). On a thread with a
 // current event-loop turn (store/turn.h: the lean engine's loops) the commit joins
 // that turn's group instead, which the turn's end hands to the writer thread as one
-// unit (TurnWrite::kStage: one lock and at most one wake-up per turn, not per
-// commit); the writer writes it, with whatever else is queued, in one
+// unit (TurnWrite::kStage, the default: one lock and at most one wake-up per turn,
+// not per commit); the writer writes it, with whatever else is queued, in one
 // DB::Write and calls its commits back in the order they came, so while the sync
 // runs the loop goes on reading and deciding its next turn. TurnWrite::kInline
 // (rocksdb://…?turn_write=inline) writes the group on the loop's thread itself at
 // the turn's end and calls the commits back there (Redis's appendfsync always: the
 // loop waits for the fsync): no hand-off between threads, and bigger writes, since
-// the next turn gathers what came in during the sync. TurnWrite::kAuto (the
-// default) writes inline while the store's recent durable writes are quick
+// the next turn gathers what came in during the sync. TurnWrite::kAuto
+// (rocksdb://…?turn_write=auto) writes inline while the store's recent durable writes are quick
 // (kInlineWritesBelow) and the writer thread has nothing queued or in progress, and
 // hands the group over otherwise, so a slow disk does not stop the loop reading.
 //
@@ -85,7 +85,7 @@ class BatchWriter {
   // `identity` (not owned; may be null) is checked once before every durable write:
   // a write into a directory that was deleted or replaced fails as a whole, each of
   // its commits with that fault.
-  BatchWriter(rocksdb::DB* db, bool sync, TurnWrite turn_write = TurnWrite::kAuto,
+  BatchWriter(rocksdb::DB* db, bool sync, TurnWrite turn_write = TurnWrite::kStage,
               const store::FileIdentity* identity = nullptr);
   ~BatchWriter();  // writes what is queued, then stops the thread
   BatchWriter(const BatchWriter&) = delete;

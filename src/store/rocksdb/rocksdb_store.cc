@@ -41,10 +41,10 @@ struct Options {
   // grouping. bench/claims.sh measured the queue 1.6-1.9x faster through idem serve
   // (docs/benchmarks.md).
   bool queue_writer = true;
-  // turn_write=auto (the default): inline while writes are quick and the writer is
-  // idle, else stage; stage: a lean loop's turn hands its commits to the writer
-  // thread; inline: the loop's thread writes them and waits for the sync.
-  rocksdbstore::BatchWriter::TurnWrite turn_write = rocksdbstore::BatchWriter::TurnWrite::kAuto;
+  // turn_write=stage (the default): a lean loop's turn hands its commits to the
+  // writer thread; inline: the loop's thread writes them and waits for the sync;
+  // auto: inline while writes are quick and the writer is idle, else stage.
+  rocksdbstore::BatchWriter::TurnWrite turn_write = rocksdbstore::BatchWriter::TurnWrite::kStage;
 };
 
 absl::StatusOr<Options> ParseUrl(std::string_view url) {
@@ -77,7 +77,7 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
           "rocksdb URL parameter turn_write='", *v, "' must be auto, stage or inline"));
     }
     if (*v == "inline") o.turn_write = rocksdbstore::BatchWriter::TurnWrite::kInline;
-    if (*v == "stage") o.turn_write = rocksdbstore::BatchWriter::TurnWrite::kStage;
+    if (*v == "auto") o.turn_write = rocksdbstore::BatchWriter::TurnWrite::kAuto;
   }
   if (const std::string* v = u.Param("tombstones"); v != nullptr) {
     if (*v != "on" && *v != "off") {

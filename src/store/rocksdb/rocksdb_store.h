@@ -15,7 +15,7 @@
 //   writer=queue|group  (default queue: one writer thread groups the commits, and
 //                        `idem serve` commits without blocking its network threads;
 //                        group: RocksDB's own write grouping, commits block)
-//   turn_write=auto|stage|inline (writer=queue; default auto. stage: a lean event
+//   turn_write=stage|auto|inline (writer=queue; default stage. stage: a lean event
 //                        loop hands its turn's commits to the writer thread at the
 //                        turn's end and reads on while they sync. inline: the loop's
 //                        thread writes them itself and waits for the sync. auto:
@@ -61,8 +61,8 @@
 // queued commits in the same WriteBatch): the loop reads and decides its next turn
 // while the sync runs, and each commit's answer comes back to it, in order, once
 // that sync is done. With turn_write=inline the loop's thread writes the turn's
-// group itself at the turn's end, waiting for the sync; with auto (the default) it
-// does so while writes are quick, and hands over while they are slow. writer=group leaves the grouping
+// group itself at the turn's end, waiting for the sync; with auto it does so while
+// writes are quick, and hands over while they are slow. writer=group leaves the grouping
 // to RocksDB's write path: the first committing thread to arrive leads a write
 // group, appends every queued batch to the WAL in one write and fsyncs once for the
 // group (docs/operations.md has the measurement). Either way a commit returns (or
