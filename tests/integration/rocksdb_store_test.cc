@@ -152,6 +152,12 @@ class FaultyFs final : public rocksdb::FileSystemWrapper {
     std::lock_guard<std::mutex> lock(mu_);
     return held_;
   }
+  // Waits up to 3 s for a sync to be held; how many are.
+  int WaitHeld() {
+    std::unique_lock<std::mutex> lock(mu_);
+    arrived_.wait_for(lock, std::chrono::seconds(3), [this] { return held_ > 0; });
+    return held_;
+  }
 
   void KillAt(At at, int hit) {
     kill_at_ = at;
@@ -162,6 +168,7 @@ class FaultyFs final : public rocksdb::FileSystemWrapper {
   void MaybeHold() {
     std::unique_lock<std::mutex> lock(mu_);
     ++held_;
+    arrived_.notify_all();
     released_.wait(lock, [this] { return !hold_; });
     --held_;
   }
@@ -214,6 +221,7 @@ class FaultyFs final : public rocksdb::FileSystemWrapper {
 
   std::mutex mu_;
   std::condition_variable released_;
+  std::condition_variable arrived_;  // a sync began to wait
   bool hold_ = false;
   int held_ = 0;
   At kill_at_ = At::kNever;
@@ -796,8 +804,7 @@ TEST(RocksdbStoreTest, ATurnsEndDoesNotWaitForItsSync) {
     };
     claim_turn(0, 5);
     EXPECT_FALSE(timed_out) << "the turn's end waited for its sync";
-    for (int i = 0; i < 3000 && fs->held() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
-    EXPECT_EQ(fs->held(), 1) << "the first turn's write waits for its sync";
+    EXPECT_EQ(fs->WaitHeld(), 1) << "the first turn's write waits for its sync";
     claim_turn(5, 8);  // the next turn, while the first one's sync runs
     EXPECT_FALSE(timed_out) << "the next turn's end waited for a sync";
     EXPECT_EQ(answers.count(), 0u) << "answered before the sync";
@@ -866,8 +873,7 @@ TEST(RocksdbStoreTest, ATurnWritesInlineWhileWritesAreQuickAndHandsOverWhenSlow)
   std::thread slow([&] {
     EXPECT_OK(guard.Claim({.tenant = "t", .biz_type = "pay", .key = "slow"}).status());
   });
-  for (int i = 0; i < 3000 && fs->held() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
-  ASSERT_EQ(fs->held(), 1);
+  ASSERT_EQ(fs->WaitHeld(), 1);
   absl::SleepFor(absl::Milliseconds(60));
   fs->ReleaseSyncs();
   slow.join();
@@ -875,8 +881,7 @@ TEST(RocksdbStoreTest, ATurnWritesInlineWhileWritesAreQuickAndHandsOverWhenSlow)
   fs->HoldSyncs();
   TurnAnswersForTest handed;
   EXPECT_FALSE(claim_turn(handed, 3)) << "after a slow write: handed over, not waited for";
-  for (int i = 0; i < 3000 && fs->held() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
-  EXPECT_EQ(fs->held(), 1) << "the writer thread waits for the sync";
+  EXPECT_EQ(fs->WaitHeld(), 1) << "the writer thread waits for the sync";
   fs->ReleaseSyncs();
   EXPECT_EQ(handed.Wait(3), (std::vector<int>{0, 1, 2}));
   EXPECT_FALSE(handed.on_claimer()) << "answered on the writer thread";
@@ -909,8 +914,7 @@ TEST(RocksdbStoreTest, ADuplicateOfAClaimBeingWrittenWaitsForItsSync) {
       first = std::move(got);
       claimed.Notify();
     }));
-    for (int i = 0; i < 3000 && fs->held() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
-    ASSERT_EQ(fs->held(), 1) << "the claim's write waits for its sync";
+    ASSERT_EQ(fs->WaitHeld(), 1) << "the claim's write waits for its sync";
     EXPECT_FALSE(claimed.HasBeenNotified());
     ASSERT_OK_AND_ASSIGN(std::optional<Record> unsynced, store->Get(r.tenant, r.key));
     EXPECT_FALSE(unsynced.has_value()) << "a record was readable before its sync";

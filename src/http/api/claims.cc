@@ -444,6 +444,12 @@ bool Api::StartAsync(ApiCall& call, const Resume& resume) {
   if (tenant == nullptr) return false;
   // The call itself is the Guard's NonBlockingCall: its Done hands Resumed to
   // `resume`, which runs it on the network thread.
+  // A complete's or a fail's request, once its body is one the guard can take.
+  const auto finish_request = [&](const auto& body) -> const Request* {
+    if (!body.ok() || body->token == 0) return nullptr;
+    call.resume_ = resume;
+    return &call.guard_request_.emplace(RequestOf(tenant->name, body->biz_type, body->key));
+  };
   try {
     switch (call.route) {
       case Route::kClaims: {
@@ -459,19 +465,14 @@ bool Api::StartAsync(ApiCall& call, const Resume& resume) {
       }
       case Route::kComplete: {
         const absl::StatusOr<CompleteBody>& body = BodyOf(call, ParseCompleteBody);
-        if (!body.ok() || body->token == 0) return false;
-        const Request& req =
-            call.guard_request_.emplace(RequestOf(tenant->name, body->biz_type, body->key));
-        call.resume_ = resume;
-        return CompleteNonBlocking(guard_, req, body->token, body->result, call);
+        const Request* req = finish_request(body);
+        return req != nullptr && CompleteNonBlocking(guard_, *req, body->token, body->result, call);
       }
       case Route::kFail: {
         const absl::StatusOr<FailBody>& body = BodyOf(call, ParseFailBody);
-        if (!body.ok() || body->token == 0) return false;
-        const Request& req =
-            call.guard_request_.emplace(RequestOf(tenant->name, body->biz_type, body->key));
-        call.resume_ = resume;
-        return FailNonBlocking(guard_, req, body->token, body->retryable, body->error, call);
+        const Request* req = finish_request(body);
+        return req != nullptr &&
+               FailNonBlocking(guard_, *req, body->token, body->retryable, body->error, call);
       }
       default:
         return false;

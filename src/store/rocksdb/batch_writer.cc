@@ -207,24 +207,24 @@ void BatchWriter::WriteGroup(Group& group, const Clock::time_point* queued_at) {
     }
   }
   store::AtWriteStage("rocksdb.after_write");
-  const Clock::time_point written = Clock::now();
+  const auto nanoseconds = [](Clock::duration d) -> uint64_t {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  };
+  const uint64_t took = nanoseconds(Clock::now() - started);
   if (records > 0) {
     // Racing updates from two threads lose one of them: an average is all it is.
-    const int64_t took = std::chrono::duration_cast<std::chrono::nanoseconds>(written - started).count();
     const int64_t recent = recent_write_ns_.load(std::memory_order_relaxed);
-    recent_write_ns_.store(recent + (took - recent) / 8, std::memory_order_relaxed);
+    recent_write_ns_.store(recent + (static_cast<int64_t>(took) - recent) / 8,
+                           std::memory_order_relaxed);
   }
   {
     absl::MutexLock lock(&mu_);
-    if (queued_at != nullptr) queue_time_.Add(started - *queued_at);
-    if (records > 0) write_time_.Add(written - started);
+    if (queued_at != nullptr) queue_time_.Add(nanoseconds(started - *queued_at));
     ++groups_;
     batches_ += commits.size();
     if (records > 0) {
-      size_t bucket = 0;
-      while (bucket < kRecordBounds.size() && records > kRecordBounds[bucket]) ++bucket;
-      ++record_buckets_[bucket];
-      records_ += records;
+      write_time_.Add(took);
+      records_.Add(records);
     }
   }
   for (size_t i = 0; i < commits.size(); ++i) {
@@ -250,45 +250,42 @@ std::string BatchWriter::RenderMetrics() const {
       "the store: one WAL write and, with sync=full, one fsync.\n"
       "# TYPE idem_store_write_batch_records histogram\n";
   absl::MutexLock lock(&mu_);
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < record_buckets_.size(); ++i) {
-    cumulative += record_buckets_[i];
-    const std::string le = i < kRecordBounds.size() ? absl::StrCat(kRecordBounds[i]) : "+Inf";
-    absl::StrAppend(&out, "idem_store_write_batch_records_bucket{le=\"", le, "\"} ", cumulative,
-                    "\n");
-  }
-  absl::StrAppend(&out, "idem_store_write_batch_records_sum ", records_, "\n",
-                  "idem_store_write_batch_records_count ", cumulative, "\n");
+  records_.Render("idem_store_write_batch_records", 1, &out);
   absl::StrAppend(&out,
                   "# HELP idem_store_write_queue_seconds Time from a durable write's first "
                   "commit handed to the store's writer thread to the write's start.\n"
                   "# TYPE idem_store_write_queue_seconds histogram\n");
-  queue_time_.Render("idem_store_write_queue_seconds", &out);
+  queue_time_.Render("idem_store_write_queue_seconds", 1'000'000'000, &out);
   absl::StrAppend(&out,
                   "# HELP idem_store_write_seconds Time of a durable write of the store: its "
                   "WAL write, fsync and memtable insert.\n"
                   "# TYPE idem_store_write_seconds histogram\n");
-  write_time_.Render("idem_store_write_seconds", &out);
+  write_time_.Render("idem_store_write_seconds", 1'000'000'000, &out);
   return out;
 }
 
-void BatchWriter::TimeHistogram::Add(Clock::duration d) {
-  const double seconds = std::chrono::duration<double>(d).count();
+template <const auto& kBounds>
+void BatchWriter::Histogram<kBounds>::Add(uint64_t value) {
   size_t bucket = 0;
-  while (bucket < kSecondBounds.size() && seconds > kSecondBounds[bucket]) ++bucket;
+  while (bucket < kBounds.size() && value > kBounds[bucket]) ++bucket;
   ++buckets[bucket];
-  sum_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  sum += value;
 }
 
-void BatchWriter::TimeHistogram::Render(const char* name, std::string* out) const {
+template <const auto& kBounds>
+void BatchWriter::Histogram<kBounds>::Render(const char* name, uint64_t per_shown,
+                                             std::string* out) const {
+  const auto shown = [per_shown](uint64_t v) {
+    return per_shown == 1 ? absl::StrCat(v)
+                          : absl::StrCat(static_cast<double>(v) / static_cast<double>(per_shown));
+  };
   uint64_t cumulative = 0;
   for (size_t i = 0; i < buckets.size(); ++i) {
     cumulative += buckets[i];
-    const std::string le = i < kSecondBounds.size() ? absl::StrCat(kSecondBounds[i]) : "+Inf";
+    const std::string le = i < kBounds.size() ? shown(kBounds[i]) : "+Inf";
     absl::StrAppend(out, name, "_bucket{le=\"", le, "\"} ", cumulative, "\n");
   }
-  absl::StrAppend(out, name, "_sum ", static_cast<double>(sum_ns) / 1e9, "\n", name, "_count ",
-                  cumulative, "\n");
+  absl::StrAppend(out, name, "_sum ", shown(sum), "\n", name, "_count ", cumulative, "\n");
 }
 
 }  // namespace idem::rocksdbstore

@@ -109,10 +109,11 @@ class BatchWriter {
   // The upper bounds (le) of idem_store_write_batch_records' buckets: records
   // (Puts and Deletes) per durable write; a last bucket, +Inf, takes the rest.
   static constexpr std::array<uint64_t, 10> kRecordBounds = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
-  // The upper bounds (le) of the two write-time histograms, in seconds; +Inf last.
-  static constexpr std::array<double, 14> kSecondBounds = {
-      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-      0.01,    0.025,  0.05,    0.1,    0.25,  0.5,    1.0};
+  // The upper bounds (le) of the two write-time histograms, in nanoseconds (shown in
+  // seconds, 50 µs to 1 s); +Inf last.
+  static constexpr std::array<uint64_t, 14> kNanosecondBounds = {
+      50'000,     100'000,    250'000,     500'000,     1'000'000,   2'500'000,   5'000'000,
+      10'000'000, 25'000'000, 50'000'000, 100'000'000, 250'000'000, 500'000'000, 1'000'000'000};
   // The histograms in the Prometheus text format: idem_store_write_batch_records,
   // idem_store_write_queue_seconds (from a write's first commit handed to the
   // writer thread to the write's start: the wait behind the write before it) and
@@ -130,12 +131,15 @@ class BatchWriter {
   class TurnGroup;
 
   using Clock = std::chrono::steady_clock;
-  // Per bucket (not cumulative), and the sum in nanoseconds.
-  struct TimeHistogram {
-    void Add(Clock::duration d);
-    void Render(const char* name, std::string* out) const;
-    std::array<uint64_t, kSecondBounds.size() + 1> buckets = {};
-    uint64_t sum_ns = 0;
+  // A histogram over `kBounds` (+Inf last): per bucket (not cumulative), and the sum.
+  template <const auto& kBounds>
+  struct Histogram {
+    void Add(uint64_t value);
+    // In the Prometheus text format, the bounds and the sum divided by `per_shown`
+    // (1: as counted; 1e9: nanoseconds shown in seconds).
+    void Render(const char* name, uint64_t per_shown, std::string* out) const;
+    std::array<uint64_t, kBounds.size() + 1> buckets = {};
+    uint64_t sum = 0;
   };
 
   void Run();
@@ -163,16 +167,14 @@ class BatchWriter {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t groups_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t batches_ ABSL_GUARDED_BY(mu_) = 0;
-  // idem_store_write_batch_records: per bucket (not cumulative), and the sum.
-  std::array<uint64_t, kRecordBounds.size() + 1> record_buckets_ ABSL_GUARDED_BY(mu_) = {};
-  uint64_t records_ ABSL_GUARDED_BY(mu_) = 0;
+  Histogram<kRecordBounds> records_ ABSL_GUARDED_BY(mu_);  // idem_store_write_batch_records
   // When queue_ last went from empty to not.
   Clock::time_point queued_at_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;  // the writer thread is writing a group
   // A moving average of the durable writes' times (1/8 of each new one), in ns.
   std::atomic<int64_t> recent_write_ns_{0};
-  TimeHistogram queue_time_ ABSL_GUARDED_BY(mu_);
-  TimeHistogram write_time_ ABSL_GUARDED_BY(mu_);
+  Histogram<kNanosecondBounds> queue_time_ ABSL_GUARDED_BY(mu_);
+  Histogram<kNanosecondBounds> write_time_ ABSL_GUARDED_BY(mu_);
   // The turns' groups: one per loop thread with a turn being gathered (or, inline,
   // written).
   std::vector<std::unique_ptr<TurnGroup>> turn_groups_ ABSL_GUARDED_BY(mu_);
