@@ -5,8 +5,8 @@
 #     same completed key) and claim+complete pairs (bench/pair_load), on its
 #     embedded stores with durable settings (rocksdb://; --stores adds sqlite://
 #     with synchronous=full, rocksdb-group, RocksDB's own write groups, and
-#     rocksdb-inline and rocksdb-auto, turn_write=inline and auto instead of the
-#     default stage);
+#     rocksdb-inline and rocksdb-stage, turn_write=inline and stage instead of the
+#     default auto);
 #   - POST /v1/claims/batch with 100 new-key claims a request (keys/s), when the
 #     server answers it (else the row says "not available");
 #   - Redis 7 SET k NX EX 86400 with no persistence, and with appendfsync always;
@@ -29,7 +29,7 @@
 # writes claims.png (gnuplot) and stops everything it started by pid.
 #
 #   bench/claims.sh [--seconds N] [--quick]
-#                   [--stores "rocksdb sqlite rocksdb-group rocksdb-inline rocksdb-auto"]
+#                   [--stores "rocksdb sqlite rocksdb-group rocksdb-inline rocksdb-stage"]
 #                   [--no-pin]
 #
 # Installs what it needs (scripts/deps.sh --bench), builds into build/, works in
@@ -60,8 +60,8 @@ done
 }
 for name in $stores; do
   case $name in
-    sqlite|rocksdb|rocksdb-group|rocksdb-inline|rocksdb-auto) ;;
-    *) echo "bench/claims.sh: --stores: unknown store '$name' (sqlite, rocksdb, rocksdb-group, rocksdb-inline, rocksdb-auto)" >&2
+    sqlite|rocksdb|rocksdb-group|rocksdb-inline|rocksdb-stage) ;;
+    *) echo "bench/claims.sh: --stores: unknown store '$name' (sqlite, rocksdb, rocksdb-group, rocksdb-inline, rocksdb-stage)" >&2
        exit 2 ;;
   esac
 done
@@ -150,7 +150,7 @@ store_url[sqlite]="sqlite://$work/idem.db"
 store_url[rocksdb]="rocksdb://$work/idem-rocksdb"
 store_url[rocksdb-group]="rocksdb://$work/idem-rocksdb-group?writer=group"
 store_url[rocksdb-inline]="rocksdb://$work/idem-rocksdb-inline?turn_write=inline"
-store_url[rocksdb-auto]="rocksdb://$work/idem-rocksdb-auto?turn_write=auto"
+store_url[rocksdb-stage]="rocksdb://$work/idem-rocksdb-stage?turn_write=stage"
 # A store this build lacks (rocksdb://) is refused by `idem serve` and left out.
 for name in $stores; do
   if start_listening "idem-$name" "${on_server[@]}" build/src/cli/idem --log-level warn serve \

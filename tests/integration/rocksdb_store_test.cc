@@ -897,6 +897,54 @@ TEST(RocksdbStoreTest, ATurnWritesInlineWhileWritesAreQuickAndHandsOverWhenSlow)
   EXPECT_EQ(opened->shared->locks.size(), 0u) << "a key stayed locked";
 }
 
+// turn_write=auto writes one group at a time: a loop whose turn ends while another
+// loop's turn writes inline hands its group to the writer thread, which waits for
+// that write. Two loops inside DB::Write at once would make a RocksDB write group of
+// their batches (one loop's thread reading the other's) and keep the second loop
+// waiting for the first one's sync.
+TEST(RocksdbStoreTest, AnAutoTurnHandsOverWhileAnotherTurnWritesInline) {
+  testing::TempDir dir;
+  auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StoreOverFs> opened,
+                       StoreOverFs::Open(dir.file("db"), fs, "?turn_write=auto"));
+  Guard guard(*opened->store);
+  // A loop's turn claiming `key`; `ended` once the turn's end returned; then its answer.
+  const auto loop = [&](const std::string& key, absl::Notification* ended, bool* on_loop,
+                        std::vector<int>* order) {
+    TurnAnswersForTest answers;
+    store::Turn turn;
+    {
+      const store::Turn::Scope current(turn);
+      EXPECT_TRUE(ClaimNonBlocking(guard, {.tenant = "t", .biz_type = "pay", .key = key},
+                                   absl::Seconds(30), answers.For(0)));
+    }
+    EXPECT_TRUE(turn.RunDeferred());
+    ended->Notify();
+    *order = answers.Wait(1);
+    *on_loop = answers.on_claimer();
+  };
+  fs->HoldSyncs();
+  absl::Notification first_ended, second_ended;
+  bool first_on_loop = false, second_on_loop = true;
+  std::vector<int> first_order, second_order;
+  std::thread first(loop, "a", &first_ended, &first_on_loop, &first_order);
+  ASSERT_EQ(fs->WaitHeld(), 1) << "the first turn writes inline and waits for its sync";
+  std::thread second(loop, "b", &second_ended, &second_on_loop, &second_order);
+  EXPECT_TRUE(second_ended.WaitForNotificationWithTimeout(absl::Seconds(5)))
+      << "the second turn's end waited for the first turn's sync";
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(fs->held(), 1) << "a second write started while the first was in progress";
+  EXPECT_FALSE(first_ended.HasBeenNotified());
+  fs->ReleaseSyncs();
+  first.join();
+  second.join();
+  EXPECT_EQ(first_order, std::vector<int>{0});
+  EXPECT_EQ(second_order, std::vector<int>{0});
+  EXPECT_TRUE(first_on_loop) << "written inline";
+  EXPECT_FALSE(second_on_loop) << "handed over: answered on the writer thread";
+  EXPECT_EQ(opened->shared->locks.size(), 0u) << "a key stayed locked";
+}
+
 TEST(RocksdbStoreTest, ADuplicateOfAClaimBeingWrittenWaitsForItsSync) {
   testing::TempDir dir;
   const std::string path = dir.file("db");

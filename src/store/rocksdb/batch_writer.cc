@@ -28,7 +28,7 @@ class BatchWriter::TurnGroup final : public store::Turn::Work {
       return;
     }
     writer_.WriteGroup(group, nullptr);
-    writer_.ReturnTurnGroup(this);
+    writer_.EndInlineWrite(this);
   }
   Group group;
 
@@ -81,8 +81,21 @@ bool BatchWriter::WritesInline() {
       std::chrono::nanoseconds(kInlineWritesBelow).count()) {
     return false;
   }
+  // One write at a time: a turn writes inline only while nobody else writes, and
+  // holds the writer off until it is done (EndInlineWrite).
   absl::MutexLock lock(&mu_);
-  return queue_.empty() && !writing_;
+  if (!queue_.empty() || writing_) return false;
+  writing_ = true;
+  return true;
+}
+
+void BatchWriter::EndInlineWrite(TurnGroup* group) {
+  absl::MutexLock lock(&mu_);
+  free_turn_groups_.push_back(group);
+  if (turn_write_ == TurnWrite::kAuto) {
+    writing_ = false;
+    if (!queue_.empty()) queued_.Signal();  // handed over while this turn wrote
+  }
 }
 
 BatchWriter::TurnGroup* BatchWriter::TakeTurnGroup() {
@@ -93,11 +106,6 @@ BatchWriter::TurnGroup* BatchWriter::TakeTurnGroup() {
   TurnGroup* group = free_turn_groups_.back();
   free_turn_groups_.pop_back();
   return group;
-}
-
-void BatchWriter::ReturnTurnGroup(TurnGroup* group) {
-  absl::MutexLock lock(&mu_);
-  free_turn_groups_.push_back(group);
 }
 
 void BatchWriter::HandOver(TurnGroup* turn) {
@@ -158,18 +166,21 @@ absl::Status BatchWriter::Write(const Commit& writes, std::string_view what) {
 
 void BatchWriter::Run() {
   Group group;
+  bool wrote = false;
   while (true) {
     Clock::time_point queued_at;
     {
       absl::MutexLock lock(&mu_);
-      writing_ = false;
-      while (queue_.empty() && !stop_) queued_.Wait(&mu_);
+      if (wrote) writing_ = false;
+      // Not while a turn writes inline (TurnWrite::kAuto): one DB::Write at a time.
+      while ((queue_.empty() && !stop_) || writing_) queued_.Wait(&mu_);
       if (queue_.empty()) return;  // stopping, nothing left
       group.commits.swap(queue_);
       queued_at = queued_at_;
       writing_ = true;
     }
     WriteGroup(group, &queued_at);
+    wrote = true;
   }
 }
 

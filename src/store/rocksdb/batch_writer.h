@@ -18,7 +18,7 @@
 // claim and goes on serving (no thread hop to a worker pool). On a thread with a
 // current event-loop turn (store/turn.h: the lean engine's loops) the commit joins
 // that turn's group instead, which the turn's end hands to the writer thread as one
-// unit (TurnWrite::kStage, the default: one lock and at most one wake-up per turn,
+// unit (TurnWrite::kStage: one lock and at most one wake-up per turn,
 // not per commit); the writer writes it, with whatever else is queued, in one
 // DB::Write and calls its commits back in the order they came, so while the sync
 // runs the loop goes on reading and deciding its next turn. TurnWrite::kInline
@@ -26,9 +26,10 @@
 // the turn's end and calls the commits back there (Redis's appendfsync always: the
 // loop waits for the fsync): no hand-off between threads, and bigger writes, since
 // the next turn gathers what came in during the sync. TurnWrite::kAuto
-// (rocksdb://…?turn_write=auto) writes inline while the store's recent durable writes are quick
-// (kInlineWritesBelow) and the writer thread has nothing queued or in progress, and
-// hands the group over otherwise, so a slow disk does not stop the loop reading.
+// (rocksdb://'s default, turn_write=auto) writes inline while the store's recent durable writes are quick
+// (kInlineWritesBelow) and no other group is queued or being written (one write at a
+// time: the writer thread waits for an inline write, and a turn that finds a write in
+// progress hands its group over), so a slow disk does not stop the loop reading.
 //
 // Thread safety: Write and WriteAsync are safe for concurrent use; the DB must
 // outlive the writer.
@@ -76,7 +77,7 @@ class BatchWriter {
   enum class TurnWrite {
     kStage,   // on the writer thread, handed over at the turn's end
     kInline,  // on the turn's thread, at its end
-    kAuto,    // kInline while writes are quick and the writer is idle, else kStage
+    kAuto,    // kInline while writes are quick and nothing else is written, else kStage
   };
   // kAuto writes a turn's group inline while the recent durable writes (a moving
   // average) took less than this.
@@ -153,9 +154,11 @@ class BatchWriter {
   // A turn's end (kStage): queues the turn's commits for the writer and returns the
   // group to the free list, under one lock, waking the writer if it was idle.
   void HandOver(TurnGroup* turn);
-  // A turn's group from the free list (or a new one), and back to it once written.
+  // A turn's group from the free list (or a new one).
   TurnGroup* TakeTurnGroup();
-  void ReturnTurnGroup(TurnGroup* group);
+  // After a turn's group was written inline: the group back to the free list, and
+  // (kAuto) the writer thread free to write what was handed over meanwhile.
+  void EndInlineWrite(TurnGroup* group);
 
   rocksdb::DB* const db_;
   const TurnWrite turn_write_;
@@ -170,7 +173,10 @@ class BatchWriter {
   Histogram<kRecordBounds> records_ ABSL_GUARDED_BY(mu_);  // idem_store_write_batch_records
   // When queue_ last went from empty to not.
   Clock::time_point queued_at_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // the writer thread is writing a group
+  // A group is being written, by the writer thread or (kAuto) a turn inline: with
+  // kAuto no two DB::Writes of groups overlap, so RocksDB never makes a write group
+  // of two loops' batches (its leader reading a follower's batch on another thread).
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
   // A moving average of the durable writes' times (1/8 of each new one), in ns.
   std::atomic<int64_t> recent_write_ns_{0};
   Histogram<kNanosecondBounds> queue_time_ ABSL_GUARDED_BY(mu_);

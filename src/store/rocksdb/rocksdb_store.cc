@@ -41,10 +41,11 @@ struct Options {
   // grouping. bench/claims.sh measured the queue 1.6-1.9x faster through idem serve
   // (docs/benchmarks.md).
   bool queue_writer = true;
-  // turn_write=stage (the default): a lean loop's turn hands its commits to the
-  // writer thread; inline: the loop's thread writes them and waits for the sync;
-  // auto: inline while writes are quick and the writer is idle, else stage.
-  rocksdbstore::BatchWriter::TurnWrite turn_write = rocksdbstore::BatchWriter::TurnWrite::kStage;
+  // turn_write=auto (the default): a lean loop's thread writes its turn's commits
+  // itself while writes are quick and no other write is in progress, else as stage;
+  // stage: the turn hands its commits to the writer thread; inline: the loop's thread
+  // always writes them and waits for the sync.
+  rocksdbstore::BatchWriter::TurnWrite turn_write = rocksdbstore::BatchWriter::TurnWrite::kAuto;
 };
 
 absl::StatusOr<Options> ParseUrl(std::string_view url) {
@@ -77,7 +78,7 @@ absl::StatusOr<Options> ParseUrl(std::string_view url) {
           "rocksdb URL parameter turn_write='", *v, "' must be auto, stage or inline"));
     }
     if (*v == "inline") o.turn_write = rocksdbstore::BatchWriter::TurnWrite::kInline;
-    if (*v == "auto") o.turn_write = rocksdbstore::BatchWriter::TurnWrite::kAuto;
+    if (*v == "stage") o.turn_write = rocksdbstore::BatchWriter::TurnWrite::kStage;
   }
   if (const std::string* v = u.Param("tombstones"); v != nullptr) {
     if (*v != "on" && *v != "off") {
