@@ -4,9 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -16,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -253,6 +256,56 @@ struct StoreOverFs {
     return opened;
   }
 };
+
+// The nice values of this process's threads named `name` (RocksDB names its pools'
+// threads rocksdb:high and rocksdb:low).
+std::vector<int> NiceOfThreads(const std::string& name) {
+  std::vector<int> nice;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string got;
+    std::getline(comm, got);
+    if (got != name) continue;
+    std::ifstream stat(task.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    // After the ")" that ends the name: state (3rd field) ... nice (19th).
+    std::istringstream fields(line.substr(line.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+      if (i == 19) nice.push_back(std::stoi(field));
+    }
+  }
+  return nice;
+}
+
+// Flushes run at nice +10 and compactions at +19 from where their threads started:
+// at +19 a flush got almost no CPU beside a busy loop, and RocksDB stopped every
+// write until it ran.
+TEST(RocksdbStoreTest, FlushesRunAboveCompactionsAndBothBelowTheLoops) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<rocksdbstore::SharedDb> shared,
+                       rocksdbstore::OpenSharedDb({.path = dir.file("db")}, false));
+  rocksdb::DB& db = *shared->db;
+  for (int round = 0; round < 2; ++round) {  // two table files, so one compaction
+    ASSERT_TRUE(db.Put(rocksdb::WriteOptions(), "k" + std::to_string(round), "v").ok());
+    ASSERT_TRUE(db.Flush(rocksdb::FlushOptions()).ok());
+  }
+  rocksdb::CompactRangeOptions compact;
+  compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  ASSERT_TRUE(db.CompactRange(compact, nullptr, nullptr).ok());
+  const int own = getpriority(PRIO_PROCESS, 0);
+  // Threads that have not run a job yet keep the nice value they started with.
+  const struct {
+    const char* pool;
+    int nice;
+  } expected[] = {{"rocksdb:high", std::min(19, own + 10)},   // flushes
+                  {"rocksdb:low", std::min(19, own + 19)}};   // compactions
+  for (const auto& [pool, nice] : expected) {
+    EXPECT_THAT(NiceOfThreads(pool), ::testing::Contains(nice)) << pool;
+    EXPECT_THAT(NiceOfThreads(pool), ::testing::Each(::testing::AnyOf(own, nice))) << pool;
+  }
+}
 
 // A WAL write that failed on a full disk stops every write until a restart, also
 // once the disk has room again: RocksDB 7.8 would resume by itself within seconds

@@ -113,6 +113,9 @@ struct SharedDb {
   // With a write stage hook (store/write_stage.h): the Env whose WAL files report
   // their syncs; outlives `db`.
   std::unique_ptr<rocksdb::Env> stage_env;
+  // The Env that runs flushes and compactions below the loops' CPU priority, over
+  // stage_env or the given or default one; outlives `db`.
+  std::unique_ptr<rocksdb::Env> background_env;
   std::unique_ptr<rocksdb::DB> db;                  // read-write opens
   std::unique_ptr<rocksdb::DB> read_only_db;        // read-only opens (no LOCK)
   // The directory opened read-write, checked before every commit and ping: RocksDB
