@@ -179,9 +179,10 @@ class ServeProcess {
     // A sanitizer's report ends the server (halt_on_error) and the test then sees
     // only a dropped connection: show the report with the test's output.
     const std::string err = stderr_text();
-    if (err.find("Sanitizer") != std::string::npos || err.find("runtime error:") != std::string::npos) {
-      fprintf(stderr, "== stderr of the server (%s):\n%s\n",
-              stderr_path_.c_str(), err.substr(0, 64 * 1024).c_str());
+    if (err.find("Sanitizer") != std::string::npos ||
+        err.find("runtime error:") != std::string::npos) {
+      fprintf(stderr, "== stderr of the server (%s):\n%s\n", stderr_path_.c_str(),
+              err.substr(0, 64 * 1024).c_str());
     }
   }
   ServeProcess(const ServeProcess&) = delete;

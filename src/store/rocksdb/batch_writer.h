@@ -18,18 +18,19 @@
 // claim and goes on serving (no thread hop to a worker pool). On a thread with a
 // current event-loop turn (store/turn.h: the lean engine's loops) the commit joins
 // that turn's group instead, which the turn's end hands to the writer thread as one
-// unit (TurnWrite::kStage: one lock and at most one wake-up per turn,
-// not per commit); the writer writes it, with whatever else is queued, in one
+// unit (TurnWrite::kStage: one lock and at most one wake-up per turn, not per
+// commit); the writer writes it, with whatever else is queued, in one
 // DB::Write and calls its commits back in the order they came, so while the sync
 // runs the loop goes on reading and deciding its next turn. TurnWrite::kInline
 // (rocksdb://…?turn_write=inline) writes the group on the loop's thread itself at
 // the turn's end and calls the commits back there (Redis's appendfsync always: the
 // loop waits for the fsync): no hand-off between threads, and bigger writes, since
 // the next turn gathers what came in during the sync. TurnWrite::kAuto
-// (rocksdb://'s default, turn_write=auto) writes inline while the store's recent durable writes are quick
-// (kInlineWritesBelow) and no other group is queued or being written (one write at a
-// time: the writer thread waits for an inline write, and a turn that finds a write in
-// progress hands its group over), so a slow disk does not stop the loop reading.
+// (rocksdb://'s default, turn_write=auto) writes inline while the store's recent
+// durable writes are quick (kInlineWritesBelow) and no other group is queued or being
+// written (one write at a time: the writer thread waits for an inline write, and a
+// turn that finds a write in progress hands its group over), so a slow disk does not
+// stop the loop reading.
 //
 // Thread safety: Write and WriteAsync are safe for concurrent use; the DB must
 // outlive the writer.
