@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -14,7 +15,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	_ "github.com/lib/pq"
+	"github.com/lib/pq"
 
 	"github.com/idem-io/idem/clients/go/idem"
 )
@@ -119,11 +120,7 @@ func openTestDB(t *testing.T, env string) *testDB {
 		t.Fatalf("CREATE DATABASE %s: %v", name, err)
 	}
 	t.Cleanup(func() { // after the pools' Cleanup below (last in, first out)
-		drop := "DROP DATABASE " + name
-		if d.name == "postgres" {
-			drop += " WITH (FORCE)" // a connection the test killed may still be closing
-		}
-		if _, err := root.ExecContext(ctx, drop); err != nil {
+		if err := dropDatabase(ctx, root, d.name, name); err != nil {
 			t.Logf("DROP DATABASE %s: %v", name, err)
 		}
 	})
@@ -150,6 +147,28 @@ func openTestDB(t *testing.T, env string) *testDB {
 	t.Cleanup(func() { d.admin.Close() })
 	d.admin.SetMaxOpenConns(4)
 	return d
+}
+
+// dropDatabase drops a test database. On PostgreSQL, WITH (FORCE) also ends the
+// sessions the test killed that are still closing, but PostgreSQL 15 refuses it
+// (42501, "must be a member of the role whose process is being terminated") while an
+// autovacuum worker is in the database: a plain DROP stops that worker itself and
+// waits up to 5 s for the other sessions. Tried in turn.
+func dropDatabase(ctx context.Context, root *sql.DB, dialect, name string) error {
+	if dialect != "postgres" {
+		_, err := root.ExecContext(ctx, "DROP DATABASE "+name)
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		_, err := root.ExecContext(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
+		var refused *pq.Error
+		if err == nil || !errors.As(err, &refused) || refused.Code != "42501" {
+			return err
+		}
+		if _, err = root.ExecContext(ctx, "DROP DATABASE "+name); err == nil || attempt >= 5 {
+			return err
+		}
+	}
 }
 
 func mustParse(t *testing.T, s string) *url.URL {

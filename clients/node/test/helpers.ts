@@ -48,6 +48,29 @@ function withDatabase(base: string, name: string): string {
   return u.toString();
 }
 
+/**
+ * Drops a test database. WITH (FORCE) also ends the sessions the tests killed that are
+ * still closing, but PostgreSQL 15 refuses it (42501, "must be a member of the role whose
+ * process is being terminated") while an autovacuum worker is in the database: a plain
+ * DROP stops that worker itself and waits up to 5 s for the other sessions. Tried in turn.
+ */
+async function dropPostgres(root: pg.Client, name: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await root.query(`DROP DATABASE ${name} WITH (FORCE)`);
+      return;
+    } catch (forced: any) {
+      if (forced?.code !== "42501") throw forced;
+      try {
+        await root.query(`DROP DATABASE ${name}`);
+        return;
+      } catch (plain) {
+        if (attempt >= 5) throw plain;
+      }
+    }
+  }
+}
+
 /** Creates a fresh database on the server of $env, installs the SQL API with idem migrate, opens it. */
 export async function openTestDB(env: string, poolSize = 8): Promise<TestDB> {
   const base = process.env[env]!;
@@ -69,10 +92,13 @@ export async function openTestDB(env: string, poolSize = 8): Promise<TestDB> {
       query: async (sql, args) => (await admin.query(sql, args)).rows,
       ph: (n) => `$${n}`,
       async close() {
-        await pool.end();
-        await admin.end();
-        await root.query(`DROP DATABASE ${dbName} WITH (FORCE)`);
-        await root.end();
+        try {
+          await pool.end();
+          await admin.end();
+          await dropPostgres(root, dbName);
+        } finally {
+          await root.end(); // else the open client keeps the test process running
+        }
       },
     };
   }
