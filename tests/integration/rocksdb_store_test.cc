@@ -891,8 +891,8 @@ TEST(RocksdbStoreTest, ATurnsEndDoesNotWaitForItsSync) {
   EXPECT_EQ(series("idem_store_write_queue_seconds_bucket{le=\"+Inf\"}"), 2);
 }
 
-// turn_write=auto: while the durable writes are quick and the writer
-// thread idle, a turn's end writes its claims on the turn's thread and answers them
+// turn_write=auto: while the durable writes are quick and no other group is queued
+// or being written, a turn's end writes its claims on the turn's thread and answers them
 // before it returns (as inline); once a write was slow (a sync held 60 ms), the
 // turn's end hands its claims to the writer thread and returns without waiting for
 // their sync (as stage); and once writes are quick again, it writes inline again.
