@@ -263,8 +263,14 @@ cpu_before=0
 # Every cell starts on a quiet disk: what the cells before it left to write
 # (PostgreSQL's checkpoint, Redis's AOF, the other stores' flushes) is written out
 # first, or a durable cell's fsyncs would wait behind another system's writeback.
+checkpoint_failed=0
 settle_disk() {
-  if [[ -n ${pg_url:-} ]]; then psql -qX -c CHECKPOINT "$pg_url" >/dev/null 2>&1 || true; fi
+  local out
+  if [[ -n ${pg_url:-} ]] && ! out=$(psql -qX -c CHECKPOINT "$pg_url" 2>&1) &&
+      [[ $checkpoint_failed == 0 ]]; then
+    checkpoint_failed=1
+    echo "bench/claims.sh: PostgreSQL's CHECKPOINT before a cell failed: $out" >&2
+  fi
   sync
 }
 cpu_start() {  # server name

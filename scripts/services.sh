@@ -230,6 +230,8 @@ setup_postgres() {
       -d postgres >"$PG_BASE/setup.log" 2>&1 <<SQL; then
 CREATE ROLE idem LOGIN CREATEDB PASSWORD '$pass';
 CREATE DATABASE idem_test OWNER idem;
+-- bench/claims.sh has PostgreSQL write a checkpoint before each cell.
+GRANT pg_checkpoint TO idem;
 SQL
     log_tail "postgres setup" "$PG_BASE/setup.log"
     return 1

@@ -320,9 +320,8 @@ TEST(RocksdbStoreTest, FlushesRunAboveCompactionsAndBothBelowTheLoops) {
 }
 
 // A flush or compaction has its table file written out as it grows, every 1 MiB,
-// not all at once when the file ends: a compaction's hundreds of MB handed to the
-// kernel in one go made the WAL's fsyncs wait behind their write-back (the claim
-// p99 at half of the benchmark's peak was 0.5 s).
+// not all at once when the file ends, so that the WAL's fsyncs do not wait behind
+// a compaction's hundreds of MB of write-back.
 TEST(RocksdbStoreTest, TableFilesAreWrittenOutAsTheyGrow) {
   testing::TempDir dir;
   auto fs = std::make_shared<FaultyFs>(rocksdb::FileSystem::Default());

@@ -260,9 +260,8 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
   // recovery keeps every record before the first torn or corrupt one and opens.
   options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
   // Flushes and compactions have their files written out every 1 MiB (RocksDB asks
-  // the kernel for it as it goes) instead of in one burst when a file ends: a
-  // compaction's hundreds of MB all at once made the WAL's fsyncs wait behind that
-  // write-back for milliseconds at a time.
+  // the kernel for it as it goes) instead of in one burst when a file ends, which
+  // the WAL's fsyncs would wait behind: a compaction writes hundreds of MB.
   options.bytes_per_sync = 1 << 20;
   if (o.read_only) {
     rocksdb::DB* db = nullptr;
