@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -324,18 +323,8 @@ std::vector<int64_t> SlicesOfThreads(const std::string& name) {
 bool KernelHonoursSlices(int64_t slice) {
   bool honoured = false;
   std::thread([&] {
-    struct {
-      uint32_t size, policy;
-      uint64_t flags;
-      int32_t nice;
-      uint32_t priority;
-      uint64_t runtime, deadline, period;
-    } attr{};
-    attr.size = sizeof attr;
-    attr.flags = 0x08;  // SCHED_FLAG_KEEP_POLICY
-    attr.nice = getpriority(PRIO_PROCESS, 0);
-    attr.runtime = static_cast<uint64_t>(slice);
-    honoured = syscall(SYS_sched_setattr, 0, &attr, 0) == 0 &&
+    honoured = rocksdbstore::SetNiceAndSlice(0, getpriority(PRIO_PROCESS, 0),
+                                             static_cast<uint64_t>(slice)) &&
                SliceOf("/proc/thread-self") == slice;
   }).join();
   return honoured;

@@ -128,7 +128,7 @@ class BackgroundPriorityEnv final : public rocksdb::EnvWrapper {
     // A pool runs one kind of job: set once per thread.
     thread_local bool lowered = false;
     if (!lowered) {
-      const id_t thread = static_cast<id_t>(gettid());
+      const pid_t thread = gettid();
       errno = 0;
       const int start = getpriority(PRIO_PROCESS, thread);
       if (errno == 0) {
@@ -141,27 +141,6 @@ class BackgroundPriorityEnv final : public rocksdb::EnvWrapper {
     }
     job->function(job->arg);
   }
-  // sched_setattr(2) keeping the thread's policy: its nice value and the time slice
-  // it asks for. False where the call is refused (the caller sets the nice value
-  // alone).
-  static bool SetNiceAndSlice(id_t thread, int nice, uint64_t slice_ns) {
-    struct {  // struct sched_attr, which glibc 2.36 does not declare
-      uint32_t size;
-      uint32_t sched_policy;
-      uint64_t sched_flags;
-      int32_t sched_nice;
-      uint32_t sched_priority;
-      uint64_t sched_runtime;
-      uint64_t sched_deadline;
-      uint64_t sched_period;
-    } attr{};
-    attr.size = sizeof attr;
-    attr.sched_flags = kSchedFlagKeepPolicy;
-    attr.sched_nice = nice;
-    attr.sched_runtime = slice_ns;
-    return syscall(SYS_sched_setattr, thread, &attr, 0) == 0;
-  }
-  static constexpr uint64_t kSchedFlagKeepPolicy = 0x08;  // SCHED_FLAG_KEEP_POLICY
   // A job removed before it ran (the DB closing): its own clean-up, if any.
   static void Unscheduled(void* p) {
     const std::unique_ptr<Job> job(static_cast<Job*>(p));
@@ -327,6 +306,25 @@ absl::StatusOr<std::unique_ptr<SharedDb>> OpenNew(const OpenOptions& o, const st
 }
 
 }  // namespace
+
+bool SetNiceAndSlice(pid_t thread, int nice, uint64_t slice_ns) {
+  struct {  // struct sched_attr, which glibc 2.36 does not declare
+    uint32_t size;
+    uint32_t sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime;
+    uint64_t sched_deadline;
+    uint64_t sched_period;
+  } attr{};
+  constexpr uint64_t kSchedFlagKeepPolicy = 0x08;  // SCHED_FLAG_KEEP_POLICY
+  attr.size = sizeof attr;
+  attr.sched_flags = kSchedFlagKeepPolicy;
+  attr.sched_nice = nice;
+  attr.sched_runtime = slice_ns;
+  return syscall(SYS_sched_setattr, thread, &attr, 0) == 0;
+}
 
 std::string RecordDbKey(std::string_view tenant, std::string_view key) {
   std::string out;

@@ -12,7 +12,10 @@
 // OpenSharedDb may be called from any thread.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +38,12 @@ namespace idem::rocksdbstore {
 // expires_at and purged_at (store::kRecordFormatVersion 2); a directory of format 1
 // is still read, and marked 2 by the first read-write open.
 inline constexpr int kFormatVersion = 2;
+
+// sched_setattr(2) on thread `thread` (a tid; 0: the calling thread), keeping its
+// scheduling policy: nice value `nice` and a time slice of `slice_ns` asked for
+// (Linux 6.12 and later grant it, earlier kernels ignore it). False where the
+// kernel refuses the call. Flushes and compactions run with it (rocksdb_db.cc).
+bool SetNiceAndSlice(pid_t thread, int nice, uint64_t slice_ns);
 
 // The RocksDB key of the record of (tenant, key).
 std::string RecordDbKey(std::string_view tenant, std::string_view key);
