@@ -45,32 +45,37 @@ std::optional<std::string> DigestOf(std::string_view hash) {
 // Checks every tenant once all are read: names and tokens each appear once.
 class TenantSet {
  public:
+  explicit TenantSet(std::string noun) : noun_(std::move(noun)) {}
   absl::Status Add(std::string_view where, std::string name, std::string digest) {
     if (absl::Status s = ValidateTenant(name); !s.ok()) {
-      return absl::InvalidArgumentError(std::string(where) + ": tenant '" + name + "': " +
+      return absl::InvalidArgumentError(std::string(where) + ": " + noun_ + " '" + name + "': " +
                                         Str(s.message()));
     }
     if (!names_.insert(name).second) {
-      return absl::InvalidArgumentError(std::string(where) + ": tenant '" + name + "' is given twice");
+      return absl::InvalidArgumentError(std::string(where) + ": " + noun_ + " '" + name +
+                                        "' is given twice");
     }
     if (!digests_.insert(digest).second) {
-      return absl::InvalidArgumentError(std::string(where) + ": tenant '" + name +
-                                        "' has the same token as another tenant");
+      return absl::InvalidArgumentError(std::string(where) + ": " + noun_ + " '" + name +
+                                        "' has the same token as another " + noun_);
     }
     tenants_.push_back(http::Tenant{std::move(name), std::move(digest)});
     return absl::OkStatus();
   }
   std::vector<http::Tenant> Take() { return std::move(tenants_); }
+  const std::string& noun() const { return noun_; }
 
  private:
+  std::string noun_;
   std::set<std::string> names_, digests_;
   std::vector<http::Tenant> tenants_;
 };
 
 // One NAME:TOKEN or NAME:sha256:HEX entry (--tenant, IDEM_TENANTS). Sets
 // `*plaintext_elsewhere` for a token not found on the command line.
-absl::Status AddSpec(std::string_view where, std::string_view spec, TenantSet* set,
-                     std::vector<std::string>* warnings, bool* plaintext_elsewhere) {
+absl::Status AddSpec(std::string_view where, std::string_view spec, const TenantSources& names,
+                     TenantSet* set, std::vector<std::string>* warnings,
+                     bool* plaintext_elsewhere) {
   const size_t colon = spec.find(':');
   if (colon == std::string_view::npos) {
     // Not quoted: without its "NAME:" the entry may be a bare token.
@@ -84,28 +89,28 @@ absl::Status AddSpec(std::string_view where, std::string_view spec, TenantSet* s
     return set->Add(where, std::move(name), *std::move(digest));
   }
   if (secret.starts_with(kHashPrefix)) {
-    return absl::InvalidArgumentError(std::string(where) + ": tenant '" + name +
+    return absl::InvalidArgumentError(std::string(where) + ": " + names.noun + " '" + name +
                                       "': a sha256: hash must have 64 hex digits");
   }
   if (secret.empty() || secret.find_first_of(" \t\r\n") != std::string_view::npos) {
-    return absl::InvalidArgumentError(std::string(where) + ": tenant '" + name +
+    return absl::InvalidArgumentError(std::string(where) + ": " + names.noun + " '" + name +
                                       "': the token must be non-empty, without spaces");
   }
   if (OnCommandLine(secret)) {
-    warnings->push_back("the token of tenant '" + name +
+    warnings->push_back("the token of " + names.noun + " '" + name +
                         "' is on the command line, where every local user can read it (ps); "
-                        "give its hash instead (--tenant " + name +
-                        ":sha256:…, or --tenants-file; `idem token hash` prints it)");
+                        "give its hash instead (" + names.option + " " + name + ":sha256:…, or " +
+                        names.file_option + "; `idem token hash` prints it)");
   } else {
     *plaintext_elsewhere = true;
   }
   return set->Add(where, std::move(name), Fingerprint(secret));
 }
 
-absl::Status AddFile(const std::string& path, TenantSet* set) {
+absl::Status AddFile(const std::string& path, const TenantSources& names, TenantSet* set) {
   std::ifstream in(path);
   if (!in) {
-    return absl::UnavailableError("cannot read --tenants-file " + path + ": " +
+    return absl::UnavailableError("cannot read " + names.file_option + " " + path + ": " +
                                   std::strerror(errno));
   }
   std::string line;
@@ -126,7 +131,7 @@ absl::Status AddFile(const std::string& path, TenantSet* set) {
     }
     if (absl::Status s = set->Add(where, Str(words[0]), *std::move(digest)); !s.ok()) return s;
   }
-  if (in.bad()) return absl::UnavailableError("cannot read --tenants-file " + path);
+  if (in.bad()) return absl::UnavailableError("cannot read " + names.file_option + " " + path);
   return absl::OkStatus();
 }
 
@@ -155,33 +160,38 @@ std::string TokenHash(std::string_view token) {
 
 absl::StatusOr<std::vector<http::Tenant>> LoadTenants(const TenantSources& sources,
                                                       std::vector<std::string>* warnings) {
-  TenantSet set;
+  TenantSet set(sources.noun);
   bool in_config = false;  // a plaintext --tenant not on the command line: from --config
   for (const std::string& spec : sources.specs) {
-    if (absl::Status s = AddSpec("--tenant", spec, &set, warnings, &in_config); !s.ok()) return s;
+    if (absl::Status s = AddSpec(sources.option, spec, sources, &set, warnings, &in_config);
+        !s.ok()) {
+      return s;
+    }
   }
   if (in_config && !sources.config_file.empty()) {
     if (std::string w = LooseFileWarning(sources.config_file,
                                          "config file " + sources.config_file +
-                                             ", which holds a tenant token,");
+                                             ", which holds a " + sources.noun + " token,");
         !w.empty()) {
       warnings->push_back(std::move(w));
     }
   }
   if (!sources.file.empty()) {
-    if (absl::Status s = AddFile(sources.file, &set); !s.ok()) return s;
-    if (absl::Status s = CheckSecretFileOwnership(sources.file, "tenants file " + sources.file);
+    const std::string file_what = sources.file_noun + " " + sources.file;
+    if (absl::Status s = AddFile(sources.file, sources, &set); !s.ok()) return s;
+    if (absl::Status s = CheckSecretFileOwnership(sources.file, file_what);
         !s.ok()) {
       return s;
     }
-    if (std::string w = LooseFileWarning(sources.file, "tenants file " + sources.file); !w.empty()) {
+    if (std::string w = LooseFileWarning(sources.file, file_what); !w.empty()) {
       warnings->push_back(std::move(w));
     }
   }
   for (absl::string_view spec :
        absl::StrSplit(AV(sources.env), absl::ByAnyChar(", \t\r\n"), absl::SkipEmpty())) {
     bool unused = false;
-    if (absl::Status s = AddSpec("IDEM_TENANTS", SV(spec), &set, warnings, &unused); !s.ok()) {
+    if (absl::Status s = AddSpec(sources.env_name, SV(spec), sources, &set, warnings, &unused);
+        !s.ok()) {
       return s;
     }
   }

@@ -46,6 +46,13 @@ struct TenantSources {
   std::string file;                // --tenants-file, "" for none
   std::string env;                 // the value of IDEM_TENANTS, "" for none
   std::string config_file;         // the --config file, "" for none
+  // How errors and warnings name what is read; the console's admins are read as
+  // tenants are, under their own names.
+  std::string noun = "tenant";
+  std::string option = "--tenant";
+  std::string file_option = "--tenants-file";
+  std::string file_noun = "tenants file";
+  std::string env_name = "IDEM_TENANTS";
 };
 
 // Every tenant of `sources`, each checked (a valid name, a token without spaces or

@@ -77,6 +77,12 @@ struct ServeFlags {
   int purge_batch = 100;
   double purge_max_rate = 0;
   bool purge_no_tombstones = false;
+  // The operator console (/console/): off unless --console; its admins apart from
+  // the tenants, each optionally held to one tenant (ADMIN:TENANT).
+  bool console = false;
+  std::vector<std::string> console_admins;
+  std::string console_admins_file;
+  std::vector<std::string> console_scopes;
 };
 
 // The API's options from the flags: tenants (secrets kept off the command line where
@@ -134,6 +140,71 @@ std::optional<http::ApiOptions> ServeApiOptions(const ServeFlags& flags,
   api_options.retry_after_max = *retry_after_max;
   *exit_code = kExitOk;
   return api_options;
+}
+
+// The console's admins from the flags, each with the tenant it is held to; nullopt
+// (the reason printed, *exit_code set) on bad input, or when the console is on and
+// has no admin: a console anyone could open is never started.
+std::optional<std::vector<http::ConsoleAdmin>> ServeConsoleAdmins(
+    const ServeFlags& flags, const std::vector<http::Tenant>& tenants,
+    std::vector<std::string>* warnings, int* exit_code) {
+  if (!flags.console) {
+    if (!flags.console_admins.empty() || !flags.console_admins_file.empty() ||
+        !flags.console_scopes.empty()) {
+      warnings->push_back("console admins are configured but the console is off (--console)");
+    }
+    return std::vector<http::ConsoleAdmin>{};
+  }
+  const char* env = std::getenv("IDEM_CONSOLE_ADMINS");
+  absl::StatusOr<std::vector<http::Tenant>> admins =
+      LoadTenants({.specs = flags.console_admins,
+                   .file = flags.console_admins_file,
+                   .env = env != nullptr ? env : "",
+                   .config_file = ConfigFile(flags.server),
+                   .noun = "console admin",
+                   .option = "--console-admin",
+                   .file_option = "--console-admins-file",
+                   .file_noun = "console admins file",
+                   .env_name = "IDEM_CONSOLE_ADMINS"},
+                  warnings);
+  if (!admins.ok()) {
+    PrintReason("serve: " + Str(admins.status().message()));
+    *exit_code =
+        admins.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+    return std::nullopt;
+  }
+  *exit_code = kExitUsage;
+  if (admins->empty()) {
+    PrintReason(
+        "serve: --console needs at least one admin: --console-admin NAME:sha256:HEX, "
+        "--console-admins-file FILE or IDEM_CONSOLE_ADMINS (`idem token new` makes a token "
+        "and its hash)");
+    return std::nullopt;
+  }
+  std::vector<http::ConsoleAdmin> out;
+  for (http::Tenant& admin : *admins) {
+    out.push_back({.name = std::move(admin.name), .token_sha256 = std::move(admin.token_sha256)});
+  }
+  for (const std::string& scope : flags.console_scopes) {
+    const size_t colon = scope.find(':');
+    const std::string name = scope.substr(0, colon);
+    const std::string tenant = colon == std::string::npos ? "" : scope.substr(colon + 1);
+    auto admin = std::find_if(out.begin(), out.end(), [&](const auto& a) { return a.name == name; });
+    const bool known_tenant = std::any_of(tenants.begin(), tenants.end(),
+                                          [&](const http::Tenant& t) { return t.name == tenant; });
+    if (colon == std::string::npos || admin == out.end() || !known_tenant) {
+      PrintReason("serve: --console-scope '" + scope +
+                  "': expected ADMIN:TENANT, an admin of the console and a tenant of the server");
+      return std::nullopt;
+    }
+    if (!admin->tenant.empty()) {
+      PrintReason("serve: --console-scope: admin '" + name + "' is held to a tenant twice");
+      return std::nullopt;
+    }
+    admin->tenant = tenant;
+  }
+  *exit_code = kExitOk;
+  return out;
 }
 
 // The retention policy and the background purge's schedule (none without --purge-every).
@@ -266,6 +337,9 @@ int RunServe(const ServeFlags& flags) {
   int exit_code = kExitOk;
   std::optional<http::ApiOptions> api_options = ServeApiOptions(flags, &warnings, &exit_code);
   if (!api_options.has_value()) return exit_code;
+  std::optional<std::vector<http::ConsoleAdmin>> console_admins =
+      ServeConsoleAdmins(flags, api_options->tenants, &warnings, &exit_code);
+  if (!console_admins.has_value()) return exit_code;
   std::optional<ServeRetention> retention = ServeRetentionOf(flags, &exit_code);
   if (!retention.has_value()) return exit_code;
   std::unique_ptr<Store> store = OpenServerStore("serve", flags.server, &warnings, &exit_code);
@@ -281,6 +355,13 @@ int RunServe(const ServeFlags& flags) {
   metrics.AddSection([&store] { return recon::RenderReconMetrics(*store); });
   metrics.AddSection([&store] { return Backend(*store).RenderMetrics(); });
 
+  std::unique_ptr<http::Console> console;
+  if (flags.console) {
+    http::ConsoleOptions console_options{.admins = *std::move(console_admins)};
+    for (const http::Tenant& t : api_options->tenants) console_options.tenants.push_back(t.name);
+    console = std::make_unique<http::Console>(*store, std::move(console_options));
+    api_options->console = console.get();
+  }
   http::Api api(guard, *store, metrics, *api_options);
   http::Server server(api, *server_options);
   LogServeSettings(*api_options, retention->policy);
@@ -377,6 +458,23 @@ CommandFn AddServeCommand(CLI::App& root) {
   sub->add_flag("--purge-no-tombstones,--purge_no_tombstones", flags->purge_no_tombstones,
                 "Purge without leaving tombstones: a very late duplicate then runs again "
                 "(UNSAFE)");
+  sub->add_flag("--console", flags->console,
+                "Serve the operator console under /console/ (find records, see one): needs "
+                "an admin (--console-admin, --console-admins-file or IDEM_CONSOLE_ADMINS); "
+                "docs/console.md");
+  sub->add_option("--console-admin,--console_admin", flags->console_admins,
+                  "A console admin and its token's hash, NAME:sha256:HEX (idem token new); "
+                  "repeatable. Also IDEM_CONSOLE_ADMINS")
+      ->type_name("NAME:HASH")
+      ->allow_extra_args(false);
+  sub->add_option("--console-admins-file,--console_admins_file", flags->console_admins_file,
+                  "File of console admins, one \"NAME sha256:HEX\" per line, '#' comments")
+      ->type_name("FILE");
+  sub->add_option("--console-scope,--console_scope", flags->console_scopes,
+                  "Hold a console admin to one tenant, ADMIN:TENANT: it sees only that "
+                  "tenant's records; repeatable")
+      ->type_name("ADMIN:TENANT")
+      ->allow_extra_args(false);
   sub->add_option("--fail-open,--fail_open", flags->fail_open,
                   "UNSAFE, for low-value traffic only: while the store is down, claims of this "
                   "biz_type answer 201 {\"outcome\":\"acquired\",\"token\":0,\"degraded\":true} "

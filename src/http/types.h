@@ -28,6 +28,8 @@ struct HttpRequest {
   // Every header as received, in order; filled only for a Handler that wants them
   // (Handler::wants_headers).
   std::vector<std::pair<std::string, std::string>> headers;
+  // The Cookie header (the first; empty when absent): the operator console's session.
+  std::string cookie;
 };
 
 struct HttpResponse {

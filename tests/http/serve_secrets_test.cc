@@ -203,6 +203,36 @@ TEST(ServeSecrets, BadTenantSourcesAreRefusedNamingTheLineNotTheToken) {
   EXPECT_THAT(missing.err, HasSubstr("cannot read --tenants-file " + dir.file("nope")));
 }
 
+// The operator console starts only with an admin of its own, read as tenants are
+// (hashes, a file, the environment) and named as a console admin in every refusal.
+TEST(ServeSecrets, TheConsoleNeedsAnAdminOfItsOwn) {
+  idem::testing::TempDir dir;
+  const std::string hash = "sha256:" + std::string(64, 'a');
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--console"}, "--console needs at least one admin"},
+      {{"--console", "--tenant", "acme:" + hash}, "--console needs at least one admin"},
+      {{"--console", "--console-admin", "ops:sha256:12"},
+       "--console-admin: console admin 'ops': a sha256: hash must have 64 hex digits"},
+      {{"--console", "--console-admin", "ops:" + hash, "--console-admin", "ops:" + hash},
+       "console admin 'ops' is given twice"},
+      {{"--console", "--console-admin", "ops:" + hash, "--console-scope", "ops:initech"},
+       "--console-scope 'ops:initech': expected ADMIN:TENANT"},
+      {{"--console", "--console-admins-file", dir.file("nope")},
+       "cannot read --console-admins-file " + dir.file("nope")},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"serve", "--listen", "127.0.0.1:0", "--store", "memory://"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    idem::testing::RunResult r = RunIdem(args, dir.path());
+    EXPECT_NE(r.exit_code, 0) << c.says;
+    EXPECT_THAT(r.err, HasSubstr(c.says));
+  }
+}
+
 TEST(ServeSecrets, StorePasswordFileAndEnvironmentAreCheckedUpFront) {
   idem::testing::TempDir dir;
   const std::string pw = WriteFile(dir.file("pw"), "s3cret-pw\n", 0600);

@@ -250,6 +250,11 @@ void Api::RouteCall(ApiCall& call) const {
     }
     return;
   }
+  if (options_.console != nullptr &&
+      (path == "/console" || absl::StartsWith(AV(path), "/console/"))) {
+    call.route = Route::kConsole;  // the console checks methods and its own sessions
+    return;
+  }
   if (!absl::StartsWith(AV(path), "/v1/")) return;  // no route: 404
   call.tenant = Authenticate(call.request().authorization);
   if (path == RouteName(Route::kClaims) || path == RouteName(Route::kComplete) ||
@@ -319,6 +324,13 @@ Reply Api::Answer(ApiCall& call) {
                                                    : KeyHealthTracker::kTenantOnly),
                             options_.watch_retention ? retention_watch_.Render() : "");
       return Final(Route::kMetrics, std::move(r));
+    }
+    if (call.route == Route::kConsole) {
+      ConsoleAnswer answer = options_.console->Answer(request, method, call.path,
+                                                      call.query.value_or(""));
+      Reply reply = Final(Route::kConsole, std::move(answer.response));
+      reply.tenant = std::move(answer.who);
+      return reply;
     }
     if (call.route == Route::kOther) {
       // Counted as "other", whatever the path: a label value a client chose would

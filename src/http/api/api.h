@@ -23,6 +23,8 @@
 //   GET  /readyz                       200 when Store::Ping() is OK and the store takes
 //                                      writes (StoreHealth), else 503
 //   GET  /metrics                      Prometheus text
+//   GET, POST /console/…               the operator console's pages, when ApiOptions::console
+//                                      is set (console.h: its own admins and sessions)
 //
 // Every /v1/ call needs "Authorization: Bearer <token>"; the token names the tenant,
 // which becomes Request::tenant, so tenants never see each other's keys. A missing or
@@ -83,6 +85,7 @@
 
 #include "absl/time/time.h"
 #include "core/guard_nonblocking.h"
+#include "http/api/console.h"
 #include "http/api/json.h"
 #include "http/api/key_health.h"
 #include "http/api/key_watch.h"
@@ -127,6 +130,9 @@ struct ApiOptions {
   absl::Duration wait_poll_min = absl::Milliseconds(15);
   absl::Duration wait_poll_max = absl::Milliseconds(250);
   bool metrics_require_token = false;
+  // The operator console under /console/ (console.h), or null: no console, and
+  // /console/ is 404 like any other unknown path. Not owned; outlives the Api.
+  Console* console = nullptr;
   // The longest Retry-After of a 409 in_progress (InProgressRetryAfter, problem.h):
   // the lease's time left, capped at this.
   absl::Duration retry_after_max = kDefaultRetryAfterMax;

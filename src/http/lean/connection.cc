@@ -240,6 +240,7 @@ int LeanConnection::OnMessageBegin(http_parser* p) {
   c->hosts_ = 0;
   c->transfer_encoding_.clear();
   c->authorization_.clear();
+  c->cookie_.clear();
   c->expect_.clear();
   c->request_id_given_.clear();
   c->seen_ = 0;
@@ -298,6 +299,8 @@ void LeanConnection::EndHeaderField() {
       first(4, expect_);
     } else if (NamedLean(field_, "x-request-id")) {
       first(8, request_id_given_);
+    } else if (NamedLean(field_, "cookie")) {
+      first(16, cookie_);
     }
   }
   if (core_.handler.wants_headers()) headers_.emplace_back(std::move(field_), std::move(value_));
@@ -351,6 +354,7 @@ void LeanConnection::OnHeader() {
   head.method = method_;
   head.target = OriginForm(url_);
   head.authorization = authorization_;
+  head.cookie = cookie_;
   head.request_id.swap(spare_request_id_);  // a buffer the last request gave back (Answer)
   head.request_id.assign(request_id_);
   head.received = started_;

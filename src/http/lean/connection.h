@@ -134,8 +134,8 @@ class LeanConnection {
   std::string url_, field_, value_;
   bool in_value_ = false;
   int hosts_ = 0;
-  std::string transfer_encoding_, authorization_, expect_, request_id_given_;
-  int seen_ = 0;  // which of those four fields were seen (EndHeaderField)
+  std::string transfer_encoding_, authorization_, expect_, request_id_given_, cookie_;
+  int seen_ = 0;  // which of those five fields were seen (EndHeaderField)
   std::vector<std::pair<std::string, std::string>> headers_;  // wants_headers only
   std::string body_;
   std::string method_ = "-";

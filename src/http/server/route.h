@@ -25,6 +25,7 @@ enum class Route : uint8_t {
   kHealthz,
   kReadyz,
   kMetrics,
+  kConsole,     // /console/… (idem serve --console: the operator console's pages)
   kProxied,     // idem proxy: a request with a key (or one that needed one)
   kPassThrough,  // idem proxy: a request forwarded untouched
   kOther,  // no route matched (404), or an answer given before routing (400, 408, ...)
@@ -36,7 +37,7 @@ inline constexpr std::array<std::string_view, kRouteCount> kRouteNames = {
     "/v1/claims",      "/v1/claims/complete",
     "/v1/claims/fail", "/v1/claims/batch", "/v1/records/{biz_type}/{key}",
     "/v1/records",     "/v1/keys/mismatches", "/healthz",        "/readyz",
-    "/metrics",        "proxy",
+    "/metrics",        "/console",        "proxy",
     "passthrough",     "other",
 };
 

@@ -1,0 +1,122 @@
+// Console: the operator console `idem serve --console` serves under /console/ —
+// server-rendered HTML pages for people (operators, support, finance), apart from
+// the JSON API and its tenants' bearer tokens:
+//
+//   GET  /console/login            the login form (an admin's name and token)
+//   POST /console/login            starts a session: an HttpOnly, SameSite=Strict cookie
+//   POST /console/logout           ends it
+//   GET  /console/records          find records: tenant, biz_type, key (exact or
+//                                  prefix), state, age; a page of 50 at a time
+//   GET  /console/record           one record: ?tenant=&key=
+//   GET  /console/static/console.css
+//
+// Admins are configured apart from tenants (ConsoleAdmin: a name and the SHA-256 of
+// its token, as `idem token new` makes them), each optionally held to one tenant,
+// whose records are then the only ones it sees. Every page is escaped text only
+// (console_html.h), under a Content-Security-Policy that loads nothing from
+// elsewhere and runs no inline script; every POST carries the session's CSRF token
+// (the login form a token of its own, in a cookie of its own), or is refused 403.
+// The console reads records and never writes one.
+//
+// Thread safety: safe for concurrent use; Answer blocks on the store (servers call
+// it from their worker pool, as the API's other reads).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "http/types.h"
+#include "idem/clock.h"
+#include "idem/store.h"
+
+namespace idem::http {
+
+struct ConsoleAdmin {
+  std::string name;
+  std::string token_sha256;  // 64 lowercase hex digits
+  std::string tenant;        // "": sees every tenant; else only this one
+};
+
+struct ConsoleOptions {
+  std::vector<ConsoleAdmin> admins;
+  // The server's tenants, offered in the search form of an admin held to none.
+  std::vector<std::string> tenants;
+  absl::Duration idle_timeout = absl::Minutes(30);  // a session unused this long ends
+  absl::Duration max_session = absl::Hours(12);     // and any session after this long
+  // At most this many sessions at once (each a few hundred bytes); a login past it
+  // ends the session used least recently.
+  size_t max_sessions = 1000;
+  const Clock* clock = Clock::Real();  // not owned
+};
+
+struct ConsoleAnswer {
+  HttpResponse response;
+  std::string who;  // "console:NAME" once the request is an admin's, for the access log
+};
+
+class Console {
+ public:
+  // `store` must outlive the Console.
+  Console(Store& store, ConsoleOptions options);
+
+  // Answers one request under /console (`path` without its query; `method` with
+  // HEAD as GET). Blocks on the store; never throws.
+  ConsoleAnswer Answer(const HttpRequest& request, std::string_view method, std::string_view path,
+                       std::string_view query);
+
+  // The bodies the console reads are forms of a few fields: larger ones are 413.
+  static constexpr size_t kMaxBodyBytes = 16 << 10;
+
+ private:
+  struct Session {
+    const ConsoleAdmin* admin = nullptr;
+    std::string csrf;  // the token every POST of this session carries
+    absl::Time started, used;
+  };
+  // What a request's session cookie names, copied out under the lock.
+  struct Caller {
+    const ConsoleAdmin* admin = nullptr;
+    std::string csrf;
+    std::string session;  // the cookie's value
+  };
+
+  ConsoleAnswer Login(const HttpRequest& request, std::string_view method);
+  ConsoleAnswer Logout(const HttpRequest& request, const Caller& caller);
+  ConsoleAnswer Records(const Caller& caller, std::string_view query);  // console_records.cc
+  ConsoleAnswer OneRecord(const Caller& caller, std::string_view query);  // console_records.cc
+
+  // The caller the request's session cookie names, its session renewed; admin null
+  // when there is none (or it ended).
+  Caller CallerOf(const HttpRequest& request);
+  const ConsoleAdmin* FindAdmin(std::string_view name, std::string_view token) const;
+
+  Store& store_;
+  const ConsoleOptions options_;
+  absl::Mutex mu_;
+  // By the SHA-256 of the session cookie's value, so memory holds no live cookie.
+  absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+// The pieces every console page is made of (console.cc), for the page files.
+namespace console {
+
+// A whole page: the head (title, stylesheet), the header with the admin's name, the
+// navigation and a logout button (when `caller_name` is not empty), then `body`.
+std::string Page(std::string_view title, std::string_view caller_name, std::string_view csrf,
+                 std::string_view body);
+// A response holding `html` with the console's security headers.
+HttpResponse HtmlResponse(int status, std::string html);
+// 303 See Other to `location` (a path under /console/).
+HttpResponse Redirect(std::string_view location);
+// A time for people: "2026-12-07 12:01:19.123 UTC", "never" for the infinite future,
+// "—" for the infinite past.
+std::string When(absl::Time t);
+
+}  // namespace console
+
+}  // namespace idem::http

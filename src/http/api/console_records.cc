@@ -1,0 +1,311 @@
+// The console's record pages (console.h): finding records and showing one.
+//
+// GET /console/records?tenant=&biz_type=&key=&match=exact|prefix&state=&older_than=
+//     &newer_than=&after=
+// A page of at most 50 records, in the store's order (tenant, then key), through
+// Store::ListRecords; `after` is the last key of the page before (the tenant's). An
+// exact key is one Store::Get per tenant searched; a prefix is read from where the
+// prefix sorts in its tenant and stops at the first key past it (keys compare byte
+// by byte in every store), so it needs a tenant.
+//
+// GET /console/record?tenant=&key=: one record with its result or error, or what
+// its tombstone remembers.
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+#include "http/api/console.h"
+#include "http/api/console_html.h"
+
+namespace idem::http {
+namespace {
+
+constexpr int kPageSize = 50;
+
+struct Search {
+  std::string tenant, biz_type, key, match = "exact", state, older_than, newer_than, after;
+};
+
+std::string Field(const std::map<std::string, std::string, std::less<>>& form, std::string_view name) {
+  auto it = form.find(name);
+  return it == form.end() ? std::string() : it->second;
+}
+
+std::string Option(std::string_view value, std::string_view label, std::string_view selected) {
+  return absl::StrCat("<option value=\"", Html(value), "\"", value == selected ? " selected" : "",
+                      ">", Html(label), "</option>");
+}
+
+std::string SearchForm(const Search& s, const ConsoleAdmin& admin,
+                       const std::vector<std::string>& tenants) {
+  std::string out = "<form method=\"get\" action=\"/console/records\" class=\"search\" id=\"search\">";
+  if (admin.tenant.empty()) {
+    absl::StrAppend(&out, "<label>Tenant<select name=\"tenant\" id=\"tenant\">",
+                    Option("", "every tenant", s.tenant));
+    for (const std::string& t : tenants) absl::StrAppend(&out, Option(t, t, s.tenant));
+    absl::StrAppend(&out, "</select></label>");
+  } else {
+    absl::StrAppend(&out, "<label>Tenant<input value=\"", Html(admin.tenant), "\" disabled></label>");
+  }
+  absl::StrAppend(&out, "<label>biz_type<input name=\"biz_type\" id=\"biz_type\" value=\"",
+                  Html(s.biz_type), "\"></label>",
+                  "<label>Key<input name=\"key\" id=\"key\" size=\"40\" value=\"", Html(s.key),
+                  "\"></label><label>Match<select name=\"match\" id=\"match\">",
+                  Option("exact", "exact", s.match), Option("prefix", "prefix", s.match),
+                  "</select></label><label>State<select name=\"state\" id=\"state\">",
+                  Option("", "any", s.state));
+  for (std::string_view st : {"PROCESSING", "SUCCEEDED", "FAILED", "RELEASED", "TOMBSTONE"}) {
+    absl::StrAppend(&out, Option(st, st, s.state));
+  }
+  absl::StrAppend(&out, "</select></label>",
+                  "<label>Older than<input name=\"older_than\" placeholder=\"e.g. 10m, 2h\" "
+                  "size=\"8\" value=\"", Html(s.older_than), "\"></label>",
+                  "<label>Newer than<input name=\"newer_than\" placeholder=\"e.g. 24h\" "
+                  "size=\"8\" value=\"", Html(s.newer_than), "\"></label>",
+                  "<button type=\"submit\" id=\"find\">Find</button></form>");
+  return out;
+}
+
+std::string RecordLink(const Record& r) {
+  return absl::StrCat("/console/record?tenant=", UrlEncode(r.tenant), "&amp;key=", UrlEncode(r.key));
+}
+
+std::string StateName(const Record& r) {
+  return r.purged() ? "TOMBSTONE" : std::string(RecordStateName(r.state));
+}
+
+void AppendRow(std::string& out, const Record& r, absl::Time now) {
+  const std::string state = StateName(r);
+  absl::StrAppend(&out, "<tr><td>", Html(r.tenant), "</td><td>", Html(r.biz_type),
+                  "</td><td class=\"key\"><a href=\"", RecordLink(r), "\">", Html(r.key),
+                  "</a></td><td class=\"state-", state, "\">", state, "</td><td>", r.token,
+                  "</td><td>", console::When(r.created_at), "</td><td>");
+  if (r.state == RecordState::kProcessing && !r.purged()) {
+    absl::StrAppend(&out, r.lease_until > now ? "live until " : "expired ",
+                    console::When(r.lease_until));
+  }
+  absl::StrAppend(&out, "</td></tr>");
+}
+
+absl::StatusOr<absl::Duration> Age(std::string_view text, std::string_view what) {
+  absl::Duration d;
+  if (!absl::ParseDuration(AV(text), &d) || d < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        AV(what), " '", AV(text), "' is not a duration such as 90s, 10m or 2h"));
+  }
+  return d;
+}
+
+bool Matches(const Search& s, const Record& r) {
+  if (!s.biz_type.empty() && r.biz_type != s.biz_type) return false;
+  if (s.state == "TOMBSTONE") return r.purged();
+  if (!s.state.empty()) return !r.purged() && RecordStateName(r.state) == s.state;
+  return true;
+}
+
+}  // namespace
+
+ConsoleAnswer Console::Records(const Caller& caller, std::string_view query) {
+  const auto form = ParseForm(query);
+  Search s{.tenant = Field(form, "tenant"), .biz_type = Field(form, "biz_type"),
+           .key = Field(form, "key"), .match = Field(form, "match"), .state = Field(form, "state"),
+           .older_than = Field(form, "older_than"), .newer_than = Field(form, "newer_than"),
+           .after = Field(form, "after")};
+  if (s.match != "prefix") s.match = "exact";
+  const ConsoleAdmin& admin = *caller.admin;
+  if (!admin.tenant.empty()) s.tenant = admin.tenant;
+  const bool searched = form.size() > 0;
+  std::string body = "<h1>Find records</h1>";
+  absl::StrAppend(&body, SearchForm(s, admin, options_.tenants));
+  const auto page = [&](int status, std::string b) {
+    return ConsoleAnswer{.response = console::HtmlResponse(
+                             status, console::Page("Records", admin.name, caller.csrf, b))};
+  };
+  const auto refuse = [&](std::string_view why) {
+    return page(400, absl::StrCat(body, "<p class=\"error\" id=\"error\">", Html(why), "</p>"));
+  };
+  if (!searched) {
+    return page(200, absl::StrCat(body, "<p class=\"note\">Give a key, or any of the other "
+                                        "fields, and Find.</p>"));
+  }
+  if (!s.tenant.empty() && admin.tenant.empty() &&
+      std::find(options_.tenants.begin(), options_.tenants.end(), s.tenant) == options_.tenants.end()) {
+    return refuse(absl::StrCat("no tenant '", s.tenant, "' on this server"));
+  }
+  RecordQuery q;
+  if (!s.tenant.empty()) q.tenant = s.tenant;
+  if (!s.biz_type.empty()) q.biz_type = s.biz_type;
+  if (s.state == "TOMBSTONE") {
+    q.purged = true;
+  } else if (!s.state.empty()) {
+    bool known = false;
+    for (RecordState st : {RecordState::kProcessing, RecordState::kSucceeded, RecordState::kFailed,
+                           RecordState::kReleased}) {
+      if (RecordStateName(st) == s.state) {
+        q.states.push_back(st);
+        known = true;
+      }
+    }
+    if (!known) return refuse(absl::StrCat("unknown state '", s.state, "'"));
+    q.purged = false;
+  }
+  const absl::Time now = options_.clock->Now();
+  if (!s.older_than.empty()) {
+    absl::StatusOr<absl::Duration> d = Age(s.older_than, "older than");
+    if (!d.ok()) return refuse(SV(d.status().message()));
+    q.created_before = now - *d;
+  }
+  if (!s.newer_than.empty()) {
+    absl::StatusOr<absl::Duration> d = Age(s.newer_than, "newer than");
+    if (!d.ok()) return refuse(SV(d.status().message()));
+    q.created_since = now - *d;
+  }
+
+  std::vector<Record> found;
+  bool more = false;
+  if (!s.key.empty() && s.match == "exact") {
+    std::vector<std::string> tenants;
+    if (q.tenant.has_value()) {
+      tenants.push_back(*q.tenant);
+    } else {
+      tenants = options_.tenants;
+    }
+    for (const std::string& t : tenants) {
+      absl::StatusOr<std::optional<Record>> r = store_.Get(t, s.key);
+      if (!r.ok()) return refuse(absl::StrCat("the store: ", r.status().message()));
+      if (r->has_value() && Matches(s, **r) && (*r)->created_at < q.created_before &&
+          (*r)->created_at >= q.created_since) {
+        found.push_back(**std::move(r));
+      }
+    }
+  } else {
+    const bool prefix = !s.key.empty();
+    if (prefix && !q.tenant.has_value()) {
+      return refuse("a key prefix is searched within one tenant: choose the tenant");
+    }
+    if (!s.after.empty()) {
+      if (!q.tenant.has_value()) return refuse("'after' needs a tenant");
+      q.after = std::make_pair(*q.tenant, s.after);
+    } else if (prefix) {
+      // The prefix itself, then the keys after it (ListRecords' `after` is exclusive).
+      absl::StatusOr<std::optional<Record>> r = store_.Get(*q.tenant, s.key);
+      if (!r.ok()) return refuse(absl::StrCat("the store: ", r.status().message()));
+      if (r->has_value() && Matches(s, **r) && (*r)->created_at < q.created_before &&
+          (*r)->created_at >= q.created_since) {
+        found.push_back(**std::move(r));
+      }
+      q.after = std::make_pair(*q.tenant, s.key);
+    }
+    q.limit = kPageSize + 1;
+    absl::StatusOr<std::vector<Record>> page_records = store_.ListRecords(q);
+    if (!page_records.ok()) {
+      return refuse(absl::StrCat("the store: ", page_records.status().message()));
+    }
+    for (Record& r : *page_records) {
+      if (prefix && !absl::StartsWith(r.key, s.key)) break;
+      if (static_cast<int>(found.size()) == kPageSize) {
+        more = true;
+        break;
+      }
+      found.push_back(std::move(r));
+    }
+  }
+
+  if (found.empty()) {
+    absl::StrAppend(&body, "<p id=\"none\">No record matches.</p>");
+    return page(200, std::move(body));
+  }
+  absl::StrAppend(&body,
+                  "<table id=\"records\"><thead><tr><th>Tenant</th><th>biz_type</th><th>Key</th>"
+                  "<th>State</th><th>Token</th><th>Created</th><th>Lease</th></tr></thead><tbody>");
+  for (const Record& r : found) AppendRow(body, r, now);
+  absl::StrAppend(&body, "</tbody></table>");
+  if (more && q.tenant.has_value()) {
+    absl::StrAppend(&body, "<p><a id=\"next\" href=\"/console/records?tenant=", UrlEncode(s.tenant),
+                    "&amp;biz_type=", UrlEncode(s.biz_type), "&amp;key=", UrlEncode(s.key),
+                    "&amp;match=", s.match, "&amp;state=", UrlEncode(s.state),
+                    "&amp;older_than=", UrlEncode(s.older_than), "&amp;newer_than=",
+                    UrlEncode(s.newer_than), "&amp;after=", UrlEncode(found.back().key),
+                    "\">Next ", kPageSize, "</a></p>");
+  } else if (more) {
+    absl::StrAppend(&body, "<p class=\"note\">More records match: choose a tenant to page "
+                           "through them.</p>");
+  }
+  return page(200, std::move(body));
+}
+
+ConsoleAnswer Console::OneRecord(const Caller& caller, std::string_view query) {
+  const auto form = ParseForm(query);
+  const std::string tenant = Field(form, "tenant");
+  const std::string key = Field(form, "key");
+  const ConsoleAdmin& admin = *caller.admin;
+  const auto page = [&](int status, std::string_view title, std::string b) {
+    return ConsoleAnswer{.response = console::HtmlResponse(
+                             status, console::Page(title, admin.name, caller.csrf, b))};
+  };
+  // An admin held to one tenant meets every other tenant's key as absent.
+  std::optional<Record> rec;
+  if (admin.tenant.empty() || admin.tenant == tenant) {
+    absl::StatusOr<std::optional<Record>> r = store_.Get(tenant, key);
+    if (!r.ok()) {
+      return page(503, "Store unavailable",
+                  absl::StrCat("<h1>The store did not answer</h1><p class=\"error\">",
+                               Html(SV(r.status().message())), "</p>"));
+    }
+    rec = *std::move(r);
+  }
+  if (!rec.has_value()) {
+    return page(404, "No record",
+                absl::StrCat("<h1>No record</h1><p>Tenant <code>", Html(tenant),
+                             "</code> has no record of key <code class=\"key\">", Html(key),
+                             "</code>.</p>"));
+  }
+  const Record& r = *rec;
+  const absl::Time now = options_.clock->Now();
+  const std::string state = StateName(r);
+  std::string body = absl::StrCat("<h1>Record</h1><table id=\"record\">");
+  const auto row = [&](std::string_view name, std::string_view html_value) {
+    absl::StrAppend(&body, "<tr><th>", AV(name), "</th><td id=\"f-", AV(name), "\">",
+                    AV(html_value), "</td></tr>");
+  };
+  row("tenant", Html(r.tenant));
+  row("biz_type", Html(r.biz_type));
+  row("key", absl::StrCat("<span class=\"key\">", Html(r.key), "</span>"));
+  row("state", absl::StrCat("<span class=\"state-", state, "\">", state, "</span>",
+                            r.purged() ? absl::StrCat(" (it ended ", AV(RecordStateName(r.state)), ")")
+                                       : std::string()));
+  row("token", absl::StrCat(r.token));
+  std::string lease = console::When(r.lease_until);
+  if (r.state == RecordState::kProcessing && !r.purged()) {
+    lease = absl::StrCat(r.lease_until > now ? "live until " : "expired at ", lease);
+  }
+  row("lease", lease);
+  row("created", console::When(r.created_at));
+  row("updated", console::When(r.updated_at));
+  row("expires", console::When(r.expires_at));
+  row("fingerprint", r.fingerprint.empty() ? "none" : Html(r.fingerprint));
+  if (r.purged()) {
+    row("tombstone", absl::StrCat("purged at ", console::When(r.purged_at),
+                                  ": only this tombstone remembers the key, and a late duplicate "
+                                  "is answered expired instead of running again"));
+  } else {
+    row("tombstone", "no (the record is live)");
+  }
+  absl::StrAppend(&body, "</table>");
+  if (!r.result.empty()) {
+    absl::StrAppend(&body, "<h2>Result</h2><pre id=\"result\">", Html(PrettyJson(r.result)), "</pre>");
+  }
+  if (!r.error.empty()) {
+    absl::StrAppend(&body, "<h2>Error</h2><pre id=\"error-value\">", Html(PrettyJson(r.error)), "</pre>");
+  }
+  return page(200, "Record", std::move(body));
+}
+
+}  // namespace idem::http

@@ -1,0 +1,244 @@
+// The operator console through the Api, in process: sessions, CSRF, escaping,
+// scoping an admin to a tenant, finding records. The browser drives the same pages
+// in tests/http/console_browser_test.cc.
+#include "http/api/console.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "http/api/api.h"
+#include "http/api/console_html.h"
+#include "idem/fingerprint.h"
+#include "idem/idem.h"
+#include "testing/fake_clock.h"
+#include "testing/status_matchers.h"
+
+namespace idem::http {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(ConsoleHtml, EscapesMarkupQuotesAndInvalidUtf8) {
+  EXPECT_EQ(Html("<script>alert('x')</script>&\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;");
+  // A lone continuation byte, a truncated sequence, an overlong '/', a surrogate and
+  // a control character each become U+FFFD; well-formed UTF-8 is kept.
+  EXPECT_EQ(Html("a\x80" "b\xE2\x82" "c\xC0\xAF" "d\xED\xA0\x80" "e\x01" "f"),
+            "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD"
+            "d\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "e\xEF\xBF\xBD" "f");
+  EXPECT_EQ(Html("日本 €\n\t"), "日本 €\n\t");
+}
+
+TEST(ConsoleHtml, ReadsFormsCookiesAndEncodesLinks) {
+  auto form = ParseForm("a=1+2&b=%3Cx%3E&a=ignored&c&d=%zz");
+  EXPECT_EQ(form["a"], "1 2");
+  EXPECT_EQ(form["b"], "<x>");
+  EXPECT_EQ(form["c"], "");
+  EXPECT_EQ(form["d"], "%zz");
+  EXPECT_EQ(CookieValue("x=1; idem_console=abc; y=2", "idem_console"), "abc");
+  EXPECT_EQ(CookieValue("idem_console_login=zz", "idem_console"), "");
+  EXPECT_EQ(UrlEncode("a b/<\"&\xFF~"), "a%20b%2F%3C%22%26%FF~");
+  EXPECT_EQ(PrettyJson(R"({"a":[1,2]})"), "{\n  \"a\": [\n    1,\n    2\n  ]\n}");
+  EXPECT_EQ(PrettyJson("not json"), "not json");
+}
+
+constexpr std::string_view kOpsToken = "ops-token";
+constexpr std::string_view kSupportToken = "support-token";
+
+class ConsoleTest : public ::testing::Test {
+ protected:
+  ConsoleTest()
+      : store_(*OpenStore("memory://")),
+        guard_(*store_, GuardOptions{.clock = &clock_}),
+        console_(*store_, ConsoleOptions{.admins = {{.name = "ops", .token_sha256 = Fingerprint(kOpsToken)},
+                                                    {.name = "support",
+                                                     .token_sha256 = Fingerprint(kSupportToken),
+                                                     .tenant = "acme"}},
+                                         .tenants = {"acme", "globex"},
+                                         .clock = &clock_}),
+        api_(guard_, *store_, metrics_,
+             ApiOptions{.tenants = {Tenant::WithToken("acme", "tok-a"),
+                                    Tenant::WithToken("globex", "tok-g")},
+                        .console = &console_,
+                        .clock = &clock_}) {
+    clock_.Set(absl::FromUnixSeconds(1'800'000'000));
+  }
+
+  HttpResponse Get(std::string target, std::string cookie = "") {
+    HttpRequest r{.method = "GET", .target = std::move(target)};
+    r.cookie = std::move(cookie);
+    return api_.Handle(r).response;
+  }
+  HttpResponse Post(std::string target, std::string body, std::string cookie) {
+    HttpRequest r{.method = "POST", .target = std::move(target), .body = std::move(body),
+                  .cookie = std::move(cookie)};
+    return api_.Handle(r).response;
+  }
+  static std::string CookieOf(const HttpResponse& r, std::string_view name) {
+    for (const auto& [k, v] : r.headers) {
+      if (k == "Set-Cookie" && v.starts_with(std::string(name) + "=")) {
+        return v.substr(0, v.find(';'));
+      }
+    }
+    return "";
+  }
+  // Signs in as `name`; the session's cookie ("idem_console=…").
+  std::string SignIn(std::string_view name, std::string_view token) {
+    HttpResponse form = Get("/console/login");
+    const std::string login = CookieOf(form, "idem_console_login");
+    const std::string csrf = login.substr(login.find('=') + 1);
+    HttpResponse r = Post("/console/login",
+                          "csrf=" + csrf + "&name=" + std::string(name) + "&token=" + std::string(token),
+                          login);
+    EXPECT_EQ(r.status, 303) << r.body;
+    return CookieOf(r, "idem_console");
+  }
+  static std::string CsrfOf(const HttpResponse& page) {
+    const std::string marker = "name=\"csrf\" value=\"";
+    const size_t at = page.body.find(marker);
+    return at == std::string::npos ? "" : page.body.substr(at + marker.size(), 64);
+  }
+  void Claim(std::string tenant, std::string key, std::string result = "") {
+    Request req{.tenant = std::move(tenant), .biz_type = "refund", .key = std::move(key)};
+    auto claim = guard_.Claim(req, absl::Seconds(30));
+    ASSERT_TRUE(claim.ok()) << claim.status();
+    if (!result.empty()) ASSERT_OK(guard_.Complete(req, claim->token, result));
+  }
+
+  testing::FakeClock clock_;
+  std::unique_ptr<Store> store_;
+  Guard guard_;
+  Metrics metrics_;
+  Console console_;
+  Api api_;
+};
+
+TEST_F(ConsoleTest, PagesNeedASessionAndEveryAnswerCarriesTheSecurityHeaders) {
+  HttpResponse r = Get("/console/records?key=x");
+  EXPECT_EQ(r.status, 303);
+  EXPECT_EQ(r.Header("Location"), "/console/login");
+  EXPECT_THAT(r.Header("Content-Security-Policy"), HasSubstr("default-src 'none'"));
+  EXPECT_THAT(r.Header("Content-Security-Policy"), HasSubstr("frame-ancestors 'none'"));
+  EXPECT_EQ(r.Header("X-Content-Type-Options"), "nosniff");
+  EXPECT_EQ(r.Header("Cache-Control"), "no-store");
+  // A made-up session cookie is no session.
+  EXPECT_EQ(Get("/console/records", "idem_console=" + std::string(64, 'a')).status, 303);
+}
+
+TEST_F(ConsoleTest, SignsInWithTheAdminsTokenOnlyAndOutWithTheFormsToken) {
+  HttpResponse form = Get("/console/login");
+  ASSERT_EQ(form.status, 200);
+  const std::string login = CookieOf(form, "idem_console_login");
+  ASSERT_FALSE(login.empty());
+  EXPECT_THAT(form.Header("Set-Cookie"), HasSubstr("HttpOnly; SameSite=Strict"));
+  const std::string csrf = login.substr(login.find('=') + 1);
+  // A wrong token, a tenant's token, another admin's token: refused alike.
+  for (std::string_view token : {"wrong", "tok-a", "support-token"}) {
+    HttpResponse r = Post("/console/login", "csrf=" + csrf + "&name=ops&token=" + std::string(token), login);
+    EXPECT_EQ(r.status, 401) << token;
+    EXPECT_EQ(CookieOf(r, "idem_console"), "");
+    EXPECT_THAT(r.body, HasSubstr("Unknown admin, or a wrong token."));
+  }
+  // Without the form's token (a login posted from another site): refused.
+  EXPECT_EQ(Post("/console/login", "name=ops&token=ops-token", login).status, 403);
+  EXPECT_EQ(Post("/console/login", "csrf=" + csrf + "&name=ops&token=ops-token", "").status, 403);
+
+  const std::string session = SignIn("ops", kOpsToken);
+  ASSERT_THAT(session, HasSubstr("idem_console="));
+  HttpResponse page = Get("/console/records", session);
+  ASSERT_EQ(page.status, 200);
+  const std::string page_csrf = CsrfOf(page);
+  ASSERT_EQ(page_csrf.size(), 64u);
+  // Logging out needs the session's CSRF token.
+  EXPECT_EQ(Post("/console/logout", "", session).status, 403);
+  EXPECT_EQ(Post("/console/logout", "csrf=" + std::string(64, '0'), session).status, 403);
+  EXPECT_EQ(Get("/console/records", session).status, 200);
+  EXPECT_EQ(Post("/console/logout", "csrf=" + page_csrf, session).status, 303);
+  EXPECT_EQ(Get("/console/records", session).status, 303);
+}
+
+TEST_F(ConsoleTest, SessionsEndWhenIdle) {
+  const std::string session = SignIn("ops", kOpsToken);
+  clock_.Advance(absl::Minutes(29));
+  EXPECT_EQ(Get("/console/records", session).status, 200);
+  clock_.Advance(absl::Minutes(31));
+  EXPECT_EQ(Get("/console/records", session).status, 303);
+}
+
+TEST_F(ConsoleTest, ShowsAHostileKeyAndResultAsText) {
+  const std::string key = "<script>alert(\"k\")</script>'\xFF";
+  Claim("acme", key, R"({"html":"<img src=x onerror=alert(1)>","n":1})");
+  const std::string session = SignIn("ops", kOpsToken);
+  HttpResponse list = Get("/console/records?tenant=acme&key=" + UrlEncode(key), session);
+  ASSERT_EQ(list.status, 200) << list.body;
+  EXPECT_THAT(list.body, Not(HasSubstr("<script>alert")));
+  EXPECT_THAT(list.body, HasSubstr("&lt;script&gt;alert(&quot;k&quot;)&lt;/script&gt;&#39;\xEF\xBF\xBD"));
+  HttpResponse one = Get("/console/record?tenant=acme&key=" + UrlEncode(key), session);
+  ASSERT_EQ(one.status, 200) << one.body;
+  EXPECT_THAT(one.body, Not(HasSubstr("<img")));
+  EXPECT_THAT(one.body, HasSubstr("&lt;img src=x onerror=alert(1)&gt;"));
+  EXPECT_THAT(one.body, HasSubstr("SUCCEEDED"));
+  EXPECT_THAT(one.body, HasSubstr("no (the record is live)"));
+}
+
+TEST_F(ConsoleTest, FindsByExactKeyPrefixAndState) {
+  Claim("acme", "order-1", R"({"ok":true})");
+  Claim("acme", "order-2");
+  Claim("acme", "other-1");
+  Claim("globex", "order-1");
+  const std::string session = SignIn("ops", kOpsToken);
+  // Exact, in every tenant.
+  HttpResponse exact = Get("/console/records?key=order-1", session);
+  EXPECT_THAT(exact.body, HasSubstr("key=order-1\">order-1</a></td><td class=\"state-SUCCEEDED\""));
+  EXPECT_THAT(exact.body, HasSubstr("<td>globex</td>"));
+  // A prefix needs a tenant; within one it finds the prefix's keys only.
+  EXPECT_EQ(Get("/console/records?key=order&match=prefix", session).status, 400);
+  HttpResponse prefix = Get("/console/records?tenant=acme&key=order&match=prefix", session);
+  EXPECT_THAT(prefix.body, HasSubstr(">order-1<"));
+  EXPECT_THAT(prefix.body, HasSubstr(">order-2<"));
+  EXPECT_THAT(prefix.body, Not(HasSubstr(">other-1<")));
+  HttpResponse processing = Get("/console/records?tenant=acme&state=PROCESSING", session);
+  EXPECT_THAT(processing.body, HasSubstr(">order-2<"));
+  EXPECT_THAT(processing.body, HasSubstr(">other-1<"));
+  EXPECT_THAT(processing.body, Not(HasSubstr(">order-1<")));
+  // Bad input is named.
+  HttpResponse bad = Get("/console/records?tenant=acme&older_than=soon", session);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.body, HasSubstr("older than &#39;soon&#39; is not a duration"));
+  EXPECT_EQ(Get("/console/records?tenant=initech", session).status, 400);
+  EXPECT_EQ(Get("/console/record?tenant=acme&key=nope", session).status, 404);
+}
+
+TEST_F(ConsoleTest, AnAdminHeldToATenantSeesOnlyItsRecords) {
+  Claim("acme", "k-acme");
+  Claim("globex", "k-globex");
+  const std::string session = SignIn("support", kSupportToken);
+  HttpResponse all = Get("/console/records?tenant=globex&state=PROCESSING", session);
+  EXPECT_THAT(all.body, HasSubstr(">k-acme<"));
+  EXPECT_THAT(all.body, Not(HasSubstr("k-globex")));
+  EXPECT_EQ(Get("/console/record?tenant=globex&key=k-globex", session).status, 404);
+  EXPECT_EQ(Get("/console/record?tenant=acme&key=k-acme", session).status, 200);
+}
+
+TEST_F(ConsoleTest, NeverWritesARecordAndRefusesOtherMethods) {
+  const std::string session = SignIn("ops", kOpsToken);
+  HttpRequest put{.method = "PUT", .target = "/console/records", .cookie = session};
+  EXPECT_EQ(api_.Handle(put).response.status, 405);
+  HttpResponse page = Get("/console/records", session);
+  EXPECT_EQ(Post("/console/records", "csrf=" + CsrfOf(page), session).status, 404);
+}
+
+TEST(ConsoleOff, ConsolePathsAreUnknownWithoutAConsole) {
+  std::unique_ptr<Store> store = *OpenStore("memory://");
+  Guard guard(*store);
+  Metrics metrics;
+  Api api(guard, *store, metrics, ApiOptions{.tenants = {Tenant::WithToken("acme", "tok-a")}});
+  EXPECT_EQ(api.Handle(HttpRequest{.method = "GET", .target = "/console/login"}).response.status, 404);
+}
+
+}  // namespace
+}  // namespace idem::http
