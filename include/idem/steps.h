@@ -82,6 +82,12 @@ enum class OperationStatus {
 // "PENDING", "SUCCESS", "COMPENSATING", "COMPENSATED", "COMPENSATION_REQUIRED".
 std::string_view OperationStatusName(OperationStatus status);
 
+struct OperationState;
+// Why a person should look at `op`, as `idem stuck` and the console say it:
+// "compensation required", "step N outcome unknown", "waiting for object lock held
+// by BIZ_KEY" (the holder's bytes as stored), "due, no runner", or "waiting".
+std::string StuckReason(const OperationState& op, absl::Time now);
+
 // True for SUCCESS, COMPENSATED and COMPENSATION_REQUIRED.
 bool IsFinal(OperationStatus status);
 

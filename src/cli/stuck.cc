@@ -36,17 +36,8 @@ struct StuckFlags {
   std::string note;
 };
 
-std::string Why(const OperationState& op, absl::Time now) {
-  if (op.status == OperationStatus::kCompensationRequired) return "compensation required";
-  for (const StepRecord& s : op.steps) {
-    if (s.status == StepStatus::kUnknown) {
-      return absl::StrCat("step ", s.step_seq, " outcome unknown");
-    }
-  }
-  if (!op.blocked_by.empty()) return "waiting for object lock held by " + Printable(op.blocked_by);
-  if (op.next_retry_at <= now) return "due, no runner";
-  return "waiting";
-}
+// What `idem stuck` says of `op`, printable.
+std::string Why(const OperationState& op, absl::Time now) { return Printable(StuckReason(op, now)); }
 
 nlohmann::json Json(const OperationState& op, absl::Time now) {
   nlohmann::json j = nlohmann::json::object();

@@ -312,6 +312,16 @@ absl::StatusOr<OperationState> StepRunner::Get(std::string_view biz_key) {
   return impl_->Load(*j, biz_key);
 }
 
+std::string StuckReason(const OperationState& op, absl::Time now) {
+  if (op.status == OperationStatus::kCompensationRequired) return "compensation required";
+  for (const StepRecord& s : op.steps) {
+    if (s.status == StepStatus::kUnknown) return absl::StrCat("step ", s.step_seq, " outcome unknown");
+  }
+  if (!op.blocked_by.empty()) return "waiting for object lock held by " + op.blocked_by;
+  if (op.next_retry_at <= now) return "due, no runner";
+  return "waiting";
+}
+
 absl::StatusOr<std::vector<OperationState>> StepRunner::ListStuck(int limit) {
   if (limit < 1) return absl::InvalidArgumentError("ListStuck: limit must be at least 1");
   IDEM_ASSIGN_OR_RETURN(const Journal* j, impl_->Ready());

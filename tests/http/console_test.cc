@@ -15,6 +15,7 @@
 #include "idem/idem.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
 
 namespace idem::http {
 namespace {
@@ -49,10 +50,15 @@ TEST(ConsoleHtml, ReadsFormsCookiesAndEncodesLinks) {
 constexpr std::string_view kOpsToken = "ops-token";
 constexpr std::string_view kSupportToken = "support-token";
 
-class ConsoleTest : public ::testing::Test {
+// The store's folder, made before the store (a base class is built first).
+struct ConsoleDir {
+  testing::TempDir dir;
+};
+
+class ConsoleTest : public ::testing::Test, protected ConsoleDir {
  protected:
-  ConsoleTest()
-      : store_(*OpenStore("memory://")),
+  explicit ConsoleTest(std::string url = "memory://")
+      : store_(*OpenStore(url == "sqlite" ? "sqlite://" + dir.file("console.db") : url)),
         guard_(*store_, GuardOptions{.clock = &clock_}),
         console_(*store_, ConsoleOptions{.admins = {{.name = "ops", .token_sha256 = Fingerprint(kOpsToken)},
                                                     {.name = "support",
@@ -230,6 +236,82 @@ TEST_F(ConsoleTest, NeverWritesARecordAndRefusesOtherMethods) {
   EXPECT_EQ(api_.Handle(put).response.status, 405);
   HttpResponse page = Get("/console/records", session);
   EXPECT_EQ(Post("/console/records", "csrf=" + CsrfOf(page), session).status, 404);
+}
+
+class ConsoleSqlTest : public ConsoleTest {
+ protected:
+  ConsoleSqlTest() : ConsoleTest("sqlite") {}
+
+  // Step 1 succeeds and cannot be undone; step 2 fails for good: a person must act.
+  OperationState NeedsAPerson(const std::string& biz_key) {
+    Step reserve{.name = "reserve",
+                 .execute = [](StepContext&) -> absl::StatusOr<std::string> { return std::string("r1"); },
+                 .compensate = [](StepContext&) -> absl::Status {
+                   return absl::FailedPreconditionError("reservation is locked");
+                 }};
+    Step charge{.name = "charge", .execute = [](StepContext&) -> absl::StatusOr<std::string> {
+                  return absl::InvalidArgumentError("card declined <b>");
+                }};
+    StepRunner runner(*store_, StepRunnerOptions{.clock = &clock_, .wait_for_retries = false});
+    EXPECT_OK(runner.Register(OperationType{.name = "test.undo", .steps = {reserve, charge}}));
+    absl::StatusOr<OperationState> op = runner.Run({.type = "test.undo", .biz_key = biz_key, .input = "{}"});
+    EXPECT_OK(op);
+    return op.ok() ? *op : OperationState{};
+  }
+};
+
+TEST_F(ConsoleSqlTest, ShowsWhatIsStuckAndSettlesAnOperationAsTheCliDoes) {
+  ASSERT_EQ(NeedsAPerson("K-manual").status, OperationStatus::kCompensationRequired);
+  Claim("acme", "lapsed-1");  // its 30 s lease will run out
+  clock_.Advance(absl::Minutes(2));
+  Claim("acme", "live-1");
+  const std::string session = SignIn("ops", kOpsToken);
+  HttpResponse page = Get("/console/stuck", session);
+  ASSERT_EQ(page.status, 200) << page.body;
+  EXPECT_THAT(page.body, HasSubstr(">lapsed-1<"));
+  EXPECT_THAT(page.body, Not(HasSubstr(">live-1<")));
+  EXPECT_THAT(page.body, HasSubstr("<h3 class=\"key\">K-manual</h3>"));
+  EXPECT_THAT(page.body, HasSubstr("compensation required"));
+  EXPECT_THAT(page.body, HasSubstr("reservation is locked"));
+  EXPECT_THAT(page.body, Not(HasSubstr("<b>")));
+  // Claims older than a bound, live lease or not.
+  EXPECT_THAT(Get("/console/stuck?older_than=1m", session).body, HasSubstr(">lapsed-1<"));
+
+  // Without the session's CSRF token nothing is settled.
+  EXPECT_EQ(Post("/console/stuck/resolve", "biz_key=K-manual&note=refunded", session).status, 403);
+  const std::string csrf = "csrf=" + CsrfOf(page);
+  EXPECT_EQ(Post("/console/stuck/resolve", csrf + "&biz_key=K-manual&note=+", session).status, 400);
+  EXPECT_EQ(Post("/console/stuck/resolve", csrf + "&biz_key=K-none&note=x", session).status, 404);
+  HttpResponse done =
+      Post("/console/stuck/resolve", csrf + "&biz_key=K-manual&note=refunded+by+phone", session);
+  ASSERT_EQ(done.status, 303) << done.body;
+  EXPECT_EQ(done.Header("Location"), "/console/stuck?resolved=K-manual");
+  StepRunner runner(*store_);
+  absl::StatusOr<OperationState> op = runner.Get("K-manual");
+  ASSERT_OK(op);
+  EXPECT_EQ(op->status, OperationStatus::kCompensated);
+  EXPECT_THAT(op->last_error, HasSubstr("refunded by phone [ops, in the console]"));
+  // Settled once: again is a conflict, named.
+  HttpResponse again =
+      Post("/console/stuck/resolve", csrf + "&biz_key=K-manual&note=again", session);
+  EXPECT_EQ(again.status, 409);
+  EXPECT_THAT(Get("/console/stuck", session).body, HasSubstr("id=\"steps-none\""));
+}
+
+TEST_F(ConsoleSqlTest, AnAdminHeldToATenantCannotSettleOperations) {
+  ASSERT_EQ(NeedsAPerson("K-manual").status, OperationStatus::kCompensationRequired);
+  const std::string session = SignIn("support", kSupportToken);
+  HttpResponse page = Get("/console/stuck", session);
+  EXPECT_THAT(page.body, Not(HasSubstr("K-manual")));
+  EXPECT_EQ(Post("/console/stuck/resolve", "csrf=" + CsrfOf(page) + "&biz_key=K-manual&note=x", session)
+                .status,
+            403);
+}
+
+TEST_F(ConsoleTest, SaysAStoreWithoutSqlKeepsNoStepOperations) {
+  const std::string session = SignIn("ops", kOpsToken);
+  EXPECT_THAT(Get("/console/stuck", session).body,
+              HasSubstr("keeps no step operations: they live in a SQL store"));
 }
 
 TEST(ConsoleOff, ConsolePathsAreUnknownWithoutAConsole) {

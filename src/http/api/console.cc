@@ -42,6 +42,9 @@ td.key, pre { font-family: ui-monospace, monospace; white-space: pre-wrap; word-
 pre { background: #fff; border: 1px solid #d9dde5; padding: 8px; max-height: 480px; overflow: auto; }
 form.search { display: flex; flex-wrap: wrap; gap: 8px; align-items: end; margin-bottom: 12px; }
 form.search label { display: flex; flex-direction: column; font-size: 12px; color: #555; }
+.done { color: #176b2c; background: #eaf7ee; border: 1px solid #b6e3c3; padding: 6px 10px; }
+section.operation { background: #fff; border: 1px solid #d9dde5; padding: 8px 12px; margin: 8px 0; }
+form.resolve { display: flex; gap: 8px; align-items: end; margin-top: 8px; }
 .error { color: #a11; background: #fdecec; border: 1px solid #f3b6b6; padding: 6px 10px; }
 .note { color: #555; }
 .state-PROCESSING { color: #8a5a00; } .state-SUCCEEDED { color: #176b2c; } .state-FAILED { color: #a11; }
@@ -114,7 +117,8 @@ std::string Page(std::string_view title, std::string_view caller_name, std::stri
                   "<link rel=\"stylesheet\" href=\"/console/static/console.css\"><title>",
                   Html(title), " · idem console</title></head><body><header><strong>idem</strong>");
   if (!caller_name.empty()) {
-    absl::StrAppend(&out, "<a href=\"/console/records\">Records</a><span class=\"who\">",
+    absl::StrAppend(&out, "<a href=\"/console/records\">Records</a>",
+                    "<a href=\"/console/stuck\" id=\"nav-stuck\">Stuck</a><span class=\"who\">",
                     Html(caller_name),
                     "</span><form method=\"post\" action=\"/console/logout\">"
                     "<input type=\"hidden\" name=\"csrf\" value=\"",
@@ -148,6 +152,16 @@ std::string When(absl::Time t) {
   if (t == absl::InfiniteFuture()) return "never";
   if (t == absl::InfinitePast()) return "—";
   return absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC", t, absl::UTCTimeZone());
+}
+
+std::string RecordLink(const Record& r) {
+  return absl::StrCat("/console/record?tenant=", UrlEncode(r.tenant), "&amp;key=", UrlEncode(r.key));
+}
+
+std::string Field(const std::map<std::string, std::string, std::less<>>& form,
+                  std::string_view name) {
+  auto it = form.find(name);
+  return it == form.end() ? std::string() : it->second;
 }
 
 }  // namespace console
@@ -220,6 +234,8 @@ ConsoleAnswer Console::Answer(const HttpRequest& request, std::string_view metho
                                "token; nothing was changed. Reload the page and try again.</p>"));
       } else if (path == "/console/logout") {
         answer = Logout(request, caller);
+      } else if (path == "/console/stuck/resolve") {
+        answer = Resolve(caller, request);
       } else {
         answer.response = NotFound();
       }
@@ -231,7 +247,9 @@ ConsoleAnswer Console::Answer(const HttpRequest& request, std::string_view metho
       answer = Records(caller, query);
     } else if (path == "/console/record") {
       answer = OneRecord(caller, query);
-    } else if (path == "/console/logout") {
+    } else if (path == "/console/stuck") {
+      answer = Stuck(caller, query);
+    } else if (path == "/console/logout" || path == "/console/stuck/resolve") {
       answer.response = MethodNotAllowed(request.method, "POST");
     } else {
       answer.response = NotFound();

@@ -8,6 +8,10 @@
 //   GET  /console/records          find records: tenant, biz_type, key (exact or
 //                                  prefix), state, age; a page of 50 at a time
 //   GET  /console/record           one record: ?tenant=&key=
+//   GET  /console/stuck            claims past their lease or PROCESSING too long, and
+//                                  the step operations that need a person
+//   POST /console/stuck/resolve    settles an operation that needs compensation by hand,
+//                                  as `idem stuck --resolve` does (console_stuck.cc)
 //   GET  /console/static/console.css
 //
 // Admins are configured apart from tenants (ConsoleAdmin: a name and the SHA-256 of
@@ -16,13 +20,16 @@
 // (console_html.h), under a Content-Security-Policy that loads nothing from
 // elsewhere and runs no inline script; every POST carries the session's CSRF token
 // (the login form a token of its own, in a cookie of its own), or is refused 403.
-// The console reads records and never writes one.
+// The console reads records and never writes one: the only writes it makes are a
+// person's settlement of a step operation.
 //
 // Thread safety: safe for concurrent use; Answer blocks on the store (servers call
 // it from their worker pool, as the API's other reads).
 #pragma once
 
 #include <cstddef>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +39,7 @@
 #include "absl/time/time.h"
 #include "http/types.h"
 #include "idem/clock.h"
+#include "idem/steps.h"
 #include "idem/store.h"
 
 namespace idem::http {
@@ -89,6 +97,10 @@ class Console {
   ConsoleAnswer Logout(const HttpRequest& request, const Caller& caller);
   ConsoleAnswer Records(const Caller& caller, std::string_view query);  // console_records.cc
   ConsoleAnswer OneRecord(const Caller& caller, std::string_view query);  // console_records.cc
+  ConsoleAnswer Stuck(const Caller& caller, std::string_view query);  // console_stuck.cc
+  ConsoleAnswer Resolve(const Caller& caller, const HttpRequest& request);  // console_stuck.cc
+  // The step runner over the store, made on first use; null for a store without SQL.
+  StepRunner* Runner();
 
   // The caller the request's session cookie names, its session renewed; admin null
   // when there is none (or it ended).
@@ -100,6 +112,7 @@ class Console {
   absl::Mutex mu_;
   // By the SHA-256 of the session cookie's value, so memory holds no live cookie.
   absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<StepRunner> runner_ ABSL_GUARDED_BY(mu_);
 };
 
 // The pieces every console page is made of (console.cc), for the page files.
@@ -116,6 +129,11 @@ HttpResponse Redirect(std::string_view location);
 // A time for people: "2026-12-07 12:01:19.123 UTC", "never" for the infinite future,
 // "—" for the infinite past.
 std::string When(absl::Time t);
+// The link to a record's page, escaped for an attribute.
+std::string RecordLink(const Record& r);
+// The value of `name` in a parsed form or query string, or "".
+std::string Field(const std::map<std::string, std::string, std::less<>>& form,
+                  std::string_view name);
 
 }  // namespace console
 

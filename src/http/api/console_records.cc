@@ -33,11 +33,6 @@ struct Search {
   std::string tenant, biz_type, key, match = "exact", state, older_than, newer_than, after;
 };
 
-std::string Field(const std::map<std::string, std::string, std::less<>>& form, std::string_view name) {
-  auto it = form.find(name);
-  return it == form.end() ? std::string() : it->second;
-}
-
 std::string Option(std::string_view value, std::string_view label, std::string_view selected) {
   return absl::StrCat("<option value=\"", Html(value), "\"", value == selected ? " selected" : "",
                       ">", Html(label), "</option>");
@@ -73,10 +68,6 @@ std::string SearchForm(const Search& s, const ConsoleAdmin& admin,
   return out;
 }
 
-std::string RecordLink(const Record& r) {
-  return absl::StrCat("/console/record?tenant=", UrlEncode(r.tenant), "&amp;key=", UrlEncode(r.key));
-}
-
 std::string StateName(const Record& r) {
   return r.purged() ? "TOMBSTONE" : std::string(RecordStateName(r.state));
 }
@@ -84,7 +75,7 @@ std::string StateName(const Record& r) {
 void AppendRow(std::string& out, const Record& r, absl::Time now) {
   const std::string state = StateName(r);
   absl::StrAppend(&out, "<tr><td>", Html(r.tenant), "</td><td>", Html(r.biz_type),
-                  "</td><td class=\"key\"><a href=\"", RecordLink(r), "\">", Html(r.key),
+                  "</td><td class=\"key\"><a href=\"", console::RecordLink(r), "\">", Html(r.key),
                   "</a></td><td class=\"state-", state, "\">", state, "</td><td>", r.token,
                   "</td><td>", console::When(r.created_at), "</td><td>");
   if (r.state == RecordState::kProcessing && !r.purged()) {
@@ -114,10 +105,10 @@ bool Matches(const Search& s, const Record& r) {
 
 ConsoleAnswer Console::Records(const Caller& caller, std::string_view query) {
   const auto form = ParseForm(query);
-  Search s{.tenant = Field(form, "tenant"), .biz_type = Field(form, "biz_type"),
-           .key = Field(form, "key"), .match = Field(form, "match"), .state = Field(form, "state"),
-           .older_than = Field(form, "older_than"), .newer_than = Field(form, "newer_than"),
-           .after = Field(form, "after")};
+  Search s{.tenant = console::Field(form, "tenant"), .biz_type = console::Field(form, "biz_type"),
+           .key = console::Field(form, "key"), .match = console::Field(form, "match"), .state = console::Field(form, "state"),
+           .older_than = console::Field(form, "older_than"), .newer_than = console::Field(form, "newer_than"),
+           .after = console::Field(form, "after")};
   if (s.match != "prefix") s.match = "exact";
   const ConsoleAdmin& admin = *caller.admin;
   if (!admin.tenant.empty()) s.tenant = admin.tenant;
@@ -243,8 +234,8 @@ ConsoleAnswer Console::Records(const Caller& caller, std::string_view query) {
 
 ConsoleAnswer Console::OneRecord(const Caller& caller, std::string_view query) {
   const auto form = ParseForm(query);
-  const std::string tenant = Field(form, "tenant");
-  const std::string key = Field(form, "key");
+  const std::string tenant = console::Field(form, "tenant");
+  const std::string key = console::Field(form, "key");
   const ConsoleAdmin& admin = *caller.admin;
   const auto page = [&](int status, std::string_view title, std::string b) {
     return ConsoleAnswer{.response = console::HtmlResponse(
