@@ -13,6 +13,7 @@
 #include "http/api/console_html.h"
 #include "idem/fingerprint.h"
 #include "idem/idem.h"
+#include "recon/tables.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -306,6 +307,53 @@ TEST_F(ConsoleSqlTest, AnAdminHeldToATenantCannotSettleOperations) {
   EXPECT_EQ(Post("/console/stuck/resolve", "csrf=" + CsrfOf(page) + "&biz_key=K-manual&note=x", session)
                 .status,
             403);
+}
+
+TEST_F(ConsoleSqlTest, ShowsReconRunsAndTicketsAndClosesOneAsTheCliDoes) {
+  const int64_t now_us = absl::ToUnixMicros(clock_.Now());
+  ASSERT_OK(recon::EnsureTables(*store_));  // as a recon run's first write does
+  ASSERT_OK(recon::WriteWatermark(*store_, {.source = "bank", .upto_us = now_us - 3'600'000'000,
+                                            .last_success_at_us = now_us - 60'000'000,
+                                            .run_id = "run-1"}));
+  ASSERT_OK(recon::WriteWatermark(*store_, {.source = "psp", .upto_us = now_us,
+                                            .last_success_at_us = now_us - 7'200'000'000,
+                                            .run_id = "run-2"}));
+  recon::Ticket t{.source = "bank", .key = "ORD-<1>", .cls = "amount_mismatch", .severity = "high",
+                  .action = "ticket", .state = "open", .detail = "10.00 vs 12.00 <i>",
+                  .run_id = "run-1", .created_at_us = now_us};
+  ASSERT_OK(recon::InsertTickets(*store_, {t}).status());
+  const std::string id = recon::TicketId("bank", "amount_mismatch", "ORD-<1>");
+
+  const std::string session = SignIn("ops", kOpsToken);
+  HttpResponse page = Get("/console/recon", session);
+  ASSERT_EQ(page.status, 200) << page.body;
+  EXPECT_THAT(page.body, HasSubstr("run-1"));
+  // psp's last success is two hours old: late against the default 15m.
+  EXPECT_THAT(page.body, HasSubstr("run-2</td><td class=\"late\">late"));
+  EXPECT_THAT(page.body, HasSubstr("run-1</td><td class=\"fresh\">no"));
+  EXPECT_THAT(page.body, HasSubstr("<td>bank</td><td>amount_mismatch</td><td>1</td>"));
+  EXPECT_THAT(page.body, HasSubstr("ORD-&lt;1&gt;"));
+  EXPECT_THAT(page.body, Not(HasSubstr("<i>")));
+
+  const std::string csrf = "csrf=" + CsrfOf(page);
+  EXPECT_EQ(Post("/console/recon/close", "id=" + id + "&note=paid", session).status, 403);
+  EXPECT_EQ(Post("/console/recon/close", csrf + "&id=" + id + "&note=", session).status, 400);
+  EXPECT_EQ(Post("/console/recon/close", csrf + "&id=000000000000&note=x", session).status, 404);
+  HttpResponse done = Post("/console/recon/close", csrf + "&id=" + id + "&note=bank+fixed+it", session);
+  ASSERT_EQ(done.status, 303) << done.body;
+  absl::StatusOr<std::optional<recon::Ticket>> closed = recon::FindTicket(*store_, id);
+  ASSERT_OK(closed);
+  ASSERT_TRUE(closed->has_value());
+  EXPECT_EQ((*closed)->state, "closed");
+  EXPECT_EQ((*closed)->note, "bank fixed it [ops, in the console]");
+  EXPECT_EQ(Post("/console/recon/close", csrf + "&id=" + id + "&note=again", session).status, 409);
+  EXPECT_THAT(Get("/console/recon", session).body, HasSubstr("id=\"classes-none\""));
+  EXPECT_THAT(Get("/console/recon?all=1", session).body, HasSubstr("bank fixed it"));
+}
+
+TEST_F(ConsoleSqlTest, SaysWhenNoReconRunHasRecordedAnything) {
+  const std::string session = SignIn("ops", kOpsToken);
+  EXPECT_THAT(Get("/console/recon", session).body, HasSubstr("id=\"recon-none\""));
 }
 
 TEST_F(ConsoleTest, SaysAStoreWithoutSqlKeepsNoStepOperations) {

@@ -45,6 +45,7 @@ form.search label { display: flex; flex-direction: column; font-size: 12px; colo
 .done { color: #176b2c; background: #eaf7ee; border: 1px solid #b6e3c3; padding: 6px 10px; }
 section.operation { background: #fff; border: 1px solid #d9dde5; padding: 8px 12px; margin: 8px 0; }
 form.resolve { display: flex; gap: 8px; align-items: end; margin-top: 8px; }
+.late { color: #a11; font-weight: bold; }
 .error { color: #a11; background: #fdecec; border: 1px solid #f3b6b6; padding: 6px 10px; }
 .note { color: #555; }
 .state-PROCESSING { color: #8a5a00; } .state-SUCCEEDED { color: #176b2c; } .state-FAILED { color: #a11; }
@@ -118,7 +119,8 @@ std::string Page(std::string_view title, std::string_view caller_name, std::stri
                   Html(title), " · idem console</title></head><body><header><strong>idem</strong>");
   if (!caller_name.empty()) {
     absl::StrAppend(&out, "<a href=\"/console/records\">Records</a>",
-                    "<a href=\"/console/stuck\" id=\"nav-stuck\">Stuck</a><span class=\"who\">",
+                    "<a href=\"/console/stuck\" id=\"nav-stuck\">Stuck</a>",
+                    "<a href=\"/console/recon\" id=\"nav-recon\">Recon</a><span class=\"who\">",
                     Html(caller_name),
                     "</span><form method=\"post\" action=\"/console/logout\">"
                     "<input type=\"hidden\" name=\"csrf\" value=\"",
@@ -162,6 +164,32 @@ std::string Field(const std::map<std::string, std::string, std::less<>>& form,
                   std::string_view name) {
   auto it = form.find(name);
   return it == form.end() ? std::string() : it->second;
+}
+
+std::string Note(std::string note) {
+  while (!note.empty() && (note.back() == ' ' || note.back() == '\n' || note.back() == '\r' ||
+                           note.back() == '\t')) {
+    note.pop_back();
+  }
+  return note;
+}
+
+int StatusOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kFailedPrecondition: return 409;
+    case absl::StatusCode::kInvalidArgument: return 400;
+    default: return 503;
+  }
+}
+
+HttpResponse Refused(int status, std::string_view title, std::string_view caller_name,
+                     std::string_view csrf, std::string_view why, std::string_view back_href,
+                     std::string_view back_text) {
+  return HtmlResponse(status, Page(title, caller_name, csrf,
+                                   absl::StrCat("<h1>", Html(title), "</h1><p class=\"error\" id=\"error\">",
+                                                Html(why), "</p><p><a href=\"", AV(back_href), "\">",
+                                                Html(back_text), "</a></p>")));
 }
 
 }  // namespace console
@@ -236,6 +264,8 @@ ConsoleAnswer Console::Answer(const HttpRequest& request, std::string_view metho
         answer = Logout(request, caller);
       } else if (path == "/console/stuck/resolve") {
         answer = Resolve(caller, request);
+      } else if (path == "/console/recon/close") {
+        answer = CloseTicket(caller, request);
       } else {
         answer.response = NotFound();
       }
@@ -249,7 +279,10 @@ ConsoleAnswer Console::Answer(const HttpRequest& request, std::string_view metho
       answer = OneRecord(caller, query);
     } else if (path == "/console/stuck") {
       answer = Stuck(caller, query);
-    } else if (path == "/console/logout" || path == "/console/stuck/resolve") {
+    } else if (path == "/console/recon") {
+      answer = Recon(caller, query);
+    } else if (path == "/console/logout" || path == "/console/stuck/resolve" ||
+               path == "/console/recon/close") {
       answer.response = MethodNotAllowed(request.method, "POST");
     } else {
       answer.response = NotFound();

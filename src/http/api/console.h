@@ -12,6 +12,10 @@
 //                                  the step operations that need a person
 //   POST /console/stuck/resolve    settles an operation that needs compensation by hand,
 //                                  as `idem stuck --resolve` does (console_stuck.cc)
+//   GET  /console/recon            reconciliation: each source's last run, late or not,
+//                                  open tickets per class, the tickets
+//   POST /console/recon/close      closes a ticket with a note, as `idem recon tickets
+//                                  close` does (console_recon.cc)
 //   GET  /console/static/console.css
 //
 // Admins are configured apart from tenants (ConsoleAdmin: a name and the SHA-256 of
@@ -35,6 +39,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "http/types.h"
@@ -101,6 +106,8 @@ class Console {
   ConsoleAnswer Resolve(const Caller& caller, const HttpRequest& request);  // console_stuck.cc
   // The step runner over the store, made on first use; null for a store without SQL.
   StepRunner* Runner();
+  ConsoleAnswer Recon(const Caller& caller, std::string_view query);  // console_recon.cc
+  ConsoleAnswer CloseTicket(const Caller& caller, const HttpRequest& request);  // console_recon.cc
 
   // The caller the request's session cookie names, its session renewed; admin null
   // when there is none (or it ended).
@@ -134,6 +141,15 @@ std::string RecordLink(const Record& r);
 // The value of `name` in a parsed form or query string, or "".
 std::string Field(const std::map<std::string, std::string, std::less<>>& form,
                   std::string_view name);
+// A person's note as a form sent it, without trailing blanks.
+std::string Note(std::string note);
+// The HTTP status of an action the store refused: 404 kNotFound, 409
+// kFailedPrecondition, 400 kInvalidArgument, else 503.
+int StatusOf(const absl::Status& status);
+// The page of an action that did nothing: `title`, `why`, and a link back.
+HttpResponse Refused(int status, std::string_view title, std::string_view caller_name,
+                     std::string_view csrf, std::string_view why, std::string_view back_href,
+                     std::string_view back_text);
 
 }  // namespace console
 

@@ -180,32 +180,21 @@ ConsoleAnswer Console::Resolve(const Caller& caller, const HttpRequest& request)
   const auto form = ParseForm(request.body);
   const ConsoleAdmin& admin = *caller.admin;
   const std::string biz_key = console::Field(form, "biz_key");
-  std::string note = console::Field(form, "note");
+  const std::string note = console::Note(console::Field(form, "note"));
   const auto refuse = [&](int status, std::string_view why) {
-    return ConsoleAnswer{.response = console::HtmlResponse(
-                             status, console::Page("Not resolved", admin.name, caller.csrf,
-                                                   absl::StrCat("<h1>Not resolved</h1><p class=\"error\" "
-                                                                "id=\"error\">",
-                                                                Html(why),
-                                                                "</p><p><a href=\"/console/stuck\">"
-                                                                "Back to what is stuck</a></p>")))};
+    return ConsoleAnswer{.response = console::Refused(status, "Not resolved", admin.name,
+                                                      caller.csrf, why, "/console/stuck",
+                                                      "Back to what is stuck")};
   };
   StepRunner* runner = admin.tenant.empty() ? Runner() : nullptr;
   if (runner == nullptr) return refuse(403, "this admin cannot settle step operations here");
-  while (!note.empty() && (note.back() == ' ' || note.back() == '\n' || note.back() == '\r')) {
-    note.pop_back();
-  }
   if (note.empty()) return refuse(400, "say what was done by hand in the note");
   if (note.size() > kMaxNoteBytes) return refuse(400, "the note is longer than 2000 bytes");
   // Who settled it, in the note the journal keeps; when is the operation's updated_at.
   absl::StatusOr<OperationState> done =
       runner->Resolve(biz_key, absl::StrCat(note, " [", admin.name, ", in the console]"));
   if (!done.ok()) {
-    const int status = done.status().code() == absl::StatusCode::kNotFound             ? 404
-                       : done.status().code() == absl::StatusCode::kFailedPrecondition ? 409
-                       : done.status().code() == absl::StatusCode::kInvalidArgument    ? 400
-                                                                                       : 503;
-    return refuse(status, SV(done.status().message()));
+    return refuse(console::StatusOf(done.status()), SV(done.status().message()));
   }
   spdlog::info("console: {} resolved step operation {} (now {})", admin.name, Html(biz_key),
                std::string(OperationStatusName(done->status)));
