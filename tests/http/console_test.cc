@@ -66,6 +66,7 @@ class ConsoleTest : public ::testing::Test, protected ConsoleDir {
                                                      .token_sha256 = Fingerprint(kSupportToken),
                                                      .tenant = "acme"}},
                                          .tenants = {"acme", "globex"},
+                                         .sample_every = absl::ZeroDuration(),
                                          .clock = &clock_}),
         api_(guard_, *store_, metrics_,
              ApiOptions{.tenants = {Tenant::WithToken("acme", "tok-a"),
@@ -354,6 +355,73 @@ TEST_F(ConsoleSqlTest, ShowsReconRunsAndTicketsAndClosesOneAsTheCliDoes) {
 TEST_F(ConsoleSqlTest, SaysWhenNoReconRunHasRecordedAnything) {
   const std::string session = SignIn("ops", kOpsToken);
   EXPECT_THAT(Get("/console/recon", session).body, HasSubstr("id=\"recon-none\""));
+}
+
+TEST_F(ConsoleTest, ChartsTheLastHoursRatesAndShowsUnhealthyKeysWithExamples) {
+  auto claim = [&](std::string key, std::string fingerprint) {
+    HttpRequest r{.method = "POST", .target = "/v1/claims", .authorization = "Bearer tok-a",
+                  .body = R"({"biz_type":"refund","key":")" + key + R"(","fingerprint":")" +
+                          fingerprint + R"("})"};
+    Reply reply = api_.Handle(r);
+    // As the server counts every answer it sends.
+    metrics_.CountRequest(reply.route, reply.response.status, reply.outcome, std::chrono::microseconds(100));
+    return reply.response.status;
+  };
+  console_.Sample(clock_.Now());
+  EXPECT_EQ(claim("550e8400-e29b-41d4-a716-446655440000", "f1"), 201);  // a random UUID
+  EXPECT_EQ(claim("<b>retry-2</b>", "f1"), 201);  // the same request, a new key: regenerated
+  EXPECT_EQ(claim("order-9", "f2"), 201);
+  EXPECT_EQ(claim("order-9", "f3"), 422);  // one key, two requests: over-coarse
+  EXPECT_EQ(claim("order-9", "f2"), 409);  // in progress
+  clock_.Advance(absl::Minutes(1));
+  console_.Sample(clock_.Now());
+
+  const std::string session = SignIn("ops", kOpsToken);
+  HttpResponse page = Get("/console/health", session);
+  ASSERT_EQ(page.status, 200) << page.body;
+  // Per minute over the last minute: five claims, one 409, one 422.
+  EXPECT_THAT(page.body, HasSubstr("claims: <strong class=\"last\">5</strong>/min"));
+  EXPECT_THAT(page.body, HasSubstr("409 conflicts: <strong class=\"last\">1</strong>/min"));
+  EXPECT_THAT(page.body, HasSubstr("422 fingerprint mismatches: <strong class=\"last\">1</strong>/min"));
+  EXPECT_THAT(page.body, HasSubstr("<circle"));  // one minute so far
+  EXPECT_THAT(page.body, HasSubstr("<td>acme</td><td>refund</td><td>1</td><td>1</td><td>1</td><td>1</td>"));
+  EXPECT_THAT(page.body, HasSubstr("&lt;b&gt;retry-2&lt;/b&gt;</a></td><td class=\"finding\">regenerated"));
+  EXPECT_THAT(page.body, HasSubstr("446655440000</a></td><td class=\"finding\">uuid"));
+  EXPECT_THAT(page.body, HasSubstr(">order-9</a></td><td>2</td><td>1</td>"));
+  EXPECT_THAT(page.body, Not(HasSubstr("<b>")));
+  clock_.Advance(absl::Minutes(1));
+  console_.Sample(clock_.Now());
+  page = Get("/console/health", session);
+  EXPECT_THAT(page.body, HasSubstr("claims: <strong class=\"last\">0</strong>/min (most 5)"));
+  EXPECT_THAT(page.body, HasSubstr("<polyline"));
+  // Samples older than the hour are dropped.
+  for (int i = 0; i < 70; ++i) {
+    clock_.Advance(absl::Minutes(1));
+    console_.Sample(clock_.Now());
+  }
+  EXPECT_THAT(Get("/console/health", SignIn("ops", kOpsToken)).body,  // the session idled out
+              HasSubstr("claims: <strong class=\"last\">0</strong>/min (most 1)"));
+
+  // An admin held to another tenant sees none of acme's keys.
+  Console other(*store_, ConsoleOptions{.admins = {{.name = "g", .token_sha256 = Fingerprint("g"),
+                                                    .tenant = "globex"}},
+                                        .tenants = {"acme", "globex"},
+                                        .sample_every = absl::ZeroDuration(),
+                                        .clock = &clock_});
+  Api api(guard_, *store_, metrics_, ApiOptions{.tenants = {Tenant::WithToken("globex", "tok-g")},
+                                                .console = &other});
+  HttpResponse form = api.Handle(HttpRequest{.method = "GET", .target = "/console/login"}).response;
+  const std::string login = CookieOf(form, "idem_console_login");
+  HttpRequest post{.method = "POST", .target = "/console/login",
+                   .body = "csrf=" + login.substr(login.find('=') + 1) + "&name=g&token=g"};
+  post.cookie = login;
+  const std::string g = CookieOf(api.Handle(post).response, "idem_console");
+  HttpRequest health{.method = "GET", .target = "/console/health"};
+  health.cookie = g;
+  HttpResponse theirs = api.Handle(health).response;
+  ASSERT_EQ(theirs.status, 200);
+  EXPECT_THAT(theirs.body, Not(HasSubstr("order-9")));
+  EXPECT_THAT(theirs.body, HasSubstr("id=\"examples-none\""));
 }
 
 TEST_F(ConsoleTest, SaysAStoreWithoutSqlKeepsNoStepOperations) {

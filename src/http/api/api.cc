@@ -122,6 +122,7 @@ Api::Api(Guard& guard, Store& store, Metrics& metrics, ApiOptions options)
       health_(*guard.options().clock),
       key_health_(options_.key_health) {
   for (const std::string& biz_type : options_.fail_open) metrics_.DeclareFailOpen(biz_type);
+  if (options_.console != nullptr) options_.console->Attach(key_health_, metrics_);
   // Keys finished by other processes on a shared database wake this process's
   // waiting claims too (postgres:// LISTEN/NOTIFY); elsewhere their polls see it.
   finished_ = Backend(store_).SubscribeFinished(

@@ -45,6 +45,9 @@ form.search label { display: flex; flex-direction: column; font-size: 12px; colo
 .done { color: #176b2c; background: #eaf7ee; border: 1px solid #b6e3c3; padding: 6px 10px; }
 section.operation { background: #fff; border: 1px solid #d9dde5; padding: 8px 12px; margin: 8px 0; }
 form.resolve { display: flex; gap: 8px; align-items: end; margin-top: 8px; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; }
+figure.chart { margin: 0; }
+figure.chart figcaption { font-size: 12px; color: #555; }
 .late { color: #a11; font-weight: bold; }
 .error { color: #a11; background: #fdecec; border: 1px solid #f3b6b6; padding: 6px 10px; }
 .note { color: #555; }
@@ -120,7 +123,8 @@ std::string Page(std::string_view title, std::string_view caller_name, std::stri
   if (!caller_name.empty()) {
     absl::StrAppend(&out, "<a href=\"/console/records\">Records</a>",
                     "<a href=\"/console/stuck\" id=\"nav-stuck\">Stuck</a>",
-                    "<a href=\"/console/recon\" id=\"nav-recon\">Recon</a><span class=\"who\">",
+                    "<a href=\"/console/recon\" id=\"nav-recon\">Recon</a>",
+                    "<a href=\"/console/health\" id=\"nav-health\">Health</a><span class=\"who\">",
                     Html(caller_name),
                     "</span><form method=\"post\" action=\"/console/logout\">"
                     "<input type=\"hidden\" name=\"csrf\" value=\"",
@@ -281,6 +285,8 @@ ConsoleAnswer Console::Answer(const HttpRequest& request, std::string_view metho
       answer = Stuck(caller, query);
     } else if (path == "/console/recon") {
       answer = Recon(caller, query);
+    } else if (path == "/console/health") {
+      answer = Health(caller);
     } else if (path == "/console/logout" || path == "/console/stuck/resolve" ||
                path == "/console/recon/close") {
       answer.response = MethodNotAllowed(request.method, "POST");

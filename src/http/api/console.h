@@ -16,6 +16,9 @@
 //                                  open tickets per class, the tickets
 //   POST /console/recon/close      closes a ticket with a note, as `idem recon tickets
 //                                  close` does (console_recon.cc)
+//   GET  /console/health           the last hour's claims, replays, 409s, 422s and 503s
+//                                  per minute, and key health with examples
+//                                  (console_health.cc)
 //   GET  /console/static/console.css
 //
 // Admins are configured apart from tenants (ConsoleAdmin: a name and the SHA-256 of
@@ -31,9 +34,13 @@
 // it from their worker pool, as the API's other reads).
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
+#include <thread>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +49,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "http/api/key_health.h"
+#include "http/server/metrics.h"
 #include "http/types.h"
 #include "idem/clock.h"
 #include "idem/steps.h"
@@ -64,6 +73,9 @@ struct ConsoleOptions {
   // At most this many sessions at once (each a few hundred bytes); a login past it
   // ends the session used least recently.
   size_t max_sessions = 1000;
+  // How often the rates the health page charts are sampled from the server's
+  // counters, by a thread of the console's own; 0: no thread (tests call Sample).
+  absl::Duration sample_every = absl::Seconds(10);
   const Clock* clock = Clock::Real();  // not owned
 };
 
@@ -76,6 +88,22 @@ class Console {
  public:
   // `store` must outlive the Console.
   Console(Store& store, ConsoleOptions options);
+  ~Console();
+
+  Console(const Console&) = delete;
+  Console& operator=(const Console&) = delete;
+
+  // The Api the console is given to (ApiOptions::console) hands it its key-health
+  // tracker and counters, once, before serving, and the sampling starts. Both must
+  // outlive the Console.
+  void Attach(const KeyHealthTracker& key_health, const Metrics& metrics);
+
+  // Samples the counters the health page charts (the sampling thread's step; tests
+  // call it with their own times).
+  void Sample(absl::Time now);
+
+  static constexpr size_t kRateSeries = 5;  // claims, replays, 409s, 422s, 503s
+  static constexpr absl::Duration kRateWindow = absl::Hours(1);
 
   // Answers one request under /console (`path` without its query; `method` with
   // HEAD as GET). Blocks on the store; never throws.
@@ -106,6 +134,7 @@ class Console {
   ConsoleAnswer Resolve(const Caller& caller, const HttpRequest& request);  // console_stuck.cc
   // The step runner over the store, made on first use; null for a store without SQL.
   StepRunner* Runner();
+  ConsoleAnswer Health(const Caller& caller);  // console_health.cc
   ConsoleAnswer Recon(const Caller& caller, std::string_view query);  // console_recon.cc
   ConsoleAnswer CloseTicket(const Caller& caller, const HttpRequest& request);  // console_recon.cc
 
@@ -120,6 +149,18 @@ class Console {
   // By the SHA-256 of the session cookie's value, so memory holds no live cookie.
   absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<StepRunner> runner_ ABSL_GUARDED_BY(mu_);
+
+  struct RateSample {
+    absl::Time at;
+    std::array<uint64_t, kRateSeries> values{};
+  };
+  absl::Mutex sample_mu_;
+  absl::CondVar sample_cv_;
+  bool stopping_ ABSL_GUARDED_BY(sample_mu_) = false;
+  const KeyHealthTracker* key_health_ ABSL_GUARDED_BY(sample_mu_) = nullptr;
+  const Metrics* metrics_ ABSL_GUARDED_BY(sample_mu_) = nullptr;
+  std::deque<RateSample> samples_ ABSL_GUARDED_BY(sample_mu_);  // the last hour's, oldest first
+  std::thread sampler_;
 };
 
 // The pieces every console page is made of (console.cc), for the page files.

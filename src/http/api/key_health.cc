@@ -60,13 +60,17 @@ void KeyHealthTracker::OnNewKey(std::string_view tenant, std::string_view biz_ty
   const uint64_t key_hash = std::hash<std::string_view>()(key);
   absl::MutexLock lock(&mu_);
   Counters& c = For(tenant, biz_type);
-  if (shape < c.shapes.size()) ++c.shapes[shape];
+  if (shape < c.shapes.size()) {
+    ++c.shapes[shape];
+    AddExample(tenant, biz_type, key, KeyShapeName(kSuspiciousShapes[shape]), now);
+  }
   if (group == 0) return;
   FingerprintSlot& slot = fingerprints_[group % fingerprints_.size()];
   // The same request under another key it had a moment ago: the caller made a new
   // key for a retry. A chain of them counts every key after the first.
   if (slot.group == group && slot.key != key_hash && now - slot.at <= options_.window) {
     ++c.regenerated;
+    AddExample(tenant, biz_type, key, "regenerated", now);
   }
   slot = FingerprintSlot{.group = group, .key = key_hash, .at = now};
 }
@@ -82,6 +86,7 @@ void KeyHealthTracker::OnMismatch(std::string_view tenant, std::string_view biz_
   MismatchSlot& slot = mismatched_[id % mismatched_.size()];
   if (slot.id != id || slot.tenant != tenant || slot.biz_type != biz_type || slot.key != key) {
     ++c.over_coarse;
+    AddExample(tenant, biz_type, key, "over-coarse", now);
     slot = MismatchSlot{};
     slot.id = id;
     slot.tenant = std::string(tenant);
@@ -98,6 +103,44 @@ void KeyHealthTracker::OnMismatch(std::string_view tenant, std::string_view biz_
     *used = fp;
     ++slot.fingerprint_count;
   }
+}
+
+void KeyHealthTracker::AddExample(std::string_view tenant, std::string_view biz_type,
+                                  std::string_view key, std::string_view finding, absl::Time now) {
+  KeyExample& e = examples_[next_example_];
+  next_example_ = (next_example_ + 1) % examples_.size();
+  e.tenant.assign(tenant);
+  e.biz_type.assign(biz_type);
+  e.key.assign(key.substr(0, kExampleKeyBytes));
+  e.finding.assign(finding);
+  e.at = now;
+}
+
+std::vector<KeyExample> KeyHealthTracker::Examples(std::string_view tenant) const {
+  std::vector<KeyExample> out;
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 1; i <= examples_.size(); ++i) {  // newest first
+    const KeyExample& e = examples_[(next_example_ + examples_.size() - i) % examples_.size()];
+    if (e.finding.empty() || (!tenant.empty() && e.tenant != tenant)) continue;
+    out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<KeyHealthCounts> KeyHealthTracker::Counts(std::string_view tenant) const {
+  std::vector<KeyHealthCounts> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [t, names] : by_tenant_) {
+    if (!tenant.empty() && t != tenant) continue;
+    for (const auto& [biz_type, c] : names) {
+      uint64_t shapes = 0;
+      for (uint64_t n : c.shapes) shapes += n;
+      out.push_back({.tenant = t, .biz_type = biz_type, .regenerated = c.regenerated,
+                     .mismatches = c.mismatches, .over_coarse = c.over_coarse,
+                     .suspicious_shapes = shapes});
+    }
+  }
+  return out;
 }
 
 std::vector<KeyMismatches> KeyHealthTracker::Mismatches(std::string_view tenant) const {

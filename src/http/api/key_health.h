@@ -67,10 +67,29 @@ struct KeyMismatches {
   absl::Time last_at;
 };
 
+// A key the tracker found unhealthy, as Examples() reports it (the operator
+// console's examples).
+struct KeyExample {
+  std::string tenant, biz_type;
+  std::string key;      // at most KeyHealthTracker::kExampleKeyBytes of it
+  std::string finding;  // "regenerated", "over-coarse" or the shape's name
+  absl::Time at;
+};
+
+// One (tenant, biz_type)'s counters, as Counts() reports them.
+struct KeyHealthCounts {
+  std::string tenant, biz_type;
+  uint64_t regenerated = 0, mismatches = 0, over_coarse = 0, suspicious_shapes = 0;
+};
+
 class KeyHealthTracker {
  public:
   static constexpr size_t kMaxBizTypes = 16;  // per tenant
   static constexpr int kMaxFingerprints = 8;
+  // The newest findings kept as examples, and how much of each key: a fixed budget
+  // of memory whatever the traffic.
+  static constexpr size_t kExamples = 32;
+  static constexpr size_t kExampleKeyBytes = 200;
 
   explicit KeyHealthTracker(KeyHealthOptions options = {});
 
@@ -86,6 +105,14 @@ class KeyHealthTracker {
 
   // `tenant`'s remembered keys with mismatches, ordered by biz_type, then key.
   std::vector<KeyMismatches> Mismatches(std::string_view tenant) const;
+
+  // The newest findings, newest first: `tenant`'s, or every tenant's when it is
+  // empty.
+  std::vector<KeyExample> Examples(std::string_view tenant) const;
+
+  // Every (tenant, biz_type)'s counters (only `tenant`'s when it is not empty), by
+  // tenant, then biz_type.
+  std::vector<KeyHealthCounts> Counts(std::string_view tenant) const;
 
   enum Labels { kTenantOnly, kWithBizTypes };
 
@@ -128,12 +155,16 @@ class KeyHealthTracker {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The sum of `biz_type`'s counters over every tenant.
   Counters Sum(std::string_view biz_type) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void AddExample(std::string_view tenant, std::string_view biz_type, std::string_view key,
+                  std::string_view finding, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const KeyHealthOptions options_;
   mutable absl::Mutex mu_;
   std::map<std::string, ByBizType, std::less<>> by_tenant_ ABSL_GUARDED_BY(mu_);
   std::vector<FingerprintSlot> fingerprints_ ABSL_GUARDED_BY(mu_);
   std::vector<MismatchSlot> mismatched_ ABSL_GUARDED_BY(mu_);
+  std::array<KeyExample, kExamples> examples_ ABSL_GUARDED_BY(mu_);  // a ring
+  size_t next_example_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace idem::http
