@@ -38,8 +38,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <thread>
 #include <string>
 #include <string_view>
@@ -102,6 +105,10 @@ class Console {
   // call it with their own times).
   void Sample(absl::Time now);
 
+  // How long one page reads records for, and how many it asks the store for at once.
+  static constexpr absl::Duration kScanBudget = absl::Milliseconds(120);
+  static constexpr int kScanChunk = 2000;
+
   static constexpr size_t kRateSeries = 5;  // claims, replays, 409s, 422s, 503s
   static constexpr absl::Duration kRateWindow = absl::Hours(1);
 
@@ -130,6 +137,13 @@ class Console {
   ConsoleAnswer Logout(const HttpRequest& request, const Caller& caller);
   ConsoleAnswer Records(const Caller& caller, std::string_view query);  // console_records.cc
   ConsoleAnswer OneRecord(const Caller& caller, std::string_view query);  // console_records.cc
+  // Visits the records from `from` (its tenant, or every tenant's, after its `after`;
+  // its other conditions are ignored) in the store's order, kScanChunk at a time,
+  // until `visit` returns true, the store has no more, or kScanBudget has passed.
+  // Returns where a later scan goes on (the (tenant, key) it stopped at), or nullopt
+  // when the store has no more. *scanned counts the records visited.
+  absl::StatusOr<std::optional<std::pair<std::string, std::string>>> Scan(
+      RecordQuery from, const std::function<bool(const Record&)>& visit, size_t* scanned);
   ConsoleAnswer Stuck(const Caller& caller, std::string_view query);  // console_stuck.cc
   ConsoleAnswer Resolve(const Caller& caller, const HttpRequest& request);  // console_stuck.cc
   // The step runner over the store, made on first use; null for a store without SQL.

@@ -2,8 +2,10 @@
 //
 // GET /console/records?tenant=&biz_type=&key=&match=exact|prefix&state=&older_than=
 //     &newer_than=&after=
-// A page of at most 50 records, in the store's order (tenant, then key), through
-// Store::ListRecords; `after` is the last key of the page before (the tenant's). An
+// A page of at most 50 records, in the store's order (tenant, then key), read
+// through Store::ListRecords in chunks for at most Console::kScanBudget (so a rare
+// filter over millions of records answers in time, with a link that searches on);
+// `after_tenant` and `after` are where the page before stopped. An
 // exact key is one Store::Get per tenant searched; a prefix is read from where the
 // prefix sorts in its tenant and stops at the first key past it (keys compare byte
 // by byte in every store), so it needs a tenant.
@@ -16,11 +18,14 @@
 #include <vector>
 
 #include <algorithm>
+#include <array>
+#include <functional>
 #include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "idem/status.h"
 #include "http/api/console.h"
 #include "http/api/console_html.h"
 
@@ -30,7 +35,8 @@ namespace {
 constexpr int kPageSize = 50;
 
 struct Search {
-  std::string tenant, biz_type, key, match = "exact", state, older_than, newer_than, after;
+  std::string tenant, biz_type, key, match = "exact", state, older_than, newer_than;
+  std::string after_tenant, after;  // where the page before stopped
 };
 
 std::string Option(std::string_view value, std::string_view label, std::string_view selected) {
@@ -105,14 +111,19 @@ bool Matches(const Search& s, const Record& r) {
 
 ConsoleAnswer Console::Records(const Caller& caller, std::string_view query) {
   const auto form = ParseForm(query);
-  Search s{.tenant = console::Field(form, "tenant"), .biz_type = console::Field(form, "biz_type"),
-           .key = console::Field(form, "key"), .match = console::Field(form, "match"), .state = console::Field(form, "state"),
-           .older_than = console::Field(form, "older_than"), .newer_than = console::Field(form, "newer_than"),
+  Search s{.tenant = console::Field(form, "tenant"),
+           .biz_type = console::Field(form, "biz_type"),
+           .key = console::Field(form, "key"),
+           .match = console::Field(form, "match"),
+           .state = console::Field(form, "state"),
+           .older_than = console::Field(form, "older_than"),
+           .newer_than = console::Field(form, "newer_than"),
+           .after_tenant = console::Field(form, "after_tenant"),
            .after = console::Field(form, "after")};
   if (s.match != "prefix") s.match = "exact";
   const ConsoleAdmin& admin = *caller.admin;
   if (!admin.tenant.empty()) s.tenant = admin.tenant;
-  const bool searched = form.size() > 0;
+  const bool searched = !form.empty();
   std::string body = "<h1>Find records</h1>";
   absl::StrAppend(&body, SearchForm(s, admin, options_.tenants));
   const auto page = [&](int status, std::string b) {
@@ -130,106 +141,114 @@ ConsoleAnswer Console::Records(const Caller& caller, std::string_view query) {
       std::find(options_.tenants.begin(), options_.tenants.end(), s.tenant) == options_.tenants.end()) {
     return refuse(absl::StrCat("no tenant '", s.tenant, "' on this server"));
   }
-  RecordQuery q;
-  if (!s.tenant.empty()) q.tenant = s.tenant;
-  if (!s.biz_type.empty()) q.biz_type = s.biz_type;
-  if (s.state == "TOMBSTONE") {
-    q.purged = true;
-  } else if (!s.state.empty()) {
-    bool known = false;
-    for (RecordState st : {RecordState::kProcessing, RecordState::kSucceeded, RecordState::kFailed,
-                           RecordState::kReleased}) {
-      if (RecordStateName(st) == s.state) {
-        q.states.push_back(st);
-        known = true;
-      }
-    }
-    if (!known) return refuse(absl::StrCat("unknown state '", s.state, "'"));
-    q.purged = false;
+  static constexpr std::array<std::string_view, 5> kStates = {"PROCESSING", "SUCCEEDED", "FAILED",
+                                                               "RELEASED", "TOMBSTONE"};
+  if (!s.state.empty() && std::find(kStates.begin(), kStates.end(), s.state) == kStates.end()) {
+    return refuse(absl::StrCat("unknown state '", s.state, "'"));
   }
   const absl::Time now = options_.clock->Now();
+  absl::Time created_before = absl::InfiniteFuture(), created_since = absl::InfinitePast();
   if (!s.older_than.empty()) {
     absl::StatusOr<absl::Duration> d = Age(s.older_than, "older than");
     if (!d.ok()) return refuse(SV(d.status().message()));
-    q.created_before = now - *d;
+    created_before = now - *d;
   }
   if (!s.newer_than.empty()) {
     absl::StatusOr<absl::Duration> d = Age(s.newer_than, "newer than");
     if (!d.ok()) return refuse(SV(d.status().message()));
-    q.created_since = now - *d;
+    created_since = now - *d;
   }
+  const auto matches = [&](const Record& r) {
+    return Matches(s, r) && r.created_at < created_before && r.created_at >= created_since;
+  };
 
   std::vector<Record> found;
-  bool more = false;
+  std::optional<std::pair<std::string, std::string>> resume;  // where the next page starts
+  size_t scanned = 0;
   if (!s.key.empty() && s.match == "exact") {
     std::vector<std::string> tenants;
-    if (q.tenant.has_value()) {
-      tenants.push_back(*q.tenant);
+    if (!s.tenant.empty()) {
+      tenants.push_back(s.tenant);
     } else {
       tenants = options_.tenants;
     }
     for (const std::string& t : tenants) {
       absl::StatusOr<std::optional<Record>> r = store_.Get(t, s.key);
       if (!r.ok()) return refuse(absl::StrCat("the store: ", r.status().message()));
-      if (r->has_value() && Matches(s, **r) && (*r)->created_at < q.created_before &&
-          (*r)->created_at >= q.created_since) {
-        found.push_back(**std::move(r));
-      }
+      if (r->has_value() && matches(**r)) found.push_back(**std::move(r));
     }
   } else {
     const bool prefix = !s.key.empty();
-    if (prefix && !q.tenant.has_value()) {
+    if (prefix && s.tenant.empty()) {
       return refuse("a key prefix is searched within one tenant: choose the tenant");
     }
+    RecordQuery from;
+    if (!s.tenant.empty()) from.tenant = s.tenant;
     if (!s.after.empty()) {
-      if (!q.tenant.has_value()) return refuse("'after' needs a tenant");
-      q.after = std::make_pair(*q.tenant, s.after);
+      // A page after the first: where the one before stopped.
+      if (s.tenant.empty() && s.after_tenant.empty()) return refuse("'after' needs its tenant");
+      from.after = std::make_pair(s.tenant.empty() ? s.after_tenant : s.tenant, s.after);
     } else if (prefix) {
       // The prefix itself, then the keys after it (ListRecords' `after` is exclusive).
-      absl::StatusOr<std::optional<Record>> r = store_.Get(*q.tenant, s.key);
+      absl::StatusOr<std::optional<Record>> r = store_.Get(s.tenant, s.key);
       if (!r.ok()) return refuse(absl::StrCat("the store: ", r.status().message()));
-      if (r->has_value() && Matches(s, **r) && (*r)->created_at < q.created_before &&
-          (*r)->created_at >= q.created_since) {
-        found.push_back(**std::move(r));
-      }
-      q.after = std::make_pair(*q.tenant, s.key);
+      if (r->has_value() && matches(**r)) found.push_back(**std::move(r));
+      from.after = std::make_pair(s.tenant, s.key);
     }
-    q.limit = kPageSize + 1;
-    absl::StatusOr<std::vector<Record>> page_records = store_.ListRecords(q);
-    if (!page_records.ok()) {
-      return refuse(absl::StrCat("the store: ", page_records.status().message()));
-    }
-    for (Record& r : *page_records) {
-      if (prefix && !absl::StartsWith(r.key, s.key)) break;
-      if (static_cast<int>(found.size()) == kPageSize) {
-        more = true;
-        break;
-      }
-      found.push_back(std::move(r));
-    }
+    bool past_prefix = false;
+    absl::StatusOr<std::optional<std::pair<std::string, std::string>>> stopped =
+        Scan(from, [&](const Record& r) {
+          if (prefix && !absl::StartsWith(r.key, s.key)) {
+            past_prefix = true;
+            return true;
+          }
+          if (matches(r)) found.push_back(r);
+          return found.size() >= static_cast<size_t>(kPageSize);
+        }, &scanned);
+    if (!stopped.ok()) return refuse(absl::StrCat("the store: ", stopped.status().message()));
+    if (!past_prefix) resume = *std::move(stopped);
   }
 
   if (found.empty()) {
-    absl::StrAppend(&body, "<p id=\"none\">No record matches.</p>");
-    return page(200, std::move(body));
+    absl::StrAppend(&body, "<p id=\"none\">No record matches",
+                    resume.has_value() ? " among the records read so far" : "", ".</p>");
+  } else {
+    absl::StrAppend(&body,
+                    "<table id=\"records\"><thead><tr><th>Tenant</th><th>biz_type</th><th>Key</th>"
+                    "<th>State</th><th>Token</th><th>Created</th><th>Lease</th></tr></thead><tbody>");
+    for (const Record& r : found) AppendRow(body, r, now);
+    absl::StrAppend(&body, "</tbody></table>");
   }
-  absl::StrAppend(&body,
-                  "<table id=\"records\"><thead><tr><th>Tenant</th><th>biz_type</th><th>Key</th>"
-                  "<th>State</th><th>Token</th><th>Created</th><th>Lease</th></tr></thead><tbody>");
-  for (const Record& r : found) AppendRow(body, r, now);
-  absl::StrAppend(&body, "</tbody></table>");
-  if (more && q.tenant.has_value()) {
+  if (resume.has_value()) {
+    // Each page reads for a bounded time (Scan): a rare filter over a large store
+    // goes on from where the last page stopped.
     absl::StrAppend(&body, "<p><a id=\"next\" href=\"/console/records?tenant=", UrlEncode(s.tenant),
                     "&amp;biz_type=", UrlEncode(s.biz_type), "&amp;key=", UrlEncode(s.key),
                     "&amp;match=", s.match, "&amp;state=", UrlEncode(s.state),
                     "&amp;older_than=", UrlEncode(s.older_than), "&amp;newer_than=",
-                    UrlEncode(s.newer_than), "&amp;after=", UrlEncode(found.back().key),
-                    "\">Next ", kPageSize, "</a></p>");
-  } else if (more) {
-    absl::StrAppend(&body, "<p class=\"note\">More records match: choose a tenant to page "
-                           "through them.</p>");
+                    UrlEncode(s.newer_than), "&amp;after_tenant=", UrlEncode(resume->first),
+                    "&amp;after=", UrlEncode(resume->second), "\">",
+                    found.size() >= static_cast<size_t>(kPageSize) ? "Next page" : "Search further",
+                    "</a> <span class=\"note\">(", scanned, " records read for this page)</span></p>");
   }
   return page(200, std::move(body));
+}
+
+absl::StatusOr<std::optional<std::pair<std::string, std::string>>> Console::Scan(
+    RecordQuery from, const std::function<bool(const Record&)>& visit, size_t* scanned) {
+  const absl::Time deadline = absl::Now() + kScanBudget;
+  from.limit = kScanChunk;
+  for (;;) {
+    IDEM_ASSIGN_OR_RETURN(std::vector<Record> chunk, store_.ListRecords(from));
+    if (chunk.empty()) return std::nullopt;
+    for (const Record& r : chunk) {
+      ++*scanned;
+      if (visit(r)) return std::make_pair(r.tenant, r.key);
+    }
+    if (chunk.size() < static_cast<size_t>(kScanChunk)) return std::nullopt;
+    from.after = std::make_pair(chunk.back().tenant, chunk.back().key);
+    if (absl::Now() >= deadline) return from.after;
+  }
 }
 
 ConsoleAnswer Console::OneRecord(const Caller& caller, std::string_view query) {

@@ -115,25 +115,28 @@ ConsoleAnswer Console::Stuck(const Caller& caller, std::string_view query) {
                 400, console::Page("Stuck", admin.name, caller.csrf, body))};
   }
   const absl::Time now = options_.clock->Now();
-  RecordQuery q;
-  if (!admin.tenant.empty()) q.tenant = admin.tenant;
-  q.states = {RecordState::kProcessing};
-  q.purged = false;
-  q.limit = 1000;
-  absl::StatusOr<std::vector<Record>> processing = store_.ListRecords(q);
-  if (!processing.ok()) {
-    absl::StrAppend(&body, "<p class=\"error\">The store: ", Html(SV(processing.status().message())),
+  RecordQuery from;
+  if (!admin.tenant.empty()) from.tenant = admin.tenant;
+  const std::string after_tenant = console::Field(form, "after_tenant");
+  const std::string after = console::Field(form, "after");
+  if (!after.empty()) from.after = std::make_pair(after_tenant, after);
+  std::vector<Record> lapsed, old;
+  size_t scanned = 0;
+  absl::StatusOr<std::optional<std::pair<std::string, std::string>>> stopped =
+      Scan(from, [&](const Record& r) {
+        if (r.state != RecordState::kProcessing || r.purged()) return false;
+        if (r.lease_until <= now) {
+          if (lapsed.size() < kShown) lapsed.push_back(r);
+        } else if (r.created_at < now - bound) {
+          if (old.size() < kShown) old.push_back(r);
+        }
+        return lapsed.size() >= kShown && old.size() >= kShown;
+      }, &scanned);
+  if (!stopped.ok()) {
+    absl::StrAppend(&body, "<p class=\"error\">The store: ", Html(SV(stopped.status().message())),
                     "</p>");
     return {.response = console::HtmlResponse(
                 503, console::Page("Stuck", admin.name, caller.csrf, body))};
-  }
-  std::vector<Record> lapsed, old;
-  for (Record& r : *processing) {
-    if (r.lease_until <= now) {
-      if (lapsed.size() < kShown) lapsed.push_back(std::move(r));
-    } else if (r.created_at < now - bound) {
-      if (old.size() < kShown) old.push_back(std::move(r));
-    }
   }
   absl::StrAppend(&body, "<h2>Claims past their lease</h2><p class=\"note\">Their holder stopped "
                          "before completing or failing them; the next claim of the key takes it "
@@ -144,10 +147,13 @@ ConsoleAnswer Console::Stuck(const Caller& caller, std::string_view query) {
                   "<label>Older than<input name=\"older_than\" size=\"6\" value=\"",
                   Html(older_than), "\"></label><button type=\"submit\">Show</button></form>");
   AppendClaims(body, old, "old", "None.");
-  if (processing->size() == static_cast<size_t>(q.limit)) {
-    absl::StrAppend(&body, "<p class=\"note\">Only the first ", q.limit,
-                    " PROCESSING claims were read; <a href=\"/console/records?state=PROCESSING\">"
-                    "find records</a> pages through all of them.</p>");
+  if (stopped->has_value()) {
+    // A page reads for a bounded time: on a large store, the rest on the next.
+    absl::StrAppend(&body, "<p class=\"note\">", scanned,
+                    " records were read for this page, not all of them. <a id=\"further\" "
+                    "href=\"/console/stuck?older_than=", UrlEncode(older_than), "&amp;after_tenant=",
+                    UrlEncode((*stopped)->first), "&amp;after=", UrlEncode((*stopped)->second),
+                    "\">Read further</a></p>");
   }
 
   absl::StrAppend(&body, "<h2>Step operations that need a person</h2>");
