@@ -32,7 +32,7 @@
 # output names the failing tests; the binary runs one of them alone with
 # --gtest_filter=NAME.
 function(idem_add_test)
-  cmake_parse_arguments(T "IDEM_BIN" "NAME" "SOURCES;LIBS;LABELS;ENV;PROPERTIES;BACKENDS" ${ARGN})
+  cmake_parse_arguments(T "IDEM_BIN;BROWSER" "NAME" "SOURCES;LIBS;LABELS;ENV;PROPERTIES;BACKENDS" ${ARGN})
   set(missing "")
   foreach(backend IN LISTS T_BACKENDS)
     string(TOUPPER "${backend}" backend)
@@ -59,6 +59,16 @@ function(idem_add_test)
     list(APPEND T_ENV "IDEM_BIN=$<TARGET_FILE:idem>")
     target_compile_definitions(${T_NAME} PRIVATE IDEM_BIN_DEFAULT="$<TARGET_FILE:idem>")
     add_dependencies(${T_NAME} idem)
+  endif()
+  if(T_BROWSER)
+    # Debian's chromium as IDEM_CHROMIUM (a test package, scripts/deps.sh; "" when not
+    # found: the test is still built and fails saying what to install), the driver
+    # (tests/testing/browser.h), and where screenshots are kept.
+    find_program(IDEM_CHROMIUM NAMES chromium chromium-browser)
+    target_compile_definitions(${T_NAME} PRIVATE
+      IDEM_CHROMIUM="$<$<BOOL:${IDEM_CHROMIUM}>:${IDEM_CHROMIUM}>")
+    list(APPEND T_LIBS idem_browser_test_driver)
+    list(APPEND T_ENV "IDEM_TEST_ARTIFACTS=${CMAKE_BINARY_DIR}/test-artifacts")
   endif()
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} idem_testing GTest::gmock GTest::gtest_main)
   target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
