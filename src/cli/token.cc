@@ -1,6 +1,7 @@
 // `idem token`: bearer tokens for `idem serve`'s tenants, kept as hashes.
 //
 //   idem token new --tenant acme    a fresh random token, and its tenants-file line
+//   idem token new --console-admin ops   the same for an admin of the operator console
 //   idem token hash < token.txt     the hash of an existing token, read from stdin
 //
 // `new` prints the token on its first stdout line and "acme sha256:HEX" (a line for
@@ -26,12 +27,15 @@ namespace {
 
 struct TokenFlags {
   std::string tenant;
+  std::string console_admin;
 };
 
 int RunNew(const TokenFlags& flags) {
-  if (absl::Status s = ValidateTenant(flags.tenant); !s.ok()) {
-    PrintReason("token new: --tenant '" + flags.tenant + "': " +
-                std::string(s.message().data(), s.message().size()));
+  const bool admin = !flags.console_admin.empty();
+  const std::string& name = admin ? flags.console_admin : flags.tenant;
+  if (absl::Status s = ValidateTenant(name); !s.ok()) {
+    PrintReason(std::string("token new: ") + (admin ? "--console-admin '" : "--tenant '") + name +
+                "': " + std::string(s.message().data(), s.message().size()));
     return kExitUsage;
   }
   std::string token;
@@ -39,11 +43,12 @@ int RunNew(const TokenFlags& flags) {
     PrintReason("token new: cannot read the system random source");
     return kExitFailure;
   }
-  std::printf("%s\n%s %s\n", token.c_str(), flags.tenant.c_str(), TokenHash(token).c_str());
+  std::printf("%s\n%s %s\n", token.c_str(), name.c_str(), TokenHash(token).c_str());
   std::fflush(stdout);
-  std::fprintf(stderr,
-               "line 1 is the token: give it to the client, it is stored nowhere;\n"
-               "line 2 goes into the --tenants-file of idem serve\n");
+  std::fprintf(stderr, admin ? "line 1 is the token: give it to the admin, it is stored nowhere;\n"
+                               "line 2 goes into the --console-admins-file of idem serve\n"
+                             : "line 1 is the token: give it to the client, it is stored nowhere;\n"
+                               "line 2 goes into the --tenants-file of idem serve\n");
   return kExitOk;
 }
 
@@ -71,9 +76,15 @@ CommandFn AddTokenCommand(CLI::App& root) {
   auto flags = std::make_shared<TokenFlags>();
   CLI::App* make = cmd->add_subcommand(
       "new", "Print a new random token and its --tenants-file line \"NAME sha256:HEX\"");
-  make->add_option("--tenant", flags->tenant, "The tenant the token is for")
-      ->type_name("NAME")
-      ->required();
+  CLI::Option* tenant = make->add_option("--tenant", flags->tenant, "The tenant the token is for")
+                             ->type_name("NAME");
+  CLI::Option* admin =
+      make->add_option("--console-admin", flags->console_admin,
+                       "Or the admin of the operator console the token is for (its line goes "
+                       "into --console-admins-file)")
+          ->type_name("NAME");
+  tenant->excludes(admin);
+  make->require_option(1, 1);
   CLI::App* hash =
       cmd->add_subcommand("hash", "Print the sha256: hash of the token read from stdin");
   return [flags, make, hash] {

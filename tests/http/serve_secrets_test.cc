@@ -231,6 +231,22 @@ TEST(ServeSecrets, TheConsoleNeedsAnAdminOfItsOwn) {
     EXPECT_NE(r.exit_code, 0) << c.says;
     EXPECT_THAT(r.err, HasSubstr(c.says));
   }
+
+  // `idem token new --console-admin` makes the admins file's line; with it the
+  // console starts, and its pages need a session.
+  idem::testing::RunResult made = RunIdem({"token", "new", "--console-admin", "ops"}, dir.path());
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_THAT(made.err, HasSubstr("--console-admins-file"));
+  const std::string line = made.out.substr(made.out.find('\n') + 1);
+  ServeProcess serve(dir.file("serve.err"));
+  ASSERT_THAT(serve.Start({"--listen", "127.0.0.1:0", "--store", "memory://", "--console",
+                           "--console-admins-file", WriteFile(dir.file("admins"), line, 0600)}),
+              StartsWith("listening on "));
+  EXPECT_EQ(testing::Fetch(serve.port(), "GET", "/console/login").status, 200);
+  testing::ClientResponse records = testing::Fetch(serve.port(), "GET", "/console/records");
+  EXPECT_EQ(records.status, 303);
+  EXPECT_EQ(records.headers["location"], "/console/login");
+  EXPECT_EQ(serve.Stop(), 0);
 }
 
 TEST(ServeSecrets, StorePasswordFileAndEnvironmentAreCheckedUpFront) {
