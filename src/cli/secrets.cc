@@ -1,6 +1,5 @@
 #include "cli/secrets.h"
 
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -136,23 +135,6 @@ absl::Status AddFile(const std::string& path, const TenantSources& names, Tenant
 }
 
 }  // namespace
-
-bool NewToken(std::string* out) {
-  unsigned char bytes[32];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n <= 0) return false;
-    got += static_cast<size_t>(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  out->clear();
-  for (unsigned char b : bytes) {
-    *out += kHex[b >> 4];
-    *out += kHex[b & 0xF];
-  }
-  return true;
-}
 
 std::string TokenHash(std::string_view token) {
   return std::string(kHashPrefix) + Fingerprint(token);

@@ -34,10 +34,6 @@ struct Tenant;
 
 namespace idem::cli {
 
-// A new bearer token: 256 bits from the kernel's CSPRNG as 64 hex digits. False
-// when the random source cannot be read.
-bool NewToken(std::string* out);
-
 // "sha256:" followed by the 64 lowercase hex digits of SHA-256(token).
 std::string TokenHash(std::string_view token);
 

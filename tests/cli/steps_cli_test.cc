@@ -31,6 +31,7 @@
 #include "testing/fake_clock.h"
 #include "testing/idem_process.h"
 #include "testing/status_matchers.h"
+#include "testing/step_types.h"
 #include "testing/temp_dir.h"
 #include "testing/wait_until.h"
 
@@ -148,20 +149,7 @@ class StepsCliTest : public ::testing::Test {
   }
 
   // Step 1 succeeds and cannot be undone; step 2 fails for good: a person must act.
-  static OperationType Undoable() {
-    Step reserve;
-    reserve.name = "reserve";
-    reserve.execute = [](StepContext&) -> absl::StatusOr<std::string> { return std::string("r1"); };
-    reserve.compensate = [](StepContext&) -> absl::Status {
-      return absl::FailedPreconditionError("reservation is locked");
-    };
-    Step charge;
-    charge.name = "charge";
-    charge.execute = [](StepContext&) -> absl::StatusOr<std::string> {
-      return absl::InvalidArgumentError("card declined");
-    };
-    return OperationType{.name = "test.undo", .steps = {std::move(reserve), std::move(charge)}};
-  }
+  static OperationType Undoable() { return idem::testing::NeedsAPerson("test.undo"); }
 
   // The refund example's operation as this binary's worker knows it (three steps,
   // refund/refund_operation.h), but whose channel call this process decides:

@@ -2,14 +2,13 @@
 // record pages are console_records.cc.
 #include "http/api/console.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/absl_compat.h"
+#include "core/random_token.h"
 #include "http/api/console_html.h"
 #include "http/server/problem.h"
 #include "idem/fingerprint.h"
@@ -61,22 +60,10 @@ bool ConstantTimeSame(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-// 32 random bytes as 64 hex digits, or "" when the system's random source fails.
+// A new random token, or "" when the system's random source fails.
 std::string RandomToken() {
-  unsigned char bytes[32];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n <= 0) return "";
-    got += static_cast<size_t>(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : bytes) {
-    out += kHex[b >> 4];
-    out += kHex[b & 0xF];
-  }
-  return out;
+  std::string token;
+  return NewToken(&token) ? token : "";
 }
 
 std::string Cookie(std::string_view name, std::string_view value, absl::Duration max_age) {

@@ -2,40 +2,13 @@
 
 #include <cstdint>
 
+#include "core/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace idem::http {
 namespace {
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
-
-// The length of the well-formed UTF-8 sequence at the start of `s` (RFC 3629: no
-// overlong forms, no surrogates, nothing above U+10FFFF), or 0.
-size_t Utf8Length(std::string_view s) {
-  const auto b = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
-  const uint8_t c = b(0);
-  if (c < 0x80) return 1;
-  size_t n = 0;
-  uint8_t lo = 0x80, hi = 0xBF;  // the second byte's range
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (s.size() < n || b(1) < lo || b(1) > hi) return 0;
-  for (size_t i = 2; i < n; ++i) {
-    if (b(i) < 0x80 || b(i) > 0xBF) return 0;
-  }
-  return n;
-}
 
 int HexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -79,7 +52,7 @@ void AppendHtml(std::string& out, std::string_view text) {
           out += kReplacement;
           break;
         }
-        const size_t n = Utf8Length(text);
+        const size_t n = Utf8SequenceLength(text);
         if (n == 0) {
           out += kReplacement;
           break;
