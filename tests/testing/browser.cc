@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
 
 namespace idem::testing {
@@ -35,27 +36,6 @@ std::string Abbrev(const std::string& text) {
 // A selector or value as a JavaScript string literal (JSON strings are valid JS).
 std::string JsString(const std::string& text) {
   return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-std::string DecodeBase64(const std::string& in) {
-  std::string out;
-  out.reserve(in.size() / 4 * 3);
-  uint32_t acc = 0;
-  int bits = 0;
-  static const std::string kAlphabet =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  for (char c : in) {
-    if (c == '=') break;
-    const size_t v = kAlphabet.find(c);
-    if (v == std::string::npos) continue;
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xFF));
-    }
-  }
-  return out;
 }
 
 std::string StderrTail(const std::string& path) {
@@ -478,9 +458,13 @@ bool Browser::Screenshot(const std::string& png_path) {
   std::string err;
   const json r =
       Send("Page.captureScreenshot", {{"format", "png"}, {"captureBeyondViewport", true}}, &err);
+  std::string png;
+  if (err.empty() && !absl::Base64Unescape(r.value("data", ""), &png)) {
+    err = "the screenshot's data is not base64";
+  }
   if (err.empty()) {
     std::ofstream out(png_path, std::ios::binary | std::ios::trunc);
-    out << DecodeBase64(r.value("data", ""));
+    out << png;
     if (!out.good()) err = "cannot write " + png_path;
   }
   if (!err.empty()) ADD_FAILURE() << "Screenshot(" << png_path << "): " << err;
