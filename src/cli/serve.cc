@@ -357,16 +357,21 @@ int RunServe(const ServeFlags& flags) {
   metrics.AddSection([&store] { return Backend(*store).RenderMetrics(); });
 
   std::unique_ptr<http::Console> console;
+  std::string console_note;
   if (flags.console) {
     http::ConsoleOptions console_options{.admins = *std::move(console_admins)};
     for (const http::Tenant& t : api_options->tenants) console_options.tenants.push_back(t.name);
+    const size_t admins = console_options.admins.size();
     console = std::make_unique<http::Console>(*store, std::move(console_options));
     api_options->console = console.get();
+    console_note = absl::StrCat("console: pages under /console/ for ", admins,
+                                " admin(s); serve them to people through TLS only");
   }
   http::Api api(guard, *store, metrics, *api_options);
   http::Server server(api, *server_options);
   LogServeSettings(*api_options, retention->policy);
   std::vector<std::string> notes;
+  if (!console_note.empty()) notes.push_back(console_note);
   if (retention->policy.empty()) {
     // The default, said once the server is up (a failed start stays one line); an
     // info, not a warning: idem_biz_types_without_retention is what alerts use.
