@@ -48,6 +48,7 @@ HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "tra
 API_HEADERS = ("retry-after", "idempotent-replayed", "www-authenticate", "allow")
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 UNROUTED = "x-idem-unrouted"
+CONSOLE = "x-idem-console"
 OTHER_METHODS = "x-idem-other-methods"
 
 _RFC3339 = re.compile(
@@ -327,6 +328,8 @@ class Document:
                 out.append("%s: missing (answers to unrouted targets / other methods)" % ext)
             else:
                 out.extend(self._check_responses((doc[ext] or {}).get("responses"), ext))
+        if CONSOLE in doc:
+            out.extend(self._check_responses((doc[CONSOLE] or {}).get("responses"), CONSOLE))
         return out
 
     def _check_responses(self, responses, where):
@@ -439,7 +442,12 @@ class Checker:
         matched = self.d.match(path) if path.startswith("/") else None
 
         op = None
-        if matched is None:
+        if (path == "/console" or path.startswith("/console/")) and CONSOLE in doc:
+            # The operator console's HTML pages: one set of answers for all of them.
+            responses = (doc.get(CONSOLE) or {}).get("responses") or {}
+            op_name = "console page %s" % path
+            template = "/console/…"
+        elif matched is None:
             responses = (doc.get(UNROUTED) or {}).get("responses") or {}
             op_name = "unrouted target %s" % path
             template = None
