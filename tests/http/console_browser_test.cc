@@ -200,6 +200,7 @@ TEST_F(ConsoleBrowserTest, AnOperatorFindsSettlesAndClosesWhatNeedsAPerson) {
   ASSERT_EQ(b.ClickAndWait("#nav-health"), "");
   Shot(b, "8-health");
   EXPECT_TRUE(b.Exists("#chart-0 svg"));
+  EXPECT_THAT(b.Text("#chart-0 figcaption"), HasSubstr("claims: 1 in the last minute"));  // lapsed-7
 
   ASSERT_EQ(b.ClickAndWait("#logout"), "");
   EXPECT_EQ(b.Evaluate("location.pathname"), "/console/login");

@@ -372,9 +372,10 @@ TEST_F(ConsoleTest, ChartsTheLastHoursRatesAndShowsUnhealthyKeysWithExamples) {
   HttpResponse page = Get("/console/health", session);
   ASSERT_EQ(page.status, 200) << page.body;
   // Per minute over the last minute: five claims, one 409, one 422.
-  EXPECT_THAT(page.body, HasSubstr("claims: <strong class=\"last\">5</strong>/min"));
-  EXPECT_THAT(page.body, HasSubstr("409 conflicts: <strong class=\"last\">1</strong>/min"));
-  EXPECT_THAT(page.body, HasSubstr("422 fingerprint mismatches: <strong class=\"last\">1</strong>/min"));
+  EXPECT_THAT(page.body, HasSubstr("claims: <strong class=\"last\">5</strong> in the last minute"));
+  EXPECT_THAT(page.body, HasSubstr("409 conflicts: <strong class=\"last\">1</strong> in the last minute"));
+  EXPECT_THAT(page.body,
+              HasSubstr("422 fingerprint mismatches: <strong class=\"last\">1</strong> in the last minute"));
   EXPECT_THAT(page.body, HasSubstr("<circle"));  // one minute so far
   EXPECT_THAT(page.body, HasSubstr("<td>acme</td><td>refund</td><td>1</td><td>1</td><td>1</td><td>1</td>"));
   EXPECT_THAT(page.body, HasSubstr("&lt;b&gt;retry-2&lt;/b&gt;</a></td><td class=\"finding\">regenerated"));
@@ -384,7 +385,7 @@ TEST_F(ConsoleTest, ChartsTheLastHoursRatesAndShowsUnhealthyKeysWithExamples) {
   clock_.Advance(absl::Minutes(1));
   console_.Sample(clock_.Now());
   page = Get("/console/health", session);
-  EXPECT_THAT(page.body, HasSubstr("claims: <strong class=\"last\">0</strong>/min (most 5)"));
+  EXPECT_THAT(page.body, HasSubstr("claims: <strong class=\"last\">0</strong> in the last minute (at most 5/min)"));
   EXPECT_THAT(page.body, HasSubstr("<polyline"));
   // Samples older than the hour are dropped.
   for (int i = 0; i < 70; ++i) {
@@ -392,7 +393,13 @@ TEST_F(ConsoleTest, ChartsTheLastHoursRatesAndShowsUnhealthyKeysWithExamples) {
     console_.Sample(clock_.Now());
   }
   EXPECT_THAT(Get("/console/health", SignIn("ops", kOpsToken)).body,  // the session idled out
-              HasSubstr("claims: <strong class=\"last\">0</strong>/min (most 1)"));
+              HasSubstr("claims: <strong class=\"last\">0</strong> in the last minute (at most 1/min)"));
+
+  // Between samples, the page counts what happened since the last one too.
+  EXPECT_EQ(claim("order-10", "f4"), 201);
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_THAT(Get("/console/health", SignIn("ops", kOpsToken)).body,
+              HasSubstr("claims: <strong class=\"last\">1</strong> in the last minute"));
 
   // An admin held to another tenant sees none of acme's keys.
   Console other(*store_, ConsoleOptions{.admins = {{.name = "g", .token_sha256 = Fingerprint("g"),

@@ -168,6 +168,8 @@ class Console {
     absl::Time at;
     std::array<uint64_t, kRateSeries> values{};
   };
+  // The counters the health page charts, now. REQUIRES: metrics_ set.
+  RateSample Read(absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(sample_mu_);
   absl::Mutex sample_mu_;
   absl::CondVar sample_cv_;
   bool stopping_ ABSL_GUARDED_BY(sample_mu_) = false;

@@ -25,14 +25,14 @@ constexpr std::array<std::string_view, Console::kRateSeries> kSeriesNames = {
 // A chart of per-minute rates, as inline SVG drawn with attributes only (the
 // Content-Security-Policy allows no inline style).
 std::string Chart(std::string_view id, std::string_view title,
-                  const std::vector<std::pair<double, double>>& points, double last) {
+                  const std::vector<std::pair<double, double>>& points, uint64_t last_minute) {
   constexpr int kWidth = 360, kHeight = 70;
   double top = 1;
   for (const auto& p : points) top = std::max(top, p.second);
   std::string svg = absl::StrCat(
       "<figure class=\"chart\" id=\"chart-", AV(id), "\"><figcaption>", Html(title),
-      ": <strong class=\"last\">", static_cast<int64_t>(last), "</strong>/min (most ",
-      static_cast<int64_t>(top), ")</figcaption><svg width=\"", kWidth, "\" height=\"", kHeight,
+      ": <strong class=\"last\">", last_minute, "</strong> in the last minute (at most ",
+      static_cast<int64_t>(top), "/min)</figcaption><svg width=\"", kWidth, "\" height=\"", kHeight,
       "\" viewBox=\"0 0 ", kWidth, " ", kHeight, "\" role=\"img\"><rect width=\"", kWidth,
       "\" height=\"", kHeight, "\" fill=\"#ffffff\" stroke=\"#d9dde5\"/>");
   if (points.size() >= 2) {
@@ -87,6 +87,13 @@ Console::~Console() {
 void Console::Sample(absl::Time now) {
   absl::MutexLock lock(&sample_mu_);
   if (metrics_ == nullptr) return;
+  samples_.push_back(Read(now));
+  while (!samples_.empty() && now - samples_.front().at > kRateWindow + options_.sample_every) {
+    samples_.pop_front();
+  }
+}
+
+Console::RateSample Console::Read(absl::Time now) const {
   RateSample s{.at = now};
   s.values[0] = metrics_->batch_items(Route::kClaims);
   for (int c = 2; c <= 5; ++c) s.values[0] += metrics_->requests_by_class(RouteName(Route::kClaims), c);
@@ -96,10 +103,7 @@ void Console::Sample(absl::Time now) {
     s.values[3] += metrics_->requests(route, 422);
     s.values[4] += metrics_->requests(route, 503);
   }
-  samples_.push_back(s);
-  while (!samples_.empty() && now - samples_.front().at > kRateWindow + options_.sample_every) {
-    samples_.pop_front();
-  }
+  return s;
 }
 
 ConsoleAnswer Console::Health(const Caller& caller) {
@@ -111,20 +115,30 @@ ConsoleAnswer Console::Health(const Caller& caller) {
   std::vector<std::pair<std::string, KeyMismatches>> mismatched;
   {
     absl::MutexLock lock(&sample_mu_);
+    // The samples, and what the counters say now: the newest stretch too.
+    std::vector<RateSample> readings(samples_.begin(), samples_.end());
+    if (metrics_ != nullptr) readings.push_back(Read(now));
+    // The counts since the newest reading at least a minute old (or the oldest).
+    const RateSample* minute_ago = readings.empty() ? nullptr : &readings.front();
+    for (const RateSample& r : readings) {
+      if (now - r.at >= absl::Minutes(1)) minute_ago = &r;
+    }
     for (size_t series = 0; series < kRateSeries; ++series) {
       std::vector<std::pair<double, double>> points;
-      double last = 0;
-      for (size_t i = 1; i < samples_.size(); ++i) {
-        const RateSample& a = samples_[i - 1];
-        const RateSample& b = samples_[i];
+      for (size_t i = 1; i < readings.size(); ++i) {
+        const RateSample& a = readings[i - 1];
+        const RateSample& b = readings[i];
+        // A stretch under a second (the newest, just after a sample) would make a
+        // per-minute rate of noise.
+        if (b.at - a.at < absl::Seconds(1)) continue;
         const double minutes = absl::ToDoubleMinutes(b.at - a.at);
-        if (minutes <= 0) continue;
         const double rate = static_cast<double>(b.values[series] - a.values[series]) / minutes;
         const double x = 1.0 - absl::ToDoubleSeconds(now - b.at) / absl::ToDoubleSeconds(kRateWindow);
         if (x >= 0) points.emplace_back(x, rate);
-        last = rate;
       }
-      absl::StrAppend(&body, Chart(absl::StrCat(series), kSeriesNames[series], points, last));
+      const uint64_t last_minute =
+          minute_ago == nullptr ? 0 : readings.back().values[series] - minute_ago->values[series];
+      absl::StrAppend(&body, Chart(absl::StrCat(series), kSeriesNames[series], points, last_minute));
     }
     if (key_health_ != nullptr) {
       counts = key_health_->Counts(admin.tenant);
