@@ -484,6 +484,25 @@ absl::StatusOr<int64_t> CountTickets(Store& store, std::string_view source) {
   return rows->rows.empty() ? 0 : Int(rows->rows[0][0]);
 }
 
+absl::StatusOr<std::vector<ClassCount>> CountByClass(Store& store) {
+  absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
+  if (!tx.ok()) return tx.status();
+  absl::StatusOr<Rows> rows = (*tx)->Query(
+      "SELECT t.source, t.class, "
+      "COUNT(CASE WHEN t.state IN ('open', 'pending') THEN 1 END), "
+      "COUNT(CASE WHEN t.run_id = w.run_id THEN 1 END) "
+      "FROM recon_ticket t LEFT JOIN recon_watermark w ON w.source = t.source "
+      "GROUP BY t.source, t.class ORDER BY t.source, t.class");
+  (*tx)->Rollback();
+  if (!rows.ok()) return rows.status();
+  std::vector<ClassCount> out;
+  for (const std::vector<Value>& r : rows->rows) {
+    out.push_back({.source = Text(r[0]), .cls = Text(r[1]), .unsettled = Int(r[2]),
+                   .found_by_last_run = Int(r[3])});
+  }
+  return out;
+}
+
 }  // namespace idem::recon
 
 namespace idem::recon {
@@ -522,21 +541,16 @@ std::string RenderReconMetrics(Store& store) {
   }
   // The tickets a person has to look at (and actions not yet done), by class: an
   // amount_mismatch here is an alarm: money moved by a different amount.
-  absl::StatusOr<std::unique_ptr<StoreTransaction>> tx = store.Begin();
-  if (!tx.ok()) return out;
-  absl::StatusOr<Rows> open = (*tx)->Query(
-      "SELECT source, class, COUNT(*) FROM recon_ticket WHERE state IN ('open', 'pending') GROUP "
-      "BY source, "
-      "class ORDER BY source, class");
-  (*tx)->Rollback();
-  if (!open.ok()) return out;
+  absl::StatusOr<std::vector<ClassCount>> counts = CountByClass(store);
+  if (!counts.ok()) return out;
   out +=
       "# HELP idem_recon_open_tickets Differences recon found that are not settled (open "
       "tickets, pending replays and re-pushes)\n"
       "# TYPE idem_recon_open_tickets gauge\n";
-  for (const std::vector<Value>& r : open->rows) {
-    out += "idem_recon_open_tickets{source=\"" + Label(Text(r[0])) + "\",class=\"" +
-           Label(Text(r[1])) + "\"} " + std::to_string(Int(r[2])) + "\n";
+  for (const ClassCount& c : *counts) {
+    if (c.unsettled == 0) continue;
+    out += "idem_recon_open_tickets{source=\"" + Label(c.source) + "\",class=\"" + Label(c.cls) +
+           "\"} " + std::to_string(c.unsettled) + "\n";
   }
   return out;
 }

@@ -130,6 +130,16 @@ absl::StatusOr<std::vector<Ticket>> FindTickets(Store& store, const std::vector<
 absl::StatusOr<Ticket> CloseTicket(Store& store, std::string_view id, std::string_view note,
                                    int64_t now_us);
 
+// Per source and class: the tickets not settled (open, or pending replays and
+// re-pushes) and those the source's last successful run found first (its run_id),
+// by source, then class. Empty when there is no ticket table.
+struct ClassCount {
+  std::string source, cls;
+  int64_t unsettled = 0;
+  int64_t found_by_last_run = 0;
+};
+absl::StatusOr<std::vector<ClassCount>> CountByClass(Store& store);
+
 // How many rows of `source` there are (tests, status).
 absl::StatusOr<int64_t> CountTickets(Store& store, std::string_view source);
 

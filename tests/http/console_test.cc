@@ -324,7 +324,8 @@ TEST_F(ConsoleSqlTest, ShowsReconRunsAndTicketsAndClosesOneAsTheCliDoes) {
   // psp's last success is two hours old: late against the default 15m.
   EXPECT_THAT(page.body, HasSubstr("run-2</td><td class=\"late\">late"));
   EXPECT_THAT(page.body, HasSubstr("run-1</td><td class=\"fresh\">no"));
-  EXPECT_THAT(page.body, HasSubstr("<td>bank</td><td>amount_mismatch</td><td>1</td>"));
+  // One open, found by bank's last run.
+  EXPECT_THAT(page.body, HasSubstr("<td>bank</td><td>amount_mismatch</td><td>1</td><td>1</td>"));
   EXPECT_THAT(page.body, HasSubstr("ORD-&lt;1&gt;"));
   EXPECT_THAT(page.body, Not(HasSubstr("<i>")));
 
@@ -340,7 +341,9 @@ TEST_F(ConsoleSqlTest, ShowsReconRunsAndTicketsAndClosesOneAsTheCliDoes) {
   EXPECT_EQ((*closed)->state, "closed");
   EXPECT_EQ((*closed)->note, "bank fixed it [ops, in the console]");
   EXPECT_EQ(Post("/console/recon/close", csrf + "&id=" + id + "&note=again", session).status, 409);
-  EXPECT_THAT(Get("/console/recon", session).body, HasSubstr("id=\"classes-none\""));
+  // Closed: none open any more, still found by that run.
+  EXPECT_THAT(Get("/console/recon", session).body,
+              HasSubstr("<td>bank</td><td>amount_mismatch</td><td>0</td><td>1</td>"));
   EXPECT_THAT(Get("/console/recon?all=1", session).body, HasSubstr("bank fixed it"));
 }
 

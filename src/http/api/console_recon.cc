@@ -12,7 +12,6 @@
 // them: recon run with the server's store (`[recon] store` the same as `[serve]
 // store`, docs/recon.md) shows here. Recon belongs to no tenant: an admin held to a
 // tenant does not see it.
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -130,20 +129,22 @@ ConsoleAnswer Console::Recon(const Caller& caller, std::string_view query) {
     }
     absl::StrAppend(&body, "</tbody></table>");
   }
-  // Open and pending tickets per source and class (among those listed).
-  std::map<std::pair<std::string, std::string>, int> counts;
-  for (const recon::Ticket& t : *tickets) {
-    if (t.state == "open" || t.state == "pending") ++counts[{t.source, t.cls}];
+  // Per source and class: what is not settled, and what the last run found.
+  absl::StatusOr<std::vector<recon::ClassCount>> counts = recon::CountByClass(store_);
+  if (!counts.ok()) {
+    return page(503, absl::StrCat(body, "<p class=\"error\">The recon store: ",
+                                  Html(SV(counts.status().message())), "</p>"));
   }
-  absl::StrAppend(&body, "<h2>Open tickets per class</h2>");
-  if (counts.empty()) {
-    absl::StrAppend(&body, "<p id=\"classes-none\">None open.</p>");
+  absl::StrAppend(&body, "<h2>Per class</h2>");
+  if (counts->empty()) {
+    absl::StrAppend(&body, "<p id=\"classes-none\">No difference found yet.</p>");
   } else {
     absl::StrAppend(&body, "<table id=\"classes\"><thead><tr><th>Source</th><th>Class</th>"
-                           "<th>Open or pending</th></tr></thead><tbody>");
-    for (const auto& [k, n] : counts) {
-      absl::StrAppend(&body, "<tr><td>", Html(k.first), "</td><td>", Html(k.second), "</td><td>", n,
-                      "</td></tr>");
+                           "<th>Open or pending</th><th>Found by the last run</th></tr></thead>"
+                           "<tbody>");
+    for (const recon::ClassCount& c : *counts) {
+      absl::StrAppend(&body, "<tr><td>", Html(c.source), "</td><td>", Html(c.cls), "</td><td>",
+                      c.unsettled, "</td><td>", c.found_by_last_run, "</td></tr>");
     }
     absl::StrAppend(&body, "</tbody></table>");
   }
