@@ -42,7 +42,7 @@
 #include "cli/retention_config.h"
 #include "cli/scheduled_purge.h"
 #include "cli/secrets.h"
-#include "core/random_token.h"
+#include "core/tokens.h"
 #include "cli/server_command.h"
 #include "core/absl_compat.h"
 #include "idem/cache.h"

@@ -20,7 +20,7 @@
 #include "cli/commands.h"
 #include "cli/reason.h"
 #include "cli/secrets.h"
-#include "core/random_token.h"
+#include "core/tokens.h"
 #include "idem/key.h"
 
 namespace idem::cli {

@@ -1,4 +1,4 @@
-#include "core/random_token.h"
+#include "core/tokens.h"
 
 #include <sys/random.h>
 #include <sys/types.h>
@@ -22,6 +22,15 @@ bool NewToken(std::string* out) {
     *out += kHex[b & 0xF];
   }
   return true;
+}
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
+  }
+  return diff == 0;
 }
 
 }  // namespace idem

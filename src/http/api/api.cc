@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "core/tokens.h"
 #include "http/server/buffers.h"
 #include "http/server/problem.h"
 #include "idem/cache.h"
@@ -69,20 +70,9 @@ HttpResponse Unauthorized(std::string_view detail, bool invalid_token) {
   return r;
 }
 
-// Compares without an early exit so the time taken does not reveal how much of a
-// digest matched.
 uint64_t NextInstance() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
-}
-
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
-  }
-  return diff == 0;
 }
 
 int HexValue(char c) {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/absl_compat.h"
-#include "core/random_token.h"
+#include "core/tokens.h"
 #include "http/api/console_html.h"
 #include "http/server/problem.h"
 #include "idem/fingerprint.h"
@@ -52,13 +52,6 @@ figure.chart figcaption { font-size: 12px; color: #555; }
 .note { color: #555; }
 .state-PROCESSING { color: #8a5a00; } .state-SUCCEEDED { color: #176b2c; } .state-FAILED { color: #a11; }
 )css";
-
-bool ConstantTimeSame(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 // A new random token, or "" when the system's random source fails.
 std::string RandomToken() {
@@ -192,7 +185,7 @@ const ConsoleAdmin* Console::FindAdmin(std::string_view name, std::string_view t
   const std::string digest = Fingerprint(token);
   const ConsoleAdmin* found = nullptr;
   for (const ConsoleAdmin& admin : options_.admins) {  // every digest compared, in constant time
-    if (ConstantTimeSame(digest, admin.token_sha256) && admin.name == name) found = &admin;
+    if (ConstantTimeEquals(digest, admin.token_sha256) && admin.name == name) found = &admin;
   }
   return found;
 }
@@ -234,10 +227,9 @@ ConsoleAnswer Console::Answer(const HttpRequest& request, std::string_view metho
     const Caller caller = CallerOf(request);
     if (caller.admin == nullptr) {
       if (method != "GET") {
-        return {.response = console::HtmlResponse(
-                    403, console::Page("Signed out", "", "",
-                                       "<h1>Signed out</h1><p>Your session has ended. <a "
-                                       "href=\"/console/login\">Sign in again</a></p>"))};
+        return {.response = console::Refused(403, "Signed out", "", "",
+                                             "Your session has ended; nothing was changed.",
+                                             "/console/login", "Sign in again")};
       }
       return {.response = console::Redirect("/console/login")};
     }
@@ -246,13 +238,13 @@ ConsoleAnswer Console::Answer(const HttpRequest& request, std::string_view metho
       // Every form carries the session's token: a page of another site cannot post here.
       const auto form = ParseForm(request.body);
       const auto csrf = form.find("csrf");
-      if (csrf == form.end() || !ConstantTimeSame(csrf->second, caller.csrf)) {
-        answer.response = console::HtmlResponse(
-            403, console::Page("Refused", caller.admin->name, caller.csrf,
-                               "<h1>Refused</h1><p>The form did not carry this session's CSRF "
-                               "token; nothing was changed. Reload the page and try again.</p>"));
+      if (csrf == form.end() || !ConstantTimeEquals(csrf->second, caller.csrf)) {
+        answer.response = console::Refused(
+            403, "Refused", caller.admin->name, caller.csrf,
+            "The form did not carry this session's CSRF token; nothing was changed.",
+            "/console/records", "Reload a page and try again");
       } else if (path == "/console/logout") {
-        answer = Logout(request, caller);
+        answer = Logout(caller);
       } else if (path == "/console/stuck/resolve") {
         answer = Resolve(caller, request);
       } else if (path == "/console/recon/close") {
@@ -302,18 +294,13 @@ ConsoleAnswer Console::Login(const HttpRequest& request, std::string_view method
   }
   if (method != "POST") return {.response = MethodNotAllowed(request.method, "GET, POST")};
   const auto form = ParseForm(request.body);
-  auto field = [&](std::string_view name) -> std::string_view {
-    auto it = form.find(name);
-    return it == form.end() ? std::string_view() : std::string_view(it->second);
-  };
   const std::string_view cookie_csrf = CookieValue(request.cookie, kLoginCookie);
-  if (cookie_csrf.empty() || !ConstantTimeSame(field("csrf"), cookie_csrf)) {
-    return {.response = console::HtmlResponse(
-                403, console::Page("Refused", "", "",
-                                   "<h1>Refused</h1><p>The login form did not carry its CSRF "
-                                   "token. <a href=\"/console/login\">Open the form again</a></p>"))};
+  if (cookie_csrf.empty() || !ConstantTimeEquals(console::Field(form, "csrf"), cookie_csrf)) {
+    return {.response = console::Refused(403, "Refused", "", "",
+                                         "The login form did not carry its CSRF token.",
+                                         "/console/login", "Open the form again")};
   }
-  const ConsoleAdmin* admin = FindAdmin(field("name"), field("token"));
+  const ConsoleAdmin* admin = FindAdmin(console::Field(form, "name"), console::Field(form, "token"));
   if (admin == nullptr) {
     spdlog::warn("console: failed sign-in (request_id={})", request.request_id);
     HttpResponse r = console::HtmlResponse(
@@ -343,7 +330,7 @@ ConsoleAnswer Console::Login(const HttpRequest& request, std::string_view method
   return {.response = std::move(r), .who = absl::StrCat("console:", admin->name)};
 }
 
-ConsoleAnswer Console::Logout(const HttpRequest& /*request*/, const Caller& caller) {
+ConsoleAnswer Console::Logout(const Caller& caller) {
   {
     absl::MutexLock lock(&mu_);
     sessions_.erase(Fingerprint(caller.session));

@@ -134,7 +134,7 @@ class Console {
   };
 
   ConsoleAnswer Login(const HttpRequest& request, std::string_view method);
-  ConsoleAnswer Logout(const HttpRequest& request, const Caller& caller);
+  ConsoleAnswer Logout(const Caller& caller);
   ConsoleAnswer Records(const Caller& caller, std::string_view query);  // console_records.cc
   ConsoleAnswer OneRecord(const Caller& caller, std::string_view query);  // console_records.cc
   // Visits the records from `from` (its tenant, or every tenant's, after its `after`;

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 #include "http/api/console.h"
@@ -186,7 +187,7 @@ ConsoleAnswer Console::CloseTicket(const Caller& caller, const HttpRequest& requ
   if (!done.ok()) {
     return refuse(console::StatusOf(done.status()), SV(done.status().message()));
   }
-  spdlog::info("console: {} closed recon ticket {}", admin.name, Html(id));
+  spdlog::info("console: {} closed recon ticket {}", admin.name, absl::CHexEscape(id));
   return {.response = console::Redirect(absl::StrCat("/console/recon?closed=", UrlEncode(id)))};
 }
 

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 #include "http/api/console.h"
@@ -202,7 +203,7 @@ ConsoleAnswer Console::Resolve(const Caller& caller, const HttpRequest& request)
   if (!done.ok()) {
     return refuse(console::StatusOf(done.status()), SV(done.status().message()));
   }
-  spdlog::info("console: {} resolved step operation {} (now {})", admin.name, Html(biz_key),
+  spdlog::info("console: {} resolved step operation {} (now {})", admin.name, absl::CHexEscape(biz_key),
                std::string(OperationStatusName(done->status)));
   return {.response = console::Redirect(
               absl::StrCat("/console/stuck?resolved=", UrlEncode(biz_key)))};
